@@ -1,0 +1,63 @@
+package affinity
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// BenchmarkSelect measures one routing decision (select, reserve, record
+// ownership, release) over a pool of 16, 256 and 2048 workers, with varied
+// loads and a shared-prefix workload of 4 KiB prompts whose first KiB is a
+// common system prompt. Hashing is measured apart in BenchmarkPrepare: the
+// marginal cost of cache_aware over round_robin is the difference of the
+// Select figures plus Prepare.
+func BenchmarkSelect(b *testing.B) {
+	for _, policy := range []string{PolicyRoundRobin, PolicyCacheAware} {
+		for _, workers := range []int{16, 256, 2048} {
+			b.Run(fmt.Sprintf("%s/workers=%d", policy, workers), func(b *testing.B) {
+				benchSelect(b, policy, workers)
+			})
+		}
+	}
+}
+
+func benchSelect(b *testing.B, policy string, workers int) {
+	loads := NewLoadTable(nil)
+	index := NewIndex(SystemClock{}, 1<<18)
+	rng := rand.New(rand.NewPCG(7, 7))
+	members := make([]*Load, workers)
+	for i := range members {
+		members[i] = loads.Get(WorkerID(i + 1))
+		members[i].remote.Store(int64(rng.IntN(20)))
+	}
+	pool := NewPool(members)
+	p, err := NewPolicy(Settings{Policy: policy, Thresholds: DefaultThresholds(),
+		MissPlacement: PlaceLeastLoad, BlockSize: DefaultBlockSize}, index)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := NewRouter(p, loads, index, DefaultBlockSize, nil)
+	system := text("system", 1024)
+	reqs := make([]*Request, 1000)
+	for i := range reqs {
+		reqs[i] = r.Prepare("m", []byte(system+text(fmt.Sprint("conversation", i), 3072)), uint64(i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		_, g, _ := r.Route(reqs[i%len(reqs)], pool)
+		g.Release()
+	}
+}
+
+// BenchmarkPrepare measures hashing a 4 KiB routing text into blocks.
+func BenchmarkPrepare(b *testing.B) {
+	r := NewRouter(LeastLoad{}, NewLoadTable(nil), nil, DefaultBlockSize, nil)
+	body := []byte(text("prompt", 4096))
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		r.Prepare("m", body, 0)
+	}
+}

@@ -1,0 +1,106 @@
+package affinity
+
+// CacheAware sends a request to the worker that owns its longest known
+// prefix, unless that worker is itself overloaded compared with the least
+// loaded candidate; misses are placed by least load or by rendezvous hashing.
+//
+// With fleetGate set it is instead the old baseline that judged imbalance
+// over the whole fleet and then dropped affinity for every request; it is
+// kept only so benchmarks can show the difference.
+type CacheAware struct {
+	index      *Index
+	thresholds Thresholds
+	blockSize  int
+	rendezvous bool
+	fleetGate  bool
+}
+
+var _ Policy = (*CacheAware)(nil)
+
+// Name returns cache_aware or cache_aware_fleet_gate.
+func (p *CacheAware) Name() string {
+	if p.fleetGate {
+		return PolicyFleetGate
+	}
+	return PolicyCacheAware
+}
+
+func (*CacheAware) recordsOwnership() {}
+
+// Select implements the per-request overload check of the cache-aware policy.
+func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
+	sp := pool.spread()
+	var buf [8]WorkerID
+	depth, owners := p.index.Match(req.Hashes, pool, buf[:0])
+	matched := (depth + 1) * p.blockSize
+	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))
+	if p.fleetGate {
+		return p.fleetGateSelect(pool, sp, owners, hit, matched)
+	}
+	shed := false
+	if hit {
+		c := leastLoaded(pool, owners)
+		if !p.thresholds.Overloaded(c.Seen+c.Load.remote.Load(), sp.min) {
+			c.Hit, c.Matched = true, matched
+			return c
+		}
+		shed = true
+	}
+	c := p.placeMiss(req, pool, sp, depth)
+	c.Matched, c.Shed = matched, shed
+	return c
+}
+
+// placeMiss chooses a worker for a request that goes where nothing of it is
+// cached (yet).
+func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) Choice {
+	if !p.rendezvous {
+		return sp.pick(pool)
+	}
+	key := req.Tail
+	if depth+1 < len(req.Hashes) {
+		key = req.Hashes[depth+1]
+	}
+	best := sp.pick(pool)
+	var bestScore uint64
+	for i := range pool.Len() {
+		m := pool.At(i)
+		seen := m.local.Load()
+		if p.thresholds.Overloaded(seen+m.remote.Load(), sp.min) {
+			continue
+		}
+		if s := rendezvousScore(key, m.id); s > bestScore {
+			best, bestScore = Choice{Load: m, Seen: seen}, s
+		}
+	}
+	return best
+}
+
+// fleetGateSelect is the old rule: if the fleet as a whole looks imbalanced,
+// every request goes to the least-loaded worker, cached or not.
+func (p *CacheAware) fleetGateSelect(pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
+	imbalanced := p.thresholds.Overloaded(sp.max, sp.min)
+	if hit && !imbalanced {
+		c := leastLoaded(pool, owners)
+		c.Hit, c.Matched = true, matched
+		return c
+	}
+	c := sp.pick(pool)
+	c.Matched, c.Shed = matched, hit
+	return c
+}
+
+// leastLoaded returns the least-loaded of owners, which are all pool members.
+func leastLoaded(pool *Pool, owners []WorkerID) Choice {
+	best, bestLoad, bestSeen := -1, int64(0), int64(0)
+	for _, w := range owners {
+		i := pool.position(w)
+		m := pool.At(i)
+		seen := m.local.Load()
+		l := seen + m.remote.Load()
+		if best < 0 || less(l, m, i, bestLoad, pool.At(best), best) {
+			best, bestLoad, bestSeen = i, l, seen
+		}
+	}
+	return Choice{Load: pool.At(best), Seen: bestSeen}
+}

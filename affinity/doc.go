@@ -1,0 +1,12 @@
+// Package affinity decides which worker a request goes to.
+//
+// It holds the pure core of the router: the chained block hashes of a
+// request's routing text, the ownership index that remembers which worker
+// holds which prefix blocks (with a per-worker LRU budget), the per-worker
+// in-flight counters with their release-once guards, and the selection
+// policies, among them cache_aware with the per-request overload check.
+//
+// The package imports nothing else of this project and reads time only from
+// an injected Clock, so the same code runs inside a router replica and inside
+// the fleet simulator on virtual time.
+package affinity

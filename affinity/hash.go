@@ -1,0 +1,51 @@
+package affinity
+
+import "github.com/zeebo/xxh3"
+
+// DefaultBlockSize is the length in bytes of one hashed block of routing
+// text (--block-size). 256 bytes is about 64 tokens.
+const DefaultBlockSize = 256
+
+// ModelSeed is the hash that precedes the first block of a request for model:
+// requests for different models never share a prefix.
+func ModelSeed(model string) uint64 { return xxh3.HashString(model) }
+
+// BlockHashes appends to dst one chained hash per full block of text:
+// h[i] = hash(block[i]) seeded by h[i-1], with h[-1] = ModelSeed(model).
+// Two texts share their first k hashes exactly when they share their first
+// k*blockSize bytes (up to hash collisions). A trailing partial block is not
+// hashed: it cannot be a shared prefix yet.
+func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint64 {
+	h := ModelSeed(model)
+	for off := 0; off+blockSize <= len(text); off += blockSize {
+		h = xxh3.HashSeed(text[off:off+blockSize], h)
+		dst = append(dst, h)
+	}
+	return dst
+}
+
+// TailKey is a hash of the whole text, partial last block included, chained
+// after the full blocks' hashes. Placement uses it as the key of a request
+// whose full blocks are all known already (or that has none).
+func TailKey(model string, text []byte, hashes []uint64, blockSize int) uint64 {
+	seed := ModelSeed(model)
+	if len(hashes) > 0 {
+		seed = hashes[len(hashes)-1]
+	}
+	return xxh3.HashSeed(text[len(hashes)*blockSize:], seed^0x9e3779b97f4a7c15)
+}
+
+// mix64 is a 64-bit finalizer (splitmix64) used to score rendezvous pairs.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// rendezvousScore is the highest-random-weight score of worker for key.
+func rendezvousScore(key uint64, worker WorkerID) uint64 {
+	return mix64(key ^ mix64(uint64(worker)+0x632be59bd9b4e019))
+}

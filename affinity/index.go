@@ -1,0 +1,259 @@
+package affinity
+
+import (
+	"sync"
+	"time"
+)
+
+const indexShards = 64
+
+// Index remembers which workers own which prefix blocks: "where requests were
+// routed", the same approximation of the engines' caches that every prefix
+// router keeps. A block may have several owners. Each owner's blocks age out
+// LRU within a per-worker budget, so the index forgets roughly when the
+// engine does.
+//
+// Concurrency: Match takes only read locks of the shards it visits. Writers
+// hold the owner's lock, then each shard's lock in turn, in that order.
+type Index struct {
+	clock         Clock
+	defaultBudget int // blocks per worker
+	shards        [indexShards]indexShard
+	owners        sync.Map // WorkerID -> *ownerLRU
+}
+
+type indexShard struct {
+	mu sync.RWMutex
+	m  map[uint64][]*ownerNode
+}
+
+// ownerNode is one (block, worker) ownership fact, linked into its worker's
+// LRU list.
+type ownerNode struct {
+	hash       uint64
+	worker     WorkerID
+	stamp      int64 // unix nanoseconds of the last use
+	prev, next *ownerNode
+}
+
+// ownerLRU is one worker's blocks, most recently used first.
+type ownerLRU struct {
+	mu      sync.Mutex
+	head    ownerNode // sentinel: head.next is the newest, head.prev the oldest
+	n       int
+	budget  int
+	removed bool
+}
+
+// Fact is one ownership fact: the block with this chained hash is held by
+// worker.
+type Fact struct {
+	Hash   uint64
+	Worker WorkerID
+}
+
+// NewIndex returns an empty index whose owners keep at most budgetBlocks
+// blocks each unless SetBudget says otherwise.
+func NewIndex(clock Clock, budgetBlocks int) *Index {
+	ix := &Index{clock: clock, defaultBudget: max(budgetBlocks, 1)}
+	for i := range ix.shards {
+		ix.shards[i].m = make(map[uint64][]*ownerNode)
+	}
+	return ix
+}
+
+func (ix *Index) shard(h uint64) *indexShard { return &ix.shards[h%indexShards] }
+
+func (ix *Index) owner(w WorkerID) *ownerLRU {
+	if o, ok := ix.owners.Load(w); ok {
+		return o.(*ownerLRU)
+	}
+	o := &ownerLRU{budget: ix.defaultBudget}
+	o.head.next, o.head.prev = &o.head, &o.head
+	actual, _ := ix.owners.LoadOrStore(w, o)
+	return actual.(*ownerLRU)
+}
+
+// Insert records that worker w holds every block of hashes. The shallowest
+// blocks become the most recently used, so eviction takes deep blocks first
+// and what stays is a prefix.
+func (ix *Index) Insert(hashes []uint64, w WorkerID) {
+	o := ix.owner(w)
+	now := ix.clock.Now().UnixNano()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.removed {
+		return
+	}
+	for i := len(hashes) - 1; i >= 0; i-- {
+		ix.touch(o, hashes[i], w, now)
+	}
+	ix.trim(o)
+}
+
+// Learn records one ownership fact heard from another replica.
+func (ix *Index) Learn(f Fact) {
+	o := ix.owner(f.Worker)
+	now := ix.clock.Now().UnixNano()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.removed {
+		return
+	}
+	ix.touch(o, f.Hash, f.Worker, now)
+	ix.trim(o)
+}
+
+// touch makes (h, w) the newest fact of o, adding it when new. o.mu is held.
+func (ix *Index) touch(o *ownerLRU, h uint64, w WorkerID, now int64) {
+	s := ix.shard(h)
+	s.mu.Lock()
+	var node *ownerNode
+	for _, n := range s.m[h] {
+		if n.worker == w {
+			node = n
+			break
+		}
+	}
+	if node == nil {
+		node = &ownerNode{hash: h, worker: w}
+		s.m[h] = append(s.m[h], node)
+		o.n++
+	} else {
+		node.unlink()
+	}
+	s.mu.Unlock()
+	node.stamp = now
+	o.pushFront(node)
+}
+
+// trim evicts o's oldest blocks down to its budget. o.mu is held.
+func (ix *Index) trim(o *ownerLRU) {
+	for o.n > o.budget {
+		ix.drop(o, o.head.prev)
+	}
+}
+
+// drop removes node from o and from its shard. o.mu is held.
+func (ix *Index) drop(o *ownerLRU, node *ownerNode) {
+	node.unlink()
+	o.n--
+	s := ix.shard(node.hash)
+	s.mu.Lock()
+	nodes := s.m[node.hash]
+	for i, n := range nodes {
+		if n == node {
+			nodes[i] = nodes[len(nodes)-1]
+			nodes = nodes[:len(nodes)-1]
+			break
+		}
+	}
+	if len(nodes) == 0 {
+		delete(s.m, node.hash)
+	} else {
+		s.m[node.hash] = nodes
+	}
+	s.mu.Unlock()
+}
+
+func (n *ownerNode) unlink() {
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = nil, nil
+}
+
+func (o *ownerLRU) pushFront(n *ownerNode) {
+	n.prev, n.next = &o.head, o.head.next
+	o.head.next.prev = n
+	o.head.next = n
+}
+
+// Match finds the deepest block of hashes that has an owner in pool and
+// returns its depth (-1 when none) and the owners there that are candidates,
+// appended to dst. It scans from the deepest block down, so a continuation of
+// a known conversation costs a lookup per new block, and sparse facts learned
+// from peers (not every block) still match.
+func (ix *Index) Match(hashes []uint64, pool *Pool, dst []WorkerID) (int, []WorkerID) {
+	for d := len(hashes) - 1; d >= 0; d-- {
+		s := ix.shard(hashes[d])
+		s.mu.RLock()
+		for _, n := range s.m[hashes[d]] {
+			if pool.Contains(n.worker) {
+				dst = append(dst, n.worker)
+			}
+		}
+		s.mu.RUnlock()
+		if len(dst) > 0 {
+			return d, dst
+		}
+	}
+	return -1, dst
+}
+
+// SetBudget sets how many blocks worker w may own (its engine's KV capacity,
+// when known). Blocks over the new budget are evicted at once.
+func (ix *Index) SetBudget(w WorkerID, blocks int) {
+	o := ix.owner(w)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.budget = max(blocks, 1)
+	ix.trim(o)
+}
+
+// Forget drops every block of w: its engine is gone or restarted, so what it
+// held is lost. New blocks may be recorded for w afterwards.
+func (ix *Index) Forget(w WorkerID) {
+	o := ix.owner(w)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for o.n > 0 {
+		ix.drop(o, o.head.prev)
+	}
+}
+
+// RemoveWorker forgets every block of w, for good: w's id is never reused.
+func (ix *Index) RemoveWorker(w WorkerID) {
+	ix.Forget(w)
+	o := ix.owner(w)
+	o.mu.Lock()
+	o.removed = true
+	o.mu.Unlock()
+}
+
+// Expire drops every fact not used since before cutoff. The router calls it
+// every --eviction-interval when --prefix-ttl is set.
+func (ix *Index) Expire(cutoff time.Time) {
+	c := cutoff.UnixNano()
+	ix.owners.Range(func(_, v any) bool {
+		o := v.(*ownerLRU)
+		o.mu.Lock()
+		for o.n > 0 && o.head.prev.stamp < c {
+			ix.drop(o, o.head.prev)
+		}
+		o.mu.Unlock()
+		return true
+	})
+}
+
+// Blocks returns how many blocks worker w owns.
+func (ix *Index) Blocks(w WorkerID) int {
+	o := ix.owner(w)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n
+}
+
+// Recent returns up to perWorker of each worker's most recently used facts,
+// newest first: the full state a joining replica receives.
+func (ix *Index) Recent(perWorker int) []Fact {
+	var out []Fact
+	ix.owners.Range(func(k, v any) bool {
+		o := v.(*ownerLRU)
+		o.mu.Lock()
+		for n, i := o.head.next, 0; n != &o.head && i < perWorker; n, i = n.next, i+1 {
+			out = append(out, Fact{Hash: n.hash, Worker: n.worker})
+		}
+		o.mu.Unlock()
+		return true
+	})
+	return out
+}

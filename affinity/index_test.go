@@ -1,0 +1,171 @@
+package affinity
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func chain(model string, n int, seed string) []uint64 {
+	return BlockHashes(nil, model, []byte(text(seed, n*testBlock)), testBlock)
+}
+
+func TestBlockHashesChainAndSeedByModel(t *testing.T) {
+	a := []byte(text("a", 10*testBlock))
+	b := append([]byte(string(a[:6*testBlock])), text("b", 4*testBlock)...)
+	ha, hb := BlockHashes(nil, "m", a, testBlock), BlockHashes(nil, "m", b, testBlock)
+	for i := range 6 {
+		if ha[i] != hb[i] {
+			t.Fatalf("shared block %d hashes differently", i)
+		}
+	}
+	if ha[6] == hb[6] {
+		t.Fatal("diverging block hashes alike")
+	}
+	if other := BlockHashes(nil, "other-model", a, testBlock); other[0] == ha[0] {
+		t.Fatal("the model name does not seed the chain")
+	}
+	if n := len(BlockHashes(nil, "m", a[:3*testBlock+5], testBlock)); n != 3 {
+		t.Fatalf("%d hashes for 3 full blocks and a partial one", n)
+	}
+}
+
+func TestIndexEvictsLeastRecentlyUsedWithinTheBudget(t *testing.T) {
+	clock := &fakeClock{}
+	ix := NewIndex(clock, 10)
+	old, recent := chain("m", 6, "old"), chain("m", 6, "recent")
+	ix.Insert(old, 1)
+	ix.Insert(recent, 1)
+	if n := ix.Blocks(1); n != 10 {
+		t.Fatalf("owner holds %d blocks, want its budget of 10", n)
+	}
+	pool := NewPool([]*Load{{id: 1}})
+	if d, _ := ix.Match(recent, pool, nil); d != 5 {
+		t.Fatalf("recent chain matched to depth %d, want 5", d)
+	}
+	// The old chain lost its deepest blocks first: what stays is a prefix.
+	if d, _ := ix.Match(old, pool, nil); d != 3 {
+		t.Fatalf("old chain matched to depth %d, want 3 (its two deepest blocks evicted)", d)
+	}
+}
+
+func TestIndexBudgetIsPerWorker(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 4)
+	ix.Insert(chain("m", 4, "a"), 1)
+	ix.Insert(chain("m", 4, "b"), 2)
+	ix.SetBudget(2, 2)
+	if ix.Blocks(1) != 4 || ix.Blocks(2) != 2 {
+		t.Fatalf("blocks: worker 1 %d, worker 2 %d", ix.Blocks(1), ix.Blocks(2))
+	}
+}
+
+func TestSparseLearnedFactsStillMatchDeep(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	h := chain("m", 20, "conv")
+	ix.Learn(Fact{Hash: h[15], Worker: 3}) // only the deepest block of an earlier turn
+	pool := NewPool([]*Load{{id: 2}, {id: 3}})
+	d, owners := ix.Match(h, pool, nil)
+	if d != 15 || len(owners) != 1 || owners[0] != 3 {
+		t.Fatalf("matched depth %d owners %v, want 15 [3]", d, owners)
+	}
+}
+
+func TestMatchIgnoresOwnersOutsideThePool(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	h := chain("m", 8, "conv")
+	ix.Insert(h, 5)
+	ix.Insert(h[:3], 6)
+	d, owners := ix.Match(h, NewPool([]*Load{{id: 6}}), nil)
+	if d != 2 || len(owners) != 1 || owners[0] != 6 {
+		t.Fatalf("depth %d owners %v, want 2 [6]", d, owners)
+	}
+}
+
+func TestExpireDropsIdleFacts(t *testing.T) {
+	clock := &fakeClock{}
+	ix := NewIndex(clock, 100)
+	ix.Insert(chain("m", 3, "idle"), 1)
+	clock.Advance(time.Hour)
+	ix.Insert(chain("m", 3, "busy"), 1)
+	ix.Expire(clock.Now().Add(-time.Minute))
+	if n := ix.Blocks(1); n != 3 {
+		t.Fatalf("%d blocks left, want the 3 busy ones", n)
+	}
+}
+
+func TestRemovedWorkerIsNeverRecordedAgain(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	ix.Insert(chain("m", 3, "a"), 1)
+	ix.RemoveWorker(1)
+	ix.Insert(chain("m", 3, "b"), 1)
+	ix.Learn(Fact{Hash: 42, Worker: 1})
+	if n := ix.Blocks(1); n != 0 {
+		t.Fatalf("removed worker owns %d blocks", n)
+	}
+}
+
+// naiveFact is one ownership fact of the reference model.
+type naiveFact struct {
+	h uint64
+	w WorkerID
+}
+
+// naiveTrim evicts w's least recently used facts beyond budget.
+func naiveTrim(facts map[naiveFact]int, w WorkerID, budget int) {
+	for {
+		n, oldest, oldestTick := 0, naiveFact{}, -1
+		for k, tick := range facts {
+			if k.w != w {
+				continue
+			}
+			n++
+			if oldestTick < 0 || tick < oldestTick {
+				oldest, oldestTick = k, tick
+			}
+		}
+		if n <= budget {
+			return
+		}
+		delete(facts, oldest)
+	}
+}
+
+// TestMatchAgreesWithANaiveIndex checks the index against a plain map model
+// under random inserts, evictions and lookups.
+func TestMatchAgreesWithANaiveIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const budget = 40
+	ix := NewIndex(&fakeClock{}, budget)
+	naive := map[naiveFact]int{} // fact -> last use tick
+	tick := 0
+	var chains [][]uint64
+	for i := range 30 {
+		chains = append(chains, chain("m", 1+rng.IntN(12), string(rune('a'+i))))
+	}
+	all := []*Load{{id: 1}, {id: 2}, {id: 3}}
+	for range 3000 {
+		c, w := chains[rng.IntN(len(chains))], WorkerID(1+rng.IntN(3))
+		if rng.IntN(3) > 0 {
+			ix.Insert(c, w)
+			for i := len(c) - 1; i >= 0; i-- {
+				tick++
+				naive[naiveFact{c[i], w}] = tick
+			}
+			naiveTrim(naive, w, budget)
+			continue
+		}
+		pool := NewPool(all[:1+rng.IntN(3)])
+		gotDepth, got := ix.Match(c, pool, nil)
+		wantDepth, want := -1, map[WorkerID]bool{}
+		for d := len(c) - 1; d >= 0 && wantDepth < 0; d-- {
+			for k := range naive {
+				if k.h == c[d] && pool.Contains(k.w) {
+					wantDepth, want[k.w] = d, true
+				}
+			}
+		}
+		if gotDepth != wantDepth || len(got) != len(want) {
+			t.Fatalf("Match = %d %v, naive %d %v", gotDepth, got, wantDepth, want)
+		}
+	}
+}

@@ -1,0 +1,142 @@
+package affinity
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// WorkerID names a worker. Ids are small integers assigned by the registry
+// and never reused, so gossip and the index can refer to workers by id.
+type WorkerID uint32
+
+// Load holds one worker's counters as this replica sees them. All fields are
+// atomics: the request path reads and writes them without locks.
+type Load struct {
+	id WorkerID
+	// local is this replica's exact in-flight count: one per dispatched
+	// attempt that has not been released.
+	local atomic.Int64
+	// remote is the sum of the other live replicas' latest reports.
+	remote atomic.Int64
+	// processed counts selections, the tie-breaker between equal loads.
+	processed atomic.Uint64
+}
+
+// ID returns the worker's id.
+func (l *Load) ID() WorkerID { return l.id }
+
+// Local returns this replica's in-flight count for the worker.
+func (l *Load) Local() int64 { return l.local.Load() }
+
+// Merged returns the in-flight count across the cluster: own exact count plus
+// the peers' latest reports.
+func (l *Load) Merged() int64 { return l.local.Load() + l.remote.Load() }
+
+// Processed returns how many times this replica selected the worker.
+func (l *Load) Processed() uint64 { return l.processed.Load() }
+
+// LoadTable owns the per-worker counters of one replica. Lookups of existing
+// workers are lock-free; the mutex only serialises creation.
+type LoadTable struct {
+	mu    sync.Mutex
+	byID  atomic.Pointer[map[WorkerID]*Load]
+	under func(WorkerID)
+}
+
+// NewLoadTable returns an empty table. onUnderflow, if not nil, is called when
+// a release would have driven a count below zero (a bug elsewhere: the count
+// is clamped at zero instead).
+func NewLoadTable(onUnderflow func(WorkerID)) *LoadTable {
+	t := &LoadTable{under: onUnderflow}
+	empty := map[WorkerID]*Load{}
+	t.byID.Store(&empty)
+	return t
+}
+
+// Get returns the counters of worker id, creating them on first use.
+func (t *LoadTable) Get(id WorkerID) *Load {
+	if l, ok := (*t.byID.Load())[id]; ok {
+		return l
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.byID.Load()
+	if l, ok := old[id]; ok {
+		return l
+	}
+	next := make(map[WorkerID]*Load, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	l := &Load{id: id}
+	next[id] = l
+	t.byID.Store(&next)
+	return l
+}
+
+// Lookup returns the counters of id, or nil when the worker was never seen.
+func (t *LoadTable) Lookup(id WorkerID) *Load { return (*t.byID.Load())[id] }
+
+// SetRemote records the sum of the peers' in-flight counts for worker id.
+func (t *LoadTable) SetRemote(id WorkerID, n int64) { t.Get(id).remote.Store(n) }
+
+// Each calls fn for every known worker, in no particular order.
+func (t *LoadTable) Each(fn func(*Load)) {
+	for _, l := range *t.byID.Load() {
+		fn(l)
+	}
+}
+
+// Acquire counts one more in-flight request on l and returns the guard that
+// takes it back. Use it where no selection happened (a fixed worker).
+func (t *LoadTable) Acquire(l *Load) *Guard {
+	l.local.Add(1)
+	return &Guard{load: l, table: t}
+}
+
+// reserve increments l's local count from seen to seen+1, failing when another
+// request changed it in between. seen < 0 reserves unconditionally.
+func (t *LoadTable) reserve(l *Load, seen int64) (*Guard, bool) {
+	if seen < 0 {
+		return t.Acquire(l), true
+	}
+	if !l.local.CompareAndSwap(seen, seen+1) {
+		return nil, false
+	}
+	return &Guard{load: l, table: t}, true
+}
+
+// Guard is one in-flight request on one worker. Release takes it back exactly
+// once, however many paths call it.
+type Guard struct {
+	load     *Load
+	table    *LoadTable
+	released atomic.Bool
+}
+
+// Worker returns the id of the worker the guard counts on.
+func (g *Guard) Worker() WorkerID { return g.load.id }
+
+// Release decrements the in-flight count, once; later calls do nothing. It
+// reports whether this call released the guard.
+func (g *Guard) Release() bool {
+	if g == nil || !g.released.CompareAndSwap(false, true) {
+		return false
+	}
+	if g.load.local.Add(-1) < 0 {
+		g.clampAtZero()
+	}
+	return true
+}
+
+func (g *Guard) clampAtZero() {
+	for {
+		n := g.load.local.Load()
+		if n >= 0 || g.load.local.CompareAndSwap(n, 0) {
+			break
+		}
+	}
+	if g.table != nil && g.table.under != nil {
+		g.table.under(g.load.id)
+	}
+}

@@ -1,0 +1,183 @@
+package affinity
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+)
+
+// Request is what selection needs to know about one request.
+type Request struct {
+	// Text is the routing text: the prompt, or the rendered messages.
+	Text []byte
+	// Hashes are the chained hashes of Text's full blocks.
+	Hashes []uint64
+	// Tail keys a request whose full blocks are all known (see TailKey).
+	Tail uint64
+	// SessionKey is the consistent_hash key: X-Session-ID, else the body's
+	// user or session_id, else the whole body, hashed.
+	SessionKey uint64
+}
+
+// Choice is a policy's pick. Seen is the chosen worker's local in-flight
+// count when it was read, so that the reservation can detect a concurrent
+// request that changed it; -1 means the choice did not depend on load.
+type Choice struct {
+	Load    *Load
+	Seen    int64
+	Hit     bool
+	Matched int  // bytes of the routing text matched in the index
+	Shed    bool // a hit whose owner was overloaded: affinity paid for balance
+}
+
+// Policy picks a worker from a non-empty pool. Select must not change any
+// counter: the router reserves the pick afterwards.
+type Policy interface {
+	Name() string
+	Select(req *Request, pool *Pool) Choice
+}
+
+// prefixAware policies want the chosen worker recorded as the owner of the
+// request's blocks.
+type prefixAware interface{ recordsOwnership() }
+
+// Policy names accepted by --policy.
+const (
+	PolicyRoundRobin     = "round_robin"
+	PolicyRandom         = "random"
+	PolicyPowerOfTwo     = "power_of_two"
+	PolicyLeastLoad      = "least_load"
+	PolicyConsistentHash = "consistent_hash"
+	PolicyCacheAware     = "cache_aware"
+	PolicyFleetGate      = "cache_aware_fleet_gate"
+)
+
+// PolicyNames lists every policy, for flag help and validation.
+var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, PolicyPowerOfTwo,
+	PolicyLeastLoad, PolicyConsistentHash, PolicyFleetGate}
+
+// Miss placements accepted by --miss-placement.
+const (
+	PlaceLeastLoad  = "least_load"
+	PlaceRendezvous = "rendezvous"
+)
+
+// Settings configure a policy.
+type Settings struct {
+	Policy        string
+	Thresholds    Thresholds
+	MissPlacement string
+	BlockSize     int
+	// Rand returns random bits; nil uses math/rand/v2. The simulator passes
+	// a seeded source.
+	Rand func() uint64
+}
+
+// NewPolicy builds the named policy. The index is needed by the cache-aware
+// policies only.
+func NewPolicy(s Settings, ix *Index) (Policy, error) {
+	rnd := s.Rand
+	if rnd == nil {
+		rnd = rand.Uint64
+	}
+	if s.MissPlacement != PlaceLeastLoad && s.MissPlacement != PlaceRendezvous {
+		return nil, fmt.Errorf("unknown miss placement %q (want %s or %s)", s.MissPlacement, PlaceLeastLoad, PlaceRendezvous)
+	}
+	switch s.Policy {
+	case PolicyRoundRobin:
+		return &RoundRobin{}, nil
+	case PolicyRandom:
+		return &Random{rand: rnd}, nil
+	case PolicyPowerOfTwo:
+		return &PowerOfTwo{rand: rnd}, nil
+	case PolicyLeastLoad:
+		return LeastLoad{}, nil
+	case PolicyConsistentHash:
+		return ConsistentHash{}, nil
+	case PolicyCacheAware, PolicyFleetGate:
+		if s.BlockSize <= 0 {
+			return nil, fmt.Errorf("block size %d: must be positive", s.BlockSize)
+		}
+		return &CacheAware{index: ix, thresholds: s.Thresholds, blockSize: s.BlockSize,
+			rendezvous: s.MissPlacement == PlaceRendezvous, fleetGate: s.Policy == PolicyFleetGate}, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q", s.Policy)
+}
+
+// RoundRobin cycles through the pool.
+type RoundRobin struct{ next atomic.Uint64 }
+
+var _ Policy = (*RoundRobin)(nil)
+
+func (*RoundRobin) Name() string { return PolicyRoundRobin }
+
+func (p *RoundRobin) Select(_ *Request, pool *Pool) Choice {
+	i := (p.next.Add(1) - 1) % uint64(pool.Len())
+	return Choice{Load: pool.At(int(i)), Seen: -1}
+}
+
+// Random picks uniformly.
+type Random struct{ rand func() uint64 }
+
+var _ Policy = (*Random)(nil)
+
+func (*Random) Name() string { return PolicyRandom }
+
+func (p *Random) Select(_ *Request, pool *Pool) Choice {
+	return Choice{Load: pool.At(int(p.rand() % uint64(pool.Len()))), Seen: -1}
+}
+
+// PowerOfTwo samples two distinct candidates and takes the less loaded.
+type PowerOfTwo struct{ rand func() uint64 }
+
+var _ Policy = (*PowerOfTwo)(nil)
+
+func (*PowerOfTwo) Name() string { return PolicyPowerOfTwo }
+
+func (p *PowerOfTwo) Select(_ *Request, pool *Pool) Choice {
+	n := uint64(pool.Len())
+	i := p.rand() % n
+	if n == 1 {
+		return choose(pool, 0)
+	}
+	j := (i + 1 + p.rand()%(n-1)) % n
+	a, b := pool.At(int(i)), pool.At(int(j))
+	seenA, seenB := a.Local(), b.Local()
+	if less(seenB+b.remote.Load(), b, int(j), seenA+a.remote.Load(), a, int(i)) {
+		return Choice{Load: b, Seen: seenB}
+	}
+	return Choice{Load: a, Seen: seenA}
+}
+
+// LeastLoad takes the smallest (merged load, processed, index).
+type LeastLoad struct{}
+
+var _ Policy = LeastLoad{}
+
+func (LeastLoad) Name() string { return PolicyLeastLoad }
+
+func (LeastLoad) Select(_ *Request, pool *Pool) Choice { return pool.spread().pick(pool) }
+
+// ConsistentHash sends a session to the same worker while the pool holds
+// still, and moves only 1/n of the sessions when it changes (rendezvous
+// hashing on the session key).
+type ConsistentHash struct{}
+
+var _ Policy = ConsistentHash{}
+
+func (ConsistentHash) Name() string { return PolicyConsistentHash }
+
+func (ConsistentHash) Select(req *Request, pool *Pool) Choice {
+	best, bestScore := 0, uint64(0)
+	for i := range pool.Len() {
+		if s := rendezvousScore(req.SessionKey, pool.At(i).id); i == 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return Choice{Load: pool.At(best), Seen: -1}
+}
+
+// choose picks pool member i where the choice did not compare its load.
+func choose(pool *Pool, i int) Choice {
+	return Choice{Load: pool.At(i), Seen: -1}
+}
