@@ -1,0 +1,11 @@
+// Package proxy is the request path of a router replica: the fasthttp front
+// end of the OpenAI-compatible API, request parsing, worker selection through
+// package affinity, forwarding over pooled upstream connections, SSE relayed
+// event by event, retries before the first byte, and the in-flight guards
+// that keep load counts honest on every path (success, error, retry, client
+// disconnect).
+//
+// The proxy knows workers through a Fleet view that the cluster layer
+// refreshes when the registry or a worker's health changes; the request path
+// only loads that immutable view.
+package proxy

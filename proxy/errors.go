@@ -1,0 +1,71 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// Conditions the request path branches on. Each maps to one HTTP status in
+// statusOf, the single place where errors meet HTTP.
+var (
+	ErrBadRequest      = errors.New("bad request")
+	ErrTooLarge        = errors.New("request body too large")
+	ErrModelNotFound   = errors.New("model not found")
+	ErrNoWorker        = errors.New("no eligible worker")
+	ErrUpstream        = errors.New("upstream failed")
+	ErrUpstreamTimeout = errors.New("upstream timed out")
+	ErrTooManyRequests = errors.New("too many concurrent requests")
+	ErrClientGone      = errors.New("client went away")
+)
+
+// apiError is an error with the message the client sees.
+type apiError struct {
+	kind error
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Unwrap() error { return e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &apiError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// statusOf maps an error to its HTTP status and OpenAI error type.
+func statusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return fasthttp.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, ErrTooLarge):
+		return fasthttp.StatusRequestEntityTooLarge, "invalid_request_error"
+	case errors.Is(err, ErrModelNotFound):
+		return fasthttp.StatusNotFound, "invalid_request_error"
+	case errors.Is(err, ErrNoWorker), errors.Is(err, affinity.ErrNoCandidates):
+		return fasthttp.StatusServiceUnavailable, "service_unavailable"
+	case errors.Is(err, ErrTooManyRequests):
+		return fasthttp.StatusTooManyRequests, "rate_limit_error"
+	case errors.Is(err, ErrUpstreamTimeout):
+		return fasthttp.StatusGatewayTimeout, "upstream_timeout"
+	default:
+		return fasthttp.StatusBadGateway, "upstream_error"
+	}
+}
+
+// writeError answers with an OpenAI-style error body.
+func writeError(ctx *fasthttp.RequestCtx, err error) {
+	status, typ := statusOf(err)
+	writeErrorStatus(ctx, status, typ, err.Error())
+}
+
+func writeErrorStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": status}})
+	ctx.Response.ResetBody()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}

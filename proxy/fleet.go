@@ -1,0 +1,207 @@
+package proxy
+
+import (
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// Worker roles, as the registry names them.
+const (
+	RoleRegular = "regular"
+	RolePrefill = "prefill"
+	RoleDecode  = "decode"
+)
+
+// Worker is what the proxy knows of a worker from the registry.
+type Worker struct {
+	ID            affinity.WorkerID
+	URL           string
+	Role          string
+	Model         string // "" serves any model
+	BootstrapPort int
+	Draining      bool
+}
+
+// member is a worker inside a view, with its pooled connections.
+type member struct {
+	Worker
+	up   *upstream
+	host string // host:port, for the Host header
+}
+
+type poolKey struct{ role, model string }
+
+// view is an immutable picture of the workers, rebuilt when the registry or
+// a worker's eligibility changes, never on the request path.
+type view struct {
+	members  map[affinity.WorkerID]*member
+	ordered  []*member
+	pools    map[poolKey]*affinity.Pool // eligible workers per role and model
+	anyModel map[string]*affinity.Pool  // eligible workers per role that declare no model
+	serves   map[poolKey]bool           // a model some worker of the role declares
+	hasAny   map[string]bool            // a role has workers that declare no model
+	eligible int
+}
+
+// pool returns the candidates for a request of role for model.
+func (v *view) pool(role, model string) (*affinity.Pool, error) {
+	if p, ok := v.pools[poolKey{role, model}]; ok {
+		return p, nil
+	}
+	if p := v.anyModel[role]; p != nil && p.Len() > 0 {
+		return p, nil
+	}
+	if v.serves[poolKey{role, model}] || v.hasAny[role] {
+		return nil, errorf(ErrNoWorker, "no healthy %s worker is available for model %q", role, model)
+	}
+	return nil, errorf(ErrModelNotFound, "the model %q does not exist", model)
+}
+
+// Fleet publishes views. Rebuilds are serialised; readers never lock.
+type Fleet struct {
+	loads       *affinity.LoadTable
+	eligible    func(affinity.WorkerID) bool
+	onRemove    func(affinity.WorkerID)
+	dialTimeout time.Duration
+	maxIdle     int
+
+	// onPublish hears of every new view (metrics keep per-worker gauges).
+	onPublish func(*view)
+
+	mu      sync.Mutex
+	workers []Worker
+	ups     map[affinity.WorkerID]*upstream
+	current atomic.Pointer[view]
+}
+
+// newFleet returns an empty fleet. eligible says whether health allows a
+// worker traffic; onRemove is told of workers that left the registry.
+func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID), dialTimeout time.Duration) *Fleet {
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64,
+		ups: map[affinity.WorkerID]*upstream{}}
+	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
+	return f
+}
+
+func (f *Fleet) view() *view { return f.current.Load() }
+
+// SetWorkers replaces the registry's worker list and republishes the view.
+func (f *Fleet) SetWorkers(ws []Worker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.workers = slices.Clone(ws)
+	slices.SortFunc(f.workers, func(a, b Worker) int { return int(a.ID) - int(b.ID) })
+	f.syncUpstreams()
+	f.publish()
+}
+
+// Refresh republishes the view after a change of eligibility.
+func (f *Fleet) Refresh() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.publish()
+}
+
+// Workers returns the registry's worker list as last set.
+func (f *Fleet) Workers() []Worker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.workers)
+}
+
+func (f *Fleet) syncUpstreams() {
+	keep := map[affinity.WorkerID]bool{}
+	for _, w := range f.workers {
+		keep[w.ID] = true
+		if f.ups[w.ID] == nil {
+			host, useTLS := hostOf(w.URL)
+			f.ups[w.ID] = newUpstream(host, useTLS, f.dialTimeout, f.maxIdle)
+		}
+	}
+	for id, up := range f.ups {
+		if !keep[id] {
+			up.close()
+			delete(f.ups, id)
+			if f.onRemove != nil {
+				f.onRemove(id)
+			}
+		}
+	}
+}
+
+func (f *Fleet) publish() {
+	v := &view{members: map[affinity.WorkerID]*member{}, pools: map[poolKey]*affinity.Pool{},
+		anyModel: map[string]*affinity.Pool{}, serves: map[poolKey]bool{}, hasAny: map[string]bool{}}
+	eligible := map[poolKey][]*affinity.Load{}
+	anyEligible := map[string][]*affinity.Load{}
+	for _, w := range f.workers {
+		host, _ := hostOf(w.URL)
+		m := &member{Worker: w, up: f.ups[w.ID], host: host}
+		v.members[w.ID] = m
+		v.ordered = append(v.ordered, m)
+		if w.Model == "" {
+			v.hasAny[w.Role] = true
+		} else {
+			v.serves[poolKey{w.Role, w.Model}] = true
+		}
+		if w.Draining || !f.eligible(w.ID) {
+			continue
+		}
+		v.eligible++
+		load := f.loads.Get(w.ID)
+		if w.Model == "" {
+			anyEligible[w.Role] = append(anyEligible[w.Role], load)
+		} else {
+			k := poolKey{w.Role, w.Model}
+			eligible[k] = append(eligible[k], load)
+		}
+	}
+	for role, loads := range anyEligible {
+		v.anyModel[role] = affinity.NewPool(loads)
+	}
+	for k := range v.serves {
+		v.pools[k] = affinity.NewPool(mergeByID(eligible[k], anyEligible[k.role]))
+	}
+	f.current.Store(v)
+	if f.onPublish != nil {
+		f.onPublish(v)
+	}
+}
+
+// mergeByID merges two id-sorted lists into one id-sorted list.
+func mergeByID(a, b []*affinity.Load) []*affinity.Load {
+	out := append(slices.Clone(a), b...)
+	slices.SortFunc(out, func(x, y *affinity.Load) int { return int(x.ID()) - int(y.ID()) })
+	return out
+}
+
+// hostOf returns a worker URL's host:port and whether it uses TLS.
+func hostOf(raw string) (string, bool) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, false
+	}
+	host := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	return host, u.Scheme == "https"
+}
+
+// close closes every worker's idle connections.
+func (f *Fleet) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, up := range f.ups {
+		up.close()
+	}
+}

@@ -1,0 +1,155 @@
+package proxy
+
+import (
+	"github.com/valyala/fastjson"
+	"github.com/zeebo/xxh3"
+)
+
+// endpoint is which inference API a request used.
+type endpoint int
+
+const (
+	completions endpoint = iota
+	chatCompletions
+)
+
+func (e endpoint) path() string {
+	if e == chatCompletions {
+		return "/v1/chat/completions"
+	}
+	return "/v1/completions"
+}
+
+// inference is what the router reads from a request body: just enough to
+// route it, without building a document tree of the whole body.
+type inference struct {
+	model  string
+	stream bool
+	// text is the routing text: the prompt, or each message rendered as
+	// role + "\n" + content + "\n".
+	text []byte
+	// session is the consistent-hash key of the body (user or session_id),
+	// empty when neither is present.
+	session string
+}
+
+// parseInference reads an inference request body.
+func parseInference(ep endpoint, body []byte) (inference, error) {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return inference{}, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+	}
+	if v.Type() != fastjson.TypeObject {
+		return inference{}, errorf(ErrBadRequest, "the body must be a JSON object")
+	}
+	var in inference
+	if in.model, err = stringField(v, "model"); err != nil {
+		return inference{}, err
+	}
+	if in.model == "" {
+		return inference{}, errorf(ErrBadRequest, "missing required field: model")
+	}
+	if s := v.Get("stream"); s != nil {
+		if in.stream, err = s.Bool(); err != nil {
+			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
+		}
+	}
+	for _, key := range []string{"session_id", "user"} {
+		if in.session, _ = stringField(v, key); in.session != "" {
+			break
+		}
+	}
+	if ep == chatCompletions {
+		in.text, err = renderMessages(v.Get("messages"))
+	} else {
+		in.text, err = renderPrompt(v.Get("prompt"))
+	}
+	return in, err
+}
+
+func stringField(v *fastjson.Value, key string) (string, error) {
+	f := v.Get(key)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return "", nil
+	}
+	b, err := f.StringBytes()
+	if err != nil {
+		return "", errorf(ErrBadRequest, "field %s must be a string", key)
+	}
+	return string(b), nil
+}
+
+// renderPrompt returns a completions prompt: a string, or an array of
+// strings concatenated. Token-id prompts route on their JSON text.
+func renderPrompt(p *fastjson.Value) ([]byte, error) {
+	if p == nil {
+		return nil, errorf(ErrBadRequest, "missing required field: prompt")
+	}
+	switch p.Type() {
+	case fastjson.TypeString:
+		return p.GetStringBytes(), nil
+	case fastjson.TypeArray:
+		var out []byte
+		for _, item := range p.GetArray() {
+			if item.Type() == fastjson.TypeString {
+				out = append(out, item.GetStringBytes()...)
+			} else {
+				out = item.MarshalTo(out)
+			}
+		}
+		return out, nil
+	}
+	return nil, errorf(ErrBadRequest, "field prompt must be a string or an array")
+}
+
+// renderMessages renders chat messages the way workers see them for prefix
+// purposes: role + "\n" + content + "\n" each, where content is a string or
+// the concatenated text parts of an array.
+func renderMessages(m *fastjson.Value) ([]byte, error) {
+	if m == nil {
+		return nil, errorf(ErrBadRequest, "missing required field: messages")
+	}
+	msgs, err := m.Array()
+	if err != nil {
+		return nil, errorf(ErrBadRequest, "field messages must be an array")
+	}
+	var out []byte
+	for i, msg := range msgs {
+		if msg.Type() != fastjson.TypeObject {
+			return nil, errorf(ErrBadRequest, "messages[%d] must be an object", i)
+		}
+		out = append(out, msg.GetStringBytes("role")...)
+		out = append(out, '\n')
+		out = appendContent(out, msg.Get("content"))
+		out = append(out, '\n')
+	}
+	return out, nil
+}
+
+func appendContent(out []byte, c *fastjson.Value) []byte {
+	if c == nil {
+		return out
+	}
+	switch c.Type() {
+	case fastjson.TypeString:
+		return append(out, c.GetStringBytes()...)
+	case fastjson.TypeArray:
+		for _, part := range c.GetArray() {
+			out = append(out, part.GetStringBytes("text")...)
+		}
+	}
+	return out
+}
+
+// sessionKey is the consistent_hash key: the X-Session-ID header, else the
+// body's session_id or user, else the whole body.
+func sessionKey(header []byte, in inference, body []byte) uint64 {
+	switch {
+	case len(header) > 0:
+		return xxh3.Hash(header)
+	case in.session != "":
+		return xxh3.HashString(in.session)
+	}
+	return xxh3.Hash(body)
+}

@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is the connection pool of one worker. It speaks HTTP/1.1 with
+// fasthttp's request and response codecs over connections it owns, so that
+// an attempt can be aborted at any moment, waiting for headers included, by
+// closing its connection: that is how a client's disconnect reaches the
+// engine, which then stops generating.
+type upstream struct {
+	addr        string
+	tls         bool
+	dialTimeout time.Duration
+	idleTimeout time.Duration
+	maxIdle     int
+
+	mu     sync.Mutex
+	idle   []*upConn
+	closed bool
+}
+
+// upConn is one connection to a worker with its buffers.
+type upConn struct {
+	net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	lastUsed time.Time
+	reused   bool
+	stop     func() bool // cancels the abort hook of the current exchange
+}
+
+func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int) *upstream {
+	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle}
+}
+
+// acquire returns an idle connection, or dials a new one.
+func (u *upstream) acquire() (*upConn, error) {
+	u.mu.Lock()
+	for len(u.idle) > 0 {
+		c := u.idle[len(u.idle)-1]
+		u.idle = u.idle[:len(u.idle)-1]
+		if time.Since(c.lastUsed) < u.idleTimeout {
+			u.mu.Unlock()
+			c.reused = true
+			return c, nil
+		}
+		c.Close()
+	}
+	u.mu.Unlock()
+	return u.dial()
+}
+
+func (u *upstream) dial() (*upConn, error) {
+	d := net.Dialer{Timeout: u.dialTimeout}
+	var conn net.Conn
+	var err error
+	if u.tls {
+		conn, err = (&tls.Dialer{NetDialer: &d}).Dial("tcp", u.addr)
+	} else {
+		conn, err = d.Dial("tcp", u.addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
+}
+
+// release returns c to the pool when its last response was read whole and
+// the worker keeps the connection open; otherwise it closes c.
+func (u *upstream) release(c *upConn, reusable bool) {
+	if c.stop != nil && !c.stop() {
+		reusable = false // the abort hook fired: c is closed
+	}
+	c.stop = nil
+	if !reusable {
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	c.lastUsed = time.Now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed || len(u.idle) >= u.maxIdle {
+		c.Close()
+		return
+	}
+	u.idle = append(u.idle, c)
+}
+
+// close closes the idle connections and refuses to pool more: the worker
+// left the registry. Exchanges in flight finish on their own connections.
+func (u *upstream) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.closed = true
+	for _, c := range u.idle {
+		c.Close()
+	}
+	u.idle = nil
+}
+
+// exchange sends req and reads the response headers into resp; the body is
+// left on the connection, readable through resp.BodyStream(). The caller
+// must hand the returned connection back with release once the body is done.
+// Cancelling ctx closes the connection, whatever the exchange is waiting on.
+func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
+	for {
+		c, err := u.acquire()
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		c.stop = context.AfterFunc(ctx, func() { c.Close() })
+		err = roundTrip(c, req, resp, deadline)
+		if err == nil {
+			return c, nil
+		}
+		c.stop()
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, ErrClientGone
+		}
+		if c.reused && staleConn(err) {
+			continue // the worker closed an idle connection: nothing was processed
+		}
+		return nil, err
+	}
+}
+
+func roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+	if err := c.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if err := req.Write(c.bw); err != nil {
+		return err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return err
+	}
+	resp.StreamBody = true
+	return resp.Read(c.br)
+}
+
+// dialError marks a failure to connect: nothing reached the worker.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// staleConn reports whether err is what a pooled connection that the worker
+// had already closed gives on its next use.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// isTimeout reports whether err is a deadline expiry.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
