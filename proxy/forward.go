@@ -102,8 +102,10 @@ func (p *Proxy) fail(x *exchangeState, err error) {
 func (p *Proxy) dispatch(x *exchangeState, req *affinity.Request, pool *affinity.Pool) (streaming bool) {
 	var tried []affinity.WorkerID
 	var lastErr error
-	for attempt := range p.cfg.Retry.MaxAttempts {
-		if attempt > 0 {
+	retrying := false
+	for attempt := 0; attempt < p.cfg.Retry.MaxAttempts; {
+		if retrying {
+			retrying = false
 			p.metrics.retries.Inc()
 			if !p.backoff(x.reqCtx, attempt) {
 				lastErr = ErrClientGone
@@ -117,13 +119,22 @@ func (p *Proxy) dispatch(x *exchangeState, req *affinity.Request, pool *affinity
 			}
 			break
 		}
-		p.metrics.decision(dec)
 		tried = append(tried, dec.Worker)
-		out := p.attempt(x, dec.Worker, guard, attempt == p.cfg.Retry.MaxAttempts-1)
+		track, err := p.deps.Health.Begin(dec.Worker)
+		if err != nil {
+			guard.Release() // the circuit refused it: choose again, at no cost of an attempt
+			lastErr = errorf(ErrNoWorker, "worker %d refused by its circuit breaker", dec.Worker)
+			tried = tried[:len(tried)-1]
+			pool = pool.Without(dec.Worker)
+			continue
+		}
+		p.metrics.decision(dec)
+		attempt++
+		out := p.attempt(x, dec.Worker, guard, track, attempt == p.cfg.Retry.MaxAttempts)
 		if out.retry == nil {
 			return out.streaming
 		}
-		lastErr = out.retry
+		lastErr, retrying = out.retry, true
 		if errors.Is(lastErr, ErrClientGone) {
 			break
 		}
@@ -156,13 +167,13 @@ func retryableStatus(code int) bool {
 
 // attempt sends the request to one worker. It owns guard: every path below
 // releases it exactly once, streaming ones when the stream ends.
-func (p *Proxy) attempt(x *exchangeState, w affinity.WorkerID, guard *affinity.Guard, last bool) attemptResult {
+func (p *Proxy) attempt(x *exchangeState, w affinity.WorkerID, guard *affinity.Guard, track Attempt, last bool) attemptResult {
 	m := p.fleet.view().members[w]
 	if m == nil {
 		guard.Release()
+		track.End(Canceled)
 		return attemptResult{retry: errorf(ErrNoWorker, "worker %d left the registry", w)}
 	}
-	track := p.deps.Health.Begin(w)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	p.upstreamRequest(x, m, req)
@@ -171,7 +182,7 @@ func (p *Proxy) attempt(x *exchangeState, w affinity.WorkerID, guard *affinity.G
 	if err != nil {
 		guard.Release()
 		fasthttp.ReleaseResponse(resp)
-		track.End(errors.Is(err, ErrClientGone))
+		track.End(failedOrCanceled(err))
 		return attemptResult{retry: p.upstreamError(m, err)}
 	}
 	status := resp.StatusCode()
@@ -179,7 +190,7 @@ func (p *Proxy) attempt(x *exchangeState, w affinity.WorkerID, guard *affinity.G
 		m.up.release(conn, false)
 		fasthttp.ReleaseResponse(resp)
 		guard.Release()
-		track.End(status < 500)
+		track.End(outcomeOf(status))
 		return attemptResult{retry: errorf(ErrUpstream, "worker %s answered %d", m.URL, status)}
 	}
 	copyResponseHeader(&x.ctx.Response, resp)
@@ -203,13 +214,13 @@ func (p *Proxy) buffered(x *exchangeState, m *member, conn *upConn, resp *fastht
 		err = ErrClientGone
 	}
 	if err != nil {
-		track.End(errors.Is(err, ErrClientGone))
+		track.End(failedOrCanceled(err))
 		x.ctx.Response.Reset()
 		x.ctx.Response.Header.Set("x-request-id", x.id)
 		return attemptResult{retry: p.upstreamError(m, err)}
 	}
 	track.Progress(0)
-	track.End(status < 500)
+	track.End(outcomeOf(status))
 	x.ctx.SetBody(body)
 	return attemptResult{}
 }
@@ -239,7 +250,14 @@ func (p *Proxy) relay(x *exchangeState, m *member, conn *upConn, resp *fasthttp.
 		clientGone = clientGone || x.reqCtx.Err() != nil
 		m.up.release(conn, complete && !resp.ConnectionClose())
 		guard.Release()
-		track.End(complete || clientGone)
+		switch {
+		case clientGone:
+			track.End(Canceled)
+		case complete:
+			track.End(outcomeOf(status))
+		default:
+			track.End(Failed)
+		}
 	})
 }
 
@@ -266,6 +284,13 @@ func pump(w *bufio.Writer, src io.Reader, track Attempt) (complete, clientGone b
 			return false, false
 		}
 	}
+}
+
+func failedOrCanceled(err error) Outcome {
+	if errors.Is(err, ErrClientGone) {
+		return Canceled
+	}
+	return Failed
 }
 
 // upstreamError classifies a failed exchange.

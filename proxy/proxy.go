@@ -68,18 +68,40 @@ func DefaultConfig() Config {
 }
 
 // Health is what the proxy needs of worker health: whether a worker may get
-// traffic, and a tracker per attempt that it reports outcomes to.
+// traffic, and a tracker per attempt that it reports outcomes to. Begin
+// fails when the worker's circuit refuses the attempt (open, or half-open
+// with its trial slots taken); the proxy then picks another worker.
 type Health interface {
 	Eligible(affinity.WorkerID) bool
-	Begin(affinity.WorkerID) Attempt
+	Begin(affinity.WorkerID) (Attempt, error)
 }
 
 // Attempt receives the outcome of one attempt on one worker.
 type Attempt interface {
 	// Progress reports a first byte or a stream chunk carrying tokens.
 	Progress(tokens int)
-	// End reports the outcome; ok is false for connect errors and 5xx.
-	End(ok bool)
+	// End reports how the attempt ended; calls after the first do nothing.
+	End(Outcome)
+}
+
+// Outcome is how an attempt ended, as the circuit breaker should see it.
+type Outcome int
+
+const (
+	// Succeeded: the worker answered with a status below 500.
+	Succeeded Outcome = iota
+	// Failed: a 5xx, a connect error, a reset or a timeout.
+	Failed
+	// Canceled: the client left; it says nothing about the worker.
+	Canceled
+)
+
+// outcomeOf maps an upstream status to an Outcome.
+func outcomeOf(status int) Outcome {
+	if status >= 500 {
+		return Failed
+	}
+	return Succeeded
 }
 
 // Deps are what a Proxy is built from.
@@ -264,10 +286,10 @@ func (l fasthttpLogger) Printf(format string, args ...any) {
 // allHealthy is the health of a proxy that tracks none.
 type allHealthy struct{}
 
-func (allHealthy) Eligible(affinity.WorkerID) bool { return true }
-func (allHealthy) Begin(affinity.WorkerID) Attempt { return noAttempt{} }
+func (allHealthy) Eligible(affinity.WorkerID) bool          { return true }
+func (allHealthy) Begin(affinity.WorkerID) (Attempt, error) { return noAttempt{}, nil }
 
 type noAttempt struct{}
 
 func (noAttempt) Progress(int) {}
-func (noAttempt) End(bool)     {}
+func (noAttempt) End(Outcome)  {}
