@@ -1,0 +1,142 @@
+package health
+
+import (
+	"cmp"
+	"math"
+	"slices"
+)
+
+// rateWindowSize bounds the token-rate samples kept per worker; past it the
+// oldest sample is overwritten, so a busy worker is judged on its latest
+// requests.
+const rateWindowSize = 64
+
+// minRateTokens is the number of tokens a request must deliver after its first
+// byte to yield a rate sample: fewer make the rate mostly timing noise (a
+// prefill-only request with max_tokens=1 yields none).
+const minRateTokens = 4
+
+// rateSample is one request's decode rate in tokens per second.
+type rateSample struct {
+	at   int64 // when the request ended
+	rate float64
+}
+
+// rateWindow is a ring of the latest rate samples of one worker. Not safe for
+// concurrent use: the worker's mutex guards it.
+type rateWindow struct {
+	buf  [rateWindowSize]rateSample
+	n    int // valid samples
+	next int // slot of the next write
+}
+
+func (r *rateWindow) add(at int64, rate float64) {
+	r.buf[r.next] = rateSample{at: at, rate: rate}
+	r.next = (r.next + 1) % rateWindowSize
+	r.n = min(r.n+1, rateWindowSize)
+}
+
+// median returns the median rate of the samples taken at or after since, when
+// there are at least minSamples of them. scratch is reused to avoid allocating.
+func (r *rateWindow) median(since int64, minSamples int, scratch []float64) (float64, []float64, bool) {
+	scratch = scratch[:0]
+	for i := range r.n {
+		if s := r.buf[i]; s.at >= since {
+			scratch = append(scratch, s.rate)
+		}
+	}
+	if len(scratch) < minSamples || len(scratch) == 0 {
+		return 0, scratch, false
+	}
+	slices.Sort(scratch)
+	return medianExcluding(scratch, -1), scratch, true
+}
+
+// medianExcluding returns the median of sorted without the element at index
+// skip (skip < 0 keeps all), or NaN when nothing is left. It runs in O(1), so
+// every worker can be compared with all its peers but itself in one pass.
+func medianExcluding(sorted []float64, skip int) float64 {
+	n := len(sorted)
+	if skip >= 0 {
+		n--
+	}
+	if n <= 0 {
+		return math.NaN()
+	}
+	at := func(k int) float64 {
+		if skip >= 0 && k >= skip {
+			return sorted[k+1]
+		}
+		return sorted[k]
+	}
+	if n%2 == 1 {
+		return at(n / 2)
+	}
+	return (at(n/2-1) + at(n/2)) / 2
+}
+
+// judged is one worker's median rate within a degrade evaluation.
+type judged struct {
+	index int // position in the worker list
+	rate  float64
+	ok    bool // enough samples to be judged
+}
+
+// judgeRates decides, aligned with ws, which workers are degraded: judged on
+// enough recent samples and slower than DegradeRatio times the median of the
+// judged peers in their group. It also leaves each worker's peer median in
+// peerRate for End to weigh trial requests against.
+func (m *Monitor) judgeRates(ws []*worker, now int64) []bool {
+	since := now - m.cfg.DegradeWindow.Nanoseconds()
+	groups := make(map[string][]judged)
+	var scratch []float64
+	for i, w := range ws {
+		w.mu.Lock()
+		rate, s, ok := w.rates.median(since, m.cfg.DegradeMinSamples, scratch)
+		w.mu.Unlock()
+		scratch = s
+		groups[w.group] = append(groups[w.group], judged{index: i, rate: rate, ok: ok})
+	}
+	slow := make([]bool, len(ws))
+	for _, members := range groups {
+		m.judgeGroup(ws, members, slow)
+	}
+	return slow
+}
+
+func (m *Monitor) judgeGroup(ws []*worker, members []judged, slow []bool) {
+	ranked := make([]judged, 0, len(members))
+	for _, j := range members {
+		if j.ok {
+			ranked = append(ranked, j)
+		}
+	}
+	slices.SortFunc(ranked, func(a, b judged) int { return cmp.Compare(a.rate, b.rate) })
+	sorted := make([]float64, len(ranked))
+	rank := make(map[int]int, len(ranked))
+	for k, j := range ranked {
+		sorted[k], rank[j.index] = j.rate, k
+	}
+	for _, j := range members {
+		skip, mine := rank[j.index]
+		if !mine {
+			skip = -1
+		}
+		peers := medianExcluding(sorted, skip)
+		ws[j.index].peerRate.Store(math.Float64bits(zeroIfNaN(peers)))
+		slow[j.index] = j.ok && !math.IsNaN(peers) && j.rate < m.cfg.DegradeRatio*peers
+	}
+}
+
+// tooSlow reports whether rate is degraded against w's peers as of the last Tick.
+func (m *Monitor) tooSlow(w *worker, rate float64) bool {
+	peers := math.Float64frombits(w.peerRate.Load())
+	return peers > 0 && rate < m.cfg.DegradeRatio*peers
+}
+
+func zeroIfNaN(f float64) float64 {
+	if math.IsNaN(f) {
+		return 0
+	}
+	return f
+}

@@ -1,0 +1,60 @@
+package health
+
+import "time"
+
+// WorkerStatus is a point-in-time view of one worker's health, for /get_loads,
+// metrics and logs.
+type WorkerStatus struct {
+	ID       WorkerID
+	URL      string
+	Eligible bool // what Eligible would answer
+	Healthy  bool // verdict of the active checks
+	// Circuit is the breaker state; Circuit.String() gives "closed", "open" or
+	// "half_open", and its numeric value is the vllm_router_cb_state gauge.
+	Circuit        CircuitState
+	Wedged         bool
+	Degraded       bool
+	RemoteVerdicts int   // replicas currently holding a verdict against it
+	InFlight       int64 // attempts begun and not ended (not the router's load)
+	// LastProgress is the latest progress seen, or the start of the current busy
+	// period; the zero time if there has been neither.
+	LastProgress time.Time
+}
+
+// Status returns the status of worker id, and false if it is not watched.
+// Lock-free.
+func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) {
+	w := m.lookup(id)
+	if w == nil {
+		return WorkerStatus{}, false
+	}
+	return m.statusOf(w), true
+}
+
+// Statuses returns the status of every watched worker, ordered by id.
+func (m *Monitor) Statuses() []WorkerStatus {
+	list := m.workers.Load().list
+	out := make([]WorkerStatus, 0, len(list))
+	for _, w := range list {
+		out = append(out, m.statusOf(w))
+	}
+	return out
+}
+
+func (m *Monitor) statusOf(w *worker) WorkerStatus {
+	st := WorkerStatus{
+		ID:             w.id,
+		URL:            w.url,
+		Eligible:       w.eligible() && w.hasSlot(),
+		Healthy:        w.healthy.Load(),
+		Circuit:        stateOf(w.circuit.Load()),
+		Wedged:         w.wedgedAt.Load() != notSet,
+		Degraded:       w.degradedAt.Load() != notSet,
+		RemoteVerdicts: int(w.remote.Load()),
+		InFlight:       w.inflight.Load(),
+	}
+	if lp := w.lastProgress.Load(); lp != notSet {
+		st.LastProgress = m.timeAt(lp)
+	}
+	return st
+}

@@ -1,0 +1,110 @@
+package health
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// VerdictKind is what a replica concluded about a worker from its progress.
+type VerdictKind uint8
+
+const (
+	// VerdictWedged: requests in flight, no progress for WedgeTimeout.
+	VerdictWedged VerdictKind = 1
+	// VerdictDegraded: token rate far below the peers' median.
+	VerdictDegraded VerdictKind = 2
+)
+
+// String returns "wedged" or "degraded".
+func (k VerdictKind) String() string {
+	switch k {
+	case VerdictWedged:
+		return "wedged"
+	case VerdictDegraded:
+		return "degraded"
+	}
+	return "unknown"
+}
+
+func (k VerdictKind) known() bool { return k == VerdictWedged || k == VerdictDegraded }
+
+// Verdict is one replica's judgement that a worker should get no traffic, as
+// carried by gossip.
+type Verdict struct {
+	Worker WorkerID
+	Kind   VerdictKind
+	Since  time.Time // when the verdict began, on the judging replica's clock
+}
+
+// Verdicts returns this replica's own verdicts, ordered by worker then kind.
+// OnChange fires whenever they change.
+func (m *Monitor) Verdicts() []Verdict {
+	var out []Verdict
+	for _, w := range m.workers.Load().list {
+		out = m.appendVerdict(out, w.id, VerdictWedged, w.wedgedAt.Load())
+		out = m.appendVerdict(out, w.id, VerdictDegraded, w.degradedAt.Load())
+	}
+	return out
+}
+
+func (m *Monitor) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since int64) []Verdict {
+	if since == notSet {
+		return out
+	}
+	return append(out, Verdict{Worker: id, Kind: k, Since: m.timeAt(since)})
+}
+
+// SetRemoteVerdicts replaces the verdicts that replica origin holds. Every
+// worker named by at least one origin's verdict is ineligible here until each
+// such origin withdraws it (a later report without it, or an empty one) or is
+// forgotten. Verdicts of unknown kinds are ignored, and those naming workers not
+// watched yet apply when the worker is added. Cost O(workers + verdicts); it
+// never blocks on the request path or on callbacks.
+func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
+	m.controlMu.Lock()
+	defer m.controlMu.Unlock()
+	if len(verdicts) == 0 {
+		delete(m.remote, origin)
+	} else {
+		m.remote[origin] = slices.Clone(verdicts)
+	}
+	m.applyRemoteLocked()
+}
+
+// ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
+func (m *Monitor) ForgetOrigin(origin string) {
+	m.SetRemoteVerdicts(origin, nil)
+}
+
+// RemoteOrigins lists the replicas that currently hold verdicts, sorted.
+func (m *Monitor) RemoteOrigins() []string {
+	m.controlMu.Lock()
+	defer m.controlMu.Unlock()
+	out := make([]string, 0, len(m.remote))
+	for origin := range m.remote {
+		out = append(out, origin)
+	}
+	slices.SortFunc(out, cmp.Compare)
+	return out
+}
+
+// applyRemoteLocked recounts, per worker, the origins holding a verdict against
+// it. Caller holds controlMu.
+func (m *Monitor) applyRemoteLocked() {
+	counts := make(map[WorkerID]int32)
+	for _, verdicts := range m.remote {
+		named := make(map[WorkerID]bool, len(verdicts))
+		for _, v := range verdicts {
+			if v.Kind.known() && !named[v.Worker] {
+				named[v.Worker] = true
+				counts[v.Worker]++
+			}
+		}
+	}
+	for _, w := range m.workers.Load().list {
+		if w.remote.Swap(counts[w.id]) != counts[w.id] {
+			m.report(w, changeRemote)
+		}
+	}
+}
