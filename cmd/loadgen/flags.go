@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/sim/workload"
+)
+
+// errBadFlag marks a flag value refused at start; the message names the flag.
+var errBadFlag = errors.New("invalid flag")
+
+// badFlag reports an invalid value of flag.
+func badFlag(flag, want string, got any) error {
+	return fmt.Errorf("%w --%s: want %s, got %v", errBadFlag, flag, want, got)
+}
+
+// Defaults of the flags that bound a run.
+const (
+	defaultDuration       = time.Hour
+	defaultRequestTimeout = 10 * time.Minute
+)
+
+// commonFlags are the flags of every command: where to send, how long, where to report.
+func commonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker); /v1/completions is appended"},
+		&cli.StringFlag{Name: "model", Usage: `"model" of every request; empty leaves it out (the server's default)`},
+		&cli.StringFlag{Name: "api-key", EnvVars: []string{"LOADGEN_API_KEY"}, Usage: "bearer token sent with every request"},
+		&cli.DurationFlag{Name: "duration", Value: defaultDuration, Usage: "stop after this long, cancelling what is in flight"},
+		&cli.DurationFlag{Name: "request-timeout", Value: defaultRequestTimeout, Usage: "fail a request that has not finished after this long"},
+		&cli.StringFlag{Name: "json", Usage: "also write the report as JSON to this file"},
+	}
+}
+
+// replayFlags are the flags of the replay command, after commonFlags.
+func replayFlags() []cli.Flag {
+	return append(commonFlags(),
+		&cli.StringFlag{Name: "trace", Required: true, Usage: "Mooncake-format JSONL trace"},
+		&cli.IntFlag{Name: "limit", Usage: "replay only the first N records (0: all)"},
+		&cli.Float64Flag{Name: "rate-scale", Value: 1, Usage: "divide the trace's time by this: 10 replays ten times faster"},
+		&cli.Int64Flag{Name: "seed", Usage: "family of synthesised texts; change it so a rerun does not hit the caches the last run warmed"},
+		&cli.IntFlag{Name: "concurrency-limit", Usage: "at most this many requests in flight (0: unbounded, a pure open loop)"},
+		&cli.IntFlag{Name: "max-output-tokens", Usage: "cap max_tokens at this (0: the trace's output_length)"},
+	)
+}
+
+// agenticFlags are the flags of the agentic command, after commonFlags.
+func agenticFlags() []cli.Flag {
+	d := workload.DefaultAgenticConfig()
+	return append(commonFlags(),
+		&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "concurrent sessions"},
+		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "requests per session"},
+		&cli.IntFlag{Name: "system-prompt-tokens", Value: d.SystemPromptTokens, Usage: "system prompt shared by all sessions, in tokens"},
+		&cli.IntFlag{Name: "task-tokens", Value: d.TaskTokens, Usage: "each session's task statement, in tokens"},
+		&cli.IntFlag{Name: "observation-tokens", Value: d.ObservationTokens, Usage: "mean tool output appended per turn, in tokens"},
+		&cli.IntFlag{Name: "answer-tokens", Value: d.AnswerTokens, Usage: "max_tokens per turn, in tokens"},
+		&cli.DurationFlag{Name: "think-time", Value: d.ThinkTime, Usage: "mean tool latency between turns"},
+		&cli.Int64Flag{Name: "seed", Usage: "seed of the texts and random draws"},
+	)
+}
+
+// commonConfig is what the common flags say.
+type commonConfig struct {
+	target, model, apiKey, jsonPath string
+	duration, requestTimeout        time.Duration
+}
+
+// readCommon validates the common flags.
+func readCommon(c *cli.Context) (commonConfig, error) {
+	cfg := commonConfig{
+		target: c.String("target"), model: c.String("model"), apiKey: c.String("api-key"),
+		jsonPath: c.String("json"), duration: c.Duration("duration"), requestTimeout: c.Duration("request-timeout"),
+	}
+	if _, err := completionsURL(cfg.target); err != nil {
+		return cfg, fmt.Errorf("%w --target: %w", errBadFlag, err)
+	}
+	if cfg.duration <= 0 {
+		return cfg, badFlag("duration", "> 0", cfg.duration)
+	}
+	if cfg.requestTimeout <= 0 {
+		return cfg, badFlag("request-timeout", "> 0", cfg.requestTimeout)
+	}
+	if cfg.jsonPath != "" {
+		if info, err := os.Stat(filepath.Dir(cfg.jsonPath)); err != nil || !info.IsDir() {
+			return cfg, badFlag("json", "a file in an existing directory", cfg.jsonPath)
+		}
+	}
+	return cfg, nil
+}
+
+// readReplay validates the replay flags and loads the trace.
+func readReplay(c *cli.Context) (replayPlan, error) {
+	plan := replayPlan{
+		rateScale: c.Float64("rate-scale"), maxOutputTokens: c.Int("max-output-tokens"),
+		concurrencyLimit: c.Int("concurrency-limit"), seed: c.Int64("seed"),
+	}
+	for _, check := range []struct {
+		flag string
+		bad  bool
+		want string
+		got  any
+	}{
+		{"limit", c.Int("limit") < 0, ">= 0", c.Int("limit")},
+		{"rate-scale", !(plan.rateScale > 0) || plan.rateScale > 1e9, "in (0, 1e9]", plan.rateScale},
+		{"concurrency-limit", plan.concurrencyLimit < 0, ">= 0", plan.concurrencyLimit},
+		{"max-output-tokens", plan.maxOutputTokens < 0, ">= 0", plan.maxOutputTokens},
+	} {
+		if check.bad {
+			return plan, badFlag(check.flag, check.want, check.got)
+		}
+	}
+	records, err := loadTraceFile(c.String("trace"), c.Int("limit"))
+	if err != nil {
+		return plan, fmt.Errorf("%w --trace: %w", errBadFlag, err)
+	}
+	plan.records = records
+	return plan, nil
+}
+
+// loadTraceFile reads the first limit records of a trace file (limit 0: all).
+func loadTraceFile(path string, limit int) ([]workload.TraceRecord, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	records, err := workload.LoadTrace(file, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%s: no records", path)
+	}
+	return records, nil
+}
+
+// readAgentic validates the agentic flags.
+func readAgentic(c *cli.Context) (workload.AgenticConfig, error) {
+	cfg := workload.AgenticConfig{
+		Sessions: c.Int("sessions"), Turns: c.Int("turns"),
+		SystemPromptTokens: c.Int("system-prompt-tokens"), TaskTokens: c.Int("task-tokens"),
+		ObservationTokens: c.Int("observation-tokens"), AnswerTokens: c.Int("answer-tokens"),
+		ThinkTime: c.Duration("think-time"), Seed: c.Int64("seed"),
+	}
+	for _, check := range []struct {
+		flag  string
+		value int
+	}{
+		{"sessions", cfg.Sessions}, {"turns", cfg.Turns}, {"system-prompt-tokens", cfg.SystemPromptTokens},
+		{"task-tokens", cfg.TaskTokens}, {"observation-tokens", cfg.ObservationTokens}, {"answer-tokens", cfg.AnswerTokens},
+	} {
+		if check.value <= 0 {
+			return cfg, badFlag(check.flag, "> 0", check.value)
+		}
+	}
+	if cfg.ThinkTime < 0 {
+		return cfg, badFlag("think-time", ">= 0", cfg.ThinkTime)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%w --turns, --observation-tokens or --answer-tokens: %w", errBadFlag, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal the run winds down and reports; a second one kills at once.
+	context.AfterFunc(ctx, stop)
+	app := newApp(environment{stdout: os.Stdout, stderr: os.Stderr, clock: realClock{}, ticks: realTicks})
+	err := app.RunContext(ctx, os.Args)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+// environment is what a command reads and writes besides its flags; tests substitute it.
+type environment struct {
+	stdout io.Writer // the report table
+	stderr io.Writer // the progress line
+	clock  Clock
+	ticks  func() (<-chan time.Time, func()) // progress ticker
+}
+
+// newApp builds the command line.
+func newApp(env environment) *cli.App {
+	return &cli.App{
+		Name:      "loadgen",
+		Usage:     "drive an OpenAI-compatible server with a trace or agentic sessions and report what it did",
+		Writer:    env.stdout,
+		ErrWriter: env.stderr,
+		Commands: []*cli.Command{
+			{
+				Name:   modeReplay,
+				Usage:  "replay a Mooncake trace open loop at its timestamps",
+				Flags:  replayFlags(),
+				Action: func(c *cli.Context) error { return replayAction(c, env) },
+			},
+			{
+				Name:   modeAgentic,
+				Usage:  "run closed-loop agentic sessions whose prompts grow turn over turn",
+				Flags:  agenticFlags(),
+				Action: func(c *cli.Context) error { return agenticAction(c, env) },
+			},
+		},
+	}
+}
+
+// replayAction is the replay command.
+func replayAction(c *cli.Context, env environment) error {
+	common, err := readCommon(c)
+	if err != nil {
+		return err
+	}
+	plan, err := readReplay(c)
+	if err != nil {
+		return err
+	}
+	return execute(c.Context, env, common, modeReplay, func(r *run, ctx context.Context, start time.Time) {
+		r.replay(ctx, start, plan)
+	})
+}
+
+// agenticAction is the agentic command.
+func agenticAction(c *cli.Context, env environment) error {
+	common, err := readCommon(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := readAgentic(c)
+	if err != nil {
+		return err
+	}
+	return execute(c.Context, env, common, modeAgentic, func(r *run, ctx context.Context, start time.Time) {
+		r.agentic(ctx, start, cfg)
+	})
+}
+
+// execute runs drive against the target and writes the report.
+func execute(ctx context.Context, env environment, common commonConfig, mode string, drive func(*run, context.Context, time.Time)) error {
+	client, err := newClient(common.target, common.apiKey, common.requestTimeout, env.clock)
+	if err != nil {
+		return err
+	}
+	r := &run{
+		client: client, clock: env.clock, results: newCollector(), model: common.model,
+		duration: common.duration, progress: env.stderr, ticks: env.ticks,
+	}
+	rep := r.execute(ctx, mode, func(ctx context.Context, start time.Time) { drive(r, ctx, start) })
+	if err := rep.writeTable(env.stdout); err != nil {
+		return err
+	}
+	if common.jsonPath != "" {
+		return rep.writeJSON(common.jsonPath)
+	}
+	return nil
+}
