@@ -26,6 +26,7 @@ type fakeWorker struct {
 	url      string
 	status   atomic.Int32 // answer with this status (0 = 200)
 	hold     atomic.Bool  // non-streaming: answer only when the router hangs up
+	slow     atomic.Bool  // answer only once the gate opens
 	events   atomic.Int32 // SSE events per streaming answer
 	gate     chan struct{}
 	requests atomic.Int32
@@ -80,14 +81,23 @@ func (f *fakeWorker) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetBodyString(`{"error":{"message":"induced"}}`)
 		return
 	}
-	if strings.Contains(string(ctx.PostBody()), `"stream":true`) {
-		f.stream(ctx)
-		return
+	if f.slow.Load() {
+		<-f.gate
 	}
 	if f.hold.Load() {
 		if waitHangUp(ctx.Conn()) {
 			f.aborted.Add(1)
 		}
+		return
+	}
+	if strings.Contains(string(ctx.PostBody()), `"do_remote_decode":true`) {
+		ctx.SetContentType("application/json")
+		fmt.Fprintf(ctx, `{"choices":[{"text":"x"}],"kv_transfer_params":{"do_remote_prefill":true,`+
+			`"do_remote_decode":false,"remote_engine_id":%q,"remote_block_ids":[1,2],"remote_host":"127.0.0.1","remote_port":5600}}`, f.name)
+		return
+	}
+	if strings.Contains(string(ctx.PostBody()), `"stream":true`) {
+		f.stream(ctx)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -131,25 +141,52 @@ type testRouter struct {
 
 func startRouter(t *testing.T, cfg Config, workers ...*fakeWorker) *testRouter {
 	t.Helper()
-	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
-	policy, err := affinity.NewPolicy(affinity.Settings{Policy: affinity.PolicyCacheAware, Thresholds: affinity.DefaultThresholds(),
+	var ws []Worker
+	for i, w := range workers {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.url, Role: RoleRegular})
+	}
+	return startRouterWith(t, cfg, "", affinity.PolicyCacheAware, ws)
+}
+
+// startPDRouter disaggregates: prefill workers get ids 1..n, decode ones follow.
+func startPDRouter(t *testing.T, mode, prefillPolicy string, prefill, decode []*fakeWorker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for _, w := range prefill {
+		ws = append(ws, Worker{ID: affinity.WorkerID(len(ws) + 1), URL: w.url, Role: RolePrefill})
+	}
+	for _, w := range decode {
+		ws = append(ws, Worker{ID: affinity.WorkerID(len(ws) + 1), URL: w.url, Role: RoleDecode})
+	}
+	return startRouterWith(t, Config{}, mode, prefillPolicy, ws)
+}
+
+func newTestRouter(t *testing.T, policy string, loads *affinity.LoadTable, index *affinity.Index) *affinity.Router {
+	t.Helper()
+	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: affinity.DefaultThresholds(),
 		MissPlacement: affinity.PlaceLeastLoad, BlockSize: 16}, index)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return affinity.NewRouter(p, loads, index, 16, nil)
+}
+
+func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worker) *testRouter {
+	t.Helper()
+	loads := affinity.NewLoadTable(nil)
+	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
 	set := metrics.NewSet()
 	if cfg.Retry.InitialBackoff == 0 {
 		cfg.Retry.InitialBackoff = time.Millisecond
 	}
-	p, err := New(cfg, Deps{Loads: loads, Index: index, Router: affinity.NewRouter(policy, loads, index, 16, nil),
-		Metrics: set, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	deps := Deps{Loads: loads, Index: index, Router: newTestRouter(t, policy, loads, index),
+		Metrics: set, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if pdMode != "" {
+		deps.PD = &PD{Mode: pdMode, Prefill: deps.Router, Decode: newTestRouter(t, affinity.PolicyLeastLoad, loads, index)}
+	}
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var ws []Worker
-	for i, w := range workers {
-		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.url, Role: RoleRegular})
 	}
 	p.Fleet().SetWorkers(ws)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,6 +203,9 @@ func startRouter(t *testing.T, cfg Config, workers ...*fakeWorker) *testRouter {
 	})
 	return &testRouter{proxy: p, loads: loads, url: "http://" + ln.Addr().String(), set: set}
 }
+
+// load is the router's local in-flight count on worker id.
+func (r *testRouter) load(id affinity.WorkerID) int64 { return r.loads.Get(id).Local() }
 
 // totalLoad is the sum of the router's local in-flight counts.
 func (r *testRouter) totalLoad() int64 {

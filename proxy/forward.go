@@ -26,6 +26,9 @@ type exchangeState struct {
 	reqCtx context.Context
 	watch  *clientWatch
 	gone   sync.Once
+	// body is what the final worker receives: the client's body, or in
+	// disaggregated mode the body with the prefill's transfer parameters.
+	body []byte
 }
 
 // clientGone records, once, that the client went away, and aborts the
@@ -57,15 +60,21 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 		return
 	}
 	x.in = in
-	pool, err := p.fleet.view().pool(RoleRegular, in.model)
+	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
 	if err != nil {
 		p.fail(x, err)
 		return
 	}
+	x.body = ctx.PostBody()
 	x.reqCtx, x.cancel = context.WithCancel(p.ctx)
 	x.watch = watchClient(ctx.Conn(), func() { p.clientGone(x) })
-	req := p.deps.Router.Prepare(in.model, in.text, sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, ctx.PostBody()))
-	streaming = p.dispatch(x, req, pool)
+	key := sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, ctx.PostBody())
+	if p.pd != nil {
+		streaming = p.pd.serve(x, pool, key)
+	} else {
+		req := p.deps.Router.Prepare(in.model, in.text, key)
+		streaming = p.dispatch(x, p.deps.Router, req, pool, nil, p.cfg.Retry.MaxAttempts)
+	}
 	if !streaming {
 		p.finish(x)
 	}
@@ -97,13 +106,30 @@ func (p *Proxy) fail(x *exchangeState, err error) {
 	p.metrics.request(x.ep.path(), x.ctx.Response.StatusCode(), x.start)
 }
 
-// dispatch runs the attempts of one request and reports whether the
+// routed is a worker chosen (and reserved) ahead of its dispatch.
+type routed struct {
+	dec   affinity.Decision
+	guard *affinity.Guard
+}
+
+// route selects a worker, or hands out the one chosen ahead (once).
+func (r *routed) take(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (affinity.Decision, *affinity.Guard, error) {
+	if r != nil && r.guard != nil {
+		d, g := r.dec, r.guard
+		r.guard = nil
+		return d, g, nil
+	}
+	return router.Route(req, pool)
+}
+
+// dispatch runs up to maxAttempts attempts of one request on workers of
+// pool, the first of them on first when given, and reports whether the
 // response is being streamed (and so finishes later, in the stream writer).
-func (p *Proxy) dispatch(x *exchangeState, req *affinity.Request, pool *affinity.Pool) (streaming bool) {
+func (p *Proxy) dispatch(x *exchangeState, router *affinity.Router, req *affinity.Request, pool *affinity.Pool, first *routed, maxAttempts int) (streaming bool) {
 	var tried []affinity.WorkerID
 	var lastErr error
 	retrying := false
-	for attempt := 0; attempt < p.cfg.Retry.MaxAttempts; {
+	for attempt := 0; attempt < maxAttempts; {
 		if retrying {
 			retrying = false
 			p.metrics.retries.Inc()
@@ -112,7 +138,7 @@ func (p *Proxy) dispatch(x *exchangeState, req *affinity.Request, pool *affinity
 				break
 			}
 		}
-		dec, guard, err := p.deps.Router.Route(req, pool.Without(tried...))
+		dec, guard, err := first.take(router, req, pool.Without(tried...))
 		if err != nil {
 			if lastErr == nil {
 				lastErr = errorf(ErrNoWorker, "no eligible worker for model %q", x.in.model)
@@ -130,7 +156,7 @@ func (p *Proxy) dispatch(x *exchangeState, req *affinity.Request, pool *affinity
 		}
 		p.metrics.decision(dec)
 		attempt++
-		out := p.attempt(x, dec.Worker, guard, track, attempt == p.cfg.Retry.MaxAttempts)
+		out := p.attempt(x, dec.Worker, guard, track, attempt == maxAttempts)
 		if out.retry == nil {
 			return out.streaming
 		}
@@ -176,7 +202,7 @@ func (p *Proxy) attempt(x *exchangeState, w affinity.WorkerID, guard *affinity.G
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	p.upstreamRequest(x, m, req)
+	p.upstreamRequest(x, m, req, x.body)
 	resp := fasthttp.AcquireResponse()
 	conn, err := m.up.exchange(x.reqCtx, req, resp, x.start.Add(p.cfg.RequestTimeout))
 	if err != nil {
@@ -329,7 +355,7 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // upstreamRequest builds the request to worker m from the client's.
-func (p *Proxy) upstreamRequest(x *exchangeState, m *member, req *fasthttp.Request) {
+func (p *Proxy) upstreamRequest(x *exchangeState, m *member, req *fasthttp.Request, body []byte) {
 	x.ctx.Request.Header.CopyTo(&req.Header)
 	for _, h := range hopHeaders {
 		req.Header.Del(h)
@@ -340,7 +366,7 @@ func (p *Proxy) upstreamRequest(x *exchangeState, m *member, req *fasthttp.Reque
 	if p.cfg.APIKey != "" && len(req.Header.Peek("Authorization")) == 0 {
 		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
-	req.SetBodyRaw(x.ctx.PostBody())
+	req.SetBodyRaw(body)
 }
 
 // copyResponseHeader passes the worker's headers through, less hop-by-hop

@@ -116,6 +116,9 @@ type Deps struct {
 	Admin func(*fasthttp.RequestCtx) bool
 	// RegistryLoaded reports whether the registry was read at least once.
 	RegistryLoaded func() bool
+	// PD, when set, disaggregates prefill and decode; Router then goes
+	// unused for inference.
+	PD *PD
 }
 
 // Proxy serves the inference API of one replica.
@@ -126,6 +129,7 @@ type Proxy struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	inflight atomic.Int64
+	pd       *disaggregation
 	server   *fasthttp.Server
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -152,6 +156,12 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
+	if deps.PD != nil {
+		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
+			return nil, errors.New("proxy: disaggregation needs a mode and a prefill and a decode router")
+		}
+		p.pd = newDisaggregation(p, *deps.PD)
+	}
 	p.server = &fasthttp.Server{
 		Handler:                       p.Handler,
 		Name:                          "kvrouter",

@@ -1,0 +1,219 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+func fakes(t *testing.T, prefix string, n int) []*fakeWorker {
+	var ws []*fakeWorker
+	for i := range n {
+		ws = append(ws, startFake(t, fmt.Sprintf("%s%d", prefix, i+1)))
+	}
+	return ws
+}
+
+func lastJSON(t *testing.T, w *fakeWorker) map[string]any {
+	t.Helper()
+	var m map[string]any
+	body, _ := w.lastBody.Load().(string)
+	if err := json.Unmarshal([]byte(body), &m); err != nil {
+		t.Fatalf("%s got %q: %v", w.name, body, err)
+	}
+	return m
+}
+
+// TestPDProtocolFieldsOnBothPhases pins the vLLM (NIXL) protocol: the
+// prefill gets one token, no streaming and a remote-decode request; the
+// decode gets the original request with the prefill's transfer parameters.
+func TestPDProtocolFieldsOnBothPhases(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	body := `{"model":"m","prompt":"hello","max_tokens":50,"max_completion_tokens":50,"stream":false,"stream_options":{"include_usage":true}}`
+	resp, out := post(t, r.url, "/v1/completions", body)
+	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
+		t.Fatalf("status %d from %s: %s", resp.StatusCode, resp.Header.Get("x-worker-id"), out)
+	}
+	p := lastJSON(t, prefill[0])
+	kv, _ := p["kv_transfer_params"].(map[string]any)
+	if p["max_tokens"] != 1.0 || p["max_completion_tokens"] != 1.0 || p["stream"] != false || p["stream_options"] != nil ||
+		kv["do_remote_decode"] != true || kv["do_remote_prefill"] != false || kv["remote_engine_id"] != nil {
+		t.Fatalf("prefill request %v", p)
+	}
+	d := lastJSON(t, decode[0])
+	dkv, _ := d["kv_transfer_params"].(map[string]any)
+	if d["max_tokens"] != 50.0 || dkv["remote_engine_id"] != "p1" || dkv["do_remote_prefill"] != true {
+		t.Fatalf("decode request %v", d)
+	}
+	if r.totalLoad() != 0 {
+		t.Fatalf("load %d after the request", r.totalLoad())
+	}
+}
+
+func TestPDStreamsThroughDecode(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	decode[0].open()
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	resp, out := post(t, r.url, "/v1/completions", completion("hi", true))
+	if resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") || strings.Count(out, "data:") != 4 {
+		t.Fatalf("status %d: %q", resp.StatusCode, out)
+	}
+	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+}
+
+func TestPDGrowingPromptStaysOnOnePrefillWorker(t *testing.T) {
+	prefill, decode := fakes(t, "p", 3), fakes(t, "d", 2)
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	prompt := strings.Repeat("agentic rollout context. ", 20)
+	var first string
+	for turn := range 5 {
+		post(t, r.url, "/v1/completions", completion(prompt, false))
+		got := ""
+		for _, p := range prefill {
+			if p.requests.Load() > 0 {
+				got += p.name
+			}
+		}
+		if turn == 0 {
+			first = got
+		} else if got != first {
+			t.Fatalf("turn %d: prefill workers used so far %s, want only %s", turn, got, first)
+		}
+		prompt += fmt.Sprintf(" tool output %d. ", turn)
+	}
+}
+
+// TestPDAffinitySurvivesAnUnrelatedHotPrefillWorker is the seed scenario in
+// small: prefill load counts queued requests, so one prefill worker is hot;
+// the per-request check keeps the conversation on its own prefill worker, the
+// fleet-wide gate sends it elsewhere.
+func TestPDAffinitySurvivesAnUnrelatedHotPrefillWorker(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		keeps  bool
+	}{{affinity.PolicyCacheAware, true}, {affinity.PolicyFleetGate, false}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			prefill, decode := fakes(t, "p", 3), fakes(t, "d", 1)
+			r := startPDRouter(t, PDVLLM, tc.policy, prefill, decode)
+			prompt := strings.Repeat("cached conversation. ", 20)
+			post(t, r.url, "/v1/completions", completion(prompt, false))
+			owner := -1
+			for i, p := range prefill {
+				if p.requests.Load() == 1 {
+					owner = i
+				}
+			}
+			hot := (owner + 1) % 3
+			r.loads.SetRemote(affinity.WorkerID(owner+1), 4)
+			r.loads.SetRemote(affinity.WorkerID(hot+1), 300)
+			post(t, r.url, "/v1/completions", completion(prompt+" next turn", false))
+			if kept := prefill[owner].requests.Load() == 2; kept != tc.keeps {
+				t.Fatalf("second turn stayed on its prefill worker: %v, want %v", kept, tc.keeps)
+			}
+		})
+	}
+}
+
+// TestPDDecodeGuardIsHeldFromDispatch: two requests whose prefill is slow
+// must not both pick decode worker 1, as they did when the decode load rose
+// only once decode answered.
+func TestPDDecodeGuardIsHeldFromDispatch(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
+	for _, p := range prefill {
+		p.slow.Store(true)
+	}
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			post(t, r.url, "/v1/completions", completion(fmt.Sprint("cold prompt ", i), false))
+		}()
+	}
+	waitFor(t, "both prefills to start", func() bool { return prefill[0].requests.Load()+prefill[1].requests.Load() == 2 })
+	if r.load(3) != 1 || r.load(4) != 1 {
+		t.Fatalf("decode loads %d and %d during the prefill, want 1 and 1", r.load(3), r.load(4))
+	}
+	for _, p := range prefill {
+		p.open()
+	}
+	wg.Wait()
+	if decode[0].requests.Load() != 1 || decode[1].requests.Load() != 1 || r.totalLoad() != 0 {
+		t.Fatalf("decode requests %d/%d, load %d", decode[0].requests.Load(), decode[1].requests.Load(), r.totalLoad())
+	}
+}
+
+func TestPDClientLeavingDuringPrefillNeverCallsDecode(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	prefill[0].hold.Store(true)
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
+	waitFor(t, "the prefill to start", func() bool { return prefill[0].requests.Load() == 1 })
+	if r.load(1) != 1 || r.load(2) != 1 {
+		t.Fatalf("loads prefill %d decode %d, want 1 and 1", r.load(1), r.load(2))
+	}
+	conn.Close()
+	waitFor(t, "the prefill worker to see its connection closed", func() bool { return prefill[0].aborted.Load() == 1 })
+	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+	if decode[0].requests.Load() != 0 {
+		t.Fatal("decode was called for a client that had left")
+	}
+}
+
+func TestPDClientLeavingDuringDecodeStreamReleasesBothRoles(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	conn, br := rawPost(t, r.url, "/v1/completions", completion("x", true))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	if r.load(1) != 0 || r.load(2) != 1 {
+		t.Fatalf("mid-stream loads prefill %d decode %d, want 0 and 1", r.load(1), r.load(2))
+	}
+	conn.Close()
+	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].aborted.Load() == 1 })
+	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+}
+
+func TestPDRetriesEachPhaseOnAnotherWorker(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
+	prefill[0].status.Store(503)
+	decode[0].status.Store(503)
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	for i := range 3 {
+		resp, out := post(t, r.url, "/v1/completions", completion(fmt.Sprint("prompt ", i), false))
+		if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d2" {
+			t.Fatalf("status %d from %s: %s", resp.StatusCode, resp.Header.Get("x-worker-id"), out)
+		}
+	}
+	if prefill[1].requests.Load() != 3 || r.totalLoad() != 0 {
+		t.Fatalf("good prefill saw %d requests, load %d", prefill[1].requests.Load(), r.totalLoad())
+	}
+}
+
+func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
+	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
+	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+	waitFor(t, "the prefill half", func() bool { return prefill[0].requests.Load() == 1 })
+	p, d := lastJSON(t, prefill[0]), lastJSON(t, decode[0])
+	if p["bootstrap_room"] == nil || p["bootstrap_room"] != d["bootstrap_room"] || d["bootstrap_host"] != "127.0.0.1" {
+		t.Fatalf("prefill %v decode %v", p, d)
+	}
+	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+}
