@@ -1,0 +1,151 @@
+package loadsync
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Config, in one place.
+const (
+	// DefaultLoadInterval is 100 ms: a peer's view of our load is at most
+	// one interval plus the network old (about 50 ms on average), well
+	// under the 200 ms at which bursts were seen to herd onto one worker,
+	// and a full report costs (peers x 10) small packets per second.
+	DefaultLoadInterval = 100 * time.Millisecond
+	// DefaultLoadTTL drops an origin after three missed reports plus
+	// 200 ms of slack for scheduling hiccups.
+	DefaultLoadTTL = 3*DefaultLoadInterval + 200*time.Millisecond
+	// DefaultMaxPacketBytes keeps a packet, with memberlist's framing and
+	// encryption (35 bytes), under a 1400-byte UDP payload.
+	DefaultMaxPacketBytes = 1300
+	// DefaultDigestQueueFacts bounds the facts waiting to be sent.
+	DefaultDigestQueueFacts = 16384
+	// DefaultDigestPacketsPerTick bounds digest bandwidth: 8 packets of
+	// about 130 facts per interval, some 10k facts per second per peer.
+	DefaultDigestPacketsPerTick = 8
+	// DefaultRecentSetFacts bounds the set of facts recently sent or
+	// learned that Owned skips.
+	DefaultRecentSetFacts = 1 << 16
+	// DefaultFullStateFacts is how many of the most recent facts a
+	// joining replica receives (about 640 KB).
+	DefaultFullStateFacts = 1 << 16
+	// DefaultPushPullFacts is how many recent facts the periodic
+	// anti-entropy push/pull carries (it repairs lost digest packets, which
+	// are recent ones).
+	DefaultPushPullFacts = 4096
+	// DefaultLagSamples is the size of the window of lag samples.
+	DefaultLagSamples = 4096
+
+	minPacketBytes = 256
+	maxPacketBytes = 65000
+	// maxMetaBytes is memberlist's limit on node metadata.
+	maxMetaBytes = 512
+)
+
+// WorkerLoad is one worker's in-flight request count at one replica.
+type WorkerLoad struct {
+	Worker   uint32
+	InFlight int64
+}
+
+// Fact says that the block with chained hash Hash is cached on Worker.
+type Fact struct {
+	Hash   uint64
+	Worker uint32
+}
+
+// Config configures a State. Zero durations and sizes take the defaults
+// above. Callbacks may be nil.
+type Config struct {
+	// Origin is this replica's node name, unique in the cluster
+	// (memberlist's node name). Required, at most 128 bytes.
+	Origin string
+	// BootEpoch orders this process's reports after those of any earlier
+	// process with the same Origin; use the start time in nanoseconds.
+	BootEpoch uint64
+	// ClusterConfig holds the named settings every replica must agree on
+	// (block size, hash seed, ...). A peer that differs is refused at join
+	// with an error naming each differing field. Names and values are at
+	// most 128 bytes, and the encoded Meta at most 512.
+	ClusterConfig map[string]string
+
+	// LoadInterval is how often Tick emits a load report and flushes
+	// digests. Default DefaultLoadInterval.
+	LoadInterval time.Duration
+	// LoadTTL drops an origin whose reports stopped arriving for longer.
+	// Default DefaultLoadTTL; must exceed LoadInterval.
+	LoadTTL time.Duration
+	// MaxPacketBytes bounds every packet Tick returns. Default 1300,
+	// between 256 and 65000.
+	MaxPacketBytes int
+	// DigestQueueFacts bounds facts waiting to be sent; on overflow the
+	// oldest are dropped and counted. Default DefaultDigestQueueFacts.
+	DigestQueueFacts int
+	// DigestPacketsPerTick bounds digest packets per Tick. Default 8.
+	DigestPacketsPerTick int
+	// RecentSetFacts bounds the recently sent or learned set used to skip
+	// repeated facts. Default 65536.
+	RecentSetFacts int
+	// FullStateFacts bounds LocalState for a join, and the ring of recent
+	// facts it is taken from. Default 65536.
+	FullStateFacts int
+	// PushPullFacts bounds LocalState for periodic anti-entropy.
+	// Default 4096.
+	PushPullFacts int
+	// LagSamples is the window of lag samples Lag summarises.
+	// Default 4096.
+	LagSamples int
+
+	// LocalLoads appends this replica's own in-flight counts to dst and
+	// returns it. Called by Tick once per LoadInterval; entries with zero
+	// load may be included and are skipped. Must not call into State.
+	LocalLoads func(dst []WorkerLoad) []WorkerLoad
+	// OnRemoteLoad is called whenever the sum of the other replicas'
+	// counts for a worker changes, with the new sum. It runs with the
+	// load lock held, so calls are ordered; it must be fast and must not
+	// call into State.
+	OnRemoteLoad func(worker uint32, remote int64)
+	// OnOwnership is called for every fact learned from a peer (digest or
+	// full state). It may be called from several goroutines at once and
+	// must not call into State.
+	OnOwnership func(hash uint64, worker uint32)
+}
+
+func (c Config) withDefaults() Config {
+	c.LoadInterval = orDefault(c.LoadInterval, DefaultLoadInterval)
+	c.LoadTTL = orDefault(c.LoadTTL, DefaultLoadTTL)
+	c.MaxPacketBytes = orDefault(c.MaxPacketBytes, DefaultMaxPacketBytes)
+	c.DigestQueueFacts = orDefault(c.DigestQueueFacts, DefaultDigestQueueFacts)
+	c.DigestPacketsPerTick = orDefault(c.DigestPacketsPerTick, DefaultDigestPacketsPerTick)
+	c.RecentSetFacts = orDefault(c.RecentSetFacts, DefaultRecentSetFacts)
+	c.FullStateFacts = orDefault(c.FullStateFacts, DefaultFullStateFacts)
+	c.PushPullFacts = orDefault(c.PushPullFacts, DefaultPushPullFacts)
+	c.LagSamples = orDefault(c.LagSamples, DefaultLagSamples)
+	return c
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Origin == "":
+		return fmt.Errorf("%w: Origin is empty", ErrInvalidConfig)
+	case len(c.Origin) > maxNameBytes:
+		return fmt.Errorf("%w: Origin is %d bytes, over %d", ErrInvalidConfig, len(c.Origin), maxNameBytes)
+	case c.LoadTTL <= c.LoadInterval:
+		return fmt.Errorf("%w: LoadTTL %v must exceed LoadInterval %v", ErrInvalidConfig, c.LoadTTL, c.LoadInterval)
+	case c.MaxPacketBytes < minPacketBytes || c.MaxPacketBytes > maxPacketBytes:
+		return fmt.Errorf("%w: MaxPacketBytes %d outside [%d, %d]", ErrInvalidConfig, c.MaxPacketBytes, minPacketBytes, maxPacketBytes)
+	}
+	for k, v := range c.ClusterConfig {
+		if k == "" || len(k) > maxNameBytes || len(v) > maxNameBytes {
+			return fmt.Errorf("%w: ClusterConfig field %q: name must be 1-%d bytes and value at most %d", ErrInvalidConfig, k, maxNameBytes, maxNameBytes)
+		}
+	}
+	return nil
+}

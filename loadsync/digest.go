@@ -1,0 +1,83 @@
+package loadsync
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// checkpointDepths calls fn with the indexes of hashes worth announcing for
+// one routing decision: the sparse checkpoints 0, 1, 3, 7, ... (depths that
+// are powers of two, counting from 1) and the deepest block, each once. A
+// chain of n blocks yields about log2(n)+1 facts, and a later turn of the
+// same conversation repeats all of them but the deepest and any new
+// checkpoint, which the recent set then filters out.
+func checkpointDepths(n int, fn func(i int)) {
+	if n == 0 {
+		return
+	}
+	for depth := 1; depth < n; depth <<= 1 {
+		fn(depth - 1)
+	}
+	fn(n - 1)
+}
+
+// appendFacts encodes a fact list (a digest or a full state) as header,
+// count and entries of (worker uvarint, hash fixed 8 bytes).
+func appendFacts(b []byte, typ byte, facts []Fact) []byte {
+	b = appendHeader(b, typ)
+	b = binary.AppendUvarint(b, uint64(len(facts)))
+	for _, f := range facts {
+		b = binary.AppendUvarint(b, uint64(f.Worker))
+		b = binary.LittleEndian.AppendUint64(b, f.Hash)
+	}
+	return b
+}
+
+func factBytes(f Fact) int { return uvarintLen(uint64(f.Worker)) + 8 }
+
+// decodeFacts decodes a fact list of the given type, all or nothing.
+func decodeFacts(msg []byte, want byte) ([]Fact, error) {
+	typ, r, err := readHeader(msg)
+	if err != nil {
+		return nil, err
+	}
+	if typ != want {
+		return nil, fmt.Errorf("%w: type %d, want %d", ErrUnexpectedMessage, typ, want)
+	}
+	return readFacts(&r)
+}
+
+func readFacts(r *reader) ([]Fact, error) {
+	n := r.count(factMinBytes)
+	if r.err() != nil {
+		return nil, r.err()
+	}
+	facts := make([]Fact, 0, n)
+	for range n {
+		f := Fact{Worker: r.uint32v(), Hash: r.fixed64()}
+		if r.err() != nil {
+			return nil, r.err()
+		}
+		facts = append(facts, f)
+	}
+	return facts, r.end()
+}
+
+// packDigests takes facts from the front of queue into at most maxPackets
+// digest packets of at most maxBytes each. Facts that do not fit stay
+// queued for the next call.
+func packDigests(queue *factRing, maxBytes, maxPackets int, scratch []Fact) [][]byte {
+	var pkts [][]byte
+	// The count prefix takes at most 3 bytes: no packet holds 2^21 facts.
+	budget := maxBytes - headerBytes - 3
+	for len(pkts) < maxPackets && queue.len() > 0 {
+		n, used := 0, 0
+		for n < queue.len() && used+factBytes(queue.oldest(n)) <= budget {
+			used += factBytes(queue.oldest(n))
+			n++
+		}
+		scratch = queue.popOldest(scratch[:0], n)
+		pkts = append(pkts, appendFacts(make([]byte, 0, headerBytes+3+used), msgDigest, scratch))
+	}
+	return pkts
+}

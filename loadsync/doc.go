@@ -1,0 +1,35 @@
+// Package loadsync shares soft routing state between router replicas: each
+// replica's in-flight count per worker, and the prefix-ownership facts
+// (block hash -> worker) its routing decisions create.
+//
+// It is split in two. State is a pure state machine: it never opens a socket,
+// starts a goroutine or reads the wall clock. The caller hands it time and
+// inbound packets (Tick, Receive, MergeRemoteState) and sends the packets it
+// returns to every peer, so the fleet simulator can run the same code on
+// virtual time over a simulated network. Gossip is the thin adapter that runs
+// a State over a real hashicorp/memberlist cluster: memberlist carries
+// liveness, encryption and push/pull; Gossip sends load reports and digest
+// packets directly to every live member once per LoadInterval, so the age of
+// a peer's view is bounded by that interval plus the network.
+//
+// Load reports are full state (every non-zero count of the origin, split by
+// worker-id range over as many packets as needed), versioned by (boot epoch,
+// sequence): a lost report is superseded by the next one, duplicates and
+// reordered older reports are ignored, and a worker whose count fell to zero
+// is simply absent from the next report, so receivers converge to zero
+// without a separate "free" message. An origin that stops reporting is
+// dropped after LoadTTL; one that memberlist reports as gone is dropped at
+// once (Forget).
+//
+// Ownership digests are bandwidth-bounded: for each routing decision only the
+// deepest block and sparse checkpoints at power-of-two depths are queued, and
+// facts already sent or learned recently are skipped, so a continuation turn
+// of a known conversation costs one or two facts. Receivers therefore learn
+// sparse facts and must match a request by its deepest known block, not by
+// the first gap. A joining or restarted replica receives the most recent
+// facts by memberlist's TCP push/pull.
+//
+// loadsync imports nothing else of this project: workers are uint32 ids,
+// block hashes are uint64, and what is learned is handed to the caller
+// through the callbacks in Config.
+package loadsync

@@ -1,0 +1,227 @@
+package loadsync
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Gossip runs a State over a hashicorp/memberlist cluster. memberlist
+// carries liveness, encryption, the join check and the push/pull of full
+// state; Gossip's own goroutine sends the State's packets straight to every
+// live member each LoadInterval (UDP, best effort) and merges what arrives.
+//
+// Gossip owns two goroutines: the pump (ticks and inbound packets, in that
+// order of arrival) and the event goroutine (OnMember). Stop ends both,
+// leaves the cluster and shuts memberlist down.
+type Gossip struct {
+	st    *State
+	clock Clock
+	cfg   GossipConfig
+	ml    *memberlist.Memberlist
+
+	inbox  chan []byte
+	events *eventQueue
+	stop   chan struct{}
+	wg     sync.WaitGroup
+
+	refusalMu sync.Mutex
+	refusal   error // the last peer refused by CheckJoin, for Join's error
+
+	counters gossipCounters
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start creates the memberlist node named after st's Origin, joins
+// cfg.Join if any, and starts gossiping st. A join refused because of a
+// cluster configuration mismatch returns an error wrapping the
+// *ConfigMismatchError; one that reached nobody wraps ErrJoin.
+func Start(cfg GossipConfig, st *State, clock Clock) (*Gossip, error) {
+	cfg = cfg.withDefaults()
+	g := &Gossip{
+		st:     st,
+		clock:  clock,
+		cfg:    cfg,
+		inbox:  make(chan []byte, cfg.InboxPackets),
+		events: newEventQueue(),
+		stop:   make(chan struct{}),
+	}
+	mc, err := cfg.memberlistConfig(st.cfg.Origin, &delegate{g: g})
+	if err != nil {
+		return nil, err
+	}
+	if g.ml, err = memberlist.Create(mc); err != nil {
+		return nil, fmt.Errorf("loadsync: start memberlist: %w", err)
+	}
+	if len(cfg.Join) > 0 {
+		if err := g.Join(cfg.Join); err != nil {
+			_ = g.ml.Shutdown()
+			return nil, err
+		}
+	}
+	tick, stopTicker := clock.NewTicker(st.cfg.LoadInterval)
+	g.wg.Add(2)
+	go g.pump(tick, stopTicker)
+	go g.deliverEvents()
+	return g, nil
+}
+
+// Join contacts the given host:port addresses and merges with their
+// cluster. It succeeds if at least one accepted us.
+func (g *Gossip) Join(addrs []string) error {
+	g.setRefusal(nil)
+	if _, err := g.ml.Join(addrs); err != nil {
+		if refusal := g.lastRefusal(); refusal != nil {
+			return fmt.Errorf("loadsync: join %s: %w", strings.Join(addrs, ","), refusal)
+		}
+		return fmt.Errorf("%w: %s: %w", ErrJoin, strings.Join(addrs, ","), err)
+	}
+	return nil
+}
+
+// pump is the goroutine that ticks the State and merges inbound packets.
+func (g *Gossip) pump(tick <-chan time.Time, stopTicker func()) {
+	defer g.wg.Done()
+	defer stopTicker()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-tick:
+			g.broadcast(g.st.Tick(g.clock.Now()))
+		case pkt := <-g.inbox:
+			// Errors are counted in the State's stats; a stranger's
+			// garbage is not worth a log line per packet.
+			_ = g.st.Receive(pkt, g.clock.Now())
+		}
+	}
+}
+
+// broadcast sends every packet to every live member but this one.
+func (g *Gossip) broadcast(pkts [][]byte) {
+	if len(pkts) == 0 {
+		return
+	}
+	for _, n := range g.ml.Members() {
+		if n.Name == g.st.cfg.Origin {
+			continue
+		}
+		for _, p := range pkts {
+			g.send(n, p)
+		}
+	}
+}
+
+func (g *Gossip) send(n *memberlist.Node, p []byte) {
+	if err := g.ml.SendBestEffort(n, p); err != nil {
+		g.counters.sendErrors.Add(1)
+		return
+	}
+	g.counters.packetsSent.Add(1)
+	g.counters.bytesSent.Add(uint64(len(p)))
+}
+
+// deliverEvents is the goroutine that runs OnMember.
+func (g *Gossip) deliverEvents() {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-g.events.signal:
+			for _, ev := range g.events.take() {
+				g.cfg.OnMember(ev)
+			}
+		}
+	}
+}
+
+// Stop ends Gossip's goroutines, broadcasts a leave (so that peers drop
+// this replica's load at once) and shuts memberlist down. It is safe to
+// call more than once.
+func (g *Gossip) Stop() error {
+	g.stopOnce.Do(func() {
+		g.halt()
+		leaveErr := g.ml.Leave(g.cfg.LeaveTimeout)
+		g.stopErr = errors.Join(leaveErr, g.ml.Shutdown())
+	})
+	return g.stopErr
+}
+
+// halt ends Gossip's goroutines and waits for them.
+func (g *Gossip) halt() {
+	close(g.stop)
+	g.wg.Wait()
+}
+
+// LocalAddr is this replica's gossip address, ip:port, for peers to join.
+func (g *Gossip) LocalAddr() string { return g.ml.LocalNode().Address() }
+
+// Members lists the live members, this replica included, sorted by name.
+func (g *Gossip) Members() []Member {
+	nodes := g.ml.Members()
+	out := make([]Member, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, memberOf(n, g.st.cfg.Origin))
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (g *Gossip) setRefusal(err error) {
+	g.refusalMu.Lock()
+	g.refusal = err
+	g.refusalMu.Unlock()
+}
+
+func (g *Gossip) lastRefusal() error {
+	g.refusalMu.Lock()
+	defer g.refusalMu.Unlock()
+	return g.refusal
+}
+
+// GossipStats are a Gossip's cumulative counters, its State's included.
+// Byte counts are of our payloads; memberlist adds about 6 bytes of framing
+// per packet, and 29 more when encrypted.
+type GossipStats struct {
+	Stats
+	PacketsSent, BytesSent         uint64 // load and digest packets sent
+	PacketsReceived, BytesReceived uint64 // user packets received
+	SendErrors                     uint64
+	// InboxDropped counts packets dropped because the pump fell behind.
+	InboxDropped uint64
+	// StateBytesSent and StateBytesReceived count push/pull full state.
+	StateBytesSent, StateBytesReceived uint64
+	// JoinRefusals counts peers refused by CheckJoin.
+	JoinRefusals uint64
+}
+
+type gossipCounters struct {
+	packetsSent, bytesSent, packetsReceived, bytesReceived       atomic.Uint64
+	sendErrors, inboxDropped, stateBytesSent, stateBytesReceived atomic.Uint64
+	joinRefusals                                                 atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (g *Gossip) Stats() GossipStats {
+	c := &g.counters
+	return GossipStats{
+		Stats:              g.st.Stats(),
+		PacketsSent:        c.packetsSent.Load(),
+		BytesSent:          c.bytesSent.Load(),
+		PacketsReceived:    c.packetsReceived.Load(),
+		BytesReceived:      c.bytesReceived.Load(),
+		SendErrors:         c.sendErrors.Load(),
+		InboxDropped:       c.inboxDropped.Load(),
+		StateBytesSent:     c.stateBytesSent.Load(),
+		StateBytesReceived: c.stateBytesReceived.Load(),
+		JoinRefusals:       c.joinRefusals.Load(),
+	}
+}

@@ -1,0 +1,131 @@
+package loadsync
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Defaults of GossipConfig.
+const (
+	// DefaultBindAddr is memberlist's usual port on every interface.
+	DefaultBindAddr = "0.0.0.0:7946"
+	// DefaultLeaveTimeout bounds how long Stop waits for the leave
+	// message to reach a peer.
+	DefaultLeaveTimeout = time.Second
+	// DefaultInboxPackets bounds the packets received but not yet merged;
+	// beyond it NotifyMsg drops packets rather than block memberlist's
+	// receive loop (a dropped load report is superseded by the next).
+	DefaultInboxPackets = 4096
+)
+
+// GossipConfig configures the memberlist side of a Gossip.
+type GossipConfig struct {
+	// BindAddr is the host:port to listen on, UDP and TCP. Port 0 picks a
+	// free port (see Gossip.LocalAddr). Default DefaultBindAddr.
+	BindAddr string
+	// AdvertiseAddr is the ip:port peers should dial, when it differs from
+	// the bound address (NAT, containers). Default: the bound address.
+	AdvertiseAddr string
+	// Join lists host:port addresses of existing members. Empty starts a
+	// new cluster.
+	Join []string
+	// SecretKey enables AES-GCM encryption of all gossip; 16, 24 or 32
+	// bytes (see DecodeGossipKey). Every member must use the same key.
+	SecretKey []byte
+	// Logger receives memberlist's log lines. Default: discarded.
+	Logger *log.Logger
+	// OnMember is told of members joining, leaving (or dying) and
+	// updating, in order, from a goroutine owned by Gossip; it may block
+	// (to reconcile Raft membership, say) without stalling gossip, but
+	// must return for Stop to finish.
+	OnMember func(MemberEvent)
+	// LeaveTimeout bounds Stop's leave broadcast. Default 1 s.
+	LeaveTimeout time.Duration
+	// InboxPackets bounds received packets awaiting merge. Default 4096.
+	InboxPackets int
+	// LocalNetwork uses memberlist's timings for a loopback or local
+	// network (faster probes) instead of its LAN timings.
+	LocalNetwork bool
+}
+
+// DecodeGossipKey decodes a base64 gossip key (the --gossip-key flag) and
+// checks that it is an AES-128, -192 or -256 key.
+func DecodeGossipKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip key is not base64: %w", ErrInvalidConfig, err)
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+func checkKey(key []byte) error {
+	switch len(key) {
+	case 0, 16, 24, 32:
+		return nil
+	}
+	return fmt.Errorf("%w: gossip key is %d bytes, want 16, 24 or 32", ErrInvalidConfig, len(key))
+}
+
+func (c GossipConfig) withDefaults() GossipConfig {
+	if c.BindAddr == "" {
+		c.BindAddr = DefaultBindAddr
+	}
+	c.LeaveTimeout = orDefault(c.LeaveTimeout, DefaultLeaveTimeout)
+	c.InboxPackets = orDefault(c.InboxPackets, DefaultInboxPackets)
+	return c
+}
+
+// memberlistConfig translates c into memberlist's configuration for a node
+// named name whose delegates are d.
+func (c GossipConfig) memberlistConfig(name string, d *delegate) (*memberlist.Config, error) {
+	if err := checkKey(c.SecretKey); err != nil {
+		return nil, err
+	}
+	mc := memberlist.DefaultLANConfig()
+	if c.LocalNetwork {
+		mc = memberlist.DefaultLocalConfig()
+	}
+	mc.Name = name
+	var err error
+	if mc.BindAddr, mc.BindPort, err = splitAddr("BindAddr", c.BindAddr); err != nil {
+		return nil, err
+	}
+	mc.AdvertisePort = mc.BindPort
+	if c.AdvertiseAddr != "" {
+		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitAddr("AdvertiseAddr", c.AdvertiseAddr); err != nil {
+			return nil, err
+		}
+	}
+	mc.SecretKey = c.SecretKey
+	// Our packets are binary and mostly random hashes: compression costs
+	// CPU on every packet and saves almost nothing.
+	mc.EnableCompression = false
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge = d, d, d, d
+	mc.Logger = c.Logger
+	if c.Logger == nil {
+		mc.LogOutput = io.Discard
+	}
+	return mc, nil
+}
+
+func splitAddr(field, addr string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %s %q: %w", ErrInvalidConfig, field, addr, err)
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %s %q: bad port: %w", ErrInvalidConfig, field, addr, err)
+	}
+	return host, int(port), nil
+}

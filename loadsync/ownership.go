@@ -1,0 +1,96 @@
+package loadsync
+
+import "slices"
+
+// learnChunk is how many learned facts are recorded per lock hold.
+const learnChunk = 512
+
+// Owned records a routing decision: worker now holds every block of hashes,
+// the request's chain of block hashes from depth 0. Only the deepest block
+// and the power-of-two checkpoints are queued for the peers, and facts sent
+// or learned recently are skipped. Called on the request path; it does not
+// allocate in steady state.
+func (s *State) Owned(hashes []uint64, worker uint32) {
+	s.digestMu.Lock()
+	defer s.digestMu.Unlock()
+	checkpointDepths(len(hashes), func(i int) { s.offer(Fact{Hash: hashes[i], Worker: worker}) })
+}
+
+// offer queues f unless it is known. digestMu is held.
+func (s *State) offer(f Fact) {
+	if !s.known.add(f) {
+		s.stats.factsDeduplicated.Add(1)
+		return
+	}
+	s.stats.factsQueued.Add(1)
+	if s.queue.push(f) {
+		s.stats.factsDropped.Add(1)
+	}
+	s.recent.push(f)
+}
+
+func (s *State) receiveDigest(r *reader) error {
+	facts, err := readFacts(r)
+	if err != nil {
+		return err
+	}
+	s.learn(facts)
+	return nil
+}
+
+// learn marks facts heard from a peer as known, so that Owned does not send
+// them again, keeps them for LocalState, and hands them to OnOwnership.
+func (s *State) learn(facts []Fact) {
+	// A full state holds up to FullStateFacts facts: take the lock per
+	// chunk so Owned on the request path waits microseconds, not the
+	// milliseconds the whole merge takes.
+	for chunk := range slices.Chunk(facts, learnChunk) {
+		s.digestMu.Lock()
+		for _, f := range chunk {
+			if s.known.add(f) {
+				s.recent.push(f)
+			}
+		}
+		s.digestMu.Unlock()
+	}
+	s.stats.factsLearned.Add(uint64(len(facts)))
+	if s.cfg.OnOwnership == nil {
+		return
+	}
+	for _, f := range facts {
+		s.cfg.OnOwnership(f.Hash, f.Worker)
+	}
+}
+
+// LocalState encodes the most recent ownership facts known here, made or
+// learned, for memberlist's TCP push/pull: up to FullStateFacts when a
+// replica joins, PushPullFacts for periodic anti-entropy.
+//
+// The facts come from a ring kept here rather than from the caller's index:
+// the ring is bounded, costs O(1) per fact, orders facts by recency across
+// all workers, and keeps this package free of the index's types. Facts the
+// index has since evicted may be included; at worst the peer routes one
+// request to a worker that lost the prefix, and learns the truth from it.
+func (s *State) LocalState(join bool) []byte {
+	n := s.cfg.PushPullFacts
+	if join {
+		n = s.cfg.FullStateFacts
+	}
+	s.digestMu.Lock()
+	facts := s.recent.newest(make([]Fact, 0, min(n, s.recent.len())), n)
+	s.digestMu.Unlock()
+	return appendFacts(make([]byte, 0, headerBytes+5+len(facts)*factMaxBytes), msgFullState, facts)
+}
+
+// MergeRemoteState learns the facts of a peer's LocalState. A buffer that
+// does not decode changes nothing and returns an error wrapping
+// ErrMalformed, ErrVersion or ErrUnexpectedMessage.
+func (s *State) MergeRemoteState(buf []byte) error {
+	facts, err := decodeFacts(buf, msgFullState)
+	if err != nil {
+		s.stats.decodeErrors.Add(1)
+		return err
+	}
+	s.learn(facts)
+	return nil
+}

@@ -1,0 +1,193 @@
+package loadsync
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// queuedBy returns the facts one Owned call queued, by flushing the queue.
+func queuedBy(t *testing.T, r *replica, now *time.Time, hashes []uint64, worker uint32) []Fact {
+	t.Helper()
+	r.st.Owned(hashes, worker)
+	*now = now.Add(DefaultLoadInterval)
+	return factsIn(t, r.st.Tick(*now))
+}
+
+func TestOwnedQueuesDeepestBlockAndPowerOfTwoCheckpoints(t *testing.T) {
+	cases := []struct {
+		blocks int
+		depths []int
+	}{
+		{0, nil},
+		{1, []int{0}},
+		{2, []int{0, 1}},
+		{4, []int{0, 1, 3}},
+		{10, []int{0, 1, 3, 7, 9}},
+		{16, []int{0, 1, 3, 7, 15}},
+		{100, []int{0, 1, 3, 7, 15, 31, 63, 99}},
+	}
+	for _, tc := range cases {
+		r := newReplica(t, "a", nil)
+		now := t0
+		hashes := chain(1, tc.blocks)
+		got := queuedBy(t, r, &now, hashes, 7)
+		var want []Fact
+		for _, d := range tc.depths {
+			want = append(want, Fact{Hash: hashes[d], Worker: 7})
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%d blocks: queued %v, want %v", tc.blocks, got, want)
+		}
+	}
+}
+
+func TestContinuationTurnQueuesAtMostTwoFacts(t *testing.T) {
+	r := newReplica(t, "a", nil)
+	now := t0
+	blocks := 12
+	first := queuedBy(t, r, &now, chain(1, blocks), 3)
+	if len(first) != 5 { // depths 0, 1, 3, 7 and 11
+		t.Fatalf("first turn queued %d facts, want 5", len(first))
+	}
+	for turn := 2; turn <= 30; turn++ {
+		blocks += 2 + turn%7 // each turn appends the answer and a new question
+		got := queuedBy(t, r, &now, chain(1, blocks), 3)
+		if len(got) == 0 || len(got) > 2 {
+			t.Fatalf("turn %d (%d blocks) queued %d facts %v, want 1 or 2", turn, blocks, len(got), got)
+		}
+		if got[len(got)-1].Hash != chain(1, blocks)[blocks-1] {
+			t.Fatalf("turn %d did not announce its deepest block", turn)
+		}
+	}
+}
+
+func TestRecentlySentFactsAreSkipped(t *testing.T) {
+	r := newReplica(t, "a", nil)
+	now := t0
+	hashes := chain(1, 10)
+	if got := queuedBy(t, r, &now, hashes, 3); len(got) != 5 {
+		t.Fatalf("first decision queued %d facts, want 5", len(got))
+	}
+	if got := queuedBy(t, r, &now, hashes, 3); len(got) != 0 {
+		t.Fatalf("the same decision again queued %v, want nothing", got)
+	}
+	if got := queuedBy(t, r, &now, hashes, 4); len(got) != 5 {
+		t.Fatalf("the same prefix placed on another worker queued %d facts, want 5", len(got))
+	}
+	if st := r.st.Stats(); st.FactsDeduplicated != 5 || st.FactsQueued != 10 || st.FactsSent != 10 {
+		t.Fatalf("stats %+v, want 5 deduplicated, 10 queued, 10 sent", st)
+	}
+}
+
+func TestLearnedFactsAreNotSentAgain(t *testing.T) {
+	a, b := newReplica(t, "a", nil), newReplica(t, "b", nil)
+	hashes := chain(1, 10)
+	a.st.Owned(hashes, 3)
+	deliver(t, a.st.Tick(t0), t0, b)
+	for _, d := range []int{0, 1, 3, 7, 9} {
+		if f := (Fact{Hash: hashes[d], Worker: 3}); !b.learned.has(f) {
+			t.Fatalf("b did not learn %v", f)
+		}
+	}
+	now := t0
+	if got := queuedBy(t, b, &now, hashes, 3); len(got) != 0 {
+		t.Fatalf("b re-announced %v that it had learned from a", got)
+	}
+}
+
+func TestDigestsAreBatchedUnderThePacketLimit(t *testing.T) {
+	const maxBytes, perTick = 512, 4
+	a := newReplica(t, "a", func(c *Config) { c.MaxPacketBytes, c.DigestPacketsPerTick = maxBytes, perTick })
+	b := newReplica(t, "b", nil)
+	for conv := range uint64(2000) {
+		a.st.Owned(chain(conv, 5), uint32(conv%300)) // 4 facts each
+	}
+	now := t0
+	var sent, packets int
+	for tick := 0; sent < 8000; tick++ {
+		if tick > 100 {
+			t.Fatalf("only %d of 8000 facts sent after 100 ticks", sent)
+		}
+		now = now.Add(DefaultLoadInterval)
+		pkts := a.st.Tick(now)
+		digests := len(pkts) - len(loadPackets(pkts))
+		if digests > perTick {
+			t.Fatalf("tick %d sent %d digest packets, over %d", tick, digests, perTick)
+		}
+		for _, p := range pkts {
+			if len(p) > maxBytes {
+				t.Fatalf("packet of %d bytes, over %d", len(p), maxBytes)
+			}
+		}
+		sent += len(factsIn(t, pkts))
+		packets += digests
+		deliver(t, pkts, now, b)
+	}
+	if got := len(b.learned.all()); got != 8000 {
+		t.Fatalf("b learned %d facts, want 8000", got)
+	}
+	// Workers under 300 take at most 2 bytes: 50 facts of 10 bytes fit.
+	if full := (maxBytes - headerBytes - 3) / 10; sent < (packets-1)*full {
+		t.Fatalf("%d facts in %d packets: packets hold fewer than %d facts", sent, packets, full)
+	}
+}
+
+func TestDigestQueueDropsOldestWhenFull(t *testing.T) {
+	r := newReplica(t, "a", func(c *Config) { c.DigestQueueFacts = 100 })
+	for conv := range uint64(150) {
+		r.st.Owned(chain(conv, 1), 1)
+	}
+	got := factsIn(t, r.st.Tick(t0))
+	if len(got) != 100 || got[0].Hash != chain(50, 1)[0] {
+		t.Fatalf("sent %d facts starting at %x; want the newest 100, from conversation 50", len(got), got[0].Hash)
+	}
+	if st := r.st.Stats(); st.FactsDropped != 50 {
+		t.Fatalf("FactsDropped = %d, want 50", st.FactsDropped)
+	}
+}
+
+func TestFullStateRoundTripIsBoundedAndNewest(t *testing.T) {
+	a := newReplica(t, "a", func(c *Config) { c.FullStateFacts, c.PushPullFacts = 1000, 100 })
+	for conv := range uint64(5000) {
+		a.st.Owned(chain(conv, 1), uint32(conv%7))
+	}
+	full := a.st.LocalState(true)
+	if limit := headerBytes + 3 + 1000*factMaxBytes; len(full) > limit {
+		t.Fatalf("join state is %d bytes, over %d for 1000 facts", len(full), limit)
+	}
+	b := newReplica(t, "b", nil)
+	if err := b.st.MergeRemoteState(full); err != nil {
+		t.Fatal(err)
+	}
+	learned := b.learned.all()
+	if len(learned) != 1000 || learned[0] != (Fact{Hash: chain(4000, 1)[0], Worker: 4000 % 7}) {
+		t.Fatalf("joiner learned %d facts starting %v; want the newest 1000, oldest first", len(learned), learned[0])
+	}
+	facts, err := decodeFacts(a.st.LocalState(false), msgFullState)
+	if err != nil || len(facts) != 100 {
+		t.Fatalf("anti-entropy state: %d facts, %v; want 100", len(facts), err)
+	}
+	now := t0
+	if got := queuedBy(t, b, &now, chain(4999, 1), 4999%7); len(got) != 0 {
+		t.Fatalf("joiner re-announced a fact from the full state: %v", got)
+	}
+}
+
+func TestFactSetIsBoundedAndKeepsFactsInUse(t *testing.T) {
+	s := newFactSet(100)
+	hot := Fact{Hash: 42, Worker: 1}
+	s.add(hot)
+	for i := range uint64(1000) {
+		s.add(Fact{Hash: 1000 + i, Worker: 2})
+		if i%40 == 0 && s.add(hot) {
+			t.Fatalf("a fact in steady use was forgotten after %d others", i)
+		}
+	}
+	if n := len(s.cur) + len(s.prev); n > 100 {
+		t.Fatalf("set holds %d keys, over its limit of 100", n)
+	}
+	if !s.add(Fact{Hash: 1000, Worker: 2}) {
+		t.Fatal("an old fact was never forgotten")
+	}
+}

@@ -1,0 +1,205 @@
+package loadsync
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// State is one replica's side of the load and ownership gossip, as a pure
+// state machine: it is driven by Tick, Receive, Owned and Forget, returns
+// the packets to send, and hands what it learns to the Config callbacks. It
+// opens no socket, starts no goroutine and reads no clock.
+//
+// All methods are safe for concurrent use. Load state and ownership state
+// are guarded separately, so Owned on the request path never waits for a
+// load report being merged.
+type State struct {
+	cfg   Config
+	meta  []byte
+	stats counters
+
+	loadMu   sync.Mutex
+	view     loadView
+	lags     lagWindow
+	seq      uint64
+	nextLoad time.Time // when the next report is due; zero before the first
+	loads    []WorkerLoad
+
+	digestMu sync.Mutex
+	queue    factRing // facts waiting to be sent, oldest first
+	known    factSet  // facts recently sent or learned
+	recent   factRing // facts recently made or learned, for LocalState
+	scratch  []Fact
+}
+
+// New validates cfg, fills in its defaults and returns a State.
+func New(cfg Config) (*State, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	meta := appendMeta(nil, &nodeMeta{origin: cfg.Origin, epoch: cfg.BootEpoch, config: cfg.ClusterConfig})
+	if len(meta) > maxMetaBytes {
+		return nil, fmt.Errorf("%w: ClusterConfig encodes to %d bytes of node metadata, over %d", ErrInvalidConfig, len(meta), maxMetaBytes)
+	}
+	return &State{
+		cfg:    cfg,
+		meta:   meta,
+		view:   newLoadView(cfg.LoadTTL, cfg.OnRemoteLoad),
+		lags:   newLagWindow(cfg.LagSamples),
+		queue:  newFactRing(cfg.DigestQueueFacts),
+		known:  newFactSet(cfg.RecentSetFacts),
+		recent: newFactRing(cfg.FullStateFacts),
+	}, nil
+}
+
+// Config returns the configuration with defaults filled in.
+func (s *State) Config() Config { return s.cfg }
+
+// Tick advances the state to now: it expires silent origins and, when a
+// report is due (every LoadInterval), returns this replica's load report
+// followed by the pending ownership digests. The caller sends every packet
+// to every live peer. Calling Tick more often than LoadInterval is harmless:
+// reports keep the LoadInterval cadence on average. Digests flushed while
+// there is no peer are not lost to later joiners: LocalState carries them.
+func (s *State) Tick(now time.Time) [][]byte {
+	s.loadMu.Lock()
+	s.view.expire(now)
+	if !s.due(now) {
+		s.loadMu.Unlock()
+		return nil
+	}
+	pkts := s.loadReport(now)
+	s.loadMu.Unlock()
+	s.stats.reportsSent.Add(1)
+	return append(pkts, s.digests()...)
+}
+
+// due reports whether a report is due at now and, if so, schedules the next
+// one. The schedule is anchored to itself, not to now, with half an
+// interval of tolerance, so a ticker's jitter never skips a report.
+func (s *State) due(now time.Time) bool {
+	interval := s.cfg.LoadInterval
+	if s.nextLoad.IsZero() {
+		s.nextLoad = now
+	}
+	if now.Before(s.nextLoad.Add(-interval / 2)) {
+		return false
+	}
+	s.nextLoad = s.nextLoad.Add(interval)
+	if s.nextLoad.Before(now) {
+		s.nextLoad = now.Add(interval) // far behind: do not burst to catch up
+	}
+	return true
+}
+
+// NextTick is when the next report is due, for drivers on virtual time. It
+// is the zero time before the first Tick.
+func (s *State) NextTick() time.Time {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	return s.nextLoad
+}
+
+func (s *State) loadReport(now time.Time) [][]byte {
+	s.seq++
+	if s.cfg.LocalLoads != nil {
+		s.loads = normalizeLoads(s.cfg.LocalLoads(s.loads[:0]))
+	}
+	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
+	return packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+}
+
+func (s *State) digests() [][]byte {
+	s.digestMu.Lock()
+	defer s.digestMu.Unlock()
+	before := s.queue.len()
+	pkts := packDigests(&s.queue, s.cfg.MaxPacketBytes, s.cfg.DigestPacketsPerTick, s.scratch)
+	s.stats.factsSent.Add(uint64(before - s.queue.len()))
+	return pkts
+}
+
+// Receive merges one packet from a peer: a load report or a digest. It never
+// panics; a packet that does not decode returns an error wrapping
+// ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
+// Old, duplicate and own reports are not errors: they are counted in Stats
+// and ignored. now is the receiver's clock, used for expiry and lag.
+func (s *State) Receive(packet []byte, now time.Time) error {
+	typ, r, err := readHeader(packet)
+	if err == nil {
+		switch typ {
+		case msgLoad:
+			err = s.receiveLoad(&r, now)
+		case msgDigest:
+			err = s.receiveDigest(&r)
+		default:
+			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
+		}
+	}
+	if err != nil {
+		s.stats.decodeErrors.Add(1)
+	}
+	return err
+}
+
+func (s *State) receiveLoad(r *reader, now time.Time) error {
+	rep, err := decodeLoadReport(r)
+	if err != nil {
+		return err
+	}
+	if rep.origin == s.cfg.Origin {
+		return nil
+	}
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.view.expire(now)
+	if !s.view.apply(&rep, now) {
+		s.stats.reportsStale.Add(1)
+		return nil
+	}
+	s.stats.reportsAccepted.Add(1)
+	s.lags.record(now.Sub(time.Unix(0, rep.sentAt)))
+	return nil
+}
+
+// Expire drops the contribution of every origin not heard from within
+// LoadTTL before now. Tick and Receive do this too.
+func (s *State) Expire(now time.Time) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.view.expire(now)
+}
+
+// Forget drops origin's contribution at once, for a peer that memberlist
+// reports as left or dead. Its late packets are ignored; a newer report (a
+// peer wrongly declared dead, or restarted) brings it back.
+func (s *State) Forget(origin string) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.view.forget(origin)
+}
+
+// Remote returns the sum of the other live replicas' latest counts for
+// worker: the part of its merged load this replica did not cause.
+func (s *State) Remote(worker uint32) int64 {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	return s.view.remote[worker]
+}
+
+// Origins describes every live peer whose reports are held, sorted by name,
+// with ages measured at now.
+func (s *State) Origins(now time.Time) []OriginStatus {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	return s.view.status(now)
+}
+
+// Lag summarises the recent receive-minus-send lags of load reports.
+func (s *State) Lag() LagSummary {
+	s.loadMu.Lock()
+	samples, total := s.lags.snapshot()
+	s.loadMu.Unlock()
+	return summarise(samples, total)
+}

@@ -1,0 +1,42 @@
+package loadsync
+
+import "sync/atomic"
+
+// Stats are a State's cumulative counters, for metrics.
+type Stats struct {
+	// ReportsSent counts load reports emitted by Tick (one per interval,
+	// however many packets it took).
+	ReportsSent uint64
+	// ReportsAccepted counts load packets merged; ReportsStale those
+	// ignored as older than, or a copy of, what was held.
+	ReportsAccepted, ReportsStale uint64
+	// DecodeErrors counts packets and states that did not decode.
+	DecodeErrors uint64
+	// FactsQueued counts facts Owned queued; FactsDeduplicated those it
+	// skipped as recently sent or learned; FactsDropped those pushed out of
+	// a full queue before being sent; FactsSent those packed into digests.
+	FactsQueued, FactsDeduplicated, FactsDropped, FactsSent uint64
+	// FactsLearned counts facts received in digests and full states.
+	FactsLearned uint64
+}
+
+type counters struct {
+	reportsSent, reportsAccepted, reportsStale, decodeErrors              atomic.Uint64
+	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (s *State) Stats() Stats {
+	c := &s.stats
+	return Stats{
+		ReportsSent:       c.reportsSent.Load(),
+		ReportsAccepted:   c.reportsAccepted.Load(),
+		ReportsStale:      c.reportsStale.Load(),
+		DecodeErrors:      c.decodeErrors.Load(),
+		FactsQueued:       c.factsQueued.Load(),
+		FactsDeduplicated: c.factsDeduplicated.Load(),
+		FactsDropped:      c.factsDropped.Load(),
+		FactsSent:         c.factsSent.Load(),
+		FactsLearned:      c.factsLearned.Load(),
+	}
+}

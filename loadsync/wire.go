@@ -1,0 +1,157 @@
+package loadsync
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// Every message starts with a one-byte type and a one-byte protocol version.
+// Integers are varints (zigzag for signed ones) except block hashes, which
+// are uniformly distributed and so take a fixed 8 bytes little-endian.
+const (
+	protocolVersion byte = 1
+
+	msgLoad      byte = 1 // a load report, or one worker-id range of it
+	msgDigest    byte = 2 // a batch of new ownership facts
+	msgFullState byte = 3 // the recent ownership facts, for push/pull
+	msgMeta      byte = 4 // node metadata: origin, epoch, cluster config
+
+	headerBytes = 2
+	// maxNameBytes bounds an origin name and a config field name or value.
+	maxNameBytes = 128
+	// factMinBytes is the smallest encoding of one fact (1-byte worker).
+	factMinBytes = 1 + 8
+	// factMaxBytes is the largest encoding of one fact (5-byte worker).
+	factMaxBytes = binary.MaxVarintLen32 + 8
+)
+
+func appendHeader(b []byte, typ byte) []byte { return append(b, typ, protocolVersion) }
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// readHeader checks the header of msg and returns its type and a reader
+// positioned after it.
+func readHeader(msg []byte) (byte, reader, error) {
+	if len(msg) < headerBytes {
+		return 0, reader{}, malformed("%d bytes, shorter than a header", len(msg))
+	}
+	if msg[1] != protocolVersion {
+		return msg[0], reader{}, versionError(msg[1])
+	}
+	return msg[0], reader{buf: msg, off: headerBytes}, nil
+}
+
+// reader decodes a message with every read bounds-checked. The first failure
+// sticks: later reads return zero values and err() reports it.
+type reader struct {
+	buf []byte
+	off int
+	bad error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.bad == nil {
+		r.bad = malformed(format+" at byte %d", append(args, r.off)...)
+	}
+}
+
+func (r *reader) err() error { return r.bad }
+
+func (r *reader) remaining() int { return len(r.buf) - r.off }
+
+func (r *reader) uvarint() uint64 {
+	if r.bad != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.buf[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) varint() int64 {
+	if r.bad != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.buf[r.off:])
+	if n <= 0 {
+		r.fail("bad signed varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *reader) uint32v() uint32 {
+	v := r.uvarint()
+	if v > math.MaxUint32 {
+		r.fail("value %d over 32 bits", v)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (r *reader) fixed64() uint64 {
+	if r.bad != nil {
+		return 0
+	}
+	if r.remaining() < 8 {
+		r.fail("truncated hash")
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.buf[r.off:])
+	r.off += 8
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.bad != nil {
+		return ""
+	}
+	if n > maxNameBytes || int(n) > r.remaining() {
+		r.fail("string of %d bytes", n)
+		return ""
+	}
+	s := string(r.buf[r.off : r.off+int(n)])
+	r.off += int(n)
+	return s
+}
+
+// count reads an element count and checks that the rest of the message can
+// hold that many elements of at least minBytes each, so a forged count can
+// never make the decoder allocate more than the message justifies.
+func (r *reader) count(minBytes int) int {
+	n := r.uvarint()
+	if r.bad != nil {
+		return 0
+	}
+	if n > uint64(r.remaining()/minBytes) {
+		r.fail("count %d exceeds message", n)
+		return 0
+	}
+	return int(n)
+}
+
+// end reports trailing bytes as malformed, then returns the sticky error.
+func (r *reader) end() error {
+	if r.bad == nil && r.remaining() != 0 {
+		r.fail("%d trailing bytes", r.remaining())
+	}
+	return r.bad
+}
