@@ -32,6 +32,7 @@ type fakeWorker struct {
 	requests atomic.Int32
 	aborted  atomic.Int32 // requests whose connection the router closed
 	lastBody atomic.Value
+	models   atomic.Value // the model its /v1/models lists; unset = 404
 	ln       net.Listener
 	srv      *fasthttp.Server
 	done     chan struct{}
@@ -72,6 +73,14 @@ func waitHangUp(conn net.Conn) bool {
 }
 
 func (f *fakeWorker) handle(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		if m, _ := f.models.Load().(string); m != "" && string(ctx.Path()) == "/v1/models" {
+			fmt.Fprintf(ctx, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, m)
+			return
+		}
+		ctx.SetStatusCode(fasthttp.StatusNotFound) // no /v1/models: serves any model
+		return
+	}
 	f.requests.Add(1)
 	f.lastBody.Store(string(ctx.PostBody()))
 	ctx.Response.Header.Set("x-worker-id", f.name)

@@ -30,8 +30,9 @@ type Worker struct {
 // member is a worker inside a view, with its pooled connections.
 type member struct {
 	Worker
-	up   *upstream
-	host string // host:port, for the Host header
+	up     *upstream
+	host   string   // host:port, for the Host header
+	models []string // what it serves; empty = any model
 }
 
 type poolKey struct{ role, model string }
@@ -73,17 +74,19 @@ type Fleet struct {
 	// onPublish hears of every new view (metrics keep per-worker gauges).
 	onPublish func(*view)
 
-	mu      sync.Mutex
-	workers []Worker
-	ups     map[affinity.WorkerID]*upstream
-	current atomic.Pointer[view]
+	mu         sync.Mutex
+	workers    []Worker
+	ups        map[affinity.WorkerID]*upstream
+	discovered map[affinity.WorkerID][]string
+	current    atomic.Pointer[view]
+	wake       chan struct{} // signalled when the worker list changes
 }
 
 // newFleet returns an empty fleet. eligible says whether health allows a
 // worker traffic; onRemove is told of workers that left the registry.
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID), dialTimeout time.Duration) *Fleet {
 	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64,
-		ups: map[affinity.WorkerID]*upstream{}}
+		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
 }
@@ -98,13 +101,45 @@ func (f *Fleet) SetWorkers(ws []Worker) {
 	slices.SortFunc(f.workers, func(a, b Worker) int { return int(a.ID) - int(b.ID) })
 	f.syncUpstreams()
 	f.publish()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
 }
+
+// changed is signalled (coalesced) when the worker list changes.
+func (f *Fleet) changed() <-chan struct{} { return f.wake }
 
 // Refresh republishes the view after a change of eligibility.
 func (f *Fleet) Refresh() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.publish()
+}
+
+// setDiscovered records the models worker id listed on its /v1/models.
+func (f *Fleet) setDiscovered(id affinity.WorkerID, models []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ups[id] == nil {
+		return // it left meanwhile
+	}
+	f.discovered[id] = models
+	f.publish()
+}
+
+// undiscovered lists workers that declare no model and whose models are not
+// known yet.
+func (f *Fleet) undiscovered() []Worker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Worker
+	for _, w := range f.workers {
+		if _, ok := f.discovered[w.ID]; !ok && w.Model == "" {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Workers returns the registry's worker list as last set.
@@ -127,6 +162,7 @@ func (f *Fleet) syncUpstreams() {
 		if !keep[id] {
 			up.close()
 			delete(f.ups, id)
+			delete(f.discovered, id)
 			if f.onRemove != nil {
 				f.onRemove(id)
 			}
@@ -141,23 +177,25 @@ func (f *Fleet) publish() {
 	anyEligible := map[string][]*affinity.Load{}
 	for _, w := range f.workers {
 		host, _ := hostOf(w.URL)
-		m := &member{Worker: w, up: f.ups[w.ID], host: host}
+		m := &member{Worker: w, up: f.ups[w.ID], host: host, models: f.modelsOf(w)}
 		v.members[w.ID] = m
 		v.ordered = append(v.ordered, m)
-		if w.Model == "" {
+		if len(m.models) == 0 {
 			v.hasAny[w.Role] = true
-		} else {
-			v.serves[poolKey{w.Role, w.Model}] = true
+		}
+		for _, model := range m.models {
+			v.serves[poolKey{w.Role, model}] = true
 		}
 		if w.Draining || !f.eligible(w.ID) {
 			continue
 		}
 		v.eligible++
 		load := f.loads.Get(w.ID)
-		if w.Model == "" {
+		if len(m.models) == 0 {
 			anyEligible[w.Role] = append(anyEligible[w.Role], load)
-		} else {
-			k := poolKey{w.Role, w.Model}
+		}
+		for _, model := range m.models {
+			k := poolKey{w.Role, model}
 			eligible[k] = append(eligible[k], load)
 		}
 	}
@@ -171,6 +209,15 @@ func (f *Fleet) publish() {
 	if f.onPublish != nil {
 		f.onPublish(v)
 	}
+}
+
+// modelsOf is what worker w serves: the model of its registry entry, else
+// what its /v1/models said, else nothing declared (it serves any model).
+func (f *Fleet) modelsOf(w Worker) []string {
+	if w.Model != "" {
+		return []string{w.Model}
+	}
+	return f.discovered[w.ID]
 }
 
 // mergeByID merges two id-sorted lists into one id-sorted list.

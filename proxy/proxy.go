@@ -162,6 +162,11 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		}
 		p.pd = newDisaggregation(p, *deps.PD)
 	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.discoverModels(p.ctx)
+	}()
 	p.server = &fasthttp.Server{
 		Handler:                       p.Handler,
 		Name:                          "kvrouter",

@@ -286,3 +286,23 @@ func rawPost(t *testing.T, base, path, body string) (net.Conn, *bufio.Reader) {
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: router\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body)
 	return conn, bufio.NewReader(conn)
 }
+
+// TestModelsComeFromTheWorkers: a worker registered without a model is asked
+// for its /v1/models; the union is served, and other models are a 404.
+func TestModelsComeFromTheWorkers(t *testing.T) {
+	a, b := startFake(t, "a"), startFake(t, "b")
+	a.models.Store("llama")
+	b.models.Store("qwen")
+	r := startRouter(t, Config{}, a, b)
+	waitFor(t, "both workers' models", func() bool {
+		_, body := get(t, r.url+"/v1/models")
+		return strings.Contains(body, `"llama"`) && strings.Contains(body, `"qwen"`)
+	})
+	resp, _ := post(t, r.url, "/v1/completions", `{"model":"qwen","prompt":"x"}`)
+	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "b" {
+		t.Fatalf("qwen went to %q with %d", resp.Header.Get("x-worker-id"), resp.StatusCode)
+	}
+	if resp, _ := post(t, r.url, "/v1/completions", `{"model":"mistral","prompt":"x"}`); resp.StatusCode != 404 {
+		t.Fatalf("a model nobody serves: %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,463 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// WorkerLoad is one worker's row in GET /get_loads: its registry entry, its
+// merged in-flight load (this replica's plus the peers' latest reports), this
+// replica's own share, and this replica's health verdict.
+type WorkerLoad struct {
+	ID        store.WorkerID `json:"id"`
+	URL       string         `json:"url"`
+	Role      string         `json:"role"`
+	Load      int64          `json:"load"`
+	LocalLoad int64          `json:"local_load"`
+	Healthy   bool           `json:"healthy"`
+	State     string         `json:"state"`
+}
+
+// AdminConfig wires the admin API to the rest of a replica.
+type AdminConfig struct {
+	// Token, when set, is the bearer token every admin request must carry
+	// (--admin-token). When empty, only loopback clients are served.
+	Token string
+	// Registry returns the current registry (required).
+	Registry func() *store.Registry
+	// Apply submits a registry write (required): the Raft node's Apply,
+	// or a wrapper that forwards to the leader.
+	Apply func(ctx context.Context, cmd store.Command) (store.Result, error)
+	// Loads returns the merged per-worker loads; nil serves an empty list.
+	Loads func() []WorkerLoad
+	// Status returns the cluster status served as JSON; nil serves {}.
+	Status func() any
+	// ApplyTimeout bounds each write, forwarding included; default 10 s.
+	ApplyTimeout time.Duration
+}
+
+// DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
+const DefaultAdminApplyTimeout = 10 * time.Second
+
+// maxAdminBody bounds a POST /workers body.
+const maxAdminBody = store.MaxCommandBytes
+
+// Admin serves the admin API of a replica: worker registry reads and writes
+// (writes go through Raft), merged loads, cluster status, and vllm-router's
+// legacy worker endpoints. Safe for concurrent use by fasthttp's handlers.
+type Admin struct {
+	cfg       AdminConfig
+	tokenHash [sha256.Size]byte
+}
+
+// NewAdmin returns the admin API. Registry and Apply are required: a nil
+// one is a programming error and panics here rather than on a request.
+func NewAdmin(cfg AdminConfig) *Admin {
+	if cfg.Registry == nil || cfg.Apply == nil {
+		panic("cluster.NewAdmin: AdminConfig.Registry and AdminConfig.Apply are required")
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = DefaultAdminApplyTimeout
+	}
+	return &Admin{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token))}
+}
+
+// handler serves one method of one admin endpoint; id is the worker id of
+// the /workers/{id} routes and 0 elsewhere.
+type handler func(a *Admin, ctx *fasthttp.RequestCtx, id store.WorkerID)
+
+// endpoint maps methods to handlers.
+type endpoint map[string]handler
+
+var (
+	fixedEndpoints = map[string]endpoint{
+		"/workers":        {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
+		"/get_loads":      {http.MethodGet: (*Admin).getLoads},
+		"/cluster/status": {http.MethodGet: (*Admin).clusterStatus},
+		"/add_worker":     {http.MethodPost: (*Admin).legacyAddWorker},
+		"/remove_worker":  {http.MethodPost: (*Admin).legacyRemoveWorker},
+		"/list_workers":   {http.MethodGet: (*Admin).legacyListWorkers},
+	}
+	workerEndpoints = map[string]endpoint{
+		"":         {http.MethodGet: (*Admin).getWorker, http.MethodDelete: (*Admin).deleteWorker},
+		"drain":    {http.MethodPost: (*Admin).drainWorker},
+		"activate": {http.MethodPost: (*Admin).activateWorker},
+	}
+)
+
+// Serve handles ctx and returns true when its path belongs to the admin API;
+// otherwise it returns false without touching ctx, so the caller can route
+// the request elsewhere.
+func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
+	ep, id, routeErr, ok := resolve(string(ctx.Path()))
+	if !ok {
+		return false
+	}
+	if err := a.authorize(ctx); err != nil {
+		writeError(ctx, err)
+		return true
+	}
+	if routeErr != nil {
+		writeError(ctx, routeErr)
+		return true
+	}
+	h, allowed := ep[string(ctx.Method())]
+	if !allowed {
+		ctx.Response.Header.Set("Allow", strings.Join(slices.Sorted(maps.Keys(ep)), ", "))
+		writeError(ctx, &statusError{http.StatusMethodNotAllowed, "invalid_request_error",
+			fmt.Sprintf("method %s not allowed on %s", ctx.Method(), ctx.Path())})
+		return true
+	}
+	h(a, ctx, id)
+	return true
+}
+
+// resolve maps a path to its endpoint. ok is false for non-admin paths;
+// routeErr is set for a path under /workers/ that names no endpoint.
+func resolve(path string) (ep endpoint, id store.WorkerID, routeErr error, ok bool) {
+	if ep, found := fixedEndpoints[path]; found {
+		return ep, 0, nil, true
+	}
+	rest, found := strings.CutPrefix(path, "/workers/")
+	if !found {
+		return nil, 0, nil, false
+	}
+	idText, action, _ := strings.Cut(rest, "/")
+	ep, found = workerEndpoints[action]
+	if !found {
+		return nil, 0, &statusError{http.StatusNotFound, "not_found_error", "no admin endpoint " + path}, true
+	}
+	n, err := strconv.ParseUint(idText, 10, 32)
+	if err != nil || n == 0 {
+		return nil, 0, &store.FieldError{Field: "id", Problem: fmt.Sprintf("%q is not a worker id", idText)}, true
+	}
+	return ep, store.WorkerID(n), nil, true
+}
+
+// authorize applies the admin auth rule: the bearer token when one is
+// configured (compared in constant time, over hashes so the length does not
+// leak either), loopback clients only when not.
+func (a *Admin) authorize(ctx *fasthttp.RequestCtx) error {
+	if a.cfg.Token == "" {
+		if ctx.RemoteIP().IsLoopback() {
+			return nil
+		}
+		return &statusError{http.StatusForbidden, "permission_error",
+			"the admin API accepts only loopback clients unless --admin-token is set"}
+	}
+	token, ok := bearerToken(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	got := sha256.Sum256(token)
+	if !ok || subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) != 1 {
+		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="router-admin"`)
+		return &statusError{http.StatusUnauthorized, "authentication_error",
+			"missing or wrong admin token (Authorization: Bearer <token>)"}
+	}
+	return nil
+}
+
+func bearerToken(header []byte) ([]byte, bool) {
+	const scheme = "bearer "
+	if len(header) <= len(scheme) || !strings.EqualFold(string(header[:len(scheme)]), scheme) {
+		return nil, false
+	}
+	return bytes.TrimSpace(header[len(scheme):]), true
+}
+
+// apply runs a write bounded by ApplyTimeout.
+func (a *Admin) apply(cmd store.Command) (store.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
+	defer cancel()
+	return a.cfg.Apply(ctx, cmd)
+}
+
+func (a *Admin) listWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	writeJSON(ctx, http.StatusOK, map[string][]store.Worker{"workers": nonNil(a.cfg.Registry().Workers())})
+}
+
+func (a *Admin) getWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
+	w, ok := a.cfg.Registry().Worker(id)
+	if !ok {
+		writeError(ctx, fmt.Errorf("%w: no worker with id %d", store.ErrUnknownWorker, id))
+		return
+	}
+	writeJSON(ctx, http.StatusOK, w)
+}
+
+// workerRequest is the body of POST /workers.
+type workerRequest struct {
+	URL           string            `json:"url"`
+	Role          store.Role        `json:"role"`
+	Model         string            `json:"model"`
+	BootstrapPort int               `json:"bootstrap_port"`
+	Labels        map[string]string `json:"labels"`
+}
+
+func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	req, err := decodeWorkerRequest(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
+		BootstrapPort: req.BootstrapPort, Labels: req.Labels}
+	res, err := a.apply(store.NewAddWorker(add))
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	status := http.StatusOK
+	if res.Created {
+		status = http.StatusCreated
+	}
+	writeJSON(ctx, status, a.workerOr(res.ID, addedWorker(res.ID, add)))
+}
+
+func decodeWorkerRequest(body []byte) (workerRequest, error) {
+	var req workerRequest
+	if len(body) > maxAdminBody {
+		return req, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("body of %d bytes exceeds %d", len(body), maxAdminBody)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, badJSON(err)
+	}
+	return req, nil
+}
+
+// badJSON turns a decoding error into a 400 that names the field when the
+// decoder knows it.
+func badJSON(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		return &store.FieldError{Field: typeErr.Field, Problem: "must be a JSON " + typeErr.Type.Kind().String()}
+	}
+	return &statusError{http.StatusBadRequest, "invalid_request_error", "malformed JSON body: " + err.Error()}
+}
+
+// addedWorker is what an AddWorker created, for when this replica's registry
+// has not caught up with the write yet (it was forwarded to the leader).
+func addedWorker(id store.WorkerID, add store.AddWorker) store.Worker {
+	w := store.Worker{ID: id, URL: add.URL, Role: add.Role, Model: add.Model,
+		BootstrapPort: add.BootstrapPort, Labels: add.Labels, State: store.StateActive}
+	if u, err := store.NormalizeURL(add.URL); err == nil {
+		w.URL = u
+	}
+	if w.Role == "" {
+		w.Role = store.RoleRegular
+	}
+	return w
+}
+
+// workerOr returns worker id from the registry, or fallback when the
+// registry does not hold it (yet, or any more).
+func (a *Admin) workerOr(id store.WorkerID, fallback store.Worker) store.Worker {
+	if w, ok := a.cfg.Registry().Worker(id); ok {
+		return w
+	}
+	return fallback
+}
+
+func (a *Admin) deleteWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
+	before, known := a.cfg.Registry().Worker(id)
+	if _, err := a.apply(store.NewRemoveWorker(id)); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	if !known {
+		before = store.Worker{ID: id}
+	}
+	writeJSON(ctx, http.StatusOK, before)
+}
+
+func (a *Admin) drainWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
+	a.setState(ctx, id, store.StateDraining)
+}
+
+func (a *Admin) activateWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
+	a.setState(ctx, id, store.StateActive)
+}
+
+func (a *Admin) setState(ctx *fasthttp.RequestCtx, id store.WorkerID, state store.WorkerState) {
+	before, _ := a.cfg.Registry().Worker(id)
+	if _, err := a.apply(store.NewSetWorkerState(id, state)); err != nil {
+		writeError(ctx, err)
+		return
+	}
+	after := a.workerOr(id, before)
+	after.ID, after.State = id, state
+	writeJSON(ctx, http.StatusOK, after)
+}
+
+func (a *Admin) getLoads(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	var loads []WorkerLoad
+	if a.cfg.Loads != nil {
+		loads = a.cfg.Loads()
+	}
+	writeJSON(ctx, http.StatusOK, map[string][]WorkerLoad{"workers": nonNil(loads)})
+}
+
+func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	var status any = struct{}{}
+	if a.cfg.Status != nil {
+		status = a.cfg.Status()
+	}
+	writeJSON(ctx, http.StatusOK, status)
+}
+
+// The vllm-router compatible endpoints answer as vllm-router does: plain
+// text for add and remove (removing an unknown URL succeeds, adding a known
+// one is a 400 "already exists"), {"urls": [...]} for the listing.
+
+func (a *Admin) legacyAddWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	url, ok := queryURL(ctx)
+	if !ok {
+		return
+	}
+	if _, exists := a.cfg.Registry().WorkerByURL(url); exists {
+		writeText(ctx, http.StatusBadRequest, fmt.Sprintf("Worker %s already exists", url))
+		return
+	}
+	if _, err := a.apply(store.NewAddWorker(store.AddWorker{URL: url})); err != nil {
+		status, _ := errorStatus(err)
+		writeText(ctx, status, err.Error())
+		return
+	}
+	writeText(ctx, http.StatusOK, "Successfully added worker: "+url)
+}
+
+func (a *Admin) legacyRemoveWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	url, ok := queryURL(ctx)
+	if !ok {
+		return
+	}
+	if w, exists := a.cfg.Registry().WorkerByURL(url); exists {
+		_, err := a.apply(store.NewRemoveWorker(w.ID))
+		if err != nil && !errors.Is(err, store.ErrUnknownWorker) {
+			status, _ := errorStatus(err)
+			writeText(ctx, status, err.Error())
+			return
+		}
+	}
+	writeText(ctx, http.StatusOK, "Successfully removed worker: "+url)
+}
+
+// queryURL returns the url query parameter, or answers 400 itself.
+func queryURL(ctx *fasthttp.RequestCtx) (string, bool) {
+	url := string(ctx.QueryArgs().Peek("url"))
+	if url == "" {
+		writeText(ctx, http.StatusBadRequest, "missing query parameter: url")
+		return "", false
+	}
+	return url, true
+}
+
+func (a *Admin) legacyListWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	workers := a.cfg.Registry().Workers()
+	urls := make([]string, len(workers))
+	for i, w := range workers {
+		urls[i] = w.URL
+	}
+	writeJSON(ctx, http.StatusOK, map[string][]string{"urls": urls})
+}
+
+// statusError is an error the admin API answers with a fixed status.
+type statusError struct {
+	status int
+	typ    string
+	msg    string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// errorStatus maps an error to its HTTP status and OpenAI error type. It is
+// the one place that decides statuses for the admin API.
+func errorStatus(err error) (int, string) {
+	var se *statusError
+	var nle *NotLeaderError
+	switch {
+	case errors.As(err, &se):
+		return se.status, se.typ
+	case errors.Is(err, store.ErrInvalid):
+		return http.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, store.ErrUnknownWorker):
+		return http.StatusNotFound, "not_found_error"
+	case errors.Is(err, store.ErrConflict):
+		return http.StatusConflict, "conflict_error"
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, "timeout_error"
+	case errors.As(err, &nle), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClosed):
+		return http.StatusServiceUnavailable, "service_unavailable_error"
+	}
+	return http.StatusInternalServerError, "server_error"
+}
+
+// errorMessage explains err to an operator.
+func errorMessage(status int, err error) string {
+	switch status {
+	case http.StatusServiceUnavailable:
+		return "registry writes need a raft leader and this replica cannot reach one; retry shortly: " + err.Error()
+	case http.StatusGatewayTimeout:
+		return "the registry write did not commit in time (it may still apply): " + err.Error()
+	}
+	return err.Error()
+}
+
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    int    `json:"code"`
+}
+
+// writeError answers with an OpenAI-style error body.
+func writeError(ctx *fasthttp.RequestCtx, err error) {
+	status, typ := errorStatus(err)
+	if status == http.StatusServiceUnavailable {
+		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
+	}
+	writeJSON(ctx, status, errorBody{errorDetail{Message: errorMessage(status, err), Type: typ, Code: status}})
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":{"message":"encode response","type":"server_error","code":500}}`)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+func writeText(ctx *fasthttp.RequestCtx, status int, msg string) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.SetBodyString(msg)
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

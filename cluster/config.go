@@ -1,0 +1,207 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/proxy"
+)
+
+// Config is everything a replica is started with. The command line fills it;
+// Validate refuses a bad combination before anything starts, naming the flag.
+type Config struct {
+	// HTTPAddr is where the API, health, metrics and admin endpoints listen
+	// (--host, --port).
+	HTTPAddr string
+	// MetricsAddr, when set, also serves /metrics there (--prometheus-host,
+	// --prometheus-port).
+	MetricsAddr string
+
+	NodeName string // --node-name, default the host name
+	DataDir  string // --data-dir: the Raft log, stable store and snapshots
+	// RaftBind and RaftAdvertise are the Raft transport's host:port.
+	RaftBind, RaftAdvertise string
+	// GossipBind and GossipAdvertise are memberlist's host:port.
+	GossipBind, GossipAdvertise string
+	Join                        []string // memberlist addresses of running replicas
+	BootstrapExpect             int      // voters that form the cluster
+	GossipKey                   []byte   // AES key (16, 24 or 32 bytes); nil = no encryption
+	AdminToken                  string   // bearer token of the admin API; "" = loopback clients only
+
+	// Seeds are added to the registry at start, idempotently
+	// (--worker-urls, --prefill, --decode).
+	Seeds []Seed
+
+	Routing Routing
+	Proxy   proxy.Config
+	Health  health.Config
+	Logger  *slog.Logger
+}
+
+// Seed is a worker named on the command line.
+type Seed struct {
+	URL           string
+	Role          string
+	BootstrapPort int
+}
+
+// Routing configures selection. Every replica of a cluster must agree on
+// BlockSize, the policies and the thresholds: a mismatch is refused at join.
+type Routing struct {
+	Policy        string              // --policy, default cache_aware
+	MissPlacement string              // --miss-placement
+	Thresholds    affinity.Thresholds // --cache-threshold, --balance-*-threshold
+	BlockSize     int                 // --block-size, bytes, default 256
+	// MaxTreeSize is each worker's budget in the ownership index, in bytes
+	// of prefix (--max-tree-size, default 2^26).
+	MaxTreeSize int64
+	// EvictionInterval is how often the index is swept (--eviction-interval).
+	EvictionInterval time.Duration
+	// PrefixTTL, when positive, forgets ownership facts unused for that long
+	// (--prefix-ttl); zero keeps them until the budget evicts them.
+	PrefixTTL time.Duration
+	// PD selects prefill/decode disaggregation: "" (off), "vllm" (sequential,
+	// NIXL style) or "sglang" (concurrent, bootstrap style).
+	PD                   string
+	PrefillPolicy        string
+	DecodePolicy         string
+	PrefillThresholds    affinity.Thresholds
+	DecodeThresholds     affinity.Thresholds
+	PrefillMissPlacement string
+}
+
+// DefaultRouting returns the defaults of the routing flags.
+func DefaultRouting() Routing {
+	return Routing{
+		Policy:           affinity.PolicyCacheAware,
+		MissPlacement:    affinity.PlaceLeastLoad,
+		Thresholds:       affinity.DefaultThresholds(),
+		BlockSize:        affinity.DefaultBlockSize,
+		MaxTreeSize:      1 << 26,
+		EvictionInterval: 120 * time.Second,
+		PrefillPolicy:    affinity.PolicyCacheAware,
+		DecodePolicy:     affinity.PolicyLeastLoad,
+	}
+}
+
+// FlagError is a configuration error that names the flag at fault.
+type FlagError struct {
+	Flag string
+	Msg  string
+}
+
+func (e *FlagError) Error() string { return fmt.Sprintf("--%s: %s", e.Flag, e.Msg) }
+
+func flagErr(flag, format string, args ...any) error {
+	return &FlagError{Flag: flag, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the routing settings.
+func (r Routing) Validate() error {
+	var errs []error
+	if r.BlockSize < 16 || r.BlockSize > 1<<20 {
+		errs = append(errs, flagErr("block-size", "must be between 16 and 1048576 bytes (got %d)", r.BlockSize))
+	}
+	if r.MaxTreeSize < int64(r.BlockSize) {
+		errs = append(errs, flagErr("max-tree-size", "must hold at least one block of %d bytes (got %d)", r.BlockSize, r.MaxTreeSize))
+	}
+	if r.EvictionInterval <= 0 {
+		errs = append(errs, flagErr("eviction-interval", "must be positive"))
+	}
+	if r.PrefixTTL < 0 {
+		errs = append(errs, flagErr("prefix-ttl", "must not be negative"))
+	}
+	errs = append(errs, validPolicy("policy", r.Policy), validPlacement("miss-placement", r.MissPlacement),
+		validThresholds("", r.Thresholds))
+	switch r.PD {
+	case "":
+	case "vllm", "sglang":
+		errs = append(errs, validPolicy("prefill-policy", r.PrefillPolicy), validPolicy("decode-policy", r.DecodePolicy),
+			validThresholds("prefill-", r.PrefillThresholds), validThresholds("decode-", r.DecodeThresholds))
+	default:
+		errs = append(errs, fmt.Errorf("unknown disaggregation mode %q", r.PD))
+	}
+	return errors.Join(errs...)
+}
+
+func validPolicy(flag, name string) error {
+	for _, p := range affinity.PolicyNames {
+		if p == name {
+			return nil
+		}
+	}
+	return flagErr(flag, "unknown policy %q (one of %v)", name, affinity.PolicyNames)
+}
+
+func validPlacement(flag, name string) error {
+	if name != affinity.PlaceLeastLoad && name != affinity.PlaceRendezvous {
+		return flagErr(flag, "unknown miss placement %q (least_load or rendezvous)", name)
+	}
+	return nil
+}
+
+func validThresholds(prefix string, t affinity.Thresholds) error {
+	var errs []error
+	if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
+		errs = append(errs, flagErr(prefix+"cache-threshold", "must be between 0 and 1 (got %v)", t.CacheThreshold))
+	}
+	if t.BalanceAbs < 0 {
+		errs = append(errs, flagErr(prefix+"balance-abs-threshold", "must not be negative (got %v)", t.BalanceAbs))
+	}
+	if t.BalanceRel < 1 {
+		errs = append(errs, flagErr(prefix+"balance-rel-threshold", "must be at least 1 (got %v)", t.BalanceRel))
+	}
+	return errors.Join(errs...)
+}
+
+// Thresholds are the cache-aware knobs of one role.
+type Thresholds = affinity.Thresholds
+
+// Validate refuses a configuration a replica cannot run with, naming the
+// flag at fault.
+func (c Config) Validate() error {
+	errs := []error{c.Routing.Validate(), c.Health.Validate()}
+	if c.Proxy.MaxPayloadSize <= 0 {
+		errs = append(errs, flagErr("max-payload-size", "must be positive"))
+	}
+	if c.Proxy.RequestTimeout <= 0 {
+		errs = append(errs, flagErr("request-timeout-secs", "must be positive"))
+	}
+	if c.Proxy.MaxConcurrentRequests < 0 {
+		errs = append(errs, flagErr("max-concurrent-requests", "must not be negative"))
+	}
+	if c.Proxy.Retry.MaxAttempts < 1 {
+		errs = append(errs, flagErr("retry-max-retries", "must be at least 1 (the first attempt counts)"))
+	}
+	if c.Proxy.Retry.InitialBackoff < 0 || c.Proxy.Retry.MaxBackoff < c.Proxy.Retry.InitialBackoff {
+		errs = append(errs, flagErr("retry-max-backoff-ms", "must be at least --retry-initial-backoff-ms"))
+	}
+	if c.BootstrapExpect < 1 {
+		errs = append(errs, flagErr("bootstrap-expect", "must be at least 1"))
+	}
+	for flag, addr := range map[string]string{"raft-bind": c.RaftBind, "raft-advertise": c.RaftAdvertise,
+		"gossip-bind": c.GossipBind, "gossip-advertise": c.GossipAdvertise} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			errs = append(errs, flagErr(flag, "want host:port (got %q)", addr))
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			errs = append(errs, flagErr("join", "want host:port (got %q)", j))
+		}
+	}
+	if c.Routing.PD == "" {
+		for _, s := range c.Seeds {
+			if s.Role != "regular" {
+				errs = append(errs, flagErr(s.Role, "needs --vllm-pd-disaggregation or --pd-disaggregation"))
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

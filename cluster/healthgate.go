@@ -1,0 +1,38 @@
+package cluster
+
+import (
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/proxy"
+)
+
+// healthGate lets the proxy ask the health monitor about workers and report
+// attempts to it, in the proxy's own terms.
+type healthGate struct{ m *health.Monitor }
+
+var _ proxy.Health = healthGate{}
+
+func (g healthGate) Eligible(id affinity.WorkerID) bool { return g.m.Eligible(health.WorkerID(id)) }
+
+func (g healthGate) Begin(id affinity.WorkerID) (proxy.Attempt, error) {
+	a, err := g.m.Begin(health.WorkerID(id))
+	if err != nil {
+		return nil, err
+	}
+	return attempt{a}, nil
+}
+
+type attempt struct{ a *health.Attempt }
+
+func (t attempt) Progress(tokens int) { t.a.Progress(tokens) }
+
+func (t attempt) End(o proxy.Outcome) {
+	switch o {
+	case proxy.Succeeded:
+		t.a.End(health.OutcomeSuccess)
+	case proxy.Failed:
+		t.a.End(health.OutcomeFailure)
+	default:
+		t.a.End(health.OutcomeCanceled)
+	}
+}

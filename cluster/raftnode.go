@@ -1,0 +1,633 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// Raft timing, tuned for replicas on one LAN (round trips well under 10 ms)
+// and for tests on loopback. A leader that dies is replaced within about
+// HeartbeatTimeout + ElectionTimeout (0.5-2 s); a single node elects itself
+// 0.5-1 s after start. Raft's defaults are twice as slow; WAN deployments
+// would want them back.
+const (
+	raftHeartbeatTimeout   = 500 * time.Millisecond
+	raftElectionTimeout    = 500 * time.Millisecond
+	raftLeaderLeaseTimeout = 250 * time.Millisecond
+	raftCommitTimeout      = 20 * time.Millisecond
+	// The registry is tiny: snapshot often so restarts replay little log.
+	raftSnapshotThreshold = 1024
+	raftSnapshotInterval  = 30 * time.Second
+	raftTrailingLogs      = 1024
+	// transportTimeout bounds one RPC's network I/O (and a dial).
+	transportTimeout = 3 * time.Second
+	transportMaxPool = 3
+	// DefaultApplyTimeout is RaftConfig.ApplyTimeout when unset.
+	DefaultApplyTimeout = 5 * time.Second
+)
+
+// Errors of the Raft node. Match with errors.Is; *NotLeaderError with
+// errors.As.
+var (
+	// ErrNoLeader: a write reached a node that knows no leader (an election
+	// is under way, or the node has no quorum or is not yet bootstrapped).
+	ErrNoLeader = errors.New("no raft leader is known")
+	// ErrTimeout: the deadline passed before the write committed. Its
+	// outcome is unknown: it may still commit.
+	ErrTimeout = errors.New("raft operation timed out; outcome unknown")
+	// ErrClosed: the node has been closed.
+	ErrClosed = errors.New("raft node closed")
+	// ErrAlreadyBootstrapped: BootstrapCluster on a node that holds state.
+	ErrAlreadyBootstrapped = errors.New("raft node already holds state; not bootstrapping")
+)
+
+// NotLeaderError is returned for a write sent to a follower that knows who
+// the leader is; forward the write to LeaderAddr (the leader's Raft address,
+// LeaderID its node id).
+type NotLeaderError struct {
+	LeaderID   string
+	LeaderAddr string
+}
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("not the raft leader; the leader is %s at %s", e.LeaderID, e.LeaderAddr)
+}
+
+// RaftConfig configures OpenRaft. NodeID, DataDir and BindAddr are required.
+type RaftConfig struct {
+	// NodeID names this replica in the Raft configuration (--node-name);
+	// it must be stable across restarts and unique in the cluster.
+	NodeID string
+	// DataDir holds raft.db and the snapshots (--data-dir).
+	DataDir string
+	// BindAddr is the host:port the Raft transport listens on
+	// (--raft-bind). Port 0 picks a free port (tests).
+	BindAddr string
+	// AdvertiseAddr is the host:port peers dial (--raft-advertise);
+	// default: the bound address, which must then not be 0.0.0.0.
+	AdvertiseAddr string
+	// Bootstrap, when the data dir holds no Raft state, makes this node a
+	// one-node cluster with itself as the only voter. Ignored on restart.
+	Bootstrap bool
+	// ApplyTimeout bounds every write and membership change; default
+	// DefaultApplyTimeout (5 s).
+	ApplyTimeout time.Duration
+	// Logger receives Raft's logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c RaftConfig) withDefaults() (RaftConfig, error) {
+	switch {
+	case c.NodeID == "":
+		return c, errors.New("raft: node id (--node-name) is required")
+	case c.DataDir == "":
+		return c, errors.New("raft: --data-dir is required")
+	case c.BindAddr == "":
+		return c, errors.New("raft: --raft-bind is required")
+	}
+	if c.ApplyTimeout <= 0 {
+		c.ApplyTimeout = DefaultApplyTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// RaftServer is one member of the Raft configuration.
+type RaftServer struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	// Suffrage is "voter", "nonvoter" or "staging".
+	Suffrage string `json:"suffrage"`
+	// Leader is true for the member this node believes leads.
+	Leader bool `json:"leader"`
+}
+
+// RaftStatus is a node's view of the Raft cluster, for /cluster/status.
+type RaftStatus struct {
+	NodeID string `json:"node_id"`
+	Addr   string `json:"addr"`
+	// State is "follower", "candidate", "leader" or "shutdown".
+	State        string       `json:"state"`
+	LeaderID     string       `json:"leader_id"`
+	LeaderAddr   string       `json:"leader_addr"`
+	Term         uint64       `json:"term"`
+	LastIndex    uint64       `json:"last_index"`
+	CommitIndex  uint64       `json:"commit_index"`
+	AppliedIndex uint64       `json:"applied_index"`
+	Servers      []RaftServer `json:"servers"`
+}
+
+// RaftNode is this replica's member of the Raft cluster that replicates the
+// worker registry: a hashicorp/raft instance over TCP with bbolt stores,
+// applying commands to a store.FSM. All methods are safe for concurrent use.
+// Writes must go to the leader; reads come from the FSM, never from here.
+type RaftNode struct {
+	cfg       RaftConfig
+	raft      *raft.Raft
+	fsm       *store.FSM
+	stores    *store.Stores
+	transport *raft.NetworkTransport
+	observer  *raft.Observer
+
+	// leaderMu guards leaderChanged, closed when leadership or this node's
+	// Raft state changes (see LeaderChanges).
+	leaderMu      sync.Mutex
+	leaderChanged chan struct{}
+
+	// mu guards closed; waiters counts the goroutines awaiting raft
+	// futures, which Close waits for.
+	mu        sync.Mutex
+	closed    bool
+	waiters   sync.WaitGroup
+	stop      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// OpenRaft opens the stores under cfg.DataDir, starts the TCP transport and
+// the Raft node applying to fsm, and bootstraps a one-node cluster when
+// cfg.Bootstrap is set and the data dir is new. A restart recovers the
+// registry from the snapshot and the log once a leader commits (for a
+// one-node cluster, after it elects itself). Close releases everything.
+func OpenRaft(cfg RaftConfig, fsm *store.FSM) (*RaftNode, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	stores, err := store.OpenStores(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n := &RaftNode{cfg: cfg, fsm: fsm, stores: stores,
+		leaderChanged: make(chan struct{}), stop: make(chan struct{})}
+	if err := n.start(); err != nil {
+		return nil, errors.Join(err, n.closeParts())
+	}
+	return n, nil
+}
+
+func (n *RaftNode) start() error {
+	var err error
+	if n.transport, err = newTransport(n.cfg); err != nil {
+		return err
+	}
+	conf := n.raftConfig()
+	if n.cfg.Bootstrap {
+		if err := n.bootstrapIfNew(conf); err != nil {
+			return err
+		}
+	}
+	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
+	if err != nil {
+		return fmt.Errorf("raft: start: %w", err)
+	}
+	n.watchLeadership()
+	return nil
+}
+
+func newTransport(cfg RaftConfig) (*raft.NetworkTransport, error) {
+	advertise, err := advertiseAddr(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, advertise, &raft.NetworkTransportConfig{
+		Logger:  newHclogAdapter(cfg.Logger, "raft-net"),
+		MaxPool: transportMaxPool,
+		Timeout: transportTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raft: listen on --raft-bind %q: %w", cfg.BindAddr, err)
+	}
+	return t, nil
+}
+
+// advertiseAddr resolves --raft-advertise; nil means "the bound address",
+// which peers cannot dial when it is a wildcard.
+func advertiseAddr(cfg RaftConfig) (net.Addr, error) {
+	if cfg.AdvertiseAddr == "" {
+		host, _, err := net.SplitHostPort(cfg.BindAddr)
+		if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
+			return nil, fmt.Errorf("raft: --raft-bind %q is a wildcard address; set --raft-advertise", cfg.BindAddr)
+		}
+		return nil, nil
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raft: --raft-advertise %q: %w", cfg.AdvertiseAddr, err)
+	}
+	return addr, nil
+}
+
+func (n *RaftNode) raftConfig() *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(n.cfg.NodeID)
+	c.HeartbeatTimeout = raftHeartbeatTimeout
+	c.ElectionTimeout = raftElectionTimeout
+	c.LeaderLeaseTimeout = raftLeaderLeaseTimeout
+	c.CommitTimeout = raftCommitTimeout
+	c.SnapshotThreshold = raftSnapshotThreshold
+	c.SnapshotInterval = raftSnapshotInterval
+	c.TrailingLogs = raftTrailingLogs
+	c.NoLegacyTelemetry = true
+	c.Logger = newHclogAdapter(n.cfg.Logger, "raft")
+	return c
+}
+
+// bootstrapIfNew writes a one-voter configuration before raft starts, so a
+// fresh single node needs nobody else; a data dir with state is left alone.
+func (n *RaftNode) bootstrapIfNew(conf *raft.Config) error {
+	has, err := n.stores.HasState()
+	if err != nil || has {
+		return err
+	}
+	self := raft.Server{Suffrage: raft.Voter, ID: conf.LocalID, Address: n.transport.LocalAddr()}
+	err = raft.BootstrapCluster(conf, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport,
+		raft.Configuration{Servers: []raft.Server{self}})
+	if err != nil {
+		return fmt.Errorf("raft: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// BootstrapCluster makes voters the initial configuration of a node that
+// holds no state (the --bootstrap-expect path: every expected replica calls
+// it with the same list once all have been discovered). A node with state
+// returns ErrAlreadyBootstrapped. voters must include this node.
+func (n *RaftNode) BootstrapCluster(ctx context.Context, voters []RaftServer) error {
+	servers := make([]raft.Server, len(voters))
+	for i, v := range voters {
+		servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.Addr)}
+	}
+	err := n.await(ctx, n.raft.BootstrapCluster(raft.Configuration{Servers: servers}))
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("%w: %w", ErrAlreadyBootstrapped, err)
+	}
+	return err
+}
+
+// Apply replicates cmd and returns the FSM's result once the command is
+// committed and applied on this node (the leader). The error is the
+// validation error of cmd, *NotLeaderError or ErrNoLeader on a node that is
+// not the leader, ErrTimeout after ApplyTimeout or ctx's deadline, ErrClosed,
+// or, when the command was applied but refused, Result.Err (ErrConflict,
+// ErrUnknownWorker, ...). Never blocks past ctx or ApplyTimeout.
+func (n *RaftNode) Apply(ctx context.Context, cmd store.Command) (store.Result, error) {
+	data, err := cmd.Encode()
+	if err != nil {
+		return store.Result{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	f := n.raft.Apply(data, remaining(ctx))
+	if err := n.await(ctx, f); err != nil {
+		return store.Result{}, err
+	}
+	res, ok := f.Response().(store.Result)
+	if !ok {
+		return store.Result{}, fmt.Errorf("raft: unexpected apply response %T", f.Response())
+	}
+	return res, res.Err
+}
+
+// remaining is the time left before ctx's deadline (at least 1ms, since 0
+// means "no timeout" to raft).
+func remaining(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return max(time.Until(d), time.Millisecond)
+}
+
+// await waits for f bounded by ctx and ApplyTimeout and maps raft's errors
+// to ours. The waiting goroutine is counted in n.waiters: it ends when raft
+// resolves the future, which raft guarantees by Shutdown at the latest.
+func (n *RaftNode) await(ctx context.Context, f raft.Future) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	if !n.addWaiter() {
+		return ErrClosed
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer n.waiters.Done()
+		done <- f.Error()
+	}()
+	select {
+	case err := <-done:
+		return n.mapError(err)
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+		return ctx.Err()
+	}
+}
+
+func (n *RaftNode) addWaiter() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return false
+	}
+	n.waiters.Add(1)
+	return true
+}
+
+func (n *RaftNode) mapError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", n.notLeader(), err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return fmt.Errorf("raft: %w", err)
+}
+
+// notLeader is the error for a write this node cannot take: who to ask
+// instead, if anyone is known.
+func (n *RaftNode) notLeader() error {
+	id, addr := n.Leader()
+	if addr == "" || id == n.cfg.NodeID {
+		return ErrNoLeader
+	}
+	return &NotLeaderError{LeaderID: id, LeaderAddr: addr}
+}
+
+// Barrier waits until every write committed before it has been applied to
+// this node's FSM (leader only): after it, the registry is current.
+func (n *RaftNode) Barrier(ctx context.Context) error {
+	return n.await(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
+}
+
+// Snapshot makes Raft snapshot the FSM now and compact the log.
+func (n *RaftNode) Snapshot(ctx context.Context) error {
+	return n.await(ctx, n.raft.Snapshot())
+}
+
+// AddVoter adds (or promotes) a voting member. Leader only.
+func (n *RaftNode) AddVoter(ctx context.Context, id, addr string) error {
+	f := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.ApplyTimeout)
+	return n.await(ctx, f)
+}
+
+// AddNonvoter adds a member that receives the log but does not vote, so
+// the tier can grow without growing the quorum. Leader only.
+func (n *RaftNode) AddNonvoter(ctx context.Context, id, addr string) error {
+	f := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.ApplyTimeout)
+	return n.await(ctx, f)
+}
+
+// RemoveServer removes a member. Leader only.
+func (n *RaftNode) RemoveServer(ctx context.Context, id string) error {
+	return n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout))
+}
+
+// ID is this node's id.
+func (n *RaftNode) ID() string { return n.cfg.NodeID }
+
+// Addr is the address peers reach this node's transport at.
+func (n *RaftNode) Addr() string { return string(n.transport.LocalAddr()) }
+
+// IsLeader reports whether this node is the leader right now.
+func (n *RaftNode) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the id and address of the leader this node knows, or two
+// empty strings when it knows none.
+func (n *RaftNode) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// Term is the current Raft term.
+func (n *RaftNode) Term() uint64 { return n.raft.CurrentTerm() }
+
+// Servers returns the members of the latest Raft configuration.
+func (n *RaftNode) Servers(ctx context.Context) ([]RaftServer, error) {
+	f := n.raft.GetConfiguration()
+	if err := n.await(ctx, f); err != nil {
+		return nil, err
+	}
+	_, leaderID := n.raft.LeaderWithID()
+	var out []RaftServer
+	for _, s := range f.Configuration().Servers {
+		out = append(out, RaftServer{ID: string(s.ID), Addr: string(s.Address),
+			Suffrage: strings.ToLower(s.Suffrage.String()), Leader: s.ID == leaderID})
+	}
+	return out, nil
+}
+
+// Status returns this node's view of the cluster.
+func (n *RaftNode) Status(ctx context.Context) (RaftStatus, error) {
+	servers, err := n.Servers(ctx)
+	leaderID, leaderAddr := n.Leader()
+	return RaftStatus{
+		NodeID: n.cfg.NodeID, Addr: n.Addr(), State: strings.ToLower(n.raft.State().String()),
+		LeaderID: leaderID, LeaderAddr: leaderAddr, Term: n.raft.CurrentTerm(),
+		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(), Servers: servers,
+	}, err
+}
+
+// LeaderChanges returns a channel closed at the next change of the known
+// leader or of this node's Raft state. Call it again after it fires, then
+// read IsLeader or Leader: changes coalesce. Safe from any goroutine.
+func (n *RaftNode) LeaderChanges() <-chan struct{} {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	return n.leaderChanged
+}
+
+// WaitForLeader blocks until this node knows a leader (possibly itself) and
+// returns it, or returns ctx's error.
+func (n *RaftNode) WaitForLeader(ctx context.Context) (id, addr string, err error) {
+	for {
+		changed := n.LeaderChanges() // before the check: no change is missed
+		if id, addr = n.Leader(); addr != "" {
+			return id, addr, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-n.stop:
+			return "", "", ErrClosed
+		}
+	}
+}
+
+// watchLeadership starts the goroutine that turns raft's leader and state
+// observations into LeaderChanges notifications. It ends at Close.
+func (n *RaftNode) watchLeadership() {
+	ch := make(chan raft.Observation, 16)
+	n.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.observer)
+	n.waiters.Add(1)
+	go func() {
+		defer n.waiters.Done()
+		for {
+			select {
+			case <-ch:
+				n.notifyLeaderChange()
+			case <-n.stop:
+				return
+			}
+		}
+	}()
+}
+
+// notifyLeaderChange wakes every LeaderChanges waiter. Observations dropped
+// because ch was full lose nothing: a pending one still wakes the waiters,
+// and they read the live state.
+func (n *RaftNode) notifyLeaderChange() {
+	n.leaderMu.Lock()
+	defer n.leaderMu.Unlock()
+	close(n.leaderChanged)
+	n.leaderChanged = make(chan struct{})
+}
+
+// Close shuts the node down: Raft (ending its goroutines and resolving
+// pending writes with ErrClosed), the observer, the transport and the
+// stores. It does not hand leadership over first; a leader's peers elect a
+// new one within about a second. Safe to call more than once.
+func (n *RaftNode) Close() error {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed = true
+		n.mu.Unlock()
+		var err error
+		if n.raft != nil {
+			err = n.raft.Shutdown().Error()
+			n.raft.DeregisterObserver(n.observer)
+		}
+		close(n.stop)
+		n.waiters.Wait()
+		n.closeErr = errors.Join(err, n.closeParts())
+	})
+	return n.closeErr
+}
+
+// closeParts closes the transport and the stores, whichever are open.
+func (n *RaftNode) closeParts() error {
+	var err error
+	if n.transport != nil {
+		n.transport.CloseStreams()
+		err = n.transport.Close()
+	}
+	return errors.Join(err, n.stores.Close())
+}
+
+// hclogAdapter sends raft's hclog logging to a *slog.Logger, so the
+// replica's --log-level and handler apply to Raft as well. Level changes
+// through SetLevel are ignored: the slog handler decides.
+type hclogAdapter struct {
+	log     *slog.Logger
+	name    string
+	implied []any
+}
+
+var _ hclog.Logger = (*hclogAdapter)(nil)
+
+func newHclogAdapter(log *slog.Logger, name string) *hclogAdapter {
+	return &hclogAdapter{log: log, name: name}
+}
+
+// slogLevel maps hclog levels onto slog's; Trace sits below Debug.
+func slogLevel(l hclog.Level) slog.Level {
+	switch l {
+	case hclog.Trace:
+		return slog.LevelDebug - 4
+	case hclog.Debug:
+		return slog.LevelDebug
+	case hclog.Warn:
+		return slog.LevelWarn
+	case hclog.Error:
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
+	ctx := context.Background()
+	if l := slogLevel(level); a.log.Enabled(ctx, l) {
+		a.log.Log(ctx, l, msg, append([]any{"logger", a.name}, args...)...)
+	}
+}
+
+func (a *hclogAdapter) Trace(msg string, args ...any) { a.Log(hclog.Trace, msg, args...) }
+func (a *hclogAdapter) Debug(msg string, args ...any) { a.Log(hclog.Debug, msg, args...) }
+func (a *hclogAdapter) Info(msg string, args ...any)  { a.Log(hclog.Info, msg, args...) }
+func (a *hclogAdapter) Warn(msg string, args ...any)  { a.Log(hclog.Warn, msg, args...) }
+func (a *hclogAdapter) Error(msg string, args ...any) { a.Log(hclog.Error, msg, args...) }
+
+func (a *hclogAdapter) enabled(l hclog.Level) bool {
+	return a.log.Enabled(context.Background(), slogLevel(l))
+}
+
+func (a *hclogAdapter) IsTrace() bool { return a.enabled(hclog.Trace) }
+func (a *hclogAdapter) IsDebug() bool { return a.enabled(hclog.Debug) }
+func (a *hclogAdapter) IsInfo() bool  { return a.enabled(hclog.Info) }
+func (a *hclogAdapter) IsWarn() bool  { return a.enabled(hclog.Warn) }
+func (a *hclogAdapter) IsError() bool { return a.enabled(hclog.Error) }
+
+func (a *hclogAdapter) ImpliedArgs() []any { return a.implied }
+
+func (a *hclogAdapter) With(args ...any) hclog.Logger {
+	return &hclogAdapter{log: a.log.With(args...), name: a.name, implied: append(slices.Clip(a.implied), args...)}
+}
+
+func (a *hclogAdapter) Name() string { return a.name }
+
+func (a *hclogAdapter) Named(name string) hclog.Logger {
+	return &hclogAdapter{log: a.log, name: a.name + "." + name, implied: a.implied}
+}
+
+func (a *hclogAdapter) ResetNamed(name string) hclog.Logger {
+	return &hclogAdapter{log: a.log, name: name, implied: a.implied}
+}
+
+func (a *hclogAdapter) SetLevel(hclog.Level) {}
+
+func (a *hclogAdapter) GetLevel() hclog.Level {
+	for _, l := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
+		if a.enabled(l) {
+			return l
+		}
+	}
+	return hclog.Off
+}
+
+func (a *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
+	return slog.NewLogLogger(a.log.With("logger", a.name).Handler(), slog.LevelInfo)
+}
+
+func (a *hclogAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	return a.StandardLogger(opts).Writer()
+}

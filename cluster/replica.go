@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/proxy"
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// Replica is one running router: the Raft-replicated registry, worker
+// health, the ownership index and load table, and the HTTP front end, wired
+// together. Start builds and starts it; Stop ends every part it started.
+type Replica struct {
+	cfg     Config
+	log     *slog.Logger
+	fsm     *store.FSM
+	raft    *RaftNode
+	monitor *health.Monitor
+	loads   *affinity.LoadTable
+	index   *affinity.Index
+	proxy   *proxy.Proxy
+	admin   *Admin
+	metrics *metrics.Set
+
+	ln, metricsLn net.Listener
+	loaded        atomic.Bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	gauges workerGauges
+}
+
+// Start builds a replica from cfg and starts serving. It returns once the
+// HTTP listener is bound and the command-line workers are in the registry.
+func Start(ctx context.Context, cfg Config) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), loads: nil, metrics: metrics.NewSet()}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if err := r.build(); err != nil {
+		r.cancel()
+		r.closeParts()
+		return nil, err
+	}
+	if err := r.serve(); err != nil {
+		_ = r.Stop(context.Background())
+		return nil, err
+	}
+	if err := r.seed(ctx); err != nil {
+		_ = r.Stop(context.Background())
+		return nil, err
+	}
+	return r, nil
+}
+
+// build creates the parts, leaves first.
+func (r *Replica) build() error {
+	cfg := r.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	var err error
+	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
+		AdvertiseAddr: cfg.RaftAdvertise, Bootstrap: len(cfg.Join) == 0 && cfg.BootstrapExpect == 1, Logger: r.log}, r.fsm)
+	if err != nil {
+		return err
+	}
+	r.monitor, err = health.New(cfg.Health, nil, r.log)
+	if err != nil {
+		return err
+	}
+	r.loads = affinity.NewLoadTable(func(w affinity.WorkerID) {
+		r.log.Warn("in-flight count would have gone below zero; clamped", "worker", w)
+	})
+	r.index = affinity.NewIndex(affinity.SystemClock{}, int(cfg.Routing.MaxTreeSize/int64(cfg.Routing.BlockSize)))
+	router, err := r.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
+	if err != nil {
+		return err
+	}
+	pd, err := r.disaggregation()
+	if err != nil {
+		return err
+	}
+	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
+		Loads: r.workerLoads, Status: func() any { return r.status() }})
+	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
+		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
+		RegistryLoaded: r.loaded.Load, PD: pd})
+	if err != nil {
+		return err
+	}
+	r.monitor.OnChange(r.healthChanged)
+	r.registerClusterMetrics()
+	return nil
+}
+
+// newRouter binds a policy to this replica's load table and index.
+func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement string) (*affinity.Router, error) {
+	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement,
+		BlockSize: r.cfg.Routing.BlockSize}, r.index)
+	if err != nil {
+		return nil, err
+	}
+	return affinity.NewRouter(p, r.loads, r.index, r.cfg.Routing.BlockSize, nil), nil
+}
+
+// disaggregation builds the per-role routers of prefill/decode mode, nil
+// when it is off. Role thresholds were defaulted to the global ones by the
+// command line, so they hold whichever policy each role uses.
+func (r *Replica) disaggregation() (*proxy.PD, error) {
+	rt := r.cfg.Routing
+	if rt.PD == "" {
+		return nil, nil
+	}
+	prefill, err := r.newRouter(rt.PrefillPolicy, rt.PrefillThresholds, rt.PrefillMissPlacement)
+	if err != nil {
+		return nil, err
+	}
+	decode, err := r.newRouter(rt.DecodePolicy, rt.DecodeThresholds, affinity.PlaceLeastLoad)
+	if err != nil {
+		return nil, err
+	}
+	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
+}
+
+// serve binds the listeners and starts the background loops.
+func (r *Replica) serve() error {
+	var err error
+	if r.ln, err = net.Listen("tcp", r.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("--port: %w", err)
+	}
+	r.goRun(func() { _ = r.proxy.Serve(r.ln) })
+	if r.cfg.MetricsAddr != "" {
+		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("--prometheus-port: %w", err)
+		}
+		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
+	}
+	r.goRun(r.followRegistry)
+	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
+	r.goRun(r.sweepIndex)
+	return nil
+}
+
+// goRun starts fn as a goroutine that Stop waits for.
+func (r *Replica) goRun(fn func()) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		fn()
+	}()
+}
+
+// HTTPAddr is the address the API listens on.
+func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
+
+// Stop stops serving and closes every part, waiting for all goroutines.
+func (r *Replica) Stop(ctx context.Context) error {
+	var errs []error
+	if r.proxy != nil && r.ln != nil {
+		errs = append(errs, r.proxy.Shutdown(ctx))
+	}
+	r.cancel()
+	if r.metricsLn != nil {
+		r.metricsLn.Close()
+	}
+	r.wg.Wait()
+	errs = append(errs, r.closeParts())
+	return errors.Join(errs...)
+}
+
+func (r *Replica) closeParts() error {
+	if r.raft != nil {
+		return r.raft.Close()
+	}
+	return nil
+}
+
+// seed adds the command-line workers and the routing config to the registry,
+// through the leader; both are idempotent.
+func (r *Replica) seed(ctx context.Context) error {
+	if len(r.cfg.Join) > 0 && len(r.cfg.Seeds) == 0 {
+		return nil
+	}
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, _, err := r.raft.WaitForLeader(wait); err != nil {
+		return fmt.Errorf("no raft leader to register workers with: %w", err)
+	}
+	if r.raft.IsLeader() {
+		// Read the registry only after the log before us is applied.
+		if err := r.raft.Barrier(wait); err != nil {
+			return fmt.Errorf("catching up with the raft log: %w", err)
+		}
+	}
+	if err := r.agreeOnRouting(wait); err != nil {
+		return err
+	}
+	for _, s := range r.cfg.Seeds {
+		cmd := store.NewAddWorker(store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
+		if _, err := r.apply(wait, cmd); err != nil {
+			return fmt.Errorf("registering %s: %w", s.URL, err)
+		}
+	}
+	return nil
+}
+
+// agreeOnRouting records this replica's routing config in the registry when
+// none is there yet, and refuses to run with one that differs.
+func (r *Replica) agreeOnRouting(ctx context.Context) error {
+	mine := r.routingConfig()
+	if have := r.fsm.View().RoutingConfig(); have != nil {
+		return have.Diff(mine)
+	}
+	_, err := r.apply(ctx, store.NewSetRoutingConfig(mine))
+	return err
+}
+
+func (r *Replica) routingConfig() store.RoutingConfig {
+	rt := r.cfg.Routing
+	return store.RoutingConfig{BlockSize: rt.BlockSize, Policy: rt.Policy, MissPlacement: rt.MissPlacement,
+		CacheThreshold: rt.Thresholds.CacheThreshold, BalanceAbsThreshold: rt.Thresholds.BalanceAbs,
+		BalanceRelThreshold: rt.Thresholds.BalanceRel}
+}
+
+// apply writes a command through Raft.
+func (r *Replica) apply(ctx context.Context, cmd store.Command) (store.Result, error) {
+	return r.raft.Apply(ctx, cmd)
+}
+
+// followRegistry hands every new registry to the proxy and the monitor.
+func (r *Replica) followRegistry() {
+	for {
+		reg, changed := r.fsm.Watch()
+		r.useRegistry(reg)
+		select {
+		case <-changed:
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *Replica) useRegistry(reg *store.Registry) {
+	workers := reg.Workers()
+	ws := make([]proxy.Worker, 0, len(workers))
+	targets := make([]health.Target, 0, len(workers))
+	for _, w := range workers {
+		ws = append(ws, proxy.Worker{ID: affinity.WorkerID(w.ID), URL: w.URL, Role: string(w.Role), Model: w.Model,
+			BootstrapPort: w.BootstrapPort, Draining: w.State == store.StateDraining})
+		targets = append(targets, health.Target{ID: health.WorkerID(w.ID), URL: w.URL, Group: string(w.Role) + "/" + w.Model})
+	}
+	if err := r.monitor.SetWorkers(targets); err != nil {
+		r.log.Warn("some workers cannot be health-checked", "err", err)
+	}
+	r.proxy.Fleet().SetWorkers(ws)
+	r.gauges.sync(r.metrics, workers, r.monitor)
+	r.loaded.Store(true)
+}
+
+// healthChanged republishes the proxy's view and forgets the prefixes of
+// workers that failed their health checks: an engine that went away lost its
+// cache, so its old prefixes must be misses when it comes back.
+func (r *Replica) healthChanged() {
+	for _, s := range r.monitor.Statuses() {
+		if !s.Healthy {
+			r.index.Forget(affinity.WorkerID(s.ID))
+		}
+	}
+	r.proxy.Fleet().Refresh()
+}
+
+// sweepIndex expires idle ownership facts every --eviction-interval when
+// --prefix-ttl is set.
+func (r *Replica) sweepIndex() {
+	t := time.NewTicker(r.cfg.Routing.EvictionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if ttl := r.cfg.Routing.PrefixTTL; ttl > 0 {
+				r.index.Expire(time.Now().Add(-ttl))
+			}
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// workerLoads is the /get_loads view: merged and local in-flight counts with
+// health and drain state.
+func (r *Replica) workerLoads() []WorkerLoad {
+	reg := r.fsm.View()
+	out := make([]WorkerLoad, 0, reg.Len())
+	for _, w := range reg.Workers() {
+		l := r.loads.Get(affinity.WorkerID(w.ID))
+		st, _ := r.monitor.Status(health.WorkerID(w.ID))
+		out = append(out, WorkerLoad{ID: w.ID, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
+			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
+	}
+	return out
+}

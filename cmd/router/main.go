@@ -1,0 +1,32 @@
+// Command router runs a replica of the cache-aware router tier and talks to
+// the admin API of running ones.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	app := &cli.App{
+		Name:  "router",
+		Usage: "a cache-aware router for LLM inference fleets that runs as a cluster of replicas",
+		Commands: append([]*cli.Command{serveCommand(), {
+			Name:  "version",
+			Usage: "print the version",
+			Action: func(*cli.Context) error {
+				fmt.Println(version)
+				return nil
+			},
+		}}, adminCommands()...),
+	}
+	if err := app.Run(normalizeArgs(os.Args)); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}

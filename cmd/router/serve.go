@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/proxy"
+)
+
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "serve",
+		Usage:  "run a router replica",
+		Flags:  serveFlags(),
+		Action: serve,
+	}
+}
+
+func serve(c *cli.Context) error {
+	cfg, err := configFrom(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := cluster.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return r.Stop(shutdown)
+}
+
+// configFrom turns the flags into a replica's config, refusing bad values
+// with a message that names the flag.
+func configFrom(c *cli.Context) (cluster.Config, error) {
+	logger, err := newLogger(c.String("log-level"))
+	if err != nil {
+		return cluster.Config{}, err
+	}
+	cfg := cluster.Config{
+		HTTPAddr:        net.JoinHostPort(c.String("host"), strconv.Itoa(c.Int("port"))),
+		NodeName:        c.String("node-name"),
+		DataDir:         c.String("data-dir"),
+		RaftBind:        c.String("raft-bind"),
+		RaftAdvertise:   c.String("raft-advertise"),
+		GossipBind:      c.String("gossip-bind"),
+		GossipAdvertise: c.String("gossip-advertise"),
+		Join:            c.StringSlice("join"),
+		BootstrapExpect: c.Int("bootstrap-expect"),
+		AdminToken:      c.String("admin-token"),
+		Routing:         routingFrom(c),
+		Proxy:           proxyConfigFrom(c),
+		Health:          healthConfigFrom(c),
+		Logger:          logger,
+	}
+	if p := c.Int("prometheus-port"); p > 0 {
+		cfg.MetricsAddr = net.JoinHostPort(c.String("prometheus-host"), strconv.Itoa(p))
+	}
+	if err := fillDefaults(&cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Seeds, err = seedsFrom(c); err != nil {
+		return cfg, err
+	}
+	if key := c.String("gossip-key"); key != "" {
+		if cfg.GossipKey, err = base64.StdEncoding.DecodeString(key); err != nil || !validKeyLen(len(cfg.GossipKey)) {
+			return cfg, fmt.Errorf("--gossip-key: want base64 of 16, 24 or 32 bytes")
+		}
+	}
+	if err := validate(c, cfg); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+func fillDefaults(cfg *cluster.Config) error {
+	if cfg.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--node-name: cannot read the host name: %w", err)
+		}
+		cfg.NodeName = host
+	}
+	if cfg.DataDir == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return fmt.Errorf("--data-dir: no user cache dir to default to: %w", err)
+		}
+		cfg.DataDir = filepath.Join(cache, "kvrouter", cfg.NodeName)
+	}
+	if cfg.RaftAdvertise == "" {
+		cfg.RaftAdvertise = cfg.RaftBind
+	}
+	if cfg.GossipAdvertise == "" {
+		cfg.GossipAdvertise = cfg.GossipBind
+	}
+	return nil
+}
+
+func routingFrom(c *cli.Context) cluster.Routing {
+	r := cluster.DefaultRouting()
+	r.Policy = c.String("policy")
+	r.MissPlacement = c.String("miss-placement")
+	r.Thresholds.CacheThreshold = c.Float64("cache-threshold")
+	r.Thresholds.BalanceAbs = c.Float64("balance-abs-threshold")
+	r.Thresholds.BalanceRel = c.Float64("balance-rel-threshold")
+	r.BlockSize = c.Int("block-size")
+	r.MaxTreeSize = c.Int64("max-tree-size")
+	r.EvictionInterval = time.Duration(c.Int("eviction-interval")) * time.Second
+	r.PrefixTTL, _ = time.ParseDuration(c.String("prefix-ttl"))
+	switch {
+	case c.Bool("vllm-pd-disaggregation"):
+		r.PD = "vllm"
+	case c.Bool("pd-disaggregation"):
+		r.PD = "sglang"
+	}
+	r.PrefillPolicy, r.DecodePolicy = c.String("prefill-policy"), c.String("decode-policy")
+	// Role thresholds default to the global ones, whatever policy the role uses.
+	r.PrefillThresholds = overrideThresholds(r.Thresholds, c.Float64("prefill-cache-threshold"),
+		c.Float64("prefill-balance-abs-threshold"), c.Float64("prefill-balance-rel-threshold"))
+	r.DecodeThresholds = overrideThresholds(r.Thresholds, -1,
+		c.Float64("decode-balance-abs-threshold"), c.Float64("decode-balance-rel-threshold"))
+	r.PrefillMissPlacement = r.MissPlacement
+	return r
+}
+
+// overrideThresholds returns base with the role's values where they were
+// given (a negative value means "not given").
+func overrideThresholds(base cluster.Thresholds, cache, abs, rel float64) cluster.Thresholds {
+	if cache >= 0 {
+		base.CacheThreshold = cache
+	}
+	if abs >= 0 {
+		base.BalanceAbs = abs
+	}
+	if rel >= 0 {
+		base.BalanceRel = rel
+	}
+	return base
+}
+
+func proxyConfigFrom(c *cli.Context) proxy.Config {
+	p := proxy.DefaultConfig()
+	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
+	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
+	p.MaxConcurrentRequests = c.Int("max-concurrent-requests")
+	p.Retry.MaxAttempts = c.Int("retry-max-retries")
+	p.Retry.InitialBackoff = time.Duration(c.Int("retry-initial-backoff-ms")) * time.Millisecond
+	p.Retry.MaxBackoff = time.Duration(c.Int("retry-max-backoff-ms")) * time.Millisecond
+	if h := c.StringSlice("request-id-headers"); len(h) > 0 {
+		p.RequestIDHeaders = h
+	}
+	p.APIKey = c.String("api-key")
+	return p
+}
+
+func healthConfigFrom(c *cli.Context) health.Config {
+	h := health.DefaultConfig()
+	h.Interval = time.Duration(c.Int("health-check-interval-secs")) * time.Second
+	h.Timeout = time.Duration(c.Int("health-check-timeout-secs")) * time.Second
+	h.FailureThreshold = c.Int("health-failure-threshold")
+	h.SuccessThreshold = c.Int("health-success-threshold")
+	h.Endpoint = c.String("health-check-endpoint")
+	h.CBFailureThreshold = c.Int("cb-failure-threshold")
+	h.CBSuccessThreshold = c.Int("cb-success-threshold")
+	h.CBTimeout = time.Duration(c.Int("cb-timeout-duration-secs")) * time.Second
+	h.WedgeTimeout, _ = time.ParseDuration(c.String("wedge-timeout"))
+	return h
+}
+
+var portOrNone = regexp.MustCompile(`^([0-9]+|none)$`)
+
+// seedsFrom reads --worker-urls, --prefill and --decode. A --prefill URL may
+// be followed by its bootstrap port or "none", as in vllm-router.
+func seedsFrom(c *cli.Context) ([]cluster.Seed, error) {
+	var seeds []cluster.Seed
+	for _, u := range c.StringSlice("worker-urls") {
+		if err := checkURL("worker-urls", u); err != nil {
+			return nil, err
+		}
+		seeds = append(seeds, cluster.Seed{URL: u, Role: proxy.RoleRegular})
+	}
+	prefill := c.StringSlice("prefill")
+	for i := 0; i < len(prefill); i++ {
+		s := cluster.Seed{URL: prefill[i], Role: proxy.RolePrefill}
+		if err := checkURL("prefill", s.URL); err != nil {
+			return nil, err
+		}
+		if i+1 < len(prefill) && portOrNone.MatchString(prefill[i+1]) {
+			if p, err := strconv.Atoi(prefill[i+1]); err == nil {
+				s.BootstrapPort = p
+			}
+			i++
+		}
+		seeds = append(seeds, s)
+	}
+	for _, u := range c.StringSlice("decode") {
+		if err := checkURL("decode", u); err != nil {
+			return nil, err
+		}
+		seeds = append(seeds, cluster.Seed{URL: u, Role: proxy.RoleDecode})
+	}
+	return seeds, nil
+}
+
+func checkURL(flag, u string) error {
+	if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return fmt.Errorf("--%s: %q is not an http:// or https:// URL", flag, u)
+	}
+	return nil
+}
+
+// validate checks what the cluster config cannot check on its own.
+func validate(c *cli.Context, cfg cluster.Config) error {
+	if p := c.Int("port"); p < 0 || p > 65535 {
+		return fmt.Errorf("--port: %d is not a port", p)
+	}
+	if _, err := time.ParseDuration(c.String("prefix-ttl")); err != nil {
+		return fmt.Errorf("--prefix-ttl: %w", err)
+	}
+	if d, err := time.ParseDuration(c.String("wedge-timeout")); err != nil || d <= 0 {
+		return fmt.Errorf("--wedge-timeout: want a positive duration such as 60s")
+	}
+	if c.Bool("vllm-pd-disaggregation") && c.Bool("pd-disaggregation") {
+		return fmt.Errorf("--vllm-pd-disaggregation and --pd-disaggregation exclude each other")
+	}
+	return cfg.Validate()
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// normalizeArgs rewrites vllm-router's two-value form `--prefill URL PORT`
+// into `--prefill URL,PORT`, which the flag parser reads as one flag.
+func normalizeArgs(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		if (args[i] == "--prefill" || args[i] == "-prefill") && i+2 < len(args) && portOrNone.MatchString(args[i+2]) {
+			out = append(out, args[i], args[i+1]+","+args[i+2])
+			i += 2
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}

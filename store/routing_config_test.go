@@ -1,0 +1,47 @@
+package store
+
+import (
+	"errors"
+	"testing"
+)
+
+func baseConfig() RoutingConfig {
+	return RoutingConfig{BlockSize: 256, Policy: "cache_aware", MissPlacement: "least_load",
+		CacheThreshold: 0.3, BalanceAbsThreshold: 64, BalanceRelThreshold: 1.5}
+}
+
+func TestDiffNamesTheFirstDifferingField(t *testing.T) {
+	changes := map[string]func(*RoutingConfig){
+		"block_size":            func(c *RoutingConfig) { c.BlockSize = 512 },
+		"policy":                func(c *RoutingConfig) { c.Policy = "round_robin" },
+		"miss_placement":        func(c *RoutingConfig) { c.MissPlacement = "rendezvous" },
+		"cache_threshold":       func(c *RoutingConfig) { c.CacheThreshold = 0.5 },
+		"balance_abs_threshold": func(c *RoutingConfig) { c.BalanceAbsThreshold = 32 },
+		"balance_rel_threshold": func(c *RoutingConfig) { c.BalanceRelThreshold = 2 },
+	}
+	for field, change := range changes {
+		other := baseConfig()
+		change(&other)
+		err := baseConfig().Diff(other)
+		var mismatch *ConfigMismatchError
+		if !errors.As(err, &mismatch) || !errors.Is(err, ErrConfigMismatch) || mismatch.Field != field {
+			t.Errorf("changing %s: Diff = %v", field, err)
+		}
+		if baseConfig().Fingerprint() == other.Fingerprint() {
+			t.Errorf("changing %s keeps the fingerprint", field)
+		}
+	}
+	if err := baseConfig().Diff(baseConfig()); err != nil {
+		t.Fatalf("equal configs differ: %v", err)
+	}
+}
+
+func TestFingerprintIsStableAndFixedWidth(t *testing.T) {
+	a, b := baseConfig().Fingerprint(), baseConfig().Fingerprint()
+	if a != b || len(a) != 16 {
+		t.Fatalf("fingerprints %q and %q, want equal and 16 hex digits", a, b)
+	}
+	if (RoutingConfig{}).Fingerprint() == a {
+		t.Fatal("zero config has the same fingerprint as a configured one")
+	}
+}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"maps"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// WorkerID names a worker inside the cluster. The FSM assigns ids in order
+// starting at 1 and never reuses one, so an id seen in an old gossip message
+// can never be mistaken for a newer worker. 0 means "no worker".
+type WorkerID uint32
+
+// Role is what a worker does in a request's life.
+type Role string
+
+// The roles a worker can have. Regular workers serve whole requests; with
+// prefill/decode disaggregation a request visits a prefill worker and then a
+// decode worker.
+const (
+	RoleRegular Role = "regular"
+	RolePrefill Role = "prefill"
+	RoleDecode  Role = "decode"
+)
+
+// Valid reports whether r is one of the known roles.
+func (r Role) Valid() bool {
+	return r == RoleRegular || r == RolePrefill || r == RoleDecode
+}
+
+// WorkerState is the administrative state of a worker. Health is not part of
+// it: health is each replica's own observation and never goes through Raft.
+type WorkerState string
+
+// The administrative states. A draining worker receives no new requests but
+// finishes the ones it holds.
+const (
+	StateActive   WorkerState = "active"
+	StateDraining WorkerState = "draining"
+)
+
+// Valid reports whether s is one of the known states.
+func (s WorkerState) Valid() bool { return s == StateActive || s == StateDraining }
+
+// Worker is one inference engine in the registry. Values handed out by a
+// Registry are shared with it: treat them, Labels included, as read-only.
+type Worker struct {
+	// ID is assigned by the FSM; see WorkerID.
+	ID WorkerID `json:"id"`
+	// URL is the normalised base URL: lowercase scheme and host, an explicit
+	// port, no trailing slash. It identifies the worker for idempotent adds.
+	URL string `json:"url"`
+	// Role defaults to RoleRegular.
+	Role Role `json:"role"`
+	// Model is the model the worker serves; "" declares none, and such a
+	// worker is taken to serve any model.
+	Model string `json:"model"`
+	// BootstrapPort is the KV-transfer bootstrap port of a prefill worker in
+	// the SGLang protocol; 0 when unused.
+	BootstrapPort int `json:"bootstrap_port"`
+	// Labels are free-form operator tags, carried but not interpreted.
+	Labels map[string]string `json:"labels,omitempty"`
+	// State is StateActive or StateDraining.
+	State WorkerState `json:"state"`
+}
+
+// Limits on what a stranger may put into the registry. They keep the Raft
+// log and the snapshots small and the admin listing readable.
+const (
+	MaxURLBytes        = 2048
+	MaxModelBytes      = 512
+	MaxLabels          = 64
+	MaxLabelKeyBytes   = 128
+	MaxLabelValueBytes = 512
+)
+
+// NormalizeURL validates a worker base URL and returns its canonical form:
+// scheme http or https, a host and an explicit numeric port, no user info,
+// query or fragment; scheme and host lowercased, the port without leading
+// zeros and trailing slashes removed from the path. Errors are *FieldError
+// for field "url".
+func NormalizeURL(raw string) (string, error) {
+	if raw == "" {
+		return "", fieldError("url", "must not be empty")
+	}
+	if len(raw) > MaxURLBytes {
+		return "", fieldError("url", "longer than %d bytes", MaxURLBytes)
+	}
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fieldError("url", "not a URL: %v", err)
+	}
+	if err := checkURLShape(u); err != nil {
+		return "", err
+	}
+	port, err := parsePort(u.Port())
+	if err != nil {
+		return "", err
+	}
+	host := strings.ToLower(u.Hostname())
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	path := strings.TrimRight(u.EscapedPath(), "/")
+	return strings.ToLower(u.Scheme) + "://" + host + ":" + strconv.Itoa(port) + path, nil
+}
+
+func checkURLShape(u *url.URL) error {
+	switch scheme := strings.ToLower(u.Scheme); {
+	case scheme != "http" && scheme != "https":
+		return fieldError("url", "scheme must be http or https, got %q", u.Scheme)
+	case u.Opaque != "" || u.Hostname() == "":
+		return fieldError("url", "must have a host")
+	case strings.Contains(u.Hostname(), "%"):
+		return fieldError("url", "must not name an IPv6 zone")
+	case u.User != nil:
+		return fieldError("url", "must not carry user info")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return fieldError("url", "must not have a query or fragment")
+	}
+	return nil
+}
+
+func parsePort(s string) (int, error) {
+	if s == "" {
+		return 0, fieldError("url", "must have an explicit port")
+	}
+	port, err := strconv.Atoi(s)
+	if err != nil || port < 1 || port > 65535 {
+		return 0, fieldError("url", "port %q is not in 1..65535", s)
+	}
+	return port, nil
+}
+
+func validateModel(model string) error {
+	if len(model) > MaxModelBytes {
+		return fieldError("model", "longer than %d bytes", MaxModelBytes)
+	}
+	return nil
+}
+
+func validateBootstrapPort(port int) error {
+	if port < 0 || port > 65535 {
+		return fieldError("bootstrap_port", "%d is not in 0..65535", port)
+	}
+	return nil
+}
+
+func validateLabels(labels map[string]string) error {
+	if len(labels) > MaxLabels {
+		return fieldError("labels", "more than %d labels", MaxLabels)
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > MaxLabelKeyBytes {
+			return fieldError("labels", "key %q must be 1..%d bytes", k, MaxLabelKeyBytes)
+		}
+		if len(v) > MaxLabelValueBytes {
+			return fieldError("labels", "value of %q longer than %d bytes", k, MaxLabelValueBytes)
+		}
+	}
+	return nil
+}
+
+// cloneLabels copies labels so a registry never shares a map with a caller;
+// an empty map becomes nil so that equal registries compare equal.
+func cloneLabels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return nil
+	}
+	return maps.Clone(labels)
+}
