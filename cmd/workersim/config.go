@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// role is the worker's part in prefill/decode disaggregation.
+type role string
+
+// The roles.
+const (
+	roleBoth    role = "both"    // serves everything (no disaggregation)
+	rolePrefill role = "prefill" // computes prompts for remote decode workers
+	roleDecode  role = "decode"  // generates from prompts computed remotely
+)
+
+// errBadFlag is wrapped by every configuration error; the message names the flag.
+var errBadFlag = errors.New("invalid flag")
+
+// serverConfig is the validated configuration of one simulated worker.
+type serverConfig struct {
+	host      string
+	port      int    // 0 picks a free port
+	workerID  string // empty: the bound host:port
+	models    []string
+	engine    sim.Config
+	timeScale float64 // engine seconds per wall second
+	role      role
+	fault     fault
+	seed      uint64 // seeds the errors fault's draws
+}
+
+// validate refuses a configuration that cannot serve, naming the flag at fault.
+func (c serverConfig) validate() error {
+	checks := []struct {
+		flag string
+		ok   bool
+		want string
+	}{
+		{"host", c.host != "", "a host name or address"},
+		{"port", c.port >= 0 && c.port <= 65535, "0..65535"},
+		{"model", len(c.models) > 0 && !hasEmpty(c.models), "at least one non-empty model name"},
+		{"kv-capacity-tokens", c.engine.KVCapacityTokens >= c.engine.BlockTokens,
+			"at least one block of " + strconv.Itoa(c.engine.BlockTokens) + " tokens"},
+		{"max-num-seqs", c.engine.MaxNumSeqs >= 1, "at least 1"},
+		{"max-num-batched-tokens", c.engine.MaxBatchedTokens >= 1, "at least 1"},
+		{"time-scale", c.timeScale > 0 && !math.IsInf(c.timeScale, 0), "a positive number"},
+		{"role", c.role == roleBoth || c.role == rolePrefill || c.role == roleDecode,
+			"prefill, decode or both"},
+	}
+	for _, ch := range checks {
+		if !ch.ok {
+			return fmt.Errorf("%w --%s: want %s", errBadFlag, ch.flag, ch.want)
+		}
+	}
+	return nil
+}
+
+func hasEmpty(names []string) bool {
+	for _, n := range names {
+		if n == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// serves reports whether the worker serves model (empty: the default, its first model).
+func (c serverConfig) serves(model string) bool {
+	if model == "" {
+		return true
+	}
+	for _, m := range c.models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+// address is the host:port to listen on.
+func (c serverConfig) address() string {
+	return net.JoinHostPort(c.host, strconv.Itoa(c.port))
+}

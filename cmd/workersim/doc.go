@@ -1,0 +1,18 @@
+// Command workersim is a stand-in for a vLLM worker: it serves the OpenAI completion and chat
+// APIs (streaming and not), /v1/models, /health and vLLM's Prometheus metrics, and answers with
+// deterministic filler text after the time a real engine would take. The timing and the prefix
+// cache come from package sim, driven in real time (scaled by --time-scale), so a router that
+// sends a prompt to the worker holding its prefix sees a faster first token, and a router that
+// piles requests on one worker sees them queue.
+//
+// It also plays the two halves of prefill/decode disaggregation (vLLM's kv_transfer_params and
+// SGLang's bootstrap fields) and can be told, at start or at run time through /admin/fault, to
+// crash, fail a share of requests, wedge, slow down or answer health checks slowly, so the
+// router's retries, circuit breaker and progress detection can be exercised for real.
+//
+// Usage:
+//
+//	workersim --port 0 --model sim-model --time-scale 10
+//
+// With --port 0 the first line on stdout is "listening on HOST:PORT".
+package main

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// errDriverStopped fails the requests in flight when the worker shuts down.
+var errDriverStopped = errors.New("workersim: engine stopped")
+
+// driver runs a sim.Engine in real time. One goroutine owns the engine; handlers hand it work
+// over a channel and read its events from their tickets. Engine time is wall time since start
+// multiplied by the time scale; while wedged, engine time stands still, so nothing progresses.
+type driver struct {
+	clock clock
+	scale float64
+	work  chan func()
+	stop  chan struct{}
+	done  chan struct{}
+	stats engineStats
+
+	// Owned by the run goroutine.
+	engine   *sim.Engine
+	tickets  map[sim.RequestID]*ticket
+	nextID   sim.RequestID
+	wedged   bool
+	base     time.Duration // engine time at wallBase
+	wallBase time.Time
+}
+
+// submission is what a handler asks the engine to run.
+type submission struct {
+	prompt       []byte
+	maxTokens    int
+	streamTokens bool
+	remoteTokens int
+}
+
+// newDriver starts the goroutine that owns a new engine; Stop ends it.
+func newDriver(cfg sim.Config, scale float64, clk clock) *driver {
+	d := &driver{
+		clock:    clk,
+		scale:    scale,
+		work:     make(chan func()),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		engine:   sim.NewEngine(cfg),
+		tickets:  make(map[sim.RequestID]*ticket),
+		wallBase: clk.Now(),
+	}
+	d.publish()
+	go d.run()
+	return d
+}
+
+// Stop fails every request in flight and waits for the engine goroutine to end. Idempotent.
+func (d *driver) Stop() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	<-d.done
+}
+
+// call runs fn on the engine goroutine and waits for it.
+func (d *driver) call(fn func()) error {
+	finished := make(chan struct{})
+	select {
+	case d.work <- func() { fn(); close(finished) }:
+	case <-d.done:
+		return errDriverStopped
+	}
+	<-finished
+	return nil
+}
+
+// Submit queues a request and returns the ticket its events arrive on.
+func (d *driver) Submit(s submission) (*ticket, error) {
+	var t *ticket
+	var err error
+	if cerr := d.call(func() { t, err = d.submit(s) }); cerr != nil {
+		return nil, cerr
+	}
+	return t, err
+}
+
+// Cancel drops a request; it reports whether the engine still had it unfinished.
+func (d *driver) Cancel(t *ticket) bool {
+	cancelled := false
+	_ = d.call(func() {
+		delete(d.tickets, t.id)
+		cancelled = d.engine.Cancel(t.id, d.catchUp())
+	})
+	return cancelled
+}
+
+// SetSlowdown sets the engine's slowdown factor from its next step on.
+func (d *driver) SetSlowdown(f float64) error {
+	var err error
+	if cerr := d.call(func() { err = d.engine.SetSlowdown(f) }); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+// SetWedged freezes or resumes engine time.
+func (d *driver) SetWedged(wedged bool) {
+	_ = d.call(func() { d.setWedged(wedged) })
+}
+
+// Config returns the engine's current configuration.
+func (d *driver) Config() sim.Config {
+	var c sim.Config
+	_ = d.call(func() { c = d.engine.Config() })
+	return c
+}
+
+func (d *driver) run() {
+	defer close(d.done)
+	for {
+		d.advance()
+		timer := d.armTimer()
+		var fired <-chan time.Time
+		if timer != nil {
+			fired = timer.C()
+		}
+		select {
+		case fn := <-d.work:
+			fn()
+		case <-fired:
+		case <-d.stop:
+			d.failAll()
+			return
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+func (d *driver) submit(s submission) (*ticket, error) {
+	now := d.catchUp()
+	d.nextID++
+	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
+		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens}
+	if err := d.engine.Submit(r, now); err != nil {
+		return nil, err
+	}
+	t := newTicket(r.ID)
+	d.tickets[r.ID] = t
+	return t, nil
+}
+
+func (d *driver) advance() {
+	d.catchUp()
+	d.publish()
+}
+
+// catchUp delivers every event due by the current engine time, which it returns, so that a
+// submission or cancellation lands on an up-to-date engine.
+func (d *driver) catchUp() time.Duration {
+	now := d.engineNow()
+	if !d.wedged {
+		d.dispatch(d.engine.Advance(now))
+	}
+	return now
+}
+
+func (d *driver) dispatch(events []sim.Event) {
+	for _, ev := range events {
+		t, ok := d.tickets[ev.ID]
+		if !ok {
+			continue
+		}
+		t.push(ev)
+		if ev.Kind == sim.Done {
+			delete(d.tickets, ev.ID)
+		}
+	}
+}
+
+// armTimer returns a timer for the engine's next event, or nil when there is none to wait for.
+func (d *driver) armTimer() clockTimer {
+	at, ok := d.engine.NextEventAt()
+	if !ok || d.wedged {
+		return nil
+	}
+	// Round up: waking a nanosecond early would find nothing due and spin.
+	wait := time.Duration(math.Ceil(float64(at-d.engineNow()) / d.scale))
+	return d.clock.NewTimer(max(wait, 0))
+}
+
+func (d *driver) engineNow() time.Duration {
+	if d.wedged {
+		return d.base
+	}
+	return d.base + time.Duration(float64(d.clock.Now().Sub(d.wallBase))*d.scale)
+}
+
+func (d *driver) setWedged(wedged bool) {
+	if wedged == d.wedged {
+		return
+	}
+	if wedged {
+		d.base = d.engineNow()
+	} else {
+		d.wallBase = d.clock.Now()
+	}
+	d.wedged = wedged
+}
+
+func (d *driver) failAll() {
+	for id, t := range d.tickets {
+		t.fail(errDriverStopped)
+		delete(d.tickets, id)
+	}
+}
+
+// engineStats is the snapshot of engine counters the metrics read, refreshed by the engine
+// goroutine after every change. Safe for concurrent use.
+type engineStats struct {
+	running, waiting            atomic.Int64
+	kvUsageBits                 atomic.Uint64
+	prefixQueries, prefixHits   atomic.Uint64
+	computedTokens, transferred atomic.Uint64
+	numGPUBlocks                atomic.Int64
+}
+
+func (d *driver) publish() {
+	e := d.engine
+	d.stats.running.Store(int64(e.Running()))
+	d.stats.waiting.Store(int64(e.Waiting()))
+	d.stats.kvUsageBits.Store(math.Float64bits(e.KVUsage()))
+	d.stats.prefixQueries.Store(e.PrefixQueries())
+	d.stats.prefixHits.Store(e.PrefixHits())
+	d.stats.computedTokens.Store(e.ComputedTokens())
+	d.stats.transferred.Store(e.TransferredTokens())
+	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
+}
+
+func (s *engineStats) kvUsage() float64 { return math.Float64frombits(s.kvUsageBits.Load()) }

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// fakeClock is a clock that moves only on Advance; its timers fire then.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c       chan time.Time
+	at      time.Time
+	stopped bool
+	clock   *fakeClock
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) clockTimer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c}
+	if d <= 0 {
+		t.c <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.stopped:
+		case !t.at.After(c.now):
+			t.c <- c.now
+		default:
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.c }
+
+func (t *fakeTimer) Stop() bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// nextEvents waits (in real time, bounded) for the ticket's events up to its Done.
+func nextEvents(t *testing.T, tk *ticket) []sim.Event {
+	t.Helper()
+	var evs []sim.Event
+	for len(evs) == 0 || evs[len(evs)-1].Kind != sim.Done {
+		select {
+		case <-tk.ready:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no Done event after %v", evs)
+		}
+		var err error
+		if evs, err = tk.take(evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return evs
+}
+
+// pending returns the events the driver has delivered so far, after bringing the engine up to
+// the clock's time on its own goroutine.
+func pending(t *testing.T, d *driver, tk *ticket) []sim.Event {
+	t.Helper()
+	if err := d.call(func() { d.catchUp() }); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := tk.take(nil)
+	return evs
+}
+
+func TestDriverRunsEngineTimeAtWallTimeTimesScale(t *testing.T) {
+	clk := newFakeClock()
+	cfg := sim.DefaultConfig()
+	d := newDriver(cfg, 3, clk) // 3 does not divide the step time: the wake-up must round up
+	defer d.Stop()
+	tk, err := d.Submit(submission{prompt: make([]byte, 4000), maxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttft := cfg.PrefillCost(1000) // engine time
+	wall := (ttft + 2) / 3
+	clk.Advance(wall - time.Microsecond)
+	if evs := pending(t, d, tk); len(evs) != 0 {
+		t.Fatalf("events before their time: %v", evs)
+	}
+	clk.Advance(time.Microsecond)
+	evs := nextEvents(t, tk)
+	if len(evs) != 2 || evs[0].Kind != sim.FirstToken || evs[0].At != ttft || evs[1].Kind != sim.Done {
+		t.Fatalf("events = %+v, want first token and done at engine time %v", evs, ttft)
+	}
+}
+
+func TestDriverWedgeFreezesEngineTime(t *testing.T) {
+	clk := newFakeClock()
+	cfg := sim.DefaultConfig()
+	d := newDriver(cfg, 1, clk)
+	defer d.Stop()
+	d.SetWedged(true)
+	tk, err := d.Submit(submission{prompt: make([]byte, 4000), maxTokens: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if evs := pending(t, d, tk); len(evs) != 0 {
+		t.Fatalf("wedged engine progressed: %v", evs)
+	}
+	d.SetWedged(false)
+	clk.Advance(cfg.PrefillCost(1000))
+	if evs := nextEvents(t, tk); evs[0].Kind != sim.FirstToken || evs[0].At != cfg.PrefillCost(1000) {
+		t.Fatalf("after unwedging: %+v; want the first token one prefill after the frozen instant", evs)
+	}
+}
+
+func TestDriverSlowdownStretchesSteps(t *testing.T) {
+	clk := newFakeClock()
+	cfg := sim.DefaultConfig()
+	d := newDriver(cfg, 1, clk)
+	defer d.Stop()
+	if err := d.SetSlowdown(4); err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := d.Submit(submission{prompt: make([]byte, 4000), maxTokens: 1})
+	clk.Advance(4 * cfg.PrefillCost(1000))
+	if evs := nextEvents(t, tk); evs[0].At != 4*cfg.PrefillCost(1000) {
+		t.Fatalf("first token at %v, want 4 x %v", evs[0].At, cfg.PrefillCost(1000))
+	}
+	if err := d.SetSlowdown(-1); err == nil {
+		t.Fatal("negative slowdown accepted")
+	}
+}
+
+func TestDriverCancelReportsUnfinishedRequests(t *testing.T) {
+	clk := newFakeClock()
+	d := newDriver(sim.DefaultConfig(), 1, clk)
+	defer d.Stop()
+	tk, _ := d.Submit(submission{prompt: []byte("x"), maxTokens: 1000})
+	if !d.Cancel(tk) {
+		t.Fatal("cancel of a running request reported false")
+	}
+	if d.Cancel(tk) {
+		t.Fatal("second cancel reported true")
+	}
+	done, _ := d.Submit(submission{prompt: []byte("x"), maxTokens: 1})
+	clk.Advance(time.Second)
+	nextEvents(t, done)
+	if d.Cancel(done) {
+		t.Fatal("cancel of a finished request reported true")
+	}
+}
+
+func TestDriverStopFailsRequestsInFlight(t *testing.T) {
+	d := newDriver(sim.DefaultConfig(), 1, newFakeClock())
+	tk, _ := d.Submit(submission{prompt: []byte("x"), maxTokens: 5})
+	d.Stop()
+	d.Stop()
+	if _, err := tk.take(nil); !errors.Is(err, errDriverStopped) {
+		t.Fatalf("ticket error = %v", err)
+	}
+	if _, err := d.Submit(submission{prompt: []byte("x")}); !errors.Is(err, errDriverStopped) {
+		t.Fatalf("submit after stop = %v", err)
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/valyala/fasthttp"
+)
+
+var (
+	// errModelNotFound: the request names a model the worker does not serve (404).
+	errModelNotFound = errors.New("model not found")
+	// errInjected: the errors fault chose to fail this request (500).
+	errInjected = errors.New("injected fault: simulated engine error")
+	// errShuttingDown: the worker is stopping (503).
+	errShuttingDown = errors.New("worker is shutting down")
+)
+
+// apiError is how an error is shown to a client.
+type apiError struct {
+	status int
+	typ    string
+	code   string
+	reason string // label of workersim_requests_failed_total, empty when not counted
+}
+
+// classify maps an error to its HTTP status and OpenAI error fields; the one place that does.
+func classify(err error) apiError {
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, sim.ErrRequestTooLarge), errors.Is(err, errBadFault):
+		return apiError{http.StatusBadRequest, "invalid_request_error", "invalid_request", failBadRequest}
+	case errors.Is(err, errModelNotFound):
+		return apiError{http.StatusNotFound, "invalid_request_error", "model_not_found", failModelNotFound}
+	case errors.Is(err, errInjected):
+		return apiError{http.StatusInternalServerError, "internal_server_error", "injected_fault", failInjected}
+	case errors.Is(err, errShuttingDown), errors.Is(err, errDriverStopped):
+		return apiError{http.StatusServiceUnavailable, "service_unavailable", "shutting_down", failShutdown}
+	}
+	return apiError{http.StatusInternalServerError, "internal_server_error", "internal_error", ""}
+}
+
+// failRequest answers an inference request with err and counts the failure.
+func (s *server) failRequest(ctx *fasthttp.RequestCtx, err error) {
+	if reason := classify(err).reason; reason != "" {
+		s.metrics.fail(reason)
+	}
+	s.writeError(ctx, err)
+}
+
+// writeError answers with err as an OpenAI-style error body.
+func (s *server) writeError(ctx *fasthttp.RequestCtx, err error) {
+	e := classify(err)
+	ctx.Response.Reset()
+	s.setCommonHeaders(ctx)
+	ctx.SetStatusCode(e.status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(appendErrorBody(nil, err.Error(), e.typ, e.code))
+}

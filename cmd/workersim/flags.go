@@ -1,0 +1,90 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/urfave/cli/v2"
+)
+
+// envPrefix prefixes the environment variable that backs every flag.
+const envPrefix = "WORKERSIM_"
+
+func env(flag string) []string {
+	return []string{envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
+}
+
+// flags is the command line of workersim; each flag also reads WORKERSIM_<NAME>.
+func flags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "host", Value: "127.0.0.1", EnvVars: env("host"), Usage: "address to listen on"},
+		&cli.IntFlag{Name: "port", Value: 8000, EnvVars: env("port"),
+			Usage: "port to listen on; 0 picks a free one and prints \"listening on HOST:PORT\" first"},
+		&cli.StringFlag{Name: "worker-id", EnvVars: env("worker-id"),
+			Usage: "identity returned in header x-worker-id (default: the bound host:port)"},
+		&cli.StringSliceFlag{Name: "model", Value: cli.NewStringSlice("sim-model"), EnvVars: env("model"),
+			Usage: "model name served (repeatable)"},
+		&cli.IntFlag{Name: "kv-capacity-tokens", Value: sim.DefaultKVCapacityTokens, EnvVars: env("kv-capacity-tokens"),
+			Usage: "KV cache size in tokens"},
+		&cli.IntFlag{Name: "max-num-seqs", Value: sim.DefaultMaxNumSeqs, EnvVars: env("max-num-seqs"),
+			Usage: "sequences running at once; more wait in a queue"},
+		&cli.IntFlag{Name: "max-num-batched-tokens", Value: sim.DefaultMaxBatchedTokens,
+			EnvVars: env("max-num-batched-tokens"), Usage: "token budget of one engine step (chunked prefill)"},
+		&cli.Float64Flag{Name: "time-scale", Value: 1, EnvVars: env("time-scale"),
+			Usage: "speed-up of simulated time: 100 runs everything 100x faster"},
+		&cli.StringFlag{Name: "role", Value: string(roleBoth), EnvVars: env("role"),
+			Usage: "prefill/decode disaggregation role: prefill, decode or both"},
+		&cli.StringFlag{Name: "fault", EnvVars: env("fault"),
+			Usage: `fault at start, as POST /admin/fault takes it ({"mode":"degrade","factor":10}) or a bare mode name`},
+		&cli.Uint64Flag{Name: "seed", Value: 1, EnvVars: env("seed"), Usage: "seed of the errors fault's draws"},
+	}
+}
+
+// configFromCLI builds and validates the configuration from parsed flags.
+func configFromCLI(c *cli.Context) (serverConfig, error) {
+	f, err := parseFault(c.String("fault"))
+	if err != nil {
+		return serverConfig{}, fmt.Errorf("%w --fault: %w", errBadFlag, err)
+	}
+	engine := sim.DefaultConfig()
+	engine.KVCapacityTokens = c.Int("kv-capacity-tokens")
+	engine.MaxNumSeqs = c.Int("max-num-seqs")
+	engine.MaxBatchedTokens = c.Int("max-num-batched-tokens")
+	cfg := serverConfig{
+		host:      c.String("host"),
+		port:      c.Int("port"),
+		workerID:  c.String("worker-id"),
+		models:    c.StringSlice("model"),
+		engine:    engine,
+		timeScale: c.Float64("time-scale"),
+		role:      role(c.String("role")),
+		fault:     f,
+		seed:      c.Uint64("seed"),
+	}
+	return cfg, cfg.validate()
+}
+
+// newApp returns the command; serve runs a validated configuration until it fails or the
+// process is told to stop.
+func newApp(stdout, stderr io.Writer, serve func(*cli.Context, serverConfig) error) *cli.App {
+	return &cli.App{
+		Name:            "workersim",
+		Usage:           "a simulated vLLM worker with a prefix cache, realistic timing and faults",
+		Flags:           flags(),
+		Writer:          stdout,
+		ErrWriter:       stderr,
+		HideHelpCommand: true,
+		Action: func(c *cli.Context) error {
+			if c.Args().Len() > 0 {
+				return fmt.Errorf("%w: unexpected arguments %q", errBadFlag, c.Args().Slice())
+			}
+			cfg, err := configFromCLI(c)
+			if err != nil {
+				return err
+			}
+			return serve(c, cfg)
+		},
+	}
+}

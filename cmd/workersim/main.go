@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+)
+
+// shutdownGrace bounds how long a stopping worker waits for its connections to close.
+const shutdownGrace = 5 * time.Second
+
+func main() {
+	app := newApp(os.Stdout, os.Stderr, func(c *cli.Context, cfg serverConfig) error {
+		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return run(ctx, cfg, os.Stdout, os.Exit)
+	})
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "workersim:", err)
+		os.Exit(2)
+	}
+}
+
+// run serves cfg until ctx ends. Its first line on stdout is "listening on HOST:PORT".
+func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)) error {
+	ln, err := net.Listen("tcp", cfg.address())
+	if err != nil {
+		return fmt.Errorf("listen on %s (--host, --port): %w", cfg.address(), err)
+	}
+	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
+	s, err := newServer(cfg, ln.Addr(), wallClock{}, exit)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	select {
+	case err = <-served:
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if serr := s.Shutdown(shutdownCtx); serr != nil && err == nil {
+		err = serr
+	}
+	if ctx.Err() != nil {
+		<-served
+	}
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

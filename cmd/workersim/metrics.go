@@ -1,0 +1,101 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// workerMetrics are the worker's Prometheus metrics: vLLM's names for what a router scrapes, and
+// workersim_* counters for what tests and chaos scenarios assert. Safe for concurrent use.
+type workerMetrics struct {
+	set              *metrics.Set
+	requests         map[string]*metrics.Counter // by API path
+	failed           map[string]*metrics.Counter // by reason
+	cancelled        *metrics.Counter
+	success          *metrics.Counter
+	promptTokens     *metrics.Counter
+	generationTokens *metrics.Counter
+	pdPrefill        *metrics.Counter
+	pdDecode         *metrics.Counter
+}
+
+// Reasons a request fails, the label values of workersim_requests_failed_total.
+const (
+	failBadRequest    = "bad_request"
+	failModelNotFound = "model_not_found"
+	failInjected      = "injected_fault"
+	failShutdown      = "shutdown"
+)
+
+func newWorkerMetrics(model string, blockTokens int, stats *engineStats, currentFault func() faultMode) *workerMetrics {
+	s := metrics.NewSet()
+	m := &workerMetrics{
+		set:              s,
+		requests:         make(map[string]*metrics.Counter),
+		failed:           make(map[string]*metrics.Counter),
+		cancelled:        s.NewCounter("workersim_requests_cancelled_total"),
+		success:          s.NewCounter(modelMetric("vllm:request_success_total", model, `finished_reason="length"`)),
+		promptTokens:     s.NewCounter(modelMetric("vllm:prompt_tokens_total", model, "")),
+		generationTokens: s.NewCounter(modelMetric("vllm:generation_tokens_total", model, "")),
+		pdPrefill:        s.NewCounter(`workersim_pd_requests_total{phase="prefill"}`),
+		pdDecode:         s.NewCounter(`workersim_pd_requests_total{phase="decode"}`),
+	}
+	for _, path := range []string{pathCompletions, pathChatCompletions} {
+		m.requests[path] = s.NewCounter(fmt.Sprintf("workersim_requests_total{path=%q}", path))
+	}
+	for _, reason := range []string{failBadRequest, failModelNotFound, failInjected, failShutdown} {
+		m.failed[reason] = s.NewCounter(fmt.Sprintf("workersim_requests_failed_total{reason=%q}", reason))
+	}
+	m.registerEngineGauges(model, blockTokens, stats)
+	m.registerFaultGauges(currentFault)
+	return m
+}
+
+func (m *workerMetrics) registerEngineGauges(model string, blockTokens int, st *engineStats) {
+	gauges := map[string]func() float64{
+		"vllm:num_requests_running":       func() float64 { return float64(st.running.Load()) },
+		"vllm:num_requests_waiting":       func() float64 { return float64(st.waiting.Load()) },
+		"vllm:kv_cache_usage_perc":        st.kvUsage,
+		"vllm:prefix_cache_queries_total": func() float64 { return float64(st.prefixQueries.Load()) },
+		"vllm:prefix_cache_hits_total":    func() float64 { return float64(st.prefixHits.Load()) },
+	}
+	for name, f := range gauges {
+		m.set.NewGauge(modelMetric(name, model, ""), f)
+	}
+	m.set.NewGauge("workersim_prefill_computed_tokens_total", func() float64 { return float64(st.computedTokens.Load()) })
+	m.set.NewGauge("workersim_kv_transfer_tokens_total", func() float64 { return float64(st.transferred.Load()) })
+	info := fmt.Sprintf(`vllm:cache_config_info{block_size="%d",num_gpu_blocks="%d"}`,
+		blockTokens, st.numGPUBlocks.Load())
+	m.set.NewGauge(info, func() float64 { return 1 })
+}
+
+// registerFaultGauges exposes the current fault as workersim_fault{mode="..."} 1 (0 for the
+// other modes), so a chaos scenario can see what it injected.
+func (m *workerMetrics) registerFaultGauges(current func() faultMode) {
+	for _, mode := range []faultMode{faultNone, faultCrash, faultErrors, faultWedge, faultDegrade, faultSlowHealth} {
+		m.set.NewGauge(fmt.Sprintf("workersim_fault{mode=%q}", mode), func() float64 {
+			if current() == mode {
+				return 1
+			}
+			return 0
+		})
+	}
+}
+
+// modelMetric names a metric carrying vLLM's model_name label and optional extra labels.
+func modelMetric(name, model, extra string) string {
+	labels := `model_name="` + labelEscaper.Replace(model) + `"`
+	if extra != "" {
+		labels = extra + "," + labels
+	}
+	return name + "{" + labels + "}"
+}
+
+// labelEscaper escapes a Prometheus label value.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+func (m *workerMetrics) fail(reason string) {
+	m.failed[reason].Inc()
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// servePlan is how the worker serves one request once its P/D part is known.
+type servePlan struct {
+	sub          submission
+	stream       bool
+	includeUsage bool
+	kvReply      bool // answer with kv_transfer_params for a remote decode (vLLM prefill phase)
+}
+
+// plan decides how to serve req on this worker's role. vLLM style: do_remote_decode asks for the
+// prefill only, answered with one token and the parameters a decode worker needs;
+// do_remote_prefill brings a prompt computed elsewhere, whose transfer replaces the prefill.
+// SGLang style: bootstrap_room marks a request sent to both workers at once; the prefill worker
+// computes the prompt and answers, the decode worker generates as if the prompt was transferred.
+func (s *server) plan(req inferenceRequest) (servePlan, error) {
+	p := servePlan{
+		sub:    submission{prompt: req.prompt, maxTokens: req.maxTokens, streamTokens: req.stream},
+		stream: req.stream, includeUsage: req.includeUsage,
+	}
+	kv := req.kv
+	switch {
+	case kv != nil && kv.doRemoteDecode && kv.doRemotePrefill:
+		return p, fmt.Errorf("%w: kv_transfer_params cannot ask for both remote prefill and remote decode", errBadRequest)
+	case kv != nil && kv.doRemoteDecode:
+		return s.planPrefillPhase(p)
+	case kv != nil && kv.doRemotePrefill:
+		return s.planDecodePhase(p, kv)
+	case req.bootstrap && s.cfg.role == rolePrefill:
+		p.sub.maxTokens = 1
+		s.metrics.pdPrefill.Inc()
+	case req.bootstrap && s.cfg.role == roleDecode:
+		p.sub.remoteTokens = math.MaxInt32 // the whole prompt arrives from the prefill worker
+		s.metrics.pdDecode.Inc()
+	}
+	return p, nil
+}
+
+func (s *server) planPrefillPhase(p servePlan) (servePlan, error) {
+	if s.cfg.role == roleDecode {
+		return p, fmt.Errorf("%w: a decode worker cannot serve do_remote_decode (a prefill phase)", errBadRequest)
+	}
+	p.sub.maxTokens, p.sub.streamTokens = 1, false
+	p.stream, p.includeUsage, p.kvReply = false, false, true
+	s.metrics.pdPrefill.Inc()
+	return p, nil
+}
+
+func (s *server) planDecodePhase(p servePlan, kv *kvTransferParams) (servePlan, error) {
+	switch {
+	case s.cfg.role == rolePrefill:
+		return p, fmt.Errorf("%w: a prefill worker cannot serve do_remote_prefill (a decode phase)", errBadRequest)
+	case !kv.hasEngineID:
+		return p, fmt.Errorf("%w: kv_transfer_params.remote_engine_id is required with do_remote_prefill", errBadRequest)
+	case !kv.hasBlockIDs:
+		return p, fmt.Errorf("%w: kv_transfer_params.remote_block_ids is required with do_remote_prefill", errBadRequest)
+	}
+	// The remote blocks carry the prompt's KV; the engine caps the transfer at the prompt.
+	p.sub.remoteTokens = clampTokens(kv.remoteBlocks * s.cfg.engine.BlockTokens)
+	s.metrics.pdDecode.Inc()
+	return p, nil
+}
+
+// appendKVReply appends the kv_transfer_params a prefill phase answers with: where a decode
+// worker fetches the KV blocks of a prompt of promptTokens tokens.
+func (s *server) appendKVReply(dst []byte, promptTokens int) []byte {
+	dst = append(dst, `{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":`...)
+	dst = appendJSONString(dst, s.workerID)
+	dst = append(dst, `,"remote_block_ids":[`...)
+	for i := range s.cfg.engine.BlocksFor(promptTokens) {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(i), 10)
+	}
+	dst = append(dst, `],"remote_host":`...)
+	dst = appendJSONString(dst, s.host)
+	dst = append(dst, `,"remote_port":`...)
+	dst = strconv.AppendInt(dst, int64(s.port), 10)
+	return append(dst, '}')
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// The endpoints.
+const (
+	pathCompletions     = "/v1/completions"
+	pathChatCompletions = "/v1/chat/completions"
+	pathModels          = "/v1/models"
+	pathHealth          = "/health"
+	pathMetrics         = "/metrics"
+	pathAdminFault      = "/admin/fault"
+	headerWorkerID      = "x-worker-id"
+)
+
+// maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
+const maxBodyBytes = 64 << 20
+
+// server is one simulated worker: the HTTP front on fasthttp and the engine driver behind it.
+type server struct {
+	cfg      serverConfig
+	workerID string
+	host     string // bound address, announced to decode workers in kv_transfer_params
+	port     int
+	created  int64 // unix seconds at start, reported as created/owned times
+	driver   *driver
+	metrics  *workerMetrics
+	http     *fasthttp.Server
+	parsers  fastjson.ParserPool
+	seq      atomic.Uint64 // response ids
+
+	fault    atomic.Pointer[fault]
+	faultMu  sync.Mutex // serialises fault changes
+	crash    *time.Timer
+	exit     func(code int)
+	rngMu    sync.Mutex
+	rng      *rand.Rand
+	stopping chan struct{} // closed when shutdown begins
+	stopOnce sync.Once
+}
+
+// newServer builds a worker bound to addr (the listener's address) and starts its engine on clk
+// (the wall clock outside tests). exit ends the process (os.Exit outside tests). Serve and
+// Shutdown run it.
+func newServer(cfg serverConfig, addr net.Addr, clk clock, exit func(int)) (*server, error) {
+	host, portText, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return nil, err
+	}
+	port, _ := strconv.Atoi(portText)
+	s := &server{
+		cfg:      cfg,
+		workerID: cfg.workerID,
+		host:     host,
+		port:     port,
+		created:  time.Now().Unix(),
+		exit:     exit,
+		rng:      rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
+		stopping: make(chan struct{}),
+	}
+	if s.workerID == "" {
+		s.workerID = addr.String()
+	}
+	s.fault.Store(&fault{Mode: faultNone})
+	s.driver = newDriver(cfg.engine, cfg.timeScale, clk)
+	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
+		func() faultMode { return s.fault.Load().Mode })
+	s.http = &fasthttp.Server{
+		Handler:            s.handle,
+		Name:               "workersim",
+		MaxRequestBodySize: maxBodyBytes,
+		CloseOnShutdown:    true,
+	}
+	if err := s.setFault(cfg.fault); err != nil {
+		s.driver.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Serve answers connections from ln until Shutdown.
+func (s *server) Serve(ln net.Listener) error {
+	return s.http.Serve(ln)
+}
+
+// Shutdown ends the requests in flight, closes the listener and connections, and stops the
+// engine. Idempotent.
+func (s *server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	s.faultMu.Lock()
+	if s.crash != nil {
+		s.crash.Stop()
+	}
+	s.faultMu.Unlock()
+	err := s.http.ShutdownWithContext(ctx)
+	s.driver.Stop()
+	return err
+}
+
+func (s *server) handle(ctx *fasthttp.RequestCtx) {
+	s.setCommonHeaders(ctx)
+	path := string(ctx.Path())
+	switch {
+	case path == pathCompletions && ctx.IsPost():
+		s.handleInference(ctx, false)
+	case path == pathChatCompletions && ctx.IsPost():
+		s.handleInference(ctx, true)
+	case path == pathModels && ctx.IsGet():
+		s.handleModels(ctx)
+	case path == pathHealth && ctx.IsGet():
+		s.handleHealth(ctx)
+	case path == pathMetrics && ctx.IsGet():
+		s.handleMetrics(ctx)
+	case path == pathAdminFault && (ctx.IsGet() || ctx.IsPost()):
+		s.handleFault(ctx)
+	default:
+		ctx.SetStatusCode(fasthttp.StatusNotFound)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(appendErrorBody(nil, "no route for "+string(ctx.Method())+" "+path,
+			"invalid_request_error", "not_found"))
+	}
+}
+
+func (s *server) setCommonHeaders(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(headerWorkerID, s.workerID)
+}
+
+func (s *server) handleModels(ctx *fasthttp.RequestCtx) {
+	b := []byte(`{"object":"list","data":[`)
+	for i, m := range s.cfg.models {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"id":`...)
+		b = appendJSONString(b, m)
+		b = append(b, `,"object":"model","created":`...)
+		b = strconv.AppendInt(b, s.created, 10)
+		b = append(b, `,"owned_by":"workersim","root":`...)
+		b = appendJSONString(b, m)
+		b = append(b, `,"max_model_len":`...)
+		b = strconv.AppendInt(b, int64(s.cfg.engine.KVCapacityTokens), 10)
+		b = append(b, '}')
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, "]}"...))
+}
+
+func (s *server) handleHealth(ctx *fasthttp.RequestCtx) {
+	if f := s.fault.Load(); f.Mode == faultSlowHealth {
+		// Wall time on purpose: the delay is aimed at the router's health-check timeout.
+		t := time.NewTimer(time.Duration(f.DelayMs) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-s.stopping:
+		}
+	}
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; version=0.0.4")
+	s.metrics.set.WritePrometheus(ctx)
+}
+
+// drawError reports whether the errors fault fails this request.
+func (s *server) drawError() bool {
+	f := s.fault.Load()
+	if f.Mode != faultErrors {
+		return false
+	}
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64() < f.Rate
+}
+
+// nextID returns a response id unique within the process.
+func (s *server) nextID(prefix string) string {
+	return prefix + strconv.FormatUint(s.seq.Add(1), 36) + "-" + strconv.FormatInt(s.created, 36)
+}

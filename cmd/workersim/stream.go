@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"net"
+
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/valyala/fasthttp"
+)
+
+// stream answers with server-sent events, one per generated token, flushed as the engine
+// produces them. Nothing is sent before the first token exists: like a real engine, the status
+// line and headers wait for the prefill, so a wedged worker sends no byte at all.
+func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, head responseHead, p servePlan) {
+	conn := ctx.Conn()
+	w := watchConn(conn)
+	events, err := s.await(t, w.Gone(), nil, sim.FirstToken)
+	stray := w.Stop()
+	if err != nil {
+		s.abandon(ctx, t, err)
+		return
+	}
+	if stray {
+		ctx.SetConnectionClose()
+	}
+	ctx.SetContentType("text/event-stream")
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		r := relay{s: s, t: t, head: head, plan: p, out: bw}
+		r.run(conn, events)
+	})
+}
+
+// relay writes one request's events to its SSE stream. It runs on the goroutine fasthttp gives
+// the body writer, which ends when run returns.
+type relay struct {
+	s    *server
+	t    *ticket
+	head responseHead
+	plan servePlan
+	out  *bufio.Writer
+	buf  []byte
+}
+
+func (r *relay) run(conn net.Conn, events []sim.Event) {
+	w := watchConn(conn)
+	defer w.Stop()
+	for {
+		for _, ev := range events {
+			finished, err := r.write(ev)
+			if err != nil {
+				r.s.clientGone(r.t)
+				return
+			}
+			if finished {
+				return
+			}
+		}
+		var err error
+		if events, err = r.next(w.Gone(), events[:0]); err != nil {
+			return
+		}
+	}
+}
+
+// next waits for more events; on a client that went away it cancels the request.
+func (r *relay) next(gone <-chan struct{}, events []sim.Event) ([]sim.Event, error) {
+	events, err := r.s.await(r.t, gone, events, sim.Token)
+	switch {
+	case err == nil:
+	case errors.Is(err, errClientGone):
+		r.s.clientGone(r.t)
+	default:
+		r.s.driver.Cancel(r.t)
+	}
+	return events, err
+}
+
+// write sends the chunk of one event and flushes it; it reports whether the stream is complete.
+func (r *relay) write(ev sim.Event) (finished bool, err error) {
+	switch ev.Kind {
+	case sim.FirstToken, sim.Token:
+		r.buf = r.head.appendTokenChunk(r.buf[:0], ev.Usage.Completion, r.plan.sub.maxTokens)
+	case sim.Done:
+		r.s.countDone(ev.Usage)
+		r.buf = r.buf[:0]
+		if r.plan.includeUsage {
+			r.buf = r.head.appendUsageChunk(r.buf, ev.Usage)
+		}
+		r.buf = append(r.buf, doneEvent...)
+		finished = true
+	}
+	if _, err := r.out.Write(r.buf); err != nil {
+		return false, err
+	}
+	return finished, r.out.Flush()
+}

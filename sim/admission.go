@@ -1,0 +1,80 @@
+package sim
+
+import (
+	"slices"
+	"time"
+)
+
+// peekWaiting returns the oldest live waiting sequence, dropping cancelled ones on the way.
+func (e *Engine) peekWaiting() *sequence {
+	for e.waitingHead < len(e.waiting) {
+		s := e.waiting[e.waitingHead]
+		if !s.cancelled {
+			return s
+		}
+		e.popWaiting()
+	}
+	return nil
+}
+
+func (e *Engine) popWaiting() {
+	e.waiting[e.waitingHead] = nil
+	e.waitingHead++
+	if e.waitingHead > 64 && e.waitingHead*2 > len(e.waiting) {
+		n := copy(e.waiting, e.waiting[e.waitingHead:])
+		clear(e.waiting[n:])
+		e.waiting = e.waiting[:n]
+		e.waitingHead = 0
+	}
+}
+
+// admit reserves the KV a sequence needs for its whole life (prompt and every token it will
+// generate) and looks its prompt up in the prefix cache. It reports false, changing nothing,
+// when the KV does not fit even after evicting every unreferenced block.
+func (e *Engine) admit(s *sequence, at time.Duration) bool {
+	hitLimit := e.cfg.hitLimitBlocks(s.promptTokens)
+	p := e.cache.plan(s.hashes, hitLimit)
+	private := e.cfg.BlocksFor(s.promptTokens+s.maxTokens) - p.indexed
+	if !e.cache.fits(p, private) {
+		return false
+	}
+	s.private = private
+	s.blocks = e.cache.commit(s.hashes, private)
+	s.hashes = nil
+	s.admitted = true
+	s.cached = p.hits * e.cfg.BlockTokens
+	s.kvTokens = s.cached
+	s.transfer = min(s.remote, s.promptTokens-s.cached)
+	s.readyAt = at + e.cfg.TransferCost(s.transfer)
+	s.prefillLeft = s.promptTokens - s.cached - s.transfer
+	e.prefixQueries += uint64(s.promptTokens)
+	e.prefixHits += uint64(s.cached)
+	e.transferTokens += uint64(s.transfer)
+	return true
+}
+
+// release gives back everything a sequence holds in the cache.
+func (e *Engine) release(s *sequence) {
+	e.cache.release(s.blocks)
+	s.blocks = nil
+	e.cache.private -= s.private
+	s.private = 0
+}
+
+// markComputed marks the sequence's indexed blocks whose tokens now have KV, so that later
+// prompts can share them.
+func (e *Engine) markComputed(s *sequence) {
+	done := min(s.kvTokens/e.cfg.BlockTokens, len(s.blocks))
+	for ; s.marked < done; s.marked++ {
+		e.cache.markComputed(s.blocks[s.marked])
+	}
+}
+
+func (e *Engine) removeRunning(s *sequence) {
+	for i, r := range e.running {
+		if r == s {
+			e.running = slices.Delete(e.running, i, i+1)
+			return
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package sim
+
+import "time"
+
+// sequence is a request inside the engine, from submission to its last event.
+type sequence struct {
+	id           RequestID
+	promptTokens int
+	maxTokens    int
+	stream       bool
+	remote       int      // tokens the request says arrive by transfer
+	hashes       []uint64 // full prompt blocks; dropped at admission
+
+	admitted    bool
+	cancelled   bool
+	finished    bool
+	blocks      []int32 // indexed blocks referenced, prompt order
+	marked      int     // leading blocks marked computed
+	private     int     // blocks held outside the index
+	cached      int     // prompt tokens found cached at admission
+	kvTokens    int     // prompt tokens whose KV is present
+	transfer    int     // tokens still arriving from a remote engine
+	readyAt     time.Duration
+	prefillLeft int
+	generated   int
+	chunk       int // prefill tokens in the current step; 0 means a decode
+}
+
+func newSequence(cfg Config, r Request) *sequence {
+	return &sequence{
+		id:           r.ID,
+		promptTokens: cfg.TokenCount(len(r.Prompt)),
+		maxTokens:    max(r.MaxTokens, 1),
+		stream:       r.StreamTokens,
+		remote:       max(r.RemotePrefillTokens, 0),
+		hashes:       cfg.AppendBlockHashes(nil, r.Prompt),
+	}
+}
+
+func (s *sequence) usage() Usage {
+	return Usage{Prompt: s.promptTokens, Cached: s.cached, Completion: s.generated}
+}
+
+// ready reports whether the sequence can compute at time at, absorbing a completed transfer.
+func (s *sequence) ready(at time.Duration) bool {
+	if s.readyAt > at {
+		return false
+	}
+	if s.transfer > 0 {
+		s.kvTokens += s.transfer
+		s.transfer = 0
+	}
+	return true
+}

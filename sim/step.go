@@ -1,0 +1,153 @@
+package sim
+
+import "time"
+
+// startStep composes the batch of the step that begins at time at and schedules its end. Running
+// sequences come first (one token for each decode, then prefill chunks in admission order), then
+// waiting sequences are admitted while a sequence slot, the KV and the token budget allow. With
+// nothing to compute the engine idles, waking for the earliest pending KV transfer if any.
+func (e *Engine) startStep(at time.Duration) {
+	e.batch = e.batch[:0]
+	usage := e.KVUsage()
+	decodes := e.scheduleDecodes(at)
+	budget := e.cfg.MaxBatchedTokens - decodes
+	newTokens, budget := e.schedulePrefills(at, budget)
+	admittedTokens, admittedDecodes := e.admitWaiting(at, budget)
+	newTokens += admittedTokens
+	decodes += admittedDecodes
+	if len(e.batch) == 0 {
+		e.stepping = false
+		e.armWake()
+		return
+	}
+	d := e.cfg.PrefillCost(newTokens)
+	if decodes > 0 {
+		d += e.cfg.DecodeCost(usage)
+	}
+	d = time.Duration(float64(d) * e.cfg.Slowdown)
+	e.stepping, e.waking = true, false
+	e.stepEnd = at + max(d, 1)
+}
+
+func (e *Engine) scheduleDecodes(at time.Duration) int {
+	n := 0
+	for _, s := range e.running {
+		if s.prefillLeft == 0 && s.ready(at) {
+			s.chunk = 0
+			e.batch = append(e.batch, s)
+			n++
+		}
+	}
+	return n
+}
+
+func (e *Engine) schedulePrefills(at time.Duration, budget int) (tokens, left int) {
+	for _, s := range e.running {
+		if budget <= 0 {
+			break
+		}
+		if s.prefillLeft > 0 && s.ready(at) {
+			c := e.addPrefill(s, budget)
+			tokens += c
+			budget -= c
+		}
+	}
+	return tokens, budget
+}
+
+// addPrefill puts the next chunk of a sequence's prompt in the batch and returns its size.
+func (e *Engine) addPrefill(s *sequence, budget int) int {
+	s.chunk = min(s.prefillLeft, budget)
+	e.batch = append(e.batch, s)
+	return s.chunk
+}
+
+// admitWaiting admits waiting sequences in arrival order and schedules those ready to compute.
+func (e *Engine) admitWaiting(at time.Duration, budget int) (tokens, decodes int) {
+	for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
+		s := e.peekWaiting()
+		if s == nil || !e.admit(s, at) {
+			break
+		}
+		e.popWaiting()
+		e.waitingLen--
+		e.running = append(e.running, s)
+		e.markComputed(s)
+		if !s.ready(at) {
+			continue
+		}
+		if s.prefillLeft == 0 {
+			s.chunk = 0
+			e.batch = append(e.batch, s)
+			decodes++
+			budget--
+			continue
+		}
+		c := e.addPrefill(s, budget)
+		tokens += c
+		budget -= c
+	}
+	return tokens, decodes
+}
+
+func (e *Engine) armWake() {
+	e.waking = false
+	for _, s := range e.running {
+		if !e.waking || s.readyAt < e.wakeAt {
+			e.waking, e.wakeAt = true, s.readyAt
+		}
+	}
+}
+
+// finishStep applies the step that ends at time at: prefill chunks become KV, a completed prompt
+// yields its first token, decodes yield one token each, and sequences that reached MaxTokens
+// finish and release their blocks.
+func (e *Engine) finishStep(at time.Duration) {
+	e.stepping = false
+	for _, s := range e.batch {
+		if !s.cancelled {
+			e.progress(s, at)
+		}
+	}
+	e.batch = e.batch[:0]
+	e.dropFinished()
+}
+
+func (e *Engine) progress(s *sequence, at time.Duration) {
+	if s.chunk > 0 {
+		s.prefillLeft -= s.chunk
+		s.kvTokens += s.chunk
+		e.computedTokens += uint64(s.chunk)
+		s.chunk = 0
+		e.markComputed(s)
+		if s.prefillLeft > 0 {
+			return
+		}
+	} else {
+		e.markComputed(s) // a transferred prompt becomes shareable once it arrived
+	}
+	s.generated++
+	switch {
+	case s.generated == 1:
+		e.emit(s, FirstToken, at)
+	case s.stream:
+		e.emit(s, Token, at)
+	}
+	if s.generated >= s.maxTokens {
+		e.emit(s, Done, at)
+		e.release(s)
+		delete(e.byID, s.id)
+		s.finished = true
+	}
+}
+
+func (e *Engine) dropFinished() {
+	kept := e.running[:0]
+	for _, s := range e.running {
+		if !s.finished {
+			kept = append(kept, s)
+		}
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+}
