@@ -33,6 +33,7 @@ type fakeWorker struct {
 	aborted  atomic.Int32 // requests whose connection the router closed
 	lastBody atomic.Value
 	models   atomic.Value // the model its /v1/models lists; unset = 404
+	metrics  atomic.Value // its /metrics text; unset = 404
 	ln       net.Listener
 	srv      *fasthttp.Server
 	done     chan struct{}
@@ -74,6 +75,10 @@ func waitHangUp(conn net.Conn) bool {
 
 func (f *fakeWorker) handle(ctx *fasthttp.RequestCtx) {
 	if !ctx.IsPost() {
+		if m, _ := f.metrics.Load().(string); m != "" && string(ctx.Path()) == "/metrics" {
+			ctx.SetBodyString(m)
+			return
+		}
 		if m, _ := f.models.Load().(string); m != "" && string(ctx.Path()) == "/v1/models" {
 			fmt.Fprintf(ctx, `{"object":"list","data":[{"id":%q,"object":"model"}]}`, m)
 			return
@@ -143,6 +148,7 @@ func (f *fakeWorker) stream(ctx *fasthttp.RequestCtx) {
 // testRouter is a proxy on a loopback port in front of fake workers.
 type testRouter struct {
 	proxy *Proxy
+	index *affinity.Index
 	loads *affinity.LoadTable
 	url   string
 	set   *metrics.Set
@@ -210,7 +216,7 @@ func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 		_ = p.Shutdown(ctx)
 		<-done
 	})
-	return &testRouter{proxy: p, loads: loads, url: "http://" + ln.Addr().String(), set: set}
+	return &testRouter{proxy: p, index: index, loads: loads, url: "http://" + ln.Addr().String(), set: set}
 }
 
 // load is the router's local in-flight count on worker id.

@@ -78,6 +78,7 @@ type Fleet struct {
 	workers    []Worker
 	ups        map[affinity.WorkerID]*upstream
 	discovered map[affinity.WorkerID][]string
+	measured   map[affinity.WorkerID]bool // KV capacity known
 	current    atomic.Pointer[view]
 	wake       chan struct{} // signalled when the worker list changes
 }
@@ -86,7 +87,7 @@ type Fleet struct {
 // worker traffic; onRemove is told of workers that left the registry.
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID), dialTimeout time.Duration) *Fleet {
 	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64,
-		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, wake: make(chan struct{}, 1)}
+		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
 }
@@ -142,6 +143,25 @@ func (f *Fleet) undiscovered() []Worker {
 	return out
 }
 
+// unmeasured lists workers whose KV capacity is not known yet.
+func (f *Fleet) unmeasured() []Worker {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Worker
+	for _, w := range f.workers {
+		if !f.measured[w.ID] {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func (f *Fleet) setMeasured(id affinity.WorkerID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.measured[id] = true
+}
+
 // Workers returns the registry's worker list as last set.
 func (f *Fleet) Workers() []Worker {
 	f.mu.Lock()
@@ -163,6 +183,7 @@ func (f *Fleet) syncUpstreams() {
 			up.close()
 			delete(f.ups, id)
 			delete(f.discovered, id)
+			delete(f.measured, id)
 			if f.onRemove != nil {
 				f.onRemove(id)
 			}

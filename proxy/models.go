@@ -3,10 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"slices"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -42,55 +39,11 @@ func (p *Proxy) serveModels(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(body)
 }
 
-// discoverModels asks workers that declare no model in the registry what
-// they serve (their /v1/models), so requests for other models get a 404
-// instead of reaching them. A worker that does not answer keeps serving any
-// model and is asked again at the next round.
-func (p *Proxy) discoverModels(ctx context.Context) {
-	t := time.NewTicker(discoverInterval)
-	defer t.Stop()
-	for {
-		for _, w := range p.fleet.undiscovered() {
-			if models, err := p.listModels(ctx, w); err == nil {
-				p.fleet.setDiscovered(w.ID, models)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-p.fleet.changed():
-		}
-	}
-}
-
-// discoverInterval is how often workers of unknown models are asked again.
-const discoverInterval = 10 * time.Second
-
+// listModels asks worker w what it serves.
 func (p *Proxy) listModels(ctx context.Context, w Worker) ([]string, error) {
-	m := p.fleet.view().members[w.ID]
-	if m == nil {
-		return nil, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.SetHost(m.host)
-	req.SetRequestURI("/v1/models")
-	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
+	body, err := p.get(ctx, w, "/v1/models")
 	if err != nil {
 		return nil, err
-	}
-	body, err := io.ReadAll(resp.BodyStream())
-	_ = resp.CloseBodyStream()
-	m.up.release(conn, err == nil && !resp.ConnectionClose())
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, fmt.Errorf("%s/v1/models answered %d", w.URL, resp.StatusCode())
 	}
 	var list struct {
 		Data []struct {

@@ -44,6 +44,9 @@ type Config struct {
 	APIKey string
 	// DialTimeout bounds connecting to a worker (default 10 s).
 	DialTimeout time.Duration
+	// BlockSize is the index's block size in bytes (--block-size), to turn a
+	// worker's KV capacity into its index budget; 0 leaves budgets alone.
+	BlockSize int
 }
 
 // Retry configures retries. Attempts happen only before any byte of the
@@ -165,7 +168,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.discoverModels(p.ctx)
+		p.discover(p.ctx)
 	}()
 	p.server = &fasthttp.Server{
 		Handler:                       p.Handler,

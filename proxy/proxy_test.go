@@ -306,3 +306,27 @@ func TestModelsComeFromTheWorkers(t *testing.T) {
 		t.Fatalf("a model nobody serves: %d", resp.StatusCode)
 	}
 }
+
+func TestKVCapacityIsReadFromVLLMMetrics(t *testing.T) {
+	metrics := []byte("# HELP x\nvllm:num_requests_running 0\n" +
+		`vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="2048"} 1` + "\n")
+	if n, err := parseKVCapacity(metrics); err != nil || n != 32768 {
+		t.Fatalf("capacity %d, %v; want 32768 tokens", n, err)
+	}
+	if _, err := parseKVCapacity([]byte("vllm:num_requests_running 0\n")); err == nil {
+		t.Fatal("capacity read from metrics that have none")
+	}
+}
+
+// TestIndexForgetsWhenTheEngineWould: a worker whose KV cache holds 64
+// tokens (256 bytes of text, 16 blocks of 16 bytes) owns no more than that
+// in the index, however much was routed to it.
+func TestIndexForgetsWhenTheEngineWould(t *testing.T) {
+	w := startFake(t, "small")
+	w.metrics.Store(`vllm:cache_config_info{block_size="16",num_gpu_blocks="4"} 1` + "\n")
+	r := startRouter(t, Config{BlockSize: 16}, w)
+	waitFor(t, "the capacity to be read", func() bool {
+		post(t, r.url, "/v1/completions", completion(strings.Repeat("x", 1000), false))
+		return r.index.Blocks(1) == 16
+	})
+}

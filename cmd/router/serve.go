@@ -173,6 +173,7 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 		p.RequestIDHeaders = h
 	}
 	p.APIKey = c.String("api-key")
+	p.BlockSize = c.Int("block-size")
 	return p
 }
 

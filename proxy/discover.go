@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// discoverInterval is how often workers whose models or KV capacity are not
+// known yet are asked again.
+const discoverInterval = 10 * time.Second
+
+// discover learns what the registry does not say about a worker: the models
+// it serves (its /v1/models, when the registry declares none) and its KV
+// cache capacity (vLLM's vllm:cache_config_info on /metrics), which becomes
+// its budget in the ownership index, so the index forgets about when the
+// engine does. A worker that does not answer is asked again next round.
+func (p *Proxy) discover(ctx context.Context) {
+	t := time.NewTicker(discoverInterval)
+	defer t.Stop()
+	for {
+		for _, w := range p.fleet.undiscovered() {
+			if models, err := p.listModels(ctx, w); err == nil {
+				p.fleet.setDiscovered(w.ID, models)
+			}
+		}
+		for _, w := range p.fleet.unmeasured() {
+			if tokens, err := p.kvCapacity(ctx, w); err == nil {
+				p.fleet.setMeasured(w.ID)
+				p.setBudget(w, tokens)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.fleet.changed():
+		}
+	}
+}
+
+// bytesPerToken converts the engine's capacity in tokens to bytes of routing
+// text, the index's unit (about 4 bytes a token).
+const bytesPerToken = 4
+
+func (p *Proxy) setBudget(w Worker, tokens int64) {
+	if p.deps.Index == nil || p.cfg.BlockSize <= 0 || tokens <= 0 {
+		return
+	}
+	blocks := tokens * bytesPerToken / int64(p.cfg.BlockSize)
+	p.deps.Index.SetBudget(w.ID, int(max(blocks, 1)))
+	p.log.Debug("worker KV capacity", "worker", w.URL, "tokens", tokens, "index_blocks", blocks)
+}
+
+var cacheConfigInfo = regexp.MustCompile(`(?m)^vllm:cache_config_info\{([^}]*)\}`)
+var labelValue = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+// kvCapacity reads a worker's KV capacity in tokens from its metrics:
+// num_gpu_blocks x block_size of vllm:cache_config_info.
+func (p *Proxy) kvCapacity(ctx context.Context, w Worker) (int64, error) {
+	body, err := p.get(ctx, w, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	return parseKVCapacity(body)
+}
+
+func parseKVCapacity(metrics []byte) (int64, error) {
+	m := cacheConfigInfo.FindSubmatch(metrics)
+	if m == nil {
+		return 0, fmt.Errorf("no vllm:cache_config_info")
+	}
+	labels := map[string]string{}
+	for _, kv := range labelValue.FindAllSubmatch(m[1], -1) {
+		labels[string(kv[1])] = string(kv[2])
+	}
+	blocks, err1 := strconv.ParseInt(labels["num_gpu_blocks"], 10, 64)
+	size, err2 := strconv.ParseInt(labels["block_size"], 10, 64)
+	if err1 != nil || err2 != nil || blocks <= 0 || size <= 0 {
+		return 0, fmt.Errorf("vllm:cache_config_info lacks num_gpu_blocks or block_size")
+	}
+	return blocks * size, nil
+}
+
+// get fetches path from worker w over its pooled connections.
+func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) {
+	m := p.fleet.view().members[w.ID]
+	if m == nil {
+		return nil, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.SetHost(m.host)
+	req.SetRequestURI(path)
+	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.BodyStream())
+	_ = resp.CloseBodyStream()
+	m.up.release(conn, err == nil && !resp.ConnectionClose())
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return nil, fmt.Errorf("%s%s answered %d", w.URL, path, resp.StatusCode())
+	}
+	return body, nil
+}
