@@ -15,7 +15,7 @@ help: ## list the targets
 build: ## static binaries into bin/: router, workersim, loadgen, fleetsim
 	@mkdir -p $(BIN)
 	@for c in $(CMDS); do \
-		if [ -d cmd/$$c ]; then CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; fi; \
+		if ls cmd/$$c/*.go >/dev/null 2>&1; then CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; fi; \
 	done
 
 run: build ## a router on the embedded default in front of three workersims on loopback
