@@ -30,7 +30,7 @@ const (
 func commonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker); /v1/completions is appended"},
-		&cli.StringFlag{Name: "model", Usage: `"model" of every request; empty leaves it out (the server's default)`},
+		&cli.StringFlag{Name: "model", Value: "sim-model", Usage: `"model" of every request (workersim serves sim-model by default); empty leaves it out`},
 		&cli.StringFlag{Name: "api-key", EnvVars: []string{"LOADGEN_API_KEY"}, Usage: "bearer token sent with every request"},
 		&cli.DurationFlag{Name: "duration", Value: defaultDuration, Usage: "stop after this long, cancelling what is in flight"},
 		&cli.DurationFlag{Name: "request-timeout", Value: defaultRequestTimeout, Usage: "fail a request that has not finished after this long"},
