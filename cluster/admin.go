@@ -43,6 +43,10 @@ type AdminConfig struct {
 	// Apply submits a registry write (required): the Raft node's Apply,
 	// or a wrapper that forwards to the leader.
 	Apply func(ctx context.Context, cmd store.Command) (store.Result, error)
+	// ApplyLocal applies a write that another replica forwarded here
+	// (POST /cluster/apply), on this node only: it must not forward again.
+	// nil answers that endpoint with 404.
+	ApplyLocal func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// Loads returns the merged per-worker loads; nil serves an empty list.
 	Loads func() []WorkerLoad
 	// Status returns the cluster status served as JSON; nil serves {}.
@@ -89,6 +93,7 @@ var (
 		"/workers":        {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
 		"/get_loads":      {http.MethodGet: (*Admin).getLoads},
 		"/cluster/status": {http.MethodGet: (*Admin).clusterStatus},
+		applyPath:         {http.MethodPost: (*Admin).applyForwarded},
 		"/add_worker":     {http.MethodPost: (*Admin).legacyAddWorker},
 		"/remove_worker":  {http.MethodPost: (*Admin).legacyRemoveWorker},
 		"/list_workers":   {http.MethodGet: (*Admin).legacyListWorkers},
@@ -321,6 +326,34 @@ func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	writeJSON(ctx, http.StatusOK, status)
 }
 
+// applyForwarded applies a registry write forwarded by a follower. It
+// answers like every admin write: the result, or an OpenAI-style error
+// whose type the follower maps back to the sentinel.
+func (a *Admin) applyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	if a.cfg.ApplyLocal == nil {
+		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica takes no forwarded writes"})
+		return
+	}
+	if len(ctx.PostBody()) > maxAdminBody {
+		writeError(ctx, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("body of %d bytes exceeds %d", len(ctx.PostBody()), maxAdminBody)})
+		return
+	}
+	cmd, err := store.Decode(ctx.PostBody())
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
+	defer cancel()
+	res, err := a.cfg.ApplyLocal(apply, cmd)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	writeJSON(ctx, http.StatusOK, appliedResult{ID: res.ID, Created: res.Created, Index: res.Index})
+}
+
 // The vllm-router compatible endpoints answer as vllm-router does: plain
 // text for add and remove (removing an unknown URL succeeds, adding a known
 // one is a 400 "already exists"), {"urls": [...]} for the listing.
@@ -390,10 +423,13 @@ func (e *statusError) Error() string { return e.msg }
 // the one place that decides statuses for the admin API.
 func errorStatus(err error) (int, string) {
 	var se *statusError
+	var fe *forwardedError
 	var nle *NotLeaderError
 	switch {
 	case errors.As(err, &se):
 		return se.status, se.typ
+	case errors.As(err, &fe):
+		return fe.status, fe.typ
 	case errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, store.ErrUnknownWorker):
@@ -402,14 +438,20 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, "conflict_error"
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout_error"
-	case errors.As(err, &nle), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClosed):
+	case errors.As(err, &nle), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClosed),
+		errors.Is(err, ErrLeaderUnreachable):
 		return http.StatusServiceUnavailable, "service_unavailable_error"
 	}
 	return http.StatusInternalServerError, "server_error"
 }
 
-// errorMessage explains err to an operator.
+// errorMessage explains err to an operator. A leader's answer relayed by a
+// follower was explained by the leader already.
 func errorMessage(status int, err error) string {
+	var fe *forwardedError
+	if errors.As(err, &fe) {
+		return err.Error()
+	}
 	switch status {
 	case http.StatusServiceUnavailable:
 		return "registry writes need a raft leader and this replica cannot reach one; retry shortly: " + err.Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -24,14 +25,37 @@ type Config struct {
 
 	NodeName string // --node-name, default the host name
 	DataDir  string // --data-dir: the Raft log, stable store and snapshots
-	// RaftBind and RaftAdvertise are the Raft transport's host:port.
+	// RaftBind and RaftAdvertise are the Raft transport's host:port. An
+	// empty RaftAdvertise, or one with port 0, means the bound address.
 	RaftBind, RaftAdvertise string
-	// GossipBind and GossipAdvertise are memberlist's host:port.
+	// GossipBind and GossipAdvertise are memberlist's host:port. An empty
+	// GossipAdvertise, or one with port 0, means the bound address.
 	GossipBind, GossipAdvertise string
-	Join                        []string // memberlist addresses of running replicas
-	BootstrapExpect             int      // voters that form the cluster
-	GossipKey                   []byte   // AES key (16, 24 or 32 bytes); nil = no encryption
-	AdminToken                  string   // bearer token of the admin API; "" = loopback clients only
+	// Join lists memberlist addresses of running replicas (--join). A
+	// replica with neither Join nor BootstrapExpect > 1 bootstraps a
+	// one-node cluster.
+	Join []string
+	// BootstrapExpect is how many replicas form the voter set (default
+	// 1): the first that many to find each other bootstrap Raft together;
+	// later ones join as non-voters.
+	BootstrapExpect int
+	GossipKey       []byte // AES key (16, 24 or 32 bytes); nil = no encryption
+	// AdminToken is the bearer token of the admin API; "" = loopback
+	// clients only. Replicas forward registry writes to the leader's admin
+	// API with it, so every replica of a cluster needs the same one.
+	AdminToken string
+
+	// ReapTimeout is how long a replica may stay out of the gossip
+	// membership (dead or left) before the leader removes it from the Raft
+	// configuration. Default DefaultReapTimeout (30 s).
+	ReapTimeout time.Duration
+	// ReconcileInterval is how often membership is checked against Raft
+	// (besides every membership event). Default 1 s.
+	ReconcileInterval time.Duration
+	// GossipLocal uses memberlist's timings for one host or a fast local
+	// network: failures are detected in about 3 s instead of about 10 s,
+	// at the cost of more probe traffic. For tests and demos.
+	GossipLocal bool
 
 	// Seeds are added to the registry at start, idempotently
 	// (--worker-urls, --prefill, --decode).
@@ -41,6 +65,26 @@ type Config struct {
 	Proxy   proxy.Config
 	Health  health.Config
 	Logger  *slog.Logger
+}
+
+// Defaults of the cluster settings that have no flag.
+const (
+	// DefaultReapTimeout is Config.ReapTimeout when unset: long enough for
+	// a restart or a rescheduled container, short enough that a dead voter
+	// does not hold a seat in the quorum for long.
+	DefaultReapTimeout = 30 * time.Second
+	// DefaultReconcileInterval is Config.ReconcileInterval when unset.
+	DefaultReconcileInterval = time.Second
+)
+
+func (c Config) withDefaults() Config {
+	if c.ReapTimeout <= 0 {
+		c.ReapTimeout = DefaultReapTimeout
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	return c
 }
 
 // Seed is a worker named on the command line.
@@ -186,9 +230,15 @@ func (c Config) Validate() error {
 	}
 	for flag, addr := range map[string]string{"raft-bind": c.RaftBind, "raft-advertise": c.RaftAdvertise,
 		"gossip-bind": c.GossipBind, "gossip-advertise": c.GossipAdvertise} {
+		if addr == "" && strings.HasSuffix(flag, "-advertise") {
+			continue // the bound address
+		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			errs = append(errs, flagErr(flag, "want host:port (got %q)", addr))
 		}
+	}
+	if len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32 {
+		errs = append(errs, flagErr("gossip-key", "want 16, 24 or 32 bytes (got %d)", len(c.GossipKey)))
 	}
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {

@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -13,8 +15,9 @@ import (
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// registerClusterMetrics exports Raft's view of the cluster.
+// registerClusterMetrics exports Raft's and the gossip's view of the cluster.
 func (r *Replica) registerClusterMetrics() {
+	r.metrics.RegisterMetricsWriter(r.writeGossipMetrics)
 	r.metrics.NewGauge("vllm_router_cluster_raft_term", func() float64 { return float64(r.raft.Term()) })
 	r.metrics.NewGauge("vllm_router_cluster_raft_leader", func() float64 {
 		if r.raft.IsLeader() {
@@ -23,6 +26,46 @@ func (r *Replica) registerClusterMetrics() {
 		return 0
 	})
 	r.metrics.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(r.fsm.View().Len()) })
+}
+
+// writeGossipMetrics writes the gossip's counters and per-peer freshness at
+// scrape time, read from their single source rather than copied into
+// metric objects. Peer names label the lag gauges: the label's values are
+// bounded by the number of replicas.
+func (r *Replica) writeGossipMetrics(w io.Writer) {
+	if r.gossip == nil {
+		return
+	}
+	st := r.gossip.Stats()
+	metrics.WriteGaugeUint64(w, "vllm_router_cluster_members", uint64(len(r.gossip.Members())))
+	for _, c := range []struct {
+		name  string
+		value uint64
+	}{
+		{"vllm_router_cluster_gossip_sent_bytes_total", st.BytesSent},
+		{"vllm_router_cluster_gossip_received_bytes_total", st.BytesReceived},
+		{"vllm_router_cluster_gossip_sent_messages_total", st.PacketsSent},
+		{"vllm_router_cluster_gossip_received_messages_total", st.PacketsReceived},
+		{"vllm_router_cluster_gossip_state_sent_bytes_total", st.StateBytesSent},
+		{"vllm_router_cluster_gossip_state_received_bytes_total", st.StateBytesReceived},
+		{"vllm_router_cluster_gossip_send_errors_total", st.SendErrors},
+		{"vllm_router_cluster_gossip_inbox_dropped_total", st.InboxDropped},
+		{"vllm_router_cluster_gossip_decode_errors_total", st.DecodeErrors},
+		{"vllm_router_cluster_gossip_join_refusals_total", st.JoinRefusals},
+		{"vllm_router_cluster_gossip_stale_reports_total", st.ReportsStale},
+		{"vllm_router_cluster_gossip_facts_sent_total", st.FactsSent},
+		{"vllm_router_cluster_gossip_facts_learned_total", st.FactsLearned},
+		{"vllm_router_cluster_gossip_facts_dropped_total", st.FactsDropped},
+	} {
+		metrics.WriteCounterUint64(w, c.name, c.value)
+	}
+	lag := r.sync.Lag()
+	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p50_seconds", lag.P50.Seconds())
+	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p99_seconds", lag.P99.Seconds())
+	for _, o := range r.sync.Origins(time.Now()) {
+		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`vllm_router_cluster_gossip_lag_seconds{origin=%q}`, o.Origin), o.LastLag.Seconds())
+		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`vllm_router_cluster_gossip_report_age_seconds{origin=%q}`, o.Origin), o.Age.Seconds())
+	}
 }
 
 // workerGauges keeps one vllm_router_cb_state gauge per registered worker.

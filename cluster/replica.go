@@ -15,12 +15,14 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 )
 
 // Replica is one running router: the Raft-replicated registry, worker
-// health, the ownership index and load table, and the HTTP front end, wired
+// health, the ownership index and load table, the gossip of load, ownership
+// and verdicts with the other replicas, and the HTTP front end, wired
 // together. Start builds and starts it; Stop ends every part it started.
 type Replica struct {
 	cfg     Config
@@ -33,9 +35,16 @@ type Replica struct {
 	proxy   *proxy.Proxy
 	admin   *Admin
 	metrics *metrics.Set
+	sync    *loadsync.State // this replica's side of the gossip
+	gossip  *loadsync.Gossip
+	members *membership
+	writes  *forwarder
 
 	ln, metricsLn net.Listener
+	apiAddr       string // where peers reach ln
 	loaded        atomic.Bool
+
+	serving bool // the proxy took over ln; Stop shuts it down
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -49,14 +58,14 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), loads: nil, metrics: metrics.NewSet()}
+	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet()}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if err := r.build(); err != nil {
-		r.cancel()
-		r.closeParts()
+		_ = r.Stop(context.Background()) // what build made
 		return nil, err
 	}
 	if err := r.serve(); err != nil {
@@ -70,18 +79,16 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	return r, nil
 }
 
-// build creates the parts, leaves first.
+// build creates the parts, leaves first, and joins the gossip last.
 func (r *Replica) build() error {
 	cfg := r.cfg
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
-	var err error
-	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
-		AdvertiseAddr: cfg.RaftAdvertise, Bootstrap: len(cfg.Join) == 0 && cfg.BootstrapExpect == 1, Logger: r.log}, r.fsm)
-	if err != nil {
+	if err := r.openRaft(); err != nil {
 		return err
 	}
+	var err error
 	r.monitor, err = health.New(cfg.Health, nil, r.log)
 	if err != nil {
 		return err
@@ -90,6 +97,62 @@ func (r *Replica) build() error {
 		r.log.Warn("in-flight count would have gone below zero; clamped", "worker", w)
 	})
 	r.index = affinity.NewIndex(affinity.SystemClock{}, int(cfg.Routing.MaxTreeSize/int64(cfg.Routing.BlockSize)))
+	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("--port: %w", err)
+	}
+	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
+	r.warnIfWritesCannotBeForwarded()
+	if r.sync, err = r.newGossipState(r.members.joined); err != nil {
+		return err
+	}
+	if err := r.buildFrontEnd(); err != nil {
+		return err
+	}
+	r.monitor.OnChange(r.healthChanged)
+	r.registerClusterMetrics()
+	return r.startGossip()
+}
+
+// openRaft opens the Raft node. A replica with neither --join nor
+// --bootstrap-expect > 1 bootstraps a one-node cluster on a fresh data dir;
+// the others wait for the gossip to gather the cluster (runMembership).
+func (r *Replica) openRaft() error {
+	cfg := r.cfg
+	var err error
+	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
+		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), Bootstrap: r.bootstrapsAlone(), Logger: r.log}, r.fsm)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, membershipTimeout)
+	defer cancel()
+	servers, err := r.raft.Servers(ctx)
+	if err != nil {
+		return fmt.Errorf("raft: reading the configuration: %w", err)
+	}
+	r.members = newMembership(len(servers) > 0)
+	r.writes = newForwarder(r.raft, cfg.AdminToken, r.apiAddrOf)
+	return nil
+}
+
+// warnIfWritesCannotBeForwarded warns about a cluster whose followers
+// cannot forward admin writes: without a token the admin API serves
+// loopback clients only, and the peers are not loopback clients.
+func (r *Replica) warnIfWritesCannotBeForwarded() {
+	host, _, _ := net.SplitHostPort(r.apiAddr)
+	if ip := net.ParseIP(host); r.bootstrapsAlone() || r.cfg.AdminToken != "" || ip != nil && ip.IsLoopback() {
+		return
+	}
+	r.log.Warn("without --admin-token, replicas on other hosts cannot forward registry writes to the leader",
+		"api", r.apiAddr)
+}
+
+// bootstrapsAlone says whether this replica forms a one-node cluster.
+func (r *Replica) bootstrapsAlone() bool { return len(r.cfg.Join) == 0 && r.cfg.BootstrapExpect == 1 }
+
+// buildFrontEnd creates the routers, the admin API and the proxy.
+func (r *Replica) buildFrontEnd() error {
+	cfg := r.cfg
 	router, err := r.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
 	if err != nil {
 		return err
@@ -99,16 +162,24 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
-		Loads: r.workerLoads, Status: func() any { return r.status() }})
+		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, PD: pd})
-	if err != nil {
-		return err
+	return err
+}
+
+// apiAddrOf is the HTTP API address that replica node announced.
+func (r *Replica) apiAddrOf(node string) (string, bool) {
+	if r.gossip == nil {
+		return "", false
 	}
-	r.monitor.OnChange(r.healthChanged)
-	r.registerClusterMetrics()
-	return nil
+	for _, m := range r.gossip.Members() {
+		if m.Name == node && m.Tags[tagAPI] != "" {
+			return m.Tags[tagAPI], true
+		}
+	}
+	return "", false
 }
 
 // newRouter binds a policy to this replica's load table and index.
@@ -118,7 +189,7 @@ func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement str
 	if err != nil {
 		return nil, err
 	}
-	return affinity.NewRouter(p, r.loads, r.index, r.cfg.Routing.BlockSize, nil), nil
+	return affinity.NewRouter(p, r.loads, r.index, r.cfg.Routing.BlockSize, ownershipSink{r.sync}), nil
 }
 
 // disaggregation builds the per-role routers of prefill/decode mode, nil
@@ -140,12 +211,11 @@ func (r *Replica) disaggregation() (*proxy.PD, error) {
 	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
 }
 
-// serve binds the listeners and starts the background loops.
+// serve starts serving on the bound listener, binds the metrics listener
+// and starts the background loops.
 func (r *Replica) serve() error {
 	var err error
-	if r.ln, err = net.Listen("tcp", r.cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("--port: %w", err)
-	}
+	r.serving = true
 	r.goRun(func() { _ = r.proxy.Serve(r.ln) })
 	if r.cfg.MetricsAddr != "" {
 		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
@@ -156,6 +226,7 @@ func (r *Replica) serve() error {
 	r.goRun(r.followRegistry)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.sweepIndex)
+	r.goRun(r.runMembership)
 	return nil
 }
 
@@ -171,10 +242,20 @@ func (r *Replica) goRun(fn func()) {
 // HTTPAddr is the address the API listens on.
 func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
 
-// Stop stops serving and closes every part, waiting for all goroutines.
-func (r *Replica) Stop(ctx context.Context) error {
+// GossipAddr is the memberlist address other replicas --join.
+func (r *Replica) GossipAddr() string { return r.gossip.LocalAddr() }
+
+// RaftAddr is the address the Raft transport is reached at.
+func (r *Replica) RaftAddr() string { return r.raft.Addr() }
+
+// Stop stops serving, leaves the gossip (so the peers drop this replica's
+// load at once) and closes every part, waiting for all goroutines.
+func (r *Replica) Stop(ctx context.Context) error { return r.stop(ctx, true) }
+
+// stop is Stop; leave=false skips the gossip leave, as a crash would.
+func (r *Replica) stop(ctx context.Context, leave bool) error {
 	var errs []error
-	if r.proxy != nil && r.ln != nil {
+	if r.proxy != nil {
 		errs = append(errs, r.proxy.Shutdown(ctx))
 	}
 	r.cancel()
@@ -182,24 +263,75 @@ func (r *Replica) Stop(ctx context.Context) error {
 		r.metricsLn.Close()
 	}
 	r.wg.Wait()
+	if r.gossip != nil {
+		errs = append(errs, r.stopGossip(leave))
+	}
 	errs = append(errs, r.closeParts())
 	return errors.Join(errs...)
 }
 
-func (r *Replica) closeParts() error {
-	if r.raft != nil {
-		return r.raft.Close()
+func (r *Replica) stopGossip(leave bool) error {
+	if leave {
+		return r.gossip.Stop()
 	}
-	return nil
+	return r.gossip.Kill()
+}
+
+// closeParts closes what build opened and serve did not take over.
+func (r *Replica) closeParts() error {
+	var errs []error
+	if r.ln != nil && !r.serving {
+		errs = append(errs, r.ln.Close())
+	}
+	if r.writes != nil {
+		r.writes.close()
+	}
+	if r.raft != nil {
+		errs = append(errs, r.raft.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // seed adds the command-line workers and the routing config to the registry,
-// through the leader; both are idempotent.
+// through the leader; both are idempotent. A replica alone does it before
+// Start returns, so a bad start fails at once; a member of a cluster does it
+// in the background, since the cluster may form only after others start.
 func (r *Replica) seed(ctx context.Context) error {
-	if len(r.cfg.Join) > 0 && len(r.cfg.Seeds) == 0 {
-		return nil
+	if r.bootstrapsAlone() {
+		return r.seedNow(ctx, seedTimeout)
 	}
-	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	r.goRun(r.seedInBackground)
+	return nil
+}
+
+// seedTimeout bounds one attempt at seeding.
+const seedTimeout = 30 * time.Second
+
+// seedInBackground retries seeding every second until it succeeds, the
+// registry's routing config is found to differ, or the replica stops.
+func (r *Replica) seedInBackground() {
+	for {
+		err := r.seedNow(r.ctx, membershipTimeout)
+		switch {
+		case err == nil:
+			return
+		case errors.Is(err, store.ErrConfigMismatch):
+			r.log.Error("the registry's routing config differs from this replica's; not seeding", "err", err)
+			return
+		case r.ctx.Err() != nil:
+			return
+		}
+		r.log.Debug("seeding the registry; will retry", "err", err)
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
+	wait, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if _, _, err := r.raft.WaitForLeader(wait); err != nil {
 		return fmt.Errorf("no raft leader to register workers with: %w", err)
@@ -240,9 +372,10 @@ func (r *Replica) routingConfig() store.RoutingConfig {
 		BalanceRelThreshold: rt.Thresholds.BalanceRel}
 }
 
-// apply writes a command through Raft.
+// apply writes a command through Raft, forwarding it to the leader when
+// this replica is a follower.
 func (r *Replica) apply(ctx context.Context, cmd store.Command) (store.Result, error) {
-	return r.raft.Apply(ctx, cmd)
+	return r.writes.Apply(ctx, cmd)
 }
 
 // followRegistry hands every new registry to the proxy and the monitor.

@@ -68,6 +68,10 @@ type Config struct {
 	// with an error naming each differing field. Names and values are at
 	// most 128 bytes, and the encoded Meta at most 512.
 	ClusterConfig map[string]string
+	// Tags are named values announced to the peers with the metadata but
+	// never compared: the addresses of this replica's other services, say.
+	// Same size limits as ClusterConfig; SetTags replaces them later.
+	Tags map[string]string
 
 	// LoadInterval is how often Tick emits a load report and flushes
 	// digests. Default DefaultLoadInterval.
@@ -109,6 +113,16 @@ type Config struct {
 	// full state). It may be called from several goroutines at once and
 	// must not call into State.
 	OnOwnership func(hash uint64, worker uint32)
+	// LocalVerdicts appends this replica's current verdicts against
+	// workers (wedged, degraded, ...) to dst and returns it. Called by Tick
+	// once per LoadInterval. Must not call into State.
+	LocalVerdicts func(dst []Verdict) []Verdict
+	// OnVerdicts is called whenever the verdicts held for a peer change:
+	// with its new set, or with nil when it withdrew them, left, died or
+	// stopped refreshing them for LoadTTL. It runs with the verdict lock
+	// held, so calls are ordered; it must be fast and must not call into
+	// State.
+	OnVerdicts func(origin string, verdicts []Verdict)
 }
 
 func (c Config) withDefaults() Config {
@@ -142,9 +156,15 @@ func (c Config) validate() error {
 	case c.MaxPacketBytes < minPacketBytes || c.MaxPacketBytes > maxPacketBytes:
 		return fmt.Errorf("%w: MaxPacketBytes %d outside [%d, %d]", ErrInvalidConfig, c.MaxPacketBytes, minPacketBytes, maxPacketBytes)
 	}
-	for k, v := range c.ClusterConfig {
+	return validMap("ClusterConfig", c.ClusterConfig)
+}
+
+// validMap checks the names and values of a map announced in the metadata.
+func validMap(what string, m map[string]string) error {
+	for k, v := range m {
 		if k == "" || len(k) > maxNameBytes || len(v) > maxNameBytes {
-			return fmt.Errorf("%w: ClusterConfig field %q: name must be 1-%d bytes and value at most %d", ErrInvalidConfig, k, maxNameBytes, maxNameBytes)
+			return fmt.Errorf("%w: %s field %q: name must be 1-%d bytes and value at most %d",
+				ErrInvalidConfig, what, k, maxNameBytes, maxNameBytes)
 		}
 	}
 	return nil

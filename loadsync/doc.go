@@ -21,6 +21,15 @@
 // dropped after LoadTTL; one that memberlist reports as gone is dropped at
 // once (Forget).
 //
+// Verdicts (a replica's judgement that a worker is wedged or degraded) ride
+// the same cadence as soft state: an origin repeats its non-empty set every
+// LoadInterval and announces an empty one a few times when they end;
+// receivers drop a set on withdrawal, leave, or LoadTTL without refresh.
+//
+// Node metadata carries, besides the cluster configuration that CheckJoin
+// compares, free-form tags that are not compared: a replica announces there
+// where its other services (Raft, the HTTP API) listen.
+//
 // Ownership digests are bandwidth-bounded: for each routing decision only the
 // deepest block and sparse checkpoints at power-of-two depths are queued, and
 // facts already sent or learned recently are skipped, so a continuation turn
@@ -30,6 +39,6 @@
 // facts by memberlist's TCP push/pull.
 //
 // loadsync imports nothing else of this project: workers are uint32 ids,
-// block hashes are uint64, and what is learned is handed to the caller
-// through the callbacks in Config.
+// block hashes are uint64, verdict kinds are opaque bytes, and what is
+// learned is handed to the caller through the callbacks in Config.
 package loadsync

@@ -11,7 +11,8 @@ import (
 
 // fuzzSeeds are valid messages of every kind, for the fuzzers to mutate.
 func fuzzSeeds(t testing.TB) [][]byte {
-	a := newReplica(t, "seed", nil)
+	a := newVerdictReplica(t, "seed", func(c *Config) { c.Tags = map[string]string{"raft": "127.0.0.1:7947"} })
+	a.board.set(wedged3, degraded5)
 	a.local.set(0, 1)
 	a.local.set(7, -2)
 	a.local.set(math.MaxUint32, 1<<40)
@@ -25,12 +26,12 @@ func FuzzReceive(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, packet []byte) {
-		r := newReplica(t, "r", nil)
+		r := newVerdictReplica(t, "r", nil)
 		err := r.st.Receive(packet, t0)
 		if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) && !errors.Is(err, ErrUnexpectedMessage) {
 			t.Fatalf("Receive error %v wraps no sentinel", err)
 		}
-		if err != nil && (len(r.st.Origins(t0)) != 0 || len(r.learned.all()) != 0) {
+		if _, verdictCalls := r.heard.get(""); err != nil && (len(r.st.Origins(t0)) != 0 || len(r.learned.all()) != 0 || verdictCalls != 0) {
 			t.Fatalf("a rejected packet changed the state")
 		}
 	})

@@ -3,7 +3,6 @@ package loadsync
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,10 +25,11 @@ type Gossip struct {
 	cfg   GossipConfig
 	ml    *memberlist.Memberlist
 
-	inbox  chan []byte
-	events *eventQueue
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	inbox   chan []byte
+	events  *eventQueue
+	members memberTable
+	stop    chan struct{}
+	wg      sync.WaitGroup
 
 	refusalMu sync.Mutex
 	refusal   error // the last peer refused by CheckJoin, for Join's error
@@ -53,6 +53,7 @@ func Start(cfg GossipConfig, st *State, clock Clock) (*Gossip, error) {
 		events: newEventQueue(),
 		stop:   make(chan struct{}),
 	}
+	g.members.init()
 	mc, err := cfg.memberlistConfig(st.cfg.Origin, &delegate{g: g})
 	if err != nil {
 		return nil, err
@@ -155,25 +156,42 @@ func (g *Gossip) Stop() error {
 	return g.stopErr
 }
 
+// Kill ends Gossip's goroutines and shuts memberlist down without a leave,
+// as a crash would: the peers notice only by failed probes and silence. For
+// tests of failure handling; Stop afterwards does nothing.
+func (g *Gossip) Kill() error {
+	g.stopOnce.Do(func() {
+		g.halt()
+		g.stopErr = g.ml.Shutdown()
+	})
+	return g.stopErr
+}
+
 // halt ends Gossip's goroutines and waits for them.
 func (g *Gossip) halt() {
 	close(g.stop)
 	g.wg.Wait()
 }
 
+// SetTags replaces the tags this replica announces and broadcasts its new
+// metadata, waiting at most UpdateTimeout for the broadcast to go out (the
+// tags are in place even when that wait times out: push/pull spreads them).
+// Meant for rare changes: each one costs a memberlist incarnation.
+func (g *Gossip) SetTags(tags map[string]string) error {
+	if err := g.st.SetTags(tags); err != nil {
+		return err
+	}
+	if err := g.ml.UpdateNode(g.cfg.UpdateTimeout); err != nil {
+		return fmt.Errorf("loadsync: announce tags: %w", err)
+	}
+	return nil
+}
+
 // LocalAddr is this replica's gossip address, ip:port, for peers to join.
 func (g *Gossip) LocalAddr() string { return g.ml.LocalNode().Address() }
 
 // Members lists the live members, this replica included, sorted by name.
-func (g *Gossip) Members() []Member {
-	nodes := g.ml.Members()
-	out := make([]Member, 0, len(nodes))
-	for _, n := range nodes {
-		out = append(out, memberOf(n, g.st.cfg.Origin))
-	}
-	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
+func (g *Gossip) Members() []Member { return g.members.list() }
 
 func (g *Gossip) setRefusal(err error) {
 	g.refusalMu.Lock()

@@ -157,11 +157,7 @@ func TestGossipCrashedReplicaLoadExpires(t *testing.T) {
 	second.local.set(4, 9)
 	stepUntil(t, "r0 sees r1's load", []*manualClock{clock}, func() bool { return first.st.Remote(4) == 9 })
 
-	crashed := second.g
-	crashed.stopOnce.Do(func() { // no leave message: peers must notice silence
-		crashed.halt()
-		crashed.stopErr = crashed.ml.Shutdown()
-	})
+	_ = second.g.Kill()        // no leave message: peers must notice silence
 	clock.step(DefaultLoadTTL) // r1's last report is now older than the TTL
 	waitFor(t, "r0 expires r1's load", func() bool { return first.st.Remote(4) == 0 })
 }
@@ -264,5 +260,24 @@ func TestDecodeGossipKey(t *testing.T) {
 		if _, err := DecodeGossipKey(bad); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("DecodeGossipKey(%q) = %v, want ErrInvalidConfig", bad, err)
 		}
+	}
+}
+
+func TestGossipTagsReachPeersAndSetTagsUpdatesThem(t *testing.T) {
+	nodes := startCluster(t, 2, nodeOptions{})
+	tagsOf := func(n *node, name string) map[string]string {
+		for _, m := range n.g.Members() {
+			if m.Name == name {
+				return m.Tags
+			}
+		}
+		return nil
+	}
+	if err := nodes[1].g.SetTags(map[string]string{"raft": "127.0.0.1:9"}); err != nil {
+		t.Fatalf("SetTags: %v", err)
+	}
+	waitFor(t, "r0 sees r1's new tag", func() bool { return tagsOf(nodes[0], "r1")["raft"] == "127.0.0.1:9" })
+	if m := nodes[0].g.Members(); m[1].State != "alive" || m[1].Self || !m[0].Self {
+		t.Fatalf("Members = %+v, want r0 (self) and r1 alive", m)
 	}
 }

@@ -23,6 +23,12 @@ const (
 	// beyond it NotifyMsg drops packets rather than block memberlist's
 	// receive loop (a dropped load report is superseded by the next).
 	DefaultInboxPackets = 4096
+	// DefaultDeadNodeReclaimTime lets a replica that died come back under
+	// its name at a new address (a rescheduled container) 10 s after it
+	// was declared dead; memberlist alone would refuse it for good.
+	DefaultDeadNodeReclaimTime = 10 * time.Second
+	// DefaultUpdateTimeout bounds SetTags' wait for its broadcast.
+	DefaultUpdateTimeout = time.Second
 )
 
 // GossipConfig configures the memberlist side of a Gossip.
@@ -53,6 +59,14 @@ type GossipConfig struct {
 	// LocalNetwork uses memberlist's timings for a loopback or local
 	// network (faster probes) instead of its LAN timings.
 	LocalNetwork bool
+	// DeadNodeReclaimTime is how long after a member was declared dead
+	// another node may take its name at a different address. Default
+	// DefaultDeadNodeReclaimTime; a member that left gracefully may come
+	// back at a new address at once.
+	DeadNodeReclaimTime time.Duration
+	// UpdateTimeout bounds SetTags' wait for the broadcast of the new
+	// metadata. Default 1 s.
+	UpdateTimeout time.Duration
 }
 
 // DecodeGossipKey decodes a base64 gossip key (the --gossip-key flag) and
@@ -82,6 +96,8 @@ func (c GossipConfig) withDefaults() GossipConfig {
 	}
 	c.LeaveTimeout = orDefault(c.LeaveTimeout, DefaultLeaveTimeout)
 	c.InboxPackets = orDefault(c.InboxPackets, DefaultInboxPackets)
+	c.DeadNodeReclaimTime = orDefault(c.DeadNodeReclaimTime, DefaultDeadNodeReclaimTime)
+	c.UpdateTimeout = orDefault(c.UpdateTimeout, DefaultUpdateTimeout)
 	return c
 }
 
@@ -107,6 +123,7 @@ func (c GossipConfig) memberlistConfig(name string, d *delegate) (*memberlist.Co
 		}
 	}
 	mc.SecretKey = c.SecretKey
+	mc.DeadNodeReclaimTime = c.DeadNodeReclaimTime
 	// Our packets are binary and mostly random hashes: compression costs
 	// CPU on every packet and saves almost nothing.
 	mc.EnableCompression = false

@@ -2,20 +2,29 @@ package loadsync
 
 import (
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
 )
 
-// Member is one live replica of the cluster as memberlist sees it.
+// Member is one replica of the cluster as memberlist last told us about it.
 type Member struct {
 	// Name is the replica's node name (its Origin).
 	Name string
 	// Addr is its gossip address, ip:port.
 	Addr string
+	// State is "alive" for a live member; a MemberLeft event says "dead"
+	// or "left".
+	State string
 	// BootEpoch is the epoch it announced; zero if its metadata did not
 	// decode.
 	BootEpoch uint64
+	// Tags are the tags it announced (Config.Tags, Gossip.SetTags); nil
+	// if its metadata did not decode.
+	Tags map[string]string
 	// Self marks this replica.
 	Self bool
 }
@@ -49,11 +58,52 @@ type MemberEvent struct {
 }
 
 func memberOf(n *memberlist.Node, self string) Member {
-	m := Member{Name: n.Name, Addr: n.Address(), Self: n.Name == self}
+	m := Member{Name: n.Name, Addr: n.Address(), State: stateName(n.State), Self: n.Name == self}
 	if meta, err := decodeMeta(n.Meta); err == nil {
-		m.BootEpoch = meta.epoch
+		m.BootEpoch, m.Tags = meta.epoch, meta.tags
 	}
 	return m
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// memberTable is the live members, kept from memberlist's events. It exists
+// because memberlist's Members hands out nodes that its goroutines go on
+// changing: the events are the one place it lets us read a node under its
+// lock.
+type memberTable struct {
+	mu sync.Mutex
+	by map[string]Member
+}
+
+func (t *memberTable) init() { t.by = make(map[string]Member) }
+
+func (t *memberTable) apply(kind MemberEventKind, m Member) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if kind == MemberLeft {
+		delete(t.by, m.Name)
+		return
+	}
+	t.by[m.Name] = m
+}
+
+func (t *memberTable) list() []Member {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.SortedFunc(maps.Values(t.by), func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // eventQueue hands membership events from memberlist's goroutines, which

@@ -8,25 +8,34 @@ import (
 )
 
 // nodeMeta is what a replica announces in memberlist's node metadata: who it
-// is and the cluster configuration it runs with. It changes only at start,
-// so it never churns memberlist incarnations (load is never put here).
+// is, the cluster configuration it runs with, and its tags (the addresses of
+// its other services, say). Config is compared at join; tags are not. Meta
+// changes only at start and on the rare SetTags, so it never churns
+// memberlist incarnations (load is never put here).
 //
-// Layout after the header: origin (string), boot epoch (uvarint), field
-// count (uvarint), then (name, value) string pairs sorted by name.
+// Layout after the header: origin (string), boot epoch (uvarint), then two
+// maps, config and tags, each as a count (uvarint) and (name, value) string
+// pairs sorted by name.
 type nodeMeta struct {
 	origin string
 	epoch  uint64
 	config map[string]string
+	tags   map[string]string
 }
 
 func appendMeta(b []byte, m *nodeMeta) []byte {
 	b = appendHeader(b, msgMeta)
 	b = appendString(b, m.origin)
 	b = binary.AppendUvarint(b, m.epoch)
-	b = binary.AppendUvarint(b, uint64(len(m.config)))
-	for _, k := range slices.Sorted(maps.Keys(m.config)) {
+	b = appendStringMap(b, m.config)
+	return appendStringMap(b, m.tags)
+}
+
+func appendStringMap(b []byte, m map[string]string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		b = appendString(b, k)
-		b = appendString(b, m.config[k])
+		b = appendString(b, m[k])
 	}
 	return b
 }
@@ -40,13 +49,33 @@ func decodeMeta(msg []byte) (nodeMeta, error) {
 		return nodeMeta{}, fmt.Errorf("%w: type %d, want %d", ErrUnexpectedMessage, typ, msgMeta)
 	}
 	m := nodeMeta{origin: r.str(), epoch: r.uvarint()}
+	m.config = readStringMap(&r)
+	m.tags = readStringMap(&r)
+	return m, r.end()
+}
+
+func readStringMap(r *reader) map[string]string {
 	n := r.count(2) // a pair is at least two empty-length prefixes
-	m.config = make(map[string]string, n)
+	m := make(map[string]string, n)
 	for range n {
 		k, v := r.str(), r.str()
-		m.config[k] = v
+		m[k] = v
 	}
-	return m, r.end()
+	return m
+}
+
+// encodeMeta encodes this replica's metadata with tags, refusing what would
+// not fit memberlist's limit.
+func encodeMeta(cfg *Config, tags map[string]string) ([]byte, error) {
+	if err := validMap("Tags", tags); err != nil {
+		return nil, err
+	}
+	meta := appendMeta(nil, &nodeMeta{origin: cfg.Origin, epoch: cfg.BootEpoch, config: cfg.ClusterConfig, tags: tags})
+	if len(meta) > maxMetaBytes {
+		return nil, fmt.Errorf("%w: ClusterConfig and Tags encode to %d bytes of node metadata, over %d",
+			ErrInvalidConfig, len(meta), maxMetaBytes)
+	}
+	return meta, nil
 }
 
 // configDiff lists, sorted by name, the fields on which two cluster
@@ -69,14 +98,26 @@ func configDiff(local, remote map[string]string) []FieldDiff {
 }
 
 // Meta returns this replica's node metadata for memberlist: origin, boot
-// epoch, protocol version and cluster configuration, at most 512 bytes.
-// The slice is shared and must not be modified.
-func (s *State) Meta() []byte { return s.meta }
+// epoch, protocol version, cluster configuration and tags, at most 512
+// bytes. The slice is shared and must not be modified.
+func (s *State) Meta() []byte { return *s.meta.Load() }
+
+// SetTags replaces the tags announced in Meta. It refuses tags that would
+// not fit (ErrInvalidConfig) and then keeps the old ones. Gossip.SetTags
+// also tells the peers; call this one only on a State driven by hand.
+func (s *State) SetTags(tags map[string]string) error {
+	meta, err := encodeMeta(&s.cfg, tags)
+	if err != nil {
+		return err
+	}
+	s.meta.Store(&meta)
+	return nil
+}
 
 // CheckJoin decides whether the peer that announced meta may be part of the
 // cluster. It returns nil, an error wrapping ErrMalformed or ErrVersion, or a
 // *ConfigMismatchError (errors.Is ErrConfigMismatch) naming every differing
-// ClusterConfig field.
+// ClusterConfig field. Tags are not compared.
 func (s *State) CheckJoin(meta []byte) error {
 	m, err := decodeMeta(meta)
 	if err != nil {

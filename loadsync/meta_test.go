@@ -69,3 +69,35 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestTagsAreAnnouncedButNotCompared(t *testing.T) {
+	a := newReplica(t, "a", func(c *Config) { c.Tags = map[string]string{"raft": "10.0.0.1:7947"} })
+	b := newReplica(t, "b", func(c *Config) { c.Tags = map[string]string{"raft": "10.0.0.2:7947", "api": "x"} })
+	if err := a.st.CheckJoin(b.st.Meta()); err != nil {
+		t.Fatalf("CheckJoin compared tags: %v", err)
+	}
+	m, err := decodeMeta(b.st.Meta())
+	if err != nil || m.tags["raft"] != "10.0.0.2:7947" || m.tags["api"] != "x" {
+		t.Fatalf("decoded tags %v, %v", m.tags, err)
+	}
+}
+
+func TestSetTagsRefusesWhatDoesNotFitAndKeepsTheOldOnes(t *testing.T) {
+	a := newReplica(t, "a", func(c *Config) { c.Tags = map[string]string{"k": "old"} })
+	big := map[string]string{}
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		big[k] = strings.Repeat("v", 120)
+	}
+	if err := a.st.SetTags(big); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("SetTags of %d bytes = %v, want ErrInvalidConfig", 5*120, err)
+	}
+	if m, _ := decodeMeta(a.st.Meta()); m.tags["k"] != "old" {
+		t.Fatalf("a refused SetTags changed the tags to %v", m.tags)
+	}
+	if err := a.st.SetTags(map[string]string{"k": "new"}); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := decodeMeta(a.st.Meta()); m.tags["k"] != "new" {
+		t.Fatalf("tags after SetTags = %v", m.tags)
+	}
+}

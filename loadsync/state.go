@@ -3,6 +3,7 @@ package loadsync
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,7 +17,7 @@ import (
 // load report being merged.
 type State struct {
 	cfg   Config
-	meta  []byte
+	meta  atomic.Pointer[[]byte]
 	stats counters
 
 	loadMu   sync.Mutex
@@ -25,6 +26,13 @@ type State struct {
 	seq      uint64
 	nextLoad time.Time // when the next report is due; zero before the first
 	loads    []WorkerLoad
+	// own and withdrawing are this replica's verdicts as last read, and
+	// how many more reports announce their withdrawal.
+	own         []Verdict
+	withdrawing int
+
+	verdictMu sync.Mutex
+	verdicts  verdictView // the peers' verdicts
 
 	digestMu sync.Mutex
 	queue    factRing // facts waiting to be sent, oldest first
@@ -39,31 +47,35 @@ func New(cfg Config) (*State, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	meta := appendMeta(nil, &nodeMeta{origin: cfg.Origin, epoch: cfg.BootEpoch, config: cfg.ClusterConfig})
-	if len(meta) > maxMetaBytes {
-		return nil, fmt.Errorf("%w: ClusterConfig encodes to %d bytes of node metadata, over %d", ErrInvalidConfig, len(meta), maxMetaBytes)
+	meta, err := encodeMeta(&cfg, cfg.Tags)
+	if err != nil {
+		return nil, err
 	}
-	return &State{
-		cfg:    cfg,
-		meta:   meta,
-		view:   newLoadView(cfg.LoadTTL, cfg.OnRemoteLoad),
-		lags:   newLagWindow(cfg.LagSamples),
-		queue:  newFactRing(cfg.DigestQueueFacts),
-		known:  newFactSet(cfg.RecentSetFacts),
-		recent: newFactRing(cfg.FullStateFacts),
-	}, nil
+	s := &State{
+		cfg:      cfg,
+		view:     newLoadView(cfg.LoadTTL, cfg.OnRemoteLoad),
+		lags:     newLagWindow(cfg.LagSamples),
+		queue:    newFactRing(cfg.DigestQueueFacts),
+		known:    newFactSet(cfg.RecentSetFacts),
+		recent:   newFactRing(cfg.FullStateFacts),
+		verdicts: newVerdictView(cfg.LoadTTL, cfg.OnVerdicts),
+	}
+	s.meta.Store(&meta)
+	return s, nil
 }
 
 // Config returns the configuration with defaults filled in.
 func (s *State) Config() Config { return s.cfg }
 
 // Tick advances the state to now: it expires silent origins and, when a
-// report is due (every LoadInterval), returns this replica's load report
-// followed by the pending ownership digests. The caller sends every packet
-// to every live peer. Calling Tick more often than LoadInterval is harmless:
-// reports keep the LoadInterval cadence on average. Digests flushed while
-// there is no peer are not lost to later joiners: LocalState carries them.
+// report is due (every LoadInterval), returns this replica's load report,
+// its verdicts (while it holds any, and briefly after), then the pending
+// ownership digests. The caller sends every packet to every live peer.
+// Calling Tick more often than LoadInterval is harmless: reports keep the
+// LoadInterval cadence on average. Digests flushed while there is no peer
+// are not lost to later joiners: LocalState carries them.
 func (s *State) Tick(now time.Time) [][]byte {
+	s.expireVerdicts(now)
 	s.loadMu.Lock()
 	s.view.expire(now)
 	if !s.due(now) {
@@ -71,6 +83,7 @@ func (s *State) Tick(now time.Time) [][]byte {
 		return nil
 	}
 	pkts := s.loadReport(now)
+	pkts = append(pkts, s.verdictReport(now)...)
 	s.loadMu.Unlock()
 	s.stats.reportsSent.Add(1)
 	return append(pkts, s.digests()...)
@@ -120,7 +133,7 @@ func (s *State) digests() [][]byte {
 	return pkts
 }
 
-// Receive merges one packet from a peer: a load report or a digest. It never
+// Receive merges one packet from a peer: a load report, verdicts or a digest. It never
 // panics; a packet that does not decode returns an error wrapping
 // ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
 // Old, duplicate and own reports are not errors: they are counted in Stats
@@ -133,6 +146,8 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveLoad(&r, now)
 		case msgDigest:
 			err = s.receiveDigest(&r)
+		case msgVerdicts:
+			err = s.receiveVerdicts(&r, now)
 		default:
 			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
 		}
@@ -166,15 +181,25 @@ func (s *State) receiveLoad(r *reader, now time.Time) error {
 // Expire drops the contribution of every origin not heard from within
 // LoadTTL before now. Tick and Receive do this too.
 func (s *State) Expire(now time.Time) {
+	s.expireVerdicts(now)
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
 }
 
-// Forget drops origin's contribution at once, for a peer that memberlist
-// reports as left or dead. Its late packets are ignored; a newer report (a
-// peer wrongly declared dead, or restarted) brings it back.
+func (s *State) expireVerdicts(now time.Time) {
+	s.verdictMu.Lock()
+	defer s.verdictMu.Unlock()
+	s.verdicts.expire(now)
+}
+
+// Forget drops origin's load and verdicts at once, for a peer that
+// memberlist reports as left or dead. Its late packets are ignored; a newer
+// report (a peer wrongly declared dead, or restarted) brings it back.
 func (s *State) Forget(origin string) {
+	s.verdictMu.Lock()
+	s.verdicts.forget(origin)
+	s.verdictMu.Unlock()
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.forget(origin)

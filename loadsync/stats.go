@@ -18,11 +18,14 @@ type Stats struct {
 	FactsQueued, FactsDeduplicated, FactsDropped, FactsSent uint64
 	// FactsLearned counts facts received in digests and full states.
 	FactsLearned uint64
+	// VerdictsUnsent counts verdicts left out of full verdict packets.
+	VerdictsUnsent uint64
 }
 
 type counters struct {
 	reportsSent, reportsAccepted, reportsStale, decodeErrors              atomic.Uint64
 	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned atomic.Uint64
+	verdictsUnsent                                                        atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -38,5 +41,6 @@ func (s *State) Stats() Stats {
 		FactsDropped:      c.factsDropped.Load(),
 		FactsSent:         c.factsSent.Load(),
 		FactsLearned:      c.factsLearned.Load(),
+		VerdictsUnsent:    c.verdictsUnsent.Load(),
 	}
 }

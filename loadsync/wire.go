@@ -14,7 +14,8 @@ const (
 	msgLoad      byte = 1 // a load report, or one worker-id range of it
 	msgDigest    byte = 2 // a batch of new ownership facts
 	msgFullState byte = 3 // the recent ownership facts, for push/pull
-	msgMeta      byte = 4 // node metadata: origin, epoch, cluster config
+	msgMeta      byte = 4 // node metadata: origin, epoch, cluster config, tags
+	msgVerdicts  byte = 5 // an origin's verdicts against workers
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.
@@ -104,6 +105,18 @@ func (r *reader) uint32v() uint32 {
 		return 0
 	}
 	return uint32(v)
+}
+
+func (r *reader) byte() byte {
+	if r.bad != nil {
+		return 0
+	}
+	if r.remaining() < 1 {
+		r.fail("truncated byte")
+		return 0
+	}
+	r.off++
+	return r.buf[r.off-1]
 }
 
 func (r *reader) fixed64() uint64 {

@@ -1,0 +1,23 @@
+// Package cluster runs one router replica and makes several of them route
+// as one. Start wires a replica together: the Raft node that replicates the
+// worker registry (raftnode.go), worker health (the health subpackage), the
+// affinity load table and ownership index, the fasthttp proxy, the admin API
+// (admin.go), and the memberlist gossip that shares each replica's
+// in-flight counts, ownership facts and health verdicts with the others
+// (gossip.go, over package loadsync).
+//
+// The two layers divide the work. Gossip carries soft state and liveness:
+// a replica's view of its peers' loads lags by about one load interval, and
+// a replica whose routing settings differ is refused at join with an error
+// naming the fields. Raft holds the authoritative registry; routing reads
+// only local memory and keeps working without a leader. Membership
+// (membership.go) joins the two: the first --bootstrap-expect replicas to
+// find each other over memberlist form the voter set (the lowest-named one
+// bootstraps it), later replicas are added by the leader as non-voters,
+// replicas that come back at a new address are moved, and those that stay
+// away longer than the reap timeout are removed, a live non-voter taking a
+// removed voter's seat. Each replica announces its Raft and API addresses
+// in its gossip metadata, which is how a follower finds the leader's admin
+// API to forward registry writes to (forward.go); with no leader, writes
+// fail at once with 503.
+package cluster

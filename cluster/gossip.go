@@ -1,0 +1,179 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/loadsync"
+)
+
+// Tags a replica announces in its gossip metadata. They are not compared at
+// join: they say where to reach the replica and how far it is in forming
+// the Raft cluster.
+const (
+	tagRaft   = "raft"   // Raft address peers dial
+	tagAPI    = "api"    // HTTP API address peers dial (admin forwarding)
+	tagExpect = "expect" // its --bootstrap-expect
+	tagJoined = "joined" // "1" once it holds Raft state
+)
+
+// hashScheme names how blocks are hashed (xxh3, chained, seeded by the
+// model name). It is compared at join like the block size, so replicas that
+// would disagree on every block hash never form a cluster.
+const hashScheme = "xxh3-chain-v1"
+
+// clusterConfig is the routing settings every replica must agree on, as
+// compared at join: a peer that differs is refused with an error naming the
+// fields. Role settings are packed into one field each to stay within the
+// 512 bytes of gossip metadata (a node name of up to 63 bytes, a host name
+// label's limit, always fits; a longer one may not, and Start says so).
+func (rt Routing) clusterConfig() map[string]string {
+	th := rt.Thresholds
+	m := map[string]string{
+		"block_size":            strconv.Itoa(rt.BlockSize),
+		"hash":                  hashScheme,
+		"policy":                rt.Policy,
+		"miss_placement":        rt.MissPlacement,
+		"cache_threshold":       formatFloat(th.CacheThreshold),
+		"balance_abs_threshold": formatFloat(th.BalanceAbs),
+		"balance_rel_threshold": formatFloat(th.BalanceRel),
+		"pd":                    "off",
+	}
+	if rt.PD != "" {
+		m["pd"] = rt.PD
+		m["prefill"] = roleConfig(rt.PrefillPolicy, rt.PrefillMissPlacement, rt.PrefillThresholds)
+		m["decode"] = roleConfig(rt.DecodePolicy, affinity.PlaceLeastLoad, rt.DecodeThresholds)
+	}
+	return m
+}
+
+// roleConfig packs a role's settings as "policy/placement/cache/abs/rel".
+func roleConfig(policy, placement string, th affinity.Thresholds) string {
+	return fmt.Sprintf("%s/%s/%s/%s/%s", policy, placement,
+		formatFloat(th.CacheThreshold), formatFloat(th.BalanceAbs), formatFloat(th.BalanceRel))
+}
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// gossipTags is what this replica announces: where its Raft and API listen,
+// its --bootstrap-expect, and whether it holds Raft state yet.
+func (r *Replica) gossipTags(joined bool) map[string]string {
+	tags := map[string]string{tagRaft: r.raft.Addr(), tagAPI: r.apiAddr, tagExpect: strconv.Itoa(r.cfg.BootstrapExpect)}
+	if joined {
+		tags[tagJoined] = "1"
+	}
+	return tags
+}
+
+// advertisedAPIAddr is the address peers reach this replica's HTTP API at:
+// the listener's, with a wildcard host replaced by the host of the Raft
+// address (which OpenRaft made sure peers can dial).
+func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
+	host, port, err := net.SplitHostPort(ln.String())
+	if err != nil {
+		return ln.String()
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if raftHost, _, err := net.SplitHostPort(raftAddr); err == nil {
+			host = raftHost
+		}
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// newGossipState builds this replica's side of the load, ownership and
+// verdict gossip, wired to the load table, the index and the monitor.
+func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
+	st, err := loadsync.New(loadsync.Config{
+		Origin:        r.cfg.NodeName,
+		BootEpoch:     uint64(time.Now().UnixNano()),
+		ClusterConfig: r.cfg.Routing.clusterConfig(),
+		Tags:          r.gossipTags(joined),
+		LocalLoads:    r.localLoads,
+		OnRemoteLoad:  func(w uint32, n int64) { r.loads.SetRemote(affinity.WorkerID(w), n) },
+		OnOwnership: func(h uint64, w uint32) {
+			r.index.Learn(affinity.Fact{Hash: h, Worker: affinity.WorkerID(w)})
+		},
+		LocalVerdicts: r.localVerdicts,
+		OnVerdicts:    r.remoteVerdicts,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gossip: %w", err)
+	}
+	return st, nil
+}
+
+// startGossip creates the memberlist node and joins --join, if any. A join
+// refused because the cluster's routing settings differ returns an error
+// naming the fields.
+func (r *Replica) startGossip() error {
+	cfg := loadsync.GossipConfig{
+		BindAddr:      r.cfg.GossipBind,
+		AdvertiseAddr: unlessPortZero(r.cfg.GossipAdvertise),
+		Join:          r.cfg.Join,
+		SecretKey:     r.cfg.GossipKey,
+		OnMember:      r.memberChanged,
+		LocalNetwork:  r.cfg.GossipLocal,
+	}
+	g, err := loadsync.Start(cfg, r.sync, loadsync.SystemClock{})
+	if err != nil {
+		return fmt.Errorf("gossip: %w", err)
+	}
+	r.gossip = g
+	return nil
+}
+
+// unlessPortZero treats an advertise address with port 0 as unset: the
+// bound port is only known once bound.
+func unlessPortZero(addr string) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return ""
+	}
+	return addr
+}
+
+// localLoads reports this replica's own in-flight counts to the gossip.
+func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	r.loads.Each(func(l *affinity.Load) {
+		if n := l.Local(); n != 0 {
+			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
+		}
+	})
+	return dst
+}
+
+// localVerdicts reports this replica's wedge and degrade verdicts.
+func (r *Replica) localVerdicts(dst []loadsync.Verdict) []loadsync.Verdict {
+	for _, v := range r.monitor.Verdicts() {
+		dst = append(dst, loadsync.Verdict{Worker: uint32(v.Worker), Kind: uint8(v.Kind), Since: v.Since.UnixNano()})
+	}
+	return dst
+}
+
+// remoteVerdicts hands a peer's verdicts to the monitor. nil means the peer
+// withdrew them, left, died or went silent: forget them all.
+func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
+	if vs == nil {
+		r.monitor.ForgetOrigin(origin)
+		return
+	}
+	out := make([]health.Verdict, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, health.Verdict{Worker: health.WorkerID(v.Worker), Kind: health.VerdictKind(v.Kind),
+			Since: time.Unix(0, v.Since)})
+	}
+	r.monitor.SetRemoteVerdicts(origin, out)
+}
+
+// ownershipSink passes the routers' ownership decisions to the gossip.
+type ownershipSink struct{ st *loadsync.State }
+
+var _ affinity.OwnershipSink = ownershipSink{}
+
+func (s ownershipSink) Owned(hashes []uint64, worker affinity.WorkerID) {
+	s.st.Owned(hashes, uint32(worker))
+}
