@@ -20,7 +20,19 @@ var replicas = map[string]string{
 	"r3": "http://127.0.0.1:18083",
 }
 
-var client = &http.Client{Timeout: 30 * time.Second}
+// adminToken is the compose cluster's --admin-token.
+const adminToken = "chaos-admin-token"
+
+var client = &http.Client{Timeout: 30 * time.Second, Transport: bearer{http.DefaultTransport}}
+
+// bearer adds the admin token to every request.
+type bearer struct{ next http.RoundTripper }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+adminToken)
+	return b.next.RoundTrip(r)
+}
 
 func compose(t *testing.T, args ...string) {
 	t.Helper()

@@ -121,6 +121,9 @@ func (c GossipConfig) memberlistConfig(name string, d *delegate) (*memberlist.Co
 		if mc.AdvertiseAddr, mc.AdvertisePort, err = splitAddr("AdvertiseAddr", c.AdvertiseAddr); err != nil {
 			return nil, err
 		}
+		if mc.AdvertiseAddr, err = resolveIP(mc.AdvertiseAddr); err != nil {
+			return nil, err
+		}
 	}
 	mc.SecretKey = c.SecretKey
 	mc.DeadNodeReclaimTime = c.DeadNodeReclaimTime
@@ -133,6 +136,24 @@ func (c GossipConfig) memberlistConfig(name string, d *delegate) (*memberlist.Co
 		mc.LogOutput = io.Discard
 	}
 	return mc, nil
+}
+
+// resolveIP turns an advertised host name (a container's service name, say)
+// into the IP address memberlist needs to advertise.
+func resolveIP(host string) (string, error) {
+	if host == "" || net.ParseIP(host) != nil {
+		return host, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil || len(ips) == 0 {
+		return "", fmt.Errorf("%w: AdvertiseAddr host %q does not resolve: %v", ErrInvalidConfig, host, err)
+	}
+	for _, ip := range ips {
+		if v4 := ip.To4(); v4 != nil {
+			return v4.String(), nil
+		}
+	}
+	return ips[0].String(), nil
 }
 
 func splitAddr(field, addr string) (string, int, error) {
