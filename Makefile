@@ -7,7 +7,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build run run-pd test test-short lint fuzz bench chaos clean
+.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ run: build ## a router on the embedded default in front of three workersims on l
 
 run-pd: build ## the same with prefill/decode disaggregation: 2 prefill + 2 decode workersims
 	@scripts/run.sh pd
+
+run-cluster: build ## three router replicas as one cluster in front of three workersims
+	@scripts/run.sh cluster
 
 test: ## go vet and the race-enabled tests of every package
 	$(GO) vet ./...

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -109,12 +110,13 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 
 // startGossip creates the memberlist node and joins --join, if any. A join
 // refused because the cluster's routing settings differ returns an error
-// naming the fields.
+// naming the fields. When none of the --join addresses answers yet (replicas
+// of a new cluster start in any order), joining goes on in the background
+// until one does.
 func (r *Replica) startGossip() error {
 	cfg := loadsync.GossipConfig{
 		BindAddr:      r.cfg.GossipBind,
 		AdvertiseAddr: unlessPortZero(r.cfg.GossipAdvertise),
-		Join:          r.cfg.Join,
 		SecretKey:     r.cfg.GossipKey,
 		OnMember:      r.memberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
@@ -124,7 +126,43 @@ func (r *Replica) startGossip() error {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	r.gossip = g
-	return nil
+	if len(r.cfg.Join) == 0 {
+		return nil
+	}
+	err = g.Join(r.cfg.Join)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, loadsync.ErrJoin):
+		r.log.Warn("no --join address answers yet; retrying in the background", "join", r.cfg.Join, "err", err)
+		r.goRun(r.retryJoin)
+		return nil
+	}
+	return fmt.Errorf("gossip: %w", err)
+}
+
+// retryJoin keeps trying --join until a peer answers or the replica stops.
+// A refusal (mismatched routing settings) is final: it is logged, and the
+// replica keeps serving alone.
+func (r *Replica) retryJoin() {
+	wait := 500 * time.Millisecond
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		err := r.gossip.Join(r.cfg.Join)
+		if err == nil {
+			r.log.Info("joined the cluster", "join", r.cfg.Join)
+			return
+		}
+		if !errors.Is(err, loadsync.ErrJoin) {
+			r.log.Error("refused by the cluster", "err", err)
+			return
+		}
+		wait = min(wait*2, 10*time.Second)
+	}
 }
 
 // unlessPortZero treats an advertise address with port 0 as unset: the

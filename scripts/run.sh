@@ -20,7 +20,17 @@ worker() { # port role
 }
 
 args=(--host 127.0.0.1 --port 8080 --node-name "make-run-$mode")
-if [ "$mode" = pd ]; then
+if [ "$mode" = cluster ]; then
+	worker 8001 both; worker 8002 both; worker 8003 both
+	for i in 1 2; do # two more replicas; the one started below is the third
+		bin/router serve --host 127.0.0.1 --port $((8080 + i)) --node-name "make-run-cluster-$i" \
+			--gossip-bind 127.0.0.1:$((7946 + 10 * i)) --raft-bind 127.0.0.1:$((7947 + 10 * i)) \
+			--bootstrap-expect 3 --join 127.0.0.1:7946 --miss-placement rendezvous &
+		pids+=($!)
+	done
+	args+=(--bootstrap-expect 3 --join 127.0.0.1:7956 --miss-placement rendezvous
+		--worker-urls http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003)
+elif [ "$mode" = pd ]; then
 	worker 8101 prefill; worker 8102 prefill; worker 8201 decode; worker 8202 decode
 	args+=(--vllm-pd-disaggregation --prefill http://127.0.0.1:8101 --prefill http://127.0.0.1:8102
 		--decode http://127.0.0.1:8201 --decode http://127.0.0.1:8202)
@@ -35,6 +45,7 @@ for _ in $(seq 100); do
 	bin/router healthcheck --addr http://127.0.0.1:8080 >/dev/null 2>&1 && break
 	sleep 0.1
 done
+[ "$mode" = cluster ] && echo "Three replicas: http://127.0.0.1:8080, :8081 and :8082 (see: bin/router cluster status)."
 cat <<'TXT'
 
 The router listens on http://127.0.0.1:8080. Try:

@@ -1,0 +1,15 @@
+// Command fleetsim simulates R router replicas in front of W inference workers
+// on virtual time, running the router's real routing code (package affinity,
+// and loadsync's gossip state machine over a simulated network), and reports
+// what each routing policy and each way of sharing state between replicas
+// does to the fleet: prefix-cache hit rate, time to first token, throughput,
+// load balance, recomputed prompt tokens and gossip bandwidth.
+//
+//	fleetsim --trace FILE | --agentic [--sessions N --turns T ...]
+//	         --workers W --replicas 1,2,4,8 --policies cache_aware,round_robin
+//	         --sync gossip,none,shared [--pd P:D] [--limit N] [--seed S] [--json OUT]
+//
+// Every combination of --policies, --sync and --replicas is one run; runs are
+// deterministic, so the same flags print the same table. The simulation
+// itself lives in package sim/fleet.
+package main

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/kvrouter/kvrouter/sim/fleet"
+	"github.com/kvrouter/kvrouter/sim/workload"
+)
+
+// errBadFlag marks a flag value refused at start; the message names the flag.
+var errBadFlag = errors.New("invalid flag")
+
+// badFlag reports an invalid value of flag.
+func badFlag(flag, want string, got any) error {
+	return fmt.Errorf("%w --%s: want %s, got %v", errBadFlag, flag, want, got)
+}
+
+// defaultWorkers is the fleet size without --workers.
+const defaultWorkers = 16
+
+// flags are fleetsim's flags: the workload, the fleet, the routing, the
+// gossip and the report.
+func flags() []cli.Flag {
+	d := workload.DefaultAgenticConfig()
+	t := affinity.DefaultThresholds()
+	return []cli.Flag{
+		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace to replay (or --agentic)"},
+		&cli.IntFlag{Name: "limit", Usage: "replay only the first N records of --trace (0: all)"},
+		&cli.Float64Flag{Name: "rate-scale", Value: 1, Usage: "divide the trace's timestamps by this: 2 replays twice as fast"},
+		&cli.BoolFlag{Name: "agentic", Usage: "run closed-loop agentic sessions instead of a trace"},
+		&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "agentic: concurrent sessions"},
+		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "agentic: requests per session"},
+		&cli.IntFlag{Name: "system-prompt-tokens", Value: d.SystemPromptTokens, Usage: "agentic: system prompt shared by all sessions, in tokens"},
+		&cli.IntFlag{Name: "task-tokens", Value: d.TaskTokens, Usage: "agentic: each session's task statement, in tokens"},
+		&cli.IntFlag{Name: "observation-tokens", Value: d.ObservationTokens, Usage: "agentic: mean tool output appended per turn, in tokens"},
+		&cli.IntFlag{Name: "answer-tokens", Value: d.AnswerTokens, Usage: "agentic: max_tokens per turn"},
+		&cli.DurationFlag{Name: "think-time", Value: d.ThinkTime, Usage: "agentic: mean tool latency between turns"},
+		&cli.IntFlag{Name: "groups", Value: 1, Usage: "agentic: split the sessions into groups, each sharing its own system prompt (RL rollouts of one task)"},
+		&cli.Float64Flag{Name: "observation-spread", Usage: "agentic: make groups unequal: each group's mean observation is scaled by exp(spread * a normal draw)"},
+
+		&cli.IntFlag{Name: "workers", Value: defaultWorkers, Usage: "workers in the fleet (without --pd)"},
+		&cli.StringFlag{Name: "pd", Usage: "P:D splits the fleet into P prefill and D decode workers (vLLM's sequential protocol)"},
+		&cli.IntSliceFlag{Name: "replicas", Value: cli.NewIntSlice(1), Usage: "router replica counts, one run each: 1,2,4,8"},
+		&cli.StringSliceFlag{Name: "policies", Value: cli.NewStringSlice(affinity.PolicyCacheAware),
+			Usage: "policies, one run each; cache_aware:rendezvous places misses by rendezvous hashing (" + strings.Join(affinity.PolicyNames, ", ") + ")"},
+		&cli.StringSliceFlag{Name: "sync", Value: cli.NewStringSlice(string(fleet.SyncGossip)), Usage: "how replicas share state, one run each: gossip, none, shared"},
+		&cli.StringFlag{Name: "decode-policy", Value: affinity.PolicyLeastLoad, Usage: "policy of the decode phase with --pd"},
+		&cli.Float64Flag{Name: "cache-threshold", Value: t.CacheThreshold, Usage: "share of the routing text a match must exceed to count as a hit"},
+		&cli.Float64Flag{Name: "balance-abs-threshold", Value: t.BalanceAbs, Usage: "in-flight requests above the least loaded before a worker can be overloaded"},
+		&cli.Float64Flag{Name: "balance-rel-threshold", Value: t.BalanceRel, Usage: "factor over the least loaded before a worker can be overloaded"},
+		&cli.IntFlag{Name: "block-size", Value: affinity.DefaultBlockSize, Usage: "router hash block, in bytes of routing text"},
+
+		&cli.IntFlag{Name: "kv-capacity-tokens", Value: sim.DefaultKVCapacityTokens, Usage: "each worker's KV cache, in tokens"},
+		&cli.IntFlag{Name: "max-num-seqs", Value: sim.DefaultMaxNumSeqs, Usage: "each worker's concurrent sequences"},
+		&cli.StringSliceFlag{Name: "slowdown", Usage: "ID:FACTOR makes worker ID (from 1, prefill first with --pd) FACTOR times slower; repeatable"},
+
+		&cli.DurationFlag{Name: "gossip-interval", Value: loadsync.DefaultLoadInterval, Usage: "how often a replica reports its load and digests"},
+		&cli.DurationFlag{Name: "gossip-delay", Value: fleet.DefaultGossipDelay, Usage: "one-way delay of a gossip packet"},
+		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
+
+		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (load balancer, policies, loss, agentic draws)"},
+		&cli.StringFlag{Name: "json", Usage: `also write {"runs":[...]} to this file`},
+		&cli.IntFlag{Name: "parallel", Value: 1, Usage: "runs simulated at once (each run is single-threaded)"},
+	}
+}
+
+// plan is what the flags ask for: a matrix of runs over one workload.
+type plan struct {
+	base     fleet.Config
+	policies []string
+	syncs    []fleet.Sync
+	replicas []int
+	// workload returns a fresh workload for each run.
+	workload func() fleet.Workload
+	// bound is the trace's infinite-cache hit rate; nil for agentic runs.
+	bound    *float64
+	jsonPath string
+	parallel int
+}
+
+// readPlan validates the flags and loads the workload.
+func readPlan(c *cli.Context) (plan, error) {
+	p := plan{jsonPath: c.String("json"), parallel: c.Int("parallel")}
+	steps := []func(*cli.Context, *plan) error{readFleet, readRouting, readGossip, readMatrix, readReport, readWorkload}
+	for _, step := range steps {
+		if err := step(c, &p); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// check is one flag's validity.
+type check struct {
+	flag string
+	bad  bool
+	want string
+	got  any
+}
+
+func firstBad(checks []check) error {
+	for _, ch := range checks {
+		if ch.bad {
+			return badFlag(ch.flag, ch.want, ch.got)
+		}
+	}
+	return nil
+}
+
+func readFleet(c *cli.Context, p *plan) error {
+	p.base.Workers = c.Int("workers")
+	p.base.Engine = sim.Config{KVCapacityTokens: c.Int("kv-capacity-tokens"), MaxNumSeqs: c.Int("max-num-seqs")}
+	if err := firstBad([]check{
+		{"workers", p.base.Workers <= 0, "> 0", p.base.Workers},
+		{"kv-capacity-tokens", p.base.Engine.KVCapacityTokens <= 0, "> 0", p.base.Engine.KVCapacityTokens},
+		{"max-num-seqs", p.base.Engine.MaxNumSeqs <= 0, "> 0", p.base.Engine.MaxNumSeqs},
+	}); err != nil {
+		return err
+	}
+	if err := p.base.Engine.WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("%w --kv-capacity-tokens or --max-num-seqs: %w", errBadFlag, err)
+	}
+	if c.IsSet("pd") {
+		if c.IsSet("workers") {
+			return badFlag("workers", "unset with --pd (P:D gives the fleet)", p.base.Workers)
+		}
+		var err error
+		if p.base.Prefill, p.base.Decode, err = parsePD(c.String("pd")); err != nil {
+			return err
+		}
+	}
+	return readSlowdown(c, p)
+}
+
+// readSlowdown reads the repeated --slowdown ID:FACTOR.
+func readSlowdown(c *cli.Context, p *plan) error {
+	total := p.base.Workers
+	if p.base.Disaggregated() {
+		total = p.base.Prefill + p.base.Decode
+	}
+	for _, spec := range c.StringSlice("slowdown") {
+		ids, fs, found := strings.Cut(spec, ":")
+		id, ierr := strconv.Atoi(ids)
+		f, ferr := strconv.ParseFloat(fs, 64)
+		if !found || ierr != nil || ferr != nil || id < 1 || id > total || sim.ValidateSlowdown(f) != nil {
+			return badFlag("slowdown", fmt.Sprintf("ID:FACTOR with ID in [1, %d] and FACTOR > 0, as 1:4", total), spec)
+		}
+		if p.base.Slowdown == nil {
+			p.base.Slowdown = map[affinity.WorkerID]float64{}
+		}
+		p.base.Slowdown[affinity.WorkerID(id)] = f
+	}
+	return nil
+}
+
+// parsePD reads "P:D" with both counts positive.
+func parsePD(s string) (prefill, decode int, err error) {
+	ps, ds, found := strings.Cut(s, ":")
+	prefill, perr := strconv.Atoi(ps)
+	decode, derr := strconv.Atoi(ds)
+	if !found || perr != nil || derr != nil || prefill <= 0 || decode <= 0 {
+		return 0, 0, badFlag("pd", "P:D with positive counts, as 4:6", s)
+	}
+	return prefill, decode, nil
+}
+
+func readRouting(c *cli.Context, p *plan) error {
+	p.base.DecodePolicy = c.String("decode-policy")
+	p.base.BlockSize = c.Int("block-size")
+	p.base.Thresholds = affinity.Thresholds{
+		CacheThreshold: c.Float64("cache-threshold"),
+		BalanceAbs:     c.Float64("balance-abs-threshold"), BalanceRel: c.Float64("balance-rel-threshold"),
+	}
+	if err := firstBad([]check{
+		{"block-size", p.base.BlockSize <= 0, "> 0", p.base.BlockSize},
+		{"cache-threshold", !finiteNonNegative(p.base.Thresholds.CacheThreshold), "a finite number >= 0", p.base.Thresholds.CacheThreshold},
+		{"balance-abs-threshold", !finiteNonNegative(p.base.Thresholds.BalanceAbs), "a finite number >= 0", p.base.Thresholds.BalanceAbs},
+		{"balance-rel-threshold", !finiteNonNegative(p.base.Thresholds.BalanceRel), "a finite number >= 0", p.base.Thresholds.BalanceRel},
+	}); err != nil {
+		return err
+	}
+	if cfg := (fleet.Config{Workers: 1, DecodePolicy: p.base.DecodePolicy}); cfg.Validate() != nil {
+		return badFlag("decode-policy", "one of "+strings.Join(affinity.PolicyNames, ", "), p.base.DecodePolicy)
+	}
+	return nil
+}
+
+// finiteNonNegative is false for negatives, NaN and +Inf.
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
+
+func readGossip(c *cli.Context, p *plan) error {
+	p.base.GossipInterval = c.Duration("gossip-interval")
+	p.base.GossipDelay = c.Duration("gossip-delay")
+	p.base.GossipLoss = c.Float64("gossip-loss")
+	p.base.Seed = c.Int64("seed")
+	if p.base.GossipDelay == 0 {
+		p.base.GossipDelay = -1 // fleet's "none"; its zero means the default
+	}
+	return firstBad([]check{
+		{"gossip-interval", p.base.GossipInterval <= 0, "> 0", p.base.GossipInterval},
+		{"gossip-delay", c.Duration("gossip-delay") < 0, ">= 0", c.Duration("gossip-delay")},
+		{"gossip-loss", !(p.base.GossipLoss >= 0 && p.base.GossipLoss < 1), "in [0, 1)", p.base.GossipLoss},
+	})
+}
+
+// readMatrix reads the lists whose product is the set of runs.
+func readMatrix(c *cli.Context, p *plan) error {
+	p.replicas = c.IntSlice("replicas")
+	for _, n := range p.replicas {
+		if n <= 0 {
+			return badFlag("replicas", "positive counts", n)
+		}
+	}
+	for _, s := range c.StringSlice("sync") {
+		cfg := fleet.Config{Workers: 1, Sync: fleet.Sync(s)}
+		if s == "" || cfg.Validate() != nil {
+			return badFlag("sync", "gossip, none or shared", s)
+		}
+		p.syncs = append(p.syncs, fleet.Sync(s))
+	}
+	for _, label := range c.StringSlice("policies") {
+		if err := checkPolicy(label); err != nil {
+			return err
+		}
+		p.policies = append(p.policies, label)
+	}
+	return firstBad([]check{
+		{"replicas", len(p.replicas) == 0, "at least one count", p.replicas},
+		{"sync", len(p.syncs) == 0, "at least one mode", p.syncs},
+		{"policies", len(p.policies) == 0, "at least one policy", p.policies},
+	})
+}
+
+// checkPolicy refuses a policy label fleet would not run.
+func checkPolicy(label string) error {
+	policy, placement, err := fleet.ParsePolicy(label)
+	if err == nil && policy != "" {
+		err = (fleet.Config{Workers: 1, Policy: policy, MissPlacement: placement}).Validate()
+	}
+	if err != nil || policy == "" {
+		return badFlag("policies", "names among "+strings.Join(affinity.PolicyNames, ", ")+
+			" (cache-aware ones optionally :least_load or :rendezvous)", label)
+	}
+	return nil
+}
+
+func readReport(_ *cli.Context, p *plan) error {
+	if p.parallel <= 0 {
+		return badFlag("parallel", "> 0", p.parallel)
+	}
+	if p.jsonPath == "" {
+		return nil
+	}
+	if info, err := os.Stat(filepath.Dir(p.jsonPath)); err != nil || !info.IsDir() {
+		return badFlag("json", "a file in an existing directory", p.jsonPath)
+	}
+	return nil
+}
+
+// readWorkload reads either the trace or the agentic flags.
+func readWorkload(c *cli.Context, p *plan) error {
+	switch trace := c.String("trace"); {
+	case trace != "" && c.Bool("agentic"):
+		return badFlag("agentic", "not with --trace", true)
+	case trace != "":
+		if err := refuseOtherMode(c, agenticOnly, "--trace"); err != nil {
+			return err
+		}
+		return readTrace(c, p, trace)
+	case c.Bool("agentic"):
+		if err := refuseOtherMode(c, traceOnly, "--agentic"); err != nil {
+			return err
+		}
+		return readAgentic(c, p)
+	}
+	return badFlag("trace", "a trace file, or --agentic", `""`)
+}
+
+func readTrace(c *cli.Context, p *plan, path string) error {
+	limit, scale := c.Int("limit"), c.Float64("rate-scale")
+	if err := firstBad([]check{
+		{"limit", limit < 0, ">= 0", limit},
+		{"rate-scale", !(scale > 0) || scale > 1e9, "in (0, 1e9]", scale},
+	}); err != nil {
+		return err
+	}
+	records, err := loadTraceFile(path, limit)
+	if err != nil {
+		return fmt.Errorf("%w --trace: %w", errBadFlag, err)
+	}
+	bound := workload.Stats(records).TokenHitRate
+	p.bound = &bound
+	p.workload = func() fleet.Workload { return fleet.NewTrace(records, scale) }
+	return nil
+}
+
+// loadTraceFile reads the first limit records of a trace file (limit 0: all).
+func loadTraceFile(path string, limit int) ([]workload.TraceRecord, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	records, err := workload.LoadTrace(file, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%s: no records", path)
+	}
+	return records, nil
+}
+
+// traceOnly and agenticOnly are the flags that shape one kind of workload.
+var (
+	traceOnly   = []string{"limit", "rate-scale"}
+	agenticOnly = []string{"sessions", "turns", "system-prompt-tokens", "task-tokens", "observation-tokens",
+		"answer-tokens", "think-time", "groups", "observation-spread"}
+)
+
+// refuseOtherMode refuses any of flags set along with mode.
+func refuseOtherMode(c *cli.Context, flags []string, mode string) error {
+	for _, flag := range flags {
+		if c.IsSet(flag) {
+			return badFlag(flag, "unset with "+mode, c.Value(flag))
+		}
+	}
+	return nil
+}
+
+func readAgentic(c *cli.Context, p *plan) error {
+	cfg := workload.AgenticConfig{
+		Sessions: c.Int("sessions"), Turns: c.Int("turns"),
+		SystemPromptTokens: c.Int("system-prompt-tokens"), TaskTokens: c.Int("task-tokens"),
+		ObservationTokens: c.Int("observation-tokens"), AnswerTokens: c.Int("answer-tokens"),
+		ThinkTime: c.Duration("think-time"), Seed: c.Int64("seed"),
+	}
+	groups := fleet.Groups{Count: c.Int("groups"), ObservationSpread: c.Float64("observation-spread")}
+	if err := firstBad([]check{
+		{"sessions", cfg.Sessions <= 0, "> 0", cfg.Sessions},
+		{"turns", cfg.Turns <= 0, "> 0", cfg.Turns},
+		{"system-prompt-tokens", cfg.SystemPromptTokens <= 0, "> 0", cfg.SystemPromptTokens},
+		{"task-tokens", cfg.TaskTokens <= 0, "> 0", cfg.TaskTokens},
+		{"observation-tokens", cfg.ObservationTokens <= 0, "> 0", cfg.ObservationTokens},
+		{"answer-tokens", cfg.AnswerTokens <= 0, "> 0", cfg.AnswerTokens},
+		{"think-time", cfg.ThinkTime < 0, ">= 0", cfg.ThinkTime},
+		{"groups", groups.Count <= 0 || groups.Count > cfg.Sessions, "in [1, --sessions]", groups.Count},
+		{"observation-spread", !finiteNonNegative(groups.ObservationSpread), "a finite number >= 0", groups.ObservationSpread},
+	}); err != nil {
+		return err
+	}
+	if _, err := fleet.NewAgenticGroups(cfg, groups); err != nil {
+		return fmt.Errorf("%w --turns, --observation-tokens, --observation-spread or --answer-tokens: %w", errBadFlag, err)
+	}
+	p.workload = func() fleet.Workload {
+		a, _ := fleet.NewAgenticGroups(cfg, groups) // accepted above
+		return a
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+)
+
+// columns of the table, in order: the report's required fields, then the
+// workload's bound when there is one.
+var columns = []string{"policy", "replicas", "sync", "workers", "requests", "hit_rate", "ttft_p50_ms",
+	"ttft_p99_ms", "throughput_rps", "load_cv", "prefill_tokens", "gossip_bytes_per_sec"}
+
+// writeTable prints rows as an aligned table. It leaves out wall time so that
+// the same flags always print the same table.
+func writeTable(w io.Writer, rows []row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	header := columns
+	if len(rows) > 0 && rows[0].PD != "" {
+		header = append(header[:len(header):len(header)], "pd", "decode_load_cv")
+	}
+	if len(rows) > 0 && rows[0].InfiniteCacheHitRate != nil {
+		header = append(header[:len(header):len(header)], "infinite_cache_hit_rate")
+	}
+	for _, h := range header {
+		fmt.Fprint(tw, h, "\t")
+	}
+	fmt.Fprintln(tw)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.4f\t%.1f\t%.1f\t%.3f\t%.4f\t%d\t%.0f\t",
+			r.Policy, r.Replicas, r.Sync, r.Workers, r.Requests, r.HitRate, r.TTFTP50Ms, r.TTFTP99Ms,
+			r.ThroughputRPS, r.LoadCV, r.PrefillTokens, r.GossipBytesPerSec)
+		if r.PD != "" {
+			fmt.Fprintf(tw, "%s\t%.4f\t", r.PD, r.DecodeLoadCV)
+		}
+		if r.InfiniteCacheHitRate != nil {
+			fmt.Fprintf(tw, "%.4f\t", *r.InfiniteCacheHitRate)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// writeJSON writes {"runs":[...]} to path.
+func writeJSON(path string, rows []row) error {
+	body, err := json.MarshalIndent(struct {
+		Runs []row `json:"runs"`
+	}{rows}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(body, '\n'), 0o644)
+}

@@ -1,0 +1,25 @@
+// Package fleet simulates a router tier in front of a fleet of inference
+// workers, on virtual time, running the real routing code: R router
+// replicas, each with its own affinity load table, ownership index and
+// routers, in front of W simulated engines (package sim), fed by a trace or
+// by closed-loop agentic sessions (package workload). A load balancer in
+// front of the replicas sends every request to a replica chosen uniformly at
+// random, so the turns of one conversation land on different replicas and
+// affinity has to hold across them.
+//
+// How the replicas share what they know is the experiment: SyncNone keeps
+// them independent (own counts, own index), SyncGossip runs loadsync's pure
+// State on every replica and carries its packets between them over a
+// simulated network with a delay and a loss rate, and SyncShared gives all of
+// them one load table and one index (exact loads, the upper bound). With a
+// prefill/decode split, every request is routed twice as the proxy does it
+// (the prefill policy and the decode policy, both guards taken at arrival),
+// prefilled with one output token, then decoded with the prompt's KV
+// transferred.
+//
+// The simulation is a single-threaded discrete-event loop over a binary heap
+// of events ordered by (time, sequence number): arrivals, engine steps, gossip
+// ticks and packet deliveries. All randomness comes from the seed, so the
+// same Config and workload give the same Result, byte for byte. Run starts no
+// goroutine; independent runs may execute concurrently.
+package fleet

@@ -1,0 +1,41 @@
+package fleet
+
+import (
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// phase is where a request stands.
+type phase uint8
+
+const (
+	// phaseServe: on an ordinary worker, prefill and decode in one engine.
+	phaseServe phase = iota
+	// phasePrefill: on a prefill worker, computing the prompt and one token.
+	phasePrefill
+	// phaseDecode: on a decode worker, with the prompt's KV transferred.
+	phaseDecode
+)
+
+// request is one arrival on its way through the fleet.
+type request struct {
+	id      sim.RequestID
+	arrival Arrival
+	phase   phase
+
+	// guard counts the request on the worker that serves it to the end
+	// (the decode worker of a split fleet); prefillGuard counts it on its
+	// prefill worker until the prefill answers.
+	guard, prefillGuard *affinity.Guard
+	// decodeWorker is the index of the decode worker chosen at arrival.
+	decodeWorker int
+	// transferred is the prompt length in tokens that the prefill computed
+	// and the decode worker receives.
+	transferred int
+}
+
+// release gives back every guard the request still holds.
+func (r *request) release() {
+	r.prefillGuard.Release()
+	r.guard.Release()
+}

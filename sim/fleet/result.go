@@ -1,0 +1,206 @@
+package fleet
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// Result is what one run measured. JSON names are the report's column
+// names; rates are fractions in [0, 1].
+type Result struct {
+	// Policy is the policy label (see ParsePolicy), Replicas, Sync and
+	// Workers the fleet's shape; PD is "P:D" for a split fleet.
+	Policy   string `json:"policy"`
+	Replicas int    `json:"replicas"`
+	Sync     Sync   `json:"sync"`
+	Workers  int    `json:"workers"`
+	PD       string `json:"pd,omitempty"`
+
+	// Requests counts the requests that completed; Errors those an engine
+	// refused (a prompt larger than its KV cache).
+	Requests int `json:"requests"`
+	Errors   int `json:"errors"`
+	// HitRate is cached / prompt tokens as the routed workers' caches saw
+	// them (the prefill workers of a split fleet).
+	HitRate float64 `json:"hit_rate"`
+	// TTFTP50Ms and TTFTP99Ms are time to first token from arrival at the
+	// load balancer, in milliseconds (through decode's first token in a
+	// split fleet).
+	TTFTP50Ms float64 `json:"ttft_p50_ms"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	// ThroughputRPS is completed requests per second of makespan.
+	ThroughputRPS float64 `json:"throughput_rps"`
+	// LoadCV is the coefficient of variation (population standard deviation
+	// over mean) of the routed workers' busy time: the virtual time during
+	// which a worker had at least one request submitted and not done.
+	LoadCV float64 `json:"load_cv"`
+	// PrefillTokens is the number of prompt tokens the engines computed
+	// (cache misses), all workers together.
+	PrefillTokens uint64 `json:"prefill_tokens"`
+	// GossipBytesPerSec is gossip payload sent by all replicas together,
+	// one copy per receiving peer (lost copies included), per second of
+	// makespan. Zero unless Sync is gossip.
+	GossipBytesPerSec float64 `json:"gossip_bytes_per_sec"`
+
+	// MakespanSeconds is virtual time from the first arrival to the last
+	// completion.
+	MakespanSeconds float64 `json:"makespan_seconds"`
+	// TTFTMeanMs is the mean time to first token, in milliseconds.
+	TTFTMeanMs float64 `json:"ttft_mean_ms"`
+	// RouterHitRate is the share of requests the (prefill) router sent to
+	// the owner of a prefix it matched; Shed counts the matches it gave up
+	// because the owner was overloaded.
+	RouterHitRate float64 `json:"router_hit_rate"`
+	Shed          int     `json:"shed"`
+	// DecodeHitRate and DecodeLoadCV are HitRate and LoadCV of the decode
+	// workers of a split fleet.
+	DecodeHitRate float64 `json:"decode_hit_rate,omitempty"`
+	DecodeLoadCV  float64 `json:"decode_load_cv,omitempty"`
+	// GossipPacketsLost counts packet copies the network dropped.
+	GossipPacketsLost uint64 `json:"gossip_packets_lost,omitempty"`
+	// GossipFactsLearned counts ownership facts the replicas learned from
+	// each other, all replicas together.
+	GossipFactsLearned uint64 `json:"gossip_facts_learned,omitempty"`
+	// GossipFactsDropped counts ownership facts pushed out of a replica's
+	// full digest queue before they were sent (digest bandwidth is capped).
+	GossipFactsDropped uint64 `json:"gossip_facts_dropped,omitempty"`
+}
+
+// collector gathers what happens to requests during a run.
+type collector struct {
+	ttfts            []time.Duration
+	completed, errs  int
+	routed, hits     int
+	shed             int
+	first, last      time.Duration
+	started, stopped bool
+}
+
+// route counts one decision of the (prefill) router.
+func (c *collector) route(d affinity.Decision) {
+	c.routed++
+	if d.Hit {
+		c.hits++
+	}
+	if d.Shed {
+		c.shed++
+	}
+}
+
+func (c *collector) arrived(at time.Duration) {
+	if !c.started {
+		c.first, c.started = at, true
+	}
+}
+
+func (c *collector) finished(at time.Duration) {
+	c.last = max(c.last, at)
+	c.stopped = true
+}
+
+func (c *collector) makespan() time.Duration {
+	if !c.stopped {
+		return 0
+	}
+	return c.last - c.first
+}
+
+// quantile returns the q-quantile (nearest rank) of sorted durations, in ms.
+func quantile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return ms(sorted[min(max(rank, 0), len(sorted)-1)])
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mean(ds []time.Duration) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, d := range ds {
+		sum += ms(d)
+	}
+	return sum / float64(len(ds))
+}
+
+// hitRate is cached over prompt tokens of workers.
+func hitRate(workers []*worker) float64 {
+	var prompt, cached int64
+	for _, w := range workers {
+		prompt += w.promptTokens
+		cached += w.cachedTokens
+	}
+	return ratio(float64(cached), float64(prompt))
+}
+
+// busyCV is the coefficient of variation of workers' busy time.
+func busyCV(workers []*worker) float64 {
+	if len(workers) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, w := range workers {
+		sum += w.busy.Seconds()
+	}
+	avg := sum / float64(len(workers))
+	var sq float64
+	for _, w := range workers {
+		d := w.busy.Seconds() - avg
+		sq += d * d
+	}
+	return ratio(math.Sqrt(sq/float64(len(workers))), avg)
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// summary fills the request-side figures of r.
+func (c *collector) summary(r *Result) {
+	slices.Sort(c.ttfts)
+	r.Requests, r.Errors, r.Shed = c.completed, c.errs, c.shed
+	r.TTFTP50Ms, r.TTFTP99Ms, r.TTFTMeanMs = quantile(c.ttfts, 0.5), quantile(c.ttfts, 0.99), mean(c.ttfts)
+	r.RouterHitRate = ratio(float64(c.hits), float64(c.routed))
+	span := c.makespan().Seconds()
+	r.MakespanSeconds = span
+	r.ThroughputRPS = ratio(float64(c.completed), span)
+}
+
+// result summarises the run.
+func (s *simulation) result() Result {
+	routed := s.workers[:s.cfg.routedWorkers()]
+	r := Result{
+		Policy: s.cfg.PolicyLabel(), Replicas: s.cfg.Replicas, Sync: s.cfg.Sync,
+		Workers: s.cfg.totalWorkers(), HitRate: hitRate(routed), LoadCV: busyCV(routed),
+	}
+	s.stats.summary(&r)
+	for _, w := range s.workers {
+		r.PrefillTokens += w.engine.ComputedTokens()
+	}
+	r.GossipBytesPerSec = ratio(float64(s.net.bytesSent), r.MakespanSeconds)
+	r.GossipPacketsLost = s.net.packetsLost
+	for _, rep := range s.replicas {
+		if rep.gossip != nil {
+			st := rep.gossip.Stats()
+			r.GossipFactsLearned += st.FactsLearned
+			r.GossipFactsDropped += st.FactsDropped
+		}
+	}
+	if s.cfg.Disaggregated() {
+		decode := s.workers[s.cfg.routedWorkers():]
+		r.PD = strconv.Itoa(s.cfg.Prefill) + ":" + strconv.Itoa(s.cfg.Decode)
+		r.DecodeHitRate, r.DecodeLoadCV = hitRate(decode), busyCV(decode)
+	}
+	return r
+}

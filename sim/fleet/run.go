@@ -1,0 +1,263 @@
+package fleet
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// epoch is the virtual instant at which every run starts. Fixed, so that the
+// timestamps inside gossip packets, and so their sizes, repeat run to run.
+var epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Streams of the seeded random source, one per consumer, so that adding a
+// draw to one never shifts the others.
+const (
+	streamBalancer = iota + 1
+	streamNetwork
+	streamGroups
+	streamPolicies // + replica number
+)
+
+// simulation is one run in progress. It is driven by one goroutine.
+type simulation struct {
+	cfg      Config
+	clock    *sim.VirtualClock
+	agenda   agenda
+	workers  []*worker
+	replicas []*replica
+	net      network
+	balancer *rand.Rand
+	load     Workload
+
+	inflight map[sim.RequestID]*request
+	nextID   sim.RequestID
+	// pending counts arrivals on the agenda plus requests in flight: the
+	// run ends when it drops to zero.
+	pending int
+	stats   collector
+	// err is the first failure that ends the run early.
+	err error
+}
+
+// Run simulates cfg's fleet under load until every request has completed
+// and returns what it measured. It is deterministic: the same cfg and
+// workload give the same Result.
+func Run(cfg Config, load Workload) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	s, err := newSimulation(cfg.withDefaults(), load)
+	if err != nil {
+		return Result{}, err
+	}
+	s.run()
+	if s.err != nil {
+		return Result{}, s.err
+	}
+	return s.result(), nil
+}
+
+func newSimulation(cfg Config, load Workload) (*simulation, error) {
+	s := &simulation{
+		cfg: cfg, clock: sim.NewVirtualClock(epoch), load: load,
+		balancer: seeded(cfg.Seed, streamBalancer),
+		net:      network{delay: cfg.GossipDelay, loss: cfg.GossipLoss, rand: seeded(cfg.Seed, streamNetwork)},
+		inflight: make(map[sim.RequestID]*request),
+	}
+	for id := 1; id <= cfg.totalWorkers(); id++ {
+		engine := cfg.Engine
+		if f, ok := cfg.Slowdown[affinity.WorkerID(id)]; ok {
+			engine.Slowdown = f
+		}
+		s.workers = append(s.workers, newWorker(affinity.WorkerID(id), engine))
+	}
+	shared := newState(cfg, s.clock)
+	for n := range cfg.Replicas {
+		st := shared
+		if cfg.Sync != SyncShared && n > 0 {
+			st = newState(cfg, s.clock)
+		}
+		r, err := newReplica(cfg, n, st, seeded(cfg.Seed, streamPolicies+uint64(n)))
+		if err != nil {
+			return nil, err
+		}
+		s.replicas = append(s.replicas, r)
+	}
+	return s, nil
+}
+
+func seeded(seed int64, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(uint64(seed), stream))
+}
+
+// run processes the agenda until no request is pending or a failure.
+func (s *simulation) run() {
+	for _, a := range s.load.Start() {
+		s.schedule(a)
+	}
+	s.startGossip()
+	for s.pending > 0 && s.agenda.len() > 0 && s.err == nil {
+		e := s.agenda.pop()
+		s.clock.AdvanceTo(e.at)
+		s.handle(e)
+	}
+}
+
+func (s *simulation) handle(e event) {
+	switch e.kind {
+	case evArrival:
+		s.arrive(e.req)
+	case evStep:
+		if s.workers[e.target].fire(e.gen) {
+			s.advance(e.target, e.at)
+			s.reschedule(e.target)
+		}
+	case evDecode:
+		s.dispatchDecode(e.req)
+	case evTick:
+		s.tick(e.target)
+	case evDeliver:
+		s.deliver(e.target, e.pkts)
+	}
+}
+
+// schedule puts an arrival on the agenda.
+func (s *simulation) schedule(a Arrival) {
+	s.pending++
+	s.agenda.push(event{at: max(a.At, s.clock.Elapsed()), kind: evArrival, req: &request{arrival: a}})
+}
+
+// arrive routes a request on a replica picked uniformly at random and
+// submits it to the chosen worker. A split fleet routes both phases at once,
+// as the proxy does, so the decode guard is held from dispatch.
+func (s *simulation) arrive(req *request) {
+	now := s.clock.Elapsed()
+	s.stats.arrived(now)
+	if next, ok := s.load.Arrived(req.arrival); ok {
+		s.schedule(next)
+	}
+	s.nextID++
+	req.id = s.nextID
+	s.inflight[req.id] = req
+	r := s.replicas[s.balancer.IntN(len(s.replicas))]
+	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
+	dec, guard, err := r.router.Route(areq, r.pool)
+	if err != nil {
+		s.fail(req)
+		return
+	}
+	s.stats.route(dec)
+	sr := sim.Request{ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens}
+	if r.decode == nil {
+		req.guard, req.phase = guard, phaseServe
+		s.submit(req, s.index(dec.Worker), sr)
+		return
+	}
+	req.prefillGuard, req.phase = guard, phasePrefill
+	if !s.routeDecode(r, req, areq) {
+		return
+	}
+	sr.MaxTokens = 1
+	s.submit(req, s.index(dec.Worker), sr)
+}
+
+// routeDecode picks the decode worker of a split request and takes its
+// guard.
+func (s *simulation) routeDecode(r *replica, req *request, areq *affinity.Request) bool {
+	dec, guard, err := r.decode.Route(areq, r.decodePool)
+	if err != nil {
+		s.fail(req)
+		return false
+	}
+	req.guard, req.decodeWorker = guard, s.index(dec.Worker)
+	return true
+}
+
+// dispatchDecode sends a prefilled request to its decode worker with the
+// prompt's KV to transfer.
+func (s *simulation) dispatchDecode(req *request) {
+	req.phase = phaseDecode
+	s.submit(req, req.decodeWorker, sim.Request{
+		ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens,
+		RemotePrefillTokens: req.transferred,
+	})
+}
+
+// index is the position of worker id in s.workers.
+func (s *simulation) index(id affinity.WorkerID) int { return int(id) - 1 }
+
+// submit hands a request to worker w's engine at the current instant.
+func (s *simulation) submit(req *request, w int, sr sim.Request) {
+	now := s.clock.Elapsed()
+	s.advance(w, now)
+	wk := s.workers[w]
+	if err := wk.engine.Submit(sr, now); err != nil {
+		s.fail(req)
+		return
+	}
+	wk.begin(now)
+	s.reschedule(w)
+}
+
+// advance brings worker w's engine to now and handles what happened there.
+func (s *simulation) advance(w int, now time.Duration) {
+	for _, ev := range s.workers[w].engine.Advance(now) {
+		s.onEngineEvent(w, ev)
+	}
+}
+
+func (s *simulation) reschedule(w int) {
+	if at, gen, ok := s.workers[w].due(); ok {
+		s.agenda.push(event{at: at, kind: evStep, target: w, gen: gen})
+	}
+}
+
+func (s *simulation) onEngineEvent(w int, ev sim.Event) {
+	req := s.inflight[ev.ID]
+	if req == nil {
+		panic(fmt.Sprintf("fleet: worker %d reported unknown request %d", w+1, ev.ID))
+	}
+	switch ev.Kind {
+	case sim.FirstToken:
+		if req.phase != phasePrefill {
+			s.stats.ttfts = append(s.stats.ttfts, ev.At-req.arrival.At)
+		}
+	case sim.Done:
+		s.workers[w].end(ev.At, ev.Usage)
+		if req.phase == phasePrefill {
+			req.prefillGuard.Release()
+			req.transferred = ev.Usage.Prompt
+			s.agenda.push(event{at: ev.At, kind: evDecode, req: req})
+			return
+		}
+		req.guard.Release()
+		s.finish(req, ev.At)
+	}
+}
+
+// finish retires a request and lets a closed-loop workload send the next.
+func (s *simulation) finish(req *request, at time.Duration) {
+	delete(s.inflight, req.id)
+	s.pending--
+	s.stats.completed++
+	s.stats.finished(at)
+	if next, ok := s.load.Completed(req.arrival, at); ok {
+		s.schedule(next)
+	}
+}
+
+// fail retires a request that could not be served, releasing its guards. A
+// session goes on with its next turn, as an agent retries past an error.
+func (s *simulation) fail(req *request) {
+	req.release()
+	delete(s.inflight, req.id)
+	s.pending--
+	s.stats.errs++
+	if next, ok := s.load.Completed(req.arrival, s.clock.Elapsed()); ok {
+		s.schedule(next)
+	}
+}

@@ -1,0 +1,232 @@
+package fleet
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/kvrouter/kvrouter/sim/workload"
+)
+
+func TestSameConfigGivesTheSameResult(t *testing.T) {
+	for _, cfg := range []Config{
+		{Workers: 6, Replicas: 4, Sync: SyncGossip, Policy: affinity.PolicyCacheAware, GossipLoss: 0.2, Seed: 7},
+		{Workers: 6, Replicas: 3, Sync: SyncNone, Policy: affinity.PolicyPowerOfTwo, Seed: 7},
+		{Prefill: 2, Decode: 3, Replicas: 2, Sync: SyncGossip, Policy: affinity.PolicyCacheAware,
+			MissPlacement: affinity.PlaceRendezvous, Seed: 7},
+	} {
+		first, second := run(t, cfg, smallSessions()), run(t, cfg, smallSessions())
+		if !reflect.DeepEqual(first, second) {
+			t.Errorf("%s: two runs differ:\n%+v\n%+v", cfg.PolicyLabel(), first, second)
+		}
+	}
+}
+
+func TestSeedChangesTheRun(t *testing.T) {
+	cfg := smallFleet(affinity.PolicyRandom, 2, SyncNone)
+	first := run(t, cfg, smallSessions())
+	cfg.Seed++
+	if second := run(t, cfg, smallSessions()); reflect.DeepEqual(first, second) {
+		t.Errorf("seeds %d and %d gave the same result %+v", cfg.Seed-1, cfg.Seed, first)
+	}
+}
+
+func TestSharedSyncWithOneReplicaEqualsOneIndependentReplica(t *testing.T) {
+	for _, policy := range []string{affinity.PolicyCacheAware, affinity.PolicyRoundRobin, affinity.PolicyPowerOfTwo} {
+		shared := run(t, smallFleet(policy, 1, SyncShared), smallSessions())
+		alone := run(t, smallFleet(policy, 1, SyncNone), smallSessions())
+		shared.Sync = alone.Sync
+		if !reflect.DeepEqual(shared, alone) {
+			t.Errorf("%s: shared %+v\nnone %+v", policy, shared, alone)
+		}
+	}
+}
+
+func TestCacheAwareBeatsRoundRobinOnHitRate(t *testing.T) {
+	aware := run(t, smallFleet(affinity.PolicyCacheAware, 1, SyncNone), smallSessions())
+	rr := run(t, smallFleet(affinity.PolicyRoundRobin, 1, SyncNone), smallSessions())
+	if aware.HitRate < rr.HitRate+0.2 {
+		t.Errorf("cache_aware hit rate %.3f, round_robin %.3f: want cache_aware ahead by 0.2", aware.HitRate, rr.HitRate)
+	}
+	if aware.PrefillTokens >= rr.PrefillTokens {
+		t.Errorf("cache_aware computed %d prompt tokens, round_robin %d: want fewer", aware.PrefillTokens, rr.PrefillTokens)
+	}
+}
+
+func TestGossipKeepsMoreHitRateThanIndependentReplicas(t *testing.T) {
+	gossip := run(t, smallFleet(affinity.PolicyCacheAware, 4, SyncGossip), smallSessions())
+	none := run(t, smallFleet(affinity.PolicyCacheAware, 4, SyncNone), smallSessions())
+	shared := run(t, smallFleet(affinity.PolicyCacheAware, 4, SyncShared), smallSessions())
+	if gossip.HitRate < none.HitRate+0.1 {
+		t.Errorf("4 replicas: gossip hit rate %.3f, none %.3f: want gossip ahead by 0.1", gossip.HitRate, none.HitRate)
+	}
+	if gossip.HitRate < 0.9*shared.HitRate {
+		t.Errorf("4 replicas: gossip hit rate %.3f, shared %.3f: want at least 0.9 of shared", gossip.HitRate, shared.HitRate)
+	}
+	if gossip.GossipBytesPerSec == 0 || gossip.GossipFactsLearned == 0 {
+		t.Errorf("gossip sent %.0f B/s and taught %d facts: want both", gossip.GossipBytesPerSec, gossip.GossipFactsLearned)
+	}
+	if none.GossipBytesPerSec != 0 || shared.GossipBytesPerSec != 0 {
+		t.Errorf("gossip bytes without gossip: none %.0f, shared %.0f", none.GossipBytesPerSec, shared.GossipBytesPerSec)
+	}
+}
+
+func TestGossipLossDropsPacketsAndTheFactsInThem(t *testing.T) {
+	cfg := smallFleet(affinity.PolicyCacheAware, 4, SyncGossip)
+	cfg.GossipLoss = 0.5
+	lossy := run(t, cfg, smallSessions())
+	if lossy.GossipPacketsLost == 0 {
+		t.Fatal("no packet lost at 50% loss")
+	}
+	clean := run(t, smallFleet(affinity.PolicyCacheAware, 4, SyncGossip), smallSessions())
+	if lossy.GossipFactsLearned >= clean.GossipFactsLearned {
+		t.Errorf("facts learned: %d with loss, %d without: want fewer with loss", lossy.GossipFactsLearned, clean.GossipFactsLearned)
+	}
+}
+
+func TestEveryGuardIsReleasedByTheEnd(t *testing.T) {
+	for _, cfg := range []Config{
+		smallFleet(affinity.PolicyCacheAware, 4, SyncGossip),
+		smallFleet(affinity.PolicyLeastLoad, 2, SyncShared),
+		{Prefill: 2, Decode: 3, Replicas: 3, Sync: SyncNone, Seed: 1},
+	} {
+		s, err := newSimulation(cfg.withDefaults(), NewAgentic(smallSessions()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.run()
+		for _, r := range s.replicas {
+			for _, l := range r.own {
+				if l.Local() != 0 {
+					t.Errorf("%s sync=%s: %s still counts %d in flight on worker %d",
+						cfg.PolicyLabel(), cfg.Sync, r.name, l.Local(), l.ID())
+				}
+			}
+		}
+		if len(s.inflight) != 0 {
+			t.Errorf("%d requests never finished", len(s.inflight))
+		}
+	}
+}
+
+func TestSplitFleetPrefillsThenDecodes(t *testing.T) {
+	cfg := Config{Prefill: 2, Decode: 3, Replicas: 2, Sync: SyncGossip, Seed: 1, Engine: sim.Config{KVCapacityTokens: 1 << 18}}
+	s, err := newSimulation(cfg.withDefaults(), NewAgentic(smallSessions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.run()
+	res := s.result()
+	if res.PD != "2:3" || res.Workers != 5 {
+		t.Errorf("pd %q with %d workers, want 2:3 with 5", res.PD, res.Workers)
+	}
+	var prefilled, transferred uint64
+	for _, w := range s.workers[:2] {
+		prefilled += w.engine.ComputedTokens()
+		if w.engine.TransferredTokens() != 0 {
+			t.Errorf("prefill worker %d received %d tokens of KV", w.id, w.engine.TransferredTokens())
+		}
+	}
+	for _, w := range s.workers[2:] {
+		transferred += w.engine.TransferredTokens()
+	}
+	if prefilled == 0 || res.PrefillTokens < prefilled {
+		t.Errorf("prefill workers computed %d tokens, report says %d in all", prefilled, res.PrefillTokens)
+	}
+	if transferred == 0 {
+		t.Error("no KV reached the decode workers")
+	}
+	if res.HitRate == 0 || res.TTFTP50Ms <= 0 {
+		t.Errorf("prefill hit rate %.3f, TTFT p50 %.1f ms: want both above zero", res.HitRate, res.TTFTP50Ms)
+	}
+}
+
+func TestFleetGateLosesPrefillAffinityToAHotPrefillWorker(t *testing.T) {
+	// The seed's shape, scaled down: a prefill-heavy fleet of 4 prefill and
+	// 6 decode workers, rollouts in groups sharing their task, and one
+	// prefill worker running four times slower: the hot worker that opens
+	// the fleet-wide gate for every request. The balance threshold is scaled
+	// down with the concurrency (192 sessions, not 1024).
+	sessions := workload.AgenticConfig{
+		Sessions: 192, Turns: 8, SystemPromptTokens: 2048, TaskTokens: 64,
+		ObservationTokens: 1024, AnswerTokens: 32, ThinkTime: 500_000_000, Seed: 5,
+	}
+	load := func() Workload {
+		a, err := NewAgenticGroups(sessions, Groups{Count: 24, ObservationSpread: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	cfg := Config{
+		Prefill: 4, Decode: 6, Sync: SyncNone, Seed: 1,
+		Thresholds: affinity.Thresholds{CacheThreshold: 0.3, BalanceAbs: 8, BalanceRel: 1.5},
+		Engine:     sim.Config{KVCapacityTokens: 1 << 21}, Slowdown: map[affinity.WorkerID]float64{1: 4},
+	}
+	cfg.Policy = affinity.PolicyFleetGate
+	gate, err := Run(cfg, load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy = affinity.PolicyCacheAware
+	perRequest, err := Run(cfg, load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prefill hit rate: gate %.3f, per request %.3f; throughput %.2f vs %.2f rps",
+		gate.HitRate, perRequest.HitRate, gate.ThroughputRPS, perRequest.ThroughputRPS)
+	if gate.HitRate >= perRequest.HitRate {
+		t.Errorf("prefill hit rate: fleet gate %.3f, cache_aware %.3f: want the gate behind", gate.HitRate, perRequest.HitRate)
+	}
+	if gate.Shed <= perRequest.Shed {
+		t.Errorf("hits given up: fleet gate %d, cache_aware %d: want the gate to give up more", gate.Shed, perRequest.Shed)
+	}
+}
+
+func TestAPromptLargerThanTheCacheIsAnError(t *testing.T) {
+	sessions := smallSessions()
+	sessions.Sessions, sessions.Turns = 2, 3
+	cfg := Config{Workers: 2, Replicas: 2, Sync: SyncGossip, Seed: 1, Engine: sim.Config{KVCapacityTokens: 1024}}
+	res := run(t, cfg, sessions)
+	if res.Errors != sessions.Sessions*sessions.Turns {
+		t.Errorf("%d errors, want every request refused (%d)", res.Errors, sessions.Sessions*sessions.Turns)
+	}
+}
+
+func TestTraceReplaysEveryRecord(t *testing.T) {
+	records := []workload.TraceRecord{
+		{Timestamp: 0, InputLength: 600, OutputLength: 4, HashIDs: []int64{1, 2}},
+		{Timestamp: 0, InputLength: 600, OutputLength: 4, HashIDs: []int64{1, 2}},
+		{Timestamp: 2_000_000_000, InputLength: 1100, OutputLength: 4, HashIDs: []int64{1, 2, 3}},
+	}
+	res, err := Run(Config{Workers: 2, Replicas: 1, Seed: 1}, NewTrace(records, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != len(records) {
+		t.Fatalf("%d requests, want %d", res.Requests, len(records))
+	}
+	if res.MakespanSeconds < 2 {
+		t.Errorf("makespan %.3f s, want past the last arrival at 2 s", res.MakespanSeconds)
+	}
+	if res.HitRate == 0 {
+		t.Error("repeated prefixes found nothing cached")
+	}
+}
+
+func TestARefusedGossipPacketFailsTheRun(t *testing.T) {
+	s, err := newSimulation(smallFleet(affinity.PolicyCacheAware, 2, SyncGossip).withDefaults(), NewAgentic(smallSessions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.deliver(1, [][]byte{{0xff, 0xff, 0xff}})
+	if !errors.Is(s.err, ErrGossip) {
+		t.Fatalf("error %v, want ErrGossip", s.err)
+	}
+	s.run()
+	if s.pending == 0 {
+		t.Error("the run went on after a refused packet")
+	}
+}
