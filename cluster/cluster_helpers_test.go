@@ -110,6 +110,7 @@ func (c *testCluster) config(name string, expect int, join []string, opts ...clu
 	cfg.RaftAdvertise, cfg.GossipAdvertise = "", ""
 	cfg.GossipLocal = true
 	cfg.ReapTimeout = 3 * time.Second
+	cfg.JoinTimeout = time.Second
 	cfg.ReconcileInterval = 100 * time.Millisecond
 	for _, o := range append(slices.Clone(c.opts), opts...) {
 		o(&cfg)

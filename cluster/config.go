@@ -52,6 +52,10 @@ type Config struct {
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration
+	// JoinTimeout is how long Start keeps trying --join while none of its
+	// addresses answers (replicas of a new cluster start in any order)
+	// before it gives up with an error. Default DefaultJoinTimeout (30 s).
+	JoinTimeout time.Duration
 	// GossipLocal uses memberlist's timings for one host or a fast local
 	// network: failures are detected in about 3 s instead of about 10 s,
 	// at the cost of more probe traffic. For tests and demos.
@@ -75,6 +79,8 @@ const (
 	DefaultReapTimeout = 30 * time.Second
 	// DefaultReconcileInterval is Config.ReconcileInterval when unset.
 	DefaultReconcileInterval = time.Second
+	// DefaultJoinTimeout is Config.JoinTimeout when unset.
+	DefaultJoinTimeout = 30 * time.Second
 )
 
 func (c Config) withDefaults() Config {
@@ -83,6 +89,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.JoinTimeout <= 0 {
+		c.JoinTimeout = DefaultJoinTimeout
 	}
 	return c
 }

@@ -96,8 +96,8 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 		Tags:          r.gossipTags(joined),
 		LocalLoads:    r.localLoads,
 		OnRemoteLoad:  func(w uint32, n int64) { r.loads.SetRemote(affinity.WorkerID(w), n) },
-		OnOwnership: func(h uint64, w uint32) {
-			r.index.Learn(affinity.Fact{Hash: h, Worker: affinity.WorkerID(w)})
+		OnOwnership: func(f loadsync.Fact) {
+			r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: affinity.WorkerID(f.Worker), Span: f.Span})
 		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
@@ -109,10 +109,10 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 }
 
 // startGossip creates the memberlist node and joins --join, if any. A join
-// refused because the cluster's routing settings differ returns an error
-// naming the fields. When none of the --join addresses answers yet (replicas
-// of a new cluster start in any order), joining goes on in the background
-// until one does.
+// refused because the cluster's routing settings (or its gossip key) differ
+// fails at once, naming the fields. While none of the --join addresses
+// answers (replicas of a new cluster start in any order), it keeps trying
+// for JoinTimeout.
 func (r *Replica) startGossip() error {
 	cfg := loadsync.GossipConfig{
 		BindAddr:      r.cfg.GossipBind,
@@ -129,39 +129,29 @@ func (r *Replica) startGossip() error {
 	if len(r.cfg.Join) == 0 {
 		return nil
 	}
-	err = g.Join(r.cfg.Join)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, loadsync.ErrJoin):
-		r.log.Warn("no --join address answers yet; retrying in the background", "join", r.cfg.Join, "err", err)
-		r.goRun(r.retryJoin)
-		return nil
-	}
-	return fmt.Errorf("gossip: %w", err)
+	return r.join()
 }
 
-// retryJoin keeps trying --join until a peer answers or the replica stops.
-// A refusal (mismatched routing settings) is final: it is logged, and the
-// replica keeps serving alone.
-func (r *Replica) retryJoin() {
-	wait := 500 * time.Millisecond
+// join retries --join with backoff until a peer answers, the join is
+// refused, or JoinTimeout passes.
+func (r *Replica) join() error {
+	deadline := time.Now().Add(r.cfg.JoinTimeout)
+	wait := 200 * time.Millisecond
 	for {
+		err := r.gossip.Join(r.cfg.Join)
+		if err == nil || !errors.Is(err, loadsync.ErrJoin) || time.Now().Add(wait).After(deadline) {
+			if err != nil {
+				return fmt.Errorf("gossip: %w", err)
+			}
+			return nil
+		}
+		r.log.Info("no --join address answers yet; trying again", "join", r.cfg.Join, "in", wait)
 		select {
 		case <-r.ctx.Done():
-			return
+			return r.ctx.Err()
 		case <-time.After(wait):
 		}
-		err := r.gossip.Join(r.cfg.Join)
-		if err == nil {
-			r.log.Info("joined the cluster", "join", r.cfg.Join)
-			return
-		}
-		if !errors.Is(err, loadsync.ErrJoin) {
-			r.log.Error("refused by the cluster", "err", err)
-			return
-		}
-		wait = min(wait*2, 10*time.Second)
+		wait = min(wait*2, 5*time.Second)
 	}
 }
 
