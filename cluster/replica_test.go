@@ -61,6 +61,14 @@ func startReplica(t *testing.T, cfg Config) *Replica {
 
 func TestReplicaRoutesToItsSeededWorkers(t *testing.T) {
 	r := startReplica(t, testConfig(t, t.TempDir(), echoWorker(t, "w1")))
+	waitUntil(t, "the replica to be ready", func() bool {
+		resp, err := http.Get("http://" + r.HTTPAddr() + "/readiness")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 	resp, err := http.Post("http://"+r.HTTPAddr()+"/v1/completions", "application/json",
 		strings.NewReader(`{"model":"m","prompt":"hello"}`))
 	if err != nil {

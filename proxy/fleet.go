@@ -60,6 +60,9 @@ func (v *view) pool(role, model string) (*affinity.Pool, error) {
 	if v.serves[poolKey{role, model}] || v.hasAny[role] {
 		return nil, errorf(ErrNoWorker, "no healthy %s worker is available for model %q", role, model)
 	}
+	if len(v.members) == 0 {
+		return nil, errorf(ErrNoWorker, "no worker is registered yet")
+	}
 	return nil, errorf(ErrModelNotFound, "the model %q does not exist", model)
 }
 
