@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -29,6 +30,24 @@ type exchangeState struct {
 	// body is what the final worker receives: the client's body, or in
 	// disaggregated mode the body with the prefill's transfer parameters.
 	body []byte
+	// aborted is why the router itself cancelled the exchange (the other
+	// half of a concurrent P/D request failed), as opposed to the client
+	// leaving.
+	aborted atomic.Pointer[error]
+}
+
+// abort cancels the exchange because of err.
+func (x *exchangeState) abort(err error) {
+	x.aborted.Store(&err)
+	x.cancel()
+}
+
+// abortCause is the error abort was given, or nil.
+func (x *exchangeState) abortCause() error {
+	if e := x.aborted.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // clientGone records, once, that the client went away, and aborts the
@@ -164,6 +183,9 @@ func (p *Proxy) dispatch(x *exchangeState, router *affinity.Router, req *affinit
 		if errors.Is(lastErr, ErrClientGone) {
 			break
 		}
+	}
+	if cause := x.abortCause(); cause != nil {
+		lastErr = cause
 	}
 	if errors.Is(lastErr, ErrClientGone) {
 		x.ctx.SetConnectionClose()

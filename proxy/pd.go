@@ -274,7 +274,7 @@ func (d *disaggregation) concurrent(x *exchangeState, pw affinity.WorkerID, pgua
 		defer fasthttp.ReleaseRequest(req)
 		if _, err := d.p.send(x, m, pguard, req); err != nil && !errorsIsGone(err) {
 			d.failed("prefill")
-			x.cancel() // the decode cannot complete without its prefill
+			x.abort(fmt.Errorf("prefill failed, decode aborted: %w", err)) // no decode without its prefill
 		}
 	}()
 	return d.p.dispatch(x, d.cfg.Decode, dreq, dpool, decode, 1)

@@ -217,3 +217,18 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 	}
 	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
 }
+
+// TestPDBootstrapPrefillFailureAbortsTheDecode: in the concurrent protocol a
+// decode cannot finish without its prefill; the client gets a 502 at once.
+func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	prefill[0].status.Store(500)
+	decode[0].hold.Store(true) // the decode waits for KV that never comes
+	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
+	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
+	if resp.StatusCode != 502 || !strings.Contains(out, "prefill failed") {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].aborted.Load() == 1 })
+	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+}
