@@ -9,9 +9,11 @@ const indexShards = 64
 
 // Index remembers which workers own which prefix blocks: "where requests were
 // routed", the same approximation of the engines' caches that every prefix
-// router keeps. A block may have several owners. Each owner's blocks age out
-// LRU within a per-worker budget, so the index forgets roughly when the
-// engine does.
+// router keeps. A block may have several owners. Each owner's facts age out
+// LRU within a per-worker budget in blocks, so the index forgets roughly when
+// the engine does. A fact recorded by Insert is charged one block; a fact
+// learned from a peer is charged the span of prefix it stands for, since
+// peers send only a few facts per decision and the engine caches every block.
 //
 // Concurrency: Match takes only read locks of the shards it visits. Writers
 // hold the owner's lock, then each shard's lock in turn, in that order.
@@ -30,9 +32,12 @@ type indexShard struct {
 // ownerNode is one (block, worker) ownership fact, linked into its worker's
 // LRU list.
 type ownerNode struct {
-	hash       uint64
-	worker     WorkerID
-	stamp      int64 // unix nanoseconds of the last use
+	hash   uint64
+	worker WorkerID
+	stamp  int64 // unix nanoseconds of the last use
+	// weight is how many blocks the fact is charged to its owner's
+	// budget: 1 when recorded by Insert, the span when learned.
+	weight     int
 	prev, next *ownerNode
 }
 
@@ -40,16 +45,21 @@ type ownerNode struct {
 type ownerLRU struct {
 	mu      sync.Mutex
 	head    ownerNode // sentinel: head.next is the newest, head.prev the oldest
-	n       int
-	budget  int
+	charged int       // the sum of the facts' weights, in blocks
+	budget  int       // the most blocks charged after a trim
 	removed bool
 }
 
 // Fact is one ownership fact: the block with this chained hash is held by
-// worker.
+// worker, and so is the prefix it ends.
 type Fact struct {
 	Hash   uint64
 	Worker WorkerID
+	// Span is how many blocks of that prefix the fact stands for: the
+	// blocks between it and the next shallower fact its sender announced
+	// for the same decision, itself included. Learn charges it (at least
+	// 1, at most the worker's budget) to the worker's budget.
+	Span uint32
 }
 
 // NewIndex returns an empty index whose owners keep at most budgetBlocks
@@ -74,7 +84,9 @@ func (ix *Index) owner(w WorkerID) *ownerLRU {
 	return actual.(*ownerLRU)
 }
 
-// Insert records that worker w holds every block of hashes. The shallowest
+// Insert records that worker w holds every block of hashes, charging each
+// block once (a block recorded before as a learned fact is now charged as
+// itself alone: its shallower blocks are recorded too). The shallowest
 // blocks become the most recently used, so eviction takes deep blocks first
 // and what stays is a prefix.
 func (ix *Index) Insert(hashes []uint64, w WorkerID) {
@@ -86,12 +98,17 @@ func (ix *Index) Insert(hashes []uint64, w WorkerID) {
 		return
 	}
 	for i := len(hashes) - 1; i >= 0; i-- {
-		ix.touch(o, hashes[i], w, now)
+		o.reweigh(ix.touch(o, hashes[i], w, now), 1)
 	}
 	ix.trim(o)
 }
 
-// Learn records one ownership fact heard from another replica.
+// Learn records one ownership fact heard from another replica and charges
+// its span, at least 1, to the worker's budget. A fact already held keeps
+// the larger of its charge and the new one, so the same fact announced by
+// two replicas is charged once. The charge is capped at the budget: a fact
+// heavier than the whole budget would otherwise evict itself, whereas the
+// engine, having just served that prefix, holds what fits of it.
 func (ix *Index) Learn(f Fact) {
 	o := ix.owner(f.Worker)
 	now := ix.clock.Now().UnixNano()
@@ -100,12 +117,15 @@ func (ix *Index) Learn(f Fact) {
 	if o.removed {
 		return
 	}
-	ix.touch(o, f.Hash, f.Worker, now)
+	node := ix.touch(o, f.Hash, f.Worker, now)
+	charge := min(max(int(f.Span), 1), o.budget)
+	o.reweigh(node, max(node.weight, charge))
 	ix.trim(o)
 }
 
-// touch makes (h, w) the newest fact of o, adding it when new. o.mu is held.
-func (ix *Index) touch(o *ownerLRU, h uint64, w WorkerID, now int64) {
+// touch makes (h, w) the newest fact of o and returns it, adding it with
+// weight 0 when new: the caller weighs it before trimming. o.mu is held.
+func (ix *Index) touch(o *ownerLRU, h uint64, w WorkerID, now int64) *ownerNode {
 	s := ix.shard(h)
 	s.mu.Lock()
 	var node *ownerNode
@@ -118,18 +138,25 @@ func (ix *Index) touch(o *ownerLRU, h uint64, w WorkerID, now int64) {
 	if node == nil {
 		node = &ownerNode{hash: h, worker: w}
 		s.m[h] = append(s.m[h], node)
-		o.n++
 	} else {
 		node.unlink()
 	}
 	s.mu.Unlock()
 	node.stamp = now
 	o.pushFront(node)
+	return node
 }
 
-// trim evicts o's oldest blocks down to its budget. o.mu is held.
+// reweigh sets the weight of n, one of o's facts. o.mu is held.
+func (o *ownerLRU) reweigh(n *ownerNode, weight int) {
+	o.charged += weight - n.weight
+	n.weight = weight
+}
+
+// trim evicts o's oldest facts until the blocks charged fit its budget.
+// o.mu is held.
 func (ix *Index) trim(o *ownerLRU) {
-	for o.n > o.budget {
+	for o.charged > o.budget && !o.empty() {
 		ix.drop(o, o.head.prev)
 	}
 }
@@ -137,7 +164,7 @@ func (ix *Index) trim(o *ownerLRU) {
 // drop removes node from o and from its shard. o.mu is held.
 func (ix *Index) drop(o *ownerLRU, node *ownerNode) {
 	node.unlink()
-	o.n--
+	o.charged -= node.weight
 	s := ix.shard(node.hash)
 	s.mu.Lock()
 	nodes := s.m[node.hash]
@@ -160,6 +187,8 @@ func (n *ownerNode) unlink() {
 	n.prev.next, n.next.prev = n.next, n.prev
 	n.prev, n.next = nil, nil
 }
+
+func (o *ownerLRU) empty() bool { return o.head.next == &o.head }
 
 func (o *ownerLRU) pushFront(n *ownerNode) {
 	n.prev, n.next = &o.head, o.head.next
@@ -189,8 +218,8 @@ func (ix *Index) Match(hashes []uint64, pool *Pool, dst []WorkerID) (int, []Work
 	return -1, dst
 }
 
-// SetBudget sets how many blocks worker w may own (its engine's KV capacity,
-// when known). Blocks over the new budget are evicted at once.
+// SetBudget sets how many blocks may be charged to worker w (its engine's KV
+// capacity, when known). Facts over the new budget are evicted at once.
 func (ix *Index) SetBudget(w WorkerID, blocks int) {
 	o := ix.owner(w)
 	o.mu.Lock()
@@ -205,7 +234,7 @@ func (ix *Index) Forget(w WorkerID) {
 	o := ix.owner(w)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for o.n > 0 {
+	for !o.empty() {
 		ix.drop(o, o.head.prev)
 	}
 }
@@ -226,7 +255,7 @@ func (ix *Index) Expire(cutoff time.Time) {
 	ix.owners.Range(func(_, v any) bool {
 		o := v.(*ownerLRU)
 		o.mu.Lock()
-		for o.n > 0 && o.head.prev.stamp < c {
+		for !o.empty() && o.head.prev.stamp < c {
 			ix.drop(o, o.head.prev)
 		}
 		o.mu.Unlock()
@@ -234,23 +263,25 @@ func (ix *Index) Expire(cutoff time.Time) {
 	})
 }
 
-// Blocks returns how many blocks worker w owns.
+// Blocks returns how many blocks are charged to worker w's budget: one per
+// block recorded by Insert, plus each learned fact's charge.
 func (ix *Index) Blocks(w WorkerID) int {
 	o := ix.owner(w)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.n
+	return o.charged
 }
 
 // Recent returns up to perWorker of each worker's most recently used facts,
-// newest first: the full state a joining replica receives.
+// newest first, each with its charge as its Span: the full state a joining
+// replica receives.
 func (ix *Index) Recent(perWorker int) []Fact {
 	var out []Fact
 	ix.owners.Range(func(k, v any) bool {
 		o := v.(*ownerLRU)
 		o.mu.Lock()
 		for n, i := o.head.next, 0; n != &o.head && i < perWorker; n, i = n.next, i+1 {
-			out = append(out, Fact{Hash: n.hash, Worker: n.worker})
+			out = append(out, Fact{Hash: n.hash, Worker: n.worker, Span: uint32(n.weight)})
 		}
 		o.mu.Unlock()
 		return true

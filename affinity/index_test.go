@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -110,33 +111,41 @@ type naiveFact struct {
 	w WorkerID
 }
 
-// naiveTrim evicts w's least recently used facts beyond budget.
-func naiveTrim(facts map[naiveFact]int, w WorkerID, budget int) {
-	for {
-		n, oldest, oldestTick := 0, naiveFact{}, -1
-		for k, tick := range facts {
-			if k.w != w {
-				continue
+// naiveUse is a fact's last use and the blocks it is charged.
+type naiveUse struct{ tick, weight int }
+
+// naiveTrim evicts w's least recently used facts until the blocks charged
+// to w fit budget.
+func naiveTrim(facts map[naiveFact]naiveUse, w WorkerID, budget int) {
+	for naiveCharged(facts, w) > budget {
+		oldest, oldestTick := naiveFact{}, -1
+		for k, u := range facts {
+			if k.w == w && (oldestTick < 0 || u.tick < oldestTick) {
+				oldest, oldestTick = k, u.tick
 			}
-			n++
-			if oldestTick < 0 || tick < oldestTick {
-				oldest, oldestTick = k, tick
-			}
-		}
-		if n <= budget {
-			return
 		}
 		delete(facts, oldest)
 	}
 }
 
+func naiveCharged(facts map[naiveFact]naiveUse, w WorkerID) int {
+	n := 0
+	for k, u := range facts {
+		if k.w == w {
+			n += u.weight
+		}
+	}
+	return n
+}
+
 // TestMatchAgreesWithANaiveIndex checks the index against a plain map model
-// under random inserts, evictions and lookups.
+// under random inserts, learned facts of random spans, evictions and
+// lookups: the same matches and the same blocks charged to every worker.
 func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const budget = 40
 	ix := NewIndex(&fakeClock{}, budget)
-	naive := map[naiveFact]int{} // fact -> last use tick
+	naive := map[naiveFact]naiveUse{}
 	tick := 0
 	var chains [][]uint64
 	for i := range 30 {
@@ -145,27 +154,118 @@ func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 	all := []*Load{{id: 1}, {id: 2}, {id: 3}}
 	for range 3000 {
 		c, w := chains[rng.IntN(len(chains))], WorkerID(1+rng.IntN(3))
-		if rng.IntN(3) > 0 {
+		switch rng.IntN(4) {
+		case 0, 1:
 			ix.Insert(c, w)
 			for i := len(c) - 1; i >= 0; i-- {
 				tick++
-				naive[naiveFact{c[i], w}] = tick
+				naive[naiveFact{c[i], w}] = naiveUse{tick, 1}
 			}
 			naiveTrim(naive, w, budget)
-			continue
-		}
-		pool := NewPool(all[:1+rng.IntN(3)])
-		gotDepth, got := ix.Match(c, pool, nil)
-		wantDepth, want := -1, map[WorkerID]bool{}
-		for d := len(c) - 1; d >= 0 && wantDepth < 0; d-- {
-			for k := range naive {
-				if k.h == c[d] && pool.Contains(k.w) {
-					wantDepth, want[k.w] = d, true
-				}
+		case 2:
+			h, span := c[rng.IntN(len(c))], uint32(rng.IntN(60))
+			ix.Learn(Fact{Hash: h, Worker: w, Span: span})
+			tick++
+			weight := min(max(int(span), 1), budget)
+			naive[naiveFact{h, w}] = naiveUse{tick, max(weight, naive[naiveFact{h, w}].weight)}
+			naiveTrim(naive, w, budget)
+		default:
+			pool := NewPool(all[:1+rng.IntN(3)])
+			gotDepth, got := ix.Match(c, pool, nil)
+			wantDepth, want := naiveMatch(naive, c, pool)
+			if gotDepth != wantDepth || len(got) != len(want) {
+				t.Fatalf("Match = %d %v, naive %d %v", gotDepth, got, wantDepth, want)
 			}
 		}
-		if gotDepth != wantDepth || len(got) != len(want) {
-			t.Fatalf("Match = %d %v, naive %d %v", gotDepth, got, wantDepth, want)
+		if got, want := ix.Blocks(w), naiveCharged(naive, w); got != want {
+			t.Fatalf("worker %d is charged %d blocks, naive %d", w, got, want)
 		}
+	}
+}
+
+func naiveMatch(facts map[naiveFact]naiveUse, c []uint64, pool *Pool) (int, map[WorkerID]bool) {
+	want := map[WorkerID]bool{}
+	for d := len(c) - 1; d >= 0; d-- {
+		for k := range facts {
+			if k.h == c[d] && pool.Contains(k.w) {
+				want[k.w] = true
+			}
+		}
+		if len(want) > 0 {
+			return d, want
+		}
+	}
+	return -1, want
+}
+
+func TestLearnedFactIsChargedItsSpan(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 60)
+	old := chain("m", 20, "old")
+	ix.Insert(old, 1)
+	learned := chain("m", 50, "learned")
+	ix.Learn(Fact{Hash: learned[49], Worker: 1, Span: 50})
+	if n := ix.Blocks(1); n != 60 {
+		t.Fatalf("worker charged %d blocks, want its budget of 60", n)
+	}
+	pool := NewPool([]*Load{{id: 1}})
+	// 20 + 50 exceed 60: the old chain's 10 deepest blocks made room.
+	if d, _ := ix.Match(old, pool, nil); d != 9 {
+		t.Fatalf("old chain matched to depth %d, want 9", d)
+	}
+	if d, _ := ix.Match(learned, pool, nil); d != 49 {
+		t.Fatalf("learned chain matched to depth %d, want 49", d)
+	}
+}
+
+func TestLearningAFactAgainKeepsTheLargerCharge(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	f := Fact{Hash: 7, Worker: 1, Span: 30}
+	ix.Learn(f)
+	f.Span = 5
+	ix.Learn(f)
+	if n := ix.Blocks(1); n != 30 {
+		t.Fatalf("charged %d after a smaller span, want 30", n)
+	}
+	f.Span = 45
+	ix.Learn(f)
+	if n := ix.Blocks(1); n != 45 {
+		t.Fatalf("charged %d after a larger span, want 45", n)
+	}
+}
+
+func TestInsertChargesALearnedBlockAsItselfAlone(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	h := chain("m", 8, "conv")
+	ix.Learn(Fact{Hash: h[7], Worker: 1, Span: 8})
+	ix.Insert(h, 1) // the whole prefix is recorded block by block now
+	if n := ix.Blocks(1); n != 8 {
+		t.Fatalf("charged %d blocks, want the chain's 8", n)
+	}
+}
+
+func TestLearnedChargeIsAtLeastOneAndAtMostTheBudget(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 10)
+	ix.Learn(Fact{Hash: 1, Worker: 1}) // no span: one block
+	if n := ix.Blocks(1); n != 1 {
+		t.Fatalf("a fact without span charged %d, want 1", n)
+	}
+	h := chain("m", 3, "huge")
+	ix.Learn(Fact{Hash: h[2], Worker: 1, Span: 1000})
+	if n := ix.Blocks(1); n != 10 {
+		t.Fatalf("a fact over the budget charged %d, want the budget of 10", n)
+	}
+	if d, _ := ix.Match(h, NewPool([]*Load{{id: 1}}), nil); d != 2 {
+		t.Fatalf("the heavy fact evicted itself: matched depth %d, want 2", d)
+	}
+}
+
+func TestRecentCarriesTheCharges(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	ix.Insert([]uint64{1}, 1)
+	ix.Learn(Fact{Hash: 2, Worker: 1, Span: 12})
+	got := ix.Recent(10)
+	want := []Fact{{Hash: 2, Worker: 1, Span: 12}, {Hash: 1, Worker: 1, Span: 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Recent = %v, want %v", got, want)
 	}
 }

@@ -21,13 +21,13 @@ const (
 	// DefaultDigestQueueFacts bounds the facts waiting to be sent.
 	DefaultDigestQueueFacts = 16384
 	// DefaultDigestPacketsPerTick bounds digest bandwidth: 8 packets of
-	// about 130 facts per interval, some 10k facts per second per peer.
+	// about 110 facts per interval, some 9k facts per second per peer.
 	DefaultDigestPacketsPerTick = 8
 	// DefaultRecentSetFacts bounds the set of facts recently sent or
 	// learned that Owned skips.
 	DefaultRecentSetFacts = 1 << 16
 	// DefaultFullStateFacts is how many of the most recent facts a
-	// joining replica receives (about 640 KB).
+	// joining replica receives (about 720 KB).
 	DefaultFullStateFacts = 1 << 16
 	// DefaultPushPullFacts is how many recent facts the periodic
 	// anti-entropy push/pull carries (it repairs lost digest packets, which
@@ -48,10 +48,19 @@ type WorkerLoad struct {
 	InFlight int64
 }
 
-// Fact says that the block with chained hash Hash is cached on Worker.
+// Fact says that the block with chained hash Hash is cached on Worker, and
+// so is the prefix it ends.
 type Fact struct {
 	Hash   uint64
 	Worker uint32
+	// Span is how many blocks of that prefix the fact stands for: its depth
+	// minus the depth of the next shallower fact announced for the same
+	// routing decision (1 for the first block), so the facts of one
+	// decision add up to its chain length. A receiver charges it to the
+	// worker's cache budget, as it would the blocks themselves. Owned
+	// always makes it at least 1; a fact's identity, for deduplication, is
+	// (Hash, Worker) alone.
+	Span uint32
 }
 
 // Config configures a State. Zero durations and sizes take the defaults
@@ -112,7 +121,7 @@ type Config struct {
 	// OnOwnership is called for every fact learned from a peer (digest or
 	// full state). It may be called from several goroutines at once and
 	// must not call into State.
-	OnOwnership func(hash uint64, worker uint32)
+	OnOwnership func(f Fact)
 	// LocalVerdicts appends this replica's current verdicts against
 	// workers (wedged, degraded, ...) to dst and returns it. Called by Tick
 	// once per LoadInterval. Must not call into State.

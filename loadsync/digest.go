@@ -6,34 +6,39 @@ import (
 )
 
 // checkpointDepths calls fn with the indexes of hashes worth announcing for
-// one routing decision: the sparse checkpoints 0, 1, 3, 7, ... (depths that
-// are powers of two, counting from 1) and the deepest block, each once. A
-// chain of n blocks yields about log2(n)+1 facts, and a later turn of the
-// same conversation repeats all of them but the deepest and any new
-// checkpoint, which the recent set then filters out.
-func checkpointDepths(n int, fn func(i int)) {
+// one routing decision, shallowest first: the sparse checkpoints 0, 1, 3,
+// 7, ... (depths that are powers of two, counting from 1) and the deepest
+// block, each once, with each one's span: how many blocks it stands for
+// beyond the previous one (1 for index 0), so the spans add up to n. A chain
+// of n blocks yields about log2(n)+1 facts, and a later turn of the same
+// conversation repeats all of them but the deepest and any new checkpoint,
+// which the recent set then filters out.
+func checkpointDepths(n int, fn func(i, span int)) {
 	if n == 0 {
 		return
 	}
+	prev := -1
 	for depth := 1; depth < n; depth <<= 1 {
-		fn(depth - 1)
+		fn(depth-1, depth-1-prev)
+		prev = depth - 1
 	}
-	fn(n - 1)
+	fn(n-1, n-1-prev)
 }
 
 // appendFacts encodes a fact list (a digest or a full state) as header,
-// count and entries of (worker uvarint, hash fixed 8 bytes).
+// count and entries of (worker uvarint, span uvarint, hash fixed 8 bytes).
 func appendFacts(b []byte, typ byte, facts []Fact) []byte {
 	b = appendHeader(b, typ)
 	b = binary.AppendUvarint(b, uint64(len(facts)))
 	for _, f := range facts {
 		b = binary.AppendUvarint(b, uint64(f.Worker))
+		b = binary.AppendUvarint(b, uint64(f.Span))
 		b = binary.LittleEndian.AppendUint64(b, f.Hash)
 	}
 	return b
 }
 
-func factBytes(f Fact) int { return uvarintLen(uint64(f.Worker)) + 8 }
+func factBytes(f Fact) int { return uvarintLen(uint64(f.Worker)) + uvarintLen(uint64(f.Span)) + 8 }
 
 // decodeFacts decodes a fact list of the given type, all or nothing.
 func decodeFacts(msg []byte, want byte) ([]Fact, error) {
@@ -54,7 +59,7 @@ func readFacts(r *reader) ([]Fact, error) {
 	}
 	facts := make([]Fact, 0, n)
 	for range n {
-		f := Fact{Worker: r.uint32v(), Hash: r.fixed64()}
+		f := Fact{Worker: r.uint32v(), Span: r.uint32v(), Hash: r.fixed64()}
 		if r.err() != nil {
 			return nil, r.err()
 		}

@@ -35,8 +35,11 @@
 // facts already sent or learned recently are skipped, so a continuation turn
 // of a known conversation costs one or two facts. Receivers therefore learn
 // sparse facts and must match a request by its deepest known block, not by
-// the first gap. A joining or restarted replica receives the most recent
-// facts by memberlist's TCP push/pull.
+// the first gap. Each fact carries its span, the blocks of prefix it stands
+// for beyond the decision's next shallower fact, so that a receiver can
+// charge a worker's cache budget for the whole prefix rather than one block
+// per fact. A joining or restarted replica receives the most recent facts by
+// memberlist's TCP push/pull.
 //
 // loadsync imports nothing else of this project: workers are uint32 ids,
 // block hashes are uint64, verdict kinds are opaque bytes, and what is

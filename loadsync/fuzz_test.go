@@ -146,3 +146,18 @@ func TestDecodeRejectsAGapThatWrapsAround(t *testing.T) {
 		t.Fatalf("a worker outside the packet's range got load %d", got)
 	}
 }
+
+func TestDecodeRejectsASpanOver32Bits(t *testing.T) {
+	b := appendHeader(nil, msgDigest)
+	b = binary.AppendUvarint(b, 1)                 // count
+	b = binary.AppendUvarint(b, 3)                 // worker
+	b = binary.AppendUvarint(b, math.MaxUint32+1)  // span
+	b = binary.LittleEndian.AppendUint64(b, 0xabc) // hash
+	r := newReplica(t, "r", nil)
+	if err := r.st.Receive(b, t0); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("Receive = %v, want ErrMalformed", err)
+	}
+	if n := len(r.learned.all()); n != 0 {
+		t.Fatalf("learned %d facts from a refused digest", n)
+	}
+}

@@ -106,7 +106,7 @@ func TestGossipReplicasConvergeOnLoadsAndOwnership(t *testing.T) {
 			if j == i {
 				continue
 			}
-			deepest := Fact{Hash: chain(uint64(j), 6)[5], Worker: uint32(j)}
+			deepest := Fact{Hash: chain(uint64(j), 6)[5], Worker: uint32(j), Span: 2} // beyond checkpoint 3
 			waitFor(t, n.st.cfg.Origin+" learns r"+string(rune('0'+j))+"'s deepest block", func() bool { return n.learned.has(deepest) })
 		}
 	}
@@ -212,7 +212,7 @@ func TestGossipJoinerReceivesFullState(t *testing.T) {
 
 	joiner := mustStart(t, "r1", nodeOptions{join: []string{first.g.LocalAddr()}})
 	for _, conv := range []uint64{0, 250, 499} {
-		f := Fact{Hash: chain(conv, 3)[2], Worker: uint32(conv % 5)}
+		f := Fact{Hash: chain(conv, 3)[2], Worker: uint32(conv % 5), Span: 1}
 		waitFor(t, "the joiner learns an old fact", func() bool { return joiner.learned.has(f) })
 	}
 	if joiner.g.Stats().StateBytesReceived == 0 {

@@ -68,10 +68,10 @@ type learnedFacts struct {
 	facts []Fact
 }
 
-func (l *learnedFacts) add(h uint64, w uint32) {
+func (l *learnedFacts) add(f Fact) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.facts = append(l.facts, Fact{Hash: h, Worker: w})
+	l.facts = append(l.facts, f)
 }
 
 func (l *learnedFacts) has(f Fact) bool {

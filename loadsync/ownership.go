@@ -7,16 +7,21 @@ const learnChunk = 512
 
 // Owned records a routing decision: worker now holds every block of hashes,
 // the request's chain of block hashes from depth 0. Only the deepest block
-// and the power-of-two checkpoints are queued for the peers, and facts sent
-// or learned recently are skipped. Called on the request path; it does not
-// allocate in steady state.
+// and the power-of-two checkpoints are queued for the peers, each with the
+// span of prefix it stands for, and facts sent or learned recently are
+// skipped. Called on the request path; it does not allocate in steady state.
 func (s *State) Owned(hashes []uint64, worker uint32) {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
-	checkpointDepths(len(hashes), func(i int) { s.offer(Fact{Hash: hashes[i], Worker: worker}) })
+	checkpointDepths(len(hashes), func(i, span int) {
+		s.offer(Fact{Hash: hashes[i], Worker: worker, Span: uint32(span)})
+	})
 }
 
-// offer queues f unless it is known. digestMu is held.
+// offer queues f unless it is known. The spans are computed before this
+// filter, so a skipped fact's blocks are not handed to a deeper one: the
+// peers were charged for them when they learned the skipped fact. digestMu
+// is held.
 func (s *State) offer(f Fact) {
 	if !s.known.add(f) {
 		s.stats.factsDeduplicated.Add(1)
@@ -58,7 +63,7 @@ func (s *State) learn(facts []Fact) {
 		return
 	}
 	for _, f := range facts {
-		s.cfg.OnOwnership(f.Hash, f.Worker)
+		s.cfg.OnOwnership(f)
 	}
 }
 

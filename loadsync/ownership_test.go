@@ -1,6 +1,8 @@
 package loadsync
 
 import (
+	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -14,18 +16,19 @@ func queuedBy(t *testing.T, r *replica, now *time.Time, hashes []uint64, worker 
 	return factsIn(t, r.st.Tick(*now))
 }
 
-func TestOwnedQueuesDeepestBlockAndPowerOfTwoCheckpoints(t *testing.T) {
+func TestOwnedQueuesDeepestBlockAndPowerOfTwoCheckpointsWithTheirSpans(t *testing.T) {
 	cases := []struct {
 		blocks int
 		depths []int
+		spans  []uint32 // add up to blocks
 	}{
-		{0, nil},
-		{1, []int{0}},
-		{2, []int{0, 1}},
-		{4, []int{0, 1, 3}},
-		{10, []int{0, 1, 3, 7, 9}},
-		{16, []int{0, 1, 3, 7, 15}},
-		{100, []int{0, 1, 3, 7, 15, 31, 63, 99}},
+		{0, nil, nil},
+		{1, []int{0}, []uint32{1}},
+		{2, []int{0, 1}, []uint32{1, 1}},
+		{4, []int{0, 1, 3}, []uint32{1, 1, 2}},
+		{10, []int{0, 1, 3, 7, 9}, []uint32{1, 1, 2, 4, 2}},
+		{16, []int{0, 1, 3, 7, 15}, []uint32{1, 1, 2, 4, 8}},
+		{100, []int{0, 1, 3, 7, 15, 31, 63, 99}, []uint32{1, 1, 2, 4, 8, 16, 32, 36}},
 	}
 	for _, tc := range cases {
 		r := newReplica(t, "a", nil)
@@ -33,11 +36,51 @@ func TestOwnedQueuesDeepestBlockAndPowerOfTwoCheckpoints(t *testing.T) {
 		hashes := chain(1, tc.blocks)
 		got := queuedBy(t, r, &now, hashes, 7)
 		var want []Fact
-		for _, d := range tc.depths {
-			want = append(want, Fact{Hash: hashes[d], Worker: 7})
+		for i, d := range tc.depths {
+			want = append(want, Fact{Hash: hashes[d], Worker: 7, Span: tc.spans[i]})
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("%d blocks: queued %v, want %v", tc.blocks, got, want)
+		}
+	}
+}
+
+// TestSkippedFactsKeepTheirSpans pins that spans are computed before the
+// recent set filters a continuation turn: the new facts stand for the
+// blocks beyond the checkpoints already sent, not for the whole chain.
+func TestSkippedFactsKeepTheirSpans(t *testing.T) {
+	r := newReplica(t, "a", nil)
+	now := t0
+	queuedBy(t, r, &now, chain(1, 12), 3) // 0, 1, 3, 7 and 11
+	hashes := chain(1, 20)
+	got := queuedBy(t, r, &now, hashes, 3)
+	want := []Fact{{Hash: hashes[15], Worker: 3, Span: 8}, {Hash: hashes[19], Worker: 3, Span: 4}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("continuation queued %v, want %v", got, want)
+	}
+}
+
+func TestSpansTravelInDigestsAndFullState(t *testing.T) {
+	a, b, c := newReplica(t, "a", nil), newReplica(t, "b", nil), newReplica(t, "c", nil)
+	const blocks = 200
+	a.st.Owned(chain(1, blocks), 300)
+	a.st.Owned([]uint64{42}, math.MaxUint32)
+	deliver(t, a.st.Tick(t0), t0, b)
+	if err := c.st.MergeRemoteState(a.st.LocalState(true)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*replica{b, c} {
+		var sum uint32
+		for _, f := range r.learned.all() {
+			if f.Worker == 300 {
+				sum += f.Span
+			}
+		}
+		if sum != blocks {
+			t.Fatalf("the spans learned add up to %d blocks, want the chain's %d", sum, blocks)
+		}
+		if f := (Fact{Hash: 42, Worker: math.MaxUint32, Span: 1}); !r.learned.has(f) {
+			t.Fatalf("did not learn %v", f)
 		}
 	}
 }
@@ -85,8 +128,9 @@ func TestLearnedFactsAreNotSentAgain(t *testing.T) {
 	hashes := chain(1, 10)
 	a.st.Owned(hashes, 3)
 	deliver(t, a.st.Tick(t0), t0, b)
-	for _, d := range []int{0, 1, 3, 7, 9} {
-		if f := (Fact{Hash: hashes[d], Worker: 3}); !b.learned.has(f) {
+	spans := map[int]uint32{0: 1, 1: 1, 3: 2, 7: 4, 9: 2}
+	for d, span := range spans {
+		if f := (Fact{Hash: hashes[d], Worker: 3, Span: span}); !b.learned.has(f) {
 			t.Fatalf("b did not learn %v", f)
 		}
 	}
@@ -127,9 +171,33 @@ func TestDigestsAreBatchedUnderThePacketLimit(t *testing.T) {
 	if got := len(b.learned.all()); got != 8000 {
 		t.Fatalf("b learned %d facts, want 8000", got)
 	}
-	// Workers under 300 take at most 2 bytes: 50 facts of 10 bytes fit.
-	if full := (maxBytes - headerBytes - 3) / 10; sent < (packets-1)*full {
+	// Workers under 300 take at most 2 bytes and spans under 128 one: 46
+	// facts of 11 bytes fit.
+	if full := (maxBytes - headerBytes - 3) / 11; sent < (packets-1)*full {
 		t.Fatalf("%d facts in %d packets: packets hold fewer than %d facts", sent, packets, full)
+	}
+}
+
+// TestDigestsWithWideFactsStayUnderThePacketLimit packs facts whose worker
+// ids and spans take up to five varint bytes each.
+func TestDigestsWithWideFactsStayUnderThePacketLimit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	queue := newFactRing(2000)
+	var want []Fact
+	for i := range 2000 {
+		f := Fact{Hash: uint64(i), Worker: rng.Uint32() >> rng.IntN(32), Span: rng.Uint32() >> rng.IntN(32)}
+		queue.push(f)
+		want = append(want, f)
+	}
+	const maxBytes = minPacketBytes
+	pkts := packDigests(&queue, maxBytes, 1000, nil)
+	for _, p := range pkts {
+		if len(p) > maxBytes {
+			t.Fatalf("packet of %d bytes, over %d", len(p), maxBytes)
+		}
+	}
+	if got := factsIn(t, pkts); !slices.Equal(got, want) {
+		t.Fatalf("sent %d facts, not the %d queued in order", len(got), len(want))
 	}
 }
 
@@ -161,7 +229,7 @@ func TestFullStateRoundTripIsBoundedAndNewest(t *testing.T) {
 		t.Fatal(err)
 	}
 	learned := b.learned.all()
-	if len(learned) != 1000 || learned[0] != (Fact{Hash: chain(4000, 1)[0], Worker: 4000 % 7}) {
+	if len(learned) != 1000 || learned[0] != (Fact{Hash: chain(4000, 1)[0], Worker: 4000 % 7, Span: 1}) {
 		t.Fatalf("joiner learned %d facts starting %v; want the newest 1000, oldest first", len(learned), learned[0])
 	}
 	facts, err := decodeFacts(a.st.LocalState(false), msgFullState)

@@ -9,7 +9,8 @@ import (
 // Integers are varints (zigzag for signed ones) except block hashes, which
 // are uniformly distributed and so take a fixed 8 bytes little-endian.
 const (
-	protocolVersion byte = 1
+	// protocolVersion 2 added the span to every ownership fact.
+	protocolVersion byte = 2
 
 	msgLoad      byte = 1 // a load report, or one worker-id range of it
 	msgDigest    byte = 2 // a batch of new ownership facts
@@ -20,10 +21,12 @@ const (
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.
 	maxNameBytes = 128
-	// factMinBytes is the smallest encoding of one fact (1-byte worker).
-	factMinBytes = 1 + 8
-	// factMaxBytes is the largest encoding of one fact (5-byte worker).
-	factMaxBytes = binary.MaxVarintLen32 + 8
+	// factMinBytes is the smallest encoding of one fact (1-byte worker
+	// and span).
+	factMinBytes = 1 + 1 + 8
+	// factMaxBytes is the largest encoding of one fact (5-byte worker and
+	// span).
+	factMaxBytes = 2*binary.MaxVarintLen32 + 8
 )
 
 func appendHeader(b []byte, typ byte) []byte { return append(b, typ, protocolVersion) }

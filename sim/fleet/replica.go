@@ -94,13 +94,19 @@ func (r *replica) startGossip(cfg Config, n int) error {
 		LoadTTL:      3*cfg.GossipInterval + ttlSlack,
 		LocalLoads:   r.localLoads,
 		OnRemoteLoad: func(w uint32, n int64) { r.loads.SetRemote(affinity.WorkerID(w), n) },
-		OnOwnership:  func(h uint64, w uint32) { r.index.Learn(affinity.Fact{Hash: h, Worker: affinity.WorkerID(w)}) },
+		OnOwnership:  r.learn,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: gossip: %w", ErrBadConfig, err)
 	}
 	r.gossip = st
 	return nil
+}
+
+// learn records an ownership fact heard from a peer in the index, charged
+// the span of prefix it stands for.
+func (r *replica) learn(f loadsync.Fact) {
+	r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: affinity.WorkerID(f.Worker), Span: f.Span})
 }
 
 // localLoads reports this replica's own in-flight counts.
