@@ -161,10 +161,10 @@ func TestClusterRoutesAsOne(t *testing.T) {
 
 	t.Run("a replica back at a new address is moved, one that stays away is reaped", func(t *testing.T) {
 		c.t = t
+		lead := c.leader() // r3 learns who leads only once the leader has moved it
 		old := c.replicas["r3"]
 		c.stop("r3", true)
 		back := c.restart("r3", false, old)
-		lead := c.leader()
 		waitUntil(t, "the leader moves r3 to its new raft address", func() bool {
 			return raftAddrOf(t, lead, "r3") == back.RaftAddr()
 		})
