@@ -295,7 +295,7 @@ func readTrace(c *cli.Context, p *plan, path string) error {
 	}); err != nil {
 		return err
 	}
-	records, err := loadTraceFile(path, limit)
+	records, err := workload.LoadTraceFile(path, limit)
 	if err != nil {
 		return fmt.Errorf("%w --trace: %w", errBadFlag, err)
 	}
@@ -303,23 +303,6 @@ func readTrace(c *cli.Context, p *plan, path string) error {
 	p.bound = &bound
 	p.workload = func() fleet.Workload { return fleet.NewTrace(records, scale) }
 	return nil
-}
-
-// loadTraceFile reads the first limit records of a trace file (limit 0: all).
-func loadTraceFile(path string, limit int) ([]workload.TraceRecord, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	records, err := workload.LoadTrace(file, limit)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(records) == 0 {
-		return nil, fmt.Errorf("%s: no records", path)
-	}
-	return records, nil
 }
 
 // traceOnly and agenticOnly are the flags that shape one kind of workload.

@@ -115,29 +115,12 @@ func readReplay(c *cli.Context) (replayPlan, error) {
 			return plan, badFlag(check.flag, check.want, check.got)
 		}
 	}
-	records, err := loadTraceFile(c.String("trace"), c.Int("limit"))
+	records, err := workload.LoadTraceFile(c.String("trace"), c.Int("limit"))
 	if err != nil {
 		return plan, fmt.Errorf("%w --trace: %w", errBadFlag, err)
 	}
 	plan.records = records
 	return plan, nil
-}
-
-// loadTraceFile reads the first limit records of a trace file (limit 0: all).
-func loadTraceFile(path string, limit int) ([]workload.TraceRecord, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	records, err := workload.LoadTrace(file, limit)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(records) == 0 {
-		return nil, fmt.Errorf("%s: no records", path)
-	}
-	return records, nil
 }
 
 // readAgentic validates the agentic flags.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"time"
 
 	"github.com/valyala/fastjson"
@@ -185,4 +186,22 @@ func excerpt(v *fastjson.Value) string {
 		return text[:limit] + "..."
 	}
 	return text
+}
+
+// LoadTraceFile reads the first limit records of the trace file at path
+// (limit 0: all of them); a file with no record is an error.
+func LoadTraceFile(path string, limit int) ([]TraceRecord, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	records, err := LoadTrace(file, limit)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(records) == 0 {
+		return nil, fmt.Errorf("%s: no records", path)
+	}
+	return records, nil
 }
