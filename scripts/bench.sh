@@ -153,5 +153,16 @@ r = json.load(open(sys.argv[1]))
 print("| %s | %.0f | %.2f | %.2f | %.2f |" % (sys.argv[2], r["throughput_rps"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["throughput_rps"] / float(sys.argv[3])))
 PY
 done
+python3 - "$tmp" >>"$out" <<'PY'
+import json, sys
+r = {n: json.load(open("%s/%s.json" % (sys.argv[1], n))) for n in ("direct", "router", "nginx")}
+print()
+print("Router throughput / nginx throughput: %.2f. Latency added to TTFT over the direct run: router p50 %+.1f ms, p99 %+.1f ms; nginx p50 %+.1f ms, p99 %+.1f ms." % (
+    r["router"]["throughput_rps"] / r["nginx"]["throughput_rps"],
+    r["router"]["ttft_p50_ms"] - r["direct"]["ttft_p50_ms"], r["router"]["ttft_p99_ms"] - r["direct"]["ttft_p99_ms"],
+    r["nginx"]["ttft_p50_ms"] - r["direct"]["ttft_p50_ms"], r["nginx"]["ttft_p99_ms"] - r["direct"]["ttft_p99_ms"]))
+print("All three processes and the load generator share the machine's cores.")
+print()
+PY
 cmdline "make bench   # section 3 is scripts/bench.sh; loadgen agentic --sessions $sessions --turns $turns --think-time 0 --answer-tokens 4"
 echo "wrote $out"
