@@ -26,6 +26,12 @@ const (
 	// DefaultRecentSetFacts bounds the set of facts recently sent or
 	// learned that Owned skips.
 	DefaultRecentSetFacts = 1 << 16
+	// DefaultRefreshInterval is how often a fact that routing decisions
+	// keep making is announced again: peers' indexes then see the whole
+	// prefix of a live conversation as recently used, as their own inserts
+	// would, instead of letting its checkpoints age out while one new
+	// deepest block per turn arrives.
+	DefaultRefreshInterval = time.Second
 	// DefaultFullStateFacts is how many of the most recent facts a
 	// joining replica receives (about 720 KB).
 	DefaultFullStateFacts = 1 << 16
@@ -99,6 +105,9 @@ type Config struct {
 	// RecentSetFacts bounds the recently sent or learned set used to skip
 	// repeated facts. Default 65536.
 	RecentSetFacts int
+	// RefreshInterval: Owned skips a fact it sent less than half of this
+	// ago and announces it again after at most this long. Default 1 s.
+	RefreshInterval time.Duration
 	// FullStateFacts bounds LocalState for a join, and the ring of recent
 	// facts it is taken from. Default 65536.
 	FullStateFacts int
@@ -141,6 +150,7 @@ func (c Config) withDefaults() Config {
 	c.DigestQueueFacts = orDefault(c.DigestQueueFacts, DefaultDigestQueueFacts)
 	c.DigestPacketsPerTick = orDefault(c.DigestPacketsPerTick, DefaultDigestPacketsPerTick)
 	c.RecentSetFacts = orDefault(c.RecentSetFacts, DefaultRecentSetFacts)
+	c.RefreshInterval = orDefault(c.RefreshInterval, DefaultRefreshInterval)
 	c.FullStateFacts = orDefault(c.FullStateFacts, DefaultFullStateFacts)
 	c.PushPullFacts = orDefault(c.PushPullFacts, DefaultPushPullFacts)
 	c.LagSamples = orDefault(c.LagSamples, DefaultLagSamples)

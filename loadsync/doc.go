@@ -32,8 +32,9 @@
 //
 // Ownership digests are bandwidth-bounded: for each routing decision only the
 // deepest block and sparse checkpoints at power-of-two depths are queued, and
-// facts already sent or learned recently are skipped, so a continuation turn
-// of a known conversation costs one or two facts. Receivers therefore learn
+// facts this replica queued in the last half second or so are skipped, so a
+// continuation turn costs one or two facts, and at most log2 of its length
+// plus one when its checkpoints are due for a refresh (once a second). Receivers therefore learn
 // sparse facts and must match a request by its deepest known block, not by
 // the first gap. Each fact carries its span, the blocks of prefix it stands
 // for beyond the decision's next shallower fact, so that a receiver can

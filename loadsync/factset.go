@@ -36,6 +36,28 @@ func (s *factSet) add(f Fact) bool {
 	return !seen
 }
 
+// rotate starts a new generation: what was current becomes previous, and
+// the old previous generation is forgotten.
+func (s *factSet) rotate() {
+	s.cur, s.prev = s.prev, s.cur
+	clear(s.cur)
+}
+
+// addFresh records f and reports whether it is missing from the current
+// generation: unlike add, a fact found only in the previous generation
+// counts as new again (it is due for a refresh).
+func (s *factSet) addFresh(f Fact) bool {
+	k := factKey(f)
+	if _, ok := s.cur[k]; ok {
+		return false
+	}
+	if len(s.cur) >= s.half {
+		s.rotate()
+	}
+	s.cur[k] = struct{}{}
+	return true
+}
+
 // factRing keeps the last len(buf) facts, oldest overwritten first. Not safe
 // for concurrent use.
 type factRing struct {

@@ -8,8 +8,10 @@ const learnChunk = 512
 // Owned records a routing decision: worker now holds every block of hashes,
 // the request's chain of block hashes from depth 0. Only the deepest block
 // and the power-of-two checkpoints are queued for the peers, each with the
-// span of prefix it stands for, and facts sent or learned recently are
-// skipped. Called on the request path; it does not allocate in steady state.
+// span of prefix it stands for; a fact this replica queued within the last
+// half RefreshInterval is skipped, and announced again after that, so the
+// peers keep a live conversation's whole prefix fresh. Called on the request
+// path; it does not allocate in steady state.
 func (s *State) Owned(hashes []uint64, worker uint32) {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
@@ -18,12 +20,12 @@ func (s *State) Owned(hashes []uint64, worker uint32) {
 	})
 }
 
-// offer queues f unless it is known. The spans are computed before this
-// filter, so a skipped fact's blocks are not handed to a deeper one: the
-// peers were charged for them when they learned the skipped fact. digestMu
-// is held.
+// offer queues f unless it was queued within the last half refresh
+// interval. The spans are computed before this filter, so a skipped fact's
+// blocks are not handed to a deeper one: the peers were charged for them
+// when they learned the skipped fact. digestMu is held.
 func (s *State) offer(f Fact) {
-	if !s.known.add(f) {
+	if !s.sent.addFresh(f) {
 		s.stats.factsDeduplicated.Add(1)
 		return
 	}
@@ -31,7 +33,9 @@ func (s *State) offer(f Fact) {
 	if s.queue.push(f) {
 		s.stats.factsDropped.Add(1)
 	}
-	s.recent.push(f)
+	if s.known.add(f) {
+		s.recent.push(f)
+	}
 }
 
 func (s *State) receiveDigest(r *reader) error {
@@ -43,8 +47,9 @@ func (s *State) receiveDigest(r *reader) error {
 	return nil
 }
 
-// learn marks facts heard from a peer as known, so that Owned does not send
-// them again, keeps them for LocalState, and hands them to OnOwnership.
+// learn marks facts heard from a peer as sent, so that Owned does not echo
+// them within the refresh interval, keeps them for LocalState, and hands
+// them to OnOwnership.
 func (s *State) learn(facts []Fact) {
 	// A full state holds up to FullStateFacts facts: take the lock per
 	// chunk so Owned on the request path waits microseconds, not the
@@ -52,6 +57,7 @@ func (s *State) learn(facts []Fact) {
 	for chunk := range slices.Chunk(facts, learnChunk) {
 		s.digestMu.Lock()
 		for _, f := range chunk {
+			s.sent.addFresh(f) // a peer just announced it: no need to echo it
 			if s.known.add(f) {
 				s.recent.push(f)
 			}

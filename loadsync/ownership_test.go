@@ -85,8 +85,11 @@ func TestSpansTravelInDigestsAndFullState(t *testing.T) {
 	}
 }
 
+// TestContinuationTurnQueuesAtMostTwoFacts: within a refresh interval a
+// growing conversation costs its new deepest block and at most one new
+// checkpoint per turn.
 func TestContinuationTurnQueuesAtMostTwoFacts(t *testing.T) {
-	r := newReplica(t, "a", nil)
+	r := newReplica(t, "a", func(c *Config) { c.RefreshInterval = time.Hour })
 	now := t0
 	blocks := 12
 	first := queuedBy(t, r, &now, chain(1, blocks), 3)
@@ -102,6 +105,27 @@ func TestContinuationTurnQueuesAtMostTwoFacts(t *testing.T) {
 		if got[len(got)-1].Hash != chain(1, blocks)[blocks-1] {
 			t.Fatalf("turn %d did not announce its deepest block", turn)
 		}
+	}
+}
+
+// TestLiveConversationsAreRefreshed: a decision made again after the
+// refresh interval announces its checkpoints again, so the peers' indexes
+// see the whole prefix as recently used; before half the interval it is
+// skipped.
+func TestLiveConversationsAreRefreshed(t *testing.T) {
+	r := newReplica(t, "a", func(c *Config) { c.RefreshInterval = time.Second })
+	now := t0
+	hashes := chain(1, 12)
+	if got := queuedBy(t, r, &now, hashes, 3); len(got) != 5 {
+		t.Fatalf("first decision queued %d facts, want 5", len(got))
+	}
+	if got := queuedBy(t, r, &now, hashes, 3); len(got) != 0 {
+		t.Fatalf("a repeat %v later queued %v, want nothing", DefaultLoadInterval, got)
+	}
+	now = now.Add(time.Second)
+	r.st.Tick(now)
+	if got := queuedBy(t, r, &now, hashes, 3); len(got) != 5 {
+		t.Fatalf("a repeat after the refresh interval queued %d facts, want all 5 again", len(got))
 	}
 }
 

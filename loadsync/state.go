@@ -36,7 +36,9 @@ type State struct {
 
 	digestMu sync.Mutex
 	queue    factRing // facts waiting to be sent, oldest first
-	known    factSet  // facts recently sent or learned
+	known    factSet  // facts recently sent or learned, kept once in the recent ring
+	sent     factSet  // facts queued or learned within the last refresh half-interval
+	rotated  time.Time
 	recent   factRing // facts recently made or learned, for LocalState
 	scratch  []Fact
 }
@@ -57,6 +59,7 @@ func New(cfg Config) (*State, error) {
 		lags:     newLagWindow(cfg.LagSamples),
 		queue:    newFactRing(cfg.DigestQueueFacts),
 		known:    newFactSet(cfg.RecentSetFacts),
+		sent:     newFactSet(cfg.RecentSetFacts),
 		recent:   newFactRing(cfg.FullStateFacts),
 		verdicts: newVerdictView(cfg.LoadTTL, cfg.OnVerdicts),
 	}
@@ -86,7 +89,7 @@ func (s *State) Tick(now time.Time) [][]byte {
 	pkts = append(pkts, s.verdictReport(now)...)
 	s.loadMu.Unlock()
 	s.stats.reportsSent.Add(1)
-	return append(pkts, s.digests()...)
+	return append(pkts, s.digests(now)...)
 }
 
 // due reports whether a report is due at now and, if so, schedules the next
@@ -124,13 +127,28 @@ func (s *State) loadReport(now time.Time) [][]byte {
 	return packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
 }
 
-func (s *State) digests() [][]byte {
+func (s *State) digests(now time.Time) [][]byte {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
+	s.rotateSent(now)
 	before := s.queue.len()
 	pkts := packDigests(&s.queue, s.cfg.MaxPacketBytes, s.cfg.DigestPacketsPerTick, s.scratch)
 	s.stats.factsSent.Add(uint64(before - s.queue.len()))
 	return pkts
+}
+
+// rotateSent ages the sent set by one generation every half refresh
+// interval, so a fact is skipped for between half an interval and one
+// interval after it was queued. digestMu is held.
+func (s *State) rotateSent(now time.Time) {
+	if s.rotated.IsZero() {
+		s.rotated = now
+	}
+	if now.Sub(s.rotated) < s.cfg.RefreshInterval/2 {
+		return
+	}
+	s.rotated = now
+	s.sent.rotate()
 }
 
 // Receive merges one packet from a peer: a load report, verdicts or a digest. It never
