@@ -1,5 +1,7 @@
 package affinity
 
+import "slices"
+
 // Pool is an immutable set of candidate workers for one kind of request (one
 // role and one model), in registry order. The proxy builds pools when the
 // registry or the health of a worker changes, never per request; a retry
@@ -48,14 +50,14 @@ func (p *Pool) Contains(id WorkerID) bool { return p.position(id) >= 0 }
 // Without returns the pool minus the given workers (the ones a retry already
 // tried). It returns p itself when none of them is a member.
 func (p *Pool) Without(ids ...WorkerID) *Pool {
+	if !slices.ContainsFunc(ids, p.Contains) {
+		return p // the common case, a first attempt: no allocation
+	}
 	keep := make([]*Load, 0, len(p.members))
 	for _, m := range p.members {
 		if !containsID(ids, m.id) {
 			keep = append(keep, m)
 		}
-	}
-	if len(keep) == len(p.members) {
-		return p
 	}
 	return NewPool(keep)
 }

@@ -87,7 +87,10 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 	x.body = ctx.PostBody()
 	x.reqCtx, x.cancel = context.WithCancel(p.ctx)
 	x.watch = watchClient(ctx.Conn(), func() { p.clientGone(x) })
-	key := sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, ctx.PostBody())
+	var key uint64 // hashing a large body is wasted on every policy but consistent_hash
+	if p.deps.Router.Policy().Name() == affinity.PolicyConsistentHash || (p.pd != nil && p.pd.usesSessionKey()) {
+		key = sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, ctx.PostBody())
+	}
 	if p.pd != nil {
 		streaming = p.pd.serve(x, pool, key)
 	} else {

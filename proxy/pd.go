@@ -56,6 +56,12 @@ func (d *disaggregation) failed(phase string) {
 	d.p.deps.Metrics.GetOrCreateCounter(fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase)).Inc()
 }
 
+// usesSessionKey reports whether a role's policy hashes a session key.
+func (d *disaggregation) usesSessionKey() bool {
+	return d.cfg.Prefill.Policy().Name() == affinity.PolicyConsistentHash ||
+		d.cfg.Decode.Policy().Name() == affinity.PolicyConsistentHash
+}
+
 // finalRole is the role of the worker whose answer the client gets.
 func (p *Proxy) finalRole() string {
 	if p.pd != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/affinity"
+
 	"github.com/kvrouter/kvrouter/internal/leaktest"
 )
 
@@ -329,4 +331,32 @@ func TestIndexForgetsWhenTheEngineWould(t *testing.T) {
 		post(t, r.url, "/v1/completions", completion(strings.Repeat("x", 1000), false))
 		return r.index.Blocks(1) == 16
 	})
+}
+
+// TestConsistentHashFollowsTheSessionHeader: with consistent_hash, requests
+// that carry the same X-Session-ID go to one worker whatever their prompt.
+func TestConsistentHashFollowsTheSessionHeader(t *testing.T) {
+	ws := []Worker{}
+	for i, f := range []*fakeWorker{startFake(t, "a"), startFake(t, "b"), startFake(t, "c"), startFake(t, "d")} {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: f.url, Role: RoleRegular})
+	}
+	r := startRouterWith(t, Config{}, "", affinity.PolicyConsistentHash, ws)
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for session := range 6 {
+		first := ""
+		for turn := range 4 {
+			req, _ := http.NewRequest("POST", r.url+"/v1/completions", strings.NewReader(completion(fmt.Sprint("turn ", turn), false)))
+			req.Header.Set("X-Session-ID", fmt.Sprint("session-", session))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if w := resp.Header.Get("x-worker-id"); first == "" {
+				first = w
+			} else if w != first {
+				t.Fatalf("session %d turn %d went to %s, first turn to %s", session, turn, w, first)
+			}
+		}
+	}
 }
