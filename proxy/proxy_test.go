@@ -342,6 +342,7 @@ func TestConsistentHashFollowsTheSessionHeader(t *testing.T) {
 	}
 	r := startRouterWith(t, Config{}, "", affinity.PolicyConsistentHash, ws)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	used := map[string]bool{}
 	for session := range 6 {
 		first := ""
 		for turn := range 4 {
@@ -358,5 +359,9 @@ func TestConsistentHashFollowsTheSessionHeader(t *testing.T) {
 				t.Fatalf("session %d turn %d went to %s, first turn to %s", session, turn, w, first)
 			}
 		}
+		used[first] = true
+	}
+	if len(used) < 2 {
+		t.Fatalf("6 sessions all went to %v: the session key is not used", used)
 	}
 }
