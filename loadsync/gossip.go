@@ -105,23 +105,26 @@ func (g *Gossip) pump(tick <-chan time.Time, stopTicker func()) {
 	}
 }
 
-// broadcast sends every packet to every live member but this one.
+// broadcast sends every packet to every live member but this one. The
+// members come from our own table: memberlist's Members hands out nodes its
+// goroutines go on changing (a member that comes back at a new address).
 func (g *Gossip) broadcast(pkts [][]byte) {
 	if len(pkts) == 0 {
 		return
 	}
-	for _, n := range g.ml.Members() {
-		if n.Name == g.st.cfg.Origin {
+	for _, m := range g.members.list() {
+		if m.Self {
 			continue
 		}
+		to := memberlist.Address{Addr: m.Addr, Name: m.Name}
 		for _, p := range pkts {
-			g.send(n, p)
+			g.send(to, p)
 		}
 	}
 }
 
-func (g *Gossip) send(n *memberlist.Node, p []byte) {
-	if err := g.ml.SendBestEffort(n, p); err != nil {
+func (g *Gossip) send(to memberlist.Address, p []byte) {
+	if err := g.ml.SendToAddress(to, p); err != nil {
 		g.counters.sendErrors.Add(1)
 		return
 	}
