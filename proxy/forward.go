@@ -120,12 +120,12 @@ func (p *Proxy) finish(x *exchangeState) {
 	if x.cancel != nil {
 		x.cancel()
 	}
-	p.metrics.request(x.ep.path(), x.ctx.Response.StatusCode(), x.start)
+	p.metrics.request(x.ep, x.ctx.Response.StatusCode(), x.start)
 }
 
 func (p *Proxy) fail(x *exchangeState, err error) {
 	writeError(x.ctx, err)
-	p.metrics.request(x.ep.path(), x.ctx.Response.StatusCode(), x.start)
+	p.metrics.request(x.ep, x.ctx.Response.StatusCode(), x.start)
 }
 
 // routed is a worker chosen (and reserved) ahead of its dispatch.
@@ -291,7 +291,7 @@ func (p *Proxy) relay(x *exchangeState, m *member, conn *upConn, resp *fasthttp.
 				watch.conn.Close() // the client pipelined a request we consumed a byte of
 			}
 			x.cancel()
-			p.metrics.request(x.ep.path(), status, x.start)
+			p.metrics.request(x.ep, status, x.start)
 		}()
 		complete, clientGone := pump(w, resp.BodyStream(), track)
 		_ = resp.CloseBodyStream()

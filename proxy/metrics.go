@@ -21,13 +21,16 @@ type Metrics struct {
 	loadBalanced *metrics.Counter
 	disconnects  *metrics.Counter
 	underflows   *metrics.Counter
+	// per endpoint, made once: the request path only increments them
+	requests  [2]*metrics.Counter
+	durations [2]*metrics.Histogram
 
 	mu     sync.Mutex
 	gauges map[affinity.WorkerID][]string
 }
 
 func newMetrics(set *metrics.Set) *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		set:          set,
 		retries:      set.NewCounter("vllm_router_retries_total"),
 		cacheHits:    set.NewCounter("vllm_router_cache_hits_total"),
@@ -37,14 +40,19 @@ func newMetrics(set *metrics.Set) *Metrics {
 		underflows:   set.NewCounter("vllm_router_load_underflows_total"),
 		gauges:       map[affinity.WorkerID][]string{},
 	}
+	for _, ep := range []endpoint{completions, chatCompletions} {
+		m.requests[ep] = set.NewCounter(fmt.Sprintf(`vllm_router_requests_total{route=%q}`, ep.path()))
+		m.durations[ep] = set.NewHistogram(fmt.Sprintf(`vllm_router_request_duration_seconds{route=%q}`, ep.path()))
+	}
+	return m
 }
 
 // request counts one finished inference request.
-func (m *Metrics) request(route string, status int, start time.Time) {
-	m.set.GetOrCreateCounter(fmt.Sprintf(`vllm_router_requests_total{route=%q}`, route)).Inc()
-	m.set.GetOrCreateHistogram(fmt.Sprintf(`vllm_router_request_duration_seconds{route=%q}`, route)).UpdateDuration(start)
+func (m *Metrics) request(ep endpoint, status int, start time.Time) {
+	m.requests[ep].Inc()
+	m.durations[ep].UpdateDuration(start)
 	if status >= 400 {
-		m.set.GetOrCreateCounter(fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d"}`, route, status)).Inc()
+		m.set.GetOrCreateCounter(fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d"}`, ep.path(), status)).Inc()
 	}
 }
 
