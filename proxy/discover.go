@@ -98,8 +98,8 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.SetHost(m.host)
-	req.SetRequestURI(path)
+	req.Header.SetHost(m.base.Addr())
+	req.SetRequestURI(m.base.Under(path))
 	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, err
