@@ -34,8 +34,8 @@ type exchange struct {
 	watch  *clientWatch
 	gone   atomic.Bool // the client left; counted once
 
-	pd          bool   // disaggregated: its errors count in pd_errors_total
-	failedPhase string // the P/D phase that failed, if one did
+	pd          bool                   // disaggregated: its errors count in pd_errors_total
+	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
 
 // newExchange starts the exchange of ctx's request.

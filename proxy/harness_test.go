@@ -62,7 +62,22 @@ func newTestRouter(t *testing.T, policy string, loads *affinity.LoadTable, index
 	return affinity.NewRouter(p, loads, index, 16, nil)
 }
 
+// startRouterHealth is startRouter with health tracked by h.
+func startRouterHealth(t *testing.T, cfg Config, h Health, workers ...*fakeworker.Worker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for i, w := range workers {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.URL, Role: RoleRegular})
+	}
+	return startRouterDeps(t, cfg, "", affinity.PolicyCacheAware, ws, h)
+}
+
 func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worker) *testRouter {
+	t.Helper()
+	return startRouterDeps(t, cfg, pdMode, policy, ws, nil)
+}
+
+func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worker, h Health) *testRouter {
 	t.Helper()
 	loads := affinity.NewLoadTable(nil)
 	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
@@ -71,7 +86,7 @@ func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 		cfg.Retry.InitialBackoff = time.Millisecond
 	}
 	deps := Deps{Loads: loads, Index: index, Router: newTestRouter(t, policy, loads, index),
-		Metrics: set, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		Metrics: set, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: h}
 	if pdMode != "" {
 		deps.PD = &PD{Mode: pdMode, Prefill: deps.Router, Decode: newTestRouter(t, affinity.PolicyLeastLoad, loads, index)}
 	}

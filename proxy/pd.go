@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 
@@ -128,7 +129,7 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
 	}
 	if err != nil || ans.status/100 != 2 {
 		dec.release() // no decode call for a request whose prefill failed or whose client left
-		x.failedPhase = RolePrefill
+		x.failedPhase.Store(&phasePrefill)
 		d.prefillFailed(x, ans, err)
 		return false
 	}
@@ -182,16 +183,39 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
 // concurrentPrefill runs the prefill half of a concurrent request; when it
 // fails, the decode half is aborted: no decode answer without its prefill.
 func (d *disaggregation) concurrentPrefill(x *exchange, pre *leg) {
-	_, ans, err := d.p.try(x, pre)
+	px, end := d.detached(x)
+	defer end()
+	_, ans, err := d.p.try(px, pre)
 	switch {
 	case err == nil && ans.status/100 == 2, isGone(err):
 		return
 	case err == nil:
 		err = errorf(ErrUpstream, "the prefill worker answered %d", ans.status)
 	}
-	x.failedPhase = RolePrefill
+	x.failedPhase.Store(&phasePrefill)
 	x.cancel(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
 }
+
+// detached is x as the prefill half of a concurrent request sees it: the
+// client leaving ends it, the decode half ending does not (the prefill
+// finishes on its own, within the request's deadline). It never touches the
+// client's RequestCtx, which the prefill must not read.
+func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
+	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
+		header: x.header, uri: x.uri}
+	px.reqCtx, px.cancel = context.WithCancelCause(d.p.ctx)
+	stop := context.AfterFunc(x.reqCtx, func() {
+		if cause := context.Cause(x.reqCtx); isGone(cause) {
+			px.cancel(cause)
+		}
+	})
+	return px, func() {
+		stop()
+		px.cancel(nil)
+	}
+}
+
+var phasePrefill = RolePrefill
 
 // countFailure counts, when the request is done, the failure of a
 // disaggregated request in its phase: the one that failed first, else the
@@ -200,9 +224,9 @@ func (d *disaggregation) countFailure(x *exchange, status int, cut bool) {
 	if status == statusClientGone {
 		return
 	}
-	switch {
-	case x.failedPhase != "":
-		d.errors[x.failedPhase].Inc()
+	switch phase := x.failedPhase.Load(); {
+	case phase != nil:
+		d.errors[*phase].Inc()
 	case cut || status >= 400:
 		d.errors[RoleDecode].Inc()
 	}

@@ -233,3 +233,59 @@ func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].HungUp.Load() == 1 })
 	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
 }
+
+// TestPDPrefillClientErrorGoesStraightBack: a prefill 4xx is the client's
+// mistake: it is not retried on other prefill workers, and no decode runs.
+func TestPDPrefillClientErrorGoesStraightBack(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 1)
+	for _, p := range prefill {
+		p.Set(fakeworker.Status(400, `{"error":{"message":"max_tokens is too large"}}`))
+	}
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	resp, out := post(t, r.url, "/v1/completions", completion("x", false))
+	if resp.StatusCode != 400 || out != `{"error":{"message":"max_tokens is too large"}}` {
+		t.Fatalf("status %d %s, want the prefill worker's 400", resp.StatusCode, out)
+	}
+	if n := prefill[0].Inference.Load() + prefill[1].Inference.Load(); n != 1 || decode[0].Inference.Load() != 0 {
+		t.Fatalf("%d prefill attempts and %d decodes, want 1 and 0", n, decode[0].Inference.Load())
+	}
+	if metric(t, r, "vllm_router_retries_total") != 0 || r.totalLoad() != 0 {
+		t.Fatalf("retries %v load %d", metric(t, r, "vllm_router_retries_total"), r.totalLoad())
+	}
+}
+
+func TestPDAClientThatLeavesIsNoPDError(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	prefill[0].Set(fakeworker.Hold())
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
+	waitFor(t, "the prefill to start", func() bool { return prefill[0].Inference.Load() == 1 })
+	conn.Close()
+	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+	waitFor(t, "the request to be counted", func() bool {
+		return metric(t, r, `vllm_router_requests_total{route="/v1/completions"}`) == 1
+	})
+	for _, phase := range []string{"prefill", "decode"} {
+		if n := metric(t, r, fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase)); n != 0 {
+			t.Fatalf("%s errors %v for a client that left", phase, n)
+		}
+	}
+}
+
+// TestPDCacheOutcomeIsCountedOncePerRequestAndRole: a retried prefill and a
+// least_load decode add nothing to the cache counters.
+func TestPDCacheOutcomeIsCountedOncePerRequestAndRole(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
+	prefill[0].Set(fakeworker.Sequence(fakeworker.Status(503, induced), fakeworker.Default()))
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	prompt := strings.Repeat("a long agentic context. ", 20)
+	for i := range 4 {
+		if resp, out := post(t, r.url, "/v1/completions", completion(prompt+fmt.Sprint(i), false)); resp.StatusCode != 200 {
+			t.Fatalf("status %d %s", resp.StatusCode, out)
+		}
+	}
+	hits, misses := metric(t, r, "vllm_router_cache_hits_total"), metric(t, r, "vllm_router_cache_misses_total")
+	if hits != 3 || misses != 1 {
+		t.Fatalf("hits %v misses %v, want 3 and 1", hits, misses)
+	}
+}

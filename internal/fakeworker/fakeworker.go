@@ -46,6 +46,9 @@ type Worker struct {
 	lastBody  atomic.Pointer[string]
 	lastReq   atomic.Pointer[http.Request]
 
+	pathsMu sync.Mutex
+	paths   []string
+
 	gateMu sync.Mutex
 	gate   chan struct{}
 
@@ -114,6 +117,13 @@ func (w *Worker) LastPath() string {
 		return r.RequestURI
 	}
 	return ""
+}
+
+// Paths lists "METHOD URI" of every request so far, in order.
+func (w *Worker) Paths() []string {
+	w.pathsMu.Lock()
+	defer w.pathsMu.Unlock()
+	return append([]string(nil), w.paths...)
 }
 
 // Open releases every answer held by Gate, now and from now on, until
@@ -199,6 +209,9 @@ func (w *Worker) serve(c net.Conn) {
 		}
 		e := &Exchange{Worker: w, Req: req, Body: body, conn: c, br: br, bw: bufio.NewWriter(c)}
 		w.Requests.Add(1)
+		w.pathsMu.Lock()
+		w.paths = append(w.paths, req.Method+" "+req.RequestURI)
+		w.pathsMu.Unlock()
 		w.dispatch(e)
 		if e.closed || e.bw.Flush() != nil {
 			return
@@ -472,5 +485,15 @@ func Text(body string) Behaviour {
 	return func(e *Exchange) {
 		_ = e.Head(200, "Content-Type: text/plain", fmt.Sprintf("Content-Length: %d", len(body)))
 		_ = e.Raw(body)
+	}
+}
+
+// Sequence answers the i-th inference request (from 0) with bs[i], and
+// every one after the last with the last.
+func Sequence(bs ...Behaviour) Behaviour {
+	var n atomic.Int64
+	return func(e *Exchange) {
+		i := int(n.Add(1) - 1)
+		bs[min(i, len(bs)-1)](e)
 	}
 }
