@@ -164,6 +164,7 @@ func overrideThresholds(base cluster.Thresholds, cache, abs, rel float64) cluste
 func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p := proxy.DefaultConfig()
 	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
+	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
 	p.MaxConcurrentRequests = c.Int("max-concurrent-requests")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
