@@ -162,7 +162,8 @@ func (r *Replica) buildFrontEnd() error {
 		return err
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
-		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() }})
+		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
+		AllowWorker: cfg.Proxy.WorkerHosts.Allows})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, PD: pd})

@@ -70,9 +70,7 @@ func (w *clientWatch) run() {
 // probeHalfClosed probes until a probe fails (the client is gone) or the
 // watch stops.
 func (w *clientWatch) probeHalfClosed() {
-	defer func() { _ = w.conn.SetWriteDeadline(time.Time{}) }() // the server sets its own before it writes
 	for i := 0; ; i++ {
-		_ = w.conn.SetWriteDeadline(time.Now().Add(probeWriteTimeout))
 		if err := w.probe.probe(w.conn); err != nil {
 			if !w.stopping() {
 				w.gone()
@@ -119,7 +117,9 @@ type interimContinue struct{}
 
 var continueResponse = []byte("HTTP/1.1 100 Continue\r\n\r\n")
 
+// The server sets its own write deadline before it writes the response.
 func (interimContinue) probe(conn net.Conn) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(probeWriteTimeout))
 	_, err := conn.Write(continueResponse)
 	return err
 }

@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
+)
 
 // Config holds the request-path settings of a replica. Zero values take the
 // defaults of DefaultConfig.
@@ -35,6 +39,69 @@ type Config struct {
 	// BlockSize is the index's block size in bytes (--block-size), to turn a
 	// worker's KV capacity into its index budget; 0 leaves budgets alone.
 	BlockSize int
+
+	// Edge bounds what a client connection may cost.
+	Edge Edge
+	// APIKeys, when not empty, are the bearer keys clients must present on
+	// the inference API (--api-keys); their Authorization header is then
+	// not passed on to workers. Replace them at run time with SetAPIKeys.
+	APIKeys []string
+	// TLSCertPath and TLSKeyPath, when set, make the client listener speak
+	// TLS (--tls-cert-path, --tls-key-path); ReloadTLS rereads them.
+	TLSCertPath, TLSKeyPath string
+	// WorkerHosts says which destinations workers may have
+	// (--allowed-worker-hosts); a refused one gets no traffic.
+	WorkerHosts workerurl.HostPolicy
+}
+
+// Edge holds the limits and timeouts of the client listener, each what a
+// production proxy would choose by default. Zero values take the defaults.
+type Edge struct {
+	// HeaderReadTimeout bounds a new connection's wait for its first byte
+	// and the reading of each request's line and headers
+	// (--header-read-timeout-secs, default 30 s): slowloris connections and
+	// connections that never send a byte are closed after it.
+	HeaderReadTimeout time.Duration
+	// BodyReadTimeout bounds the reading of a request body, from the end of
+	// its headers (--body-read-timeout-secs, default 120 s).
+	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write to the client, every chunk of a stream
+	// included (--write-timeout-secs, default 60 s): a client that stops
+	// reading is cut, and its worker slot freed.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds a keep-alive connection's wait between requests
+	// (--idle-timeout-secs, default 90 s).
+	IdleTimeout time.Duration
+	// MaxConnections caps the client connections of this replica
+	// (--max-connections, default 16384); a connection past it is answered
+	// 503 and closed, and the listener goes on accepting.
+	MaxConnections int
+	// MaxHeaderSize bounds a request's line and headers, in bytes
+	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
+	MaxHeaderSize int
+}
+
+// DefaultEdge returns the defaults of the client listener's limits.
+func DefaultEdge() Edge {
+	return Edge{HeaderReadTimeout: 30 * time.Second, BodyReadTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second,
+		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10}
+}
+
+func (e Edge) withDefaults() Edge {
+	d := DefaultEdge()
+	for _, f := range []struct{ v, d *time.Duration }{{&e.HeaderReadTimeout, &d.HeaderReadTimeout},
+		{&e.BodyReadTimeout, &d.BodyReadTimeout}, {&e.WriteTimeout, &d.WriteTimeout}, {&e.IdleTimeout, &d.IdleTimeout}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	if e.MaxConnections <= 0 {
+		e.MaxConnections = d.MaxConnections
+	}
+	if e.MaxHeaderSize <= 0 {
+		e.MaxHeaderSize = d.MaxHeaderSize
+	}
+	return e
 }
 
 // Retry configures retries. Attempts happen only before any byte of the
@@ -60,6 +127,7 @@ func DefaultConfig() Config {
 		Retry:            Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
 		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		DialTimeout:      10 * time.Second,
+		Edge:             DefaultEdge(),
 	}
 }
 
@@ -89,5 +157,6 @@ func withDefaults(c Config) Config {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = d.DialTimeout
 	}
+	c.Edge = c.Edge.withDefaults()
 	return c
 }

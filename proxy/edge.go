@@ -1,10 +1,96 @@
 package proxy
 
 import (
+	"errors"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
+
+// edgeListener hands out the client connections of the proxy's server. It
+// keeps the accept loop alive when the process runs out of file descriptors
+// or memory (fasthttp would stop accepting for good), counts connections
+// against --max-connections, and owns the goroutines of the connections
+// that linger.
+type edgeListener struct {
+	net.Listener
+	log      *slog.Logger
+	maxConns int64
+	active   atomic.Int64
+	failing  atomic.Bool // accepting fails for lack of resources right now
+	quit     chan struct{}
+	quitOnce sync.Once
+
+	mu        sync.Mutex
+	lingering map[*edgeConn]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+func newEdgeListener(ln net.Listener, maxConns int, log *slog.Logger) *edgeListener {
+	return &edgeListener{Listener: ln, log: log, maxConns: int64(maxConns), quit: make(chan struct{}),
+		lingering: map[*edgeConn]struct{}{}}
+}
+
+// Accept returns the next client connection. A failure for lack of
+// resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) or an aborted handshake is
+// logged at ERROR and retried with backoff, so the listener recovers once
+// descriptors are free again; any other error is returned, and ends Serve.
+func (l *edgeListener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	var lastLog time.Time
+	for {
+		c, err := l.Listener.Accept()
+		if err == nil {
+			if l.failing.Swap(false) {
+				l.log.Info("accepting client connections again")
+			}
+			over := l.maxConns > 0 && l.active.Add(1) > l.maxConns
+			return &edgeConn{Conn: c, l: l, overLimit: over}, nil
+		}
+		if errors.Is(err, net.ErrClosed) || !recoverableAcceptError(err) {
+			return nil, err
+		}
+		l.failing.Store(true)
+		if time.Since(lastLog) >= time.Second {
+			l.log.Error("cannot accept client connections; retrying", "err", err)
+			lastLog = time.Now()
+		}
+		backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-l.quit:
+			t.Stop()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// recoverableAcceptError reports whether an accept failed for a reason that
+// passes: resources that free up, or a client that gave up mid-handshake.
+func recoverableAcceptError(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM,
+		syscall.ECONNABORTED, syscall.EINTR, syscall.EPROTO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Close stops accepting.
+func (l *edgeListener) Close() error {
+	l.quitOnce.Do(func() { close(l.quit) })
+	return l.Listener.Close()
+}
+
+// accepting reports whether the listener can take new connections.
+func (l *edgeListener) accepting() bool { return !l.failing.Load() }
 
 // Lingering close, as nginx does it: a connection the router closes while
 // the client may still be sending (a body refused with 413, headers refused
@@ -20,29 +106,6 @@ const (
 	lingerBufSize = 32 << 10
 )
 
-// edgeListener hands out the client connections of the proxy's server, and
-// owns the goroutines of the ones that linger.
-type edgeListener struct {
-	net.Listener
-	mu        sync.Mutex
-	lingering map[*edgeConn]struct{}
-	closed    bool
-	wg        sync.WaitGroup
-}
-
-func newEdgeListener(ln net.Listener) *edgeListener {
-	return &edgeListener{Listener: ln, lingering: map[*edgeConn]struct{}{}}
-}
-
-// Accept returns the next client connection.
-func (l *edgeListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &edgeConn{Conn: c, l: l}, nil
-}
-
 // stopLingering cuts short every lingering connection and waits for them.
 func (l *edgeListener) stopLingering() {
 	l.mu.Lock()
@@ -54,12 +117,25 @@ func (l *edgeListener) stopLingering() {
 	l.wg.Wait()
 }
 
+func (l *edgeListener) startLingering(c *edgeConn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || len(l.lingering) >= maxLingering {
+		return false
+	}
+	l.lingering[c] = struct{}{}
+	l.wg.Add(1)
+	return true
+}
+
 // edgeConn is one client connection.
 type edgeConn struct {
 	net.Conn
-	l      *edgeListener
-	mu     sync.Mutex
-	linger bool
+	l         *edgeListener
+	overLimit bool // accepted past --max-connections: answered 503 and closed
+	mu        sync.Mutex
+	linger    bool
+	closed    bool
 }
 
 // NetConn returns the connection underneath (for peeks at its socket).
@@ -76,9 +152,15 @@ func (c *edgeConn) lingerOnClose() {
 // leaves the rest to a goroutine that drains it.
 func (c *edgeConn) Close() error {
 	c.mu.Lock()
-	linger := c.linger
-	c.linger = false
+	linger, already := c.linger, c.closed
+	c.linger, c.closed = false, true
 	c.mu.Unlock()
+	if already {
+		return nil
+	}
+	if c.l.maxConns > 0 {
+		c.l.active.Add(-1)
+	}
 	if !linger || !c.l.startLingering(c) {
 		return c.Conn.Close()
 	}
@@ -87,17 +169,6 @@ func (c *edgeConn) Close() error {
 	}
 	go c.drain()
 	return nil
-}
-
-func (l *edgeListener) startLingering(c *edgeConn) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed || len(l.lingering) >= maxLingering {
-		return false
-	}
-	l.lingering[c] = struct{}{}
-	l.wg.Add(1)
-	return true
 }
 
 // drain reads and drops what the client still sends, until it closes, goes
@@ -133,4 +204,19 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// edgeOf returns the edge connection under conn (through TLS), or nil.
+func edgeOf(conn net.Conn) *edgeConn {
+	for conn != nil {
+		if ec, ok := conn.(*edgeConn); ok {
+			return ec
+		}
+		inner, ok := conn.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		conn = inner.NetConn()
+	}
+	return nil
 }

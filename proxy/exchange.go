@@ -184,6 +184,9 @@ func (p *Proxy) upstreamHeader(x *exchange) *fasthttp.RequestHeader {
 		h.Del(name)
 	}
 	h.Set("x-request-id", x.id)
+	if p.keys.enabled() {
+		h.Del("Authorization") // the client's key is the router's, not the workers'
+	}
 	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
 		h.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -73,6 +74,8 @@ type Fleet struct {
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
 	maxIdle     int
+	hosts       workerurl.HostPolicy
+	log         *slog.Logger
 
 	// onPublish hears of every new view (metrics keep per-worker gauges).
 	onPublish func(*view)
@@ -88,8 +91,9 @@ type Fleet struct {
 
 // newFleet returns an empty fleet. eligible says whether health allows a
 // worker traffic; onRemove is told of workers that left the registry.
-func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID), dialTimeout time.Duration) *Fleet {
-	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64,
+func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
+	dialTimeout time.Duration, hosts workerurl.HostPolicy, log *slog.Logger) *Fleet {
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64, hosts: hosts, log: log,
 		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
@@ -176,12 +180,18 @@ func (f *Fleet) syncUpstreams() {
 	keep := map[affinity.WorkerID]bool{}
 	for _, w := range f.workers {
 		u, err := workerurl.Parse(w.URL)
+		if err == nil {
+			err = f.hosts.AllowsURL(u)
+		}
 		if err != nil {
-			continue // the registry only holds parsed URLs; such a worker gets no traffic
+			if f.ups[w.ID] == nil {
+				f.log.Warn("worker gets no traffic", "worker", w.ID, "err", err)
+			}
+			continue
 		}
 		keep[w.ID] = true
 		if f.ups[w.ID] == nil {
-			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle)
+			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.hosts)
 		}
 	}
 	for id, up := range f.ups {

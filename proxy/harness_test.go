@@ -52,14 +52,13 @@ func startPDRouter(t *testing.T, mode, prefillPolicy string, prefill, decode []*
 	return startRouterWith(t, Config{}, mode, prefillPolicy, ws)
 }
 
-func newTestRouter(t *testing.T, policy string, loads *affinity.LoadTable, index *affinity.Index) *affinity.Router {
-	t.Helper()
+func newTestRouter(policy string, loads *affinity.LoadTable, index *affinity.Index) (*affinity.Router, error) {
 	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: affinity.DefaultThresholds(),
 		MissPlacement: affinity.PlaceLeastLoad, BlockSize: 16}, index)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return affinity.NewRouter(p, loads, index, 16, nil)
+	return affinity.NewRouter(p, loads, index, 16, nil), nil
 }
 
 // startRouterHealth is startRouter with health tracked by h.
@@ -79,22 +78,13 @@ func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 
 func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worker, h Health) *testRouter {
 	t.Helper()
-	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
-	set := metrics.NewSet()
 	if cfg.Retry.InitialBackoff == 0 {
 		cfg.Retry.InitialBackoff = time.Millisecond
 	}
-	deps := Deps{Loads: loads, Index: index, Router: newTestRouter(t, policy, loads, index),
-		Metrics: set, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: h}
-	if pdMode != "" {
-		deps.PD = &PD{Mode: pdMode, Prefill: deps.Router, Decode: newTestRouter(t, affinity.PolicyLeastLoad, loads, index)}
-	}
-	p, err := New(cfg, deps)
+	p, err := buildProxy(cfg, pdMode, policy, ws, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Fleet().SetWorkers(ws)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +97,33 @@ func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 		_ = p.Shutdown(ctx)
 		<-done
 	})
-	return &testRouter{proxy: p, index: index, loads: loads, url: "http://" + ln.Addr().String(), set: set}
+	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: "http://" + ln.Addr().String(), set: p.deps.Metrics}
+}
+
+// buildProxy makes a proxy with its own counters, index and metrics, routing
+// with policy (and least_load for decode) over the workers ws.
+func buildProxy(cfg Config, pdMode, policy string, ws []Worker, h Health) (*Proxy, error) {
+	loads := affinity.NewLoadTable(nil)
+	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	router, err := newTestRouter(policy, loads, index)
+	if err != nil {
+		return nil, err
+	}
+	deps := Deps{Loads: loads, Index: index, Router: router, Metrics: metrics.NewSet(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: h}
+	if pdMode != "" {
+		decode, err := newTestRouter(affinity.PolicyLeastLoad, loads, index)
+		if err != nil {
+			return nil, err
+		}
+		deps.PD = &PD{Mode: pdMode, Prefill: router, Decode: decode}
+	}
+	p, err := New(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	p.Fleet().SetWorkers(ws)
+	return p, nil
 }
 
 // load is the router's local in-flight count on worker id.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,7 +12,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -48,6 +48,8 @@ type Proxy struct {
 	server   *fasthttp.Server
 	edgesMu  sync.Mutex
 	edges    []*edgeListener
+	keys     apiKeys
+	cert     *serverCert // nil: the client listener speaks plain HTTP
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -65,13 +67,20 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		deps.Health = allHealthy{}
 	}
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger}
+	p.keys.replace(p.cfg.APIKeys)
+	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
+		var err error
+		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {
+			return nil, err
+		}
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
 		}
 	}
-	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout)
+	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, p.log)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	if deps.PD != nil {
 		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
@@ -84,14 +93,20 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		defer p.wg.Done()
 		p.discover(p.ctx)
 	}()
+	edge := p.cfg.Edge
 	p.server = &fasthttp.Server{
-		Handler:               p.Handler,
-		Name:                  "kvrouter",
-		MaxRequestBodySize:    p.cfg.MaxPayloadSize,
-		ReadBufferSize:        maxHeaderSize,
+		Handler:            p.Handler,
+		Name:               "kvrouter",
+		MaxRequestBodySize: p.cfg.MaxPayloadSize,
+		ReadBufferSize:     edge.MaxHeaderSize,
+		ReadTimeout:        edge.HeaderReadTimeout, // then BodyReadTimeout, from the end of the headers
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: edge.BodyReadTimeout}
+		},
+		WriteTimeout:          edge.WriteTimeout, // a stream renews it before each chunk
+		IdleTimeout:           edge.IdleTimeout,
 		ErrorHandler:          p.serverError,
 		ExpectHandler:         p.expect,
-		IdleTimeout:           90 * time.Second,
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true, // never log or echo request bytes (Authorization among them)
@@ -100,20 +115,32 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	return p, nil
 }
 
-// maxHeaderSize bounds a request's line and headers, in bytes; beyond it the
-// client gets 431.
-const maxHeaderSize = 64 << 10
-
 // Fleet returns the proxy's view of the workers.
 func (p *Proxy) Fleet() *Fleet { return p.fleet }
 
 // Serve answers connections from ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
-	el := newEdgeListener(ln)
+	el := newEdgeListener(ln, p.cfg.Edge.MaxConnections, p.log)
 	p.edgesMu.Lock()
 	p.edges = append(p.edges, el)
 	p.edgesMu.Unlock()
-	return p.server.Serve(el)
+	var served net.Listener = el
+	if p.cert != nil {
+		served = tls.NewListener(el, p.cert.config())
+	}
+	return p.server.Serve(served)
+}
+
+// accepting reports whether every listener takes new connections.
+func (p *Proxy) accepting() bool {
+	p.edgesMu.Lock()
+	defer p.edgesMu.Unlock()
+	for _, el := range p.edges {
+		if !el.accepting() {
+			return false
+		}
+	}
+	return true
 }
 
 // Shutdown stops accepting, ends open connections and waits for background
@@ -133,10 +160,17 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 
 // Handler routes one request.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	if ec := edgeOf(ctx.Conn()); ec != nil && ec.overLimit {
+		p.refuseConnection(ctx, ec)
+		return
+	}
 	if p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
 	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte("/v1/")) && !p.authorized(ctx) {
+		return
+	}
 	switch {
 	case ctx.IsPost() && bytes.Equal(path, []byte("/v1/completions")):
 		p.serveInference(ctx, completions)
@@ -157,12 +191,22 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// refuseConnection answers every request of a connection accepted past
+// --max-connections with 503, and closes it.
+func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
+	ec.lingerOnClose()
+	ctx.SetConnectionClose()
+	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
+		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
+}
+
 func (p *Proxy) serveReadiness(ctx *fasthttp.RequestCtx) {
 	loaded := p.deps.RegistryLoaded == nil || p.deps.RegistryLoaded()
-	if !loaded || p.fleet.view().eligible == 0 {
+	accepting := p.accepting()
+	if !loaded || !accepting || p.fleet.view().eligible == 0 {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `}`)
+		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `,"accepting":` + boolJSON(accepting) + `}`)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -191,7 +235,7 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		writeError(ctx, p.tooLarge())
 	case errors.As(err, &small):
 		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
-			fmt.Sprintf("request line and headers exceed the limit of %d bytes", maxHeaderSize))
+			fmt.Sprintf("request line and headers exceed the limit of %d bytes", p.cfg.Edge.MaxHeaderSize))
 	case isTimeout(err):
 		writeErrorStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
 	default:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,7 +15,12 @@ import (
 	"github.com/kvrouter/kvrouter/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+func TestMain(m *testing.M) {
+	if w := os.Getenv(edgeChildEnv); w != "" {
+		runEdgeChild(w)
+	}
+	leaktest.Main(m)
+}
 
 func completion(prompt string, stream bool) string {
 	return fmt.Sprintf(`{"model":"m","prompt":%q,"stream":%v,"max_tokens":4}`, prompt, stream)

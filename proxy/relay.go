@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -108,6 +109,9 @@ func (r *relay) Read(b []byte) (int, error) {
 
 // setWriting records whether fasthttp may be writing. The first Read comes
 // before the headers are flushed: fasthttp is writing until the second.
+// When fasthttp is about to write, the client has --write-timeout-secs for
+// this chunk: a client that stops reading is cut, whatever the stream's
+// length.
 func (r *relay) setWriting(w bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -116,6 +120,9 @@ func (r *relay) setWriting(w bool) {
 		return
 	}
 	r.writing = w
+	if w {
+		_ = r.x.ctx.Conn().SetWriteDeadline(time.Now().Add(r.p.cfg.Edge.WriteTimeout))
+	}
 }
 
 func (r *relay) read(b []byte) (int, error) {
@@ -229,6 +236,7 @@ func (r *relay) probe(conn net.Conn) error {
 	if r.writing || r.closed || !r.boundary {
 		return nil
 	}
+	_ = conn.SetWriteDeadline(time.Now().Add(probeWriteTimeout)) // the next chunk sets its own
 	_, err := conn.Write(keepaliveChunk)
 	return err
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // staleAnswer is a whole HTTP response that a buggy worker writes past the
@@ -54,7 +55,7 @@ func TestAnIdleConnectionWithStrayBytesIsNotReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	u := newUpstream(ln.Addr().String(), false, time.Second, 4)
+	u := newUpstream(ln.Addr().String(), false, time.Second, 4, workerurl.HostPolicy{})
 	defer u.close()
 	c, err := u.dial(t.Context(), time.Now().Add(time.Second))
 	if err != nil {

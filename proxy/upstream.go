@@ -7,11 +7,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // upstream is the connection pool of one worker. It speaks HTTP/1.1 with
@@ -31,6 +34,7 @@ type upstream struct {
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	maxIdle     int
+	hosts       workerurl.HostPolicy
 
 	mu     sync.Mutex
 	idle   []*upConn
@@ -47,8 +51,8 @@ type upConn struct {
 	stop     func() bool // cancels the abort hook of the current exchange
 }
 
-func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int) *upstream {
-	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle}
+func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, hosts workerurl.HostPolicy) *upstream {
+	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, hosts: hosts}
 }
 
 // acquire returns a quiet idle connection, or dials a new one.
@@ -98,7 +102,7 @@ func (c *upConn) quiet() bool {
 }
 
 func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
-	d := net.Dialer{Timeout: u.dialTimeout, Deadline: deadline}
+	d := net.Dialer{Timeout: u.dialTimeout, Deadline: deadline, Control: u.allowDestination}
 	var conn net.Conn
 	var err error
 	if u.tls {
@@ -110,6 +114,17 @@ func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error
 		return nil, err
 	}
 	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
+}
+
+// allowDestination refuses, before a connection is made, an address the
+// worker host policy refuses: a name that resolves to a metadata address
+// reaches nothing.
+func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return err
+	}
+	return u.hosts.AllowsIP(ap.Addr())
 }
 
 // release returns c to the pool when reusable (its last response was read

@@ -497,3 +497,37 @@ func Sequence(bs ...Behaviour) Behaviour {
 		bs[min(i, len(bs)-1)](e)
 	}
 }
+
+// StreamForever streams SSE events of 32 KiB as fast as the peer takes
+// them, until it hangs up (counted in HungUp).
+func StreamForever() Behaviour {
+	return func(e *Exchange) {
+		if e.StartStream() != nil {
+			return
+		}
+		data := `{"text":"` + strings.Repeat("y", 32<<10) + `"}`
+		for e.Event(data) == nil {
+		}
+		e.Worker.HungUp.Add(1)
+		e.closed = true
+	}
+}
+
+// StreamPaced sends n SSE events, one every gap (an engine generating
+// tokens at its own pace), then [DONE].
+func StreamPaced(n int, gap time.Duration) Behaviour {
+	return func(e *Exchange) {
+		if e.StartStream() != nil {
+			return
+		}
+		t := time.NewTicker(gap)
+		defer t.Stop()
+		for i := range n {
+			if e.Event(fmt.Sprintf(`{"n":%d}`, i)) != nil {
+				return
+			}
+			<-t.C
+		}
+		_ = e.EndStream()
+	}
+}
