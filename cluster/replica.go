@@ -45,6 +45,7 @@ type Replica struct {
 	loaded        atomic.Bool
 
 	serving bool // the proxy took over ln; Stop shuts it down
+	failed  chan error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -62,7 +63,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet()}
+	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if err := r.build(); err != nil {
 		_ = r.Stop(context.Background()) // what build made
@@ -217,7 +218,7 @@ func (r *Replica) disaggregation() (*proxy.PD, error) {
 func (r *Replica) serve() error {
 	var err error
 	r.serving = true
-	r.goRun(func() { _ = r.proxy.Serve(r.ln) })
+	r.goRun(r.serveAPI)
 	if r.cfg.MetricsAddr != "" {
 		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
 			return fmt.Errorf("--prometheus-port: %w", err)
@@ -230,6 +231,23 @@ func (r *Replica) serve() error {
 	r.goRun(r.runMembership)
 	return nil
 }
+
+// serveAPI serves the HTTP API until Stop. A listener that fails for good
+// (the accept loop retries what passes, such as running out of
+// descriptors) fails the replica: its owner should exit, so that the load
+// balancer stops sending to an API that no longer answers.
+func (r *Replica) serveAPI() {
+	err := r.proxy.Serve(r.ln)
+	if err == nil || r.ctx.Err() != nil {
+		return
+	}
+	r.log.Error("the HTTP listener failed; the replica cannot serve", "err", err)
+	r.failed <- fmt.Errorf("--port: the listener failed: %w", err)
+}
+
+// Failed delivers the error that ended the replica's ability to serve, if
+// one does; its owner should stop it and exit non-zero.
+func (r *Replica) Failed() <-chan error { return r.failed }
 
 // goRun starts fn as a goroutine that Stop waits for.
 func (r *Replica) goRun(fn func()) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,11 +46,15 @@ func serve(c *cli.Context) error {
 	}
 	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
 	reloadOnHangup(ctx, c, r, cfg.Logger)
-	<-ctx.Done()
+	var failure error
+	select {
+	case <-ctx.Done():
+	case failure = <-r.Failed():
+	}
 	cfg.Logger.Info("shutting down")
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return r.Stop(shutdown)
+	return errors.Join(failure, r.Stop(shutdown))
 }
 
 // configFrom turns the flags into a replica's config, refusing bad values
