@@ -56,6 +56,9 @@ type AdminConfig struct {
 	// AllowWorker, when set, vets the URL of a worker about to be added
 	// (--allowed-worker-hosts); a refused one is a 400.
 	AllowWorker func(url string) error
+	// FlushCache serves POST /flush_cache (every worker's prefix cache
+	// emptied); nil answers 404.
+	FlushCache func(ctx *fasthttp.RequestCtx)
 }
 
 // DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
@@ -100,6 +103,7 @@ var (
 		"/add_worker":     {http.MethodPost: (*Admin).legacyAddWorker},
 		"/remove_worker":  {http.MethodPost: (*Admin).legacyRemoveWorker},
 		"/list_workers":   {http.MethodGet: (*Admin).legacyListWorkers},
+		"/flush_cache":    {http.MethodPost: (*Admin).flushCache},
 	}
 	workerEndpoints = map[string]endpoint{
 		"":         {http.MethodGet: (*Admin).getWorker, http.MethodDelete: (*Admin).deleteWorker},
@@ -376,6 +380,14 @@ func (a *Admin) applyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 // The vllm-router compatible endpoints answer as vllm-router does: plain
 // text for add and remove (removing an unknown URL succeeds, adding a known
 // one is a 400 "already exists"), {"urls": [...]} for the listing.
+
+func (a *Admin) flushCache(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	if a.cfg.FlushCache == nil {
+		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica flushes no cache"})
+		return
+	}
+	a.cfg.FlushCache(ctx)
+}
 
 func (a *Admin) legacyAddWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	url, ok := queryURL(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
@@ -164,7 +165,7 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		AllowWorker: cfg.Proxy.WorkerHosts.Allows})
+		AllowWorker: cfg.Proxy.WorkerHosts.Allows, FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, PD: pd})

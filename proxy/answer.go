@@ -3,6 +3,8 @@ package proxy
 import (
 	"bytes"
 
+	"github.com/kvrouter/kvrouter/affinity"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -12,6 +14,7 @@ import (
 // made, or a prefill's answer) holds its own copy; a final answer is read
 // straight into the client's response.
 type answer struct {
+	worker     affinity.WorkerID
 	status     int
 	header     fasthttp.ResponseHeader // a kept answer's
 	body       []byte                  // a kept answer's
@@ -27,7 +30,7 @@ func (p *Proxy) keepAnswer(a *attempt) (*answer, error) {
 		a.end(o, false)
 		return nil, e
 	}
-	ans := &answer{status: a.status(), body: body.Bytes()}
+	ans := &answer{worker: a.m.ID, status: a.status(), body: body.Bytes()}
 	a.resp.Header.CopyTo(&ans.header)
 	a.end(outcomeOf(ans.status), a.reusable())
 	return ans, nil
@@ -47,7 +50,7 @@ func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
 	copyResponseHeader(resp, &a.resp.Header)
 	resp.SetStatusCode(status)
 	a.end(outcomeOf(status), a.reusable())
-	return &answer{status: status, inResponse: true}, nil
+	return &answer{worker: a.m.ID, status: status, inResponse: true}, nil
 }
 
 // deliver makes ans the client's response.
@@ -63,13 +66,26 @@ func (ans *answer) deliver(x *exchange) {
 
 // copyResponseHeader passes a worker's headers through to the client's
 // response, less hop-by-hop ones and the length (fasthttp frames the body
-// it writes), keeping the response's x-request-id.
+// it writes), keeping the router's own: x-request-id and the CORS headers.
 func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader) {
-	id := append([]byte(nil), dst.Header.Peek("x-request-id")...)
+	var own [][2][]byte
+	for k, v := range dst.Header.All() {
+		if routerHeader(k) {
+			own = append(own, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+		}
+	}
 	src.CopyTo(&dst.Header)
 	for _, h := range hopHeaders {
 		dst.Header.Del(h)
 	}
 	dst.Header.Del("Content-Length")
-	dst.Header.SetBytesV("x-request-id", id)
+	for _, kv := range own {
+		dst.Header.SetBytesKV(kv[0], kv[1])
+	}
+}
+
+// routerHeader reports whether a response header is the router's own.
+func routerHeader(k []byte) bool {
+	return bytes.EqualFold(k, []byte("x-request-id")) || len(k) > 15 && bytes.EqualFold(k[:15], []byte("access-control-")) ||
+		bytes.EqualFold(k, []byte("vary"))
 }

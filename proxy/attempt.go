@@ -57,10 +57,13 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 			l.exclude(dec.Worker)
 			continue
 		}
-		if !l.counted && l.countsCacheOutcome() {
+		if !l.counted && !l.pinned && l.countsCacheOutcome() {
 			p.metrics.decision(dec)
 		}
 		l.counted = true
+		if m.counters != nil && !l.pinned {
+			m.counters.decisions[l.router.Policy().Name()].Inc()
+		}
 		return newAttempt(x, m, dec, guard, track), nil
 	}
 }
@@ -167,6 +170,9 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	if a.conn != nil {
 		a.m.up.release(a.conn, reusable)
+		if o != Canceled && a.m.counters != nil {
+			a.m.counters.processed.Inc() // the worker answered this one
+		}
 	}
 	if a.resp != nil {
 		fasthttp.ReleaseResponse(a.resp)

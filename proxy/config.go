@@ -49,6 +49,9 @@ type Config struct {
 	// TLSCertPath and TLSKeyPath, when set, make the client listener speak
 	// TLS (--tls-cert-path, --tls-key-path); ReloadTLS rereads them.
 	TLSCertPath, TLSKeyPath string
+	// CORSOrigins are the browser origins that may call the API
+	// (--cors-allowed-origins); none allows any.
+	CORSOrigins []string
 	// WorkerHosts says which destinations workers may have
 	// (--allowed-worker-hosts); a refused one gets no traffic.
 	WorkerHosts workerurl.HostPolicy

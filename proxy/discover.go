@@ -87,26 +87,47 @@ func parseKVCapacity(metrics []byte) (int64, error) {
 	return blocks * size, nil
 }
 
-// maxDiscoveryBody bounds what discovery reads of a worker's /v1/models or
-// /metrics: a vLLM metrics page is some hundreds of kilobytes.
+// maxDiscoveryBody bounds what the router reads of a worker's answer to its
+// own requests (/v1/models, /metrics, a stored response looked for): a vLLM
+// metrics page is some hundreds of kilobytes.
 const maxDiscoveryBody = 4 << 20
 
-// get fetches path from worker w over its pooled connections.
+// get fetches path from worker w over its pooled connections; any status
+// but 200 is an error.
 func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) {
+	body, status, err := p.call(ctx, w, fasthttp.MethodGet, path)
+	if err == nil && status != fasthttp.StatusOK {
+		err = fmt.Errorf("%s%s answered %d", w.URL, path, status)
+	}
+	return body, err
+}
+
+// post sends an empty POST to path of worker w and returns its status.
+func (p *Proxy) post(ctx context.Context, w Worker, path string) (int, error) {
+	_, status, err := p.call(ctx, w, fasthttp.MethodPost, path)
+	return status, err
+}
+
+// call sends a bodiless request to path of worker w (under its base path,
+// with --api-key) and reads at most maxDiscoveryBody of the answer.
+func (p *Proxy) call(ctx context.Context, w Worker, method, path string) ([]byte, int, error) {
 	m := p.fleet.view().members[w.ID]
 	if m == nil {
-		return nil, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
+		return nil, 0, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.SetMethod(method)
 	req.Header.SetHost(m.base.Addr())
 	req.SetRequestURI(m.base.Under(path))
+	if p.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	}
 	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), maxDiscoveryBody+1))
 	_ = resp.CloseBodyStream()
@@ -114,12 +135,9 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	m.up.release(conn, complete && !resp.ConnectionClose())
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, 0, err
 	case !complete:
-		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
+		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, fmt.Errorf("%s%s answered %d", w.URL, path, resp.StatusCode())
-	}
-	return body, nil
+	return body, resp.StatusCode(), nil
 }

@@ -88,6 +88,7 @@ func TestAClientThatStopsReadingAStreamIsCutAndItsSlotFreed(t *testing.T) {
 	// The client reads nothing: the router's writes block, then time out.
 	waitFor(t, "the stream to be cut upstream", func() bool { return w.HungUp.Load() == 1 })
 	waitFor(t, "the worker slot to be freed", func() bool { return r.totalLoad() == 0 })
+	w.Set(fakeworker.Default())
 	if resp, _ := post(t, r.url, "/v1/completions", completion("y", false)); resp.StatusCode != 200 {
 		t.Fatalf("next client got %d", resp.StatusCode)
 	}

@@ -74,6 +74,31 @@ func statusOf(err error) (int, string) {
 	}
 }
 
+// errorType names an error of the router's own for the metrics
+// (vllm_router_request_errors_total's error_type).
+func errorType(err error) string {
+	var abort *abortError
+	switch {
+	case errors.Is(err, ErrClientGone):
+		return "client_disconnected"
+	case errors.Is(err, ErrBadRequest):
+		return "bad_request"
+	case errors.Is(err, ErrTooLarge):
+		return "payload_too_large"
+	case errors.Is(err, ErrModelNotFound):
+		return "model_not_found"
+	case errors.Is(err, ErrNoWorker), errors.Is(err, affinity.ErrNoCandidates):
+		return "no_eligible_worker"
+	case errors.Is(err, ErrTooManyRequests):
+		return "rate_limited"
+	case errors.Is(err, ErrUpstreamTimeout):
+		return "upstream_timeout"
+	case errors.As(err, &abort):
+		return "aborted"
+	}
+	return "upstream_error"
+}
+
 // writeError answers with an OpenAI-style error body.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, typ := statusOf(err)

@@ -14,7 +14,7 @@ import (
 // handler to the last byte of its response.
 type exchange struct {
 	ctx      *fasthttp.RequestCtx
-	ep       endpoint
+	ep       *endpoint
 	in       inference
 	id       string
 	start    time.Time
@@ -34,12 +34,15 @@ type exchange struct {
 	watch  *clientWatch
 	gone   atomic.Bool // the client left; counted once
 
+	errType   string    // why the router refused or failed the request, for the metrics
+	firstByte time.Time // when a stream's first bytes went out: its time to first token
+
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
 
 // newExchange starts the exchange of ctx's request.
-func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
+func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
 	start := time.Now()
 	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout), id: p.requestID(ctx),
 		body: ctx.PostBody(), uri: string(ctx.RequestURI())}
@@ -47,12 +50,16 @@ func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
 	return x
 }
 
-// serveInference handles /v1/completions and /v1/chat/completions.
-func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
+// serveInference handles the inference endpoints.
+func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	x := p.newExchange(ctx, ep)
+	if !p.authorized(ctx) {
+		p.metrics.request(ep, fasthttp.StatusUnauthorized, "unauthorized", x.start)
+		return
+	}
 	if err := p.admit(); err != nil {
-		writeError(ctx, err)
-		p.metrics.request(ep, ctx.Response.StatusCode(), false, x.start)
+		p.refuse(x, err)
+		p.metrics.request(ep, ctx.Response.StatusCode(), x.errType, x.start)
 		return
 	}
 	streaming := false
@@ -63,13 +70,14 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 	}()
 	in, err := parseInference(ep, x.body)
 	if err != nil {
-		writeError(ctx, err)
+		p.refuse(x, err)
 		return
 	}
 	x.in = in
+	disaggregated := p.pd != nil && ep.pd
 	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
 	if err != nil {
-		writeError(ctx, err)
+		p.refuse(x, err)
 		return
 	}
 	p.begin(x)
@@ -77,13 +85,26 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 	if p.usesSessionKey() {
 		key = sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
 	}
-	if p.pd != nil {
+	if disaggregated {
 		streaming = p.pd.serve(x, pool, key)
 		return
 	}
-	l := &leg{router: p.deps.Router, req: p.deps.Router.Prepare(in.model, in.text, key), pool: pool,
+	if in.previous != "" {
+		streaming = p.continueResponse(x)
+		return
+	}
+	router := p.finalRouter()
+	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool,
 		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
 	streaming = p.serveLeg(x, l)
+}
+
+// finalRouter is the router of the workers whose answer the client gets.
+func (p *Proxy) finalRouter() *affinity.Router {
+	if p.pd != nil {
+		return p.pd.cfg.Decode
+	}
+	return p.deps.Router
 }
 
 // begin readies x for attempts: the upstream header template, the context
@@ -100,19 +121,26 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 	live, ans, err := p.try(x, l)
 	switch {
 	case live != nil:
+		if x.ep == responses {
+			p.learnOwner(live.m.ID, live.first)
+		}
 		p.stream(x, live)
 		return true
 	case ans != nil:
 		ans.deliver(x)
+		if x.ep == responses && ans.status/100 == 2 {
+			p.learnOwner(ans.worker, x.ctx.Response.Body())
+		}
 	default:
-		p.fail(x, err)
+		p.refuse(x, err)
 	}
 	return false
 }
 
-// fail answers the client with the router's own error; a client that left
-// gets nothing (the 499 keeps the metrics honest).
-func (p *Proxy) fail(x *exchange, err error) {
+// refuse answers the client with the router's own error; a client that
+// left gets nothing (the 499 keeps the metrics honest).
+func (p *Proxy) refuse(x *exchange, err error) {
+	x.errType = errorType(err)
 	if isGone(err) {
 		x.ctx.SetConnectionClose()
 		x.ctx.Response.ResetBody()
@@ -142,13 +170,34 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		x.cancel(nil)
 	}
 	p.inflight.Add(-1)
-	if x.gone.Load() {
-		status = statusClientGone
+	errType := x.errType
+	switch {
+	case x.gone.Load():
+		status, errType = statusClientGone, "client_disconnected"
+	case cut:
+		errType = "stream_cut"
+	case errType == "" && status >= 400:
+		errType = workerErrorType(status)
 	}
-	p.metrics.request(x.ep, status, cut, x.start)
+	p.metrics.request(x.ep, status, errType, x.start)
+	if !x.firstByte.IsZero() {
+		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())
+	}
 	if x.pd {
+		p.metrics.pdDuration.UpdateDuration(x.start)
 		p.pd.countFailure(x, status, cut)
 	}
+}
+
+// workerErrorType names the failure of a worker's own answer passed on.
+func workerErrorType(status int) string {
+	switch {
+	case status == fasthttp.StatusTooManyRequests:
+		return "worker_rate_limited"
+	case status >= 500:
+		return "worker_server_error"
+	}
+	return "worker_client_error"
 }
 
 // admit enforces --max-concurrent-requests.

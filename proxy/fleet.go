@@ -31,9 +31,10 @@ type Worker struct {
 // member is a worker inside a view, with its pooled connections.
 type member struct {
 	Worker
-	up     *upstream
-	base   workerurl.URL // the parsed URL: where to dial, the Host header, the base path
-	models []string      // what it serves; empty = any model
+	up       *upstream
+	base     workerurl.URL // the parsed URL: where to dial, the Host header, the base path
+	models   []string      // what it serves; empty = any model
+	counters *workerCounters
 }
 
 type poolKey struct{ role, model string }
@@ -47,11 +48,18 @@ type view struct {
 	anyModel map[string]*affinity.Pool  // eligible workers per role that declare no model
 	serves   map[poolKey]bool           // a model some worker of the role declares
 	hasAny   map[string]bool            // a role has workers that declare no model
+	all      map[string]*affinity.Pool  // every eligible worker of a role, for requests that name no model
 	eligible int
 }
 
 // pool returns the candidates for a request of role for model.
 func (v *view) pool(role, model string) (*affinity.Pool, error) {
+	if model == "" {
+		if p := v.all[role]; p != nil && p.Len() > 0 {
+			return p, nil
+		}
+		return nil, errorf(ErrNoWorker, "no healthy %s worker is available", role)
+	}
 	if p, ok := v.pools[poolKey{role, model}]; ok {
 		return p, nil
 	}
@@ -79,6 +87,8 @@ type Fleet struct {
 
 	// onPublish hears of every new view (metrics keep per-worker gauges).
 	onPublish func(*view)
+	// counters returns a worker's own metrics.
+	counters func(Worker) *workerCounters
 
 	mu         sync.Mutex
 	workers    []Worker
@@ -209,15 +219,20 @@ func (f *Fleet) syncUpstreams() {
 
 func (f *Fleet) publish() {
 	v := &view{members: map[affinity.WorkerID]*member{}, pools: map[poolKey]*affinity.Pool{},
-		anyModel: map[string]*affinity.Pool{}, serves: map[poolKey]bool{}, hasAny: map[string]bool{}}
+		anyModel: map[string]*affinity.Pool{}, serves: map[poolKey]bool{}, hasAny: map[string]bool{},
+		all: map[string]*affinity.Pool{}}
 	eligible := map[poolKey][]*affinity.Load{}
 	anyEligible := map[string][]*affinity.Load{}
+	roleEligible := map[string][]*affinity.Load{}
 	for _, w := range f.workers {
 		if f.ups[w.ID] == nil {
 			continue // its URL did not parse
 		}
 		base, _ := workerurl.Parse(w.URL)
 		m := &member{Worker: w, up: f.ups[w.ID], base: base, models: f.modelsOf(w)}
+		if f.counters != nil {
+			m.counters = f.counters(w)
+		}
 		v.members[w.ID] = m
 		v.ordered = append(v.ordered, m)
 		if len(m.models) == 0 {
@@ -231,6 +246,7 @@ func (f *Fleet) publish() {
 		}
 		v.eligible++
 		load := f.loads.Get(w.ID)
+		roleEligible[w.Role] = append(roleEligible[w.Role], load)
 		if len(m.models) == 0 {
 			anyEligible[w.Role] = append(anyEligible[w.Role], load)
 		}
@@ -241,6 +257,9 @@ func (f *Fleet) publish() {
 	}
 	for role, loads := range anyEligible {
 		v.anyModel[role] = affinity.NewPool(loads)
+	}
+	for role, loads := range roleEligible {
+		v.all[role] = affinity.NewPool(loads)
 	}
 	for k := range v.serves {
 		v.pools[k] = affinity.NewPool(mergeByID(eligible[k], anyEligible[k.role]))

@@ -26,6 +26,10 @@ type leg struct {
 	// router reads it (a prefill's answer).
 	toClient bool
 
+	// pinned: the leg goes to one given worker (a stored response's
+	// owner): no decision is counted for it.
+	pinned bool
+
 	counted bool                // its cache outcome was counted
 	failed  []affinity.WorkerID // workers tried, least recently failed first
 }

@@ -77,12 +77,12 @@ func (d *disaggregation) serve(x *exchange, dpool *affinity.Pool, key uint64) (s
 	x.pd = true
 	ppool, err := d.p.fleet.view().pool(RolePrefill, x.in.model)
 	if err != nil {
-		writeError(x.ctx, err)
+		d.p.refuse(x, err)
 		return false
 	}
 	pre, dec, err := d.legs(x, ppool, dpool, key)
 	if err != nil {
-		writeError(x.ctx, err)
+		d.p.refuse(x, err)
 		return false
 	}
 	if d.cfg.Mode == PDSGLang {
@@ -119,7 +119,7 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
 	if pre.body, err = prefillRequestBody(x.body); err != nil {
 		pre.release()
 		dec.release()
-		writeError(x.ctx, err)
+		d.p.refuse(x, err)
 		return false
 	}
 	d.prefills.Inc()
@@ -143,7 +143,7 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
 // the router's error.
 func (d *disaggregation) prefillFailed(x *exchange, ans *answer, err error) {
 	if err != nil {
-		d.p.fail(x, err)
+		d.p.refuse(x, err)
 		return
 	}
 	ans.deliver(x)
@@ -158,14 +158,14 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
 	if m == nil {
 		pre.release()
 		dec.release()
-		writeError(x.ctx, errorf(ErrNoWorker, "worker %d left the registry", pre.first.dec.Worker))
+		d.p.refuse(x, errorf(ErrNoWorker, "worker %d left the registry", pre.first.dec.Worker))
 		return false
 	}
 	body, err := bootstrapBody(x.body, m)
 	if err != nil {
 		pre.release()
 		dec.release()
-		writeError(x.ctx, err)
+		d.p.refuse(x, err)
 		return false
 	}
 	pre.body, dec.body = body, body

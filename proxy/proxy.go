@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -49,6 +49,7 @@ type Proxy struct {
 	edgesMu  sync.Mutex
 	edges    []*edgeListener
 	keys     apiKeys
+	owners   *responseOwners
 	cert     *serverCert // nil: the client listener speaks plain HTTP
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -66,7 +67,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	if deps.Health == nil {
 		deps.Health = allHealthy{}
 	}
-	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger}
+	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
+		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
@@ -82,6 +84,9 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, p.log)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
+	policies := p.policyNames()
+	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
+	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(p.fleet.view().eligible) })
 	if deps.PD != nil {
 		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
 			return nil, errors.New("proxy: disaggregation needs a mode and a prefill and a decode router")
@@ -113,6 +118,16 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		Logger:                fasthttpLogger{deps.Logger},
 	}
 	return p, nil
+}
+
+// policyNames are the policies whose decisions are counted per worker.
+func (p *Proxy) policyNames() []string {
+	names := []string{p.deps.Router.Policy().Name()}
+	if pd := p.deps.PD; pd != nil {
+		names = append(names, pd.Prefill.Policy().Name(), pd.Decode.Policy().Name())
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // Fleet returns the proxy's view of the workers.
@@ -167,23 +182,33 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
-	path := ctx.Path()
-	if bytes.HasPrefix(path, []byte("/v1/")) && !p.authorized(ctx) {
+	if p.cors(ctx) {
 		return
 	}
-	switch {
-	case ctx.IsPost() && bytes.Equal(path, []byte("/v1/completions")):
-		p.serveInference(ctx, completions)
-	case ctx.IsPost() && bytes.Equal(path, []byte("/v1/chat/completions")):
-		p.serveInference(ctx, chatCompletions)
-	case ctx.IsGet() && bytes.Equal(path, []byte("/v1/models")):
-		p.serveModels(ctx)
-	case bytes.Equal(path, []byte("/health")), bytes.Equal(path, []byte("/liveness")):
+	path := ctx.Path()
+	if ep := endpointAt(path); ep != nil && ctx.IsPost() {
+		p.serveInference(ctx, ep)
+		return
+	}
+	if id, ok := storedResponseID(path); ok {
+		if p.authorized(ctx) {
+			p.serveStoredResponse(ctx, id)
+		}
+		return
+	}
+	switch string(path) {
+	case "/v1/models":
+		if p.authorized(ctx) {
+			p.serveModels(ctx)
+		}
+	case "/get_model_info", "/get_server_info", "/health_generate":
+		p.serveAnyWorker(ctx)
+	case "/health", "/liveness":
 		ctx.SetContentType("application/json")
 		ctx.SetBodyString(`{"status":"ok"}`)
-	case bytes.Equal(path, []byte("/readiness")):
+	case "/readiness":
 		p.serveReadiness(ctx)
-	case ctx.IsGet() && bytes.Equal(path, []byte("/metrics")):
+	case "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4")
 		p.deps.Metrics.WritePrometheus(ctx)
 	default:

@@ -7,21 +7,6 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// endpoint is which inference API a request used.
-type endpoint int
-
-const (
-	completions endpoint = iota
-	chatCompletions
-)
-
-func (e endpoint) path() string {
-	if e == chatCompletions {
-		return "/v1/chat/completions"
-	}
-	return "/v1/completions"
-}
-
 // inference is what the router reads from a request body: just enough to
 // route it, without building a document tree of the whole body.
 type inference struct {
@@ -33,10 +18,13 @@ type inference struct {
 	// session is the consistent-hash key of the body (user or session_id),
 	// empty when neither is present.
 	session string
+	// previous is a Responses API request's previous_response_id: the
+	// worker that stored that response must answer this one.
+	previous string
 }
 
-// parseInference reads an inference request body.
-func parseInference(ep endpoint, body []byte) (inference, error) {
+// parseInference reads an inference request body of endpoint ep.
+func parseInference(ep *endpoint, body []byte) (inference, error) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
 	if err != nil {
@@ -52,7 +40,7 @@ func parseInference(ep endpoint, body []byte) (inference, error) {
 	if in.model, err = stringField(v, "model"); err != nil {
 		return inference{}, err
 	}
-	if in.model == "" {
+	if in.model == "" && ep.needsModel {
 		return inference{}, errorf(ErrBadRequest, "missing required field: model")
 	}
 	if s := v.Get("stream"); s != nil {
@@ -60,16 +48,15 @@ func parseInference(ep endpoint, body []byte) (inference, error) {
 			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
 		}
 	}
+	if in.previous, err = stringField(v, "previous_response_id"); err != nil {
+		return inference{}, err
+	}
 	for _, key := range []string{"session_id", "user"} {
 		if in.session, _ = stringField(v, key); in.session != "" {
 			break
 		}
 	}
-	if ep == chatCompletions {
-		in.text, err = renderMessages(v.Get("messages"))
-	} else {
-		in.text, err = renderPrompt(v.Get("prompt"))
-	}
+	in.text, err = ep.text(v)
 	return in, err
 }
 
@@ -85,11 +72,11 @@ func stringField(v *fastjson.Value, key string) (string, error) {
 	return string(b), nil
 }
 
-// renderPrompt returns a completions prompt: a string, or an array of
-// strings concatenated. Token-id prompts route on their JSON text.
-func renderPrompt(p *fastjson.Value) ([]byte, error) {
+// renderPrompt returns the text of field: a string, or an array of strings
+// concatenated. Token-id prompts route on their JSON text.
+func renderPrompt(p *fastjson.Value, field string) ([]byte, error) {
 	if p == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: prompt")
+		return nil, errorf(ErrBadRequest, "missing required field: %s", field)
 	}
 	switch p.Type() {
 	case fastjson.TypeString:
@@ -105,7 +92,7 @@ func renderPrompt(p *fastjson.Value) ([]byte, error) {
 		}
 		return out, nil
 	}
-	return nil, errorf(ErrBadRequest, "field prompt must be a string or an array")
+	return nil, errorf(ErrBadRequest, "field %s must be a string or an array", field)
 }
 
 // renderMessages renders chat messages the way workers see them for prefix

@@ -38,6 +38,9 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 		live, ans, err = p.run(a, l, n == l.attempts-1)
 		switch {
 		case live != nil || ans != nil && !ans.retryable:
+			if ans != nil && retryableStatus(ans.status) {
+				p.metrics.retriesExhausted.Inc() // the last attempt's answer, a failure too
+			}
 			return live, ans, nil
 		case ans != nil:
 			kept, err = ans, nil
@@ -45,6 +48,9 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 			return nil, nil, err
 		}
 		l.failedOn(a.m.ID)
+		if n == l.attempts-1 {
+			p.metrics.retriesExhausted.Inc()
+		}
 	}
 	if kept != nil {
 		return nil, kept, nil

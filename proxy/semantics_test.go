@@ -93,7 +93,7 @@ func TestAWorkerDyingMidStreamEndsTheStreamVisibly(t *testing.T) {
 		t.Fatalf("no error event before the end: %q", body)
 	}
 	waitFor(t, "the request to be counted", func() bool { return metric(t, r, `vllm_router_stream_errors_total`) == 1 })
-	if n := metric(t, r, `vllm_router_request_errors_total{route="/v1/completions",status="200"}`); n != 1 {
+	if n := metric(t, r, `vllm_router_request_errors_total{route="/v1/completions",status="200",error_type="stream_cut"}`); n != 1 {
 		t.Fatalf("request errors %v, want the cut stream counted", n)
 	}
 	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
@@ -471,7 +471,7 @@ func TestMetricsCountWhatTheClientsSaw(t *testing.T) {
 			ok++
 		}
 	}
-	if got := metric(t, r, `vllm_router_request_errors_total{route="/v1/completions",status="400"}`); got != float64(errs) {
+	if got := metric(t, r, `vllm_router_request_errors_total{route="/v1/completions",status="400",error_type="bad_request"}`); got != float64(errs) {
 		t.Fatalf("errors %v, client saw %d", got, errs)
 	}
 	if hits, misses := metric(t, r, "vllm_router_cache_hits_total"), metric(t, r, "vllm_router_cache_misses_total"); hits+misses != float64(ok) {

@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+
+	"github.com/valyala/fasthttp"
+)
+
+// CORS, as vllm-router does it: with no --cors-allowed-origins any origin
+// may call the API from a browser; with some, only those. It applies to the
+// API (inference, models, stored responses), never to the admin API, whose
+// writes need a token or a loopback client and a JSON content type.
+
+// apiPath reports whether path belongs to the API that browsers may call.
+func apiPath(path []byte) bool {
+	return bytes.HasPrefix(path, []byte("/v1/")) || endpointAt(path) != nil
+}
+
+// cors sets the CORS headers of an API request that carries an Origin, and
+// answers a preflight; it reports whether the request was answered.
+func (p *Proxy) cors(ctx *fasthttp.RequestCtx) bool {
+	origin := ctx.Request.Header.Peek("Origin")
+	if len(origin) == 0 || !apiPath(ctx.Path()) {
+		return false
+	}
+	allowed := len(p.cfg.CORSOrigins) == 0 || slices.Contains(p.cfg.CORSOrigins, string(origin))
+	if allowed {
+		h := &ctx.Response.Header
+		if len(p.cfg.CORSOrigins) == 0 {
+			h.Set("Access-Control-Allow-Origin", "*")
+		} else {
+			h.SetBytesV("Access-Control-Allow-Origin", origin)
+			h.Set("Vary", "Origin")
+		}
+		h.Set("Access-Control-Expose-Headers", "x-request-id")
+	}
+	if !ctx.IsOptions() || len(ctx.Request.Header.Peek("Access-Control-Request-Method")) == 0 {
+		return false
+	}
+	if allowed {
+		h := &ctx.Response.Header
+		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-ID, X-Session-ID")
+		h.Set("Access-Control-Max-Age", "3600")
+	}
+	ctx.SetStatusCode(fasthttp.StatusNoContent)
+	return true
+}
