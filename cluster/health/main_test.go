@@ -273,11 +273,13 @@ func (fw *fakeWorker) hold() (release func()) {
 	return func() { fw.gate.Store(nil); close(g) }
 }
 
-// wedge makes /v1/completions hang until the returned release is called.
+// wedge makes /v1/completions hang until the returned release is called;
+// calls after the first do nothing.
 func (fw *fakeWorker) wedge() (release func()) {
 	g := make(chan struct{})
 	fw.genGate.Store(&g)
-	return func() { fw.genGate.Store(nil); close(g) }
+	var once sync.Once
+	return func() { once.Do(func() { fw.genGate.Store(nil); close(g) }) }
 }
 
 func checkRound(t testing.TB, m *Monitor) {
