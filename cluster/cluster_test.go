@@ -216,21 +216,29 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		}
 	})
 
-	t.Run("a wedge verdict reaches the other replicas and is withdrawn", func(t *testing.T) {
+	t.Run("wedge verdicts reach the other replicas, count with a quorum and are withdrawn", func(t *testing.T) {
 		c.t = t
 		defer c.releaseAll()
-		r0, r1 := c.replicas["r0"], c.replicas["r1"]
+		r0, r1, r2 := c.replicas["r0"], c.replicas["r1"], c.replicas["r2"]
 		p := prompt("wedging", 2)
 		owner := c.complete(r0, p)
 		id := c.workerID(r1, owner)
+		c.workerByName(owner).wedge()
 		held := c.holdThrough(r0, p, 1)
-		waitUntil(t, "r1 hears that r0 judged the worker wedged", func() bool { return !r1.monitor.Eligible(uint32(id)) })
-		if origins := r1.monitor.RemoteOrigins(); !slices.Equal(origins, []string{"r0"}) {
-			t.Fatalf("verdict origins at r1 = %v, want [r0]", origins)
+		waitUntil(t, "r1 hears that r0 judged the worker wedged", func() bool {
+			return slices.Equal(r1.monitor.RemoteOrigins(), []string{"r0"})
+		})
+		if !r1.monitor.Eligible(uint32(id)) {
+			t.Fatal("the verdict of one replica of three took the worker out at r1")
 		}
+		heldToo := c.holdThrough(r2, p, 1)
+		waitUntil(t, "r1 takes the worker out on the verdicts of two replicas of three", func() bool {
+			return !r1.monitor.Eligible(uint32(id))
+		})
 		c.workerByName(owner).release()
 		held()
-		waitUntil(t, "the verdict is withdrawn at r1", func() bool { return r1.monitor.Eligible(uint32(id)) })
+		heldToo()
+		waitUntil(t, "the verdicts are withdrawn at r1", func() bool { return r1.monitor.Eligible(uint32(id)) })
 	})
 
 	t.Run("a crashed replica restarts from its data dir and catches up", func(t *testing.T) {

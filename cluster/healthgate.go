@@ -26,6 +26,11 @@ type attempt struct{ a *health.Attempt }
 
 func (t attempt) Progress(tokens int) { t.a.Progress(tokens) }
 
+// Stuck is closed when the attempt should be given up on (its worker was
+// judged wedged or hung, or it heard nothing for --wedge-timeout): a proxy
+// that has sent no byte to the client cancels it and retries elsewhere.
+func (t attempt) Stuck() <-chan struct{} { return t.a.Stuck() }
+
 func (t attempt) End(o proxy.Outcome) {
 	switch o {
 	case proxy.Succeeded:

@@ -69,6 +69,7 @@ func (m *Monitor) checkOne(ctx context.Context, w *worker) {
 	}
 	w.mu.Unlock()
 	m.report(w, ch)
+	m.probed.announce()
 }
 
 // Run checks every worker every Interval (the first round at once), probes new

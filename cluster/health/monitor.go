@@ -22,6 +22,7 @@ type Monitor struct {
 	policy breakerPolicy
 	probe  prober
 	stalls *stallLog // when this replica itself was stalled
+	probed probeNews // wakes AwaitProbed
 
 	workers atomic.Pointer[workerSet]
 	live    atomic.Int32 // live replicas, this one included (SetLiveReplicas)
@@ -110,6 +111,7 @@ func (m *Monitor) SetWorkers(targets []Target) error {
 	m.workers.Store(next)
 	m.applyRemoteLocked()
 	m.signal()
+	m.probed.announce() // a waiter may be waiting for these workers to be watched
 	return errors.Join(errs...)
 }
 

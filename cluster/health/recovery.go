@@ -214,8 +214,8 @@ func (m *Monitor) applyRecovery(w *worker, now int64, res probeResult) change {
 	}
 	ch |= setVerdict(&w.degradedAt, false, now)
 	w.recovery.next.reset()
+	w.recovery.open = false
 	if wasDegraded {
-		w.recovery.open = false
 		return ch | circuitMoved(w.breaker.halfOpen(now))
 	}
 	return ch | circuitMoved(w.breaker.close(now))

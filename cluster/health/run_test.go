@@ -176,3 +176,31 @@ func completeOnce(a *Attempt, url string) error {
 		return errGaveUp
 	}
 }
+
+func TestAwaitProbedReturnsOnceEveryWorkerAnswered(t *testing.T) {
+	up, down := startFakeWorker(t), startFakeWorker(t)
+	down.code.Store(fasthttp.StatusServiceUnavailable)
+	m, err := New(liveConfig(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- m.AwaitProbed(ctx, 1, 2) }() // before the workers are even watched
+	running(t, m)
+	if err := m.SetWorkers([]Target{{ID: 1, URL: up.url}, {ID: 2, URL: down.url}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("AwaitProbed: %v", err)
+	}
+	if !m.Eligible(1) || m.Eligible(2) {
+		t.Fatalf("after AwaitProbed: eligible %v %v, want the answering worker only", m.Eligible(1), m.Eligible(2))
+	}
+	short, stop := context.WithCancel(context.Background())
+	stop()
+	if err := m.AwaitProbed(short, 3); !errors.Is(err, context.Canceled) {
+		t.Fatalf("AwaitProbed for a worker never watched: %v, want the context's error", err)
+	}
+}
