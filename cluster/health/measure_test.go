@@ -285,4 +285,3 @@ func (w *measuredWorker) serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
 	}
 }
-
