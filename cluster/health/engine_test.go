@@ -1,8 +1,10 @@
 package health
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -119,4 +121,25 @@ func TestEngineCountersThatFellAreNoProgress(t *testing.T) {
 	if w.engineAt.Load() != every {
 		t.Fatal("a rise across a failed scrape counted as progress")
 	}
+}
+
+// FuzzParseEngineMetrics feeds arbitrary pages, as a misbehaving worker might
+// send, and checks that parsing neither panics nor reads a counter that the
+// page does not hold.
+func FuzzParseEngineMetrics(f *testing.F) {
+	f.Add([]byte("vllm:generation_tokens_total{model_name=\"m\"} 12\nvllm:num_requests_running 1\n"))
+	f.Add([]byte("vllm:generation_tokens_total{a=\"}\\\"\"} 1e308\nvllm:prompt_tokens_total 1e308\n"))
+	f.Add([]byte("{\n}} 1\n# vllm:generation_tokens_total 5\n\x00"))
+	f.Fuzz(func(t *testing.T, page []byte) {
+		got, err := parseEngineMetrics(bytes.NewReader(page))
+		if err != nil {
+			return
+		}
+		if got.hasTokens && !bytes.Contains(page, metricGenerationTokens) && !bytes.Contains(page, metricPromptTokens) {
+			t.Fatalf("hasTokens %v for a page %q", got.hasTokens, page)
+		}
+		if math.IsNaN(got.tokens) || math.IsNaN(got.running) {
+			t.Fatalf("NaN read from %q: %+v", page, got)
+		}
+	})
 }

@@ -174,6 +174,11 @@ func completeOnce(a *Attempt, url string) error {
 		<-done
 		a.End(OutcomeCanceled)
 		return errGaveUp
+	case <-time.After(10 * time.Second):
+		cancel()
+		<-done
+		a.End(OutcomeCanceled)
+		return errors.New("neither answered nor given up on within 10s")
 	}
 }
 
