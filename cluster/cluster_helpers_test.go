@@ -21,13 +21,15 @@ import (
 )
 
 // fakeWorker is a loopback worker that names itself in x-worker-id and
-// holds every request whose body contains "hold" until release is called,
-// so a test can keep requests in flight on it.
+// holds every request whose body contains "hold" (every completion while
+// wedged) until release is called, so a test can keep requests in flight on
+// it.
 type fakeWorker struct {
-	name string
-	url  string
-	mu   sync.Mutex
-	gate chan struct{}
+	name   string
+	url    string
+	mu     sync.Mutex
+	gate   chan struct{}
+	wedged bool
 }
 
 func startFakeWorker(t *testing.T, name string) *fakeWorker {
@@ -46,10 +48,10 @@ func startFakeWorker(t *testing.T, name string) *fakeWorker {
 }
 
 func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
-	if bytes.Contains(ctx.PostBody(), []byte("hold")) {
-		w.mu.Lock()
-		gate := w.gate
-		w.mu.Unlock()
+	w.mu.Lock()
+	gate, wedged := w.gate, w.wedged
+	w.mu.Unlock()
+	if bytes.Contains(ctx.PostBody(), []byte("hold")) || wedged && ctx.IsPost() {
 		<-gate
 	}
 	ctx.Response.Header.Set("x-worker-id", w.name)
@@ -65,11 +67,21 @@ func (c *testCluster) releaseAll() {
 }
 
 // release lets every held request finish; later ones are held again.
+// It ends a wedge.
 func (w *fakeWorker) release() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	close(w.gate)
 	w.gate = make(chan struct{})
+	w.wedged = false
+}
+
+// wedge makes the worker hold every completion, recovery probes included,
+// until release.
+func (w *fakeWorker) wedge() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wedged = true
 }
 
 // testCluster is a set of in-process replicas on loopback ports, with the

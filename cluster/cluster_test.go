@@ -216,21 +216,31 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		}
 	})
 
-	t.Run("a wedge verdict reaches the other replicas and is withdrawn", func(t *testing.T) {
+	t.Run("wedge verdicts reach the other replicas, count with a quorum and are withdrawn", func(t *testing.T) {
 		c.t = t
 		defer c.releaseAll()
-		r0, r1 := c.replicas["r0"], c.replicas["r1"]
+		r0, r1, r2 := c.replicas["r0"], c.replicas["r1"], c.replicas["r2"]
 		p := prompt("wedging", 2)
 		owner := c.complete(r0, p)
 		id := c.workerID(r1, owner)
-		held := c.holdThrough(r0, p, 1)
-		waitUntil(t, "r1 hears that r0 judged the worker wedged", func() bool { return !r1.monitor.Eligible(uint32(id)) })
-		if origins := r1.monitor.RemoteOrigins(); !slices.Equal(origins, []string{"r0"}) {
-			t.Fatalf("verdict origins at r1 = %v, want [r0]", origins)
+		c.workerByName(owner).wedge()
+		// The wedged worker holds these; once a replica judges it stuck, it
+		// fails them over to a worker that answers.
+		held := c.sendHeld(r0, p+" on the wedged worker", 1)
+		waitUntil(t, "r1 hears that r0 judged the worker wedged", func() bool {
+			return slices.Equal(r1.monitor.RemoteOrigins(), []string{"r0"})
+		})
+		if !r1.monitor.Eligible(uint32(id)) {
+			t.Fatal("the verdict of one replica of three took the worker out at r1")
 		}
+		heldToo := c.sendHeld(r2, p+" on the wedged worker", 1)
+		waitUntil(t, "r1 takes the worker out on the verdicts of two replicas of three", func() bool {
+			return !r1.monitor.Eligible(uint32(id))
+		})
 		c.workerByName(owner).release()
 		held()
-		waitUntil(t, "the verdict is withdrawn at r1", func() bool { return r1.monitor.Eligible(uint32(id)) })
+		heldToo()
+		waitUntil(t, "the verdicts are withdrawn at r1", func() bool { return r1.monitor.Eligible(uint32(id)) })
 	})
 
 	t.Run("a crashed replica restarts from its data dir and catches up", func(t *testing.T) {
@@ -313,6 +323,15 @@ func TestGossipKeyKeepsOutReplicasWithoutIt(t *testing.T) {
 // the workers that answered. It returns once r counts them in flight.
 func (c *testCluster) holdThrough(r *Replica, p string, n int) func() []string {
 	c.t.Helper()
+	return c.sendHeld(r, p+" hold", n)
+}
+
+// sendHeld sends n completions of p through r and returns once r counts
+// them in flight; the returned function waits for them and returns the
+// workers that answered. Whether a worker holds them is the worker's
+// business: a prompt with "hold" in it, or a wedged worker.
+func (c *testCluster) sendHeld(r *Replica, p string, n int) func() []string {
+	c.t.Helper()
 	var wg sync.WaitGroup
 	got := make([]string, n)
 	before := c.localInFlight(r)
@@ -320,7 +339,7 @@ func (c *testCluster) holdThrough(r *Replica, p string, n int) func() []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i] = c.complete(r, p+fmt.Sprintf(" hold %d", i))
+			got[i] = c.complete(r, p+fmt.Sprintf(" %d", i))
 		}()
 	}
 	waitUntil(c.t, fmt.Sprintf("%s holds %d requests", r.cfg.NodeName, n), func() bool { return c.localInFlight(r) == before+int64(n) })

@@ -26,9 +26,10 @@ type attempt struct{ a *health.Attempt }
 
 func (t attempt) Progress(tokens int) { t.a.Progress(tokens) }
 
-// Stuck is not reported by health yet: a stuck attempt waits for its worker
-// or the request timeout.
-func (t attempt) Stuck() <-chan struct{} { return nil }
+// Stuck is closed when the attempt should be given up on (its worker was
+// judged wedged or hung, or it heard nothing for --wedge-timeout): a proxy
+// that has sent no byte to the client cancels it and retries elsewhere.
+func (t attempt) Stuck() <-chan struct{} { return t.a.Stuck() }
 
 func (t attempt) End(o proxy.Outcome) {
 	switch o {

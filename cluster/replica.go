@@ -78,7 +78,26 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		_ = r.Stop(context.Background())
 		return nil, err
 	}
+	r.awaitFirstProbes(ctx)
 	return r, nil
+}
+
+// awaitFirstProbes waits, at most a health-check timeout and a second, until
+// every registered worker has answered its first health check: a worker is
+// not eligible before, and a replica that says it is ready should route at
+// once.
+func (r *Replica) awaitFirstProbes(ctx context.Context) {
+	reg := r.fsm.View()
+	ids := make([]health.WorkerID, 0, reg.Len())
+	for _, w := range reg.Workers() {
+		ids = append(ids, health.WorkerID(w.ID))
+	}
+	wait, cancel := context.WithTimeout(ctx, r.cfg.Health.Timeout+time.Second)
+	defer cancel()
+	if err := r.monitor.AwaitProbed(wait, ids...); err != nil {
+		r.log.Warn("not every worker has answered its first health check yet", "err", err)
+	}
+	r.healthChanged() // publish now what the OnChange delivery would publish a moment later
 }
 
 // build creates the parts, leaves first, and joins the gossip last.
@@ -228,6 +247,7 @@ func (r *Replica) serve() error {
 	}
 	r.goRun(r.followRegistry)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
+	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
 	r.goRun(r.runMembership)
 	return nil
@@ -418,7 +438,8 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	for _, w := range workers {
 		ws = append(ws, proxy.Worker{ID: affinity.WorkerID(w.ID), URL: w.URL, Role: string(w.Role), Model: w.Model,
 			BootstrapPort: w.BootstrapPort, Draining: w.State == store.StateDraining})
-		targets = append(targets, health.Target{ID: health.WorkerID(w.ID), URL: w.URL, Group: string(w.Role) + "/" + w.Model})
+		targets = append(targets, health.Target{ID: health.WorkerID(w.ID), URL: w.URL, Group: string(w.Role) + "/" + w.Model,
+			Model: w.Model})
 	}
 	if err := r.monitor.SetWorkers(targets); err != nil {
 		r.log.Warn("some workers cannot be health-checked", "err", err)
@@ -430,14 +451,31 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 
 // healthChanged republishes the proxy's view and forgets the prefixes of
 // workers that failed their health checks: an engine that went away lost its
-// cache, so its old prefixes must be misses when it comes back.
+// cache, so its old prefixes must be misses when it comes back. A worker not
+// probed yet keeps what peers taught us about it.
 func (r *Replica) healthChanged() {
 	for _, s := range r.monitor.Statuses() {
-		if !s.Healthy {
+		if s.Probed && !s.Healthy {
 			r.index.Forget(affinity.WorkerID(s.ID))
 		}
 	}
 	r.proxy.Fleet().Refresh()
+}
+
+// countLiveReplicas tells the monitor, every second, how many replicas the
+// gossip sees live, so that a peer's verdict takes a worker out only with a
+// quorum behind it.
+func (r *Replica) countLiveReplicas() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		r.monitor.SetLiveReplicas(len(r.gossip.Members()))
+		select {
+		case <-t.C:
+		case <-r.ctx.Done():
+			return
+		}
+	}
 }
 
 // sweepIndex expires idle ownership facts every --eviction-interval when

@@ -39,6 +39,7 @@ type Engine struct {
 	prefixHits     uint64
 	computedTokens uint64
 	transferTokens uint64
+	generated      uint64
 }
 
 // NewEngine returns an idle engine with an empty cache. Zero fields of cfg take their defaults;
@@ -163,6 +164,10 @@ func (e *Engine) PrefixHits() uint64 { return e.prefixHits }
 // ComputedTokens is the number of prompt tokens prefilled locally so far (monotonic): the
 // uncached tokens that cost compute.
 func (e *Engine) ComputedTokens() uint64 { return e.computedTokens }
+
+// GeneratedTokens is the number of tokens generated so far, counted at every engine step,
+// cancelled requests' included (monotonic, vllm:generation_tokens_total).
+func (e *Engine) GeneratedTokens() uint64 { return e.generated }
 
 // TransferredTokens is the number of prompt tokens whose KV was fetched from a remote prefill
 // engine so far (monotonic), counted when the transfer starts.

@@ -127,6 +127,7 @@ func (e *Engine) progress(s *sequence, at time.Duration) {
 		e.markComputed(s) // a transferred prompt becomes shareable once it arrived
 	}
 	s.generated++
+	e.generated++
 	switch {
 	case s.generated == 1:
 		e.emit(s, FirstToken, at)

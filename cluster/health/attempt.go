@@ -29,19 +29,32 @@ func OutcomeOfStatus(code int) Outcome {
 }
 
 // Attempt is one request (or one P/D phase) dispatched to one worker, from
-// Begin to End. It feeds the breaker and progress detection. End must be
-// called once the request is over, on every path; later calls do nothing.
-// Progress and End may be called from different goroutines. Methods on a nil
-// *Attempt do nothing, so a refused Begin needs no special casing downstream.
+// Begin to End. It feeds the breaker, progress detection and degrade
+// detection, and tells the proxy through Stuck when it should give up on the
+// worker. End must be called once the request is over, on every path; later
+// calls do nothing. Progress, Stuck and End may be called from different
+// goroutines. Methods on a nil *Attempt do nothing (Stuck returns a nil
+// channel, which never fires), so a refused Begin needs no special casing
+// downstream.
 type Attempt struct {
-	m           *Monitor
-	w           *worker
-	gen         uint64 // breaker generation the attempt was admitted in
-	trial       bool
-	firstAt     atomic.Int64 // time of the first Progress, or notSet
-	firstTokens atomic.Int64 // tokens reported with the first Progress
+	m       *Monitor
+	w       *worker
+	gen     uint64 // breaker generation the attempt was admitted in
+	trial   bool
+	begunAt int64
+	stuck   chan struct{} // closed when the attempt should be abandoned
+
+	heardAt     atomic.Int64 // the latest Progress, or notSet
+	firstAt     atomic.Int64 // the first Progress that carried tokens, or notSet
+	firstTokens atomic.Int64 // tokens reported with that Progress
 	tokens      atomic.Int64 // tokens reported in all
 	ended       atomic.Bool
+
+	// Guarded by w.mu.
+	prev, next  *Attempt // in w.attempts while in flight
+	stuckClosed bool
+	sliceAt     int64 // start of the rate slice Tick measures next, or notSet
+	sliceTokens int64 // tokens at sliceAt
 }
 
 // Begin admits one request to worker id and returns its Attempt. It fails with
@@ -49,7 +62,8 @@ type Attempt struct {
 // with every trial slot taken; the proxy should then select another worker. In
 // a half-open circuit the Attempt holds a trial slot until End. Begin gates only
 // on the circuit: unhealthy workers and verdicts are for the selector to skip
-// through Eligible. Cheap: a closed circuit costs atomics and one allocation.
+// through Eligible. Cheap: atomics, one short hold of the worker's mutex and
+// two allocations.
 func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
 	w := m.lookup(id)
 	if w == nil {
@@ -59,14 +73,19 @@ func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
 	if !ok {
 		return nil, fmt.Errorf("health: worker %d: %w", id, ErrCircuitOpen)
 	}
+	now := m.now()
+	a := &Attempt{m: m, w: w, gen: gen, trial: trial, begunAt: now, stuck: make(chan struct{}), sliceAt: notSet}
+	a.heardAt.Store(notSet)
+	a.firstAt.Store(notSet)
+	w.mu.Lock()
 	if w.inflight.Load() == 0 {
 		// A worker that was idle starts its silence clock now, not at its last
 		// progress before it went idle.
-		w.noteProgress(m.now())
+		w.noteProgress(now)
 	}
 	w.inflight.Add(1)
-	a := &Attempt{m: m, w: w, gen: gen, trial: trial}
-	a.firstAt.Store(notSet)
+	w.attempts.push(a)
+	w.mu.Unlock()
 	return a, nil
 }
 
@@ -81,52 +100,84 @@ func (a *Attempt) Worker() WorkerID {
 // Trial reports whether the attempt holds a half-open circuit's trial slot.
 func (a *Attempt) Trial() bool { return a != nil && a.trial }
 
-// Progress reports that the worker delivered something: the response's first
-// byte, or a stream chunk. tokens is the number of generated tokens the chunk
-// carried, 0 when unknown; the token rate used by degrade detection is measured
-// from the first Progress to End over the tokens reported after the first one.
+// Stuck returns a channel that is closed when the attempt should be given up
+// on: this replica judged its worker wedged, the worker failed its health
+// checks before the attempt heard anything from it (the worker hangs), or the
+// attempt itself saw no progress (its own, or the engine's as scraped from
+// /metrics) for WedgeTimeout. A proxy that has sent nothing to the client yet
+// selects on it, cancels the upstream request and retries elsewhere. The
+// channel is closed by Tick (or by the active check that finds the worker
+// hung), never by End. A nil Attempt returns nil.
+func (a *Attempt) Stuck() <-chan struct{} {
+	if a == nil {
+		return nil
+	}
+	return a.stuck
+}
+
+// Progress reports that the worker delivered something: the response headers,
+// a body read, a stream chunk. tokens is the number of generated tokens the
+// chunk carried, 0 when unknown (headers, a non-streamed body). The decode rate
+// used by degrade detection starts at the first Progress that carries tokens,
+// over the tokens reported after it.
 func (a *Attempt) Progress(tokens int) {
 	if a == nil || a.ended.Load() {
 		return
 	}
 	now := a.m.now()
 	n := int64(max(tokens, 0))
-	if a.firstAt.CompareAndSwap(notSet, now) {
+	if n > 0 && a.firstAt.CompareAndSwap(notSet, now) {
 		a.firstTokens.Store(n)
 	}
 	a.tokens.Add(n)
-	a.w.noteProgress(now)
+	a.heardAt.Store(now)
+	a.w.noteHeard(now)
 }
 
 // End closes the attempt with its outcome. Only the first call counts: the
 // breaker and the in-flight count see each attempt exactly once. A successful
 // end counts as progress. A trial whose token rate is degraded against the
-// worker's peers counts as a failure, so a slow worker cannot close its circuit.
+// worker's peers counts as a failure and renews the degrade verdict, so a slow
+// worker cannot close its circuit. A failure that may have been this
+// replica's own doing (the attempt overlapped a stall of this replica) says
+// nothing about the worker, and the breaker ignores it.
 func (a *Attempt) End(o Outcome) {
 	if a == nil || !a.ended.CompareAndSwap(false, true) {
 		return
 	}
 	m, w := a.m, a.w
 	now := m.now()
-	if left := w.inflight.Add(-1); o == OutcomeSuccess || left == 0 {
-		// Completion is progress; and a worker left idle is not silent.
-		w.noteProgress(now)
+	touched := m.stallTouched(a.begunAt, now)
+	if o == OutcomeFailure && touched {
+		o = OutcomeCanceled
 	}
 	rate, sampled := a.rate(now)
-	if sampled && a.trial && o == OutcomeSuccess && m.tooSlow(w, rate) {
+	slowTrial := sampled && !touched && a.trial && o == OutcomeSuccess && m.tooSlow(w, rate)
+	if slowTrial {
 		o = OutcomeFailure
 	}
 	w.mu.Lock()
-	if sampled {
-		w.rates.add(now, rate)
+	w.attempts.remove(a)
+	switch left := w.inflight.Add(-1); {
+	case o == OutcomeSuccess:
+		w.noteHeard(now) // completion is progress
+	case left == 0:
+		w.noteProgress(now) // a worker left idle is not silent
+	}
+	if !touched {
+		m.lastSample(w, a, now, rate, sampled)
 	}
 	ch := w.recordOutcome(o, a.gen, a.trial, now)
+	if slowTrial {
+		ch |= w.renewDegraded(now)
+	}
 	w.mu.Unlock()
 	m.report(w, ch)
 }
 
-// rate is the attempt's decode rate in tokens per second, if it delivered
-// enough tokens after its first byte to measure one.
+// rate is the attempt's decode rate in tokens per second since its first
+// token-carrying Progress, if it delivered enough tokens after that to
+// measure one.
 func (a *Attempt) rate(now int64) (float64, bool) {
 	first := a.firstAt.Load()
 	if first == notSet || now <= first {
@@ -137,4 +188,60 @@ func (a *Attempt) rate(now int64) (float64, bool) {
 		return 0, false
 	}
 	return float64(n) / (float64(now-first) / 1e9), true
+}
+
+// closeStuck closes the Stuck channel once. Caller holds w.mu.
+func (a *Attempt) closeStuck() {
+	if !a.stuckClosed {
+		a.stuckClosed = true
+		close(a.stuck)
+	}
+}
+
+// heardSince is when the attempt last heard from its worker: its latest
+// Progress, or its start. Lock-free.
+func (a *Attempt) heardSince() int64 {
+	if h := a.heardAt.Load(); h != notSet {
+		return h
+	}
+	return a.begunAt
+}
+
+// attemptList is a worker's attempts in flight, linked through the attempts
+// themselves so that Begin and End neither allocate nor search. Not safe for
+// concurrent use: the worker's mutex guards it.
+type attemptList struct {
+	head *Attempt
+	n    int
+}
+
+func (l *attemptList) push(a *Attempt) {
+	a.next = l.head
+	if l.head != nil {
+		l.head.prev = a
+	}
+	l.head = a
+	l.n++
+}
+
+func (l *attemptList) remove(a *Attempt) {
+	if a.prev != nil {
+		a.prev.next = a.next
+	} else if l.head == a {
+		l.head = a.next
+	} else {
+		return // not in the list
+	}
+	if a.next != nil {
+		a.next.prev = a.prev
+	}
+	a.prev, a.next = nil, nil
+	l.n--
+}
+
+// each calls fn for every attempt in flight.
+func (l *attemptList) each(fn func(*Attempt)) {
+	for a := l.head; a != nil; a = a.next {
+		fn(a)
+	}
 }

@@ -11,9 +11,10 @@ func benchMonitor(b *testing.B, n int) *Monitor {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.SetWorkers(targets(n)); err != nil {
+	if err := m.SetWorkers(targets(b, n)); err != nil {
 		b.Fatal(err)
 	}
+	checkRound(b, m)
 	return m
 }
 

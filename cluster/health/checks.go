@@ -42,9 +42,21 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// contactBase is the first wait before probing again a worker that has never
+// answered its health endpoint; the wait doubles up to Interval.
+const contactBase = time.Second
+
+// checkOne probes w once and applies the answer. A failure that may be this
+// replica's own doing (the probe overlapped a stall of this replica) is not
+// counted.
 func (m *Monitor) checkOne(ctx context.Context, w *worker) {
+	start := m.now()
 	err := m.probe.probe(ctx, w.target)
 	if ctx.Err() != nil {
+		return
+	}
+	now := m.now()
+	if err != nil && m.stallTouched(start, now) {
 		return
 	}
 	if err != nil {
@@ -52,23 +64,30 @@ func (m *Monitor) checkOne(ctx context.Context, w *worker) {
 	}
 	w.mu.Lock()
 	ch := w.recordProbe(err == nil, &m.cfg)
+	if !w.everUp {
+		w.contact.failed(now, contactBase.Nanoseconds(), m.cfg.Interval.Nanoseconds())
+	}
 	w.mu.Unlock()
 	m.report(w, ch)
+	m.probed.announce()
 }
 
-// Run checks every worker every Interval (the first round at once), calls Tick
-// every EvalInterval, and delivers OnChange notifications as changes happen,
-// until ctx ends. It returns nil once all its goroutines have finished, or
-// ErrAlreadyRunning if another Run is active. The cadence uses real timers;
-// verdicts use the Monitor's Clock.
+// Run checks every worker every Interval (the first round at once), probes new
+// workers as soon as SetWorkers adds them, beats the heartbeat that notices
+// stalls of this replica and calls Tick every EvalInterval, sends the engine
+// scrapes and recovery probes that Tick asks for, and delivers OnChange
+// notifications as changes happen, until ctx ends. It returns nil once all its
+// goroutines have finished, or ErrAlreadyRunning if another Run is active. The
+// cadence uses real timers; verdicts use the Monitor's Clock.
 func (m *Monitor) Run(ctx context.Context) error {
 	if !m.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer m.running.Store(false)
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxConcurrentProbes)
 	wg.Go(func() { m.checkLoop(ctx) })
-	wg.Go(func() { m.evalLoop(ctx) })
+	wg.Go(func() { m.evalLoop(ctx, &wg, sem) })
 	wg.Wait()
 	return nil
 }
@@ -86,7 +105,9 @@ func (m *Monitor) checkLoop(ctx context.Context) {
 	}
 }
 
-func (m *Monitor) evalLoop(ctx context.Context) {
+// evalLoop owns the heartbeat. The tasks it launches are counted by wg, which
+// Run waits for.
+func (m *Monitor) evalLoop(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
 	ticker := time.NewTicker(m.cfg.EvalInterval)
 	defer ticker.Stop()
 	for {
@@ -94,9 +115,11 @@ func (m *Monitor) evalLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			m.beat()
 			m.Tick()
 		case <-m.wake:
 			m.deliver()
 		}
+		m.launch(ctx, wg, sem)
 	}
 }

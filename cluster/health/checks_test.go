@@ -30,8 +30,8 @@ func TestProbeFailuresMarkUnhealthyAtThreshold(t *testing.T) {
 	if changes.Load() != 1 {
 		t.Fatalf("OnChange calls = %d, want 1", changes.Load())
 	}
-	if got := fw.probes.Load(); got != 3 {
-		t.Fatalf("worker saw %d probes in 3 rounds", got)
+	if got := fw.probes.Load(); got != 4 {
+		t.Fatalf("worker saw %d probes in 3 rounds after the first", got)
 	}
 }
 
@@ -120,7 +120,7 @@ func TestSlowWorkerDoesNotDelayOthers(t *testing.T) {
 	go func() { round <- m.CheckNow(context.Background()) }()
 	<-slowW.waiting
 	waitFor(t, "the sick worker's verdict", func() bool { return !status(t, m, 2).Healthy })
-	waitFor(t, "the well worker's probe", func() bool { return well.probes.Load() == 1 })
+	waitFor(t, "the well worker's probe", func() bool { return well.probes.Load() == 2 })
 	select {
 	case <-round:
 		t.Fatal("round finished while a probe was still hanging")

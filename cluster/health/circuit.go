@@ -47,6 +47,9 @@ type breaker struct {
 	successes   int   // trial successes while half-open
 	trialsInUse int   // admitted trials not yet ended, while half-open
 	openedAt    int64 // when the circuit last opened
+	// moves counts the transitions into each state, for
+	// vllm_router_cb_state_transitions_total.
+	moves [3]uint64
 }
 
 // admit asks to send one request. In a half-open circuit it reserves a trial
@@ -130,8 +133,29 @@ func (b *breaker) expire(now int64) bool {
 	return true
 }
 
+// halfOpen lets trials through an open circuit at once, for a worker whose
+// progress came back: there is no point in waiting out the timeout.
+func (b *breaker) halfOpen(now int64) bool {
+	if b.state != CircuitOpen {
+		return false
+	}
+	b.moveTo(CircuitHalfOpen, now)
+	return true
+}
+
+// close closes the circuit whatever its state, for a worker that answered a
+// recovery probe: the probe was the trial.
+func (b *breaker) close(now int64) bool {
+	if b.state == CircuitClosed {
+		return false
+	}
+	b.moveTo(CircuitClosed, now)
+	return true
+}
+
 func (b *breaker) moveTo(s CircuitState, now int64) {
 	b.state = s
+	b.moves[s]++
 	b.gen++
 	b.failures, b.successes, b.trialsInUse = 0, 0, 0
 	if s == CircuitOpen {

@@ -36,7 +36,7 @@ func halfOpen(t *testing.T, m *Monitor, clock *FakeClock, id WorkerID) {
 }
 
 func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
-	m, _ := newTestMonitor(t, breakerConfig(), targets(2)...)
+	m, _ := newTestMonitor(t, breakerConfig(), targets(t, 2)...)
 	finish(t, m, 1, 2, OutcomeFailure)
 	if st := status(t, m, 1); st.Circuit != CircuitClosed || !m.Eligible(1) {
 		t.Fatalf("after 2 of 3 failures: circuit %v eligible %v, want closed and eligible", st.Circuit, m.Eligible(1))
@@ -54,7 +54,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 }
 
 func TestBreakerSuccessResetsFailureStreak(t *testing.T) {
-	m, _ := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, _ := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	for range 5 {
 		finish(t, m, 1, 2, OutcomeFailure)
 		finish(t, m, 1, 1, OutcomeSuccess)
@@ -75,7 +75,7 @@ func TestClientErrorsCountAsSuccess(t *testing.T) {
 			t.Errorf("OutcomeOfStatus(%d) = %v, want failure", code, got)
 		}
 	}
-	m, _ := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, _ := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	for range 4 {
 		finish(t, m, 1, 2, OutcomeFailure)
 		finish(t, m, 1, 1, OutcomeOfStatus(429))
@@ -86,7 +86,7 @@ func TestClientErrorsCountAsSuccess(t *testing.T) {
 }
 
 func TestCanceledAttemptsDoNotCount(t *testing.T) {
-	m, clock := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	finish(t, m, 1, 2, OutcomeFailure)
 	finish(t, m, 1, 10, OutcomeCanceled)
 	finish(t, m, 1, 1, OutcomeFailure)
@@ -102,7 +102,7 @@ func TestCanceledAttemptsDoNotCount(t *testing.T) {
 }
 
 func TestBreakerHalfOpensAfterTimeout(t *testing.T) {
-	m, clock := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	changes := changeCounter(m)
 	openCircuit(t, m, 1)
 	m.Tick()
@@ -125,7 +125,7 @@ func TestBreakerHalfOpensAfterTimeout(t *testing.T) {
 }
 
 func TestHalfOpenAdmitsLimitedTrials(t *testing.T) {
-	m, clock := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	halfOpen(t, m, clock, 1)
 	first, second := begin(t, m, 1), begin(t, m, 1)
 	if !first.Trial() || !second.Trial() {
@@ -146,7 +146,7 @@ func TestHalfOpenAdmitsLimitedTrials(t *testing.T) {
 }
 
 func TestHalfOpenClosesAfterSuccesses(t *testing.T) {
-	m, clock := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	halfOpen(t, m, clock, 1)
 	finish(t, m, 1, 1, OutcomeSuccess)
 	if got := status(t, m, 1).Circuit; got != CircuitHalfOpen {
@@ -162,7 +162,7 @@ func TestHalfOpenClosesAfterSuccesses(t *testing.T) {
 }
 
 func TestHalfOpenFailureReopens(t *testing.T) {
-	m, clock := newTestMonitor(t, breakerConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, breakerConfig(), targets(t, 1)...)
 	halfOpen(t, m, clock, 1)
 	finish(t, m, 1, 1, OutcomeSuccess)
 	finish(t, m, 1, 1, OutcomeFailure)
@@ -179,7 +179,7 @@ func TestHalfOpenFailureReopens(t *testing.T) {
 func TestStaleAttemptCannotCloseCircuit(t *testing.T) {
 	cfg := breakerConfig()
 	cfg.WedgeTimeout = 10 * cfg.CBTimeout // the early attempts stay silent meanwhile
-	m, clock := newTestMonitor(t, cfg, targets(1)...)
+	m, clock := newTestMonitor(t, cfg, targets(t, 1)...)
 	early := []*Attempt{begin(t, m, 1), begin(t, m, 1)}
 	halfOpen(t, m, clock, 1)
 	for _, a := range early {
@@ -193,7 +193,7 @@ func TestStaleAttemptCannotCloseCircuit(t *testing.T) {
 func TestEndTwiceCountsOnce(t *testing.T) {
 	cfg := breakerConfig()
 	cfg.CBFailureThreshold = 2
-	m, clock := newTestMonitor(t, cfg, targets(1)...)
+	m, clock := newTestMonitor(t, cfg, targets(t, 1)...)
 	a := begin(t, m, 1)
 	a.End(OutcomeFailure)
 	a.End(OutcomeFailure)

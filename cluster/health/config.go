@@ -15,8 +15,10 @@ type Config struct {
 	// default: request outcomes and progress detection react in seconds, so
 	// active checks only have to catch workers that get no traffic.
 	Interval time.Duration
-	// Timeout bounds one probe, connect included (--health-check-timeout-secs).
-	// Default 5s; must not exceed Interval, so rounds never overlap.
+	// Timeout bounds one probe, connect included (--health-check-timeout-secs),
+	// and one read of a worker's /metrics. Default 5s, or Interval if that is
+	// shorter (the command line defaults it so); must not exceed Interval, so
+	// rounds never overlap.
 	Timeout time.Duration
 	// FailureThreshold is the number of consecutive failed probes that mark a
 	// healthy worker unhealthy (--health-failure-threshold). Default 3.
@@ -42,14 +44,21 @@ type Config struct {
 	CBHalfOpenTrials int
 
 	// WedgeTimeout is how long a worker with requests in flight may deliver no
-	// progress (no first byte, no stream chunk, no completion) before it is
-	// judged wedged (--wedge-timeout). Default 60s.
+	// progress (no response headers, no body read, no stream chunk, no
+	// completion, no rise of its engine's token counters in /metrics) before
+	// it is judged wedged, and how long one attempt may hear nothing before
+	// its Stuck channel closes (--wedge-timeout). It also bounds a recovery
+	// probe. Default 60s.
 	WedgeTimeout time.Duration
 	// DegradeRatio: a worker whose median per-request token rate is below
-	// DegradeRatio times the median of its peers' rates is degraded. Default 0.2;
-	// must lie in (0, 1). No flag.
+	// DegradeRatio times the median of its peers' rates is degraded; so is a
+	// recovery probe slower than the same probe to a peer by more than
+	// 1/DegradeRatio (--degrade-ratio). Default 0.2; must lie in (0, 1).
 	DegradeRatio float64
-	// DegradeWindow is how far back token-rate samples count. Default 60s. No flag.
+	// DegradeWindow is how far back token-rate samples count (--degrade-window).
+	// Streams are sampled while they run, so a worker that slows down is
+	// judged on its slow samples once they are the majority of the window's:
+	// about half of it after the onset. Default 10s.
 	DegradeWindow time.Duration
 	// DegradeMinSamples is the number of samples within DegradeWindow a worker
 	// needs before its rate is judged or used as a peer's yardstick. Default 5.
@@ -57,8 +66,14 @@ type Config struct {
 	DegradeMinSamples int
 
 	// EvalInterval is how often Run calls Tick to evaluate wedge and degrade
-	// verdicts and the breaker's open-to-half-open step. Default 1s. No flag.
+	// verdicts and the breaker's open-to-half-open step; it is also the
+	// heartbeat whose lateness reveals a stall of this replica. Default 1s.
+	// No flag.
 	EvalInterval time.Duration
+
+	// APIKey is the bearer token that recovery probes (POST /v1/completions)
+	// carry, as inference requests do (--api-key). Empty sends none.
+	APIKey string
 }
 
 // DefaultConfig returns the defaults documented on each Config field.
@@ -75,7 +90,7 @@ func DefaultConfig() Config {
 		CBHalfOpenTrials:   3,
 		WedgeTimeout:       60 * time.Second,
 		DegradeRatio:       0.2,
-		DegradeWindow:      60 * time.Second,
+		DegradeWindow:      10 * time.Second,
 		DegradeMinSamples:  5,
 		EvalInterval:       time.Second,
 	}
@@ -114,6 +129,8 @@ var flagOf = map[string]string{
 	"CBSuccessThreshold": "--cb-success-threshold",
 	"CBTimeout":          "--cb-timeout-duration-secs",
 	"WedgeTimeout":       "--wedge-timeout",
+	"DegradeRatio":       "--degrade-ratio",
+	"DegradeWindow":      "--degrade-window",
 }
 
 func invalid(field, reason string) error {

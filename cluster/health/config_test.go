@@ -37,9 +37,9 @@ func TestValidateNamesTheOffendingField(t *testing.T) {
 		{"CBTimeout", "--cb-timeout-duration-secs", func(c *Config) { c.CBTimeout = 0 }},
 		{"CBHalfOpenTrials", "", func(c *Config) { c.CBHalfOpenTrials = 0 }},
 		{"WedgeTimeout", "--wedge-timeout", func(c *Config) { c.WedgeTimeout = 0 }},
-		{"DegradeRatio", "", func(c *Config) { c.DegradeRatio = 1 }},
-		{"DegradeRatio", "", func(c *Config) { c.DegradeRatio = 0 }},
-		{"DegradeWindow", "", func(c *Config) { c.DegradeWindow = 0 }},
+		{"DegradeRatio", "--degrade-ratio", func(c *Config) { c.DegradeRatio = 1 }},
+		{"DegradeRatio", "--degrade-ratio", func(c *Config) { c.DegradeRatio = 0 }},
+		{"DegradeWindow", "--degrade-window", func(c *Config) { c.DegradeWindow = 0 }},
 		{"DegradeMinSamples", "", func(c *Config) { c.DegradeMinSamples = 0 }},
 		{"EvalInterval", "", func(c *Config) { c.EvalInterval = 0 }},
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 func degradeConfig() Config {
@@ -36,7 +38,7 @@ func stream(t *testing.T, m *Monitor, clock *FakeClock, id WorkerID, n, tokens i
 }
 
 func TestDegradedAgainstPeerMedian(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(4)...)
+	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 4)...)
 	stream(t, m, clock, 1, 5, 50, time.Second)    // 50 tok/s
 	stream(t, m, clock, 2, 5, 45, time.Second)    // 45 tok/s
 	stream(t, m, clock, 3, 5, 12, time.Second)    // 12 tok/s: slower, but above 0.2 x median
@@ -57,7 +59,7 @@ func TestDegradedAgainstPeerMedian(t *testing.T) {
 }
 
 func TestDegradedAgainstItsOnlyPeer(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(2)...)
+	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 2)...)
 	stream(t, m, clock, 1, 5, 60, time.Second) // 60 tok/s
 	stream(t, m, clock, 2, 5, 10, time.Second) // 10 tok/s: below 0.2 x 60, not below 0.2 x median(10, 60)
 	m.Tick()
@@ -68,7 +70,7 @@ func TestDegradedAgainstItsOnlyPeer(t *testing.T) {
 }
 
 func TestDegradeNeedsMinSamples(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(3)...)
+	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 3)...)
 	stream(t, m, clock, 1, 5, 50, time.Second)
 	stream(t, m, clock, 2, 5, 50, time.Second)
 	stream(t, m, clock, 3, 4, 10, 10*time.Second)
@@ -84,7 +86,7 @@ func TestDegradeNeedsMinSamples(t *testing.T) {
 }
 
 func TestDegradeNeedsAPeer(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 1)...)
 	stream(t, m, clock, 1, 5, 10, 10*time.Second)
 	m.Tick()
 	if status(t, m, 1).Degraded {
@@ -93,7 +95,7 @@ func TestDegradeNeedsAPeer(t *testing.T) {
 }
 
 func TestDegradeComparesOnlySameGroup(t *testing.T) {
-	ts := targets(4)
+	ts := targets(t, 4)
 	ts[0].Group, ts[1].Group = "big-model", "big-model"
 	ts[2].Group, ts[3].Group = "small-model", "small-model"
 	m, clock := newTestMonitor(t, degradeConfig(), ts...)
@@ -109,8 +111,22 @@ func TestDegradeComparesOnlySameGroup(t *testing.T) {
 	}
 }
 
-func TestDegradedRecoversThroughNormalTrials(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(3)...)
+// fleet starts n loopback workers and returns them with their targets, ids
+// 1..n, all in one group.
+func fleet(t *testing.T, n int) ([]Target, []*fakeWorker) {
+	ts := make([]Target, n)
+	fws := make([]*fakeWorker, n)
+	for i := range ts {
+		fws[i] = startFakeWorker(t)
+		ts[i] = Target{ID: WorkerID(i + 1), URL: fws[i].url, Model: "m"}
+	}
+	return ts, fws
+}
+
+// degradeWorker3 makes worker 3 of a 3-worker fleet degraded and returns the
+// clock at the verdict.
+func degradeWorker3(t *testing.T, m *Monitor, clock *FakeClock) {
+	t.Helper()
 	stream(t, m, clock, 1, 5, 50, time.Second)
 	stream(t, m, clock, 2, 5, 50, time.Second)
 	stream(t, m, clock, 3, 5, 10, 10*time.Second)
@@ -118,19 +134,37 @@ func TestDegradedRecoversThroughNormalTrials(t *testing.T) {
 	if !status(t, m, 3).Degraded {
 		t.Fatal("slow worker not degraded")
 	}
-	stream(t, m, clock, 1, 5, 50, time.Second) // peers keep their samples fresh
-	stream(t, m, clock, 2, 5, 50, time.Second)
-	clock.Advance(time.Minute)
+}
+
+// recoveryRound lets the next recovery probe fall due, and sends it.
+func recoveryRound(m *Monitor, clock *FakeClock, wait time.Duration) {
+	clock.Advance(wait)
 	m.Tick()
-	if st := status(t, m, 3); st.Degraded || st.Circuit != CircuitOpen {
-		t.Fatalf("after its samples aged out: %+v, want not degraded, circuit still open", st)
+	tasksRound(m)
+}
+
+func TestDegradedComesBackWhenItsProbeMatchesAPeers(t *testing.T) {
+	ts, fws := fleet(t, 3)
+	m, clock := newTestMonitor(t, degradeConfig(), ts...)
+	degradeWorker3(t, m, clock)
+	fws[2].genDelay.Store(int64(200 * time.Millisecond)) // the engine is still slow
+	recoveryRound(m, clock, recoveryBase)
+	if st := status(t, m, 3); !st.Degraded || st.Circuit != CircuitOpen || fws[2].generated.Load() != 1 {
+		t.Fatalf("after a recovery probe 200ms slower than its peer's: %+v, %d probes; want degraded and open",
+			st, fws[2].generated.Load())
 	}
-	clock.Advance(2 * time.Minute)
-	stream(t, m, clock, 1, 5, 50, time.Second)
-	stream(t, m, clock, 2, 5, 50, time.Second)
+	if fws[0].generated.Load()+fws[1].generated.Load() != 1 {
+		t.Fatal("the degraded worker's probe was not measured against one healthy peer's")
+	}
+	clock.Advance(time.Hour) // its samples age out: without traffic, that proves nothing
 	m.Tick()
-	if got := status(t, m, 3).Circuit; got != CircuitHalfOpen {
-		t.Fatalf("circuit CBTimeout after opening = %v, want half_open", got)
+	if st := status(t, m, 3); !st.Degraded || st.Circuit != CircuitOpen {
+		t.Fatalf("an hour without samples lifted the degrade verdict: %+v", st)
+	}
+	fws[2].genDelay.Store(0) // the engine recovered
+	recoveryRound(m, clock, recoveryCeiling)
+	if st := status(t, m, 3); st.Degraded || st.Circuit != CircuitHalfOpen || !m.Eligible(3) {
+		t.Fatalf("after a probe as fast as its peer's: %+v, want not degraded, half_open, eligible", st)
 	}
 	stream(t, m, clock, 3, 2, 40, time.Second)
 	if st := status(t, m, 3); st.Circuit != CircuitClosed || !m.Eligible(3) {
@@ -138,27 +172,46 @@ func TestDegradedRecoversThroughNormalTrials(t *testing.T) {
 	}
 }
 
-func TestSlowTrialReopensCircuit(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(3)...)
-	stream(t, m, clock, 1, 5, 50, time.Second)
+func TestSlowTrialRenewsTheDegradeVerdict(t *testing.T) {
+	ts, _ := fleet(t, 3)
+	m, clock := newTestMonitor(t, degradeConfig(), ts...)
+	degradeWorker3(t, m, clock)
+	stream(t, m, clock, 1, 5, 50, time.Second) // keep the peers' yardstick fresh
 	stream(t, m, clock, 2, 5, 50, time.Second)
-	stream(t, m, clock, 3, 5, 10, 10*time.Second)
-	m.Tick()
-	clock.Advance(2 * time.Minute)
-	stream(t, m, clock, 1, 5, 50, time.Second)
-	stream(t, m, clock, 2, 5, 50, time.Second)
-	m.Tick()
+	recoveryRound(m, clock, recoveryBase) // loopback probes are equally fast
 	if got := status(t, m, 3).Circuit; got != CircuitHalfOpen {
 		t.Fatalf("circuit = %v, want half_open", got)
 	}
 	stream(t, m, clock, 3, 1, 10, 10*time.Second)
-	if got := status(t, m, 3).Circuit; got != CircuitOpen {
-		t.Fatalf("a trial answering at 1 tok/s against peers' 50 left the circuit %v, want open", got)
+	st := status(t, m, 3)
+	if st.Circuit != CircuitOpen || !st.Degraded {
+		t.Fatalf("a trial answering at 1 tok/s against peers' 50: %+v, want open and degraded again", st)
+	}
+	if v := m.Verdicts(); len(v) != 1 || v[0].Kind != VerdictDegraded {
+		t.Fatalf("Verdicts() = %v, want the renewed degrade verdict to be shared", v)
+	}
+}
+
+func TestDegradeLiftsWithItsSamplesWhenProbesAreRefused(t *testing.T) {
+	ts, fws := fleet(t, 3)
+	m, clock := newTestMonitor(t, degradeConfig(), ts...)
+	degradeWorker3(t, m, clock)
+	fws[2].genCode.Store(fasthttp.StatusNotFound)
+	recoveryRound(m, clock, recoveryBase)
+	clock.Advance(m.cfg.DegradeWindow)
+	m.Tick()
+	if st := status(t, m, 3); st.Degraded {
+		t.Fatalf("a worker refusing recovery probes stayed degraded after its samples aged out: %+v", st)
+	}
+	clock.Advance(m.cfg.CBTimeout)
+	m.Tick()
+	if got := status(t, m, 3).Circuit; got != CircuitHalfOpen {
+		t.Fatalf("circuit CBTimeout after opening = %v, want half_open", got)
 	}
 }
 
 func TestShortAnswersGiveNoRateSample(t *testing.T) {
-	m, clock := newTestMonitor(t, degradeConfig(), targets(3)...)
+	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 3)...)
 	stream(t, m, clock, 1, 5, 50, time.Second)
 	stream(t, m, clock, 2, 5, 50, time.Second)
 	stream(t, m, clock, 3, 5, minRateTokens-1, 10*time.Second)
@@ -212,15 +265,12 @@ func TestRateWindowKeepsLatestSamples(t *testing.T) {
 	for i := range rateWindowSize + 10 {
 		r.add(int64(i), float64(i))
 	}
-	med, _, ok := r.median(0, 1, nil)
+	med, n, _ := r.median(0, nil)
 	lo, hi := float64(10), float64(rateWindowSize+9)
-	if !ok || med != (lo+hi)/2 {
-		t.Fatalf("median of the latest %d samples = %v (ok %v), want %v", rateWindowSize, med, ok, (lo+hi)/2)
+	if n != rateWindowSize || med != (lo+hi)/2 {
+		t.Fatalf("median of the latest %d samples = %v (of %d), want %v", rateWindowSize, med, n, (lo+hi)/2)
 	}
-	if _, _, ok := r.median(int64(rateWindowSize+5), 5, nil); !ok {
-		t.Fatal("5 samples within the window not counted")
-	}
-	if _, _, ok := r.median(int64(rateWindowSize+6), 5, nil); ok {
-		t.Fatal("samples older than the window counted")
+	if _, n, _ := r.median(int64(rateWindowSize+5), nil); n != 5 {
+		t.Fatalf("samples within the window: %d, want 5", n)
 	}
 }

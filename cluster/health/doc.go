@@ -1,24 +1,38 @@
 // Package health decides, per worker, whether a router replica may send it
-// traffic, from four independent kinds of evidence:
+// traffic, and tells the proxy when to give up on a request, from five kinds
+// of evidence:
 //
 //   - active checks: a GET of the worker's health endpoint every Interval, in
-//     parallel across workers; FailureThreshold consecutive failures mark it
-//     unhealthy and SuccessThreshold consecutive successes mark it healthy again;
+//     parallel across workers, and at once when a worker is added; a worker is
+//     not eligible before a probe answered 2xx, FailureThreshold consecutive
+//     failures mark it unhealthy and SuccessThreshold consecutive successes
+//     mark it healthy again;
 //   - a circuit breaker fed by request outcomes that the proxy reports through
 //     an Attempt (5xx and connect errors fail, 4xx succeed);
-//   - progress detection: a worker whose in-flight requests deliver nothing for
-//     WedgeTimeout is wedged, and one whose per-request token rate falls far below
-//     its peers' median is degraded; either verdict opens the circuit, and both
-//     clear on their own when progress returns;
+//   - progress detection: headers, body reads, stream chunks and, while a
+//     worker's requests are silent, its engine's token counters in /metrics; a
+//     worker whose in-flight requests deliver nothing for WedgeTimeout is
+//     wedged, and its attempts' Stuck channels close so the proxy can fail them
+//     over; one whose per-request token rate, sampled while streams run, falls
+//     far below its peers' median is degraded; either verdict opens the
+//     circuit, and a one-token recovery probe closes it once the worker answers
+//     (as fast as a peer, for a degraded one);
+//   - the replica's own scheduling lag: a heartbeat that notices it woke late,
+//     so that nothing seen while this replica was stalled counts against a
+//     worker;
 //   - verdicts of other replicas, carried by gossip, which keep a worker out of
-//     rotation until their origin withdraws them or is forgotten.
+//     rotation while a quorum of the live replicas holds them, or one does and
+//     this replica's own evidence agrees.
 //
-// The request path (Eligible, Begin, Attempt.Progress, Attempt.End) reads
-// atomics and takes at most a per-worker mutex for a few instructions; it never
-// waits for the check loop, which owns no lock the request path needs. Time comes
-// from an injected Clock: everything that depends on time passing (wedge and
-// degrade verdicts, the breaker's open-to-half-open step) is evaluated in Tick,
-// so tests advance a FakeClock and call Tick or CheckNow instead of sleeping.
+// The request path (Eligible, Begin, Attempt.Progress, Attempt.Stuck,
+// Attempt.End) reads atomics and takes at most a per-worker mutex for a few
+// instructions; it never waits for the check loop, which owns no lock the
+// request path needs. Time comes from an injected Clock: everything that
+// depends on time passing (wedge and degrade verdicts, stuck attempts, the
+// breaker's open-to-half-open step) is evaluated in Tick, and the network
+// work that Tick asks for (engine scrapes, recovery probes) is sent by Run, so
+// tests advance a FakeClock and call Tick, CheckNow or run the tasks instead
+// of sleeping.
 //
 // The package knows nothing of the router's load counters: health checks and
 // verdicts never change load, and the in-flight count kept here exists only to

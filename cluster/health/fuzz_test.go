@@ -86,9 +86,10 @@ func FuzzRemoteVerdicts(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.SetWorkers(targets(4)); err != nil {
+		if err := m.SetWorkers(targets(t, 4)); err != nil {
 			t.Fatal(err)
 		}
+		checkRound(t, m)
 		latest := map[string][]Verdict{}
 		for len(data) >= 2 {
 			origin := fmt.Sprintf("r%d", data[0]%4)

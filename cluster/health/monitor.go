@@ -21,8 +21,11 @@ type Monitor struct {
 	epoch  time.Time // zero of the nanosecond timeline kept in the atomics
 	policy breakerPolicy
 	probe  prober
+	stalls *stallLog // when this replica itself was stalled
+	probed probeNews // wakes AwaitProbed
 
 	workers atomic.Pointer[workerSet]
+	live    atomic.Int32 // live replicas, this one included (SetLiveReplicas)
 
 	// controlMu serialises control-plane writers: SetWorkers, remote verdicts,
 	// OnChange registration. The request path and the check loop never take it.
@@ -60,11 +63,13 @@ func New(cfg Config, clock Clock, logger *slog.Logger) (*Monitor, error) {
 			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
 			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(),
 		},
-		probe:  prober{timeout: cfg.Timeout},
+		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey},
+		stalls: newStallLog(),
 		remote: make(map[string][]Verdict),
 		wake:   make(chan struct{}, 1),
 	}
 	m.workers.Store(&workerSet{byID: map[WorkerID]*worker{}})
+	m.live.Store(1)
 	return m, nil
 }
 
@@ -76,14 +81,15 @@ func (m *Monitor) timeAt(ns int64) time.Time { return m.epoch.Add(time.Duration(
 func (m *Monitor) lookup(id WorkerID) *worker { return m.workers.Load().byID[id] }
 
 // SetWorkers replaces the set of watched workers. A worker already watched
-// under the same URL and Group keeps its state; a removed worker's state is
-// dropped, and its attempts still in flight end harmlessly. New workers start
-// healthy with a closed circuit, as operators of the established router flags
-// expect: a fresh replica (or a freshly added worker) serves at once instead of
-// waiting up to Interval for a first probe, and a dead one is caught within a
-// few requests by connect errors, which the proxy retries elsewhere. Targets
-// whose URL cannot be probed are skipped and reported in the returned error
-// (wrapping ErrBadTarget); the others are applied.
+// under the same URL, Group and Model keeps its state; a removed worker's
+// state is dropped, and its attempts still in flight end harmlessly. A new
+// worker is not eligible until its health endpoint has answered 2xx once:
+// Run probes it at once (a fresh replica in front of live workers is ready
+// within milliseconds), and again with a backoff from one second while it
+// has never answered, so a worker that is still starting is taken in soon
+// after it listens. Targets whose URL cannot be probed are skipped and
+// reported in the returned error (wrapping ErrBadTarget); the others are
+// applied.
 func (m *Monitor) SetWorkers(targets []Target) error {
 	m.controlMu.Lock()
 	defer m.controlMu.Unlock()
@@ -105,13 +111,14 @@ func (m *Monitor) SetWorkers(targets []Target) error {
 	m.workers.Store(next)
 	m.applyRemoteLocked()
 	m.signal()
+	m.probed.announce() // a waiter may be waiting for these workers to be watched
 	return errors.Join(errs...)
 }
 
 // carryOver returns the state to keep for t: the old one if its URL is
 // unchanged, else a fresh one.
 func (m *Monitor) carryOver(old *workerSet, t Target) (*worker, error) {
-	if w, ok := old.byID[t.ID]; ok && w.url == t.URL && w.group == t.Group {
+	if w, ok := old.byID[t.ID]; ok && w.url == t.URL && w.group == t.Group && w.model == t.Model {
 		return w, nil
 	}
 	pt, err := newProbeTarget(t.URL, m.cfg.Endpoint)
@@ -122,8 +129,10 @@ func (m *Monitor) carryOver(old *workerSet, t Target) (*worker, error) {
 }
 
 // Eligible reports whether worker id may get a request now: healthy by active
-// checks, no wedge or degrade verdict from this replica or another, and a
-// circuit that would admit it (closed, or half-open with a free trial slot).
+// checks (so probed at least once), no wedge or degrade verdict of this
+// replica, none of other replicas that counts here (see SetRemoteVerdicts),
+// and a circuit that would admit it (closed, or half-open with a free trial
+// slot).
 // Lock-free; unknown workers are not eligible. Begin still has the last word,
 // since a trial slot seen free here may be taken before Begin.
 func (m *Monitor) Eligible(id WorkerID) bool {

@@ -15,11 +15,13 @@ import (
 // with a few bytes, and a larger body fails the probe.
 const maxProbeBody = 64 << 10
 
-// probeTarget is where a worker's health endpoint lives, parsed once.
+// probeTarget is where a worker's endpoints live, parsed once.
 type probeTarget struct {
-	addr  string // host:port to dial
-	isTLS bool
-	uri   string // full URL of the health endpoint
+	addr     string // host:port to dial
+	isTLS    bool
+	uri      string // full URL of the health endpoint
+	metrics  string // full URL of the engine's Prometheus metrics
+	generate string // full URL of the one-token generation a recovery probe sends
 }
 
 func newProbeTarget(raw, endpoint string) (probeTarget, error) {
@@ -33,9 +35,11 @@ func newProbeTarget(raw, endpoint string) (probeTarget, error) {
 	isTLS := u.Scheme == "https"
 	base := u.Scheme + "://" + u.Host + trimSlash(u.Path)
 	return probeTarget{
-		addr:  fasthttp.AddMissingPort(u.Host, isTLS),
-		isTLS: isTLS,
-		uri:   base + endpoint,
+		addr:     fasthttp.AddMissingPort(u.Host, isTLS),
+		isTLS:    isTLS,
+		uri:      base + endpoint,
+		metrics:  base + "/metrics",
+		generate: base + "/v1/completions",
 	}, nil
 }
 
@@ -46,12 +50,30 @@ func trimSlash(p string) string {
 	return p
 }
 
-// prober performs active checks: one GET per call, on a fresh connection that
-// is closed afterwards. A fresh connection tests what a new request would meet
+// prober talks to workers outside the request path: active checks, engine
+// scrapes and recovery probes, each one call on a fresh connection that is
+// closed afterwards. A fresh connection tests what a new request would meet
 // (a worker can keep old connections alive after it stopped accepting), and
 // keeping none idle means the client leaves no background goroutine behind.
 type prober struct {
-	timeout time.Duration
+	timeout time.Duration // of an active check
+	apiKey  string        // bearer token of recovery probes; empty sends none
+}
+
+// client returns a one-connection client for t whose connections dial asks
+// to close when ctx ends.
+func (p prober) client(ctx context.Context, t probeTarget, dial *ctxDialer, timeout time.Duration) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr:                      t.addr,
+		IsTLS:                     t.isTLS,
+		Name:                      "kvrouter-health",
+		Dial:                      func(addr string) (net.Conn, error) { return dial.dial(ctx, addr, timeout) },
+		MaxConns:                  1,
+		MaxIdemponentCallAttempts: 1,
+		ReadTimeout:               timeout,
+		WriteTimeout:              timeout,
+		MaxResponseBodySize:       maxProbeBody,
+	}
 }
 
 // probe returns nil when t's health endpoint answers 2xx within the timeout.
@@ -59,17 +81,7 @@ type prober struct {
 func (p prober) probe(ctx context.Context, t probeTarget) error {
 	var dial ctxDialer
 	defer dial.release()
-	hc := &fasthttp.HostClient{
-		Addr:                      t.addr,
-		IsTLS:                     t.isTLS,
-		Name:                      "kvrouter-health",
-		Dial:                      func(addr string) (net.Conn, error) { return dial.dial(ctx, addr, p.timeout) },
-		MaxConns:                  1,
-		MaxIdemponentCallAttempts: 1,
-		ReadTimeout:               p.timeout,
-		WriteTimeout:              p.timeout,
-		MaxResponseBodySize:       maxProbeBody,
-	}
+	hc := p.client(ctx, t, &dial, p.timeout)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)

@@ -9,14 +9,15 @@ import (
 // rateWindowSize bounds the token-rate samples kept per worker; past it the
 // oldest sample is overwritten, so a busy worker is judged on its latest
 // requests.
-const rateWindowSize = 64
+const rateWindowSize = 128
 
 // minRateTokens is the number of tokens a request must deliver after its first
 // byte to yield a rate sample: fewer make the rate mostly timing noise (a
 // prefill-only request with max_tokens=1 yields none).
 const minRateTokens = 4
 
-// rateSample is one request's decode rate in tokens per second.
+// rateSample is one request's decode rate in tokens per second, over the
+// whole request or over one slice of it (see Monitor.slice).
 type rateSample struct {
 	at   int64 // when the request ended
 	rate float64
@@ -36,20 +37,18 @@ func (r *rateWindow) add(at int64, rate float64) {
 	r.n = min(r.n+1, rateWindowSize)
 }
 
-// median returns the median rate of the samples taken at or after since, when
-// there are at least minSamples of them. scratch is reused to avoid allocating.
-func (r *rateWindow) median(since int64, minSamples int, scratch []float64) (float64, []float64, bool) {
+// median returns the median rate of the samples taken at or after since, and
+// how many there are (0: none, and the median is NaN). scratch is reused to
+// avoid allocating.
+func (r *rateWindow) median(since int64, scratch []float64) (float64, int, []float64) {
 	scratch = scratch[:0]
 	for i := range r.n {
 		if s := r.buf[i]; s.at >= since {
 			scratch = append(scratch, s.rate)
 		}
 	}
-	if len(scratch) < minSamples || len(scratch) == 0 {
-		return 0, scratch, false
-	}
 	slices.Sort(scratch)
-	return medianExcluding(scratch, -1), scratch, true
+	return medianExcluding(scratch, -1), len(scratch), scratch
 }
 
 // medianExcluding returns the median of sorted without the element at index
@@ -77,34 +76,42 @@ func medianExcluding(sorted []float64, skip int) float64 {
 
 // judged is one worker's median rate within a degrade evaluation.
 type judged struct {
-	index int // position in the worker list
-	rate  float64
-	ok    bool // enough samples to be judged
+	index   int // position in the worker list
+	rate    float64
+	samples int // within DegradeWindow
+	ok      bool
+}
+
+// rateJudgement is a worker's standing in a degrade evaluation.
+type rateJudgement struct {
+	slow    bool // judged on DegradeMinSamples and too slow: degraded
+	suspect bool // too slow on fewer samples: evidence, short of a verdict
 }
 
 // judgeRates decides, aligned with ws, which workers are degraded: judged on
 // enough recent samples and slower than DegradeRatio times the median of the
 // judged peers in their group. It also leaves each worker's peer median in
 // peerRate for End to weigh trial requests against.
-func (m *Monitor) judgeRates(ws []*worker, now int64) []bool {
+func (m *Monitor) judgeRates(ws []*worker, now int64) []rateJudgement {
 	since := now - m.cfg.DegradeWindow.Nanoseconds()
 	groups := make(map[string][]judged)
 	var scratch []float64
 	for i, w := range ws {
 		w.mu.Lock()
-		rate, s, ok := w.rates.median(since, m.cfg.DegradeMinSamples, scratch)
+		rate, n, s := w.rates.median(since, scratch)
 		w.mu.Unlock()
 		scratch = s
-		groups[w.group] = append(groups[w.group], judged{index: i, rate: rate, ok: ok})
+		groups[w.group] = append(groups[w.group],
+			judged{index: i, rate: rate, samples: n, ok: n > 0 && n >= m.cfg.DegradeMinSamples})
 	}
-	slow := make([]bool, len(ws))
+	out := make([]rateJudgement, len(ws))
 	for _, members := range groups {
-		m.judgeGroup(ws, members, slow)
+		m.judgeGroup(ws, members, out)
 	}
-	return slow
+	return out
 }
 
-func (m *Monitor) judgeGroup(ws []*worker, members []judged, slow []bool) {
+func (m *Monitor) judgeGroup(ws []*worker, members []judged, out []rateJudgement) {
 	ranked := make([]judged, 0, len(members))
 	for _, j := range members {
 		if j.ok {
@@ -124,9 +131,51 @@ func (m *Monitor) judgeGroup(ws []*worker, members []judged, slow []bool) {
 		}
 		peers := medianExcluding(sorted, skip)
 		ws[j.index].peerRate.Store(math.Float64bits(zeroIfNaN(peers)))
-		slow[j.index] = j.ok && !math.IsNaN(peers) && j.rate < m.cfg.DegradeRatio*peers
+		slower := j.samples > 0 && !math.IsNaN(peers) && j.rate < m.cfg.DegradeRatio*peers
+		out[j.index] = rateJudgement{slow: slower && j.ok, suspect: slower}
 	}
 }
+
+// sliceMin is the shortest stretch of a stream that yields a rate sample;
+// shorter ones are mostly timing noise.
+func (m *Monitor) sliceMin() int64 { return m.cfg.EvalInterval.Nanoseconds() / 2 }
+
+// slice samples the decode rate of a in flight over the stretch since its
+// previous slice. Sampling streams while they run, not only when they end,
+// is what lets a worker that slows down be caught within seconds: its
+// requests take ever longer to end. A slice that overlapped a stall of this
+// replica is dropped. Caller holds w.mu.
+func (m *Monitor) slice(w *worker, a *Attempt, now int64) {
+	first := a.firstAt.Load()
+	if first == notSet {
+		return // not decoding yet
+	}
+	if a.sliceAt == notSet {
+		a.sliceAt, a.sliceTokens = first, a.firstTokens.Load()
+	}
+	if now-a.sliceAt < m.sliceMin() {
+		return
+	}
+	tokens := a.tokens.Load()
+	if !m.stallTouched(a.sliceAt, now) {
+		w.rates.add(now, perSecond(tokens-a.sliceTokens, now-a.sliceAt))
+	}
+	a.sliceAt, a.sliceTokens = now, tokens
+}
+
+// lastSample is the rate sample an attempt leaves when it ends: the rest of
+// its stream since its last slice, or, for one too short to have been
+// sliced, its whole decode rate. Caller holds w.mu.
+func (m *Monitor) lastSample(w *worker, a *Attempt, now int64, rate float64, sampled bool) {
+	switch {
+	case a.sliceAt == notSet && sampled:
+		w.rates.add(now, rate)
+	case a.sliceAt != notSet && now-a.sliceAt >= m.sliceMin():
+		w.rates.add(now, perSecond(a.tokens.Load()-a.sliceTokens, now-a.sliceAt))
+	}
+}
+
+func perSecond(tokens, ns int64) float64 { return float64(tokens) / (float64(ns) / 1e9) }
 
 // tooSlow reports whether rate is degraded against w's peers as of the last Tick.
 func (m *Monitor) tooSlow(w *worker, rate float64) bool {

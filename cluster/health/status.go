@@ -8,21 +8,29 @@ type WorkerStatus struct {
 	ID       WorkerID
 	URL      string
 	Eligible bool // what Eligible would answer
-	Healthy  bool // verdict of the active checks
+	Healthy  bool // verdict of the active checks; false until a probe answered 2xx
+	Probed   bool // an active check has answered (2xx or not) at least once
 	// Circuit is the breaker state; Circuit.String() gives "closed", "open" or
 	// "half_open", and its numeric value is the vllm_router_cb_state gauge.
-	Circuit        CircuitState
-	Wedged         bool
-	Degraded       bool
-	RemoteVerdicts int   // replicas currently holding a verdict against it
-	InFlight       int64 // attempts begun and not ended (not the router's load)
+	Circuit CircuitState
+	// CircuitTransitions counts the moves into each state, indexed by
+	// CircuitState (vllm_router_cb_state_transitions_total{to=...}).
+	CircuitTransitions [3]uint64
+	Wedged             bool
+	Degraded           bool
+	RemoteVerdicts     int   // replicas currently holding a verdict against it
+	RemoteOut          bool  // those verdicts take it out here (quorum, or this replica's evidence)
+	InFlight           int64 // attempts begun and not ended (not the router's load)
+	// EngineRunning is vllm:num_requests_running at the latest good scrape of
+	// the worker's /metrics (scraped only while its requests are silent), or -1.
+	EngineRunning float64
 	// LastProgress is the latest progress seen, or the start of the current busy
 	// period; the zero time if there has been neither.
 	LastProgress time.Time
 }
 
 // Status returns the status of worker id, and false if it is not watched.
-// Lock-free.
+// It holds the worker's mutex for a few instructions.
 func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) {
 	w := m.lookup(id)
 	if w == nil {
@@ -47,12 +55,21 @@ func (m *Monitor) statusOf(w *worker) WorkerStatus {
 		URL:            w.url,
 		Eligible:       w.eligible() && w.hasSlot(),
 		Healthy:        w.healthy.Load(),
+		Probed:         w.probed.Load(),
 		Circuit:        stateOf(w.circuit.Load()),
 		Wedged:         w.wedgedAt.Load() != notSet,
 		Degraded:       w.degradedAt.Load() != notSet,
 		RemoteVerdicts: int(w.remote.Load()),
+		RemoteOut:      w.remoteOut.Load(),
 		InFlight:       w.inflight.Load(),
+		EngineRunning:  -1,
 	}
+	w.mu.Lock()
+	st.CircuitTransitions = w.breaker.moves
+	if w.engine.ok {
+		st.EngineRunning = w.engine.reading.running
+	}
+	w.mu.Unlock()
 	if lp := w.lastProgress.Load(); lp != notSet {
 		st.LastProgress = m.timeAt(lp)
 	}

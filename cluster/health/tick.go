@@ -1,22 +1,128 @@
 package health
 
-// Tick evaluates everything that depends on time passing: it judges each worker
-// wedged (in flight, silent for WedgeTimeout) or degraded (token rate far below
-// its peers'), opens the circuit of a worker under a verdict, half-opens a
-// circuit that has been open for CBTimeout once no verdict holds it, and then
-// delivers pending OnChange notifications. Run calls it every EvalInterval;
-// tests call it after advancing a FakeClock. Safe for concurrent use.
+// Tick evaluates everything that depends on time passing. For every worker it
+// measures the decode rate of its streams in flight, closes the Stuck channel
+// of attempts that heard nothing for WedgeTimeout, judges the worker wedged
+// (in flight, silent for WedgeTimeout) or degraded (token rate far below its
+// peers'), lifts a wedge verdict once progress has returned, weighs other
+// replicas' verdicts against the quorum and this replica's own evidence, opens
+// or half-opens circuits accordingly, and notes which workers need their
+// engine read or a recovery probe (which Run then sends). Silences are
+// measured without the windows in which this replica itself was stalled. It
+// then delivers pending OnChange notifications. Run calls it every
+// EvalInterval; tests call it after advancing a FakeClock. Safe for concurrent
+// use.
 func (m *Monitor) Tick() {
 	now := m.now()
+	st := m.stalls.snapshot()
 	list := m.workers.Load().list
-	slow := m.judgeRates(list, now)
-	wedge := m.cfg.WedgeTimeout.Nanoseconds()
+	for _, w := range list {
+		m.sweep(w, now, st)
+	}
+	rates := m.judgeRates(list, now)
+	live := m.liveReplicas()
 	for i, w := range list {
-		stalled := w.stalled(now, wedge)
 		w.mu.Lock()
-		ch := w.setVerdicts(now, stalled, slow[i])
+		ch := m.judge(w, now, st, rates[i], live)
 		w.mu.Unlock()
 		m.report(w, ch)
 	}
 	m.deliver()
+}
+
+// sweep walks w's attempts in flight: it takes their rate slices, closes the
+// Stuck channel of those silent for WedgeTimeout (all of them if w is
+// wedged), and notes whether w's engine should be read.
+func (m *Monitor) sweep(w *worker, now int64, st stalls) {
+	wedge := m.cfg.WedgeTimeout.Nanoseconds()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	engine := w.engineAt.Load()
+	wedged := w.wedgedAt.Load() != notSet
+	var oldest int64
+	w.attempts.each(func(a *Attempt) {
+		m.slice(w, a, now)
+		silent := st.silence(max(a.heardSince(), engine), now)
+		oldest = max(oldest, silent)
+		if wedged || silent >= wedge {
+			a.closeStuck()
+		}
+	})
+	w.wantScrape.Store(m.needsScrape(w, now, oldest))
+}
+
+// judge applies one evaluation to w. Caller holds mu.
+func (m *Monitor) judge(w *worker, now int64, st stalls, r rateJudgement, live int) change {
+	wedge := m.cfg.WedgeTimeout.Nanoseconds()
+	silent := w.silence(now, st)
+	ch := m.judgeWedge(w, now, silent >= wedge)
+	ch |= m.judgeDegrade(w, now, r.slow)
+	w.suspectWedged, w.suspectSlow = silent >= wedge/2, r.suspect
+	ch |= w.refreshRemote(live)
+	switch {
+	case w.verdictHeld():
+		ch |= w.tripByVerdict(now)
+	case w.breaker.expire(now):
+		ch |= changeCircuit
+	}
+	if stateOf(w.breaker.word()) == CircuitClosed {
+		w.recovery.open = false
+	}
+	w.publishCircuit()
+	w.wantGenerate.Store(w.needsRecovery(now))
+	return ch
+}
+
+// silence is how long w, busy, has delivered nothing while this replica was
+// running to see it, or -1 when w is idle. Caller holds mu.
+func (w *worker) silence(now int64, st stalls) int64 {
+	last := w.lastProgress.Load()
+	if w.inflight.Load() <= 0 || last == notSet {
+		return -1
+	}
+	return st.silence(last, now)
+}
+
+// judgeWedge sets the wedge verdict of a worker silent for WedgeTimeout and
+// gives up its attempts; it lifts the verdict once the worker has delivered
+// something since, half-opening the circuit and asking for a recovery probe
+// at once, whose answer closes it. A worker that refuses recovery probes is
+// also let go when it has nothing in flight, as before there were probes.
+// Caller holds mu.
+func (m *Monitor) judgeWedge(w *worker, now int64, stalled bool) change {
+	since := w.wedgedAt.Load()
+	switch {
+	case since == notSet && stalled:
+		w.attempts.each(func(a *Attempt) { a.closeStuck() })
+		w.recovery.next.reset()
+		return setVerdict(&w.wedgedAt, true, now) | w.tripByVerdict(now)
+	case since == notSet:
+		return 0
+	case w.heardAt.Load() >= since:
+		ch := setVerdict(&w.wedgedAt, false, now)
+		w.recovery.next.reset()
+		if w.degradedAt.Load() == notSet {
+			ch |= circuitMoved(w.breaker.halfOpen(now))
+		}
+		return ch
+	case w.recovery.refused && w.inflight.Load() == 0:
+		return setVerdict(&w.wedgedAt, false, now)
+	}
+	return 0
+}
+
+// judgeDegrade sets the degrade verdict of a worker whose rate is far below
+// its peers'. Only a recovery probe at a normal speed lifts it (the worker
+// gets no traffic to be measured on meanwhile), or, for a worker that refuses
+// recovery probes, its samples ageing out of DegradeWindow. Caller holds mu.
+func (m *Monitor) judgeDegrade(w *worker, now int64, slow bool) change {
+	held := w.degradedAt.Load() != notSet
+	switch {
+	case !held && slow:
+		w.recovery.next.failed(now, recoveryBase.Nanoseconds(), recoveryCeiling.Nanoseconds())
+		return setVerdict(&w.degradedAt, true, now) | w.tripByVerdict(now)
+	case held && !slow && w.recovery.refused:
+		return setVerdict(&w.degradedAt, false, now)
+	}
+	return 0
 }

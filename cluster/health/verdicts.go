@@ -55,12 +55,14 @@ func (m *Monitor) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since
 	return append(out, Verdict{Worker: id, Kind: k, Since: m.timeAt(since)})
 }
 
-// SetRemoteVerdicts replaces the verdicts that replica origin holds. Every
-// worker named by at least one origin's verdict is ineligible here until each
-// such origin withdraws it (a later report without it, or an empty one) or is
-// forgotten. Verdicts of unknown kinds are ignored, and those naming workers not
-// watched yet apply when the worker is added. Cost O(workers + verdicts); it
-// never blocks on the request path or on callbacks.
+// SetRemoteVerdicts replaces the verdicts that replica origin holds. A worker
+// is ineligible here while a quorum of the live replicas (SetLiveReplicas)
+// holds verdicts against it, or at least one does and this replica's own
+// evidence agrees (see quorum.go); each origin's verdicts stand until it
+// withdraws them (a later report without them, or an empty one) or is
+// forgotten. Verdicts of unknown kinds are ignored, and those naming workers
+// not watched yet apply when the worker is added. Cost O(workers + verdicts);
+// it never blocks on the request path or on callbacks.
 func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
 	m.controlMu.Lock()
 	defer m.controlMu.Unlock()
@@ -89,22 +91,40 @@ func (m *Monitor) RemoteOrigins() []string {
 	return out
 }
 
+// remoteCount is how many origins hold verdicts against one worker: any,
+// and of each kind.
+type remoteCount struct{ any, wedged, degraded int32 }
+
 // applyRemoteLocked recounts, per worker, the origins holding a verdict against
-// it. Caller holds controlMu.
+// it, and decides again whether they take it out. Caller holds controlMu.
 func (m *Monitor) applyRemoteLocked() {
-	counts := make(map[WorkerID]int32)
+	counts := make(map[WorkerID]remoteCount)
 	for _, verdicts := range m.remote {
-		named := make(map[WorkerID]bool, len(verdicts))
+		named := make(map[WorkerID]VerdictKind, len(verdicts))
 		for _, v := range verdicts {
-			if v.Kind.known() && !named[v.Worker] {
-				named[v.Worker] = true
-				counts[v.Worker]++
+			if v.Kind.known() {
+				named[v.Worker] |= v.Kind
 			}
 		}
-	}
-	for _, w := range m.workers.Load().list {
-		if w.remote.Swap(counts[w.id]) != counts[w.id] {
-			m.report(w, changeRemote)
+		for id, kinds := range named {
+			c := counts[id]
+			c.any++
+			c.wedged += int32(kinds & VerdictWedged)
+			c.degraded += int32(kinds&VerdictDegraded) >> 1
+			counts[id] = c
 		}
+	}
+	live := m.liveReplicas()
+	for _, w := range m.workers.Load().list {
+		c := counts[w.id]
+		w.mu.Lock()
+		ch := changeRemote
+		if w.remote.Swap(c.any) == c.any {
+			ch = 0
+		}
+		w.remoteWedged, w.remoteDegraded = c.wedged, c.degraded
+		ch |= w.refreshRemote(live)
+		w.mu.Unlock()
+		m.report(w, ch)
 	}
 }

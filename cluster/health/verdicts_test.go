@@ -8,7 +8,7 @@ import (
 func wedged(id WorkerID) Verdict { return Verdict{Worker: id, Kind: VerdictWedged, Since: t0} }
 
 func TestRemoteVerdictMakesWorkerIneligibleUntilWithdrawn(t *testing.T) {
-	m, _ := newTestMonitor(t, testConfig(), targets(2)...)
+	m, _ := newTestMonitor(t, testConfig(), targets(t, 2)...)
 	changes := changeCounter(m)
 	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(1)})
 	if m.Eligible(1) || status(t, m, 1).RemoteVerdicts != 1 {
@@ -43,7 +43,7 @@ func TestRemoteVerdictMakesWorkerIneligibleUntilWithdrawn(t *testing.T) {
 }
 
 func TestEveryOriginMustWithdraw(t *testing.T) {
-	m, _ := newTestMonitor(t, testConfig(), targets(1)...)
+	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
 	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(1)})
 	m.SetRemoteVerdicts("replica-c", []Verdict{wedged(1), {Worker: 1, Kind: VerdictDegraded}})
 	if got := status(t, m, 1).RemoteVerdicts; got != 2 {
@@ -63,9 +63,9 @@ func TestEveryOriginMustWithdraw(t *testing.T) {
 }
 
 func TestRemoteVerdictAppliesToWorkerAddedLater(t *testing.T) {
-	m, _ := newTestMonitor(t, testConfig(), targets(1)...)
+	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
 	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(2)})
-	if err := m.SetWorkers(targets(2)); err != nil {
+	if err := m.SetWorkers(targets(t, 2)); err != nil {
 		t.Fatal(err)
 	}
 	if m.Eligible(2) {
@@ -74,7 +74,7 @@ func TestRemoteVerdictAppliesToWorkerAddedLater(t *testing.T) {
 }
 
 func TestUnknownVerdictKindIgnored(t *testing.T) {
-	m, _ := newTestMonitor(t, testConfig(), targets(1)...)
+	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
 	m.SetRemoteVerdicts("replica-b", []Verdict{{Worker: 1, Kind: 0}, {Worker: 1, Kind: 77}})
 	if !m.Eligible(1) {
 		t.Fatal("a verdict of unknown kind made the worker ineligible")
@@ -82,7 +82,7 @@ func TestUnknownVerdictKindIgnored(t *testing.T) {
 }
 
 func TestOwnVerdictsSurviveRemoteOnes(t *testing.T) {
-	m, clock := newTestMonitor(t, wedgeConfig(), targets(1)...)
+	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
 	a := begin(t, m, 1)
 	defer a.End(OutcomeCanceled)
 	clock.Advance(2 * time.Minute)

@@ -245,6 +245,10 @@ func healthConfigFrom(c *cli.Context) health.Config {
 	h := health.DefaultConfig()
 	h.Interval = time.Duration(c.Int("health-check-interval-secs")) * time.Second
 	h.Timeout = time.Duration(c.Int("health-check-timeout-secs")) * time.Second
+	if !c.IsSet("health-check-timeout-secs") {
+		// The default timeout fits any interval: a short interval alone is no error.
+		h.Timeout = min(h.Timeout, h.Interval)
+	}
 	h.FailureThreshold = c.Int("health-failure-threshold")
 	h.SuccessThreshold = c.Int("health-success-threshold")
 	h.Endpoint = c.String("health-check-endpoint")
@@ -252,6 +256,9 @@ func healthConfigFrom(c *cli.Context) health.Config {
 	h.CBSuccessThreshold = c.Int("cb-success-threshold")
 	h.CBTimeout = time.Duration(c.Int("cb-timeout-duration-secs")) * time.Second
 	h.WedgeTimeout, _ = time.ParseDuration(c.String("wedge-timeout"))
+	h.DegradeWindow, _ = time.ParseDuration(c.String("degrade-window"))
+	h.DegradeRatio = c.Float64("degrade-ratio")
+	h.APIKey = c.String("api-key")
 	return h
 }
 
@@ -328,6 +335,9 @@ func validate(c *cli.Context, cfg cluster.Config) error {
 	}
 	if d, err := time.ParseDuration(c.String("wedge-timeout")); err != nil || d <= 0 {
 		return fmt.Errorf("--wedge-timeout: want a positive duration such as 60s")
+	}
+	if d, err := time.ParseDuration(c.String("degrade-window")); err != nil || d <= 0 {
+		return fmt.Errorf("--degrade-window: want a positive duration such as 10s")
 	}
 	if c.Bool("vllm-pd-disaggregation") && c.Bool("pd-disaggregation") {
 		return fmt.Errorf("--vllm-pd-disaggregation and --pd-disaggregation exclude each other")

@@ -228,6 +228,7 @@ type engineStats struct {
 	kvUsageBits                 atomic.Uint64
 	prefixQueries, prefixHits   atomic.Uint64
 	computedTokens, transferred atomic.Uint64
+	generated                   atomic.Uint64
 	numGPUBlocks                atomic.Int64
 }
 
@@ -240,6 +241,7 @@ func (d *driver) publish() {
 	d.stats.prefixHits.Store(e.PrefixHits())
 	d.stats.computedTokens.Store(e.ComputedTokens())
 	d.stats.transferred.Store(e.TransferredTokens())
+	d.stats.generated.Store(e.GeneratedTokens())
 	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
 }
 

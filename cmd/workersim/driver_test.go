@@ -191,3 +191,24 @@ func TestDriverStopFailsRequestsInFlight(t *testing.T) {
 		t.Fatalf("submit after stop = %v", err)
 	}
 }
+
+func TestDriverCountsGeneratedTokensAsTheEngineSteps(t *testing.T) {
+	clk := newFakeClock()
+	cfg := sim.DefaultConfig()
+	d := newDriver(cfg, 1, clk)
+	defer d.Stop()
+	tk, err := d.Submit(submission{prompt: make([]byte, 4000), maxTokens: 100}) // not streamed
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(cfg.PrefillCost(1000) + 10*cfg.DecodeCost(1))
+	if err := d.call(func() { d.catchUp(); d.publish() }); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.stats.generated.Load(); got < 2 || got >= 100 {
+		t.Fatalf("generated tokens %d partway through a 100-token generation, want some and not all", got)
+	}
+	if evs, _ := tk.take(nil); len(evs) != 1 || evs[0].Kind != sim.FirstToken {
+		t.Fatalf("events partway through: %+v, want only the first token", evs)
+	}
+}

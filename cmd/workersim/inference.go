@@ -131,5 +131,4 @@ func (s *server) clientGone(t *ticket) {
 func (s *server) countDone(u sim.Usage) {
 	s.metrics.success.Inc()
 	s.metrics.promptTokens.Add(u.Prompt)
-	s.metrics.generationTokens.Add(u.Completion)
 }

@@ -10,15 +10,14 @@ import (
 // workerMetrics are the worker's Prometheus metrics: vLLM's names for what a router scrapes, and
 // workersim_* counters for what tests and chaos scenarios assert. Safe for concurrent use.
 type workerMetrics struct {
-	set              *metrics.Set
-	requests         map[string]*metrics.Counter // by API path
-	failed           map[string]*metrics.Counter // by reason
-	cancelled        *metrics.Counter
-	success          *metrics.Counter
-	promptTokens     *metrics.Counter
-	generationTokens *metrics.Counter
-	pdPrefill        *metrics.Counter
-	pdDecode         *metrics.Counter
+	set          *metrics.Set
+	requests     map[string]*metrics.Counter // by API path
+	failed       map[string]*metrics.Counter // by reason
+	cancelled    *metrics.Counter
+	success      *metrics.Counter
+	promptTokens *metrics.Counter
+	pdPrefill    *metrics.Counter
+	pdDecode     *metrics.Counter
 }
 
 // Reasons a request fails, the label values of workersim_requests_failed_total.
@@ -32,15 +31,14 @@ const (
 func newWorkerMetrics(model string, blockTokens int, stats *engineStats, currentFault func() faultMode) *workerMetrics {
 	s := metrics.NewSet()
 	m := &workerMetrics{
-		set:              s,
-		requests:         make(map[string]*metrics.Counter),
-		failed:           make(map[string]*metrics.Counter),
-		cancelled:        s.NewCounter("workersim_requests_cancelled_total"),
-		success:          s.NewCounter(modelMetric("vllm:request_success_total", model, `finished_reason="length"`)),
-		promptTokens:     s.NewCounter(modelMetric("vllm:prompt_tokens_total", model, "")),
-		generationTokens: s.NewCounter(modelMetric("vllm:generation_tokens_total", model, "")),
-		pdPrefill:        s.NewCounter(`workersim_pd_requests_total{phase="prefill"}`),
-		pdDecode:         s.NewCounter(`workersim_pd_requests_total{phase="decode"}`),
+		set:          s,
+		requests:     make(map[string]*metrics.Counter),
+		failed:       make(map[string]*metrics.Counter),
+		cancelled:    s.NewCounter("workersim_requests_cancelled_total"),
+		success:      s.NewCounter(modelMetric("vllm:request_success_total", model, `finished_reason="length"`)),
+		promptTokens: s.NewCounter(modelMetric("vllm:prompt_tokens_total", model, "")),
+		pdPrefill:    s.NewCounter(`workersim_pd_requests_total{phase="prefill"}`),
+		pdDecode:     s.NewCounter(`workersim_pd_requests_total{phase="decode"}`),
 	}
 	for _, path := range []string{pathCompletions, pathChatCompletions} {
 		m.requests[path] = s.NewCounter(fmt.Sprintf("workersim_requests_total{path=%q}", path))
@@ -60,6 +58,9 @@ func (m *workerMetrics) registerEngineGauges(model string, blockTokens int, st *
 		"vllm:kv_cache_usage_perc":        st.kvUsage,
 		"vllm:prefix_cache_queries_total": func() float64 { return float64(st.prefixQueries.Load()) },
 		"vllm:prefix_cache_hits_total":    func() float64 { return float64(st.prefixHits.Load()) },
+		// Counted at every engine step, as vLLM does, so a router sees a long non-streamed
+		// generation progress before it ends.
+		"vllm:generation_tokens_total": func() float64 { return float64(st.generated.Load()) },
 	}
 	for name, f := range gauges {
 		m.set.NewGauge(modelMetric(name, model, ""), f)

@@ -1,0 +1,222 @@
+package health
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// maxMetricsBody bounds what one scrape reads of a worker's /metrics: vLLM's
+// page is some tens of kilobytes, and a longer one fails the scrape. The page
+// is parsed line by line as it arrives, so memory stays within one line
+// (maxMetricsLine) however much, or however long, the worker sends.
+const (
+	maxMetricsBody = 2 << 20
+	maxMetricsLine = 64 << 10
+)
+
+// errMetricsTooLarge: the worker's /metrics page exceeded maxMetricsBody, or
+// one of its lines exceeded maxMetricsLine.
+var errMetricsTooLarge = errors.New("metrics page too large")
+
+// The engine metric families a scrape reads. The token counters rise with
+// every engine step (prefill chunks and generated tokens), so a rise means the
+// engine is working even while no response byte moves; the running gauge is
+// shown in the status.
+var (
+	metricGenerationTokens = []byte("vllm:generation_tokens_total")
+	metricPromptTokens     = []byte("vllm:prompt_tokens_total")
+	metricRunning          = []byte("vllm:num_requests_running")
+)
+
+// engineReading is what one scrape found, summed over label sets (one per
+// model the engine serves).
+type engineReading struct {
+	tokens    float64 // generation plus prompt tokens so far
+	running   float64 // requests the engine is running
+	hasTokens bool    // a token counter was on the page
+}
+
+// engineState is the latest good reading of a worker's engine. Guarded by the
+// worker's mutex.
+type engineState struct {
+	reading engineReading
+	at      int64 // when it was read, or 0 with ok false
+	ok      bool
+	last    int64 // when the latest scrape started
+}
+
+// scrape reads the engine's progress counters from t's /metrics within
+// timeout, reading at most maxMetricsBody. Cancelling ctx aborts it.
+func (p prober) scrape(ctx context.Context, t probeTarget, timeout time.Duration) (engineReading, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var dial ctxDialer
+	defer dial.release()
+	hc := p.client(ctx, t, &dial, timeout)
+	hc.StreamResponseBody = true
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(t.metrics)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.SetConnectionClose()
+	if err := hc.Do(req, resp); err != nil {
+		return engineReading{}, fmt.Errorf("scraping metrics: %w", err)
+	}
+	defer func() { _ = resp.CloseBodyStream() }()
+	if code := resp.StatusCode(); code < 200 || code > 299 {
+		return engineReading{}, fmt.Errorf("scraping metrics: status %d", code)
+	}
+	return parseEngineMetrics(resp.BodyStream())
+}
+
+// parseEngineMetrics reads the engine's progress counters from a Prometheus
+// text page, reading at most maxMetricsBody of it.
+func parseEngineMetrics(r io.Reader) (engineReading, error) {
+	limited := &io.LimitedReader{R: r, N: maxMetricsBody + 1}
+	sc := bufio.NewScanner(limited)
+	sc.Buffer(make([]byte, 0, 4096), maxMetricsLine)
+	var out engineReading
+	for sc.Scan() {
+		out.add(sc.Bytes())
+	}
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong) || limited.N <= 0:
+		return engineReading{}, errMetricsTooLarge
+	case err != nil:
+		return engineReading{}, fmt.Errorf("reading metrics: %w", err)
+	}
+	return out, nil
+}
+
+// add counts one line of the page if it is a sample of a family we read.
+func (e *engineReading) add(line []byte) {
+	name, value, ok := parseSample(line)
+	if !ok {
+		return
+	}
+	switch {
+	case bytes.Equal(name, metricGenerationTokens), bytes.Equal(name, metricPromptTokens):
+		e.tokens += value
+		e.hasTokens = true
+	case bytes.Equal(name, metricRunning):
+		e.running += value
+	}
+}
+
+// parseSample splits a sample line `name{labels} value [timestamp]` into its
+// name and value. Comments, blank lines and values that are not finite
+// numbers are not samples.
+func parseSample(line []byte) (name []byte, value float64, ok bool) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] == '#' {
+		return nil, 0, false
+	}
+	end := bytes.IndexAny(line, "{ \t")
+	if end <= 0 {
+		return nil, 0, false
+	}
+	name, rest := line[:end], line[end:]
+	if rest[0] == '{' {
+		closing := labelsEnd(rest)
+		if closing < 0 {
+			return nil, 0, false
+		}
+		rest = rest[closing+1:]
+	}
+	fields := bytes.Fields(rest)
+	if len(fields) == 0 {
+		return nil, 0, false
+	}
+	v, err := strconv.ParseFloat(string(fields[0]), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil, 0, false
+	}
+	return name, v, true
+}
+
+// labelsEnd returns the index of the '}' that closes the label set s starts
+// with, skipping quoted label values (which may hold '}' and escaped quotes),
+// or -1.
+func labelsEnd(s []byte) int {
+	quoted := false
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == '}':
+			return i
+		}
+	}
+	return -1
+}
+
+// scrapeEvery is how often a worker's engine is read while it needs to be:
+// often enough that a working engine shows progress well within WedgeTimeout,
+// never more often than Tick runs.
+func (m *Monitor) scrapeEvery() int64 {
+	return max(m.cfg.WedgeTimeout.Nanoseconds()/6, m.cfg.EvalInterval.Nanoseconds())
+}
+
+// scrapeOne reads w's engine and applies what it found.
+func (m *Monitor) scrapeOne(ctx context.Context, w *worker) {
+	start := m.now()
+	w.wantScrape.Store(false)
+	w.mu.Lock()
+	w.engine.last = start
+	w.mu.Unlock()
+	r, err := m.probe.scrape(ctx, w.target, m.cfg.Timeout)
+	if ctx.Err() != nil {
+		return
+	}
+	now := m.now()
+	if err != nil {
+		m.log.Debug("engine metrics unreadable", "worker", w.id, "url", w.url, "err", err)
+	}
+	w.mu.Lock()
+	w.recordEngine(start, r, err == nil && r.hasTokens && !m.stallTouched(start, now), m.scrapeEvery())
+	w.mu.Unlock()
+}
+
+// recordEngine applies a reading taken at `at`. Token counters that rose
+// since the previous reading show that the engine worked in between; the
+// progress is credited at the previous reading's time, the latest instant at
+// which it is known not to have happened yet, so a scrape never makes a
+// silence look shorter than it was. A previous reading older than three
+// scrape periods is a stale baseline (the rise may be from another busy
+// period) and only replaced. A counter that fell (an engine restart) or a
+// failed scrape starts afresh. Caller holds mu.
+func (w *worker) recordEngine(at int64, r engineReading, good bool, every int64) {
+	prev := w.engine
+	if !good {
+		w.engine = engineState{last: prev.last}
+		return
+	}
+	w.engine = engineState{reading: r, at: at, ok: true, last: prev.last}
+	if !prev.ok || at-prev.at > 3*every || r.tokens <= prev.reading.tokens {
+		return
+	}
+	advance(&w.engineAt, prev.at)
+	w.noteHeard(prev.at)
+}
+
+// needsScrape reports whether Tick should have w's engine read: some attempt
+// on it has heard nothing for a third of WedgeTimeout, and the last scrape
+// is at least scrapeEvery old. Caller holds mu.
+func (m *Monitor) needsScrape(w *worker, now, oldestSilence int64) bool {
+	if oldestSilence < m.cfg.WedgeTimeout.Nanoseconds()/3 || w.scraping.Load() {
+		return false
+	}
+	return w.engine.last == 0 || now-w.engine.last >= m.scrapeEvery()
+}
