@@ -70,6 +70,9 @@ func (c *adminClient) do(method, path, body string) reply {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
@@ -361,6 +364,7 @@ func FuzzAdminCreateWorker(f *testing.F) {
 		admin := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
 		var req fasthttp.Request
 		req.Header.SetMethod(http.MethodPost)
+		req.Header.SetContentType("application/json")
 		req.SetRequestURI("/workers")
 		req.SetBody(body)
 		var ctx fasthttp.RequestCtx

@@ -302,8 +302,8 @@ func TestGossipKeyKeepsOutReplicasWithoutIt(t *testing.T) {
 	first := c.start(c.config("r0", 1, nil, key))
 	c.start(c.config("r1", 1, []string{first.GossipAddr()}, key))
 	_, err := Start(context.Background(), c.config("plain", 1, []string{first.GossipAddr()}))
-	if !errors.Is(err, loadsync.ErrJoin) {
-		t.Fatalf("joining without the key: %v, want ErrJoin", err)
+	if !errors.Is(err, loadsync.ErrGossipKey) {
+		t.Fatalf("joining without the key: %v, want ErrGossipKey", err)
 	}
 	waitUntil(t, "r1 joins the encrypted cluster", func() bool { return suffrageOf(t, first, "r1") == "nonvoter" })
 }

@@ -43,11 +43,27 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
-	<-ctx.Done()
+	reloadOnHangup(ctx, r)
 	cfg.Logger.Info("shutting down")
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return r.Stop(shutdown)
+}
+
+// reloadOnHangup reloads r's files (cluster TLS, ...) at every SIGHUP until
+// ctx ends. Reload logs what it did; a failure keeps the old state.
+func reloadOnHangup(ctx context.Context, r *cluster.Replica) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-hup:
+			_ = r.Reload()
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // configFrom turns the flags into a replica's config, refusing bad values
@@ -68,12 +84,16 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		Join:            c.StringSlice("join"),
 		BootstrapExpect: c.Int("bootstrap-expect"),
 		AdminToken:      c.String("admin-token"),
+		ClusterTLS: cluster.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
+			CAFile: c.String("cluster-tls-ca")},
+		InsecureCluster: c.Bool("insecure-cluster"),
 		Routing:         routingFrom(c),
 		Proxy:           proxyConfigFrom(c),
 		Health:          healthConfigFrom(c),
 		Logger:          logger,
 	}
-	if p := c.Int("prometheus-port"); p > 0 {
+	if p := c.Int("prometheus-port"); p != 0 {
+		// Out of range is refused by Validate, naming the flag.
 		cfg.MetricsAddr = net.JoinHostPort(c.String("prometheus-host"), strconv.Itoa(p))
 	}
 	if err := fillDefaults(&cfg); err != nil {
