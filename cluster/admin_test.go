@@ -52,6 +52,7 @@ func serveAdmin(t *testing.T, admin *Admin) *adminClient {
 	}()
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
+		_ = ln.Close() // a Serve not yet started would otherwise serve on
 		wg.Wait()
 	})
 	return &adminClient{t: t, base: "http://" + ln.Addr().String(),

@@ -22,11 +22,12 @@ import (
 // workers that name themselves in x-worker-id.
 
 // TestClusterRoutesAsOne covers the registry, admin forwarding, prefix
-// affinity and load sharing across replicas, and membership changes. The
-// subtests share one cluster and run in order.
+// affinity and load sharing across replicas, and membership changes, with
+// the replica links over cluster TLS (TestClusterSurvivesFailures runs
+// them plain). The subtests share one cluster and run in order.
 func TestClusterRoutesAsOne(t *testing.T) {
 	c := newTestCluster(t, 4)
-	c.startN(3, func(cfg *Config) { cfg.Routing.Thresholds.BalanceAbs = 2 })
+	c.startN(3, func(cfg *Config) { cfg.Routing.Thresholds.BalanceAbs = 2 }, withTLS(certDir(t, "r0", "r1", "r2", "r3")))
 	c.waitReady()
 
 	t.Run("the first replicas are the voters and the registry converges", func(t *testing.T) {
