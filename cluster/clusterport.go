@@ -26,9 +26,12 @@ const (
 const (
 	// linkHandshakeTimeout bounds the TLS handshake and the link byte.
 	linkHandshakeTimeout = transportTimeout
-	// maxPendingLinks bounds the connections in their handshake at once;
-	// beyond it new ones are closed at once.
-	maxPendingLinks = 128
+	// maxPendingLinks bounds the connections in their handshake at once,
+	// and maxPendingPerHost those from one address, so that a stranger
+	// holding connections open without a word cannot crowd out the peers;
+	// beyond either, new connections are closed at once.
+	maxPendingLinks   = 1024
+	maxPendingPerHost = 16
 )
 
 // ErrPortClosed is what the cluster port's listeners return once closed. It
@@ -44,8 +47,9 @@ var ErrPortClosed = fmt.Errorf("cluster port: %w", net.ErrClosed)
 // and only loopback or --insecure-cluster allow that (see exposure.go).
 //
 // One goroutine accepts; each new connection does its handshake on its
-// own goroutine, bounded by linkHandshakeTimeout and maxPendingLinks, so a
-// peer that never finishes one holds up nobody. Close ends them all.
+// own goroutine, bounded by linkHandshakeTimeout, maxPendingLinks and
+// maxPendingPerHost, so a stranger that never finishes one holds up no
+// peer. Close ends them all.
 type clusterPort struct {
 	ln        net.Listener
 	advertise net.Addr // nil: the bound address
@@ -59,7 +63,7 @@ type clusterPort struct {
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // in their handshake; closed by Close
-	slots   chan struct{}         // capacity maxPendingLinks
+	perHost map[string]int        // pending connections by remote IP
 
 	refused      atomic.Uint64
 	lastRefusalW atomic.Int64 // unix nanos of the last refusal logged at WARN
@@ -72,7 +76,7 @@ func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.L
 	}
 	p := &clusterPort{ln: ln, advertise: advertise, tls: t, log: log,
 		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}),
-		pending: map[net.Conn]struct{}{}, slots: make(chan struct{}, maxPendingLinks)}
+		pending: map[net.Conn]struct{}{}, perHost: map[string]int{}}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
@@ -131,29 +135,55 @@ func (p *clusterPort) acceptLoop() {
 
 // admit starts conn's handshake, or closes it when too many are pending.
 func (p *clusterPort) admit(conn net.Conn) {
-	select {
-	case p.slots <- struct{}{}:
-	default:
-		p.refuse(conn, errors.New("too many connections in their handshake"))
+	host := remoteHost(conn)
+	if err := p.hold(conn, host); err != nil {
+		p.refuse(conn, err)
 		return
 	}
-	p.mu.Lock()
-	p.pending[conn] = struct{}{}
-	p.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		link, kind, err := p.handshake(conn)
-		p.mu.Lock()
-		delete(p.pending, conn)
-		p.mu.Unlock()
-		<-p.slots
+		p.release(conn, host)
 		if err != nil {
 			p.refuse(conn, err)
 			return
 		}
 		p.deliver(link, kind)
 	}()
+}
+
+// hold counts conn as pending, unless that would pass a limit.
+func (p *clusterPort) hold(conn net.Conn, host string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case len(p.pending) >= maxPendingLinks:
+		return errors.New("too many connections in their handshake")
+	case p.perHost[host] >= maxPendingPerHost:
+		return fmt.Errorf("too many connections from %s in their handshake", host)
+	}
+	p.pending[conn] = struct{}{}
+	p.perHost[host]++
+	return nil
+}
+
+func (p *clusterPort) release(conn net.Conn, host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pending, conn)
+	if p.perHost[host]--; p.perHost[host] <= 0 {
+		delete(p.perHost, host)
+	}
+}
+
+// remoteHost is the IP a connection comes from.
+func remoteHost(conn net.Conn) string {
+	host, _, err := net.SplitHostPort(conn.RemoteAddr().String())
+	if err != nil {
+		return conn.RemoteAddr().String()
+	}
+	return host
 }
 
 // handshake runs the TLS handshake, if any, and reads the link byte.

@@ -5,10 +5,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -220,5 +222,38 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.mention)
 			}
 		})
+	}
+}
+
+// Strangers that connect and say nothing are cut at the handshake deadline
+// and, beyond a few per address, at once: the peers still get through.
+func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
+	certs := certDir(t, "victim", "peer")
+	victim := securedVictim(t, certs)
+	before := victim.raft.links.Refused()
+	stranger := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var silent []net.Conn
+	for range 4 * maxPendingPerHost {
+		conn, err := stranger.Dial("tcp", victim.RaftAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		silent = append(silent, conn)
+	}
+	waitUntil(t, "the connections beyond the per-address limit are dropped", func() bool {
+		return victim.raft.links.Refused()-before >= 3*maxPendingPerHost
+	})
+	peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
+	if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
+		t.Fatalf("a peer among silent strangers: status %d", status)
+	}
+	for i, conn := range silent {
+		_ = conn.SetReadDeadline(time.Now().Add(testDeadline))
+		var b [1]byte
+		_, err := conn.Read(b[:])
+		if ne, ok := err.(net.Error); err == nil || ok && ne.Timeout() {
+			t.Fatalf("silent connection %d still open: %v", i, err)
+		}
 	}
 }
