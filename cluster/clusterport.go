@@ -64,6 +64,9 @@ type clusterPort struct {
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // in their handshake; closed by Close
 	perHost map[string]int        // pending connections by remote IP
+	// maxPending and maxPerHost are maxPendingLinks and maxPendingPerHost
+	// (tests lower them).
+	maxPending, maxPerHost int
 
 	refused      atomic.Uint64
 	lastRefusalW atomic.Int64 // unix nanos of the last refusal logged at WARN
@@ -76,7 +79,8 @@ func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.L
 	}
 	p := &clusterPort{ln: ln, advertise: advertise, tls: t, log: log,
 		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}),
-		pending: map[net.Conn]struct{}{}, perHost: map[string]int{}}
+		pending: map[net.Conn]struct{}{}, perHost: map[string]int{},
+		maxPending: maxPendingLinks, maxPerHost: maxPendingPerHost}
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
@@ -158,9 +162,9 @@ func (p *clusterPort) hold(conn net.Conn, host string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
-	case len(p.pending) >= maxPendingLinks:
+	case len(p.pending) >= p.maxPending:
 		return errors.New("too many connections in their handshake")
-	case p.perHost[host] >= maxPendingPerHost:
+	case p.perHost[host] >= p.maxPerHost:
 		return fmt.Errorf("too many connections from %s in their handshake", host)
 	}
 	p.pending[conn] = struct{}{}

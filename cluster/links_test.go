@@ -226,14 +226,19 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 }
 
 // Strangers that connect and say nothing are cut at the handshake deadline
-// and, beyond a few per address, at once: the peers still get through.
+// and, beyond a few per address, at once, so that they cannot fill the
+// pending slots: a peer still gets through while they wait.
 func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
-	before := victim.raft.links.Refused()
+	port := victim.raft.links
+	port.mu.Lock()
+	port.maxPending, port.maxPerHost = 8, 2 // scaled down from 1024 and 16
+	port.mu.Unlock()
+	before := port.Refused()
 	stranger := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	var silent []net.Conn
-	for range 4 * maxPendingPerHost {
+	for range 20 {
 		conn, err := stranger.Dial("tcp", victim.RaftAddr())
 		if err != nil {
 			t.Fatal(err)
@@ -241,12 +246,14 @@ func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 		defer conn.Close()
 		silent = append(silent, conn)
 	}
-	waitUntil(t, "the connections beyond the per-address limit are dropped", func() bool {
-		return victim.raft.links.Refused()-before >= 3*maxPendingPerHost
-	})
+	// The port takes connections in order: by the time it takes the
+	// peer's, it has held two of the strangers' and dropped the others.
 	peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
 	if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 		t.Fatalf("a peer among silent strangers: status %d", status)
+	}
+	if n := port.Refused() - before; n < 18 {
+		t.Fatalf("%d strangers dropped at once, want 18", n)
 	}
 	for i, conn := range silent {
 		_ = conn.SetReadDeadline(time.Now().Add(testDeadline))

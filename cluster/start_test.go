@@ -134,7 +134,7 @@ func TestAWrongGossipKeyIsReportedAtOnce(t *testing.T) {
 			c := newTestCluster(t, 1)
 			first := c.start(c.config("r0", 1, nil, withKey(tc.cluster)))
 			cfg := c.config("r1", 1, []string{first.GossipAddr()}, withKey(tc.joiner))
-			cfg.JoinTimeout = 10 * testDeadline // the old code would have waited this long
+			cfg.JoinTimeout = 3 * testDeadline // the old code would have retried this long
 			_, err := Start(context.Background(), cfg)
 			if !errors.Is(err, loadsync.ErrGossipKey) || !strings.Contains(err.Error(), "--gossip-key") {
 				t.Fatalf("Start = %v, want ErrGossipKey naming --gossip-key", err)
