@@ -188,7 +188,10 @@ func (r *Replica) localKeyring(op KeyringOp, key []byte) NodeKeyring {
 		r.log.Info("gossip keyring changed", "op", op, "key", KeyFingerprint(key))
 	}
 	kr, listErr := r.gossip.Keyring()
-	if err = errors.Join(err, listErr); err != nil {
+	if err == nil {
+		err = listErr
+	}
+	if err != nil {
 		n.Error = err.Error()
 	}
 	n.Primary = fingerprintOrEmpty(kr.Primary)

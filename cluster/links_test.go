@@ -171,6 +171,12 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 	if st.Version != tls.VersionTLS13 || leaf.Subject.CommonName != lead.cfg.NodeName {
 		t.Fatalf("TLS version %#x, certificate of %q; want TLS 1.3 from %s", st.Version, leaf.Subject.CommonName, lead.cfg.NodeName)
 	}
+	old := presenting(t, NodeTLSFiles(certs, "operator"))
+	old.MaxVersion = tls.VersionTLS12
+	if conn, err := tls.Dial("tcp", lead.RaftAddr(), old); err == nil {
+		conn.Close()
+		t.Fatal("the cluster port accepted TLS 1.2")
+	}
 }
 
 func TestAReplicaWithAnotherCAsCertificateIsRefused(t *testing.T) {
