@@ -26,7 +26,7 @@ const (
 	maxRPCResponse = 64 << 10
 )
 
-// rpcServer answers the peers' HTTP on the cluster port until ctx ends.
+// serveRPC answers the peers' HTTP on the cluster port until ctx ends.
 // routes maps a path to its handler; other paths are 404.
 func serveRPC(ctx context.Context, ln net.Listener, routes map[string]fasthttp.RequestHandler) {
 	srv := &fasthttp.Server{
