@@ -56,6 +56,9 @@ type AdminConfig struct {
 	Status func() any
 	// ApplyTimeout bounds each write, forwarding included; default 10 s.
 	ApplyTimeout time.Duration
+	// AllowWorker, when set, vets the URL of a worker about to be added
+	// (--allowed-worker-hosts); a refused one is a 400.
+	AllowWorker func(url string) error
 }
 
 // DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
@@ -228,6 +231,10 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
 		BootstrapPort: req.BootstrapPort, Labels: req.Labels}
+	if err := a.allowWorker(req.URL); err != nil {
+		writeError(ctx, err)
+		return
+	}
 	res, err := a.apply(store.NewAddWorker(add))
 	if err != nil {
 		writeError(ctx, err)
@@ -262,6 +269,18 @@ func badJSON(err error) error {
 		return &store.FieldError{Field: typeErr.Field, Problem: "must be a JSON " + typeErr.Type.Kind().String()}
 	}
 	return &statusError{http.StatusBadRequest, "invalid_request_error", "malformed JSON body: " + err.Error()}
+}
+
+// allowWorker vets a worker URL against the destination policy, as a 400
+// that names the field.
+func (a *Admin) allowWorker(url string) error {
+	if a.cfg.AllowWorker == nil {
+		return nil
+	}
+	if err := a.cfg.AllowWorker(url); err != nil {
+		return &store.FieldError{Field: "url", Problem: err.Error()}
+	}
+	return nil
 }
 
 // addedWorker is what an AddWorker created, for when this replica's registry
@@ -373,6 +392,10 @@ func (a *Admin) legacyAddWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	}
 	if _, exists := a.cfg.Registry().WorkerByURL(url); exists {
 		writeText(ctx, http.StatusBadRequest, fmt.Sprintf("Worker %s already exists", url))
+		return
+	}
+	if err := a.allowWorker(url); err != nil {
+		writeText(ctx, http.StatusBadRequest, err.Error())
 		return
 	}
 	if _, err := a.apply(store.NewAddWorker(store.AddWorker{URL: url})); err != nil {

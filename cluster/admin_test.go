@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -401,4 +402,24 @@ func directApply(fsm *store.FSM) func(context.Context, store.Command) (store.Res
 		res := fsm.Apply(&raft.Log{Index: index, Type: raft.LogCommand, Data: data}).(store.Result)
 		return res, res.Err
 	}
+}
+
+// TestAdminRefusesARefusedWorkerDestination: the policy is checked on the
+// URL alone; nothing is contacted.
+func TestAdminRefusesARefusedWorkerDestination(t *testing.T) {
+	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
+	waitLeader(t, n)
+	c := serveAdmin(t, NewAdmin(AdminConfig{Registry: n.fsm.View, Apply: n.Apply, AllowWorker: workerurl.HostPolicy{}.Allows}))
+	r := c.do("POST", "/workers", `{"url":"http://169.254.169.254:80"}`)
+	expectStatus(t, r, http.StatusBadRequest)
+	if e := r.apiError(t); !strings.Contains(e.Message, "url") || !strings.Contains(e.Message, "metadata") {
+		t.Fatalf("error %+v", e)
+	}
+	if r := c.do("POST", "/add_worker?url=http://[fd00:ec2::254]:80", ""); r.status != http.StatusBadRequest {
+		t.Fatalf("legacy add: %d %s", r.status, r.body)
+	}
+	if n.fsm.View().Len() != 0 {
+		t.Fatal("a refused destination reached the registry")
+	}
+	expectStatus(t, c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000"}`), http.StatusCreated)
 }

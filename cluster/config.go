@@ -232,6 +232,9 @@ func (c Config) Validate() error {
 	if c.Proxy.MaxPayloadSize <= 0 {
 		errs = append(errs, flagErr("max-payload-size", "must be positive"))
 	}
+	if c.Proxy.MaxResponseSize <= 0 {
+		errs = append(errs, flagErr("max-response-size", "must be positive"))
+	}
 	if c.Proxy.RequestTimeout <= 0 {
 		errs = append(errs, flagErr("request-timeout-secs", "must be positive"))
 	}

@@ -26,6 +26,10 @@ type attempt struct{ a *health.Attempt }
 
 func (t attempt) Progress(tokens int) { t.a.Progress(tokens) }
 
+// Stuck is not reported by health yet: a stuck attempt waits for its worker
+// or the request timeout.
+func (t attempt) Stuck() <-chan struct{} { return nil }
+
 func (t attempt) End(o proxy.Outcome) {
 	switch o {
 	case proxy.Succeeded:

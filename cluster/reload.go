@@ -7,11 +7,11 @@ import (
 )
 
 // reloaders are the parts of a replica that re-read their files without a
-// restart (the command line calls Reload on SIGHUP): today the cluster TLS
-// material; API keys or client certificates join by registering their own
-// reload function with add while the replica is built. Each runs in the
-// order added; one that fails keeps its previous state and does not stop
-// the others. Safe for concurrent use.
+// restart (the command line calls Reload on SIGHUP): the cluster TLS
+// material and the client listener's certificate, registered while the
+// replica is built, and whatever its owner adds with OnReload (the API
+// keys). Each runs in the order added; one that fails keeps its previous
+// state and does not stop the others. Safe for concurrent use.
 type reloaders struct {
 	mu   sync.Mutex
 	list []namedReload
@@ -46,17 +46,26 @@ func (rs *reloaders) run() (done []string, err error) {
 	return done, errors.Join(errs...)
 }
 
-// Reload re-reads every reloadable part of the replica from its files
-// (today the cluster TLS certificate, key and CA), for SIGHUP. A part whose
-// files do not load keeps what it had, and the error names it. New
-// handshakes use the new material; open connections keep theirs.
+// OnReload adds a part that Reload re-reads, under name: reload must leave
+// the part as it was when it fails. Safe for concurrent use.
+func (r *Replica) OnReload(name string, reload func() error) { r.reloads.add(name, reload) }
+
+// Reload re-reads every reloadable part of the replica from its files, for
+// SIGHUP: the cluster TLS certificate, key and CA, the client listener's
+// certificate, and what was added with OnReload. A part whose files do not
+// load keeps what it had, and the error names it; the others still change.
+// New handshakes use the new material; open connections keep theirs.
 func (r *Replica) Reload() error {
 	done, err := r.reloads.run()
 	if len(done) > 0 {
 		r.log.Info("reloaded", "parts", done)
 	}
 	if err != nil {
-		r.log.Error("reload failed; keeping the previous state of these parts", "err", err)
+		r.log.Error("reload failed; these parts keep their previous state", "err", err)
 	}
 	return err
 }
+
+// SetAPIKeys replaces the API keys clients must present (none turns the
+// check off), for an OnReload part.
+func (r *Replica) SetAPIKeys(keys []string) { r.proxy.SetAPIKeys(keys) }

@@ -47,6 +47,7 @@ type Replica struct {
 	loaded        atomic.Bool
 
 	serving bool // the proxy took over ln; Stop shuts it down
+	failed  chan error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -64,7 +65,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet()}
+	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -177,10 +178,13 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		Keyring: r.keyringEverywhere})
+		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, PD: pd})
+	if err == nil && cfg.Proxy.TLSCertPath != "" {
+		r.reloads.add("client TLS", r.proxy.ReloadTLS)
+	}
 	return err
 }
 
@@ -217,7 +221,7 @@ func (r *Replica) disaggregation() (*proxy.PD, error) {
 // cluster port, and the background loops.
 func (r *Replica) serve() error {
 	r.serving = true
-	r.goRun(func() { _ = r.proxy.Serve(r.ln) })
+	r.goRun(r.serveAPI)
 	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
@@ -228,6 +232,23 @@ func (r *Replica) serve() error {
 	r.goRun(r.runMembership)
 	return nil
 }
+
+// serveAPI serves the HTTP API until Stop. A listener that fails for good
+// (the accept loop retries what passes, such as running out of
+// descriptors) fails the replica: its owner should exit, so that the load
+// balancer stops sending to an API that no longer answers.
+func (r *Replica) serveAPI() {
+	err := r.proxy.Serve(r.ln)
+	if err == nil || r.ctx.Err() != nil {
+		return
+	}
+	r.log.Error("the HTTP listener failed; the replica cannot serve", "err", err)
+	r.failed <- fmt.Errorf("--port: the listener failed: %w", err)
+}
+
+// Failed delivers the error that ended the replica's ability to serve, if
+// one does; its owner should stop it and exit non-zero.
+func (r *Replica) Failed() <-chan error { return r.failed }
 
 // goRun starts fn as a goroutine that Stop waits for.
 func (r *Replica) goRun(fn func()) {
@@ -257,13 +278,13 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 	if r.proxy != nil {
 		errs = append(errs, r.proxy.Shutdown(ctx))
 	}
+	r.cancel() // before the listener closes, so serveAPI sees a stop, not a failure
 	if r.serving {
 		// Shutdown does nothing to a Serve that has not registered its
 		// listener yet (a Start that fails right after serve): closing the
 		// listener makes that Serve return at once.
 		_ = r.ln.Close()
 	}
-	r.cancel()
 	r.wg.Wait()
 	if r.gossip != nil {
 		errs = append(errs, r.stopGossip(leave))

@@ -87,6 +87,10 @@ func parseKVCapacity(metrics []byte) (int64, error) {
 	return blocks * size, nil
 }
 
+// maxDiscoveryBody bounds what discovery reads of a worker's /v1/models or
+// /metrics: a vLLM metrics page is some hundreds of kilobytes.
+const maxDiscoveryBody = 4 << 20
+
 // get fetches path from worker w over its pooled connections.
 func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) {
 	m := p.fleet.view().members[w.ID]
@@ -98,17 +102,21 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.SetHost(m.host)
-	req.SetRequestURI(path)
+	req.Header.SetHost(m.base.Addr())
+	req.SetRequestURI(m.base.Under(path))
 	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, err
 	}
-	body, err := io.ReadAll(resp.BodyStream())
+	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), maxDiscoveryBody+1))
 	_ = resp.CloseBodyStream()
-	m.up.release(conn, err == nil && !resp.ConnectionClose())
-	if err != nil {
+	complete := err == nil && len(body) <= maxDiscoveryBody
+	m.up.release(conn, complete && !resp.ConnectionClose())
+	switch {
+	case err != nil:
 		return nil, err
+	case !complete:
+		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil, fmt.Errorf("%s%s answered %d", w.URL, path, resp.StatusCode())

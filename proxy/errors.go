@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +22,24 @@ var (
 	ErrUpstreamTimeout = errors.New("upstream timed out")
 	ErrTooManyRequests = errors.New("too many concurrent requests")
 	ErrClientGone      = errors.New("client went away")
+
+	// errAnswerTooLarge: a worker's non-streamed answer exceeded
+	// --max-response-size; it is a 502, and not retried.
+	errAnswerTooLarge = errors.New("worker answer too large")
 )
+
+// abortError is why the router gave up on a request while an attempt of it
+// was under way (the prefill half of a concurrent P/D request failed).
+type abortError struct{ err error }
+
+func (e *abortError) Error() string { return e.err.Error() }
+func (e *abortError) Unwrap() error { return e.err }
+
+// isGone reports whether err means the client went away.
+func isGone(err error) bool { return errors.Is(err, ErrClientGone) }
+
+// contextCause is why x's attempts were cancelled.
+func contextCause(x *exchange) error { return context.Cause(x.reqCtx) }
 
 // apiError is an error with the message the client sees.
 type apiError struct {

@@ -1,13 +1,14 @@
 package proxy
 
 import (
-	"net/url"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // Worker roles, as the registry names them.
@@ -31,8 +32,8 @@ type Worker struct {
 type member struct {
 	Worker
 	up     *upstream
-	host   string   // host:port, for the Host header
-	models []string // what it serves; empty = any model
+	base   workerurl.URL // the parsed URL: where to dial, the Host header, the base path
+	models []string      // what it serves; empty = any model
 }
 
 type poolKey struct{ role, model string }
@@ -73,6 +74,8 @@ type Fleet struct {
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
 	maxIdle     int
+	hosts       workerurl.HostPolicy
+	log         *slog.Logger
 
 	// onPublish hears of every new view (metrics keep per-worker gauges).
 	onPublish func(*view)
@@ -88,8 +91,9 @@ type Fleet struct {
 
 // newFleet returns an empty fleet. eligible says whether health allows a
 // worker traffic; onRemove is told of workers that left the registry.
-func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID), dialTimeout time.Duration) *Fleet {
-	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64,
+func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
+	dialTimeout time.Duration, hosts workerurl.HostPolicy, log *slog.Logger) *Fleet {
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64, hosts: hosts, log: log,
 		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
@@ -175,10 +179,19 @@ func (f *Fleet) Workers() []Worker {
 func (f *Fleet) syncUpstreams() {
 	keep := map[affinity.WorkerID]bool{}
 	for _, w := range f.workers {
+		u, err := workerurl.Parse(w.URL)
+		if err == nil {
+			err = f.hosts.AllowsURL(u)
+		}
+		if err != nil {
+			if f.ups[w.ID] == nil {
+				f.log.Warn("worker gets no traffic", "worker", w.ID, "err", err)
+			}
+			continue
+		}
 		keep[w.ID] = true
 		if f.ups[w.ID] == nil {
-			host, useTLS := hostOf(w.URL)
-			f.ups[w.ID] = newUpstream(host, useTLS, f.dialTimeout, f.maxIdle)
+			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.hosts)
 		}
 	}
 	for id, up := range f.ups {
@@ -200,8 +213,11 @@ func (f *Fleet) publish() {
 	eligible := map[poolKey][]*affinity.Load{}
 	anyEligible := map[string][]*affinity.Load{}
 	for _, w := range f.workers {
-		host, _ := hostOf(w.URL)
-		m := &member{Worker: w, up: f.ups[w.ID], host: host, models: f.modelsOf(w)}
+		if f.ups[w.ID] == nil {
+			continue // its URL did not parse
+		}
+		base, _ := workerurl.Parse(w.URL)
+		m := &member{Worker: w, up: f.ups[w.ID], base: base, models: f.modelsOf(w)}
 		v.members[w.ID] = m
 		v.ordered = append(v.ordered, m)
 		if len(m.models) == 0 {
@@ -249,23 +265,6 @@ func mergeByID(a, b []*affinity.Load) []*affinity.Load {
 	out := append(slices.Clone(a), b...)
 	slices.SortFunc(out, func(x, y *affinity.Load) int { return int(x.ID()) - int(y.ID()) })
 	return out
-}
-
-// hostOf returns a worker URL's host:port and whether it uses TLS.
-func hostOf(raw string) (string, bool) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return raw, false
-	}
-	host := u.Host
-	if u.Port() == "" {
-		if u.Scheme == "https" {
-			host += ":443"
-		} else {
-			host += ":80"
-		}
-	}
-	return host, u.Scheme == "https"
 }
 
 // close closes every worker's idle connections.

@@ -21,6 +21,7 @@ type Metrics struct {
 	loadBalanced *metrics.Counter
 	disconnects  *metrics.Counter
 	underflows   *metrics.Counter
+	streamErrors *metrics.Counter
 	// per endpoint, made once: the request path only increments them
 	requests  [2]*metrics.Counter
 	durations [2]*metrics.Histogram
@@ -38,6 +39,7 @@ func newMetrics(set *metrics.Set) *Metrics {
 		loadBalanced: set.NewCounter("vllm_router_load_balancing_events_total"),
 		disconnects:  set.NewCounter("vllm_router_client_disconnects_total"),
 		underflows:   set.NewCounter("vllm_router_load_underflows_total"),
+		streamErrors: set.NewCounter("vllm_router_stream_errors_total"),
 		gauges:       map[affinity.WorkerID][]string{},
 	}
 	for _, ep := range []endpoint{completions, chatCompletions} {
@@ -47,11 +49,12 @@ func newMetrics(set *metrics.Set) *Metrics {
 	return m
 }
 
-// request counts one finished inference request.
-func (m *Metrics) request(ep endpoint, status int, start time.Time) {
+// request counts one finished inference request as its client saw it: a
+// stream cut after its first byte is an error whatever its status.
+func (m *Metrics) request(ep endpoint, status int, cut bool, start time.Time) {
 	m.requests[ep].Inc()
 	m.durations[ep].UpdateDuration(start)
-	if status >= 400 {
+	if status >= 400 || cut {
 		m.set.GetOrCreateCounter(fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d"}`, ep.path(), status)).Inc()
 	}
 }

@@ -1,14 +1,11 @@
 package proxy
 
 import (
-	"errors"
+	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -31,29 +28,33 @@ type PD struct {
 	Decode  *affinity.Router
 }
 
-// disaggregation runs requests across a prefill and a decode worker. Each
-// phase holds a guard of its own: the decode guard is taken when the pair is
-// chosen, before anything is sent, so that concurrent requests whose
-// prefill is slow see each other's decode choices; the prefill guard is
-// released when the prefill answers.
+// disaggregation runs requests across a prefill and a decode worker, as two
+// legs of the request path: each has its own guard, health tracker,
+// attempts and retries, and a client that leaves ends both. The decode
+// worker is chosen, and its guard taken, together with the prefill one,
+// before anything is sent, so that concurrent requests whose prefill is
+// slow see each other's decode choices; the prefill guard is released when
+// the prefill answers.
 type disaggregation struct {
 	p        *Proxy
 	cfg      PD
 	requests *metrics.Counter
 	prefills *metrics.Counter
 	decodes  *metrics.Counter
+	errors   map[string]*metrics.Counter // per phase
 }
 
 func newDisaggregation(p *Proxy, cfg PD) *disaggregation {
 	s := p.deps.Metrics
-	return &disaggregation{p: p, cfg: cfg,
+	d := &disaggregation{p: p, cfg: cfg,
 		requests: s.NewCounter("vllm_router_pd_requests_total"),
 		prefills: s.NewCounter("vllm_router_pd_prefill_requests_total"),
-		decodes:  s.NewCounter("vllm_router_pd_decode_requests_total")}
-}
-
-func (d *disaggregation) failed(phase string) {
-	d.p.deps.Metrics.GetOrCreateCounter(fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase)).Inc()
+		decodes:  s.NewCounter("vllm_router_pd_decode_requests_total"),
+		errors:   map[string]*metrics.Counter{}}
+	for _, phase := range []string{RolePrefill, RoleDecode} {
+		d.errors[phase] = s.NewCounter(fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase))
+	}
+	return d
 }
 
 // usesSessionKey reports whether a role's policy hashes a session key.
@@ -71,219 +72,164 @@ func (p *Proxy) finalRole() string {
 }
 
 // serve runs one disaggregated request whose decode candidates are dpool.
-func (d *disaggregation) serve(x *exchangeState, dpool *affinity.Pool, key uint64) (streaming bool) {
+func (d *disaggregation) serve(x *exchange, dpool *affinity.Pool, key uint64) (streaming bool) {
 	d.requests.Inc()
-	start := time.Now()
-	defer func() {
-		if !streaming {
-			d.p.deps.Metrics.GetOrCreateHistogram("vllm_router_pd_request_duration_seconds").UpdateDuration(start)
-		}
-	}()
+	x.pd = true
 	ppool, err := d.p.fleet.view().pool(RolePrefill, x.in.model)
 	if err != nil {
 		writeError(x.ctx, err)
 		return false
 	}
-	preq := d.cfg.Prefill.Prepare(x.in.model, x.in.text, key)
-	dreq := d.cfg.Decode.Prepare(x.in.model, x.in.text, key)
-	pdec, pguard, err := d.cfg.Prefill.Route(preq, ppool)
+	pre, dec, err := d.legs(x, ppool, dpool, key)
 	if err != nil {
-		writeError(x.ctx, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model))
+		writeError(x.ctx, err)
 		return false
 	}
-	ddec, dguard, err := d.cfg.Decode.Route(dreq, dpool)
-	if err != nil {
-		pguard.Release()
-		writeError(x.ctx, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.model))
-		return false
-	}
-	d.p.metrics.decision(pdec)
 	if d.cfg.Mode == PDSGLang {
-		return d.concurrent(x, pdec.Worker, pguard, &routed{dec: ddec, guard: dguard}, dreq, dpool)
+		return d.concurrent(x, pre, dec)
 	}
-	return d.sequential(x, preq, ppool, &routed{dec: pdec, guard: pguard}, &routed{dec: ddec, guard: dguard}, dreq, dpool)
+	return d.sequential(x, pre, dec)
 }
 
-// sequential is the vLLM protocol: the prefill phase (with retries on other
-// prefill workers), then the decode phase with the transfer parameters.
-func (d *disaggregation) sequential(x *exchangeState, preq *affinity.Request, ppool *affinity.Pool, first, decode *routed, dreq *affinity.Request, dpool *affinity.Pool) bool {
-	prefillBody, err := prefillRequestBody(x.ctx.PostBody())
+// legs chooses the prefill and the decode worker together and returns the
+// two legs that start on them.
+func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint64) (pre, dec *leg, err error) {
+	attempts := d.p.cfg.Retry.MaxAttempts
+	pre = &leg{phase: RolePrefill, router: d.cfg.Prefill, req: d.cfg.Prefill.Prepare(x.in.model, x.in.text, key),
+		pool: ppool, attempts: attempts}
+	dec = &leg{phase: RoleDecode, router: d.cfg.Decode, req: d.cfg.Decode.Prepare(x.in.model, x.in.text, key),
+		pool: dpool, attempts: attempts, stream: true, toClient: true}
+	pdec, pguard, err := pre.router.Route(pre.req, ppool)
 	if err != nil {
-		decode.guard.Release()
-		first.guard.Release()
+		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
+	}
+	ddec, dguard, err := dec.router.Route(dec.req, dpool)
+	if err != nil {
+		pguard.Release()
+		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.model)
+	}
+	pre.first, dec.first = &routed{dec: pdec, guard: pguard}, &routed{dec: ddec, guard: dguard}
+	return pre, dec, nil
+}
+
+// sequential is the vLLM protocol: the prefill leg, whose answer carries
+// the kv_transfer_params, then the decode leg with them.
+func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
+	var err error
+	if pre.body, err = prefillRequestBody(x.body); err != nil {
+		pre.release()
+		dec.release()
 		writeError(x.ctx, err)
 		return false
 	}
-	answer, err := d.prefill(x, preq, ppool, first, prefillBody)
-	if err != nil {
-		decode.guard.Release() // no decode call for a request whose prefill failed or whose client left
-		d.failed("prefill")
-		d.p.reportFailure(x, err)
-		return false
+	d.prefills.Inc()
+	_, ans, err := d.p.try(x, pre)
+	if err == nil && ans.status/100 == 2 {
+		dec.body, err = decodeRequestBody(x.body, ans.body)
 	}
-	if x.body, err = decodeRequestBody(x.ctx.PostBody(), answer); err != nil {
-		decode.guard.Release()
-		d.failed("prefill")
-		writeError(x.ctx, err)
+	if err != nil || ans.status/100 != 2 {
+		dec.release() // no decode call for a request whose prefill failed or whose client left
+		x.failedPhase.Store(&phasePrefill)
+		d.prefillFailed(x, ans, err)
 		return false
 	}
 	d.decodes.Inc()
-	streaming := d.p.dispatch(x, d.cfg.Decode, dreq, dpool, decode, d.p.cfg.Retry.MaxAttempts)
-	if !streaming && x.ctx.Response.StatusCode() >= 400 {
-		d.failed("decode")
-	}
-	return streaming
+	return d.p.serveLeg(x, dec)
 }
 
-// prefill runs the prefill phase and returns the prefill worker's answer.
-func (d *disaggregation) prefill(x *exchangeState, req *affinity.Request, pool *affinity.Pool, first *routed, body []byte) ([]byte, error) {
-	var tried []affinity.WorkerID
-	var lastErr error
-	for attempt := 0; attempt < d.p.cfg.Retry.MaxAttempts; attempt++ {
-		if attempt > 0 {
-			d.p.metrics.retries.Inc()
-			if !d.p.backoff(x.reqCtx, attempt) {
-				return nil, ErrClientGone
-			}
-		}
-		dec, guard, err := first.take(d.cfg.Prefill, req, pool.Without(tried...))
-		if err != nil {
-			break
-		}
-		tried = append(tried, dec.Worker)
-		d.prefills.Inc()
-		answer, err := d.p.call(x, dec.Worker, guard, body)
-		if err == nil {
-			return answer, nil
-		}
-		if lastErr = err; errorsIsGone(err) {
-			return nil, err
-		}
-	}
-	if lastErr == nil {
-		lastErr = errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
-	}
-	return nil, lastErr
-}
-
-// call sends body to worker w and returns its whole answer, releasing guard
-// as soon as the answer is in (or the call failed). A non-2xx answer is an
-// error.
-func (p *Proxy) call(x *exchangeState, w affinity.WorkerID, guard *affinity.Guard, body []byte) ([]byte, error) {
-	m := p.fleet.view().members[w]
-	if m == nil {
-		guard.Release()
-		return nil, errorf(ErrNoWorker, "worker %d left the registry", w)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	p.upstreamRequest(x, m, req, body)
-	return p.send(x, m, guard, req)
-}
-
-// send is call's exchange, with the request already built: it touches
-// nothing of the client's RequestCtx, so it may run on its own goroutine.
-func (p *Proxy) send(x *exchangeState, m *member, guard *affinity.Guard, req *fasthttp.Request) ([]byte, error) {
-	defer guard.Release()
-	track, err := p.deps.Health.Begin(m.ID)
+// prefillFailed answers the client of a request whose prefill failed: with
+// the prefill worker's own answer when there is one (a 4xx is the client's
+// mistake, a 429 or 5xx what the worker said after every retry), else with
+// the router's error.
+func (d *disaggregation) prefillFailed(x *exchange, ans *answer, err error) {
 	if err != nil {
-		return nil, errorf(ErrNoWorker, "worker %s refused by its circuit breaker", m.URL)
-	}
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	conn, err := m.up.exchange(x.reqCtx, req, resp, x.start.Add(p.cfg.RequestTimeout))
-	if err != nil {
-		track.End(failedOrCanceled(err))
-		return nil, p.upstreamError(m, err)
-	}
-	answer, err := io.ReadAll(resp.BodyStream())
-	_ = resp.CloseBodyStream()
-	m.up.release(conn, err == nil && !resp.ConnectionClose())
-	if err != nil {
-		if x.reqCtx.Err() != nil {
-			err = ErrClientGone
-		}
-		track.End(failedOrCanceled(err))
-		return nil, p.upstreamError(m, err)
-	}
-	track.Progress(1)
-	status := resp.StatusCode()
-	track.End(outcomeOf(status))
-	if status/100 != 2 {
-		return nil, &upstreamStatus{url: m.URL, status: status, body: answer}
-	}
-	return answer, nil
-}
-
-// upstreamStatus is a worker's non-2xx answer, passed on to the client as is
-// when no retry is left.
-type upstreamStatus struct {
-	url    string
-	status int
-	body   []byte
-}
-
-func (e *upstreamStatus) Error() string {
-	return fmt.Sprintf("worker %s answered %d", e.url, e.status)
-}
-
-func (e *upstreamStatus) Unwrap() error { return ErrUpstream }
-
-func errorsIsGone(err error) bool { return errors.Is(err, ErrClientGone) }
-
-func asUpstreamStatus(err error, target **upstreamStatus) bool { return errors.As(err, target) }
-
-// reportFailure answers the client after a failed phase: a worker's own
-// 4xx answer is passed through (the client's mistake), anything else is an
-// error of ours.
-func (p *Proxy) reportFailure(x *exchangeState, err error) {
-	if errorsIsGone(err) {
-		x.ctx.SetConnectionClose()
-		x.ctx.SetStatusCode(499)
+		d.p.fail(x, err)
 		return
 	}
-	var st *upstreamStatus
-	if asUpstreamStatus(err, &st) && st.status >= 400 && st.status < 500 && !retryableStatus(st.status) {
-		x.ctx.SetStatusCode(st.status)
-		x.ctx.SetContentType("application/json")
-		x.ctx.SetBody(st.body)
-		return
-	}
-	writeError(x.ctx, err)
+	ans.deliver(x)
 }
 
-// concurrent is the SGLang protocol: prefill and decode at once, the decode
-// answer to the client; a failed prefill aborts the decode.
-func (d *disaggregation) concurrent(x *exchangeState, pw affinity.WorkerID, pguard *affinity.Guard, decode *routed, dreq *affinity.Request, dpool *affinity.Pool) bool {
-	m := d.p.fleet.view().members[pw]
+// concurrent is the SGLang protocol: prefill and decode at once, tied by the
+// bootstrap fields, the decode answer to the client. A failed prefill
+// aborts the decode. Neither half is retried: a retry would need a new
+// bootstrap room on both.
+func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
+	m := d.p.fleet.view().members[pre.first.dec.Worker]
 	if m == nil {
-		pguard.Release()
-		decode.guard.Release()
-		writeError(x.ctx, errorf(ErrNoWorker, "worker %d left the registry", pw))
+		pre.release()
+		dec.release()
+		writeError(x.ctx, errorf(ErrNoWorker, "worker %d left the registry", pre.first.dec.Worker))
 		return false
 	}
-	body, err := bootstrapBody(x.ctx.PostBody(), m)
+	body, err := bootstrapBody(x.body, m)
 	if err != nil {
-		pguard.Release()
-		decode.guard.Release()
+		pre.release()
+		dec.release()
 		writeError(x.ctx, err)
 		return false
 	}
-	x.body = body
+	pre.body, dec.body = body, body
+	pre.attempts, dec.attempts = 1, 1
 	d.prefills.Inc()
 	d.decodes.Inc()
-	req := fasthttp.AcquireRequest()
-	d.p.upstreamRequest(x, m, req, body)
 	d.p.wg.Add(1)
 	go func() {
 		defer d.p.wg.Done()
-		defer fasthttp.ReleaseRequest(req)
-		if _, err := d.p.send(x, m, pguard, req); err != nil && !errorsIsGone(err) {
-			d.failed("prefill")
-			x.abort(fmt.Errorf("prefill failed, decode aborted: %w", err)) // no decode without its prefill
-		}
+		d.concurrentPrefill(x, pre)
 	}()
-	return d.p.dispatch(x, d.cfg.Decode, dreq, dpool, decode, 1)
+	return d.p.serveLeg(x, dec)
+}
+
+// concurrentPrefill runs the prefill half of a concurrent request; when it
+// fails, the decode half is aborted: no decode answer without its prefill.
+func (d *disaggregation) concurrentPrefill(x *exchange, pre *leg) {
+	px, end := d.detached(x)
+	defer end()
+	_, ans, err := d.p.try(px, pre)
+	switch {
+	case err == nil && ans.status/100 == 2, isGone(err):
+		return
+	case err == nil:
+		err = errorf(ErrUpstream, "the prefill worker answered %d", ans.status)
+	}
+	x.failedPhase.Store(&phasePrefill)
+	x.cancel(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
+}
+
+// detached is x as the prefill half of a concurrent request sees it: the
+// client leaving ends it, the decode half ending does not (the prefill
+// finishes on its own, within the request's deadline). It never touches the
+// client's RequestCtx, which the prefill must not read.
+func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
+	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
+		header: x.header, uri: x.uri}
+	px.reqCtx, px.cancel = context.WithCancelCause(d.p.ctx)
+	stop := context.AfterFunc(x.reqCtx, func() {
+		if cause := context.Cause(x.reqCtx); isGone(cause) {
+			px.cancel(cause)
+		}
+	})
+	return px, func() {
+		stop()
+		px.cancel(nil)
+	}
+}
+
+var phasePrefill = RolePrefill
+
+// countFailure counts, when the request is done, the failure of a
+// disaggregated request in its phase: the one that failed first, else the
+// decode whose answer the client got. A client that left is no failure.
+func (d *disaggregation) countFailure(x *exchange, status int, cut bool) {
+	if status == statusClientGone {
+		return
+	}
+	switch phase := x.failedPhase.Load(); {
+	case phase != nil:
+		d.errors[*phase].Inc()
+	case cut || status >= 400:
+		d.errors[RoleDecode].Inc()
+	}
 }
 
 // prefillRequestBody rewrites a client body into the prefill request of the
@@ -339,12 +285,8 @@ func bootstrapBody(body []byte, prefill *member) ([]byte, error) {
 	if err != nil {
 		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
 	}
-	host, _ := hostOf(prefill.URL)
-	if h, _, ok := cutLast(host, ":"); ok {
-		host = h
-	}
 	var a fastjson.Arena
-	v.Set("bootstrap_host", a.NewString(host))
+	v.Set("bootstrap_host", a.NewString(prefill.base.Host()))
 	if prefill.BootstrapPort > 0 {
 		v.Set("bootstrap_port", a.NewNumberInt(prefill.BootstrapPort))
 	} else {
@@ -352,13 +294,4 @@ func bootstrapBody(body []byte, prefill *member) ([]byte, error) {
 	}
 	v.Set("bootstrap_room", a.NewNumberString(fmt.Sprint(rand.Int64N(1<<63-1))))
 	return v.MarshalTo(nil), nil
-}
-
-func cutLast(s, sep string) (before, after string, found bool) {
-	for i := len(s) - len(sep); i >= 0; i-- {
-		if s[i:i+len(sep)] == sep {
-			return s[:i], s[i+len(sep):], true
-		}
-	}
-	return s, "", false
 }

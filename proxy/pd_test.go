@@ -10,22 +10,23 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/fakeworker"
 )
 
-func fakes(t *testing.T, prefix string, n int) []*fakeWorker {
-	var ws []*fakeWorker
+func fakes(t *testing.T, prefix string, n int) []*fakeworker.Worker {
+	var ws []*fakeworker.Worker
 	for i := range n {
 		ws = append(ws, startFake(t, fmt.Sprintf("%s%d", prefix, i+1)))
 	}
 	return ws
 }
 
-func lastJSON(t *testing.T, w *fakeWorker) map[string]any {
+func lastJSON(t *testing.T, w *fakeworker.Worker) map[string]any {
 	t.Helper()
 	var m map[string]any
-	body, _ := w.lastBody.Load().(string)
+	body := w.LastBody()
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatalf("%s got %q: %v", w.name, body, err)
+		t.Fatalf("%s got %q: %v", w.Name, body, err)
 	}
 	return m
 }
@@ -59,7 +60,6 @@ func TestPDProtocolFieldsOnBothPhases(t *testing.T) {
 
 func TestPDStreamsThroughDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
-	decode[0].open()
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	resp, out := post(t, r.url, "/v1/completions", completion("hi", true))
 	if resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") || strings.Count(out, "data:") != 4 {
@@ -77,8 +77,8 @@ func TestPDGrowingPromptStaysOnOnePrefillWorker(t *testing.T) {
 		post(t, r.url, "/v1/completions", completion(prompt, false))
 		got := ""
 		for _, p := range prefill {
-			if p.requests.Load() > 0 {
-				got += p.name
+			if p.Inference.Load() > 0 {
+				got += p.Name
 			}
 		}
 		if turn == 0 {
@@ -106,7 +106,7 @@ func TestPDAffinitySurvivesAnUnrelatedHotPrefillWorker(t *testing.T) {
 			post(t, r.url, "/v1/completions", completion(prompt, false))
 			owner := -1
 			for i, p := range prefill {
-				if p.requests.Load() == 1 {
+				if p.Inference.Load() == 1 {
 					owner = i
 				}
 			}
@@ -114,7 +114,7 @@ func TestPDAffinitySurvivesAnUnrelatedHotPrefillWorker(t *testing.T) {
 			r.loads.SetRemote(affinity.WorkerID(owner+1), 4)
 			r.loads.SetRemote(affinity.WorkerID(hot+1), 300)
 			post(t, r.url, "/v1/completions", completion(prompt+" next turn", false))
-			if kept := prefill[owner].requests.Load() == 2; kept != tc.keeps {
+			if kept := prefill[owner].Inference.Load() == 2; kept != tc.keeps {
 				t.Fatalf("second turn stayed on its prefill worker: %v, want %v", kept, tc.keeps)
 			}
 		})
@@ -127,7 +127,7 @@ func TestPDAffinitySurvivesAnUnrelatedHotPrefillWorker(t *testing.T) {
 func TestPDDecodeGuardIsHeldFromDispatch(t *testing.T) {
 	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
 	for _, p := range prefill {
-		p.slow.Store(true)
+		p.Set(fakeworker.Hold())
 	}
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	var wg sync.WaitGroup
@@ -138,38 +138,39 @@ func TestPDDecodeGuardIsHeldFromDispatch(t *testing.T) {
 			post(t, r.url, "/v1/completions", completion(fmt.Sprint("cold prompt ", i), false))
 		}()
 	}
-	waitFor(t, "both prefills to start", func() bool { return prefill[0].requests.Load()+prefill[1].requests.Load() == 2 })
+	waitFor(t, "both prefills to start", func() bool { return prefill[0].Inference.Load()+prefill[1].Inference.Load() == 2 })
 	if r.load(3) != 1 || r.load(4) != 1 {
 		t.Fatalf("decode loads %d and %d during the prefill, want 1 and 1", r.load(3), r.load(4))
 	}
 	for _, p := range prefill {
-		p.open()
+		p.Open()
 	}
 	wg.Wait()
-	if decode[0].requests.Load() != 1 || decode[1].requests.Load() != 1 || r.totalLoad() != 0 {
-		t.Fatalf("decode requests %d/%d, load %d", decode[0].requests.Load(), decode[1].requests.Load(), r.totalLoad())
+	if decode[0].Inference.Load() != 1 || decode[1].Inference.Load() != 1 || r.totalLoad() != 0 {
+		t.Fatalf("decode requests %d/%d, load %d", decode[0].Inference.Load(), decode[1].Inference.Load(), r.totalLoad())
 	}
 }
 
 func TestPDClientLeavingDuringPrefillNeverCallsDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
-	prefill[0].hold.Store(true)
+	prefill[0].Set(fakeworker.Hold())
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the prefill to start", func() bool { return prefill[0].requests.Load() == 1 })
+	waitFor(t, "the prefill to start", func() bool { return prefill[0].Inference.Load() == 1 })
 	if r.load(1) != 1 || r.load(2) != 1 {
 		t.Fatalf("loads prefill %d decode %d, want 1 and 1", r.load(1), r.load(2))
 	}
 	conn.Close()
-	waitFor(t, "the prefill worker to see its connection closed", func() bool { return prefill[0].aborted.Load() == 1 })
+	waitFor(t, "the prefill worker to see its connection closed", func() bool { return prefill[0].HungUp.Load() == 1 })
 	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
-	if decode[0].requests.Load() != 0 {
+	if decode[0].Inference.Load() != 0 {
 		t.Fatal("decode was called for a client that had left")
 	}
 }
 
 func TestPDClientLeavingDuringDecodeStreamReleasesBothRoles(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	decode[0].Set(fakeworker.StreamHeld(3))
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	conn, br := rawPost(t, r.url, "/v1/completions", completion("x", true))
 	resp, err := http.ReadResponse(br, nil)
@@ -183,14 +184,14 @@ func TestPDClientLeavingDuringDecodeStreamReleasesBothRoles(t *testing.T) {
 		t.Fatalf("mid-stream loads prefill %d decode %d, want 0 and 1", r.load(1), r.load(2))
 	}
 	conn.Close()
-	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].aborted.Load() == 1 })
+	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].HungUp.Load() == 1 })
 	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
 }
 
 func TestPDRetriesEachPhaseOnAnotherWorker(t *testing.T) {
 	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
-	prefill[0].status.Store(503)
-	decode[0].status.Store(503)
+	prefill[0].Set(fakeworker.Status(503, induced))
+	decode[0].Set(fakeworker.Status(503, induced))
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	for i := range 3 {
 		resp, out := post(t, r.url, "/v1/completions", completion(fmt.Sprint("prompt ", i), false))
@@ -198,8 +199,8 @@ func TestPDRetriesEachPhaseOnAnotherWorker(t *testing.T) {
 			t.Fatalf("status %d from %s: %s", resp.StatusCode, resp.Header.Get("x-worker-id"), out)
 		}
 	}
-	if prefill[1].requests.Load() != 3 || r.totalLoad() != 0 {
-		t.Fatalf("good prefill saw %d requests, load %d", prefill[1].requests.Load(), r.totalLoad())
+	if prefill[1].Inference.Load() != 3 || r.totalLoad() != 0 {
+		t.Fatalf("good prefill saw %d requests, load %d", prefill[1].Inference.Load(), r.totalLoad())
 	}
 }
 
@@ -210,7 +211,7 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	waitFor(t, "the prefill half", func() bool { return prefill[0].requests.Load() == 1 })
+	waitFor(t, "the prefill half", func() bool { return prefill[0].Inference.Load() == 1 })
 	p, d := lastJSON(t, prefill[0]), lastJSON(t, decode[0])
 	if p["bootstrap_room"] == nil || p["bootstrap_room"] != d["bootstrap_room"] || d["bootstrap_host"] != "127.0.0.1" {
 		t.Fatalf("prefill %v decode %v", p, d)
@@ -222,13 +223,69 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 // decode cannot finish without its prefill; the client gets a 502 at once.
 func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
-	prefill[0].status.Store(500)
-	decode[0].hold.Store(true) // the decode waits for KV that never comes
+	prefill[0].Set(fakeworker.Status(500, induced))
+	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
 	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
 	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
 	if resp.StatusCode != 502 || !strings.Contains(out, "prefill failed") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].aborted.Load() == 1 })
+	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].HungUp.Load() == 1 })
 	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+}
+
+// TestPDPrefillClientErrorGoesStraightBack: a prefill 4xx is the client's
+// mistake: it is not retried on other prefill workers, and no decode runs.
+func TestPDPrefillClientErrorGoesStraightBack(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 1)
+	for _, p := range prefill {
+		p.Set(fakeworker.Status(400, `{"error":{"message":"max_tokens is too large"}}`))
+	}
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	resp, out := post(t, r.url, "/v1/completions", completion("x", false))
+	if resp.StatusCode != 400 || out != `{"error":{"message":"max_tokens is too large"}}` {
+		t.Fatalf("status %d %s, want the prefill worker's 400", resp.StatusCode, out)
+	}
+	if n := prefill[0].Inference.Load() + prefill[1].Inference.Load(); n != 1 || decode[0].Inference.Load() != 0 {
+		t.Fatalf("%d prefill attempts and %d decodes, want 1 and 0", n, decode[0].Inference.Load())
+	}
+	if metric(t, r, "vllm_router_retries_total") != 0 || r.totalLoad() != 0 {
+		t.Fatalf("retries %v load %d", metric(t, r, "vllm_router_retries_total"), r.totalLoad())
+	}
+}
+
+func TestPDAClientThatLeavesIsNoPDError(t *testing.T) {
+	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
+	prefill[0].Set(fakeworker.Hold())
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
+	waitFor(t, "the prefill to start", func() bool { return prefill[0].Inference.Load() == 1 })
+	conn.Close()
+	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+	waitFor(t, "the request to be counted", func() bool {
+		return metric(t, r, `vllm_router_requests_total{route="/v1/completions"}`) == 1
+	})
+	for _, phase := range []string{"prefill", "decode"} {
+		if n := metric(t, r, fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase)); n != 0 {
+			t.Fatalf("%s errors %v for a client that left", phase, n)
+		}
+	}
+}
+
+// TestPDCacheOutcomeIsCountedOncePerRequestAndRole: a retried prefill and a
+// least_load decode add nothing to the cache counters.
+func TestPDCacheOutcomeIsCountedOncePerRequestAndRole(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 2)
+	prefill[0].Set(fakeworker.Sequence(fakeworker.Status(503, induced), fakeworker.Default()))
+	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
+	prompt := strings.Repeat("a long agentic context. ", 20)
+	for i := range 4 {
+		if resp, out := post(t, r.url, "/v1/completions", completion(prompt+fmt.Sprint(i), false)); resp.StatusCode != 200 {
+			t.Fatalf("status %d %s", resp.StatusCode, out)
+		}
+	}
+	hits, misses := metric(t, r, "vllm_router_cache_hits_total"), metric(t, r, "vllm_router_cache_misses_total")
+	if hits != 3 || misses != 1 {
+		t.Fatalf("hits %v misses %v, want 3 and 1", hits, misses)
+	}
 }

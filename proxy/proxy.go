@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,101 +12,12 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
-
-// Config holds the request-path settings of a replica. Zero values take the
-// defaults of DefaultConfig.
-type Config struct {
-	// MaxPayloadSize is the largest request body accepted, in bytes
-	// (--max-payload-size, default 512 MiB). A body exactly this size is
-	// routed; one byte more is refused with 413 before any worker is
-	// contacted.
-	MaxPayloadSize int
-	// RequestTimeout bounds one upstream attempt, streaming included
-	// (--request-timeout-secs, default 1800 s).
-	RequestTimeout time.Duration
-	// MaxConcurrentRequests caps inference requests in flight on this
-	// replica; beyond it clients get 429 (--max-concurrent-requests, 0 =
-	// no cap).
-	MaxConcurrentRequests int
-	// Retry says when and how a failed attempt is retried.
-	Retry Retry
-	// RequestIDHeaders are the client headers that may carry a request id,
-	// in order of preference (--request-id-headers).
-	RequestIDHeaders []string
-	// APIKey, when set, is sent to workers as a bearer token on requests
-	// that carry no Authorization of their own (--api-key).
-	APIKey string
-	// DialTimeout bounds connecting to a worker (default 10 s).
-	DialTimeout time.Duration
-	// BlockSize is the index's block size in bytes (--block-size), to turn a
-	// worker's KV capacity into its index budget; 0 leaves budgets alone.
-	BlockSize int
-}
-
-// Retry configures retries. Attempts happen only before any byte of the
-// response reached the client, on connect errors and retryable statuses.
-type Retry struct {
-	MaxAttempts    int           // in total, first included (--retry-max-retries, default 5)
-	InitialBackoff time.Duration // --retry-initial-backoff-ms, default 50 ms
-	MaxBackoff     time.Duration // --retry-max-backoff-ms, default 30 s
-	Multiplier     float64       // default 1.5
-	Jitter         float64       // fraction of the backoff, default 0.2
-}
-
-// DefaultConfig returns the reference routers' defaults.
-func DefaultConfig() Config {
-	return Config{
-		MaxPayloadSize:   512 << 20,
-		RequestTimeout:   1800 * time.Second,
-		Retry:            Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
-		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
-		DialTimeout:      10 * time.Second,
-	}
-}
-
-// Health is what the proxy needs of worker health: whether a worker may get
-// traffic, and a tracker per attempt that it reports outcomes to. Begin
-// fails when the worker's circuit refuses the attempt (open, or half-open
-// with its trial slots taken); the proxy then picks another worker.
-type Health interface {
-	Eligible(affinity.WorkerID) bool
-	Begin(affinity.WorkerID) (Attempt, error)
-}
-
-// Attempt receives the outcome of one attempt on one worker.
-type Attempt interface {
-	// Progress reports a first byte or a stream chunk carrying tokens.
-	Progress(tokens int)
-	// End reports how the attempt ended; calls after the first do nothing.
-	End(Outcome)
-}
-
-// Outcome is how an attempt ended, as the circuit breaker should see it.
-type Outcome int
-
-const (
-	// Succeeded: the worker answered with a status below 500.
-	Succeeded Outcome = iota
-	// Failed: a 5xx, a connect error, a reset or a timeout.
-	Failed
-	// Canceled: the client left; it says nothing about the worker.
-	Canceled
-)
-
-// outcomeOf maps an upstream status to an Outcome.
-func outcomeOf(status int) Outcome {
-	if status >= 500 {
-		return Failed
-	}
-	return Succeeded
-}
 
 // Deps are what a Proxy is built from.
 type Deps struct {
@@ -134,6 +46,10 @@ type Proxy struct {
 	inflight atomic.Int64
 	pd       *disaggregation
 	server   *fasthttp.Server
+	edgesMu  sync.Mutex
+	edges    []*edgeListener
+	keys     apiKeys
+	cert     *serverCert // nil: the client listener speaks plain HTTP
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -151,13 +67,20 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		deps.Health = allHealthy{}
 	}
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger}
+	p.keys.replace(p.cfg.APIKeys)
+	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
+		var err error
+		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {
+			return nil, err
+		}
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
 		}
 	}
-	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout)
+	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, p.log)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	if deps.PD != nil {
 		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
@@ -170,51 +93,55 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		defer p.wg.Done()
 		p.discover(p.ctx)
 	}()
+	edge := p.cfg.Edge
 	p.server = &fasthttp.Server{
-		Handler:                       p.Handler,
-		Name:                          "kvrouter",
-		MaxRequestBodySize:            p.cfg.MaxPayloadSize,
-		ErrorHandler:                  p.serverError,
-		IdleTimeout:                   90 * time.Second,
-		NoDefaultServerHeader:         true,
-		DisableHeaderNamesNormalizing: false,
-		CloseOnShutdown:               true,
-		Logger:                        fasthttpLogger{deps.Logger},
+		Handler:            p.Handler,
+		Name:               "kvrouter",
+		MaxRequestBodySize: p.cfg.MaxPayloadSize,
+		ReadBufferSize:     edge.MaxHeaderSize,
+		ReadTimeout:        edge.HeaderReadTimeout, // then BodyReadTimeout, from the end of the headers
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: edge.BodyReadTimeout}
+		},
+		WriteTimeout:          edge.WriteTimeout, // a stream renews it before each chunk
+		IdleTimeout:           edge.IdleTimeout,
+		ErrorHandler:          p.serverError,
+		ExpectHandler:         p.expect,
+		NoDefaultServerHeader: true,
+		CloseOnShutdown:       true,
+		SecureErrorLogMessage: true, // never log or echo request bytes (Authorization among them)
+		Logger:                fasthttpLogger{deps.Logger},
 	}
 	return p, nil
-}
-
-func withDefaults(c Config) Config {
-	d := DefaultConfig()
-	if c.MaxPayloadSize <= 0 {
-		c.MaxPayloadSize = d.MaxPayloadSize
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = d.RequestTimeout
-	}
-	if c.Retry.MaxAttempts <= 0 {
-		c.Retry.MaxAttempts = d.Retry.MaxAttempts
-	}
-	if c.Retry.Multiplier < 1 {
-		c.Retry.Multiplier = d.Retry.Multiplier
-	}
-	if c.Retry.MaxBackoff <= 0 {
-		c.Retry.MaxBackoff = d.Retry.MaxBackoff
-	}
-	if len(c.RequestIDHeaders) == 0 {
-		c.RequestIDHeaders = d.RequestIDHeaders
-	}
-	if c.DialTimeout <= 0 {
-		c.DialTimeout = d.DialTimeout
-	}
-	return c
 }
 
 // Fleet returns the proxy's view of the workers.
 func (p *Proxy) Fleet() *Fleet { return p.fleet }
 
 // Serve answers connections from ln until Shutdown.
-func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
+func (p *Proxy) Serve(ln net.Listener) error {
+	el := newEdgeListener(ln, p.cfg.Edge.MaxConnections, p.log)
+	p.edgesMu.Lock()
+	p.edges = append(p.edges, el)
+	p.edgesMu.Unlock()
+	var served net.Listener = el
+	if p.cert != nil {
+		served = tls.NewListener(el, p.cert.config())
+	}
+	return p.server.Serve(served)
+}
+
+// accepting reports whether every listener takes new connections.
+func (p *Proxy) accepting() bool {
+	p.edgesMu.Lock()
+	defer p.edgesMu.Unlock()
+	for _, el := range p.edges {
+		if !el.accepting() {
+			return false
+		}
+	}
+	return true
+}
 
 // Shutdown stops accepting, ends open connections and waits for background
 // work of the proxy.
@@ -222,16 +149,28 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
 	p.cancel()
 	p.wg.Wait()
+	p.edgesMu.Lock()
+	for _, el := range p.edges {
+		el.stopLingering()
+	}
+	p.edgesMu.Unlock()
 	p.fleet.close()
 	return err
 }
 
 // Handler routes one request.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
+	if ec := edgeOf(ctx.Conn()); ec != nil && ec.overLimit {
+		p.refuseConnection(ctx, ec)
+		return
+	}
 	if p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
 	path := ctx.Path()
+	if bytes.HasPrefix(path, []byte("/v1/")) && !p.authorized(ctx) {
+		return
+	}
 	switch {
 	case ctx.IsPost() && bytes.Equal(path, []byte("/v1/completions")):
 		p.serveInference(ctx, completions)
@@ -252,12 +191,22 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	}
 }
 
+// refuseConnection answers every request of a connection accepted past
+// --max-connections with 503, and closes it.
+func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
+	ec.lingerOnClose()
+	ctx.SetConnectionClose()
+	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
+		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
+}
+
 func (p *Proxy) serveReadiness(ctx *fasthttp.RequestCtx) {
 	loaded := p.deps.RegistryLoaded == nil || p.deps.RegistryLoaded()
-	if !loaded || p.fleet.view().eligible == 0 {
+	accepting := p.accepting()
+	if !loaded || !accepting || p.fleet.view().eligible == 0 {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `}`)
+		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `,"accepting":` + boolJSON(accepting) + `}`)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -272,13 +221,40 @@ func boolJSON(b bool) string {
 }
 
 // serverError answers errors fasthttp meets before a handler runs: an
-// oversized body above all, which is refused before any worker is chosen.
+// oversized body (413) or header (431) above all, which are refused before
+// any worker is chosen. The client may still be sending, so the connection
+// lingers: it reads the answer instead of a reset. The message never echoes
+// what the client sent.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		writeError(ctx, errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", p.cfg.MaxPayloadSize))
-		return
+	if ec, ok := ctx.Conn().(*edgeConn); ok {
+		ec.lingerOnClose()
 	}
-	writeError(ctx, errorf(ErrBadRequest, "cannot read request: %v", err))
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, p.tooLarge())
+	case errors.As(err, &small):
+		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
+			fmt.Sprintf("request line and headers exceed the limit of %d bytes", p.cfg.Edge.MaxHeaderSize))
+	case isTimeout(err):
+		writeErrorStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
+	default:
+		writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
+	}
+}
+
+func (p *Proxy) tooLarge() error {
+	return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", p.cfg.MaxPayloadSize)
+}
+
+// expect answers "Expect: 100-continue": a body announced over the limit is
+// refused with 413 before the client sends it.
+func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
+	if n := ctx.Request.Header.ContentLength(); n > p.cfg.MaxPayloadSize {
+		writeError(ctx, p.tooLarge())
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
 }
 
 // requestID returns the client's request id, or a new one.
@@ -300,14 +276,3 @@ type fasthttpLogger struct{ log *slog.Logger }
 func (l fasthttpLogger) Printf(format string, args ...any) {
 	l.log.Debug(fmt.Sprintf(format, args...), "component", "http")
 }
-
-// allHealthy is the health of a proxy that tracks none.
-type allHealthy struct{}
-
-func (allHealthy) Eligible(affinity.WorkerID) bool          { return true }
-func (allHealthy) Begin(affinity.WorkerID) (Attempt, error) { return noAttempt{}, nil }
-
-type noAttempt struct{}
-
-func (noAttempt) Progress(int) {}
-func (noAttempt) End(Outcome)  {}

@@ -5,15 +5,22 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/fakeworker"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+func TestMain(m *testing.M) {
+	if w := os.Getenv(edgeChildEnv); w != "" {
+		runEdgeChild(w)
+	}
+	leaktest.Main(m)
+}
 
 func completion(prompt string, stream bool) string {
 	return fmt.Sprintf(`{"model":"m","prompt":%q,"stream":%v,"max_tokens":4}`, prompt, stream)
@@ -32,8 +39,8 @@ func TestProxiesACompletionWithHeadersAndRequestID(t *testing.T) {
 	if resp.Header.Get("Keep-Alive") != "" {
 		t.Fatal("hop-by-hop header Keep-Alive crossed the proxy")
 	}
-	if w.lastBody.Load() != completion("hello", false) {
-		t.Fatalf("worker got %v", w.lastBody.Load())
+	if w.LastBody() != completion("hello", false) {
+		t.Fatalf("worker got %v", w.LastBody())
 	}
 	if r.totalLoad() != 0 {
 		t.Fatalf("load %d after the response", r.totalLoad())
@@ -56,7 +63,7 @@ func TestClientRequestIDIsKept(t *testing.T) {
 }
 
 func TestSamePromptSticksToOneWorker(t *testing.T) {
-	ws := []*fakeWorker{startFake(t, "w1"), startFake(t, "w2"), startFake(t, "w3")}
+	ws := []*fakeworker.Worker{startFake(t, "w1"), startFake(t, "w2"), startFake(t, "w3")}
 	r := startRouter(t, Config{}, ws...)
 	prompt := strings.Repeat("a long shared conversation prefix. ", 20)
 	first, _ := post(t, r.url, "/v1/completions", completion(prompt, false))
@@ -81,7 +88,7 @@ func TestBodyAtTheLimitIsRoutedAndOneByteMoreIsRefused(t *testing.T) {
 	if resp.StatusCode != 413 || !strings.Contains(b, `"error"`) {
 		t.Fatalf("one byte over: %d %s", resp.StatusCode, b)
 	}
-	if n := w.requests.Load(); n != 1 {
+	if n := w.Inference.Load(); n != 1 {
 		t.Fatalf("worker saw %d requests, want only the one at the limit", n)
 	}
 }
@@ -102,7 +109,7 @@ func TestBadRequestsNeverReachAWorker(t *testing.T) {
 			t.Errorf("%s %s: %d %s", tc.path, tc.body, resp.StatusCode, b)
 		}
 	}
-	if w.requests.Load() != 0 {
+	if w.Inference.Load() != 0 {
 		t.Fatal("a bad request reached the worker")
 	}
 }
@@ -110,12 +117,12 @@ func TestBadRequestsNeverReachAWorker(t *testing.T) {
 func TestUnknownModelIs404AndNoEligibleWorkerIs503(t *testing.T) {
 	w := startFake(t, "w1")
 	r := startRouter(t, Config{}, w)
-	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.url, Role: RoleRegular, Model: "m"}})
+	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.URL, Role: RoleRegular, Model: "m"}})
 	resp, b := post(t, r.url, "/v1/completions", `{"model":"other","prompt":"x"}`)
 	if resp.StatusCode != 404 || !strings.Contains(b, "other") {
 		t.Fatalf("unknown model: %d %s", resp.StatusCode, b)
 	}
-	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.url, Role: RoleRegular, Model: "m", Draining: true}})
+	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.URL, Role: RoleRegular, Model: "m", Draining: true}})
 	if resp, b := post(t, r.url, "/v1/completions", completion("x", false)); resp.StatusCode != 503 {
 		t.Fatalf("no eligible worker: %d %s", resp.StatusCode, b)
 	}
@@ -123,7 +130,7 @@ func TestUnknownModelIs404AndNoEligibleWorkerIs503(t *testing.T) {
 
 func TestRetriesOnAnotherWorkerAfterA503(t *testing.T) {
 	bad, good := startFake(t, "bad"), startFake(t, "good")
-	bad.status.Store(503)
+	bad.Set(fakeworker.Status(503, induced))
 	r := startRouter(t, Config{}, bad, good)
 	for i := range 4 {
 		resp, body := post(t, r.url, "/v1/completions", completion(fmt.Sprint("p", i), false))
@@ -142,27 +149,10 @@ func TestRetriesAfterAConnectError(t *testing.T) {
 	ln.Close() // nothing listens there any more
 	good := startFake(t, "good")
 	r := startRouter(t, Config{}, good)
-	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: deadURL, Role: RoleRegular}, {ID: 2, URL: good.url, Role: RoleRegular}})
+	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: deadURL, Role: RoleRegular}, {ID: 2, URL: good.URL, Role: RoleRegular}})
 	resp, _ := post(t, r.url, "/v1/completions", completion("x", false))
 	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "good" || r.totalLoad() != 0 {
 		t.Fatalf("status %d from %q, load %d", resp.StatusCode, resp.Header.Get("x-worker-id"), r.totalLoad())
-	}
-}
-
-func TestLastAttemptPassesTheUpstreamErrorThrough(t *testing.T) {
-	w1, w2 := startFake(t, "w1"), startFake(t, "w2")
-	w1.status.Store(500)
-	w2.status.Store(500)
-	r := startRouter(t, Config{Retry: Retry{MaxAttempts: 3}}, w1, w2)
-	resp, body := post(t, r.url, "/v1/completions", completion("x", false))
-	if resp.StatusCode != 502 || !strings.Contains(body, "answered 500") {
-		t.Fatalf("status %d %s, want 502 naming the upstream status", resp.StatusCode, body)
-	}
-	if got := w1.requests.Load() + w2.requests.Load(); got != 2 {
-		t.Fatalf("%d attempts, want one per worker", got)
-	}
-	if r.totalLoad() != 0 {
-		t.Fatalf("load %d after failed attempts", r.totalLoad())
 	}
 }
 
@@ -170,6 +160,7 @@ func TestLastAttemptPassesTheUpstreamErrorThrough(t *testing.T) {
 // still holds the rest back.
 func TestStreamIsRelayedEventByEvent(t *testing.T) {
 	w := startFake(t, "w1")
+	w.Set(fakeworker.StreamHeld(3))
 	r := startRouter(t, Config{}, w)
 	conn, br := rawPost(t, r.url, "/v1/completions", completion("x", true))
 	defer conn.Close()
@@ -185,7 +176,7 @@ func TestStreamIsRelayedEventByEvent(t *testing.T) {
 	if r.totalLoad() != 1 {
 		t.Fatalf("load %d while streaming, want 1", r.totalLoad())
 	}
-	w.open()
+	w.Open()
 	rest := readAll(t, events)
 	if !strings.HasSuffix(rest, "data: [DONE]\n\n") {
 		t.Fatalf("rest of stream %q", rest)
@@ -197,6 +188,7 @@ func TestStreamIsRelayedEventByEvent(t *testing.T) {
 // hear of it (its connection closes) and the load must go back to zero.
 func TestClientDisconnectMidStreamReleasesLoadAndClosesUpstream(t *testing.T) {
 	w := startFake(t, "w1")
+	w.Set(fakeworker.StreamHeld(3))
 	r := startRouter(t, Config{}, w)
 	conn, br := rawPost(t, r.url, "/v1/completions", completion("x", true))
 	resp, err := http.ReadResponse(br, nil)
@@ -207,7 +199,7 @@ func TestClientDisconnectMidStreamReleasesLoadAndClosesUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.aborted.Load() == 1 })
+	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
 	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
 }
 
@@ -215,18 +207,18 @@ func TestClientDisconnectMidStreamReleasesLoadAndClosesUpstream(t *testing.T) {
 // non-streaming request whose client leaves while the worker still computes.
 func TestClientDisconnectBeforeTheAnswerReleasesLoadAndClosesUpstream(t *testing.T) {
 	w := startFake(t, "w1")
-	w.hold.Store(true)
+	w.Set(fakeworker.Hold())
 	r := startRouter(t, Config{}, w)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the request to reach the worker", func() bool { return w.requests.Load() == 1 })
+	waitFor(t, "the request to reach the worker", func() bool { return w.Inference.Load() == 1 })
 	if r.totalLoad() != 1 {
 		t.Fatalf("load %d while waiting, want 1", r.totalLoad())
 	}
 	conn.Close()
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.aborted.Load() == 1 })
+	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
 	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
-	if w.requests.Load() != 1 {
-		t.Fatalf("a client that left was retried: %d requests", w.requests.Load())
+	if w.Inference.Load() != 1 {
+		t.Fatalf("a client that left was retried: %d requests", w.Inference.Load())
 	}
 }
 
@@ -250,7 +242,7 @@ func TestReadinessNeedsAnEligibleWorker(t *testing.T) {
 	if resp, _ := get(t, r.url+"/readiness"); resp.StatusCode != 503 {
 		t.Fatalf("ready with no worker: %d", resp.StatusCode)
 	}
-	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.url, Role: RoleRegular}})
+	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.URL, Role: RoleRegular}})
 	if resp, _ := get(t, r.url+"/readiness"); resp.StatusCode != 200 {
 		t.Fatalf("not ready with a worker: %d", resp.StatusCode)
 	}
@@ -293,8 +285,8 @@ func rawPost(t *testing.T, base, path, body string) (net.Conn, *bufio.Reader) {
 // for its /v1/models; the union is served, and other models are a 404.
 func TestModelsComeFromTheWorkers(t *testing.T) {
 	a, b := startFake(t, "a"), startFake(t, "b")
-	a.models.Store("llama")
-	b.models.Store("qwen")
+	a.SetModels("llama")
+	b.SetModels("qwen")
 	r := startRouter(t, Config{}, a, b)
 	waitFor(t, "both workers' models", func() bool {
 		_, body := get(t, r.url+"/v1/models")
@@ -325,7 +317,7 @@ func TestKVCapacityIsReadFromVLLMMetrics(t *testing.T) {
 // in the index, however much was routed to it.
 func TestIndexForgetsWhenTheEngineWould(t *testing.T) {
 	w := startFake(t, "small")
-	w.metrics.Store(`vllm:cache_config_info{block_size="16",num_gpu_blocks="4"} 1` + "\n")
+	w.SetMetrics(fakeworker.Text(`vllm:cache_config_info{block_size="16",num_gpu_blocks="4"} 1` + "\n"))
 	r := startRouter(t, Config{BlockSize: 16}, w)
 	waitFor(t, "the capacity to be read", func() bool {
 		post(t, r.url, "/v1/completions", completion(strings.Repeat("x", 1000), false))
@@ -337,8 +329,8 @@ func TestIndexForgetsWhenTheEngineWould(t *testing.T) {
 // that carry the same X-Session-ID go to one worker whatever their prompt.
 func TestConsistentHashFollowsTheSessionHeader(t *testing.T) {
 	ws := []Worker{}
-	for i, f := range []*fakeWorker{startFake(t, "a"), startFake(t, "b"), startFake(t, "c"), startFake(t, "d")} {
-		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: f.url, Role: RoleRegular})
+	for i, f := range []*fakeworker.Worker{startFake(t, "a"), startFake(t, "b"), startFake(t, "c"), startFake(t, "d")} {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: f.URL, Role: RoleRegular})
 	}
 	r := startRouterWith(t, Config{}, "", affinity.PolicyConsistentHash, ws)
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+
 	"github.com/valyala/fastjson"
 	"github.com/zeebo/xxh3"
 )
@@ -42,6 +44,9 @@ func parseInference(ep endpoint, body []byte) (inference, error) {
 	}
 	if v.Type() != fastjson.TypeObject {
 		return inference{}, errorf(ErrBadRequest, "the body must be a JSON object")
+	}
+	if err := uniqueKeys(v, "the body"); err != nil {
+		return inference{}, err
 	}
 	var in inference
 	if in.model, err = stringField(v, "model"); err != nil {
@@ -119,27 +124,75 @@ func renderMessages(m *fastjson.Value) ([]byte, error) {
 		if msg.Type() != fastjson.TypeObject {
 			return nil, errorf(ErrBadRequest, "messages[%d] must be an object", i)
 		}
+		if err := uniqueKeys(msg, fmt.Sprintf("messages[%d]", i)); err != nil {
+			return nil, err
+		}
 		out = append(out, msg.GetStringBytes("role")...)
 		out = append(out, '\n')
-		out = appendContent(out, msg.Get("content"))
+		if out, err = appendContent(out, msg.Get("content"), i); err != nil {
+			return nil, err
+		}
 		out = append(out, '\n')
 	}
 	return out, nil
 }
 
-func appendContent(out []byte, c *fastjson.Value) []byte {
+func appendContent(out []byte, c *fastjson.Value, msg int) ([]byte, error) {
 	if c == nil {
-		return out
+		return out, nil
 	}
 	switch c.Type() {
 	case fastjson.TypeString:
-		return append(out, c.GetStringBytes()...)
+		return append(out, c.GetStringBytes()...), nil
 	case fastjson.TypeArray:
-		for _, part := range c.GetArray() {
+		for j, part := range c.GetArray() {
+			if part.Type() == fastjson.TypeObject {
+				if err := uniqueKeys(part, fmt.Sprintf("messages[%d].content[%d]", msg, j)); err != nil {
+					return nil, err
+				}
+			}
 			out = append(out, part.GetStringBytes("text")...)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// uniqueKeys refuses an object that names a key twice. fastjson reads the
+// first of them and the engines' JSON parsers the last, so the router would
+// route (and count, and check) another request than the one the worker
+// answers.
+func uniqueKeys(v *fastjson.Value, where string) error {
+	o, _ := v.Object()
+	var small [16][]byte
+	keys := small[:0]
+	var many map[string]struct{} // past 16 keys, so a stranger's huge object costs linear time
+	var dup []byte
+	o.Visit(func(k []byte, _ *fastjson.Value) {
+		switch {
+		case dup != nil:
+		case many != nil:
+			if _, ok := many[string(k)]; ok {
+				dup = k
+			}
+			many[string(k)] = struct{}{}
+		default:
+			for _, s := range keys {
+				if string(s) == string(k) {
+					dup = k
+				}
+			}
+			if keys = append(keys, k); len(keys) == len(small) {
+				many = make(map[string]struct{}, 2*len(small))
+				for _, s := range keys {
+					many[string(s)] = struct{}{}
+				}
+			}
+		}
+	})
+	if dup != nil {
+		return errorf(ErrBadRequest, "%s names the key %q twice", where, dup)
+	}
+	return nil
 }
 
 // sessionKey is the consistent_hash key: the X-Session-ID header, else the

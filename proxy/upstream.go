@@ -7,11 +7,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // upstream is the connection pool of one worker. It speaks HTTP/1.1 with
@@ -19,12 +22,19 @@ import (
 // an attempt can be aborted at any moment, waiting for headers included, by
 // closing its connection: that is how a client's disconnect reaches the
 // engine, which then stops generating.
+//
+// A connection goes back to the pool only when its last response was read
+// exactly to its end, both sides keep it alive, and nothing more waits on
+// it; an idle connection is looked at again before reuse. A worker that
+// writes past its own framing can therefore never hand one client's bytes
+// to the next.
 type upstream struct {
 	addr        string
 	tls         bool
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	maxIdle     int
+	hosts       workerurl.HostPolicy
 
 	mu     sync.Mutex
 	idle   []*upConn
@@ -41,35 +51,64 @@ type upConn struct {
 	stop     func() bool // cancels the abort hook of the current exchange
 }
 
-func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int) *upstream {
-	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle}
+func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, hosts workerurl.HostPolicy) *upstream {
+	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, hosts: hosts}
 }
 
-// acquire returns an idle connection, or dials a new one.
-func (u *upstream) acquire() (*upConn, error) {
-	u.mu.Lock()
-	for len(u.idle) > 0 {
-		c := u.idle[len(u.idle)-1]
-		u.idle = u.idle[:len(u.idle)-1]
-		if time.Since(c.lastUsed) < u.idleTimeout {
-			u.mu.Unlock()
+// acquire returns a quiet idle connection, or dials a new one.
+func (u *upstream) acquire(ctx context.Context, deadline time.Time) (*upConn, error) {
+	if c := u.takeIdle(); c != nil {
+		return c, nil
+	}
+	return u.dial(ctx, deadline)
+}
+
+// takeIdle pops the most recently used idle connection that is still
+// usable, closing the stale ones it meets. The look at each is made outside
+// the lock.
+func (u *upstream) takeIdle() *upConn {
+	for {
+		c := u.pop()
+		if c == nil {
+			return nil
+		}
+		if time.Since(c.lastUsed) < u.idleTimeout && c.quiet() {
 			c.reused = true
-			return c, nil
+			return c
 		}
 		c.Close()
 	}
-	u.mu.Unlock()
-	return u.dial()
 }
 
-func (u *upstream) dial() (*upConn, error) {
-	d := net.Dialer{Timeout: u.dialTimeout}
+func (u *upstream) pop() *upConn {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.idle) == 0 {
+		return nil
+	}
+	c := u.idle[len(u.idle)-1]
+	u.idle = u.idle[:len(u.idle)-1]
+	return c
+}
+
+// quiet reports whether nothing waits to be read on an idle connection: no
+// stray bytes the worker sent unasked and no FIN.
+func (c *upConn) quiet() bool {
+	if c.br.Buffered() > 0 {
+		return false
+	}
+	s := peek(c.Conn, false)
+	return s == peekEmpty || s == peekUnknown
+}
+
+func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
+	d := net.Dialer{Timeout: u.dialTimeout, Deadline: deadline, Control: u.allowDestination}
 	var conn net.Conn
 	var err error
 	if u.tls {
-		conn, err = (&tls.Dialer{NetDialer: &d}).Dial("tcp", u.addr)
+		conn, err = (&tls.Dialer{NetDialer: &d}).DialContext(ctx, "tcp", u.addr)
 	} else {
-		conn, err = d.Dial("tcp", u.addr)
+		conn, err = d.DialContext(ctx, "tcp", u.addr)
 	}
 	if err != nil {
 		return nil, err
@@ -77,14 +116,26 @@ func (u *upstream) dial() (*upConn, error) {
 	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
 }
 
-// release returns c to the pool when its last response was read whole and
-// the worker keeps the connection open; otherwise it closes c.
+// allowDestination refuses, before a connection is made, an address the
+// worker host policy refuses: a name that resolves to a metadata address
+// reaches nothing.
+func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return err
+	}
+	return u.hosts.AllowsIP(ap.Addr())
+}
+
+// release returns c to the pool when reusable (its last response was read
+// exactly to its end and the worker keeps the connection open) and nothing
+// more is buffered on it; otherwise it closes c.
 func (u *upstream) release(c *upConn, reusable bool) {
 	if c.stop != nil && !c.stop() {
 		reusable = false // the abort hook fired: c is closed
 	}
 	c.stop = nil
-	if !reusable {
+	if !reusable || c.br.Buffered() > 0 {
 		c.Close()
 		return
 	}
@@ -114,11 +165,15 @@ func (u *upstream) close() {
 // exchange sends req and reads the response headers into resp; the body is
 // left on the connection, readable through resp.BodyStream(). The caller
 // must hand the returned connection back with release once the body is done.
-// Cancelling ctx closes the connection, whatever the exchange is waiting on.
+// Cancelling ctx closes the connection, whatever the exchange is waiting on,
+// and the exchange then fails with ctx's cause.
 func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
 	for {
-		c, err := u.acquire()
+		c, err := u.acquire(ctx, deadline)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
 			return nil, &dialError{err}
 		}
 		c.stop = context.AfterFunc(ctx, func() { c.Close() })
@@ -129,7 +184,7 @@ func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fa
 		c.stop()
 		c.Close()
 		if ctx.Err() != nil {
-			return nil, ErrClientGone
+			return nil, context.Cause(ctx)
 		}
 		if c.reused && staleConn(err) {
 			continue // the worker closed an idle connection: nothing was processed

@@ -58,6 +58,9 @@ func TestNormalizeURL(t *testing.T) {
 		"http://h:8000/Prefix/v1/":   "http://h:8000/Prefix/v1",
 		" http://h:8000 ":            "http://h:8000",
 		"http://h:00080":             "http://h:80",
+		"http://h":                   "http://h:80",
+		"http://127.1:8000/w1":       "http://127.0.0.1:8000/w1",
+		"http://0x7f000001:8000":     "http://127.0.0.1:8000",
 	}
 	for in, want := range good {
 		got, err := NormalizeURL(in)
@@ -65,7 +68,7 @@ func TestNormalizeURL(t *testing.T) {
 			t.Errorf("NormalizeURL(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	bad := []string{"", "h:8000", "ftp://h:21", "http://h", "http://:80", "http://h:0",
+	bad := []string{"", "h:8000", "ftp://h:21", "http://:80", "http://h:0",
 		"http://h:65536", "http://h:x", "http://u:p@h:1", "http://h:1?q=1", "http://h:1#f",
 		"http://h:1?", "mailto:a@b", "http://h:1/\x00", "http://[fe80::1%25eth0]:800"}
 	for _, in := range bad {

@@ -2,9 +2,9 @@ package store
 
 import (
 	"maps"
-	"net/url"
-	"strconv"
 	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // WorkerID names a worker inside the cluster. The FSM assigns ids in order
@@ -75,62 +75,18 @@ const (
 	MaxLabelValueBytes = 512
 )
 
-// NormalizeURL validates a worker base URL and returns its canonical form:
-// scheme http or https, a host and an explicit numeric port, no user info,
-// query or fragment; scheme and host lowercased, the port without leading
-// zeros and trailing slashes removed from the path. Errors are *FieldError
-// for field "url".
+// NormalizeURL validates a worker base URL and returns its canonical form
+// (see workerurl.Parse): scheme http or https, a host and a port (80 or 443
+// when left out), no user info, query or fragment; scheme and host
+// lowercased, IP literals in one spelling, trailing slashes removed from the
+// path. Two spellings of one endpoint normalise alike, so they are one
+// worker. Errors are *FieldError for field "url".
 func NormalizeURL(raw string) (string, error) {
-	if raw == "" {
-		return "", fieldError("url", "must not be empty")
-	}
-	if len(raw) > MaxURLBytes {
-		return "", fieldError("url", "longer than %d bytes", MaxURLBytes)
-	}
-	u, err := url.Parse(strings.TrimSpace(raw))
+	u, err := workerurl.Parse(raw)
 	if err != nil {
-		return "", fieldError("url", "not a URL: %v", err)
+		return "", fieldError("url", "%s", strings.TrimPrefix(err.Error(), workerurl.ErrInvalid.Error()+": "))
 	}
-	if err := checkURLShape(u); err != nil {
-		return "", err
-	}
-	port, err := parsePort(u.Port())
-	if err != nil {
-		return "", err
-	}
-	host := strings.ToLower(u.Hostname())
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	path := strings.TrimRight(u.EscapedPath(), "/")
-	return strings.ToLower(u.Scheme) + "://" + host + ":" + strconv.Itoa(port) + path, nil
-}
-
-func checkURLShape(u *url.URL) error {
-	switch scheme := strings.ToLower(u.Scheme); {
-	case scheme != "http" && scheme != "https":
-		return fieldError("url", "scheme must be http or https, got %q", u.Scheme)
-	case u.Opaque != "" || u.Hostname() == "":
-		return fieldError("url", "must have a host")
-	case strings.Contains(u.Hostname(), "%"):
-		return fieldError("url", "must not name an IPv6 zone")
-	case u.User != nil:
-		return fieldError("url", "must not carry user info")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return fieldError("url", "must not have a query or fragment")
-	}
-	return nil
-}
-
-func parsePort(s string) (int, error) {
-	if s == "" {
-		return 0, fieldError("url", "must have an explicit port")
-	}
-	port, err := strconv.Atoi(s)
-	if err != nil || port < 1 || port > 65535 {
-		return 0, fieldError("url", "port %q is not in 1..65535", s)
-	}
-	return port, nil
+	return u.String(), nil
 }
 
 func validateModel(model string) error {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -305,4 +306,42 @@ func healthy(t *testing.T, base, worker string) bool {
 	}
 	t.Fatalf("worker %s not in /get_loads", worker)
 	return false
+}
+
+// TestEndToEndAWorkerKilledMidStreamIsAnErrorForCurl: a stream whose engine
+// dies after the first event must not end like a complete one: curl exits
+// with an error, and the router counts a stream error.
+func TestEndToEndAWorkerKilledMidStreamIsAnErrorForCurl(t *testing.T) {
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Skip("curl is not installed")
+	}
+	router, workersim := binaries(t)
+	victim, u := startWorkersim(t, workersim, "victim", "--time-scale", "1")
+	url := startRouterProcess(t, router, "--worker-urls", u)
+	body := `{"model":"sim-model","prompt":"tell me a long story","max_tokens":2000,"stream":true}`
+	cmd := exec.Command(curl, "-sSN", "--max-time", "30", "-H", "Content-Type: application/json", "-d", body, url+"/v1/completions")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewReader(out)
+	if line, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first line %q %v", line, err)
+	}
+	victim.kill()
+	rest, _ := io.ReadAll(lines)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || strings.Contains(string(rest), "[DONE]") {
+		t.Fatalf("curl ended with %v after %q; want a failed transfer", err, rest)
+	}
+	if !strings.Contains(string(rest), `data: {"error":`) {
+		t.Fatalf("no error event in %q", rest)
+	}
+	waitUntil(t, "the stream error to be counted", func() bool { return metric(t, url, "vllm_router_stream_errors_total") == 1 })
+	waitUntil(t, "the router's load back to zero", func() bool { return totalLoad(t, url) == 0 })
 }

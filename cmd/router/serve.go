@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy"
 )
 
@@ -43,27 +45,19 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
+	if c.String("api-keys") != "" {
+		r.OnReload("API keys", func() error { return reloadAPIKeys(c, r) })
+	}
 	reloadOnHangup(ctx, r)
+	var failure error
+	select {
+	case <-ctx.Done():
+	case failure = <-r.Failed():
+	}
 	cfg.Logger.Info("shutting down")
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return r.Stop(shutdown)
-}
-
-// reloadOnHangup reloads r's files (cluster TLS, ...) at every SIGHUP until
-// ctx ends. Reload logs what it did; a failure keeps the old state.
-func reloadOnHangup(ctx context.Context, r *cluster.Replica) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-hup:
-			_ = r.Reload()
-		case <-ctx.Done():
-			return
-		}
-	}
+	return errors.Join(failure, r.Stop(shutdown))
 }
 
 // configFrom turns the flags into a replica's config, refusing bad values
@@ -99,7 +93,10 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if err := fillDefaults(&cfg); err != nil {
 		return cfg, err
 	}
-	if cfg.Seeds, err = seedsFrom(c); err != nil {
+	if err := edgeFrom(c, &cfg.Proxy); err != nil {
+		return cfg, err
+	}
+	if cfg.Seeds, err = seedsFrom(c, cfg.Proxy.WorkerHosts); err != nil {
 		return cfg, err
 	}
 	if key := c.String("gossip-key"); key != "" {
@@ -184,6 +181,7 @@ func overrideThresholds(base cluster.Thresholds, cache, abs, rel float64) cluste
 func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p := proxy.DefaultConfig()
 	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
+	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
 	p.MaxConcurrentRequests = c.Int("max-concurrent-requests")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
@@ -194,7 +192,60 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	}
 	p.APIKey = c.String("api-key")
 	p.BlockSize = c.Int("block-size")
+	p.TLSCertPath, p.TLSKeyPath = c.String("tls-cert-path"), c.String("tls-key-path")
+	secs := func(name string) time.Duration { return time.Duration(c.Int(name)) * time.Second }
+	p.Edge = proxy.Edge{HeaderReadTimeout: secs("header-read-timeout-secs"), BodyReadTimeout: secs("body-read-timeout-secs"),
+		WriteTimeout: secs("write-timeout-secs"), IdleTimeout: secs("idle-timeout-secs"),
+		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size")}
 	return p
+}
+
+// edgeFrom reads what proxyConfigFrom cannot fail on: the API keys and the
+// worker host policy.
+func edgeFrom(c *cli.Context, p *proxy.Config) error {
+	var err error
+	if p.APIKeys, err = readAPIKeys(c.String("api-keys")); err != nil {
+		return err
+	}
+	if p.WorkerHosts, err = workerurl.ParseHostPolicy(c.StringSlice("allowed-worker-hosts")); err != nil {
+		return fmt.Errorf("--allowed-worker-hosts: %w", err)
+	}
+	if (p.TLSCertPath == "") != (p.TLSKeyPath == "") {
+		return fmt.Errorf("--tls-cert-path and --tls-key-path go together")
+	}
+	for _, name := range []string{"header-read-timeout-secs", "body-read-timeout-secs", "write-timeout-secs",
+		"idle-timeout-secs", "max-connections", "max-header-size"} {
+		if c.Int(name) <= 0 {
+			return fmt.Errorf("--%s: must be positive", name)
+		}
+	}
+	return nil
+}
+
+// readAPIKeys reads --api-keys: the keys of a file, one a line (blank lines
+// and # comments skipped), or else a comma-separated list.
+func readAPIKeys(value string) ([]string, error) {
+	if value == "" {
+		return nil, nil
+	}
+	text := value
+	if st, err := os.Stat(value); err == nil && st.Mode().IsRegular() {
+		b, err := os.ReadFile(value)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		text = strings.ReplaceAll(string(b), "\n", ",")
+	}
+	var keys []string
+	for _, k := range strings.Split(text, ",") {
+		if k = strings.TrimSpace(k); k != "" && !strings.HasPrefix(k, "#") {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-keys: %q holds no key", value)
+	}
+	return keys, nil
 }
 
 func healthConfigFrom(c *cli.Context) health.Config {
@@ -215,7 +266,28 @@ var portOrNone = regexp.MustCompile(`^([0-9]+|none)$`)
 
 // seedsFrom reads --worker-urls, --prefill and --decode. A --prefill URL may
 // be followed by its bootstrap port or "none", as in vllm-router.
-func seedsFrom(c *cli.Context) ([]cluster.Seed, error) {
+func seedsFrom(c *cli.Context, hosts workerurl.HostPolicy) ([]cluster.Seed, error) {
+	seeds, err := seedFlags(c)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range seeds {
+		if err := hosts.Allows(s.URL); err != nil {
+			return nil, fmt.Errorf("--%s: %s: %w", seedFlag(s.Role), s.URL, err)
+		}
+	}
+	return seeds, nil
+}
+
+func seedFlag(role string) string {
+	switch role {
+	case proxy.RolePrefill, proxy.RoleDecode:
+		return role
+	}
+	return "worker-urls"
+}
+
+func seedFlags(c *cli.Context) ([]cluster.Seed, error) {
 	var seeds []cluster.Seed
 	for _, u := range c.StringSlice("worker-urls") {
 		if err := checkURL("worker-urls", u); err != nil {
@@ -291,4 +363,35 @@ func normalizeArgs(args []string) []string {
 		out = append(out, args[i])
 	}
 	return out
+}
+
+// reloadOnHangup makes every SIGHUP reread, until ctx ends, what can change
+// without a restart: the cluster and client certificates, and the API keys
+// (see Replica.Reload, which logs what it did; a part that fails keeps its
+// previous state).
+func reloadOnHangup(ctx context.Context, r *cluster.Replica) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = r.Reload()
+			}
+		}
+	}()
+}
+
+// reloadAPIKeys rereads --api-keys into r, when it was given: a file's
+// keys may change while the replica runs.
+func reloadAPIKeys(c *cli.Context, r *cluster.Replica) error {
+	keys, err := readAPIKeys(c.String("api-keys"))
+	if err != nil {
+		return err
+	}
+	r.SetAPIKeys(keys)
+	return nil
 }

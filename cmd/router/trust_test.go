@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,4 +189,42 @@ func serveAdminOnly(t *testing.T, admin *cluster.Admin) string {
 	go func() { defer close(done); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); _ = ln.Close(); <-done })
 	return "http://" + ln.Addr().String()
+}
+
+// The API keys ride the same SIGHUP as the certificates.
+func TestSIGHUPRereadsTheAPIKeys(t *testing.T) {
+	router, _ := binaries(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keys, []byte("old-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, router, "serve", "--port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--node-name", "keys", "--api-keys", keys)
+	base := "http://" + p.await(t, `router ready" addr=(\S+)`)
+	status := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/models", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("new-key"); got != http.StatusUnauthorized {
+		t.Fatalf("a key not in the file: %d, want 401", got)
+	}
+	if err := os.WriteFile(keys, []byte("new-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.await(t, `msg=(reloaded) parts="\[API keys\]"`)
+	if got := status("new-key"); got == http.StatusUnauthorized {
+		t.Fatal("the new key is refused after SIGHUP")
+	}
+	if got := status("old-key"); got != http.StatusUnauthorized {
+		t.Fatalf("the old key: %d after SIGHUP, want 401", got)
+	}
 }

@@ -1,0 +1,178 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// attempt is one try of a leg on one worker. From pick to end it owns the
+// worker's in-flight guard, the health tracker, the upstream connection and
+// response, and the context that aborts it (the client leaving, the router
+// giving up, health judging the worker stuck; the request's deadline is on
+// the connection). end releases all of them, once, on every path.
+type attempt struct {
+	x      *exchange
+	m      *member
+	dec    affinity.Decision
+	guard  *affinity.Guard
+	track  Attempt
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	conn   *upConn
+	resp   *fasthttp.Response
+	ended  bool
+	// first is the first read of a streamed body, made before going live.
+	first    []byte
+	firstBuf *[]byte
+}
+
+// errStuck is the cause an attempt is aborted with when health judges its
+// worker wedged or hung.
+var errStuck = errors.New("the worker made no progress")
+
+// pick chooses the worker of the leg's next attempt and admits it through
+// its circuit. A worker whose circuit refuses is taken out of the leg at no
+// cost of an attempt.
+func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
+	for {
+		dec, guard, err := l.choose()
+		if err != nil {
+			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.model)
+		}
+		m := p.fleet.view().members[dec.Worker]
+		if m == nil {
+			guard.Release()
+			l.exclude(dec.Worker) // it left the registry
+			continue
+		}
+		track, err := p.deps.Health.Begin(dec.Worker)
+		if err != nil {
+			guard.Release()
+			l.exclude(dec.Worker)
+			continue
+		}
+		if !l.counted && l.countsCacheOutcome() {
+			p.metrics.decision(dec)
+		}
+		l.counted = true
+		return newAttempt(x, m, dec, guard, track), nil
+	}
+}
+
+func phaseWord(phase string) string {
+	if phase == "" {
+		return ""
+	}
+	return phase + " "
+}
+
+func newAttempt(x *exchange, m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
+	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track}
+	a.ctx, a.cancel = context.WithCancelCause(x.reqCtx)
+	if stuck := track.Stuck(); stuck != nil {
+		go a.abandonWhen(stuck)
+	}
+	return a
+}
+
+// abandonWhen aborts the attempt when stuck closes, unless it ends first.
+func (a *attempt) abandonWhen(stuck <-chan struct{}) {
+	select {
+	case <-stuck:
+		a.cancel(errStuck)
+	case <-a.ctx.Done():
+	}
+}
+
+// send writes the request and reads the response headers.
+func (a *attempt) send(body []byte) error {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	a.x.upstreamRequest(a.m, req, body)
+	a.resp = fasthttp.AcquireResponse()
+	conn, err := a.m.up.exchange(a.ctx, req, a.resp, a.x.deadline)
+	if err != nil {
+		return err
+	}
+	a.conn = conn
+	a.track.Progress(0)
+	return nil
+}
+
+// status is the worker's answer status; valid after send.
+func (a *attempt) status() int { return a.resp.StatusCode() }
+
+// copyBuffers are the buffers whole answers are read through, so that
+// reading one allocates nothing per byte.
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readBody copies the answer's body to w, refusing one over limit bytes.
+func (a *attempt) readBody(w io.Writer, limit int) error {
+	buf := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(buf)
+	n, err := io.CopyBuffer(w, io.LimitReader(a.resp.BodyStream(), int64(limit)+1), *buf)
+	if err != nil {
+		return err
+	}
+	if n > int64(limit) {
+		return errorf(errAnswerTooLarge, "worker %d answered more than the limit of %d bytes (--max-response-size)", a.m.ID, limit)
+	}
+	a.track.Progress(0)
+	return nil
+}
+
+// reusable reports whether the connection may serve another request once
+// the body was read to its end: the worker keeps it alive and framed the
+// body (a body that ends with the connection leaves nothing to reuse).
+func (a *attempt) reusable() bool {
+	return !a.resp.ConnectionClose() && a.resp.Header.ContentLength() != -2
+}
+
+// failure says what a failed send or body read means: the outcome for the
+// breaker, and the error that decides whether another attempt is made.
+func (a *attempt) failure(err error) (Outcome, error) {
+	switch {
+	case a.x.reqCtx.Err() != nil:
+		return Canceled, context.Cause(a.x.reqCtx)
+	case errors.Is(context.Cause(a.ctx), errStuck):
+		return Failed, errorf(ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
+	case errors.Is(err, errAnswerTooLarge):
+		return Failed, err
+	case isTimeout(err):
+		return Failed, errorf(ErrUpstreamTimeout, "worker %d did not answer within the request timeout", a.m.ID)
+	}
+	var de *dialError
+	if errors.As(err, &de) {
+		return Failed, errorf(ErrUpstream, "could not connect to worker %d", a.m.ID)
+	}
+	return Failed, errorf(ErrUpstream, "worker %d broke off its answer", a.m.ID)
+}
+
+// end finishes the attempt once: the connection goes back to the pool when
+// reusable, else it is closed; the guard is released; health hears the
+// outcome; the attempt's context ends.
+func (a *attempt) end(o Outcome, reusable bool) {
+	if a.ended {
+		return
+	}
+	a.ended = true
+	if a.resp != nil {
+		_ = a.resp.CloseBodyStream()
+	}
+	if a.conn != nil {
+		a.m.up.release(a.conn, reusable)
+	}
+	if a.resp != nil {
+		fasthttp.ReleaseResponse(a.resp)
+		a.resp = nil
+	}
+	a.guard.Release()
+	a.track.End(o)
+	a.cancel(nil)
+}

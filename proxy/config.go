@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
+)
+
+// Config holds the request-path settings of a replica. Zero values take the
+// defaults of DefaultConfig.
+type Config struct {
+	// MaxPayloadSize is the largest request body accepted, in bytes
+	// (--max-payload-size, default 512 MiB). A body exactly this size is
+	// routed; one byte more is refused with 413 before any worker is
+	// contacted.
+	MaxPayloadSize int
+	// MaxResponseSize is the largest non-streamed worker answer the router
+	// buffers, in bytes (--max-response-size, default 256 MiB); a larger one
+	// is a 502. Streams are relayed chunk by chunk and have no such bound.
+	MaxResponseSize int
+	// RequestTimeout bounds a request from its arrival to the end of its
+	// response, every attempt and backoff included (--request-timeout-secs,
+	// default 1800 s). No attempt starts after it.
+	RequestTimeout time.Duration
+	// MaxConcurrentRequests caps inference requests in flight on this
+	// replica; beyond it clients get 429 (--max-concurrent-requests, 0 =
+	// no cap).
+	MaxConcurrentRequests int
+	// Retry says when and how a failed attempt is retried.
+	Retry Retry
+	// RequestIDHeaders are the client headers that may carry a request id,
+	// in order of preference (--request-id-headers).
+	RequestIDHeaders []string
+	// APIKey, when set, is sent to workers as a bearer token on requests
+	// that carry no Authorization of their own (--api-key).
+	APIKey string
+	// DialTimeout bounds connecting to a worker (default 10 s).
+	DialTimeout time.Duration
+	// BlockSize is the index's block size in bytes (--block-size), to turn a
+	// worker's KV capacity into its index budget; 0 leaves budgets alone.
+	BlockSize int
+
+	// Edge bounds what a client connection may cost.
+	Edge Edge
+	// APIKeys, when not empty, are the bearer keys clients must present on
+	// the inference API (--api-keys); their Authorization header is then
+	// not passed on to workers. Replace them at run time with SetAPIKeys.
+	APIKeys []string
+	// TLSCertPath and TLSKeyPath, when set, make the client listener speak
+	// TLS (--tls-cert-path, --tls-key-path); ReloadTLS rereads them.
+	TLSCertPath, TLSKeyPath string
+	// WorkerHosts says which destinations workers may have
+	// (--allowed-worker-hosts); a refused one gets no traffic.
+	WorkerHosts workerurl.HostPolicy
+}
+
+// Edge holds the limits and timeouts of the client listener, each what a
+// production proxy would choose by default. Zero values take the defaults.
+type Edge struct {
+	// HeaderReadTimeout bounds a new connection's wait for its first byte
+	// and the reading of each request's line and headers
+	// (--header-read-timeout-secs, default 30 s): slowloris connections and
+	// connections that never send a byte are closed after it.
+	HeaderReadTimeout time.Duration
+	// BodyReadTimeout bounds the reading of a request body, from the end of
+	// its headers (--body-read-timeout-secs, default 120 s).
+	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each write to the client, every chunk of a stream
+	// included (--write-timeout-secs, default 60 s): a client that stops
+	// reading is cut, and its worker slot freed.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds a keep-alive connection's wait between requests
+	// (--idle-timeout-secs, default 90 s).
+	IdleTimeout time.Duration
+	// MaxConnections caps the client connections of this replica
+	// (--max-connections, default 16384); a connection past it is answered
+	// 503 and closed, and the listener goes on accepting.
+	MaxConnections int
+	// MaxHeaderSize bounds a request's line and headers, in bytes
+	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
+	MaxHeaderSize int
+}
+
+// DefaultEdge returns the defaults of the client listener's limits.
+func DefaultEdge() Edge {
+	return Edge{HeaderReadTimeout: 30 * time.Second, BodyReadTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second,
+		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10}
+}
+
+func (e Edge) withDefaults() Edge {
+	d := DefaultEdge()
+	for _, f := range []struct{ v, d *time.Duration }{{&e.HeaderReadTimeout, &d.HeaderReadTimeout},
+		{&e.BodyReadTimeout, &d.BodyReadTimeout}, {&e.WriteTimeout, &d.WriteTimeout}, {&e.IdleTimeout, &d.IdleTimeout}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	if e.MaxConnections <= 0 {
+		e.MaxConnections = d.MaxConnections
+	}
+	if e.MaxHeaderSize <= 0 {
+		e.MaxHeaderSize = d.MaxHeaderSize
+	}
+	return e
+}
+
+// Retry configures retries. Attempts happen only before any byte of the
+// response reached the client, on connect errors, broken or stuck
+// exchanges and retryable statuses (408, 429, 500, 502, 503, 504).
+type Retry struct {
+	// MaxAttempts counts every attempt of one phase of a request, the first
+	// included (--retry-max-retries, default 5). Once every candidate was
+	// tried, the least recently failed one is tried again.
+	MaxAttempts    int
+	InitialBackoff time.Duration // --retry-initial-backoff-ms, default 50 ms
+	MaxBackoff     time.Duration // --retry-max-backoff-ms, default 30 s
+	Multiplier     float64       // default 1.5
+	Jitter         float64       // fraction of the backoff, default 0.2
+}
+
+// DefaultConfig returns the reference routers' defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxPayloadSize:   512 << 20,
+		MaxResponseSize:  256 << 20,
+		RequestTimeout:   1800 * time.Second,
+		Retry:            Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
+		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
+		DialTimeout:      10 * time.Second,
+		Edge:             DefaultEdge(),
+	}
+}
+
+func withDefaults(c Config) Config {
+	d := DefaultConfig()
+	if c.MaxPayloadSize <= 0 {
+		c.MaxPayloadSize = d.MaxPayloadSize
+	}
+	if c.MaxResponseSize <= 0 {
+		c.MaxResponseSize = d.MaxResponseSize
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.Retry.MaxAttempts <= 0 {
+		c.Retry.MaxAttempts = d.Retry.MaxAttempts
+	}
+	if c.Retry.Multiplier < 1 {
+		c.Retry.Multiplier = d.Retry.Multiplier
+	}
+	if c.Retry.MaxBackoff <= 0 {
+		c.Retry.MaxBackoff = d.Retry.MaxBackoff
+	}
+	if len(c.RequestIDHeaders) == 0 {
+		c.RequestIDHeaders = d.RequestIDHeaders
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	c.Edge = c.Edge.withDefaults()
+	return c
+}

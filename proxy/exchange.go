@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// exchange is one client request on its way through the proxy, from the
+// handler to the last byte of its response.
+type exchange struct {
+	ctx      *fasthttp.RequestCtx
+	ep       endpoint
+	in       inference
+	id       string
+	start    time.Time
+	deadline time.Time // no attempt starts after it (--request-timeout-secs)
+	body     []byte    // the client's body, as received
+	// header is what every worker is sent of the client's request headers:
+	// hop-by-hop ones removed, x-request-id and the default API key set.
+	// Attempts copy it, so they never read the client's RequestCtx, and may
+	// run on goroutines of their own (the concurrent P/D prefill).
+	header *fasthttp.RequestHeader
+	uri    string // the client's request URI, to go under each worker's base path
+
+	// reqCtx ends when the client leaves (cause ErrClientGone), when the
+	// router gives up on the request (an abortError), or when it is done.
+	reqCtx context.Context
+	cancel context.CancelCauseFunc
+	watch  *clientWatch
+	gone   atomic.Bool // the client left; counted once
+
+	pd          bool                   // disaggregated: its errors count in pd_errors_total
+	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
+}
+
+// newExchange starts the exchange of ctx's request.
+func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
+	start := time.Now()
+	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout), id: p.requestID(ctx),
+		body: ctx.PostBody(), uri: string(ctx.RequestURI())}
+	ctx.Response.Header.Set("x-request-id", x.id)
+	return x
+}
+
+// serveInference handles /v1/completions and /v1/chat/completions.
+func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
+	x := p.newExchange(ctx, ep)
+	if err := p.admit(); err != nil {
+		writeError(ctx, err)
+		p.metrics.request(ep, ctx.Response.StatusCode(), false, x.start)
+		return
+	}
+	streaming := false
+	defer func() {
+		if !streaming {
+			p.done(x, x.ctx.Response.StatusCode(), false)
+		}
+	}()
+	in, err := parseInference(ep, x.body)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	x.in = in
+	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	p.begin(x)
+	var key uint64 // hashing a large body is wasted on every policy but consistent_hash
+	if p.usesSessionKey() {
+		key = sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
+	}
+	if p.pd != nil {
+		streaming = p.pd.serve(x, pool, key)
+		return
+	}
+	l := &leg{router: p.deps.Router, req: p.deps.Router.Prepare(in.model, in.text, key), pool: pool,
+		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
+	streaming = p.serveLeg(x, l)
+}
+
+// begin readies x for attempts: the upstream header template, the context
+// that aborts them, and the watch for a client that leaves.
+func (p *Proxy) begin(x *exchange) {
+	x.header = p.upstreamHeader(x)
+	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
+	x.watch = watchClient(x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
+}
+
+// serveLeg runs the leg whose answer is the client's, and reports whether
+// the response is streamed (it then ends later, in the stream's Close).
+func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
+	live, ans, err := p.try(x, l)
+	switch {
+	case live != nil:
+		p.stream(x, live)
+		return true
+	case ans != nil:
+		ans.deliver(x)
+	default:
+		p.fail(x, err)
+	}
+	return false
+}
+
+// fail answers the client with the router's own error; a client that left
+// gets nothing (the 499 keeps the metrics honest).
+func (p *Proxy) fail(x *exchange, err error) {
+	if isGone(err) {
+		x.ctx.SetConnectionClose()
+		x.ctx.Response.ResetBody()
+		x.ctx.SetStatusCode(statusClientGone)
+		return
+	}
+	writeError(x.ctx, err)
+}
+
+// statusClientGone is what the metrics record for a client that left.
+const statusClientGone = 499
+
+// clientGone records, once, that the client went away, and aborts the
+// upstream exchange so the engine stops generating.
+func (p *Proxy) clientGone(x *exchange) {
+	if x.gone.CompareAndSwap(false, true) {
+		p.metrics.disconnects.Inc()
+	}
+	x.cancel(ErrClientGone)
+}
+
+// done ends the exchange: the watch, what is left of its attempts, its
+// admission slot, and its count in the metrics, as the client saw it.
+func (p *Proxy) done(x *exchange, status int, cut bool) {
+	x.watch.stop()
+	if x.cancel != nil {
+		x.cancel(nil)
+	}
+	p.inflight.Add(-1)
+	if x.gone.Load() {
+		status = statusClientGone
+	}
+	p.metrics.request(x.ep, status, cut, x.start)
+	if x.pd {
+		p.pd.countFailure(x, status, cut)
+	}
+}
+
+// admit enforces --max-concurrent-requests.
+func (p *Proxy) admit() error {
+	n := p.inflight.Add(1)
+	if max := p.cfg.MaxConcurrentRequests; max > 0 && n > int64(max) {
+		p.inflight.Add(-1)
+		return errorf(ErrTooManyRequests, "the router is at its limit of %d concurrent requests", max)
+	}
+	return nil
+}
+
+// usesSessionKey reports whether any policy of the request path hashes a
+// session key (consistent_hash).
+func (p *Proxy) usesSessionKey() bool {
+	if p.pd != nil {
+		return p.pd.usesSessionKey()
+	}
+	return p.deps.Router.Policy().Name() == affinity.PolicyConsistentHash
+}
+
+// hopHeaders are connection-level headers that never cross the proxy.
+// Expect is among them: the router has the whole body before any worker is
+// chosen.
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
+
+// upstreamHeader is the header template of x's upstream requests.
+func (p *Proxy) upstreamHeader(x *exchange) *fasthttp.RequestHeader {
+	h := new(fasthttp.RequestHeader)
+	x.ctx.Request.Header.CopyTo(h)
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	h.Set("x-request-id", x.id)
+	if p.keys.enabled() {
+		h.Del("Authorization") // the client's key is the router's, not the workers'
+	}
+	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
+		h.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	}
+	return h
+}
+
+// upstreamRequest fills req, the request of one attempt on worker m.
+func (x *exchange) upstreamRequest(m *member, req *fasthttp.Request, body []byte) {
+	x.header.CopyTo(&req.Header)
+	req.Header.SetHost(m.base.Addr())
+	req.SetRequestURI(m.base.Under(x.uri))
+	req.SetBodyRaw(body)
+}

@@ -1,0 +1,161 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/fakeworker"
+)
+
+// induced is the error body of a worker told to fail.
+const induced = `{"error":{"message":"induced"}}`
+
+func startFake(t *testing.T, name string) *fakeworker.Worker { return fakeworker.Start(t, name) }
+
+// testRouter is a proxy on a loopback port in front of fake workers.
+type testRouter struct {
+	proxy *Proxy
+	index *affinity.Index
+	loads *affinity.LoadTable
+	url   string
+	set   *metrics.Set
+}
+
+func startRouter(t *testing.T, cfg Config, workers ...*fakeworker.Worker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for i, w := range workers {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.URL, Role: RoleRegular})
+	}
+	return startRouterWith(t, cfg, "", affinity.PolicyCacheAware, ws)
+}
+
+// startPDRouter disaggregates: prefill workers get ids 1..n, decode ones follow.
+func startPDRouter(t *testing.T, mode, prefillPolicy string, prefill, decode []*fakeworker.Worker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for _, w := range prefill {
+		ws = append(ws, Worker{ID: affinity.WorkerID(len(ws) + 1), URL: w.URL, Role: RolePrefill})
+	}
+	for _, w := range decode {
+		ws = append(ws, Worker{ID: affinity.WorkerID(len(ws) + 1), URL: w.URL, Role: RoleDecode})
+	}
+	return startRouterWith(t, Config{}, mode, prefillPolicy, ws)
+}
+
+func newTestRouter(policy string, loads *affinity.LoadTable, index *affinity.Index) (*affinity.Router, error) {
+	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: affinity.DefaultThresholds(),
+		MissPlacement: affinity.PlaceLeastLoad, BlockSize: 16}, index)
+	if err != nil {
+		return nil, err
+	}
+	return affinity.NewRouter(p, loads, index, 16, nil), nil
+}
+
+// startRouterHealth is startRouter with health tracked by h.
+func startRouterHealth(t *testing.T, cfg Config, h Health, workers ...*fakeworker.Worker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for i, w := range workers {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.URL, Role: RoleRegular})
+	}
+	return startRouterDeps(t, cfg, "", affinity.PolicyCacheAware, ws, h)
+}
+
+func startRouterWith(t *testing.T, cfg Config, pdMode, policy string, ws []Worker) *testRouter {
+	t.Helper()
+	return startRouterDeps(t, cfg, pdMode, policy, ws, nil)
+}
+
+func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worker, h Health) *testRouter {
+	t.Helper()
+	if cfg.Retry.InitialBackoff == 0 {
+		cfg.Retry.InitialBackoff = time.Millisecond
+	}
+	p, err := buildProxy(cfg, pdMode, policy, ws, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+		<-done
+	})
+	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: "http://" + ln.Addr().String(), set: p.deps.Metrics}
+}
+
+// buildProxy makes a proxy with its own counters, index and metrics, routing
+// with policy (and least_load for decode) over the workers ws.
+func buildProxy(cfg Config, pdMode, policy string, ws []Worker, h Health) (*Proxy, error) {
+	loads := affinity.NewLoadTable(nil)
+	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	router, err := newTestRouter(policy, loads, index)
+	if err != nil {
+		return nil, err
+	}
+	deps := Deps{Loads: loads, Index: index, Router: router, Metrics: metrics.NewSet(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: h}
+	if pdMode != "" {
+		decode, err := newTestRouter(affinity.PolicyLeastLoad, loads, index)
+		if err != nil {
+			return nil, err
+		}
+		deps.PD = &PD{Mode: pdMode, Prefill: router, Decode: decode}
+	}
+	p, err := New(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	p.Fleet().SetWorkers(ws)
+	return p, nil
+}
+
+// load is the router's local in-flight count on worker id.
+func (r *testRouter) load(id affinity.WorkerID) int64 { return r.loads.Get(id).Local() }
+
+// totalLoad is the sum of the router's local in-flight counts.
+func (r *testRouter) totalLoad() int64 {
+	var n int64
+	r.loads.Each(func(l *affinity.Load) { n += l.Local() })
+	return n
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func post(t *testing.T, url, path, body string) (*http.Response, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Post(url+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}

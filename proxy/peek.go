@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"net"
+	"syscall"
+)
+
+// peekState is what a look at a socket's receive queue found, without
+// consuming any of it: the bytes stay for whoever reads the connection next
+// (fasthttp's parser of a pipelined request, or the next response on a
+// pooled upstream connection).
+type peekState int
+
+const (
+	peekEmpty   peekState = iota // nothing to read (only from a look that does not wait)
+	peekData                     // bytes wait to be read
+	peekEOF                      // the peer sent FIN: it closed, or only half-closed
+	peekError                    // a reset, a closed socket, or the wait was interrupted
+	peekUnknown                  // not a socket that can be looked at
+)
+
+// socketOf unwraps conn down to the socket that carries it: through TLS and
+// through the proxy's own connection wrappers (anything with NetConn).
+func socketOf(conn net.Conn) (syscall.Conn, bool) {
+	for {
+		if sc, ok := conn.(syscall.Conn); ok {
+			return sc, true
+		}
+		inner, ok := conn.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil, false
+		}
+		conn = inner.NetConn()
+	}
+}
+
+// peek looks at conn's receive queue. With wait it blocks, in the runtime's
+// poller, until something arrives, the peer closes, or the read deadline set
+// on conn passes (peekError then).
+func peek(conn net.Conn, wait bool) peekState {
+	sc, ok := socketOf(conn)
+	if !ok {
+		return peekUnknown
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return peekUnknown
+	}
+	state := peekUnknown
+	err = raw.Read(func(fd uintptr) bool {
+		var more bool
+		state, more = peekFD(fd)
+		return !(more && wait)
+	})
+	if err != nil {
+		return peekError
+	}
+	return state
+}

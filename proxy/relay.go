@@ -1,0 +1,250 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// relay is the body of a streamed response. fasthttp's server goroutine
+// reads it and writes each read as one chunk, flushed, so every SSE event
+// reaches the client as soon as the worker sent it, and then closes it with
+// the error that ended the write, if any.
+//
+// A worker that fails after the first byte (it dies, resets, stalls, or the
+// request times out) must not look like a complete answer. The relay then
+// sends an OpenAI-style error event, when the stream stands between two SSE
+// events, and fails its Read: fasthttp writes no terminating chunk and
+// closes the connection, so clients report a broken stream (curl exits 18,
+// the OpenAI SDKs raise) instead of a short answer that ends cleanly.
+type relay struct {
+	p        *Proxy
+	x        *exchange
+	a        *attempt
+	status   int
+	sse      bool
+	pending  []byte  // what is left of the first read, made before going live
+	buf      *[]byte // pending's buffer, from firstReads
+	boundary bool    // the bytes relayed so far end between two SSE events
+	tail     [4]byte // the last four bytes relayed
+	complete bool    // the worker's body ended where its framing said
+	failed   error   // why the worker's stream failed
+	outcome  Outcome // the attempt's outcome when failed
+	event    []byte  // the error event still to send
+
+	// mu guards what a watch probing a half-closed client reads: whether
+	// fasthttp may be writing (from a Read that returned bytes, headers
+	// first, to the next Read), the boundary, and the end.
+	mu      sync.Mutex
+	writing bool
+	closed  bool
+	reads   int
+}
+
+// firstReads hold the first read of a stream, made while the attempt can
+// still be retried: a worker that fails before its first body byte is
+// replaced by another one, with the client none the wiser.
+var firstReads = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// goLive reads the first bytes of a's streamed body. A failure before any
+// byte is a failed attempt like any other; an empty body is a whole answer.
+func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
+	buf := firstReads.Get().(*[]byte)
+	n, err := readSome(a.resp.BodyStream(), *buf)
+	switch {
+	case n == 0 && err == io.EOF:
+		firstReads.Put(buf)
+		ans, err := p.finalAnswer(a)
+		return nil, ans, err
+	case err != nil && err != io.EOF:
+		firstReads.Put(buf)
+		o, e := a.failure(err)
+		a.end(o, false)
+		return nil, nil, e
+	}
+	a.first, a.firstBuf = (*buf)[:n], buf
+	return a, nil, nil
+}
+
+// readSome reads at least one byte from r, or fails.
+func readSome(r io.Reader, b []byte) (int, error) {
+	for {
+		n, err := r.Read(b)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// stream hands the live attempt a to the client as a streamed response.
+func (p *Proxy) stream(x *exchange, a *attempt) {
+	x.watch.stop() // from now on only the response writes to the client
+	resp := &x.ctx.Response
+	copyResponseHeader(resp, &a.resp.Header)
+	status := a.status()
+	resp.SetStatusCode(status)
+	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
+		buf: a.firstBuf, writing: true}
+	a.first, a.firstBuf = nil, nil
+	r.note(r.pending)
+	resp.SetBodyStream(r, -1)
+	var probe prober
+	if r.sse && x.ctx.Request.Header.IsHTTP11() {
+		probe = r
+	}
+	x.watch = watchClient(x.ctx.Conn(), probe, func() { p.clientGone(x) })
+}
+
+// Read hands fasthttp the next bytes of the stream. Between two Reads
+// fasthttp writes (and flushes) what the first returned.
+func (r *relay) Read(b []byte) (int, error) {
+	r.setWriting(false)
+	n, err := r.read(b)
+	r.setWriting(true)
+	return n, err
+}
+
+// setWriting records whether fasthttp may be writing. The first Read comes
+// before the headers are flushed: fasthttp is writing until the second.
+// When fasthttp is about to write, the client has --write-timeout-secs for
+// this chunk: a client that stops reading is cut, whatever the stream's
+// length.
+func (r *relay) setWriting(w bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !w && r.reads == 0 {
+		r.reads++
+		return
+	}
+	r.writing = w
+	if w {
+		_ = r.x.ctx.Conn().SetWriteDeadline(time.Now().Add(r.p.cfg.Edge.WriteTimeout))
+	}
+}
+
+func (r *relay) read(b []byte) (int, error) {
+	if len(r.pending) > 0 {
+		n := copy(b, r.pending)
+		r.pending = r.pending[n:]
+		return n, nil
+	}
+	if r.failed != nil {
+		return r.failRead(b)
+	}
+	if r.complete {
+		return 0, io.EOF
+	}
+	n, err := r.a.resp.BodyStream().Read(b)
+	r.note(b[:n])
+	switch err {
+	case nil:
+		return n, nil
+	case io.EOF:
+		r.complete = true
+		return n, io.EOF
+	}
+	r.fail(err)
+	if n > 0 {
+		return n, nil
+	}
+	return r.failRead(b)
+}
+
+// note records relayed bytes: progress for health, and where the stream
+// stands between events.
+func (r *relay) note(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	r.a.track.Progress(bytes.Count(b, []byte("data:")))
+	if len(b) >= len(r.tail) {
+		copy(r.tail[:], b[len(b)-len(r.tail):])
+	} else {
+		copy(r.tail[:], r.tail[len(b):])
+		copy(r.tail[len(r.tail)-len(b):], b)
+	}
+	r.mu.Lock()
+	r.boundary = r.tail[2] == '\n' && r.tail[3] == '\n' || string(r.tail[:]) == "\r\n\r\n"
+	r.mu.Unlock()
+}
+
+// fail records why the worker's stream broke, and prepares the error event.
+func (r *relay) fail(err error) {
+	r.outcome, r.failed = r.a.failure(err)
+	if r.sse && r.boundary && r.outcome != Canceled {
+		r.event = sseErrorEvent(r.failed)
+	}
+}
+
+// failRead hands out the error event, then the failure itself.
+func (r *relay) failRead(b []byte) (int, error) {
+	if len(r.event) > 0 && len(b) >= len(r.event) {
+		n := copy(b, r.event)
+		r.event = nil
+		return n, nil
+	}
+	return 0, r.failed
+}
+
+// CloseWithError ends the stream: fasthttp calls it once the response is
+// written, with the error that ended the writing (the relay's own failure,
+// or a client that went away), or nil.
+func (r *relay) CloseWithError(werr error) error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	if r.buf != nil {
+		firstReads.Put(r.buf)
+		r.buf = nil
+	}
+	switch {
+	case r.failed != nil:
+		r.a.end(r.outcome, false)
+		cut := r.outcome != Canceled
+		if cut {
+			r.p.metrics.streamErrors.Inc()
+		}
+		r.p.done(r.x, r.status, cut)
+	case r.complete && werr == nil:
+		r.a.end(outcomeOf(r.status), r.a.reusable())
+		r.p.done(r.x, r.status, false)
+	default: // the client went away before the stream ended
+		r.p.clientGone(r.x)
+		o := Canceled
+		if r.complete {
+			o = outcomeOf(r.status)
+		}
+		r.a.end(o, false)
+		r.p.done(r.x, r.status, false)
+	}
+	return nil
+}
+
+// keepaliveChunk is an SSE comment in one chunk of chunked framing: SSE
+// clients skip it. It probes a half-closed client while the stream is quiet.
+var keepaliveChunk = []byte("d\r\n: keepalive\n\n\r\n")
+
+// probe writes a keepalive comment to the client while fasthttp is not
+// writing and the stream stands between events; at other times it writes
+// nothing (fasthttp's own writes will find a client that is gone).
+func (r *relay) probe(conn net.Conn) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.writing || r.closed || !r.boundary {
+		return nil
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(probeWriteTimeout)) // the next chunk sets its own
+	_, err := conn.Write(keepaliveChunk)
+	return err
+}
+
+// sseErrorEvent is an SSE event in the shape of the OpenAI API's errors,
+// which the OpenAI SDKs raise when a stream carries one.
+func sseErrorEvent(err error) []byte {
+	status, typ := statusOf(err)
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": status}})
+	return append(append([]byte("data: "), body...), "\n\n"...)
+}
