@@ -44,9 +44,12 @@ type AdminConfig struct {
 	// or a wrapper that forwards to the leader.
 	Apply func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// ApplyLocal applies a write that another replica forwarded here
-	// (POST /cluster/apply), on this node only: it must not forward again.
-	// nil answers that endpoint with 404.
+	// (POST /cluster/apply on the cluster port, see rpc.go), on this node
+	// only: it must not forward again. nil answers that endpoint with 404.
 	ApplyLocal func(ctx context.Context, cmd store.Command) (store.Result, error)
+	// Keyring applies a gossip keyring operation on every live replica
+	// (keyring.go); nil answers the keyring endpoints with 404.
+	Keyring func(ctx context.Context, op KeyringOp, key []byte) ([]NodeKeyring, error)
 	// Loads returns the merged per-worker loads; nil serves an empty list.
 	Loads func() []WorkerLoad
 	// Status returns the cluster status served as JSON; nil serves {}.
@@ -99,11 +102,15 @@ var (
 		"/workers":        {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
 		"/get_loads":      {http.MethodGet: (*Admin).getLoads},
 		"/cluster/status": {http.MethodGet: (*Admin).clusterStatus},
-		applyPath:         {http.MethodPost: (*Admin).applyForwarded},
 		"/add_worker":     {http.MethodPost: (*Admin).legacyAddWorker},
 		"/remove_worker":  {http.MethodPost: (*Admin).legacyRemoveWorker},
 		"/list_workers":   {http.MethodGet: (*Admin).legacyListWorkers},
 		"/flush_cache":    {http.MethodPost: (*Admin).flushCache},
+
+		"/cluster/keyring":         {http.MethodGet: (*Admin).listKeyring},
+		"/cluster/keyring/install": {http.MethodPost: (*Admin).changeKeyring},
+		"/cluster/keyring/use":     {http.MethodPost: (*Admin).changeKeyring},
+		"/cluster/keyring/remove":  {http.MethodPost: (*Admin).changeKeyring},
 	}
 	workerEndpoints = map[string]endpoint{
 		"":         {http.MethodGet: (*Admin).getWorker, http.MethodDelete: (*Admin).deleteWorker},
@@ -163,14 +170,15 @@ func resolve(path string) (ep endpoint, id store.WorkerID, routeErr error, ok bo
 
 // authorize applies the admin auth rule: the bearer token when one is
 // configured (compared in constant time, over hashes so the length does not
-// leak either), loopback clients only when not.
+// leak either), loopback clients only when not, and then only requests a
+// web page could not have made (sameSite).
 func (a *Admin) authorize(ctx *fasthttp.RequestCtx) error {
 	if a.cfg.Token == "" {
-		if ctx.RemoteIP().IsLoopback() {
-			return nil
+		if !ctx.RemoteIP().IsLoopback() {
+			return &statusError{http.StatusForbidden, "permission_error",
+				"the admin API accepts only loopback clients unless --admin-token is set"}
 		}
-		return &statusError{http.StatusForbidden, "permission_error",
-			"the admin API accepts only loopback clients unless --admin-token is set"}
+		return sameSite(ctx)
 	}
 	token, ok := bearerToken(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
 	got := sha256.Sum256(token)

@@ -53,6 +53,7 @@ func serveAdmin(t *testing.T, admin *Admin) *adminClient {
 	}()
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
+		_ = ln.Close() // a Serve not yet started would otherwise serve on
 		wg.Wait()
 	})
 	return &adminClient{t: t, base: "http://" + ln.Addr().String(),
@@ -70,6 +71,9 @@ func (c *adminClient) do(method, path, body string) reply {
 	req, err := http.NewRequest(method, c.base+path, strings.NewReader(body))
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -362,6 +366,7 @@ func FuzzAdminCreateWorker(f *testing.F) {
 		admin := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
 		var req fasthttp.Request
 		req.Header.SetMethod(http.MethodPost)
+		req.Header.SetContentType("application/json")
 		req.SetRequestURI("/workers")
 		req.SetBody(body)
 		var ctx fasthttp.RequestCtx

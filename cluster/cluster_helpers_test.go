@@ -42,7 +42,8 @@ func startFakeWorker(t *testing.T, name string) *fakeWorker {
 	srv := &fasthttp.Server{MaxIdleWorkerDuration: time.Millisecond, Handler: w.serve}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { w.release(); _ = srv.Shutdown(); <-done })
+	// Closing ln too ends a Serve that Shutdown came too early for.
+	t.Cleanup(func() { w.release(); _ = srv.Shutdown(); _ = ln.Close(); <-done })
 	w.url = "http://" + ln.Addr().String()
 	return w
 }

@@ -22,11 +22,12 @@ import (
 // workers that name themselves in x-worker-id.
 
 // TestClusterRoutesAsOne covers the registry, admin forwarding, prefix
-// affinity and load sharing across replicas, and membership changes. The
-// subtests share one cluster and run in order.
+// affinity and load sharing across replicas, and membership changes, with
+// the replica links over cluster TLS (TestClusterSurvivesFailures runs
+// them plain). The subtests share one cluster and run in order.
 func TestClusterRoutesAsOne(t *testing.T) {
 	c := newTestCluster(t, 4)
-	c.startN(3, func(cfg *Config) { cfg.Routing.Thresholds.BalanceAbs = 2 })
+	c.startN(3, func(cfg *Config) { cfg.Routing.Thresholds.BalanceAbs = 2 }, withTLS(certDir(t, "r0", "r1", "r2", "r3")))
 	c.waitReady()
 
 	t.Run("the first replicas are the voters and the registry converges", func(t *testing.T) {
@@ -312,8 +313,8 @@ func TestGossipKeyKeepsOutReplicasWithoutIt(t *testing.T) {
 	first := c.start(c.config("r0", 1, nil, key))
 	c.start(c.config("r1", 1, []string{first.GossipAddr()}, key))
 	_, err := Start(context.Background(), c.config("plain", 1, []string{first.GossipAddr()}))
-	if !errors.Is(err, loadsync.ErrJoin) {
-		t.Fatalf("joining without the key: %v, want ErrJoin", err)
+	if !errors.Is(err, loadsync.ErrGossipKey) {
+		t.Fatalf("joining without the key: %v, want ErrGossipKey", err)
 	}
 	waitUntil(t, "r1 joins the encrypted cluster", func() bool { return suffrageOf(t, first, "r1") == "nonvoter" })
 }

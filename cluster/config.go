@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,9 +42,18 @@ type Config struct {
 	BootstrapExpect int
 	GossipKey       []byte // AES key (16, 24 or 32 bytes); nil = no encryption
 	// AdminToken is the bearer token of the admin API; "" = loopback
-	// clients only. Replicas forward registry writes to the leader's admin
-	// API with it, so every replica of a cluster needs the same one.
+	// clients only. Replicas forward registry writes to the leader over the
+	// cluster port, not the admin API, so each replica may have its own.
 	AdminToken string
+	// ClusterTLS, when set, makes every link between replicas (Raft and
+	// forwarded writes, on the --raft-bind port) mutual TLS with the
+	// cluster CA (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca).
+	// The files are read again at Reload (SIGHUP).
+	ClusterTLS TLSFiles
+	// InsecureCluster lets a replica whose gossip, Raft or API bind is not
+	// loopback start without GossipKey or ClusterTLS (--insecure-cluster):
+	// the operator trusts everyone on the network.
+	InsecureCluster bool
 
 	// ReapTimeout is how long a replica may stay out of the gossip
 	// membership (dead or left) before the leader removes it from the Raft
@@ -252,6 +262,7 @@ func (c Config) Validate() error {
 	if len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32 {
 		errs = append(errs, flagErr("gossip-key", "want 16, 24 or 32 bytes (got %d)", len(c.GossipKey)))
 	}
+	errs = append(errs, c.ClusterTLS.validate(), c.validateExposure(), validMetricsAddr(c.MetricsAddr))
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			errs = append(errs, flagErr("join", "want host:port (got %q)", j))
@@ -266,4 +277,21 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validMetricsAddr checks the --prometheus-host and --prometheus-port pair,
+// when set; whether the port is free is known only by binding it (Start
+// does that before anything else).
+func validMetricsAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return flagErr("prometheus-host", "want a host (got %q)", addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return flagErr("prometheus-port", "%q is not a port (1-65535; 0 for none)", port)
+	}
+	return nil
 }

@@ -16,8 +16,16 @@
 // bootstraps it), later replicas are added by the leader as non-voters,
 // replicas that come back at a new address are moved, and those that stay
 // away longer than the reap timeout are removed, a live non-voter taking a
-// removed voter's seat. Each replica announces its Raft and API addresses
-// in its gossip metadata, which is how a follower finds the leader's admin
-// API to forward registry writes to (forward.go); with no leader, writes
-// fail at once with 503.
+// removed voter's seat. A follower forwards registry writes to the
+// leader's cluster port (forward.go); with no leader, writes fail at once
+// with 503.
+//
+// Between replicas, gossip is encrypted with the gossip key (whose keyring
+// rotates through the admin API, keyring.go), and everything else crosses
+// one cluster port on --raft-bind (clusterport.go): Raft, and the replicas'
+// own HTTP (rpc.go: forwarded writes, keyring changes), with mutual TLS
+// against the cluster CA when configured (clustertls.go; certs.go makes a
+// CA and certificates). A replica reachable beyond loopback refuses to
+// start without both (exposure.go). Reload (reload.go) rereads the TLS
+// files on SIGHUP.
 package cluster

@@ -1,50 +1,42 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"time"
 
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// applyPath is the admin endpoint a follower forwards registry writes to:
-// POST a store.Command as JSON, get the applied Result back. The leader
-// applies it locally and never forwards it again, so a write crosses at most
-// one hop.
+// applyPath is where a follower forwards registry writes, on the leader's
+// cluster port (rpc.go): POST a store.Command as JSON, get the applied
+// Result back. The leader applies it locally and never forwards it again,
+// so a write crosses at most one hop.
 const applyPath = "/cluster/apply"
 
 // forwardAttempts bounds the hops a write may take when leadership moves
 // while it is being forwarded.
 const forwardAttempts = 3
 
-// maxForwardResponse bounds the leader's answer to a forwarded write.
-const maxForwardResponse = 64 << 10
-
 // ErrLeaderUnreachable: a follower knows who the leader is but cannot reach
-// its admin API (it just died, or the network splits them). Writes fail with
-// 503 until a leader is reachable again.
-var ErrLeaderUnreachable = errors.New("the raft leader's admin API is unreachable")
+// its cluster port (it just died, the network splits them, or it refuses
+// this replica's certificate). Writes fail with 503 until a leader is
+// reachable again.
+var ErrLeaderUnreachable = errors.New("the raft leader's cluster port is unreachable")
 
 // forwarder applies registry writes through Raft on the leader and, on a
-// follower, forwards them to the leader's admin API with the admin token.
-// Safe for concurrent use.
+// follower, forwards them to the leader's cluster port, where mutual TLS
+// (when the cluster has it) authenticates both ends and keeps the write
+// private. Safe for concurrent use.
 type forwarder struct {
-	raft   *RaftNode
-	token  string
-	apiOf  func(node string) (string, bool) // a replica's HTTP API address, from the gossip
-	client *http.Client
+	raft *RaftNode
+	rpc  *rpcClient
 }
 
-func newForwarder(raft *RaftNode, token string, apiOf func(string) (string, bool)) *forwarder {
-	transport := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second,
-		ResponseHeaderTimeout: DefaultAdminApplyTimeout}
-	return &forwarder{raft: raft, token: token, apiOf: apiOf, client: &http.Client{Transport: transport}}
+func newForwarder(raft *RaftNode, rpc *rpcClient) *forwarder {
+	return &forwarder{raft: raft, rpc: rpc}
 }
 
 // Apply commits cmd through the leader: here when this replica leads,
@@ -59,7 +51,7 @@ func (f *forwarder) Apply(ctx context.Context, cmd store.Command) (store.Result,
 			return res, err
 		}
 		tried = nle.LeaderID
-		res, err = f.forward(ctx, nle.LeaderID, cmd)
+		res, err = f.forward(ctx, nle, cmd)
 		if !errors.Is(err, ErrNoLeader) {
 			return res, err
 		}
@@ -76,34 +68,17 @@ type appliedResult struct {
 	Index   uint64         `json:"index"`
 }
 
-// forward posts cmd to leader's admin API and decodes its answer.
-func (f *forwarder) forward(ctx context.Context, leader string, cmd store.Command) (store.Result, error) {
-	addr, ok := f.apiOf(leader)
-	if !ok {
-		return store.Result{}, fmt.Errorf("%w: leader %s is not a gossip member yet", ErrNoLeader, leader)
-	}
+// forward posts cmd to the leader's cluster port and decodes its answer.
+func (f *forwarder) forward(ctx context.Context, leader *NotLeaderError, cmd store.Command) (store.Result, error) {
 	body, err := cmd.Encode()
 	if err != nil {
 		return store.Result{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+applyPath, bytes.NewReader(body))
+	status, data, err := f.rpc.call(ctx, http.MethodPost, leader.LeaderAddr, applyPath, body)
 	if err != nil {
-		return store.Result{}, err
+		return store.Result{}, fmt.Errorf("%w: %s at %s: %w", ErrLeaderUnreachable, leader.LeaderID, leader.LeaderAddr, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+f.token)
-	}
-	resp, err := f.client.Do(req)
-	if err != nil {
-		return store.Result{}, fmt.Errorf("%w: %s at %s: %w", ErrLeaderUnreachable, leader, addr, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxForwardResponse))
-	if err != nil {
-		return store.Result{}, fmt.Errorf("%w: %s at %s: reading the answer: %w", ErrLeaderUnreachable, leader, addr, err)
-	}
-	return decodeApplied(resp.StatusCode, data, leader)
+	return decodeApplied(status, data, leader.LeaderID)
 }
 
 // decodeApplied turns the leader's answer back into a Result or an error
@@ -153,6 +128,3 @@ func (e *forwardedError) Unwrap() error {
 	}
 	return nil
 }
-
-// close drops the idle connections to the leaders.
-func (f *forwarder) close() { f.client.CloseIdleConnections() }

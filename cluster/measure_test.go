@@ -143,6 +143,6 @@ func slowWorker(t *testing.T, name string) string {
 	}}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(); <-done })
+	t.Cleanup(func() { _ = srv.Shutdown(); _ = ln.Close(); <-done })
 	return "http://" + ln.Addr().String()
 }

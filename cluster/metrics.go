@@ -26,6 +26,9 @@ func (r *Replica) registerClusterMetrics() {
 		return 0
 	})
 	r.metrics.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(r.fsm.View().Len()) })
+	r.metrics.RegisterMetricsWriter(func(w io.Writer) {
+		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
+	})
 }
 
 // writeGossipMetrics writes the gossip's counters and per-peer freshness at
@@ -108,12 +111,5 @@ func serveMetrics(ctx context.Context, ln net.Listener, set *metrics.Set) {
 		c.SetContentType("text/plain; version=0.0.4")
 		set.WritePrometheus(c)
 	}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(ln)
-	}()
-	<-ctx.Done()
-	_ = srv.Shutdown()
-	<-done
+	serveUntil(ctx, srv, ln)
 }

@@ -76,6 +76,9 @@ type RaftConfig struct {
 	// AdvertiseAddr is the host:port peers dial (--raft-advertise);
 	// default: the bound address, which must then not be 0.0.0.0.
 	AdvertiseAddr string
+	// TLS, when set, makes every connection to and from this node's port
+	// mutual TLS with the cluster CA (--cluster-tls-*).
+	TLS TLSFiles
 	// Bootstrap, when the data dir holds no Raft state, makes this node a
 	// one-node cluster with itself as the only voter. Ignored on restart.
 	Bootstrap bool
@@ -139,7 +142,10 @@ type RaftNode struct {
 	fsm       *store.FSM
 	stores    *store.Stores
 	transport *raft.NetworkTransport
-	observer  *raft.Observer
+	// links is the cluster port the transport runs over, which also
+	// carries the replicas' HTTP (forwarded writes, keyring changes).
+	links    *clusterPort
+	observer *raft.Observer
 
 	// leaderMu guards leaderChanged, closed when leadership or this node's
 	// Raft state changes (see LeaderChanges).
@@ -180,7 +186,7 @@ func OpenRaft(cfg RaftConfig, fsm *store.FSM) (*RaftNode, error) {
 
 func (n *RaftNode) start() error {
 	var err error
-	if n.transport, err = newTransport(n.cfg); err != nil {
+	if n.transport, n.links, err = newTransport(n.cfg); err != nil {
 		return err
 	}
 	conf := n.raftConfig()
@@ -197,20 +203,28 @@ func (n *RaftNode) start() error {
 	return nil
 }
 
-func newTransport(cfg RaftConfig) (*raft.NetworkTransport, error) {
+// newTransport opens the cluster port on --raft-bind (with the cluster TLS,
+// if any) and runs Raft's network transport over it.
+func newTransport(cfg RaftConfig) (*raft.NetworkTransport, *clusterPort, error) {
 	advertise, err := advertiseAddr(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	t, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, advertise, &raft.NetworkTransportConfig{
+	t, err := loadClusterTLS(cfg.TLS)
+	if err != nil {
+		return nil, nil, err
+	}
+	port, err := openClusterPort(cfg.BindAddr, advertise, t, cfg.Logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("raft: listen on --raft-bind %q: %w", cfg.BindAddr, err)
+	}
+	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  raftLayer{port},
 		Logger:  newHclogAdapter(cfg.Logger, "raft-net"),
 		MaxPool: transportMaxPool,
 		Timeout: transportTimeout,
 	})
-	if err != nil {
-		return nil, fmt.Errorf("raft: listen on --raft-bind %q: %w", cfg.BindAddr, err)
-	}
-	return t, nil
+	return transport, port, nil
 }
 
 // advertiseAddr resolves --raft-advertise; nil means "the bound address",
@@ -226,6 +240,9 @@ func advertiseAddr(cfg RaftConfig) (net.Addr, error) {
 	addr, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
 	if err != nil {
 		return nil, fmt.Errorf("raft: --raft-advertise %q: %w", cfg.AdvertiseAddr, err)
+	}
+	if addr.IP == nil || addr.IP.IsUnspecified() {
+		return nil, fmt.Errorf("raft: --raft-advertise %q is not an address peers can dial", cfg.AdvertiseAddr)
 	}
 	return addr, nil
 }

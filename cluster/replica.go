@@ -40,6 +40,8 @@ type Replica struct {
 	gossip  *loadsync.Gossip
 	members *membership
 	writes  *forwarder
+	rpc     *rpcClient // to the peers' cluster ports
+	reloads reloaders
 
 	ln, metricsLn net.Listener
 	apiAddr       string // where peers reach ln
@@ -66,6 +68,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	// Until Start returns, the caller's ctx (a signal, say) ends what
+	// Start waits for: a --join that nobody answers yet, the seeding.
+	stopFollowing := context.AfterFunc(ctx, r.cancel)
+	defer stopFollowing()
 	if err := r.build(); err != nil {
 		_ = r.Stop(context.Background()) // what build made
 		return nil, err
@@ -100,15 +106,20 @@ func (r *Replica) awaitFirstProbes(ctx context.Context) {
 	r.healthChanged() // publish now what the OnChange delivery would publish a moment later
 }
 
-// build creates the parts, leaves first, and joins the gossip last.
+// build creates the parts, leaves first, and joins the gossip last. The
+// listeners come first of all, so that a port in use is refused at once.
 func (r *Replica) build() error {
 	cfg := r.cfg
+	if err := r.listen(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	if err := r.openRaft(); err != nil {
 		return err
 	}
+	r.warnIfInsecure()
 	var err error
 	r.monitor, err = health.New(cfg.Health, nil, r.log)
 	if err != nil {
@@ -118,11 +129,7 @@ func (r *Replica) build() error {
 		r.log.Warn("in-flight count would have gone below zero; clamped", "worker", w)
 	})
 	r.index = affinity.NewIndex(affinity.SystemClock{}, int(cfg.Routing.MaxTreeSize/int64(cfg.Routing.BlockSize)))
-	if r.ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("--port: %w", err)
-	}
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
-	r.warnIfWritesCannotBeForwarded()
 	if r.sync, err = r.newGossipState(r.members.joined); err != nil {
 		return err
 	}
@@ -141,7 +148,8 @@ func (r *Replica) openRaft() error {
 	cfg := r.cfg
 	var err error
 	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
-		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), Bootstrap: r.bootstrapsAlone(), Logger: r.log}, r.fsm)
+		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), TLS: cfg.ClusterTLS, Bootstrap: r.bootstrapsAlone(),
+		Logger: r.log}, r.fsm)
 	if err != nil {
 		return err
 	}
@@ -152,20 +160,26 @@ func (r *Replica) openRaft() error {
 		return fmt.Errorf("raft: reading the configuration: %w", err)
 	}
 	r.members = newMembership(len(servers) > 0)
-	r.writes = newForwarder(r.raft, cfg.AdminToken, r.apiAddrOf)
+	r.rpc = newRPCClient(r.raft.links)
+	r.writes = newForwarder(r.raft, r.rpc)
+	if t := r.raft.links.tls; t != nil {
+		r.reloads.add("cluster TLS", t.Reload)
+	}
 	return nil
 }
 
-// warnIfWritesCannotBeForwarded warns about a cluster whose followers
-// cannot forward admin writes: without a token the admin API serves
-// loopback clients only, and the peers are not loopback clients.
-func (r *Replica) warnIfWritesCannotBeForwarded() {
-	host, _, _ := net.SplitHostPort(r.apiAddr)
-	if ip := net.ParseIP(host); r.bootstrapsAlone() || r.cfg.AdminToken != "" || ip != nil && ip.IsLoopback() {
-		return
+// listen binds the API listener and the --prometheus-port one.
+func (r *Replica) listen() error {
+	var err error
+	if r.ln, err = net.Listen("tcp", r.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("--port: %w", err)
 	}
-	r.log.Warn("without --admin-token, replicas on other hosts cannot forward registry writes to the leader",
-		"api", r.apiAddr)
+	if r.cfg.MetricsAddr != "" {
+		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("--prometheus-port: %w", err)
+		}
+	}
+	return nil
 }
 
 // bootstrapsAlone says whether this replica forms a one-node cluster.
@@ -184,24 +198,15 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		AllowWorker: cfg.Proxy.WorkerHosts.Allows, FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
+		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
+		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, PD: pd})
+	if err == nil && cfg.Proxy.TLSCertPath != "" {
+		r.reloads.add("client TLS", r.proxy.ReloadTLS)
+	}
 	return err
-}
-
-// apiAddrOf is the HTTP API address that replica node announced.
-func (r *Replica) apiAddrOf(node string) (string, bool) {
-	if r.gossip == nil {
-		return "", false
-	}
-	for _, m := range r.gossip.Members() {
-		if m.Name == node && m.Tags[tagAPI] != "" {
-			return m.Tags[tagAPI], true
-		}
-	}
-	return "", false
 }
 
 // newRouter binds a policy to this replica's load table and index.
@@ -233,18 +238,15 @@ func (r *Replica) disaggregation() (*proxy.PD, error) {
 	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
 }
 
-// serve starts serving on the bound listener, binds the metrics listener
-// and starts the background loops.
+// serve starts serving on the bound listeners, the peers' HTTP on the
+// cluster port, and the background loops.
 func (r *Replica) serve() error {
-	var err error
 	r.serving = true
 	r.goRun(r.serveAPI)
-	if r.cfg.MetricsAddr != "" {
-		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
-			return fmt.Errorf("--prometheus-port: %w", err)
-		}
+	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
+	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
 	r.goRun(r.followRegistry)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
@@ -298,9 +300,12 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 	if r.proxy != nil {
 		errs = append(errs, r.proxy.Shutdown(ctx))
 	}
-	r.cancel()
-	if r.metricsLn != nil {
-		r.metricsLn.Close()
+	r.cancel() // before the listener closes, so serveAPI sees a stop, not a failure
+	if r.serving {
+		// Shutdown does nothing to a Serve that has not registered its
+		// listener yet (a Start that fails right after serve): closing the
+		// listener makes that Serve return at once.
+		_ = r.ln.Close()
 	}
 	r.wg.Wait()
 	if r.gossip != nil {
@@ -320,11 +325,15 @@ func (r *Replica) stopGossip(leave bool) error {
 // closeParts closes what build opened and serve did not take over.
 func (r *Replica) closeParts() error {
 	var errs []error
-	if r.ln != nil && !r.serving {
-		errs = append(errs, r.ln.Close())
+	if !r.serving {
+		for _, ln := range []net.Listener{r.ln, r.metricsLn} {
+			if ln != nil {
+				errs = append(errs, ln.Close())
+			}
+		}
 	}
-	if r.writes != nil {
-		r.writes.close()
+	if r.rpc != nil {
+		r.rpc.close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())

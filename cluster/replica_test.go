@@ -32,7 +32,8 @@ func echoWorker(t *testing.T, name string) string {
 	}}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Shutdown(); <-done })
+	// Closing ln too ends a Serve that Shutdown came too early for.
+	t.Cleanup(func() { _ = srv.Shutdown(); _ = ln.Close(); <-done })
 	return "http://" + ln.Addr().String()
 }
 

@@ -24,6 +24,8 @@ type Gossip struct {
 	clock Clock
 	cfg   GossipConfig
 	ml    *memberlist.Memberlist
+	// keyring is memberlist's, nil without a SecretKey (keyring.go).
+	keyring *memberlist.Keyring
 
 	inbox   chan []byte
 	events  *eventQueue
@@ -61,6 +63,7 @@ func Start(cfg GossipConfig, st *State, clock Clock) (*Gossip, error) {
 	if g.ml, err = memberlist.Create(mc); err != nil {
 		return nil, fmt.Errorf("loadsync: start memberlist: %w", err)
 	}
+	g.keyring = mc.Keyring
 	if len(cfg.Join) > 0 {
 		if err := g.Join(cfg.Join); err != nil {
 			_ = g.ml.Shutdown()
@@ -81,6 +84,9 @@ func (g *Gossip) Join(addrs []string) error {
 	if _, err := g.ml.Join(addrs); err != nil {
 		if refusal := g.lastRefusal(); refusal != nil {
 			return fmt.Errorf("loadsync: join %s: %w", strings.Join(addrs, ","), refusal)
+		}
+		if keyErr := keyMismatch(addrs, err); keyErr != nil {
+			return keyErr
 		}
 		return fmt.Errorf("%w: %s: %w", ErrJoin, strings.Join(addrs, ","), err)
 	}

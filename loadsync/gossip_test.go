@@ -170,12 +170,12 @@ func TestGossipEncryptionAdmitsOnlyTheSameKey(t *testing.T) {
 
 	other := []byte("fedcba9876543210fedcba9876543210")
 	_, err := startNode(t, "intruder", nodeOptions{key: other, join: []string{nodes[0].g.LocalAddr()}})
-	if !errors.Is(err, ErrJoin) {
-		t.Fatalf("join with another key = %v, want ErrJoin", err)
+	if !errors.Is(err, ErrGossipKey) {
+		t.Fatalf("join with another key = %v, want ErrGossipKey", err)
 	}
 	_, err = startNode(t, "plain", nodeOptions{join: []string{nodes[0].g.LocalAddr()}})
-	if !errors.Is(err, ErrJoin) {
-		t.Fatalf("join without a key = %v, want ErrJoin", err)
+	if !errors.Is(err, ErrGossipKey) {
+		t.Fatalf("join without a key = %v, want ErrGossipKey", err)
 	}
 	if got := len(nodes[0].g.Members()); got != 2 {
 		t.Fatalf("cluster has %d members after refused joins, want 2", got)

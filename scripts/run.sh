@@ -21,14 +21,27 @@ worker() { # port role
 
 args=(--host 127.0.0.1 --port 8080 --node-name "make-run-$mode")
 if [ "$mode" = cluster ]; then
+	# The replicas talk as a real cluster would: gossip encrypted with a
+	# fresh key, Raft and forwarded writes over mutual TLS with certificates
+	# made for this run (see `router tls init`).
+	tls=$(mktemp -d "${TMPDIR:-/tmp}/kvrouter-run-cluster.XXXXXX")
+	trap 'cleanup; rm -rf "$tls"' INT TERM EXIT
+	bin/router tls init "$tls" make-run-cluster make-run-cluster-1 make-run-cluster-2 >/dev/null
+	key=$(head -c 32 /dev/urandom | base64)
+	secure() { # node name
+		echo --gossip-key "$key" --cluster-tls-ca "$tls/ca.pem" \
+			--cluster-tls-cert "$tls/$1.pem" --cluster-tls-key "$tls/$1-key.pem"
+	}
 	worker 8001 both; worker 8002 both; worker 8003 both
 	for i in 1 2; do # two more replicas; the one started below is the third
+		# shellcheck disable=SC2046 # secure's words are flags and paths without spaces
 		bin/router serve --host 127.0.0.1 --port $((8080 + i)) --node-name "make-run-cluster-$i" \
 			--gossip-bind 127.0.0.1:$((7946 + 10 * i)) --raft-bind 127.0.0.1:$((7947 + 10 * i)) \
-			--bootstrap-expect 3 --join 127.0.0.1:7946 --miss-placement rendezvous &
+			--bootstrap-expect 3 --join 127.0.0.1:7946 --miss-placement rendezvous $(secure "make-run-cluster-$i") &
 		pids+=($!)
 	done
-	args+=(--bootstrap-expect 3 --join 127.0.0.1:7956 --miss-placement rendezvous
+	# shellcheck disable=SC2207
+	args+=(--bootstrap-expect 3 --join 127.0.0.1:7956 --miss-placement rendezvous $(secure make-run-cluster)
 		--worker-urls http://127.0.0.1:8001,http://127.0.0.1:8002,http://127.0.0.1:8003)
 elif [ "$mode" = pd ]; then
 	worker 8101 prefill; worker 8102 prefill; worker 8201 decode; worker 8202 decode

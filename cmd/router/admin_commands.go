@@ -84,6 +84,7 @@ func clusterCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{Name: "status", Usage: "members, raft leader and term, voters, peers' gossip freshness",
 				Flags: adminFlags(), Action: clusterStatus},
+			keyringCommand(),
 		},
 	}
 }
@@ -158,7 +159,9 @@ func (a *adminClient) request(method, path string, body any) (*http.Request, err
 	if err != nil {
 		return nil, fmt.Errorf("--addr %q: %w", a.base, err)
 	}
-	if body != nil {
+	if body != nil || method != http.MethodGet {
+		// Without --admin-token a replica takes writes only as JSON, so
+		// that a web page cannot make them (see the README's admin API).
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if a.token != "" {

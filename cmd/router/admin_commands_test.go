@@ -80,6 +80,7 @@ func startReplica(t *testing.T, token string, status func() any) *fakeReplica {
 	}()
 	t.Cleanup(func() {
 		_ = srv.Shutdown()
+		_ = ln.Close() // a Serve not yet started would otherwise serve on
 		wg.Wait()
 	})
 	f.addr = "http://" + ln.Addr().String()

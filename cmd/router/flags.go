@@ -109,5 +109,9 @@ func serveFlags() []cli.Flag {
 		intFlag("bootstrap-expect", 1, "replicas that form the voter set"),
 		stringFlag("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) that encrypts gossip"),
 		stringFlag("admin-token", "", "bearer token of the admin API; without one only loopback clients may use it"),
+		stringFlag("cluster-tls-cert", "", "PEM certificate this replica presents to its peers (see `router tls init`)"),
+		stringFlag("cluster-tls-key", "", "PEM key of --cluster-tls-cert"),
+		stringFlag("cluster-tls-ca", "", "PEM certificate of the CA that signs every replica's; peers without one are refused"),
+		boolFlag("insecure-cluster", "allow gossip, Raft or API binds beyond loopback without --gossip-key and cluster TLS"),
 	}
 }

@@ -23,7 +23,7 @@ func main() {
 				fmt.Println(version)
 				return nil
 			},
-		}}, adminCommands()...),
+		}}, append(adminCommands(), tlsCommand())...),
 	}
 	if err := app.Run(normalizeArgs(os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)

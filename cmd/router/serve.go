@@ -45,7 +45,10 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
-	reloadOnHangup(ctx, c, r, cfg.Logger)
+	if c.String("api-keys") != "" {
+		r.OnReload("API keys", func() error { return reloadAPIKeys(c, r) })
+	}
+	reloadOnHangup(ctx, r)
 	var failure error
 	select {
 	case <-ctx.Done():
@@ -75,12 +78,16 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		Join:            c.StringSlice("join"),
 		BootstrapExpect: c.Int("bootstrap-expect"),
 		AdminToken:      c.String("admin-token"),
+		ClusterTLS: cluster.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
+			CAFile: c.String("cluster-tls-ca")},
+		InsecureCluster: c.Bool("insecure-cluster"),
 		Routing:         routingFrom(c),
 		Proxy:           proxyConfigFrom(c),
 		Health:          healthConfigFrom(c),
 		Logger:          logger,
 	}
-	if p := c.Int("prometheus-port"); p > 0 {
+	if p := c.Int("prometheus-port"); p != 0 {
+		// Out of range is refused by Validate, naming the flag.
 		cfg.MetricsAddr = net.JoinHostPort(c.String("prometheus-host"), strconv.Itoa(p))
 	}
 	if err := fillDefaults(&cfg); err != nil {
@@ -368,9 +375,11 @@ func normalizeArgs(args []string) []string {
 	return out
 }
 
-// reloadOnHangup rereads, on every SIGHUP, what can change without a
-// restart: the API keys and the client listener's certificate.
-func reloadOnHangup(ctx context.Context, c *cli.Context, r *cluster.Replica, log *slog.Logger) {
+// reloadOnHangup makes every SIGHUP reread, until ctx ends, what can change
+// without a restart: the cluster and client certificates, and the API keys
+// (see Replica.Reload, which logs what it did; a part that fails keeps its
+// previous state).
+func reloadOnHangup(ctx context.Context, r *cluster.Replica) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
@@ -380,16 +389,19 @@ func reloadOnHangup(ctx context.Context, c *cli.Context, r *cluster.Replica, log
 			case <-ctx.Done():
 				return
 			case <-hup:
+				_ = r.Reload()
 			}
-			keys, err := readAPIKeys(c.String("api-keys"))
-			if err == nil {
-				err = r.Reload(keys)
-			}
-			if err != nil {
-				log.Error("reload on SIGHUP failed; the previous settings stay", "err", err)
-				continue
-			}
-			log.Info("reloaded API keys and certificates")
 		}
 	}()
+}
+
+// reloadAPIKeys rereads --api-keys into r, when it was given: a file's
+// keys may change while the replica runs.
+func reloadAPIKeys(c *cli.Context, r *cluster.Replica) error {
+	keys, err := readAPIKeys(c.String("api-keys"))
+	if err != nil {
+		return err
+	}
+	r.SetAPIKeys(keys)
+	return nil
 }

@@ -1,0 +1,325 @@
+package cluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Kinds of link a connection to the cluster port carries, announced by its
+// first byte (sent inside TLS when the cluster has TLS).
+const (
+	linkRaft byte = 'R' // hashicorp/raft's RPCs
+	linkRPC  byte = 'H' // HTTP between replicas: forwarded writes, keyring changes
+)
+
+// Limits of the cluster port against peers that connect and say nothing.
+const (
+	// linkHandshakeTimeout bounds the TLS handshake and the link byte.
+	linkHandshakeTimeout = transportTimeout
+	// maxPendingLinks bounds the connections in their handshake at once,
+	// and maxPendingPerHost those from one address, so that a stranger
+	// holding connections open without a word cannot crowd out the peers;
+	// beyond either, new connections are closed at once.
+	maxPendingLinks   = 1024
+	maxPendingPerHost = 16
+)
+
+// ErrPortClosed is what the cluster port's listeners return once closed. It
+// wraps net.ErrClosed, which is how servers (fasthttp's included) tell a
+// listener closed on purpose from a failing one.
+var ErrPortClosed = fmt.Errorf("cluster port: %w", net.ErrClosed)
+
+// clusterPort is the listener on --raft-bind that carries every link
+// between replicas: Raft and the replicas' HTTP (forwarded writes, keyring
+// changes). With cluster TLS, a connection must complete a mutual TLS
+// handshake with a certificate the cluster CA signed before a single byte
+// of it reaches Raft or the HTTP handler; without it, links are plain TCP
+// and only loopback or --insecure-cluster allow that (see exposure.go).
+//
+// One goroutine accepts; each new connection does its handshake on its
+// own goroutine, bounded by linkHandshakeTimeout, maxPendingLinks and
+// maxPendingPerHost, so a stranger that never finishes one holds up no
+// peer. Close ends them all.
+type clusterPort struct {
+	ln        net.Listener
+	advertise net.Addr // nil: the bound address
+	tls       *clusterTLS
+	log       *slog.Logger
+
+	raftConns, rpcConns chan net.Conn
+	done                chan struct{}
+	closeOnce           sync.Once
+	wg                  sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[net.Conn]struct{} // in their handshake; closed by Close
+	perHost map[string]int        // pending connections by remote IP
+	// maxPending and maxPerHost are maxPendingLinks and maxPendingPerHost
+	// (tests lower them).
+	maxPending, maxPerHost int
+
+	refused      atomic.Uint64
+	lastRefusalW atomic.Int64 // unix nanos of the last refusal logged at WARN
+}
+
+func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.Logger) (*clusterPort, error) {
+	ln, err := net.Listen("tcp", bind)
+	if err != nil {
+		return nil, err
+	}
+	p := &clusterPort{ln: ln, advertise: advertise, tls: t, log: log,
+		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}),
+		pending: map[net.Conn]struct{}{}, perHost: map[string]int{},
+		maxPending: maxPendingLinks, maxPerHost: maxPendingPerHost}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	return p, nil
+}
+
+// Addr is the address peers dial: the advertised one, else the bound one.
+func (p *clusterPort) Addr() net.Addr {
+	if p.advertise != nil {
+		return p.advertise
+	}
+	return p.ln.Addr()
+}
+
+// Refused counts connections dropped before they were admitted: failed
+// handshakes, unknown link bytes, too many pending.
+func (p *clusterPort) Refused() uint64 { return p.refused.Load() }
+
+// Close stops accepting, closes the connections in their handshake and
+// waits for the port's goroutines. Admitted connections belong to Raft or
+// the HTTP server, which close their own. Safe to call more than once.
+func (p *clusterPort) Close() error {
+	var err error
+	p.closeOnce.Do(func() {
+		close(p.done)
+		err = p.ln.Close()
+		p.mu.Lock()
+		for c := range p.pending {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return err
+}
+
+func (p *clusterPort) acceptLoop() {
+	defer p.wg.Done()
+	backoff := 5 * time.Millisecond
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(backoff):
+			}
+			// Out of descriptors, say: keep trying, do not die.
+			p.log.Error("cluster port: accept failed; retrying", "err", err, "in", backoff)
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		p.admit(conn)
+	}
+}
+
+// admit starts conn's handshake, or closes it when too many are pending.
+func (p *clusterPort) admit(conn net.Conn) {
+	host := remoteHost(conn)
+	if err := p.hold(conn, host); err != nil {
+		p.refuse(conn, err)
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		link, kind, err := p.handshake(conn)
+		p.release(conn, host)
+		if err != nil {
+			p.refuse(conn, err)
+			return
+		}
+		p.deliver(link, kind)
+	}()
+}
+
+// hold counts conn as pending, unless that would pass a limit.
+func (p *clusterPort) hold(conn net.Conn, host string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case len(p.pending) >= p.maxPending:
+		return errors.New("too many connections in their handshake")
+	case p.perHost[host] >= p.maxPerHost:
+		return fmt.Errorf("too many connections from %s in their handshake", host)
+	}
+	p.pending[conn] = struct{}{}
+	p.perHost[host]++
+	return nil
+}
+
+func (p *clusterPort) release(conn net.Conn, host string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pending, conn)
+	if p.perHost[host]--; p.perHost[host] <= 0 {
+		delete(p.perHost, host)
+	}
+}
+
+// remoteHost is the IP a connection comes from.
+func remoteHost(conn net.Conn) string {
+	host, _, err := net.SplitHostPort(conn.RemoteAddr().String())
+	if err != nil {
+		return conn.RemoteAddr().String()
+	}
+	return host
+}
+
+// handshake runs the TLS handshake, if any, and reads the link byte.
+func (p *clusterPort) handshake(conn net.Conn) (net.Conn, byte, error) {
+	_ = conn.SetDeadline(time.Now().Add(linkHandshakeTimeout))
+	link := conn
+	if p.tls != nil {
+		tc := tls.Server(conn, p.tls.serverConfig())
+		if err := tc.Handshake(); err != nil {
+			return nil, 0, fmt.Errorf("tls handshake: %w", err)
+		}
+		link = tc
+	}
+	var kind [1]byte
+	if _, err := io.ReadFull(link, kind[:]); err != nil {
+		return nil, 0, fmt.Errorf("reading the link kind: %w", err)
+	}
+	if kind[0] != linkRaft && kind[0] != linkRPC {
+		return nil, 0, fmt.Errorf("unknown link kind %#x (a peer of another version, or not a replica)", kind[0])
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return link, kind[0], nil
+}
+
+// deliver hands an admitted connection to Raft or to the HTTP server.
+func (p *clusterPort) deliver(conn net.Conn, kind byte) {
+	ch := p.raftConns
+	if kind == linkRPC {
+		ch = p.rpcConns
+	}
+	select {
+	case ch <- conn:
+	case <-p.done:
+		_ = conn.Close()
+	}
+}
+
+// refuse closes a connection that was not admitted, counts it and says so
+// now and then: a stranger knocking is worth a line, not a line a packet.
+func (p *clusterPort) refuse(conn net.Conn, why error) {
+	p.refused.Add(1)
+	remote := conn.RemoteAddr().String()
+	_ = conn.Close()
+	now := time.Now().UnixNano()
+	if last := p.lastRefusalW.Load(); now-last > int64(10*time.Second) && p.lastRefusalW.CompareAndSwap(last, now) {
+		p.log.Warn("cluster port: refused a connection (counted in vllm_router_cluster_link_refusals_total)",
+			"remote", remote, "err", why)
+		return
+	}
+	p.log.Debug("cluster port: refused a connection", "remote", remote, "err", why)
+}
+
+// dial opens a link of kind to the cluster port at addr: TCP, the TLS
+// handshake (when the cluster has TLS) and the link byte, all bounded by
+// ctx.
+func (p *clusterPort) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	link := conn
+	if p.tls != nil {
+		tc := tls.Client(conn, p.tls.clientConfig())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("cluster tls handshake with %s: %w", addr, err)
+		}
+		link = tc
+	}
+	if _, err := link.Write([]byte{kind}); err != nil {
+		_ = link.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return link, nil
+}
+
+// acceptFrom returns the next admitted connection of ch, or ErrPortClosed.
+func (p *clusterPort) acceptFrom(ch chan net.Conn) (net.Conn, error) {
+	select {
+	case c := <-ch:
+		return c, nil
+	case <-p.done:
+		return nil, ErrPortClosed
+	}
+}
+
+// raftLayer is the cluster port as Raft's stream layer. Raft closes it at
+// shutdown, which closes the whole port.
+type raftLayer struct{ p *clusterPort }
+
+var _ raft.StreamLayer = raftLayer{}
+
+func (l raftLayer) Accept() (net.Conn, error) { return l.p.acceptFrom(l.p.raftConns) }
+func (l raftLayer) Close() error              { return l.p.Close() }
+func (l raftLayer) Addr() net.Addr            { return l.p.Addr() }
+
+func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return l.p.dial(ctx, string(addr), linkRaft)
+}
+
+// rpcListener is the cluster port as the replicas' HTTP server's listener.
+// Closing it does not close the port (Raft owns that).
+type rpcListener struct {
+	p      *clusterPort
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (p *clusterPort) rpcListener() *rpcListener {
+	return &rpcListener{p: p, closed: make(chan struct{})}
+}
+
+func (l *rpcListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.p.rpcConns:
+		return c, nil
+	case <-l.p.done:
+	case <-l.closed:
+	}
+	return nil, ErrPortClosed
+}
+
+func (l *rpcListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *rpcListener) Addr() net.Addr { return l.p.Addr() }

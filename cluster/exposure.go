@@ -1,0 +1,80 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// A replica reachable from the network must not take orders from whoever
+// reaches it: with a gossip, Raft or API bind beyond loopback, it needs
+// --gossip-key (else anyone on the network reads and forges gossip) and
+// cluster TLS (else anyone rewrites the registry with one forged Raft
+// message, and forwarded writes travel in the clear). --insecure-cluster is
+// the operator saying the network itself is trusted.
+
+// exposedBinds lists, as "--flag addr", the binds of c that are not
+// loopback.
+func (c Config) exposedBinds() []string {
+	var out []string
+	for _, b := range []struct{ flag, addr string }{
+		{"host", c.HTTPAddr}, {"gossip-bind", c.GossipBind}, {"raft-bind", c.RaftBind},
+	} {
+		if !loopbackBind(b.addr) {
+			out = append(out, fmt.Sprintf("--%s %s", b.flag, b.addr))
+		}
+	}
+	return out
+}
+
+// loopbackBind reports whether host:port listens on loopback only. An
+// empty host (every interface) and host names other than localhost are
+// not: they are not resolved here, and most resolve beyond loopback.
+func loopbackBind(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false // refused as malformed elsewhere
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
+}
+
+// validateExposure refuses a replica that binds beyond loopback without a
+// gossip key and cluster TLS, naming each missing flag, unless
+// InsecureCluster is set.
+func (c Config) validateExposure() error {
+	exposed := c.exposedBinds()
+	if len(exposed) == 0 || c.InsecureCluster {
+		return nil
+	}
+	why := fmt.Sprintf("required because %s %s not loopback; or set --insecure-cluster to accept unauthenticated replica links",
+		strings.Join(exposed, " and "), pluralIs(len(exposed)))
+	var errs []error
+	if len(c.GossipKey) == 0 {
+		errs = append(errs, flagErr("gossip-key", "%s", why))
+	}
+	if !c.ClusterTLS.Enabled() {
+		errs = append(errs, flagErr("cluster-tls-cert", "with --cluster-tls-key and --cluster-tls-ca (see `router tls init`), %s", why))
+	}
+	return errors.Join(errs...)
+}
+
+func pluralIs(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+// warnIfInsecure says, at start, what --insecure-cluster leaves open.
+func (r *Replica) warnIfInsecure() {
+	exposed := r.cfg.exposedBinds()
+	if len(exposed) == 0 || len(r.cfg.GossipKey) != 0 && r.cfg.ClusterTLS.Enabled() {
+		return
+	}
+	r.log.Warn("--insecure-cluster: replica links are reachable beyond loopback without authentication",
+		"binds", exposed, "gossip_encrypted", len(r.cfg.GossipKey) != 0, "cluster_tls", r.cfg.ClusterTLS.Enabled())
+}
