@@ -7,19 +7,22 @@ import (
 	"strings"
 )
 
-// A replica reachable from the network must not take orders from whoever
-// reaches it: with a gossip, Raft or API bind beyond loopback, it needs
-// --gossip-key (else anyone on the network reads and forges gossip) and
-// cluster TLS (else anyone rewrites the registry with one forged Raft
-// message, and forwarded writes travel in the clear). --insecure-cluster is
-// the operator saying the network itself is trusted.
+// A replica whose links to other replicas are reachable from the network
+// must not take orders from whoever reaches them: with a gossip or Raft
+// bind beyond loopback, it needs --gossip-key (else anyone on the network
+// reads and forges gossip) and cluster TLS (else anyone rewrites the
+// registry with one forged Raft message). --insecure-cluster is the
+// operator saying the network itself is trusted. The API port is another
+// edge: a lone replica serving clients on 0.0.0.0 (a drop-in for
+// vllm-router) has no replica link to protect; its clients are kept out by
+// --api-keys and its admin API by --admin-token.
 
-// exposedBinds lists, as "--flag addr", the binds of c that are not
-// loopback.
+// exposedBinds lists, as "--flag addr", the replica-link binds of c that
+// are not loopback.
 func (c Config) exposedBinds() []string {
 	var out []string
 	for _, b := range []struct{ flag, addr string }{
-		{"host", c.HTTPAddr}, {"gossip-bind", c.GossipBind}, {"raft-bind", c.RaftBind},
+		{"gossip-bind", c.GossipBind}, {"raft-bind", c.RaftBind},
 	} {
 		if !loopbackBind(b.addr) {
 			out = append(out, fmt.Sprintf("--%s %s", b.flag, b.addr))
