@@ -224,6 +224,9 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		p := prompt("wedging", 2)
 		owner := c.complete(r0, p)
 		id := c.workerID(r1, owner)
+		waitUntil(t, "every replica finds the owner eligible", func() bool {
+			return r0.monitor.Eligible(uint32(id)) && r1.monitor.Eligible(uint32(id)) && r2.monitor.Eligible(uint32(id))
+		})
 		c.workerByName(owner).wedge()
 		// The wedged worker holds these; once a replica judges it stuck, it
 		// fails them over to a worker that answers.

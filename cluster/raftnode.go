@@ -146,6 +146,8 @@ type RaftNode struct {
 	// carries the replicas' HTTP (forwarded writes, keyring changes).
 	links    *clusterPort
 	observer *raft.Observer
+	// lastAtOpen is the last index of the log on disk when the node opened.
+	lastAtOpen uint64
 
 	// leaderMu guards leaderChanged, closed when leadership or this node's
 	// Raft state changes (see LeaderChanges).
@@ -194,6 +196,9 @@ func (n *RaftNode) start() error {
 		if err := n.bootstrapIfNew(conf); err != nil {
 			return err
 		}
+	}
+	if n.lastAtOpen, err = n.stores.Log.LastIndex(); err != nil {
+		return fmt.Errorf("raft: reading the log: %w", err)
 	}
 	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
 	if err != nil {
@@ -431,6 +436,21 @@ func (n *RaftNode) IsLeader() bool { return n.raft.State() == raft.Leader }
 func (n *RaftNode) Leader() (id, addr string) {
 	a, i := n.raft.LeaderWithID()
 	return string(i), string(a)
+}
+
+// CaughtUp reports whether this node knows a leader and has applied every
+// entry it knows to be committed: its registry is then the cluster's.
+func (n *RaftNode) CaughtUp() bool {
+	_, id := n.raft.LeaderWithID()
+	commit := n.raft.CommitIndex()
+	return id != "" && commit > 0 && n.raft.AppliedIndex() >= commit
+}
+
+// Replayed reports whether this node has applied the whole log it had on
+// disk when it opened, and had one: a restarted replica then has its last
+// registry, leader or none.
+func (n *RaftNode) Replayed() bool {
+	return n.lastAtOpen > 0 && n.raft.AppliedIndex() >= n.lastAtOpen
 }
 
 // Term is the current Raft term.

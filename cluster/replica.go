@@ -45,7 +45,8 @@ type Replica struct {
 
 	ln, metricsLn net.Listener
 	apiAddr       string // where peers reach ln
-	loaded        atomic.Bool
+	loaded        atomic.Bool   // the registry is the cluster's: see ready.go
+	ready         chan struct{} // closed when loaded and the workers probed
 
 	serving bool // the proxy took over ln; Stop shuts it down
 	failed  chan error
@@ -66,7 +67,8 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1)}
+	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1),
+		ready: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -84,7 +86,13 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		_ = r.Stop(context.Background())
 		return nil, err
 	}
-	r.awaitFirstProbes(ctx)
+	if r.bootstrapsAlone() {
+		// A lone replica is ready at once: let Start return when it is.
+		select {
+		case <-r.ready:
+		case <-ctx.Done():
+		}
+	}
 	return r, nil
 }
 
@@ -202,7 +210,7 @@ func (r *Replica) buildFrontEnd() error {
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
-		RegistryLoaded: r.loaded.Load, PD: pd})
+		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd})
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
@@ -248,6 +256,7 @@ func (r *Replica) serve() error {
 	}
 	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
 	r.goRun(r.followRegistry)
+	r.goRun(r.becomeReady)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
@@ -455,7 +464,6 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	}
 	r.proxy.Fleet().SetWorkers(ws)
 	r.gauges.sync(r.metrics, workers, r.monitor)
-	r.loaded.Store(true)
 }
 
 // healthChanged republishes the proxy's view and forgets the prefixes of

@@ -74,6 +74,10 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	x.in = in
+	if err := p.awaitReady(x); err != nil {
+		p.refuse(x, err)
+		return
+	}
 	disaggregated := p.pd != nil && ep.pd
 	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
 	if err != nil {
@@ -97,6 +101,32 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool,
 		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
 	streaming = p.serveLeg(x, l)
+}
+
+// maxReadyWait bounds how long a request that arrives before the replica is
+// ready waits for it.
+const maxReadyWait = 30 * time.Second
+
+// awaitReady holds a request that came before the registry was loaded.
+func (p *Proxy) awaitReady(x *exchange) error {
+	if p.deps.Ready == nil {
+		return nil
+	}
+	select {
+	case <-p.deps.Ready:
+		return nil
+	default:
+	}
+	t := time.NewTimer(min(maxReadyWait, time.Until(x.deadline)))
+	defer t.Stop()
+	select {
+	case <-p.deps.Ready:
+		return nil
+	case <-t.C:
+		return errorf(ErrNoWorker, "the replica has not loaded its registry yet")
+	case <-p.ctx.Done():
+		return errorf(ErrNoWorker, "the replica is shutting down")
+	}
 }
 
 // finalRouter is the router of the workers whose answer the client gets.

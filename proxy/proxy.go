@@ -31,6 +31,10 @@ type Deps struct {
 	Admin func(*fasthttp.RequestCtx) bool
 	// RegistryLoaded reports whether the registry was read at least once.
 	RegistryLoaded func() bool
+	// Ready, when set, is closed once the registry is loaded and its workers
+	// probed; inference requests that come before wait for it (at most
+	// maxReadyWait) instead of meeting an empty fleet.
+	Ready <-chan struct{}
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.
 	PD *PD

@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"time"
+)
+
+// A replica is ready once its registry is the cluster's and the workers in
+// it have answered their first health checks. Before, it would route on an
+// empty registry, or an old one, and answer a burst of 503s: a replica
+// that just joined, or restarted and replays its log, holds inference
+// requests until it is ready (the proxy's ready gate) and says 503 on
+// /readiness meanwhile. Ready is a latch: a replica that loses its leader
+// later goes on routing from local memory.
+
+// readyPoll is how often a starting replica looks whether it caught up.
+const readyPoll = 20 * time.Millisecond
+
+// leaderlessGrace is how long a restarted replica that replayed its own log
+// waits for a leader before it routes on that log's registry anyway (the
+// cluster may have lost its quorum; the registry it had is the best there is).
+const leaderlessGrace = 5 * time.Second
+
+// becomeReady waits until the registry is loaded, then for the first health
+// checks of its workers, and opens the ready gate.
+func (r *Replica) becomeReady() {
+	start := time.Now()
+	t := time.NewTicker(readyPoll)
+	defer t.Stop()
+	for !r.raft.CaughtUp() && !(r.raft.Replayed() && time.Since(start) >= leaderlessGrace) {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	r.useRegistry(r.fsm.View())
+	r.awaitFirstProbes(r.ctx)
+	r.loaded.Store(true)
+	close(r.ready)
+	r.log.Info("registry loaded; serving inference", "workers", r.fsm.View().Len(), "took", time.Since(start).Round(time.Millisecond))
+}
