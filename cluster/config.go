@@ -238,11 +238,23 @@ func (c Config) Validate() error {
 	if c.Proxy.RequestTimeout <= 0 {
 		errs = append(errs, flagErr("request-timeout-secs", "must be positive"))
 	}
-	if c.Proxy.MaxConcurrentRequests < 0 {
+	if a := c.Proxy.Admission; a.Capacity < 0 {
 		errs = append(errs, flagErr("max-concurrent-requests", "must not be negative"))
+	} else if a.QueueSize < 0 {
+		errs = append(errs, flagErr("queue-size", "must not be negative"))
+	} else if a.RefillPerSec < 0 {
+		errs = append(errs, flagErr("rate-limit-tokens-per-second", "must not be negative"))
+	} else if a.Capacity > 0 && a.QueueSize > 0 && a.QueueTimeout <= 0 {
+		errs = append(errs, flagErr("queue-timeout-secs", "must be positive"))
 	}
 	if c.Proxy.Retry.MaxAttempts < 1 {
 		errs = append(errs, flagErr("retry-max-retries", "must be at least 1 (the first attempt counts)"))
+	}
+	if m := c.Proxy.Retry.Multiplier; m != 0 && m < 1 {
+		errs = append(errs, flagErr("retry-backoff-multiplier", "must be at least 1 (got %v)", m))
+	}
+	if j := c.Proxy.Retry.Jitter; j < 0 || j > 1 {
+		errs = append(errs, flagErr("retry-jitter-factor", "must be between 0 and 1 (got %v)", j))
 	}
 	if c.Proxy.Retry.InitialBackoff < 0 || c.Proxy.Retry.MaxBackoff < c.Proxy.Retry.InitialBackoff {
 		errs = append(errs, flagErr("retry-max-backoff-ms", "must be at least --retry-initial-backoff-ms"))

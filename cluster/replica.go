@@ -86,6 +86,9 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		_ = r.Stop(context.Background())
 		return nil, err
 	}
+	// After the seeding: a lone replica's seeds are in its registry by now,
+	// and are to be probed before it is ready.
+	r.goRun(r.becomeReady)
 	if r.bootstrapsAlone() {
 		// A lone replica is ready at once: let Start return when it is.
 		select {
@@ -256,7 +259,6 @@ func (r *Replica) serve() error {
 	}
 	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
 	r.goRun(r.followRegistry)
-	r.goRun(r.becomeReady)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)

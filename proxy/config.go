@@ -22,10 +22,9 @@ type Config struct {
 	// response, every attempt and backoff included (--request-timeout-secs,
 	// default 1800 s). No attempt starts after it.
 	RequestTimeout time.Duration
-	// MaxConcurrentRequests caps inference requests in flight on this
-	// replica; beyond it clients get 429 (--max-concurrent-requests, 0 =
-	// no cap).
-	MaxConcurrentRequests int
+	// Admission is the token bucket and queue requests are admitted
+	// through (--max-concurrent-requests and friends); see admission.go.
+	Admission Admission
 	// Retry says when and how a failed attempt is retried.
 	Retry Retry
 	// RequestIDHeaders are the client headers that may carry a request id,
@@ -131,6 +130,7 @@ func DefaultConfig() Config {
 		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		DialTimeout:      10 * time.Second,
 		Edge:             DefaultEdge(),
+		Admission:        Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second},
 	}
 }
 

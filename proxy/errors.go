@@ -67,6 +67,8 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusServiceUnavailable, "service_unavailable"
 	case errors.Is(err, ErrTooManyRequests):
 		return fasthttp.StatusTooManyRequests, "rate_limit_error"
+	case errors.Is(err, errQueueTimeout):
+		return fasthttp.StatusRequestTimeout, "timeout_error"
 	case errors.Is(err, ErrUpstreamTimeout):
 		return fasthttp.StatusGatewayTimeout, "upstream_timeout"
 	default:
@@ -91,6 +93,8 @@ func errorType(err error) string {
 		return "no_eligible_worker"
 	case errors.Is(err, ErrTooManyRequests):
 		return "rate_limited"
+	case errors.Is(err, errQueueTimeout):
+		return "queue_timeout"
 	case errors.Is(err, ErrUpstreamTimeout):
 		return "upstream_timeout"
 	case errors.As(err, &abort):

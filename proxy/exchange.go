@@ -57,7 +57,7 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		p.metrics.request(ep, fasthttp.StatusUnauthorized, "unauthorized", x.start)
 		return
 	}
-	if err := p.admit(); err != nil {
+	if err := p.admission.admit(p.ctx); err != nil {
 		p.refuse(x, err)
 		p.metrics.request(ep, ctx.Response.StatusCode(), x.errType, x.start)
 		return
@@ -199,7 +199,6 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 	if x.cancel != nil {
 		x.cancel(nil)
 	}
-	p.inflight.Add(-1)
 	errType := x.errType
 	switch {
 	case x.gone.Load():
@@ -228,16 +227,6 @@ func workerErrorType(status int) string {
 		return "worker_server_error"
 	}
 	return "worker_client_error"
-}
-
-// admit enforces --max-concurrent-requests.
-func (p *Proxy) admit() error {
-	n := p.inflight.Add(1)
-	if max := p.cfg.MaxConcurrentRequests; max > 0 && n > int64(max) {
-		p.inflight.Add(-1)
-		return errorf(ErrTooManyRequests, "the router is at its limit of %d concurrent requests", max)
-	}
-	return nil
 }
 
 // usesSessionKey reports whether any policy of the request path hashes a

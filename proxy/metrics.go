@@ -42,7 +42,7 @@ type Metrics struct {
 
 	mu      sync.Mutex
 	errors  map[errorKey]*metrics.Counter // made on first use: errors are not the hot path
-	workers map[string]*workerCounters // by worker URL, the label of their series
+	workers map[string]*workerCounters    // by worker URL, the label of their series
 }
 
 type errorKey struct {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -42,22 +41,22 @@ type Deps struct {
 
 // Proxy serves the inference API of one replica.
 type Proxy struct {
-	cfg      Config
-	deps     Deps
-	fleet    *Fleet
-	metrics  *Metrics
-	log      *slog.Logger
-	inflight atomic.Int64
-	pd       *disaggregation
-	server   *fasthttp.Server
-	edgesMu  sync.Mutex
-	edges    []*edgeListener
-	keys     apiKeys
-	owners   *responseOwners
-	cert     *serverCert // nil: the client listener speaks plain HTTP
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	cfg       Config
+	deps      Deps
+	fleet     *Fleet
+	metrics   *Metrics
+	log       *slog.Logger
+	admission *admission
+	pd        *disaggregation
+	server    *fasthttp.Server
+	edgesMu   sync.Mutex
+	edges     []*edgeListener
+	keys      apiKeys
+	owners    *responseOwners
+	cert      *serverCert // nil: the client listener speaks plain HTTP
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // New builds a proxy. Call Fleet().SetWorkers to give it workers.
@@ -74,6 +73,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
+	p.admission = newAdmission(p.cfg.Admission)
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
 		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {

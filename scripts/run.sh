@@ -19,7 +19,7 @@ worker() { # port role
 	pids+=($!)
 }
 
-args=(--host 127.0.0.1 --port 8080 --node-name "make-run-$mode")
+args=(--host 127.0.0.1 --node-name "make-run-$mode") # the default ports: API 30000, metrics 29000
 if [ "$mode" = cluster ]; then
 	# The replicas talk as a real cluster would: gossip encrypted with a
 	# fresh key, Raft and forwarded writes over mutual TLS with certificates
@@ -35,7 +35,7 @@ if [ "$mode" = cluster ]; then
 	worker 8001 both; worker 8002 both; worker 8003 both
 	for i in 1 2; do # two more replicas; the one started below is the third
 		# shellcheck disable=SC2046 # secure's words are flags and paths without spaces
-		bin/router serve --host 127.0.0.1 --port $((8080 + i)) --node-name "make-run-cluster-$i" \
+		bin/router serve --host 127.0.0.1 --port $((30000 + i)) --prometheus-port $((29000 + i)) --node-name "make-run-cluster-$i" \
 			--gossip-bind 127.0.0.1:$((7946 + 10 * i)) --raft-bind 127.0.0.1:$((7947 + 10 * i)) \
 			--bootstrap-expect 3 --join 127.0.0.1:7946 --miss-placement rendezvous $(secure "make-run-cluster-$i") &
 		pids+=($!)
@@ -55,18 +55,18 @@ bin/router serve "${args[@]}" &
 pids+=($!)
 
 for _ in $(seq 100); do
-	bin/router healthcheck --addr http://127.0.0.1:8080 >/dev/null 2>&1 && break
+	bin/router healthcheck --addr http://127.0.0.1:30000 >/dev/null 2>&1 && break
 	sleep 0.1
 done
-[ "$mode" = cluster ] && echo "Three replicas: http://127.0.0.1:8080, :8081 and :8082 (see: bin/router cluster status)."
+[ "$mode" = cluster ] && echo "Three replicas: http://127.0.0.1:30000, :30001 and :30002 (see: bin/router cluster status)."
 cat <<'TXT'
 
-The router listens on http://127.0.0.1:8080. Try:
+The router listens on http://127.0.0.1:30000. Try:
 
-  curl -s http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \
+  curl -s http://127.0.0.1:30000/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"sim-model","messages":[{"role":"user","content":"Hello!"}],"max_tokens":16}'
 
-  curl -s http://127.0.0.1:8080/get_loads      # in-flight load per worker
+  curl -s http://127.0.0.1:30000/get_loads      # in-flight load per worker
   bin/router workers list                      # the registry
 
 Ctrl-C stops the router and the workers.

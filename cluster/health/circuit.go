@@ -32,6 +32,7 @@ type breakerPolicy struct {
 	successes int   // trial successes that close a half-open circuit
 	trials    int   // concurrent trial requests a half-open circuit admits
 	timeout   int64 // nanoseconds a circuit stays open before half-opening
+	disabled  bool  // request outcomes never open a circuit (--disable-circuit-breaker)
 }
 
 // breaker is one worker's circuit breaker: a pure state machine on a logical
@@ -93,7 +94,7 @@ func (b *breaker) recordClosed(o Outcome, now int64) bool {
 		return false
 	}
 	b.failures++
-	if b.failures < b.policy.failures {
+	if b.failures < b.policy.failures || b.policy.disabled {
 		return false
 	}
 	b.moveTo(CircuitOpen, now)

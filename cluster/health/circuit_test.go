@@ -216,3 +216,15 @@ func TestEndTwiceCountsOnce(t *testing.T) {
 		t.Fatalf("a trial ended twice freed two slots: err = %v", err)
 	}
 }
+
+func TestADisabledBreakerNeverOpensOnFailures(t *testing.T) {
+	b := breaker{policy: breakerPolicy{failures: 2, successes: 1, trials: 1, timeout: 10, disabled: true}}
+	for i := range 50 {
+		if b.record(OutcomeFailure, b.gen, false, int64(i)) {
+			t.Fatalf("failure %d moved the circuit", i)
+		}
+	}
+	if b.state != CircuitClosed {
+		t.Fatalf("state %v, want closed", b.state)
+	}
+}

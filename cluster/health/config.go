@@ -39,6 +39,10 @@ type Config struct {
 	// CBTimeout is how long a circuit stays open before it lets trial requests
 	// through (--cb-timeout-duration-secs). Default 60s.
 	CBTimeout time.Duration
+	// DisableCircuitBreaker keeps request failures from opening circuits
+	// (--disable-circuit-breaker); health checks and wedge or degrade
+	// verdicts still take a worker out.
+	DisableCircuitBreaker bool
 	// CBHalfOpenTrials is how many trial requests a half-open circuit admits at
 	// once; a finished trial frees its slot. Default 3. No flag.
 	CBHalfOpenTrials int

@@ -61,7 +61,7 @@ func New(cfg Config, clock Clock, logger *slog.Logger) (*Monitor, error) {
 		cfg: cfg, clock: clock, log: logger, epoch: clock.Now(),
 		policy: breakerPolicy{
 			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
-			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(),
+			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,
 		},
 		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey},
 		stalls: newStallLog(),

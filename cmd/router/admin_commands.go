@@ -35,7 +35,7 @@ func adminCommands() []*cli.Command {
 }
 
 func addrFlag() cli.Flag {
-	return &cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:8080", EnvVars: []string{"ROUTER_ADDR"},
+	return &cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:30000", EnvVars: []string{"ROUTER_ADDR"},
 		Usage: "base URL of any router replica"}
 }
 

@@ -125,7 +125,7 @@ func startWorkersim(t *testing.T, bin, id string, args ...string) (*process, str
 
 func startRouterProcess(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	base := []string{"serve", "--port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
+	base := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "e2e", "--retry-initial-backoff-ms", "1"}
 	p := start(t, bin, append(base, args...)...)
 	return "http://" + p.await(t, `router ready" addr=(\S+)`)

@@ -40,18 +40,24 @@ func durationFlag(name string, value string, usage string) *cli.StringFlag {
 }
 
 // serveFlags are the flags of `router serve`, with vllm-router's names where
-// the meaning is the same.
+// the meaning is the same, and every other flag of vllm-router accepted
+// (compatFlags).
 func serveFlags() []cli.Flag {
+	return append(ownFlags(), compatFlags()...)
+}
+
+func ownFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag("host", "127.0.0.1", "address to listen on"),
-		intFlag("port", 8080, "port of the API, health, metrics and admin endpoints"),
+		intFlag("port", 30000, "port of the API, health, metrics and admin endpoints"),
 		sliceFlag("worker-urls", "worker URLs to register at start (repeatable or comma-separated)"),
-		stringFlag("policy", "cache_aware", "routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hash, cache_aware_fleet_gate"),
+		stringFlag("policy", "cache_aware", "routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hash (alias rendezvous_hash), cache_aware_fleet_gate"),
 		stringFlag("miss-placement", "least_load", "where cache_aware places a miss: least_load or rendezvous"),
 		floatFlag("cache-threshold", 0.3, "share of the routing text that must be cached for a hit (strictly above)"),
 		floatFlag("balance-abs-threshold", 64, "in-flight requests above the least-loaded candidate before a worker can be overloaded"),
 		floatFlag("balance-rel-threshold", 1.5, "factor over the least-loaded candidate before a worker can be overloaded"),
-		intFlag("eviction-interval", 120, "seconds between sweeps of the prefix ownership index"),
+		&cli.IntFlag{Name: "eviction-interval", Aliases: []string{"eviction-interval-secs"}, Value: 120,
+			Usage: "seconds between sweeps of the prefix ownership index", EnvVars: env("eviction-interval")},
 		int64Flag("max-tree-size", 1<<26, "per-worker budget of the prefix ownership index, in bytes of prefix"),
 		durationFlag("prefix-ttl", "0s", "forget prefix ownership unused for this long; 0 keeps it until the budget evicts it"),
 		intFlag("block-size", 256, "bytes per hashed block of routing text; every replica must agree"),
@@ -69,10 +75,18 @@ func serveFlags() []cli.Flag {
 		int64Flag("max-payload-size", 512<<20, "largest request body accepted, in bytes"),
 		int64Flag("max-response-size", 256<<20, "largest non-streamed worker answer buffered, in bytes; larger ones are a 502"),
 		intFlag("request-timeout-secs", 1800, "upper bound of a request, every attempt, backoff and the whole stream included"),
-		intFlag("max-concurrent-requests", 0, "inference requests in flight on this replica before 429; 0 = no cap"),
+		intFlag("max-concurrent-requests", 32768, "capacity of the admission token bucket; 0 admits everything"),
+		intFlag("rate-limit-tokens-per-second", 0, "refill rate of the admission bucket (default: --max-concurrent-requests per second)"),
+		intFlag("queue-size", 100, "requests that may wait for an admission token; past it 429"),
+		intFlag("queue-timeout-secs", 60, "seconds a request waits for an admission token before 408"),
+		sliceFlag("cors-allowed-origins", "browser origins that may call the API (default: any)"),
 		intFlag("retry-max-retries", 5, "attempts per request in total, the first included"),
 		intFlag("retry-initial-backoff-ms", 50, "backoff before the first retry"),
 		intFlag("retry-max-backoff-ms", 30000, "largest backoff between retries"),
+		floatFlag("retry-backoff-multiplier", 1.5, "factor of each backoff over the one before"),
+		floatFlag("retry-jitter-factor", 0.2, "share of a backoff drawn at random either way"),
+		boolFlag("disable-retries", "one attempt per request (and per P/D phase)"),
+		boolFlag("disable-circuit-breaker", "circuits never open on request failures (health checks and verdicts still apply)"),
 		intFlag("cb-failure-threshold", 10, "consecutive failures that open a worker's circuit"),
 		intFlag("cb-success-threshold", 3, "successes in half-open that close it"),
 		intFlag("cb-timeout-duration-secs", 60, "seconds a circuit stays open before trial requests"),
@@ -85,7 +99,7 @@ func serveFlags() []cli.Flag {
 		durationFlag("degrade-window", "10s", "how far back per-request token rates count for degrade detection"),
 		floatFlag("degrade-ratio", 0.2, "a worker whose token rate is below this share of its peers' median is degraded"),
 		stringFlag("prometheus-host", "127.0.0.1", "address of the extra metrics listener"),
-		intFlag("prometheus-port", 0, "port of an extra /metrics listener; 0 = none (/metrics is always on --port)"),
+		intFlag("prometheus-port", 29000, "port of an extra /metrics listener; 0 = none (/metrics is always on --port too)"),
 		sliceFlag("request-id-headers", "client headers that carry a request id (default x-request-id, x-correlation-id, x-trace-id, request-id)"),
 		stringFlag("api-key", "", "bearer token sent to workers on requests that carry none"),
 		stringFlag("api-keys", "", "bearer keys clients must present on the inference API: a file with one key a line, or a comma-separated list; reread on SIGHUP"),
@@ -98,7 +112,8 @@ func serveFlags() []cli.Flag {
 		intFlag("idle-timeout-secs", 90, "seconds a keep-alive client connection may stay idle"),
 		intFlag("max-connections", 16384, "client connections per replica; past it a connection is answered 503"),
 		intFlag("max-header-size", 64<<10, "bytes of a request's line and headers; past it 431"),
-		stringFlag("log-level", "info", "debug, info, warn or error"),
+		stringFlag("log-level", "info", "debug, info, warn (or warning), error (or critical)"),
+		stringFlag("log-dir", "", "also write the log to a file in this directory"),
 		stringFlag("node-name", "", "this replica's name in the cluster (default: the host name)"),
 		stringFlag("data-dir", "", "where Raft keeps its log and snapshots (default: <user cache dir>/kvrouter/<node-name>)"),
 		stringFlag("gossip-bind", "127.0.0.1:7946", "memberlist host:port"),
@@ -109,9 +124,10 @@ func serveFlags() []cli.Flag {
 		intFlag("bootstrap-expect", 1, "replicas that form the voter set"),
 		stringFlag("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) that encrypts gossip"),
 		stringFlag("admin-token", "", "bearer token of the admin API; without one only loopback clients may use it"),
-		stringFlag("cluster-tls-cert", "", "PEM certificate this replica presents to its peers (see `router tls init`)"),
+		stringFlag("cluster-tls-cert", "", "PEM certificate this replica presents to its peers (see: router tls init)"),
 		stringFlag("cluster-tls-key", "", "PEM key of --cluster-tls-cert"),
 		stringFlag("cluster-tls-ca", "", "PEM certificate of the CA that signs every replica's; peers without one are refused"),
-		boolFlag("insecure-cluster", "allow gossip, Raft or API binds beyond loopback without --gossip-key and cluster TLS"),
+		boolFlag("insecure-cluster", "allow gossip or Raft binds beyond loopback without --gossip-key and cluster TLS"),
+		&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -34,10 +35,15 @@ func serveCommand() *cli.Command {
 }
 
 func serve(c *cli.Context) error {
+	if c.Bool("version") {
+		fmt.Fprintln(c.App.Writer, version)
+		return nil
+	}
 	cfg, err := configFrom(c)
 	if err != nil {
 		return err
 	}
+	noticeCompatFlags(c, cfg.Logger)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	r, err := cluster.Start(ctx, cfg)
@@ -63,7 +69,7 @@ func serve(c *cli.Context) error {
 // configFrom turns the flags into a replica's config, refusing bad values
 // with a message that names the flag.
 func configFrom(c *cli.Context) (cluster.Config, error) {
-	logger, err := newLogger(c.String("log-level"))
+	logger, err := newLogger(c.String("log-level"), c.String("log-dir"), c.String("node-name"))
 	if err != nil {
 		return cluster.Config{}, err
 	}
@@ -138,7 +144,7 @@ func fillDefaults(cfg *cluster.Config) error {
 
 func routingFrom(c *cli.Context) cluster.Routing {
 	r := cluster.DefaultRouting()
-	r.Policy = c.String("policy")
+	r.Policy = policyName(c.String("policy"))
 	r.MissPlacement = c.String("miss-placement")
 	r.Thresholds.CacheThreshold = c.Float64("cache-threshold")
 	r.Thresholds.BalanceAbs = c.Float64("balance-abs-threshold")
@@ -153,7 +159,7 @@ func routingFrom(c *cli.Context) cluster.Routing {
 	case c.Bool("pd-disaggregation"):
 		r.PD = "sglang"
 	}
-	r.PrefillPolicy, r.DecodePolicy = c.String("prefill-policy"), c.String("decode-policy")
+	r.PrefillPolicy, r.DecodePolicy = policyName(c.String("prefill-policy")), policyName(c.String("decode-policy"))
 	// Role thresholds default to the global ones, whatever policy the role uses.
 	r.PrefillThresholds = overrideThresholds(r.Thresholds, c.Float64("prefill-cache-threshold"),
 		c.Float64("prefill-balance-abs-threshold"), c.Float64("prefill-balance-rel-threshold"))
@@ -161,6 +167,15 @@ func routingFrom(c *cli.Context) cluster.Routing {
 		c.Float64("decode-balance-abs-threshold"), c.Float64("decode-balance-rel-threshold"))
 	r.PrefillMissPlacement = r.MissPlacement
 	return r
+}
+
+// policyName reads a --policy value: vllm-router's rendezvous_hash is a
+// sticky hash of the session key, which consistent_hash is here.
+func policyName(name string) string {
+	if name == "rendezvous_hash" {
+		return "consistent_hash"
+	}
+	return name
 }
 
 // overrideThresholds returns base with the role's values where they were
@@ -183,10 +198,17 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
 	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
-	p.MaxConcurrentRequests = c.Int("max-concurrent-requests")
+	p.Admission = proxy.Admission{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
+		RefillPerSec: float64(c.Int("rate-limit-tokens-per-second")), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
+	p.CORSOrigins = c.StringSlice("cors-allowed-origins")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
+	if c.Bool("disable-retries") {
+		p.Retry.MaxAttempts = 1
+	}
 	p.Retry.InitialBackoff = time.Duration(c.Int("retry-initial-backoff-ms")) * time.Millisecond
 	p.Retry.MaxBackoff = time.Duration(c.Int("retry-max-backoff-ms")) * time.Millisecond
+	p.Retry.Multiplier = c.Float64("retry-backoff-multiplier")
+	p.Retry.Jitter = c.Float64("retry-jitter-factor")
 	if h := c.StringSlice("request-id-headers"); len(h) > 0 {
 		p.RequestIDHeaders = h
 	}
@@ -266,6 +288,7 @@ func healthConfigFrom(c *cli.Context) health.Config {
 	h.DegradeWindow, _ = time.ParseDuration(c.String("degrade-window"))
 	h.DegradeRatio = c.Float64("degrade-ratio")
 	h.APIKey = c.String("api-key")
+	h.DisableCircuitBreaker = c.Bool("disable-circuit-breaker")
 	return h
 }
 
@@ -352,12 +375,35 @@ func validate(c *cli.Context, cfg cluster.Config) error {
 	return cfg.Validate()
 }
 
-func newLogger(level string) (*slog.Logger, error) {
+// logLevels maps vllm-router's Python spellings onto slog's.
+var logLevels = map[string]string{"warning": "warn", "critical": "error"}
+
+// newLogger logs at level to stderr and, with --log-dir, to a file there
+// as well.
+func newLogger(level, dir, node string) (*slog.Logger, error) {
+	if alias, ok := logLevels[strings.ToLower(level)]; ok {
+		level = alias
+	}
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", level)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	var out io.Writer = os.Stderr
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("--log-dir: %w", err)
+		}
+		name := "router.log"
+		if node != "" {
+			name = "router-" + filepath.Base(node) + ".log"
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--log-dir: %w", err)
+		}
+		out = io.MultiWriter(os.Stderr, f)
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: l})), nil
 }
 
 // normalizeArgs rewrites vllm-router's two-value form `--prefill URL PORT`

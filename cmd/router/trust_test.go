@@ -48,7 +48,7 @@ func TestServeRefusesABadPrometheusPortNamingTheFlag(t *testing.T) {
 	defer busy.Close()
 	_, port, _ := net.SplitHostPort(busy.Addr().String())
 	for _, p := range []string{port, "70000", "-3"} {
-		out, took, err := runToExit(t, router, "serve", "--port", "0", "--raft-bind", "127.0.0.1:0",
+		out, took, err := runToExit(t, router, "serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0",
 			"--gossip-bind", "127.0.0.1:0", "--data-dir", t.TempDir(), "--node-name", "e2e", "--prometheus-port", p)
 		if err == nil || !strings.Contains(out, "--prometheus-port") || strings.Contains(out, "router ready") {
 			t.Fatalf("--prometheus-port %s: exit %v after %s:\n%s", p, err, took, out)
@@ -61,7 +61,7 @@ func TestServeRefusesABadPrometheusPortNamingTheFlag(t *testing.T) {
 // of this host, so even a broken check would bind nothing.
 func TestServeRefusesAnExposedReplicaWithoutKeyAndTLS(t *testing.T) {
 	router, _ := binaries(t)
-	args := []string{"serve", "--port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "192.0.2.1:7946",
+	args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "192.0.2.1:7946",
 		"--data-dir", t.TempDir(), "--node-name", "e2e"}
 	out, _, err := runToExit(t, router, args...)
 	for _, want := range []string{"--gossip-key", "--cluster-tls-cert", "--gossip-bind 192.0.2.1:7946", "--insecure-cluster"} {
@@ -86,7 +86,7 @@ func TestTLSInitWritesWhatServeReadsAndSIGHUPReloadsIt(t *testing.T) {
 	}
 	files := cluster.NodeTLSFiles(dir, "n1")
 	raftAddr := freeLoopbackAddr(t)
-	p := start(t, router, "serve", "--port", "0", "--raft-bind", raftAddr, "--gossip-bind", "127.0.0.1:0",
+	p := start(t, router, "serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", raftAddr, "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "n1", "--cluster-tls-cert", files.CertFile,
 		"--cluster-tls-key", files.KeyFile, "--cluster-tls-ca", files.CAFile)
 	p.await(t, `(router ready)`)
@@ -198,7 +198,7 @@ func TestSIGHUPRereadsTheAPIKeys(t *testing.T) {
 	if err := os.WriteFile(keys, []byte("old-key\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := start(t, router, "serve", "--port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
+	p := start(t, router, "serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "keys", "--api-keys", keys)
 	base := "http://" + p.await(t, `router ready" addr=(\S+)`)
 	status := func(key string) int {
