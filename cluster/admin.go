@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 // replica's own share, and this replica's health verdict.
 type WorkerLoad struct {
 	ID        store.WorkerID `json:"id"`
+	Worker    string         `json:"worker"` // the URL, under vllm-router's name
 	URL       string         `json:"url"`
 	Role      string         `json:"role"`
 	Load      int64          `json:"load"`
@@ -124,6 +126,14 @@ var (
 // the request elsewhere.
 func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 	ep, id, routeErr, ok := resolve(string(ctx.Path()))
+	if byURL, isURL := workerURLIn(ctx); isURL {
+		ep, id, routeErr, ok = workerEndpoints[""], 0, nil, true
+		if w, known := a.cfg.Registry().WorkerByURL(byURL); known {
+			id = w.ID
+		} else {
+			routeErr = fmt.Errorf("%w: no worker with url %s", store.ErrUnknownWorker, byURL)
+		}
+	}
 	if !ok {
 		return false
 	}
@@ -144,6 +154,20 @@ func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 	}
 	h(a, ctx, id)
 	return true
+}
+
+// workerURLIn reads vllm-router's /workers/{url}: a worker named by its
+// URL, escaped or not, rather than by its id (GET and DELETE).
+func workerURLIn(ctx *fasthttp.RequestCtx) (string, bool) {
+	rest, found := strings.CutPrefix(string(ctx.Request.URI().PathOriginal()), "/workers/")
+	if !found {
+		return "", false
+	}
+	raw, err := url.PathUnescape(rest)
+	if err != nil || !strings.HasPrefix(raw, "http://") && !strings.HasPrefix(raw, "https://") {
+		return "", false
+	}
+	return raw, true
 }
 
 // resolve maps a path to its endpoint. ok is false for non-admin paths;

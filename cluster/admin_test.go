@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -319,12 +320,12 @@ func TestAdminWithoutATokenServesOnlyLoopbackClients(t *testing.T) {
 }
 
 func TestAdminServesLoadsAndStatusInTheirShapes(t *testing.T) {
-	loads := []WorkerLoad{{ID: 3, URL: "http://w:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
+	loads := []WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
 	c := fakeAdmin(t, AdminConfig{
 		Loads:  func() []WorkerLoad { return loads },
 		Status: func() any { return map[string]any{"leader": "n1", "term": 4} },
 	}, nil)
-	want := `{"workers":[{"id":3,"url":"http://w:1","role":"regular","load":7,"local_load":2,"healthy":true,"state":"active"}]}`
+	want := `{"workers":[{"id":3,"worker":"http://127.0.0.1:1","url":"http://127.0.0.1:1","role":"regular","load":7,"local_load":2,"healthy":true,"state":"active"}]}`
 	if r := c.do("GET", "/get_loads", ""); r.body != want {
 		t.Fatalf("get_loads = %s\nwant %s", r.body, want)
 	}
@@ -422,4 +423,20 @@ func TestAdminRefusesARefusedWorkerDestination(t *testing.T) {
 		t.Fatal("a refused destination reached the registry")
 	}
 	expectStatus(t, c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000"}`), http.StatusCreated)
+}
+
+func TestAdminFindsAWorkerByURLAsVllmRouterDoes(t *testing.T) {
+	c, _ := raftAdmin(t)
+	expectStatus(t, c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000/base"}`), http.StatusCreated)
+	for _, path := range []string{"/workers/http://127.0.0.1:8000/base", "/workers/http%3A%2F%2F127.0.0.1%3A8000%2Fbase",
+		"/workers/" + url.PathEscape("http://127.1:8000/base/")} {
+		r := c.do("GET", path, "")
+		expectStatus(t, r, http.StatusOK)
+		if w := r.worker(t); w.ID != 1 {
+			t.Fatalf("%s: %+v", path, w)
+		}
+	}
+	expectStatus(t, c.do("GET", "/workers/http://127.0.0.1:9999", ""), http.StatusNotFound)
+	expectStatus(t, c.do("DELETE", "/workers/http%3A%2F%2F127.0.0.1%3A8000%2Fbase", ""), http.StatusOK)
+	expectStatus(t, c.do("GET", "/workers/1", ""), http.StatusNotFound)
 }

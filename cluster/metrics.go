@@ -29,6 +29,22 @@ func (r *Replica) registerClusterMetrics() {
 	r.metrics.RegisterMetricsWriter(func(w io.Writer) {
 		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
 	})
+	r.metrics.RegisterMetricsWriter(r.writeCircuitTransitions)
+}
+
+// writeCircuitTransitions writes, per registered worker, how often its
+// circuit moved into each state.
+func (r *Replica) writeCircuitTransitions(w io.Writer) {
+	for _, wk := range r.fsm.View().Workers() {
+		st, ok := r.monitor.Status(health.WorkerID(wk.ID))
+		if !ok {
+			continue
+		}
+		for state, n := range st.CircuitTransitions {
+			metrics.WriteCounterUint64(w, fmt.Sprintf(`vllm_router_cb_state_transitions_total{worker=%q,to=%q}`,
+				wk.URL, health.CircuitState(state).String()), n)
+		}
+	}
 }
 
 // writeGossipMetrics writes the gossip's counters and per-peer freshness at

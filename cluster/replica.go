@@ -522,7 +522,7 @@ func (r *Replica) workerLoads() []WorkerLoad {
 	for _, w := range reg.Workers() {
 		l := r.loads.Get(affinity.WorkerID(w.ID))
 		st, _ := r.monitor.Status(health.WorkerID(w.ID))
-		out = append(out, WorkerLoad{ID: w.ID, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
+		out = append(out, WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
 			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
 	}
 	return out

@@ -34,6 +34,7 @@ type relay struct {
 	failed   error   // why the worker's stream failed
 	outcome  Outcome // the attempt's outcome when failed
 	event    []byte  // the error event still to send
+	events   int     // SSE data events relayed, about one a token
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -66,6 +67,7 @@ func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
 		return nil, nil, e
 	}
 	a.first, a.firstBuf = (*buf)[:n], buf
+	a.x.firstByte = time.Now()
 	return a, nil, nil
 }
 
@@ -159,7 +161,9 @@ func (r *relay) note(b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	r.a.track.Progress(bytes.Count(b, []byte("data:")))
+	n := bytes.Count(b, []byte("data:"))
+	r.events += n
+	r.a.track.Progress(n)
 	if len(b) >= len(r.tail) {
 		copy(r.tail[:], b[len(b)-len(r.tail):])
 	} else {
@@ -210,6 +214,9 @@ func (r *relay) CloseWithError(werr error) error {
 		r.p.done(r.x, r.status, cut)
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
+		if r.events > 2 { // the last is [DONE]
+			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(r.events-2))
+		}
 		r.p.done(r.x, r.status, false)
 	default: // the client went away before the stream ended
 		r.p.clientGone(r.x)
