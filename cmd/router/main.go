@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/urfave/cli/v2"
 )
 
@@ -13,6 +14,7 @@ import (
 var version = "dev"
 
 func main() {
+	metrics.ExposeMetadata(true) // # TYPE lines, so Prometheus reads histograms as histograms
 	app := &cli.App{
 		Name:  "router",
 		Usage: "a cache-aware router for LLM inference fleets that runs as a cluster of replicas",
