@@ -46,15 +46,20 @@ func serve(c *cli.Context) error {
 	noticeCompatFlags(c, cfg.Logger)
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP is caught from now on: its default action would end the
+	// process, and one may come while the replica starts.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	r, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
 	if c.String("api-keys") != "" {
 		r.OnReload("API keys", func() error { return reloadAPIKeys(c, r) })
 	}
-	reloadOnHangup(ctx, r)
+	go reloadOnHangup(ctx, hup, r)
+	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
 	var failure error
 	select {
 	case <-ctx.Done():
@@ -425,20 +430,15 @@ func normalizeArgs(args []string) []string {
 // without a restart: the cluster and client certificates, and the API keys
 // (see Replica.Reload, which logs what it did; a part that fails keeps its
 // previous state).
-func reloadOnHangup(ctx context.Context, r *cluster.Replica) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = r.Reload()
-			}
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, r *cluster.Replica) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = r.Reload()
 		}
-	}()
+	}
 }
 
 // reloadAPIKeys rereads --api-keys into r, when it was given: a file's
