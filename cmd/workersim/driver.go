@@ -25,6 +25,7 @@ type driver struct {
 
 	// Owned by the run goroutine.
 	engine   *sim.Engine
+	retired  engineTotals // counters of engines replaced by ResetPrefixCache
 	tickets  map[sim.RequestID]*ticket
 	nextID   sim.RequestID
 	wedged   bool
@@ -81,12 +82,23 @@ func (d *driver) call(fn func()) error {
 
 // Submit queues a request and returns the ticket its events arrive on.
 func (d *driver) Submit(s submission) (*ticket, error) {
-	var t *ticket
+	ts, err := d.SubmitAll([]submission{s})
+	if err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// SubmitAll queues the requests of one job at the same engine instant, so that they can share
+// a step as a real engine batches a request's prompts, and returns their tickets in order. When
+// one is refused, none stays queued.
+func (d *driver) SubmitAll(subs []submission) ([]*ticket, error) {
+	var ts []*ticket
 	var err error
-	if cerr := d.call(func() { t, err = d.submit(s) }); cerr != nil {
+	if cerr := d.call(func() { ts, err = d.submitAll(subs) }); cerr != nil {
 		return nil, cerr
 	}
-	return t, err
+	return ts, err
 }
 
 // Cancel drops a request; it reports whether the engine still had it unfinished.
@@ -143,8 +155,24 @@ func (d *driver) run() {
 	}
 }
 
-func (d *driver) submit(s submission) (*ticket, error) {
+func (d *driver) submitAll(subs []submission) ([]*ticket, error) {
 	now := d.catchUp()
+	ts := make([]*ticket, 0, len(subs))
+	for _, s := range subs {
+		t, err := d.submit(s, now)
+		if err != nil {
+			for _, t := range ts {
+				delete(d.tickets, t.id)
+				d.engine.Cancel(t.id, now)
+			}
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	d.nextID++
 	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
 		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens}
@@ -214,6 +242,27 @@ func (d *driver) setWedged(wedged bool) {
 	d.wedged = wedged
 }
 
+// ResetPrefixCache empties the engine's prefix cache, as vLLM's /reset_prefix_cache and
+// SGLang's /flush_cache do. Like them it refuses, reporting false, while requests are running or
+// waiting, whose blocks are in use. The engine is replaced by an empty one of the same
+// configuration (its current slowdown included); the monotonic counters carry over.
+func (d *driver) ResetPrefixCache() bool {
+	reset := false
+	_ = d.call(func() { reset = d.resetPrefixCache() })
+	return reset
+}
+
+func (d *driver) resetPrefixCache() bool {
+	d.catchUp()
+	e := d.engine
+	if e.Running() > 0 || e.Waiting() > 0 {
+		return false
+	}
+	d.retired = d.totals()
+	d.engine = sim.NewEngine(e.Config())
+	return true
+}
+
 func (d *driver) failAll() {
 	for id, t := range d.tickets {
 		t.fail(errDriverStopped)
@@ -236,11 +285,28 @@ func (d *driver) publish() {
 	d.stats.running.Store(int64(e.Running()))
 	d.stats.waiting.Store(int64(e.Waiting()))
 	d.stats.kvUsageBits.Store(math.Float64bits(e.KVUsage()))
-	d.stats.prefixQueries.Store(e.PrefixQueries())
-	d.stats.prefixHits.Store(e.PrefixHits())
-	d.stats.computedTokens.Store(e.ComputedTokens())
-	d.stats.transferred.Store(e.TransferredTokens())
+	t := d.totals()
+	d.stats.prefixQueries.Store(t.prefixQueries)
+	d.stats.prefixHits.Store(t.prefixHits)
+	d.stats.computedTokens.Store(t.computedTokens)
+	d.stats.transferred.Store(t.transferred)
 	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
+}
+
+// engineTotals are the engine's monotonic counters.
+type engineTotals struct {
+	prefixQueries, prefixHits, computedTokens, transferred uint64
+}
+
+// totals are the counters since start, over every engine the driver ran.
+func (d *driver) totals() engineTotals {
+	e, r := d.engine, d.retired
+	return engineTotals{
+		prefixQueries:  r.prefixQueries + e.PrefixQueries(),
+		prefixHits:     r.prefixHits + e.PrefixHits(),
+		computedTokens: r.computedTokens + e.ComputedTokens(),
+		transferred:    r.transferred + e.TransferredTokens(),
+	}
 }
 
 func (s *engineStats) kvUsage() float64 { return math.Float64frombits(s.kvUsageBits.Load()) }

@@ -42,6 +42,8 @@ func testConfig() serverConfig {
 	return serverConfig{
 		host: "127.0.0.1", models: []string{"sim-model"}, engine: sim.DefaultConfig(),
 		timeScale: 100, role: roleBoth, fault: fault{Mode: faultNone}, seed: 1,
+		embeddingDims: defaultEmbeddingDims, maxStoredResponses: defaultMaxStoredResponses,
+		healthGenerateTimeout: defaultHealthGenerateTimeout,
 	}
 }
 
