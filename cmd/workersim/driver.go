@@ -89,9 +89,8 @@ func (d *driver) Submit(s submission) (*ticket, error) {
 	return ts[0], nil
 }
 
-// SubmitAll queues the requests of one job at the same engine instant, so that they can share
-// a step as a real engine batches a request's prompts, and returns their tickets in order. When
-// one is refused, none stays queued.
+// SubmitAll queues the requests of one job at the same engine instant, as simultaneous arrivals,
+// and returns their tickets in order. When one is refused, none stays queued.
 func (d *driver) SubmitAll(subs []submission) ([]*ticket, error) {
 	var ts []*ticket
 	var err error
