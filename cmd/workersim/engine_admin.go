@@ -14,7 +14,8 @@ var healthPrompt = []byte("ping")
 
 // handleHealthGenerate serves SGLang's GET /health_generate: 200 once a one-token generation went
 // through the engine, 503 when it fails or does not come within --health-generate-timeout (a
-// wedged engine). It suffers the slow_health and errors faults as /health and inference do.
+// wedged engine). It suffers the slow_health and errors faults as /health and inference do. The
+// timeout, not the client's connection, bounds it: a health check is short and nobody cancels it.
 func (s *server) handleHealthGenerate(ctx *fasthttp.RequestCtx) {
 	s.slowHealth()
 	if s.drawError() {

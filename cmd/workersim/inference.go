@@ -55,7 +55,8 @@ func (s *server) answer(ctx *fasthttp.RequestCtx, j job, tickets []*ticket) {
 
 // handleCompletions serves POST /v1/completions (chat false) and /v1/chat/completions.
 func (s *server) handleCompletions(chat bool) fasthttp.RequestHandler {
-	return func(ctx *fasthttp.RequestCtx) { s.serveJob(ctx, s.completionsJob(chat)) }
+	build := s.completionsJob(chat)
+	return func(ctx *fasthttp.RequestCtx) { s.serveJob(ctx, build) }
 }
 
 func (s *server) completionsJob(chat bool) buildFunc {
