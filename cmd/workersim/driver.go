@@ -217,16 +217,24 @@ func (d *driver) armTimer() clockTimer {
 	if !ok || d.wedged {
 		return nil
 	}
+	// One reading of the clock for both the engine's now and the deadline: read twice, the clock
+	// could move in between and put the deadline a whole wait late.
+	wall := d.clock.Now()
 	// Round up: waking a nanosecond early would find nothing due and spin.
-	wait := time.Duration(math.Ceil(float64(at-d.engineNow()) / d.scale))
-	return d.clock.NewTimer(max(wait, 0))
+	wait := time.Duration(math.Ceil(float64(at-d.engineNowAt(wall)) / d.scale))
+	return d.clock.NewTimerAt(wall.Add(max(wait, 0)))
 }
 
 func (d *driver) engineNow() time.Duration {
+	return d.engineNowAt(d.clock.Now())
+}
+
+// engineNowAt is the engine time at the wall-clock instant wall.
+func (d *driver) engineNowAt(wall time.Time) time.Duration {
 	if d.wedged {
 		return d.base
 	}
-	return d.base + time.Duration(float64(d.clock.Now().Sub(d.wallBase))*d.scale)
+	return d.base + time.Duration(float64(wall.Sub(d.wallBase))*d.scale)
 }
 
 func (d *driver) setWedged(wedged bool) {

@@ -31,11 +31,11 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTimer(d time.Duration) clockTimer {
+func (c *fakeClock) NewTimerAt(deadline time.Time) clockTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c}
-	if d <= 0 {
+	t := &fakeTimer{c: make(chan time.Time, 1), at: deadline, clock: c}
+	if !deadline.After(c.now) {
 		t.c <- c.now
 		return t
 	}
