@@ -68,11 +68,12 @@ func (d *driver) Stop() {
 	<-d.done
 }
 
-// call runs fn on the engine goroutine and waits for it.
+// call runs fn on the engine goroutine and waits for it. The stats are published before it
+// returns, so a caller that submitted or cancelled sees the engine's counts with that done.
 func (d *driver) call(fn func()) error {
 	finished := make(chan struct{})
 	select {
-	case d.work <- func() { fn(); close(finished) }:
+	case d.work <- func() { fn(); d.publish(); close(finished) }:
 	case <-d.done:
 		return errDriverStopped
 	}
@@ -189,11 +190,15 @@ func (d *driver) advance() {
 }
 
 // catchUp delivers every event due by the current engine time, which it returns, so that a
-// submission or cancellation lands on an up-to-date engine.
+// submission or cancellation lands on an up-to-date engine. The stats are published before the
+// events reach their handlers, so a client that has its answer never sees the engine still
+// running its request.
 func (d *driver) catchUp() time.Duration {
 	now := d.engineNow()
 	if !d.wedged {
-		d.dispatch(d.engine.Advance(now))
+		events := d.engine.Advance(now)
+		d.publish()
+		d.dispatch(events)
 	}
 	return now
 }

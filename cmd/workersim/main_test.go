@@ -79,6 +79,7 @@ func startWorkerOn(t *testing.T, cfg serverConfig, clk clock) *testWorker {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
+		ln.Close() // as run does: Serve may not have taken up the listener yet
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}
