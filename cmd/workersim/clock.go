@@ -5,10 +5,13 @@ import "time"
 // clock is the wall clock the engine driver reads; tests substitute a fake one.
 type clock interface {
 	Now() time.Time
-	NewTimer(d time.Duration) clockTimer
+	// NewTimerAt returns a timer that fires at deadline, at once if it has passed. A deadline
+	// rather than a duration, so that a caller that computed it from one reading of Now gets
+	// exactly that instant even if the clock moved since.
+	NewTimerAt(deadline time.Time) clockTimer
 }
 
-// clockTimer fires once on C after its duration unless stopped.
+// clockTimer fires once on C at its deadline unless stopped.
 type clockTimer interface {
 	C() <-chan time.Time
 	Stop() bool
@@ -19,7 +22,9 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-func (wallClock) NewTimer(d time.Duration) clockTimer { return wallTimer{time.NewTimer(d)} }
+func (wallClock) NewTimerAt(deadline time.Time) clockTimer {
+	return wallTimer{time.NewTimer(time.Until(deadline))}
+}
 
 type wallTimer struct{ t *time.Timer }
 

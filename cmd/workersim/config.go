@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/kvrouter/kvrouter/sim"
 )
@@ -34,7 +35,19 @@ type serverConfig struct {
 	role      role
 	fault     fault
 	seed      uint64 // seeds the errors fault's draws
+
+	embeddingDims         int           // length of /v1/embeddings vectors
+	maxStoredResponses    int           // Responses API store bound, LRU beyond it
+	healthGenerateTimeout time.Duration // wall time /health_generate waits for its token
 }
+
+// Defaults of the flags of the extra endpoints.
+const (
+	defaultEmbeddingDims         = 64
+	maxEmbeddingDims             = 1 << 16
+	defaultMaxStoredResponses    = 1024
+	defaultHealthGenerateTimeout = 20 * time.Second // SGLang's health-check timeout
+)
 
 // validate refuses a configuration that cannot serve, naming the flag at fault.
 func (c serverConfig) validate() error {
@@ -53,6 +66,10 @@ func (c serverConfig) validate() error {
 		{"time-scale", c.timeScale > 0 && !math.IsInf(c.timeScale, 0), "a positive number"},
 		{"role", c.role == roleBoth || c.role == rolePrefill || c.role == roleDecode,
 			"prefill, decode or both"},
+		{"embedding-dimensions", c.embeddingDims >= 1 && c.embeddingDims <= maxEmbeddingDims,
+			"1.." + strconv.Itoa(maxEmbeddingDims)},
+		{"max-stored-responses", c.maxStoredResponses >= 1, "at least 1"},
+		{"health-generate-timeout", c.healthGenerateTimeout > 0, "a positive duration"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {

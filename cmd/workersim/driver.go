@@ -25,6 +25,8 @@ type driver struct {
 
 	// Owned by the run goroutine.
 	engine   *sim.Engine
+	retired  engineTotals // counters of engines replaced by ResetPrefixCache
+	pooled   uint64       // engine tokens of pooling passes, kept out of the generated count
 	tickets  map[sim.RequestID]*ticket
 	nextID   sim.RequestID
 	wedged   bool
@@ -38,6 +40,9 @@ type submission struct {
 	maxTokens    int
 	streamTokens bool
 	remoteTokens int
+	// pooled marks a pooling pass (embeddings, rerank): the engine runs it
+	// as a one-token generation, but vLLM counts no generated token for it.
+	pooled bool
 }
 
 // newDriver starts the goroutine that owns a new engine; Stop ends it.
@@ -67,11 +72,12 @@ func (d *driver) Stop() {
 	<-d.done
 }
 
-// call runs fn on the engine goroutine and waits for it.
+// call runs fn on the engine goroutine and waits for it. The stats are published before it
+// returns, so a caller that submitted or cancelled sees the engine's counts with that done.
 func (d *driver) call(fn func()) error {
 	finished := make(chan struct{})
 	select {
-	case d.work <- func() { fn(); close(finished) }:
+	case d.work <- func() { fn(); d.publish(); close(finished) }:
 	case <-d.done:
 		return errDriverStopped
 	}
@@ -81,12 +87,22 @@ func (d *driver) call(fn func()) error {
 
 // Submit queues a request and returns the ticket its events arrive on.
 func (d *driver) Submit(s submission) (*ticket, error) {
-	var t *ticket
+	ts, err := d.SubmitAll([]submission{s})
+	if err != nil {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// SubmitAll queues the requests of one job at the same engine instant, as simultaneous arrivals,
+// and returns their tickets in order. When one is refused, none stays queued.
+func (d *driver) SubmitAll(subs []submission) ([]*ticket, error) {
+	var ts []*ticket
 	var err error
-	if cerr := d.call(func() { t, err = d.submit(s) }); cerr != nil {
+	if cerr := d.call(func() { ts, err = d.submitAll(subs) }); cerr != nil {
 		return nil, cerr
 	}
-	return t, err
+	return ts, err
 }
 
 // Cancel drops a request; it reports whether the engine still had it unfinished.
@@ -143,8 +159,24 @@ func (d *driver) run() {
 	}
 }
 
-func (d *driver) submit(s submission) (*ticket, error) {
+func (d *driver) submitAll(subs []submission) ([]*ticket, error) {
 	now := d.catchUp()
+	ts := make([]*ticket, 0, len(subs))
+	for _, s := range subs {
+		t, err := d.submit(s, now)
+		if err != nil {
+			for _, t := range ts {
+				delete(d.tickets, t.id)
+				d.engine.Cancel(t.id, now)
+			}
+			return nil, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	d.nextID++
 	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
 		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens}
@@ -152,6 +184,7 @@ func (d *driver) submit(s submission) (*ticket, error) {
 		return nil, err
 	}
 	t := newTicket(r.ID)
+	t.pooled = s.pooled
 	d.tickets[r.ID] = t
 	return t, nil
 }
@@ -162,13 +195,27 @@ func (d *driver) advance() {
 }
 
 // catchUp delivers every event due by the current engine time, which it returns, so that a
-// submission or cancellation lands on an up-to-date engine.
+// submission or cancellation lands on an up-to-date engine. The stats are published before the
+// events reach their handlers, so a client that has its answer never sees the engine still
+// running its request.
 func (d *driver) catchUp() time.Duration {
 	now := d.engineNow()
 	if !d.wedged {
-		d.dispatch(d.engine.Advance(now))
+		events := d.engine.Advance(now)
+		d.countPooled(events)
+		d.publish()
+		d.dispatch(events)
 	}
 	return now
+}
+
+// countPooled counts the one token of every pooling pass that just got it.
+func (d *driver) countPooled(events []sim.Event) {
+	for _, ev := range events {
+		if t, ok := d.tickets[ev.ID]; ok && t.pooled && ev.Kind == sim.FirstToken {
+			d.pooled++
+		}
+	}
 }
 
 func (d *driver) dispatch(events []sim.Event) {
@@ -190,16 +237,24 @@ func (d *driver) armTimer() clockTimer {
 	if !ok || d.wedged {
 		return nil
 	}
+	// One reading of the clock for both the engine's now and the deadline: read twice, the clock
+	// could move in between and put the deadline a whole wait late.
+	wall := d.clock.Now()
 	// Round up: waking a nanosecond early would find nothing due and spin.
-	wait := time.Duration(math.Ceil(float64(at-d.engineNow()) / d.scale))
-	return d.clock.NewTimer(max(wait, 0))
+	wait := time.Duration(math.Ceil(float64(at-d.engineNowAt(wall)) / d.scale))
+	return d.clock.NewTimerAt(wall.Add(max(wait, 0)))
 }
 
 func (d *driver) engineNow() time.Duration {
+	return d.engineNowAt(d.clock.Now())
+}
+
+// engineNowAt is the engine time at the wall-clock instant wall.
+func (d *driver) engineNowAt(wall time.Time) time.Duration {
 	if d.wedged {
 		return d.base
 	}
-	return d.base + time.Duration(float64(d.clock.Now().Sub(d.wallBase))*d.scale)
+	return d.base + time.Duration(float64(wall.Sub(d.wallBase))*d.scale)
 }
 
 func (d *driver) setWedged(wedged bool) {
@@ -212,6 +267,27 @@ func (d *driver) setWedged(wedged bool) {
 		d.wallBase = d.clock.Now()
 	}
 	d.wedged = wedged
+}
+
+// ResetPrefixCache empties the engine's prefix cache, as vLLM's /reset_prefix_cache and
+// SGLang's /flush_cache do. Like them it refuses, reporting false, while requests are running or
+// waiting, whose blocks are in use. The engine is replaced by an empty one of the same
+// configuration (its current slowdown included); the monotonic counters carry over.
+func (d *driver) ResetPrefixCache() bool {
+	reset := false
+	_ = d.call(func() { reset = d.resetPrefixCache() })
+	return reset
+}
+
+func (d *driver) resetPrefixCache() bool {
+	d.catchUp()
+	e := d.engine
+	if e.Running() > 0 || e.Waiting() > 0 {
+		return false
+	}
+	d.retired = d.totals()
+	d.engine = sim.NewEngine(e.Config())
+	return true
 }
 
 func (d *driver) failAll() {
@@ -237,12 +313,30 @@ func (d *driver) publish() {
 	d.stats.running.Store(int64(e.Running()))
 	d.stats.waiting.Store(int64(e.Waiting()))
 	d.stats.kvUsageBits.Store(math.Float64bits(e.KVUsage()))
-	d.stats.prefixQueries.Store(e.PrefixQueries())
-	d.stats.prefixHits.Store(e.PrefixHits())
-	d.stats.computedTokens.Store(e.ComputedTokens())
-	d.stats.transferred.Store(e.TransferredTokens())
-	d.stats.generated.Store(e.GeneratedTokens())
+	t := d.totals()
+	d.stats.prefixQueries.Store(t.prefixQueries)
+	d.stats.prefixHits.Store(t.prefixHits)
+	d.stats.computedTokens.Store(t.computedTokens)
+	d.stats.transferred.Store(t.transferred)
+	d.stats.generated.Store(t.generated - d.pooled)
 	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
+}
+
+// engineTotals are the engine's monotonic counters.
+type engineTotals struct {
+	prefixQueries, prefixHits, computedTokens, transferred, generated uint64
+}
+
+// totals are the counters since start, over every engine the driver ran.
+func (d *driver) totals() engineTotals {
+	e, r := d.engine, d.retired
+	return engineTotals{
+		prefixQueries:  r.prefixQueries + e.PrefixQueries(),
+		prefixHits:     r.prefixHits + e.PrefixHits(),
+		computedTokens: r.computedTokens + e.ComputedTokens(),
+		transferred:    r.transferred + e.TransferredTokens(),
+		generated:      r.generated + e.GeneratedTokens(),
+	}
 }
 
 func (s *engineStats) kvUsage() float64 { return math.Float64frombits(s.kvUsageBits.Load()) }

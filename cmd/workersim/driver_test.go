@@ -31,11 +31,11 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) NewTimer(d time.Duration) clockTimer {
+func (c *fakeClock) NewTimerAt(deadline time.Time) clockTimer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clock: c}
-	if d <= 0 {
+	t := &fakeTimer{c: make(chan time.Time, 1), at: deadline, clock: c}
+	if !deadline.After(c.now) {
 		t.c <- c.now
 		return t
 	}
@@ -210,5 +210,49 @@ func TestDriverCountsGeneratedTokensAsTheEngineSteps(t *testing.T) {
 	}
 	if evs, _ := tk.take(nil); len(evs) != 1 || evs[0].Kind != sim.FirstToken {
 		t.Fatalf("events partway through: %+v, want only the first token", evs)
+	}
+}
+
+func TestDriverSubmitAllQueuesAllOrNothing(t *testing.T) {
+	cfg := sim.DefaultConfig()
+	cfg.KVCapacityTokens = 1600
+	d := newDriver(cfg, 1, newFakeClock())
+	defer d.Stop()
+	_, err := d.SubmitAll([]submission{{prompt: []byte("x"), maxTokens: 1}, {prompt: make([]byte, 8000), maxTokens: 1}})
+	if !errors.Is(err, sim.ErrRequestTooLarge) {
+		t.Fatalf("err = %v, want the second request refused", err)
+	}
+	_ = d.call(func() { d.publish() })
+	if n := d.stats.running.Load() + d.stats.waiting.Load(); n != 0 {
+		t.Fatalf("%d requests stayed queued after a refused job", n)
+	}
+	ts, err := d.SubmitAll([]submission{{prompt: []byte("a"), maxTokens: 1}, {prompt: []byte("b"), maxTokens: 1}})
+	if err != nil || len(ts) != 2 || ts[0].id == ts[1].id {
+		t.Fatalf("tickets %v, err %v", ts, err)
+	}
+}
+
+func TestDriverResetPrefixCacheWaitsForIdleAndKeepsCounters(t *testing.T) {
+	clk := newFakeClock()
+	d := newDriver(sim.DefaultConfig(), 1, clk)
+	defer d.Stop()
+	if err := d.SetSlowdown(2); err != nil {
+		t.Fatal(err)
+	}
+	tk, _ := d.Submit(submission{prompt: make([]byte, 4000), maxTokens: 2})
+	if d.ResetPrefixCache() {
+		t.Fatal("reset while a request runs")
+	}
+	clk.Advance(time.Minute)
+	nextEvents(t, tk)
+	cached, queries := 0, uint64(0)
+	_ = d.call(func() { cached, queries = d.engine.CachedBlocks(), d.totals().prefixQueries })
+	if cached == 0 || !d.ResetPrefixCache() {
+		t.Fatalf("idle engine with %d cached blocks not reset", cached)
+	}
+	_ = d.call(func() { d.publish(); cached = d.engine.CachedBlocks() })
+	if cached != 0 || d.stats.prefixQueries.Load() != queries || d.Config().Slowdown != 2 {
+		t.Fatalf("after reset: %d cached blocks, %d queries (want %d), slowdown %v",
+			cached, d.stats.prefixQueries.Load(), queries, d.Config().Slowdown)
 	}
 }

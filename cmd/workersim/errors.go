@@ -15,6 +15,12 @@ var (
 	errInjected = errors.New("injected fault: simulated engine error")
 	// errShuttingDown: the worker is stopping (503).
 	errShuttingDown = errors.New("worker is shutting down")
+	// errResponseNotFound: a response id this worker does not hold (404).
+	errResponseNotFound = errors.New("response not found")
+	// errCacheBusy: the prefix cache cannot be reset while requests hold its blocks (409).
+	errCacheBusy = errors.New("prefix cache not reset: requests are running or waiting")
+	// errUnhealthy: /health_generate's token did not come (503).
+	errUnhealthy = errors.New("health check generation failed")
 )
 
 // apiError is how an error is shown to a client.
@@ -36,6 +42,12 @@ func classify(err error) apiError {
 		return apiError{http.StatusInternalServerError, "internal_server_error", "injected_fault", failInjected}
 	case errors.Is(err, errShuttingDown), errors.Is(err, errDriverStopped):
 		return apiError{http.StatusServiceUnavailable, "service_unavailable", "shutting_down", failShutdown}
+	case errors.Is(err, errResponseNotFound):
+		return apiError{http.StatusNotFound, "invalid_request_error", "response_not_found", failResponseNotFound}
+	case errors.Is(err, errCacheBusy):
+		return apiError{http.StatusConflict, "invalid_request_error", "cache_busy", ""}
+	case errors.Is(err, errUnhealthy):
+		return apiError{http.StatusServiceUnavailable, "service_unavailable", "unhealthy", ""}
 	}
 	return apiError{http.StatusInternalServerError, "internal_server_error", "internal_error", ""}
 }

@@ -39,6 +39,12 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "fault", EnvVars: env("fault"),
 			Usage: `fault at start, as POST /admin/fault takes it ({"mode":"degrade","factor":10}) or a bare mode name`},
 		&cli.Uint64Flag{Name: "seed", Value: 1, EnvVars: env("seed"), Usage: "seed of the errors fault's draws"},
+		&cli.IntFlag{Name: "embedding-dimensions", Value: defaultEmbeddingDims, EnvVars: env("embedding-dimensions"),
+			Usage: "length of the vectors /v1/embeddings answers with"},
+		&cli.IntFlag{Name: "max-stored-responses", Value: defaultMaxStoredResponses, EnvVars: env("max-stored-responses"),
+			Usage: "responses the Responses API keeps for GET and previous_response_id; the least recently used go first"},
+		&cli.DurationFlag{Name: "health-generate-timeout", Value: defaultHealthGenerateTimeout,
+			EnvVars: env("health-generate-timeout"), Usage: "wall time /health_generate waits for its one token before 503"},
 	}
 }
 
@@ -62,6 +68,10 @@ func configFromCLI(c *cli.Context) (serverConfig, error) {
 		role:      role(c.String("role")),
 		fault:     f,
 		seed:      c.Uint64("seed"),
+
+		embeddingDims:         c.Int("embedding-dimensions"),
+		maxStoredResponses:    c.Int("max-stored-responses"),
+		healthGenerateTimeout: c.Duration("health-generate-timeout"),
 	}
 	return cfg, cfg.validate()
 }

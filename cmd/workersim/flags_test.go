@@ -31,7 +31,8 @@ func TestFlagDefaults(t *testing.T) {
 	}
 	if cfg.host != "127.0.0.1" || cfg.port != 8000 || cfg.timeScale != 1 || cfg.role != roleBoth ||
 		len(cfg.models) != 1 || cfg.models[0] != "sim-model" || cfg.engine.KVCapacityTokens != 262144 ||
-		cfg.engine.MaxNumSeqs != 256 || cfg.engine.MaxBatchedTokens != 8192 || cfg.fault.Mode != faultNone {
+		cfg.engine.MaxNumSeqs != 256 || cfg.engine.MaxBatchedTokens != 8192 || cfg.fault.Mode != faultNone ||
+		cfg.embeddingDims != 64 || cfg.maxStoredResponses != 1024 || cfg.healthGenerateTimeout != 20*time.Second {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
@@ -52,14 +53,17 @@ func TestFlagsAndEnvironment(t *testing.T) {
 
 func TestBadFlagsAreRefusedByName(t *testing.T) {
 	cases := map[string][]string{
-		"time-scale":             {"--time-scale", "0"},
-		"role":                   {"--role", "router"},
-		"port":                   {"--port", "70000"},
-		"kv-capacity-tokens":     {"--kv-capacity-tokens", "8"},
-		"max-num-seqs":           {"--max-num-seqs", "0"},
-		"max-num-batched-tokens": {"--max-num-batched-tokens", "-1"},
-		"fault":                  {"--fault", "melt"},
-		"model":                  {"--model", ""},
+		"time-scale":              {"--time-scale", "0"},
+		"role":                    {"--role", "router"},
+		"port":                    {"--port", "70000"},
+		"kv-capacity-tokens":      {"--kv-capacity-tokens", "8"},
+		"max-num-seqs":            {"--max-num-seqs", "0"},
+		"max-num-batched-tokens":  {"--max-num-batched-tokens", "-1"},
+		"fault":                   {"--fault", "melt"},
+		"model":                   {"--model", ""},
+		"embedding-dimensions":    {"--embedding-dimensions", "0"},
+		"max-stored-responses":    {"--max-stored-responses", "0"},
+		"health-generate-timeout": {"--health-generate-timeout", "0s"},
 	}
 	for flag, args := range cases {
 		if _, err := parseArgs(t, args...); err == nil || !strings.Contains(err.Error(), flag) {

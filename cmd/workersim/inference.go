@@ -6,36 +6,78 @@ import (
 
 	"github.com/kvrouter/kvrouter/sim"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 )
 
-// handleInference serves POST /v1/completions (chat false) and /v1/chat/completions.
-func (s *server) handleInference(ctx *fasthttp.RequestCtx, chat bool) {
+// serveJob is the common path of every inference endpoint: it builds the job from the body,
+// submits it and answers, streamed or whole.
+func (s *server) serveJob(ctx *fasthttp.RequestCtx, build buildFunc) {
+	j, tickets, ok := s.startJob(ctx, build)
+	if ok {
+		s.answer(ctx, j, tickets)
+	}
+}
+
+// startJob counts the request, builds its job, applies the errors fault and submits the job's
+// sequences to the engine. On failure it has answered the client and reports false.
+func (s *server) startJob(ctx *fasthttp.RequestCtx, build buildFunc) (job, []*ticket, bool) {
 	s.metrics.requests[string(ctx.Path())].Inc()
-	req, err := s.parse(ctx.PostBody(), chat)
+	j, err := s.build(ctx.PostBody(), build)
+	if err == nil && s.drawError() {
+		err = errInjected
+	}
+	var tickets []*ticket
+	if err == nil {
+		tickets, err = s.driver.SubmitAll(j.subs)
+	}
 	if err != nil {
 		s.failRequest(ctx, err)
+		return job{}, nil, false
+	}
+	s.countPhase(j.phase)
+	return j, tickets, true
+}
+
+func (s *server) build(body []byte, build buildFunc) (job, error) {
+	parser := s.parsers.Get()
+	defer s.parsers.Put(parser)
+	return build(parser, body)
+}
+
+// answer streams a streaming job and answers any other with one body.
+func (s *server) answer(ctx *fasthttp.RequestCtx, j job, tickets []*ticket) {
+	if j.stream {
+		s.stream(ctx, tickets[0], j)
 		return
 	}
-	if s.drawError() {
-		s.failRequest(ctx, errInjected)
-		return
+	s.respond(ctx, tickets, j)
+}
+
+// handleCompletions serves POST /v1/completions (chat false) and /v1/chat/completions.
+func (s *server) handleCompletions(chat bool) fasthttp.RequestHandler {
+	build := s.completionsJob(chat)
+	return func(ctx *fasthttp.RequestCtx) { s.serveJob(ctx, build) }
+}
+
+func (s *server) completionsJob(chat bool) buildFunc {
+	return func(parser *fastjson.Parser, body []byte) (job, error) {
+		req, err := s.parse(parser, body, chat)
+		if err != nil {
+			return job{}, err
+		}
+		p, err := s.plan(req)
+		if err != nil {
+			return job{}, err
+		}
+		r := &completionRenderer{
+			head:      responseHead{id: s.nextID(idPrefix(chat)), created: s.created, model: req.model, chat: chat},
+			maxTokens: p.sub.maxTokens, includeUsage: p.includeUsage,
+		}
+		if p.kvReply {
+			r.kv = s.appendKVReply
+		}
+		return singleJob(p, r), nil
 	}
-	p, err := s.plan(req)
-	if err != nil {
-		s.failRequest(ctx, err)
-		return
-	}
-	t, err := s.driver.Submit(p.sub)
-	if err != nil {
-		s.failRequest(ctx, err)
-		return
-	}
-	head := responseHead{id: s.nextID(idPrefix(chat)), created: s.created, model: req.model, chat: chat}
-	if p.stream {
-		s.stream(ctx, t, head, p)
-		return
-	}
-	s.respond(ctx, t, head, p)
 }
 
 func idPrefix(chat bool) string {
@@ -45,42 +87,56 @@ func idPrefix(chat bool) string {
 	return "cmpl-"
 }
 
-func (s *server) parse(body []byte, chat bool) (inferenceRequest, error) {
-	parser := s.parsers.Get()
-	defer s.parsers.Put(parser)
+func (s *server) parse(parser *fastjson.Parser, body []byte, chat bool) (inferenceRequest, error) {
 	req, err := parseInference(parser, body, chat)
 	if err != nil {
 		return req, err
 	}
-	if !s.cfg.serves(req.model) {
-		return req, fmt.Errorf("%w: the model %q does not exist", errModelNotFound, req.model)
-	}
-	if req.model == "" {
-		req.model = s.cfg.models[0]
-	}
-	return req, nil
+	req.model, err = s.resolveModel(req.model)
+	return req, err
 }
 
-// respond waits for the whole generation and answers with one JSON body. A client that closes
-// its connection meanwhile has its request cancelled.
-func (s *server) respond(ctx *fasthttp.RequestCtx, t *ticket, head responseHead, p servePlan) {
+// resolveModel checks that the worker serves model and names the default (its first model) when
+// the request names none.
+func (s *server) resolveModel(model string) (string, error) {
+	switch {
+	case model == "":
+		return s.cfg.models[0], nil
+	case !s.cfg.serves(model):
+		return "", fmt.Errorf("%w: the model %q does not exist", errModelNotFound, model)
+	}
+	return model, nil
+}
+
+// respond waits for every sequence of the job and answers with one JSON body. A client that
+// closes its connection meanwhile has the job cancelled.
+func (s *server) respond(ctx *fasthttp.RequestCtx, tickets []*ticket, j job) {
 	w := watchConn(ctx.Conn())
-	events, err := s.await(t, w.Gone(), nil, sim.Done)
+	final, err := s.awaitAll(tickets, w.Gone())
 	if w.Stop() {
 		ctx.SetConnectionClose()
 	}
 	if err != nil {
-		s.abandon(ctx, t, err)
+		s.abandon(ctx, err, tickets...)
 		return
 	}
-	final := events[len(events)-1].Usage
-	s.countDone(final)
-	var kv []byte
-	if p.kvReply {
-		kv = s.appendKVReply(nil, final.Prompt)
-	}
+	s.finish(j, final)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(head.appendCompletion(nil, final, kv))
+	ctx.SetBody(j.render.appendBody(nil, final))
+}
+
+// awaitAll waits for each ticket's Done and returns their final usages, in order.
+func (s *server) awaitAll(tickets []*ticket, gone <-chan struct{}) ([]sim.Usage, error) {
+	final := make([]sim.Usage, len(tickets))
+	var events []sim.Event
+	for i, t := range tickets {
+		var err error
+		if events, err = s.await(t, gone, events[:0], sim.Done); err != nil {
+			return nil, err
+		}
+		final[i] = events[len(events)-1].Usage
+	}
+	return final, nil
 }
 
 // await collects the ticket's events, appending them to events, until one of the given kind
@@ -110,25 +166,55 @@ func (s *server) await(t *ticket, gone <-chan struct{}, events []sim.Event, kind
 
 // abandon gives up on a request that failed before its answer began: a client that went away
 // gets nothing (and its request is cancelled and counted); otherwise the error is the answer.
-func (s *server) abandon(ctx *fasthttp.RequestCtx, t *ticket, err error) {
+func (s *server) abandon(ctx *fasthttp.RequestCtx, err error, tickets ...*ticket) {
 	if errors.Is(err, errClientGone) {
-		s.clientGone(t)
+		s.clientGone(tickets...)
 		ctx.SetConnectionClose()
 		return
 	}
-	s.driver.Cancel(t)
+	for _, t := range tickets {
+		s.driver.Cancel(t)
+	}
 	s.failRequest(ctx, err)
 }
 
-// clientGone cancels the request of a client that went away; it counts the cancellation when
-// the engine was still working on it.
-func (s *server) clientGone(t *ticket) {
-	if s.driver.Cancel(t) {
+// clientGone cancels the request of a client that went away; it counts the cancellation (once
+// per request) when the engine was still working on any of its sequences.
+func (s *server) clientGone(tickets ...*ticket) {
+	cancelled := false
+	for _, t := range tickets {
+		if s.driver.Cancel(t) {
+			cancelled = true
+		}
+	}
+	if cancelled {
 		s.metrics.cancelled.Inc()
+	}
+}
+
+// finish counts a job whose sequences all completed and lets its renderer record it.
+func (s *server) finish(j job, final []sim.Usage) {
+	for _, u := range final {
+		if j.pooling {
+			u.Completion = 0
+		}
+		s.countDone(u)
+	}
+	if f, ok := j.render.(finisher); ok {
+		f.finish(final)
 	}
 }
 
 func (s *server) countDone(u sim.Usage) {
 	s.metrics.success.Inc()
 	s.metrics.promptTokens.Add(u.Prompt)
+}
+
+func (s *server) countPhase(phase string) {
+	switch phase {
+	case pdPrefill:
+		s.metrics.pdPrefill.Inc()
+	case pdDecode:
+		s.metrics.pdDecode.Inc()
+	}
 }

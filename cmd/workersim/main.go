@@ -52,6 +52,9 @@ func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)
 	if serr := s.Shutdown(shutdownCtx); serr != nil && err == nil {
 		err = serr
 	}
+	// Shutdown closes only a listener Serve has taken up; one stopped right after start may be
+	// before that, and Serve would then accept forever. Closing it here ends Serve either way.
+	_ = ln.Close()
 	if ctx.Err() != nil {
 		<-served
 	}

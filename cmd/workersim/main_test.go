@@ -42,6 +42,8 @@ func testConfig() serverConfig {
 	return serverConfig{
 		host: "127.0.0.1", models: []string{"sim-model"}, engine: sim.DefaultConfig(),
 		timeScale: 100, role: roleBoth, fault: fault{Mode: faultNone}, seed: 1,
+		embeddingDims: defaultEmbeddingDims, maxStoredResponses: defaultMaxStoredResponses,
+		healthGenerateTimeout: defaultHealthGenerateTimeout,
 	}
 }
 
@@ -77,6 +79,7 @@ func startWorkerOn(t *testing.T, cfg serverConfig, clk clock) *testWorker {
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
+		ln.Close() // as run does: Serve may not have taken up the listener yet
 		if err := <-served; err != nil {
 			t.Errorf("serve: %v", err)
 		}

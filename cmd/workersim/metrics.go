@@ -26,6 +26,8 @@ const (
 	failModelNotFound = "model_not_found"
 	failInjected      = "injected_fault"
 	failShutdown      = "shutdown"
+	// failResponseNotFound: previous_response_id names a response this worker does not hold.
+	failResponseNotFound = "response_not_found"
 )
 
 func newWorkerMetrics(model string, blockTokens int, stats *engineStats, currentFault func() faultMode) *workerMetrics {
@@ -40,10 +42,10 @@ func newWorkerMetrics(model string, blockTokens int, stats *engineStats, current
 		pdPrefill:    s.NewCounter(`workersim_pd_requests_total{phase="prefill"}`),
 		pdDecode:     s.NewCounter(`workersim_pd_requests_total{phase="decode"}`),
 	}
-	for _, path := range []string{pathCompletions, pathChatCompletions} {
+	for _, path := range inferencePaths {
 		m.requests[path] = s.NewCounter(fmt.Sprintf("workersim_requests_total{path=%q}", path))
 	}
-	for _, reason := range []string{failBadRequest, failModelNotFound, failInjected, failShutdown} {
+	for _, reason := range []string{failBadRequest, failModelNotFound, failInjected, failShutdown, failResponseNotFound} {
 		m.failed[reason] = s.NewCounter(fmt.Sprintf("workersim_requests_failed_total{reason=%q}", reason))
 	}
 	m.registerEngineGauges(model, blockTokens, stats)

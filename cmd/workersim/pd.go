@@ -11,7 +11,8 @@ type servePlan struct {
 	sub          submission
 	stream       bool
 	includeUsage bool
-	kvReply      bool // answer with kv_transfer_params for a remote decode (vLLM prefill phase)
+	kvReply      bool   // answer with kv_transfer_params for a remote decode (vLLM prefill phase)
+	phase        string // the P/D phase played, counted once the request is submitted
 }
 
 // plan decides how to serve req on this worker's role. vLLM style: do_remote_decode asks for the
@@ -33,11 +34,10 @@ func (s *server) plan(req inferenceRequest) (servePlan, error) {
 	case kv != nil && kv.doRemotePrefill:
 		return s.planDecodePhase(p, kv)
 	case req.bootstrap && s.cfg.role == rolePrefill:
-		p.sub.maxTokens = 1
-		s.metrics.pdPrefill.Inc()
+		p.sub.maxTokens, p.phase = 1, pdPrefill
 	case req.bootstrap && s.cfg.role == roleDecode:
 		p.sub.remoteTokens = math.MaxInt32 // the whole prompt arrives from the prefill worker
-		s.metrics.pdDecode.Inc()
+		p.phase = pdDecode
 	}
 	return p, nil
 }
@@ -48,7 +48,7 @@ func (s *server) planPrefillPhase(p servePlan) (servePlan, error) {
 	}
 	p.sub.maxTokens, p.sub.streamTokens = 1, false
 	p.stream, p.includeUsage, p.kvReply = false, false, true
-	s.metrics.pdPrefill.Inc()
+	p.phase = pdPrefill
 	return p, nil
 }
 
@@ -63,7 +63,7 @@ func (s *server) planDecodePhase(p servePlan, kv *kvTransferParams) (servePlan, 
 	}
 	// The remote blocks carry the prompt's KV; the engine caps the transfer at the prompt.
 	p.sub.remoteTokens = clampTokens(kv.remoteBlocks * s.cfg.engine.BlockTokens)
-	s.metrics.pdDecode.Inc()
+	p.phase = pdDecode
 	return p, nil
 }
 

@@ -40,12 +40,9 @@ type kvTransferParams struct {
 // parseInference reads an OpenAI request body with p. chat selects /v1/chat/completions
 // (messages) over /v1/completions (prompt). The result shares no memory with p.
 func parseInference(p *fastjson.Parser, body []byte, chat bool) (inferenceRequest, error) {
-	v, err := p.ParseBytes(body)
+	v, err := parseObject(p, body)
 	if err != nil {
-		return inferenceRequest{}, fmt.Errorf("%w: malformed JSON: %w", errBadRequest, err)
-	}
-	if v.Type() != fastjson.TypeObject {
-		return inferenceRequest{}, fmt.Errorf("%w: the body must be a JSON object", errBadRequest)
+		return inferenceRequest{}, err
 	}
 	r := inferenceRequest{chat: chat}
 	steps := []func(*fastjson.Value) error{
@@ -59,17 +56,22 @@ func parseInference(p *fastjson.Parser, body []byte, chat bool) (inferenceReques
 	return r, nil
 }
 
-func (r *inferenceRequest) readModel(v *fastjson.Value) error {
-	m := v.Get("model")
-	if m == nil || m.Type() == fastjson.TypeNull {
-		return nil
-	}
-	b, err := m.StringBytes()
+// parseObject parses a request body that must be a JSON object.
+func parseObject(p *fastjson.Parser, body []byte) (*fastjson.Value, error) {
+	v, err := p.ParseBytes(body)
 	if err != nil {
-		return fmt.Errorf("%w: model must be a string", errBadRequest)
+		return nil, fmt.Errorf("%w: malformed JSON: %w", errBadRequest, err)
 	}
-	r.model = string(b)
-	return nil
+	if v.Type() != fastjson.TypeObject {
+		return nil, fmt.Errorf("%w: the body must be a JSON object", errBadRequest)
+	}
+	return v, nil
+}
+
+func (r *inferenceRequest) readModel(v *fastjson.Value) error {
+	var err error
+	r.model, _, err = optionalString(v, "model")
+	return err
 }
 
 func (r *inferenceRequest) readStream(v *fastjson.Value) error {
@@ -92,15 +94,10 @@ func (r *inferenceRequest) readStream(v *fastjson.Value) error {
 func (r *inferenceRequest) readMaxTokens(v *fastjson.Value) error {
 	r.maxTokens = defaultMaxTokens
 	for _, key := range []string{"max_tokens", "max_completion_tokens"} {
-		f := v.Get(key)
-		if f == nil || f.Type() == fastjson.TypeNull {
-			continue
+		var err error
+		if r.maxTokens, err = optionalPositiveInt(v, key, r.maxTokens); err != nil {
+			return err
 		}
-		n, err := f.Int()
-		if err != nil || n < 1 {
-			return fmt.Errorf("%w: %s must be a positive integer", errBadRequest, key)
-		}
-		r.maxTokens = clampTokens(n)
 	}
 	return nil
 }
@@ -152,6 +149,61 @@ func (r *inferenceRequest) readBootstrap(v *fastjson.Value) error {
 	room := v.Get("bootstrap_room")
 	r.bootstrap = room != nil && room.Type() != fastjson.TypeNull
 	return nil
+}
+
+// optionalString reads a string field that may be absent or null (reported as not set).
+func optionalString(v *fastjson.Value, key string) (text string, set bool, err error) {
+	f := v.Get(key)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return "", false, nil
+	}
+	b, err := f.StringBytes()
+	if err != nil {
+		return "", false, fmt.Errorf("%w: %s must be a string", errBadRequest, key)
+	}
+	return string(b), true, nil
+}
+
+// optionalPositiveInt reads a positive integer field (a token count), returning def when it is
+// absent or null; the value is clamped to what the engine handles.
+func optionalPositiveInt(v *fastjson.Value, key string, def int) (int, error) {
+	f := v.Get(key)
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return def, nil
+	}
+	n, err := f.Int()
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %s must be a positive integer", errBadRequest, key)
+	}
+	return clampTokens(n), nil
+}
+
+// optionalBoolDefault reads a boolean field, returning def when it is absent or null.
+func optionalBoolDefault(v *fastjson.Value, key string, def bool) (bool, error) {
+	if f := v.Get(key); f == nil || f.Type() == fastjson.TypeNull {
+		return def, nil
+	}
+	return optionalBool(v, key)
+}
+
+// appendTokenIDs appends the text the engine hashes for a prompt given as token ids: each id as
+// width little-endian bytes (width is the engine's bytes per token), so the engine counts
+// exactly one token per id and equal id sequences share cached blocks.
+func appendTokenIDs(dst []byte, ids *fastjson.Value, width int) ([]byte, error) {
+	arr, err := ids.Array()
+	if err != nil {
+		return dst, fmt.Errorf("%w: token ids must be an array of integers", errBadRequest)
+	}
+	for i, id := range arr {
+		n, err := id.Uint64()
+		if err != nil || n > math.MaxUint32 {
+			return dst, fmt.Errorf("%w: token id [%d] must be an integer in 0..%d", errBadRequest, i, uint64(math.MaxUint32))
+		}
+		for b := range width {
+			dst = append(dst, byte(n>>(8*(b%4))))
+		}
+	}
+	return dst, nil
 }
 
 // optionalBool reads a boolean field that may be absent or null (false).

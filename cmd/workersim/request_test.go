@@ -119,3 +119,53 @@ func FuzzParseFault(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseEndpointBodies feeds the parsers of embeddings, rerank, Responses and /generate
+// arbitrary bodies: they never panic, refuse only with a bad request or an unknown model, and
+// what they accept is servable.
+func FuzzParseEndpointBodies(f *testing.F) {
+	seeds := []string{
+		`{"input":["a","b"],"dimensions":8,"encoding_format":"base64"}`, `{"input":[[1,2],[3]]}`, `{"input":[1,2,3]}`,
+		`{"messages":[{"role":"user","content":"x"}]}`,
+		`{"query":"q","documents":["a",{"text":"b"}],"top_n":1,"return_documents":false}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"x"}]}],"instructions":"i","max_output_tokens":3,"background":true}`,
+		`{"input":"x","previous_response_id":"resp_1","store":false,"stream":true}`,
+		`{"text":"x","sampling_params":{"max_new_tokens":4},"rid":"r","bootstrap_room":1}`, `{"input_ids":[1,2]}`,
+		`{"model":"other","input":"x"}`, `{"input":[-1]}`, `{`, `[]`,
+	}
+	for _, s := range seeds {
+		for kind := range uint8(4) {
+			f.Add([]byte(s), kind)
+		}
+	}
+	s := &server{cfg: testConfig()}
+	var p fastjson.Parser
+	f.Fuzz(func(t *testing.T, body []byte, kind uint8) {
+		var err error
+		switch kind % 4 {
+		case 0:
+			var r embeddingsRequest
+			if r, err = s.parseEmbeddings(&p, body); err == nil && (len(r.inputs) == 0 || r.dims > s.cfg.embeddingDims) {
+				t.Fatalf("accepted %+v", r)
+			}
+		case 1:
+			var r rerankRequest
+			if r, err = s.parseRerank(&p, body); err == nil && r.topN < 0 {
+				t.Fatalf("accepted top_n %d", r.topN)
+			}
+		case 2:
+			var r responsesRequest
+			if r, err = s.parseResponses(&p, body); err == nil && (r.maxOutput < 0 || (r.background && (!r.store || r.stream))) {
+				t.Fatalf("accepted %+v", r)
+			}
+		case 3:
+			var r inferenceRequest
+			if r, _, err = s.parseGenerate(&p, body); err == nil && (r.maxTokens < 1 || r.maxTokens > 1<<31-1) {
+				t.Fatalf("accepted max tokens %d", r.maxTokens)
+			}
+		}
+		if err != nil && !errors.Is(err, errBadRequest) && !errors.Is(err, errModelNotFound) {
+			t.Fatalf("error %v is neither a bad request nor an unknown model", err)
+		}
+	})
+}

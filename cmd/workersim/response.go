@@ -95,6 +95,35 @@ func (h responseHead) appendUsageChunk(dst []byte, u sim.Usage) []byte {
 
 const doneEvent = "data: [DONE]\n\n"
 
+// completionRenderer renders the answers of /v1/completions and /v1/chat/completions.
+type completionRenderer struct {
+	head         responseHead
+	maxTokens    int
+	includeUsage bool                                      // stream_options.include_usage
+	kv           func(dst []byte, promptTokens int) []byte // appends kv_transfer_params; nil unless a prefill phase
+}
+
+var _ streamRenderer = (*completionRenderer)(nil)
+
+func (r *completionRenderer) appendBody(dst []byte, final []sim.Usage) []byte {
+	var kv []byte
+	if r.kv != nil {
+		kv = r.kv(nil, final[0].Prompt)
+	}
+	return r.head.appendCompletion(dst, final[0], kv)
+}
+
+func (r *completionRenderer) appendToken(dst []byte, u sim.Usage) []byte {
+	return r.head.appendTokenChunk(dst, u.Completion, r.maxTokens)
+}
+
+func (r *completionRenderer) appendEnd(dst []byte, final sim.Usage) []byte {
+	if r.includeUsage {
+		dst = r.head.appendUsageChunk(dst, final)
+	}
+	return append(dst, doneEvent...)
+}
+
 func appendUsage(dst []byte, u sim.Usage) []byte {
 	dst = append(dst, `,"usage":{"prompt_tokens":`...)
 	dst = strconv.AppendInt(dst, int64(u.Prompt), 10)

@@ -13,32 +13,25 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// The endpoints.
-const (
-	pathCompletions     = "/v1/completions"
-	pathChatCompletions = "/v1/chat/completions"
-	pathModels          = "/v1/models"
-	pathHealth          = "/health"
-	pathMetrics         = "/metrics"
-	pathAdminFault      = "/admin/fault"
-	headerWorkerID      = "x-worker-id"
-)
-
 // maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
 const maxBodyBytes = 64 << 20
 
 // server is one simulated worker: the HTTP front on fasthttp and the engine driver behind it.
 type server struct {
-	cfg      serverConfig
-	workerID string
-	host     string // bound address, announced to decode workers in kv_transfer_params
-	port     int
-	created  int64 // unix seconds at start, reported as created/owned times
-	driver   *driver
-	metrics  *workerMetrics
-	http     *fasthttp.Server
-	parsers  fastjson.ParserPool
-	seq      atomic.Uint64 // response ids
+	cfg       serverConfig
+	workerID  string
+	host      string // bound address, announced to decode workers in kv_transfer_params
+	port      int
+	created   int64 // unix seconds at start, reported as created/owned times
+	driver    *driver
+	metrics   *workerMetrics
+	http      *fasthttp.Server
+	parsers   fastjson.ParserPool
+	endpoints map[string]endpoint // by path, built once at start
+	responses *responseStore      // the Responses API's stored responses
+	idTag     string              // names this worker and boot in response ids
+	bg        goroutines          // background responses
+	seq       atomic.Uint64       // response ids
 
 	fault    atomic.Pointer[fault]
 	faultMu  sync.Mutex // serialises fault changes
@@ -73,6 +66,9 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock, exit func(int)) (*ser
 		s.workerID = addr.String()
 	}
 	s.fault.Store(&fault{Mode: faultNone})
+	s.endpoints = s.routes()
+	s.responses = newResponseStore(cfg.maxStoredResponses)
+	s.idTag = responseIDTag(s.workerID, time.Now())
 	s.driver = newDriver(cfg.engine, cfg.timeScale, clk)
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
 		func() faultMode { return s.fault.Load().Mode })
@@ -94,8 +90,8 @@ func (s *server) Serve(ln net.Listener) error {
 	return s.http.Serve(ln)
 }
 
-// Shutdown ends the requests in flight, closes the listener and connections, and stops the
-// engine. Idempotent.
+// Shutdown ends the requests in flight (background responses included), closes the listener and
+// connections, and stops the engine. Idempotent.
 func (s *server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stopping) })
 	s.faultMu.Lock()
@@ -104,32 +100,9 @@ func (s *server) Shutdown(ctx context.Context) error {
 	}
 	s.faultMu.Unlock()
 	err := s.http.ShutdownWithContext(ctx)
+	s.bg.Close()
 	s.driver.Stop()
 	return err
-}
-
-func (s *server) handle(ctx *fasthttp.RequestCtx) {
-	s.setCommonHeaders(ctx)
-	path := string(ctx.Path())
-	switch {
-	case path == pathCompletions && ctx.IsPost():
-		s.handleInference(ctx, false)
-	case path == pathChatCompletions && ctx.IsPost():
-		s.handleInference(ctx, true)
-	case path == pathModels && ctx.IsGet():
-		s.handleModels(ctx)
-	case path == pathHealth && ctx.IsGet():
-		s.handleHealth(ctx)
-	case path == pathMetrics && ctx.IsGet():
-		s.handleMetrics(ctx)
-	case path == pathAdminFault && (ctx.IsGet() || ctx.IsPost()):
-		s.handleFault(ctx)
-	default:
-		ctx.SetStatusCode(fasthttp.StatusNotFound)
-		ctx.SetContentType("application/json")
-		ctx.SetBody(appendErrorBody(nil, "no route for "+string(ctx.Method())+" "+path,
-			"invalid_request_error", "not_found"))
-	}
 }
 
 func (s *server) setCommonHeaders(ctx *fasthttp.RequestCtx) {
@@ -157,16 +130,23 @@ func (s *server) handleModels(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *server) handleHealth(ctx *fasthttp.RequestCtx) {
-	if f := s.fault.Load(); f.Mode == faultSlowHealth {
-		// Wall time on purpose: the delay is aimed at the router's health-check timeout.
-		t := time.NewTimer(time.Duration(f.DelayMs) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-s.stopping:
-		}
-	}
+	s.slowHealth()
 	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// slowHealth holds a health check for the slow_health fault's delay.
+func (s *server) slowHealth() {
+	f := s.fault.Load()
+	if f.Mode != faultSlowHealth {
+		return
+	}
+	// Wall time on purpose: the delay is aimed at the router's health-check timeout.
+	t := time.NewTimer(time.Duration(f.DelayMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stopping:
+	}
 }
 
 func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {

@@ -19,6 +19,18 @@ func TestEveryResponseCarriesWorkerID(t *testing.T) {
 		func() (int, http.Header, []byte) { return w.get("/nowhere") },
 		func() (int, http.Header, []byte) { return w.post(pathCompletions, `{"prompt":"hi","max_tokens":2}`) },
 		func() (int, http.Header, []byte) { return w.post(pathCompletions, `{"prompt":`) },
+		func() (int, http.Header, []byte) { return w.post(pathEmbeddings, `{"input":"hi"}`) },
+		func() (int, http.Header, []byte) { return w.post(pathRerank, `{"query":"q","documents":["d"]}`) },
+		func() (int, http.Header, []byte) {
+			return w.post(pathResponses, `{"input":"hi","max_output_tokens":1}`)
+		},
+		func() (int, http.Header, []byte) { return w.get(pathResponses + "/resp_nope") },
+		func() (int, http.Header, []byte) { return w.post(pathGenerate, `{"text":"hi"}`) },
+		func() (int, http.Header, []byte) { return w.get(pathHealthGenerate) },
+		func() (int, http.Header, []byte) { return w.get(pathModelInfo) },
+		func() (int, http.Header, []byte) { return w.get(pathServerInfo) },
+		func() (int, http.Header, []byte) { return w.post(pathFlushCache, ``) },
+		func() (int, http.Header, []byte) { return w.post(pathResetPrefixCache, ``) },
 	}
 	for i, check := range checks {
 		if _, h, _ := check(); h.Get(headerWorkerID) != "gpu-7" {

@@ -9,16 +9,16 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// stream answers with server-sent events, one per generated token, flushed as the engine
-// produces them. Nothing is sent before the first token exists: like a real engine, the status
-// line and headers wait for the prefill, so a wedged worker sends no byte at all.
-func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, head responseHead, p servePlan) {
+// stream answers with server-sent events, rendered by the job's streamRenderer and flushed as
+// the engine produces tokens. Nothing is sent before the first token exists: like a real engine,
+// the status line and headers wait for the prefill, so a wedged worker sends no byte at all.
+func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
 	conn := ctx.Conn()
 	w := watchConn(conn)
 	events, err := s.await(t, w.Gone(), nil, sim.FirstToken)
 	stray := w.Stop()
 	if err != nil {
-		s.abandon(ctx, t, err)
+		s.abandon(ctx, err, t)
 		return
 	}
 	if stray {
@@ -27,7 +27,7 @@ func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, head responseHead, 
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		r := relay{s: s, t: t, head: head, plan: p, out: bw}
+		r := relay{s: s, t: t, job: j, events: j.render.(streamRenderer), out: bw}
 		r.run(conn, events)
 	})
 }
@@ -35,12 +35,12 @@ func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, head responseHead, 
 // relay writes one request's events to its SSE stream. It runs on the goroutine fasthttp gives
 // the body writer, which ends when run returns.
 type relay struct {
-	s    *server
-	t    *ticket
-	head responseHead
-	plan servePlan
-	out  *bufio.Writer
-	buf  []byte
+	s      *server
+	t      *ticket
+	job    job
+	events streamRenderer
+	out    *bufio.Writer
+	buf    []byte
 }
 
 func (r *relay) run(conn net.Conn, events []sim.Event) {
@@ -77,18 +77,15 @@ func (r *relay) next(gone <-chan struct{}, events []sim.Event) ([]sim.Event, err
 	return events, err
 }
 
-// write sends the chunk of one event and flushes it; it reports whether the stream is complete.
+// write sends the events of one engine event and flushes them; it reports whether the stream is
+// complete.
 func (r *relay) write(ev sim.Event) (finished bool, err error) {
 	switch ev.Kind {
 	case sim.FirstToken, sim.Token:
-		r.buf = r.head.appendTokenChunk(r.buf[:0], ev.Usage.Completion, r.plan.sub.maxTokens)
+		r.buf = r.events.appendToken(r.buf[:0], ev.Usage)
 	case sim.Done:
-		r.s.countDone(ev.Usage)
-		r.buf = r.buf[:0]
-		if r.plan.includeUsage {
-			r.buf = r.head.appendUsageChunk(r.buf, ev.Usage)
-		}
-		r.buf = append(r.buf, doneEvent...)
+		r.s.finish(r.job, []sim.Usage{ev.Usage})
+		r.buf = r.events.appendEnd(r.buf[:0], ev.Usage)
 		finished = true
 	}
 	if _, err := r.out.Write(r.buf); err != nil {

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kvrouter/kvrouter/sim"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// handleResponses serves POST /v1/responses, OpenAI's Responses API as vLLM serves it for a
+// model without tools: the input (a string or message items) after the instructions and, with
+// previous_response_id, after the stored conversation it continues, is rendered like a chat and
+// generated once. Stored responses (store, on by default) can be fetched, listed and continued;
+// background ones (background with store) answer at once and can be cancelled.
+func (s *server) handleResponses(ctx *fasthttp.RequestCtx) {
+	j, tickets, ok := s.startJob(ctx, s.responsesJob)
+	if !ok {
+		return
+	}
+	if r := j.render.(*responsesRenderer); r.meta.background {
+		s.startBackground(ctx, j, r, tickets[0])
+		return
+	}
+	s.answer(ctx, j, tickets)
+}
+
+// responsesRequest is what the worker needs from a Responses API request.
+type responsesRequest struct {
+	model           string
+	input           []sim.Message
+	instructions    string
+	hasInstructions bool
+	previousID      string
+	maxOutput       int // max_output_tokens as given, 0 when absent
+	stream          bool
+	store           bool
+	background      bool
+}
+
+// The message roles the Responses API accepts in input items.
+var inputRoles = map[string]bool{"user": true, "assistant": true, "system": true, "developer": true}
+
+func (s *server) responsesJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, err := s.parseResponses(parser, body)
+	if err != nil {
+		return job{}, err
+	}
+	var prev []byte
+	if req.previousID != "" {
+		p, ok := s.responses.get(req.previousID)
+		if !ok {
+			return job{}, fmt.Errorf("%w: previous_response_id %q", errResponseNotFound, req.previousID)
+		}
+		prev = p.history
+	}
+	// Instructions are not carried into the history: a continuation states its own.
+	history := concat(prev, sim.RenderChat(req.input))
+	var system []byte
+	if req.hasInstructions {
+		system = sim.RenderChat([]sim.Message{{Role: "system", Content: req.instructions}})
+	}
+	maxTokens := req.maxOutput
+	if maxTokens == 0 {
+		maxTokens = defaultMaxTokens // vLLM fills the context; a simulation keeps it short
+	}
+	r := &responsesRenderer{
+		s: s, input: req.input, history: history, maxTokens: maxTokens,
+		meta: responseMeta{
+			id: s.responseID(), created: time.Now().Unix(), model: req.model,
+			instructions: req.instructions, hasInstructions: req.hasInstructions,
+			maxOutput: req.maxOutput, previousID: req.previousID, store: req.store, background: req.background,
+		},
+	}
+	sub := submission{prompt: concat(system, history), maxTokens: maxTokens, streamTokens: req.stream}
+	return job{subs: []submission{sub}, stream: req.stream, render: r}, nil
+}
+
+// concat returns a new slice holding a then b, sharing memory with neither.
+func concat(a, b []byte) []byte {
+	out := make([]byte, 0, len(a)+len(b))
+	return append(append(out, a...), b...)
+}
+
+func (s *server) parseResponses(p *fastjson.Parser, body []byte) (responsesRequest, error) {
+	v, err := parseObject(p, body)
+	if err != nil {
+		return responsesRequest{}, err
+	}
+	var req responsesRequest
+	steps := []func(*fastjson.Value) error{
+		func(v *fastjson.Value) (err error) {
+			req.model, _, err = optionalString(v, "model")
+			if err == nil {
+				req.model, err = s.resolveModel(req.model)
+			}
+			return err
+		},
+		func(v *fastjson.Value) (err error) { req.input, err = readInput(v.Get("input")); return err },
+		func(v *fastjson.Value) (err error) {
+			req.instructions, req.hasInstructions, err = optionalString(v, "instructions")
+			return err
+		},
+		func(v *fastjson.Value) (err error) {
+			req.previousID, _, err = optionalString(v, "previous_response_id")
+			return err
+		},
+		func(v *fastjson.Value) (err error) {
+			req.maxOutput, err = optionalPositiveInt(v, "max_output_tokens", 0)
+			return err
+		},
+		func(v *fastjson.Value) (err error) { req.stream, err = optionalBool(v, "stream"); return err },
+		func(v *fastjson.Value) (err error) {
+			req.store, err = optionalBoolDefault(v, "store", true)
+			return err
+		},
+		func(v *fastjson.Value) (err error) { req.background, err = optionalBool(v, "background"); return err },
+	}
+	for _, step := range steps {
+		if err := step(v); err != nil {
+			return req, err
+		}
+	}
+	return req, checkBackground(req)
+}
+
+func checkBackground(req responsesRequest) error {
+	switch {
+	case req.background && !req.store:
+		return fmt.Errorf("%w: background requires store", errBadRequest)
+	case req.background && req.stream:
+		return fmt.Errorf("%w: workersim does not stream background responses", errBadRequest)
+	}
+	return nil
+}
+
+// readInput reads input: a string (one user message) or an array of message items, each with a
+// role and a content that is a string or an array of parts whose text fields are concatenated
+// (parts without text, such as images, add nothing), as chat messages are rendered.
+func readInput(v *fastjson.Value) ([]sim.Message, error) {
+	if v != nil && v.Type() == fastjson.TypeString {
+		return []sim.Message{{Role: "user", Content: string(v.GetStringBytes())}}, nil
+	}
+	if v == nil || v.Type() != fastjson.TypeArray {
+		return nil, fmt.Errorf("%w: input must be a string or an array of message items", errBadRequest)
+	}
+	items := v.GetArray()
+	msgs := make([]sim.Message, len(items))
+	for i, item := range items {
+		var err error
+		if msgs[i], err = readInputItem(item); err != nil {
+			return nil, fmt.Errorf("input[%d]: %w", i, err)
+		}
+	}
+	return msgs, nil
+}
+
+func readInputItem(item *fastjson.Value) (sim.Message, error) {
+	if item.Type() != fastjson.TypeObject {
+		return sim.Message{}, fmt.Errorf("%w: an input item must be an object", errBadRequest)
+	}
+	if typ, set, err := optionalString(item, "type"); err != nil || (set && typ != "message") {
+		return sim.Message{}, fmt.Errorf("%w: only message items are served, not %q", errBadRequest, typ)
+	}
+	role, _, err := optionalString(item, "role")
+	if err != nil || !inputRoles[role] {
+		return sim.Message{}, fmt.Errorf("%w: role must be user, assistant, system or developer", errBadRequest)
+	}
+	text, err := contentText(item.Get("content"))
+	return sim.Message{Role: role, Content: text}, err
+}
+
+// contentText flattens a message content as the router's chat rendering does.
+func contentText(content *fastjson.Value) (string, error) {
+	if content == nil || content.Type() == fastjson.TypeNull {
+		return "", nil
+	}
+	switch content.Type() {
+	case fastjson.TypeString:
+		return string(content.GetStringBytes()), nil
+	case fastjson.TypeArray:
+		var b []byte
+		for _, part := range content.GetArray() {
+			b = append(b, part.GetStringBytes("text")...)
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("%w: content must be a string, an array of parts or null", errBadRequest)
+}
+
+// responseID returns a response id unique to this worker and boot: resp_, then the hex of the
+// worker id, its boot time and a sequence number. The router can read the worker back out of it.
+func (s *server) responseID() string {
+	return "resp_" + s.idTag + strconv.FormatUint(s.seq.Add(1), 36)
+}
+
+// responseIDTag is the part of response ids that names the worker and its boot.
+func responseIDTag(workerID string, boot time.Time) string {
+	return fmt.Sprintf("%x_%s_", workerID, strconv.FormatInt(boot.UnixNano(), 36))
+}
+
+// responsesRenderer renders one response: its object, its SSE events, and its record in the
+// store once it completes.
+type responsesRenderer struct {
+	s         *server
+	meta      responseMeta
+	input     []sim.Message
+	history   []byte // the conversation through this response's input
+	maxTokens int
+	seq       int // sequence_number of the next event
+}
+
+var (
+	_ streamRenderer = (*responsesRenderer)(nil)
+	_ finisher       = (*responsesRenderer)(nil)
+)
+
+func (r *responsesRenderer) appendBody(dst []byte, final []sim.Usage) []byte {
+	return appendResponse(dst, r.meta, statusCompleted, &final[0])
+}
+
+// finish records the completed response: it fills in a background one, or stores a new one.
+func (r *responsesRenderer) finish(final []sim.Usage) {
+	u := final[0]
+	history := concat(r.history, sim.RenderChat([]sim.Message{{Role: "assistant", Content: repeatToken(u.Completion)}}))
+	switch {
+	case r.meta.background:
+		r.s.responses.update(r.meta.id, func(st *storedResponse) {
+			st.status, st.usage, st.history = statusCompleted, u, history
+		})
+	case r.meta.store:
+		r.s.responses.put(storedResponse{meta: r.meta, status: statusCompleted, usage: u, input: r.input, history: history})
+	}
+}
+
+// stored is the record of a background response as it starts.
+func (r *responsesRenderer) stored(run *backgroundRun) storedResponse {
+	return storedResponse{meta: r.meta, status: statusQueued, input: r.input, history: r.history, run: run}
+}
