@@ -356,15 +356,9 @@ func Completion(name string) string {
 // Stream answers with n SSE events and [DONE].
 func Stream(n int) Behaviour {
 	return func(e *Exchange) {
-		if e.StartStream() != nil {
-			return
+		if e.StartStream() == nil && e.events(0, n) {
+			_ = e.EndStream()
 		}
-		for i := range n {
-			if e.Event(fmt.Sprintf(`{"n":%d}`, i)) != nil {
-				return
-			}
-		}
-		_ = e.EndStream()
 	}
 }
 
@@ -372,16 +366,21 @@ func Stream(n int) Behaviour {
 // terminating chunk: an engine that died mid-stream.
 func StreamThenCut(n int) Behaviour {
 	return func(e *Exchange) {
-		if e.StartStream() != nil {
-			return
+		if e.StartStream() == nil && e.events(0, n) {
+			e.Cut()
 		}
-		for i := range n {
-			if e.Event(fmt.Sprintf(`{"n":%d}`, i)) != nil {
-				return
-			}
-		}
-		e.Cut()
 	}
+}
+
+// events writes the SSE events numbered from to n-1; false when a write
+// failed.
+func (e *Exchange) events(from, n int) bool {
+	for i := from; i < n; i++ {
+		if e.Event(fmt.Sprintf(`{"n":%d}`, i)) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // StreamHeld sends one SSE event, then holds the rest until the gate opens
@@ -391,15 +390,9 @@ func StreamHeld(n int) Behaviour {
 		if e.StartStream() != nil || e.Event(`{"n":0}`) != nil {
 			return
 		}
-		if e.WaitHangUp() {
-			return
+		if !e.WaitHangUp() && e.events(1, n) {
+			_ = e.EndStream()
 		}
-		for i := 1; i < n; i++ {
-			if e.Event(fmt.Sprintf(`{"n":%d}`, i)) != nil {
-				return
-			}
-		}
-		_ = e.EndStream()
 	}
 }
 
