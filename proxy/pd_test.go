@@ -223,7 +223,10 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 // decode cannot finish without its prefill; the client gets a 502 at once.
 func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
-	prefill[0].Set(fakeworker.Status(500, induced))
+	prefill[0].Set(func(e *fakeworker.Exchange) { // fails once the decode is under way
+		waitFor(t, "the decode half to reach its worker", func() bool { return decode[0].Inference.Load() == 1 })
+		fakeworker.Status(500, induced)(e)
+	})
 	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
 	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
 	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
