@@ -61,6 +61,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 			p.metrics.decision(dec)
 		}
 		l.counted = true
+		x.noteAttempt(l, dec)
 		if m.counters != nil && !l.pinned {
 			m.counters.decisions[l.router.Policy().Name()].Inc()
 		}

@@ -35,6 +35,7 @@ type exchange struct {
 	gone   atomic.Bool // the client left; counted once
 
 	errType   string    // why the router refused or failed the request, for the metrics
+	route     route     // how it was routed, for the request log
 	firstByte time.Time // when a stream's first bytes went out: its time to first token
 
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
@@ -158,6 +159,7 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 		return true
 	case ans != nil:
 		ans.deliver(x)
+		x.route.tokens = completionTokens(x.ctx.Response.Body())
 		if x.ep == responses && ans.status/100 == 2 {
 			p.learnOwner(ans.worker, x.ctx.Response.Body())
 		}
@@ -209,6 +211,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		errType = workerErrorType(status)
 	}
 	p.metrics.request(x.ep, status, errType, x.start)
+	p.logRequest(x, status, errType)
 	if !x.firstByte.IsZero() {
 		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())
 	}

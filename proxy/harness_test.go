@@ -103,6 +103,10 @@ func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 // buildProxy makes a proxy with its own counters, index and metrics, routing
 // with policy (and least_load for decode) over the workers ws.
 func buildProxy(cfg Config, pdMode, policy string, ws []Worker, h Health) (*Proxy, error) {
+	return buildProxyLogged(cfg, pdMode, policy, ws, h, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func buildProxyLogged(cfg Config, pdMode, policy string, ws []Worker, h Health, log *slog.Logger) (*Proxy, error) {
 	loads := affinity.NewLoadTable(nil)
 	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
 	router, err := newTestRouter(policy, loads, index)
@@ -110,7 +114,7 @@ func buildProxy(cfg Config, pdMode, policy string, ws []Worker, h Health) (*Prox
 		return nil, err
 	}
 	deps := Deps{Loads: loads, Index: index, Router: router, Metrics: metrics.NewSet(),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Health: h}
+		Logger: log, Health: h}
 	if pdMode != "" {
 		decode, err := newTestRouter(affinity.PolicyLeastLoad, loads, index)
 		if err != nil {

@@ -214,7 +214,8 @@ func (r *relay) CloseWithError(werr error) error {
 		r.p.done(r.x, r.status, cut)
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
-		if r.events > 2 { // the last is [DONE]
+		r.x.route.tokens = max(r.events-1, 0) // the last is [DONE]
+		if r.events > 2 {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(r.events-2))
 		}
 		r.p.done(r.x, r.status, false)

@@ -74,7 +74,7 @@ func serve(c *cli.Context) error {
 // configFrom turns the flags into a replica's config, refusing bad values
 // with a message that names the flag.
 func configFrom(c *cli.Context) (cluster.Config, error) {
-	logger, err := newLogger(c.String("log-level"), c.String("log-dir"), c.String("node-name"))
+	logger, err := newLogger(c.String("log-level"), c.String("log-dir"), c.String("node-name"), c.Bool("log-json"))
 	if err != nil {
 		return cluster.Config{}, err
 	}
@@ -383,9 +383,9 @@ func validate(c *cli.Context, cfg cluster.Config) error {
 // logLevels maps vllm-router's Python spellings onto slog's.
 var logLevels = map[string]string{"warning": "warn", "critical": "error"}
 
-// newLogger logs at level to stderr and, with --log-dir, to a file there
-// as well.
-func newLogger(level, dir, node string) (*slog.Logger, error) {
+// newLogger logs at level to stderr, as text or JSON, and with --log-dir
+// to a file a day there as well.
+func newLogger(level, dir, node string, asJSON bool) (*slog.Logger, error) {
 	if alias, ok := logLevels[strings.ToLower(level)]; ok {
 		level = alias
 	}
@@ -395,21 +395,25 @@ func newLogger(level, dir, node string) (*slog.Logger, error) {
 	}
 	var out io.Writer = os.Stderr
 	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("--log-dir: %w", err)
-		}
 		name := "router.log"
 		if node != "" {
 			name = "router-" + filepath.Base(node) + ".log"
 		}
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := openDailyFile(dir, name, logDaysKept, time.Now)
 		if err != nil {
 			return nil, fmt.Errorf("--log-dir: %w", err)
 		}
 		out = io.MultiWriter(os.Stderr, f)
 	}
-	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	if asJSON {
+		return slog.New(slog.NewJSONHandler(out, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(out, opts)), nil
 }
+
+// logDaysKept is how many daily files --log-dir keeps.
+const logDaysKept = 7
 
 // normalizeArgs rewrites vllm-router's two-value form `--prefill URL PORT`
 // into `--prefill URL,PORT`, which the flag parser reads as one flag.

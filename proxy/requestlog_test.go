@@ -1,0 +1,79 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/fakeworker"
+)
+
+// syncBuffer is a log sink the server goroutines write to while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["msg"] == "request" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestEveryRequestHasOneLogLine(t *testing.T) {
+	bad, good := startFake(t, "bad"), startFake(t, "good")
+	bad.Set(fakeworker.Sequence(fakeworker.Status(503, induced), fakeworker.Stream(3)))
+	good.Set(fakeworker.Stream(3))
+	var sink syncBuffer
+	ws := []Worker{{ID: 1, URL: bad.URL, Role: RoleRegular}, {ID: 2, URL: good.URL, Role: RoleRegular}}
+	p, err := buildProxyLogged(Config{Retry: Retry{InitialBackoff: time.Millisecond}}, "", affinity.PolicyCacheAware, ws, nil,
+		slog.New(slog.NewJSONHandler(&sink, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Serve(ln) }()
+	defer func() { _ = p.Shutdown(context.Background()); <-done }()
+	url := "http://" + ln.Addr().String()
+	prompt := strings.Repeat("a long shared system prompt. ", 20)
+	readStream(t, url, completion(prompt, true))
+	readStream(t, url, completion(prompt+"and a follow-up", true))
+	post(t, url, "/v1/completions", `{"prompt":"no model"}`)
+	var lines []map[string]any
+	waitFor(t, "three request lines", func() bool { lines = sink.lines(t); return len(lines) == 3 })
+	first, second, refused := lines[0], lines[1], lines[2]
+	if first["attempts"] != 2.0 || first["worker"] != 2.0 || first["decision"] != "miss" || first["status"] != 200.0 ||
+		first["tokens"] != 3.0 || first["ttft_ms"] == nil || first["request_id"] == "" || first["model"] != "m" {
+		t.Fatalf("first line %v", first)
+	}
+	if second["decision"] != "hit" || second["attempts"] != 1.0 || second["matched"].(float64) < 0.9 {
+		t.Fatalf("second line %v", second)
+	}
+	if refused["status"] != 400.0 || refused["error_type"] != "bad_request" || refused["attempts"] != 0.0 {
+		t.Fatalf("refused line %v", refused)
+	}
+}
