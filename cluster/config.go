@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/proxy"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config is everything a replica is started with. The command line fills it;
@@ -79,6 +80,9 @@ type Config struct {
 	Proxy   proxy.Config
 	Health  health.Config
 	Logger  *slog.Logger
+	// Tracer, when set, traces every inference request and upstream attempt
+	// (--enable-trace, --otlp-traces-endpoint).
+	Tracer trace.Tracer
 }
 
 // Defaults of the cluster settings that have no flag.

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -24,6 +25,7 @@ type attempt struct {
 	track  Attempt
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	span   trace.Span // nil unless tracing
 	conn   *upConn
 	resp   *fasthttp.Response
 	ended  bool
@@ -65,7 +67,9 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 		if m.counters != nil && !l.pinned {
 			m.counters.decisions[l.router.Policy().Name()].Inc()
 		}
-		return newAttempt(x, m, dec, guard, track), nil
+		a := newAttempt(x, m, dec, guard, track)
+		a.span = x.attemptTrace(dec.Worker, l.phase)
+		return a, nil
 	}
 }
 
@@ -99,6 +103,7 @@ func (a *attempt) send(body []byte) error {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	a.x.upstreamRequest(a.m, req, body)
+	injectTrace(a.span, &req.Header)
 	a.resp = fasthttp.AcquireResponse()
 	conn, err := a.m.up.exchange(a.ctx, req, a.resp, a.x.deadline)
 	if err != nil {
@@ -175,10 +180,15 @@ func (a *attempt) end(o Outcome, reusable bool) {
 			a.m.counters.processed.Inc() // the worker answered this one
 		}
 	}
+	status := 0 // no answer had come
 	if a.resp != nil {
+		if a.conn != nil {
+			status = a.resp.StatusCode()
+		}
 		fasthttp.ReleaseResponse(a.resp)
 		a.resp = nil
 	}
+	endAttemptTrace(a.span, o, status)
 	a.guard.Release()
 	a.track.End(o)
 	a.cancel(nil)

@@ -34,9 +34,10 @@ type exchange struct {
 	watch  *clientWatch
 	gone   atomic.Bool // the client left; counted once
 
-	errType   string    // why the router refused or failed the request, for the metrics
-	route     route     // how it was routed, for the request log
-	firstByte time.Time // when a stream's first bytes went out: its time to first token
+	errType   string        // why the router refused or failed the request, for the metrics
+	route     route         // how it was routed, for the request log
+	trace     *requestTrace // its span, when tracing
+	firstByte time.Time     // when a stream's first bytes went out: its time to first token
 
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
@@ -142,6 +143,7 @@ func (p *Proxy) finalRouter() *affinity.Router {
 // that aborts them, and the watch for a client that leaves.
 func (p *Proxy) begin(x *exchange) {
 	x.header = p.upstreamHeader(x)
+	p.startTrace(x)
 	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
 	x.watch = watchClient(x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
 }
@@ -212,6 +214,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 	}
 	p.metrics.request(x.ep, status, errType, x.start)
 	p.logRequest(x, status, errType)
+	x.endTrace(status, errType)
 	if !x.firstByte.IsZero() {
 		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())
 	}
@@ -253,6 +256,10 @@ func (p *Proxy) upstreamHeader(x *exchange) *fasthttp.RequestHeader {
 	x.ctx.Request.Header.CopyTo(h)
 	for _, name := range hopHeaders {
 		h.Del(name)
+	}
+	if p.deps.Tracer != nil {
+		h.Del("traceparent") // each attempt sends its own
+		h.Del("tracestate")
 	}
 	h.Set("x-request-id", x.id)
 	if p.keys.enabled() {

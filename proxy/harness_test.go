@@ -106,7 +106,16 @@ func buildProxy(cfg Config, pdMode, policy string, ws []Worker, h Health) (*Prox
 	return buildProxyLogged(cfg, pdMode, policy, ws, h, slog.New(slog.NewTextHandler(io.Discard, nil)))
 }
 
+// buildProxyWith builds a regular proxy whose Deps adjust changes.
+func buildProxyWith(cfg Config, policy string, ws []Worker, adjust func(*Deps)) (*Proxy, error) {
+	return buildProxyAll(cfg, "", policy, ws, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), adjust)
+}
+
 func buildProxyLogged(cfg Config, pdMode, policy string, ws []Worker, h Health, log *slog.Logger) (*Proxy, error) {
+	return buildProxyAll(cfg, pdMode, policy, ws, h, log, nil)
+}
+
+func buildProxyAll(cfg Config, pdMode, policy string, ws []Worker, h Health, log *slog.Logger, adjust func(*Deps)) (*Proxy, error) {
 	loads := affinity.NewLoadTable(nil)
 	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
 	router, err := newTestRouter(policy, loads, index)
@@ -121,6 +130,9 @@ func buildProxyLogged(cfg Config, pdMode, policy string, ws []Worker, h Health, 
 			return nil, err
 		}
 		deps.PD = &PD{Mode: pdMode, Prefill: router, Decode: decode}
+	}
+	if adjust != nil {
+		adjust(&deps)
 	}
 	p, err := New(cfg, deps)
 	if err != nil {

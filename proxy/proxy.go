@@ -14,6 +14,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -34,6 +35,9 @@ type Deps struct {
 	// probed; inference requests that come before wait for it (at most
 	// maxReadyWait) instead of meeting an empty fleet.
 	Ready <-chan struct{}
+	// Tracer, when set, gets a span per inference request and per upstream
+	// attempt (see tracing.go); nil traces nothing.
+	Tracer trace.Tracer
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.
 	PD *PD

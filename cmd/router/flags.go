@@ -129,6 +129,11 @@ func ownFlags() []cli.Flag {
 		stringFlag("cluster-tls-key", "", "PEM key of --cluster-tls-cert"),
 		stringFlag("cluster-tls-ca", "", "PEM certificate of the CA that signs every replica's; peers without one are refused"),
 		boolFlag("insecure-cluster", "allow gossip or Raft binds beyond loopback without --gossip-key and cluster TLS"),
+		boolFlag("enable-trace", "OpenTelemetry spans per request and per upstream attempt, exported by OTLP/HTTP (to --otlp-traces-endpoint, else $OTEL_EXPORTER_OTLP_ENDPOINT)"),
+		&cli.StringFlag{Name: "otlp-traces-endpoint", Aliases: []string{"otlp-endpoint"}, EnvVars: env("otlp-traces-endpoint"),
+			Usage: "OTLP/HTTP collector (host:port, or a URL); setting it turns tracing on"},
+		floatFlag("otel-sampling-ratio", 1.0, "share of traces sampled, parent-based"),
+		sliceFlag("otel-excluded-paths", "paths without spans (only the inference API is traced; accepted as vllm-router has it)"),
 		&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"},
 	}
 }

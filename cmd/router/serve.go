@@ -44,6 +44,12 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	noticeCompatFlags(c, cfg.Logger)
+	tracer, flushTraces, err := tracerFrom(c, cfg.NodeName)
+	if err != nil {
+		return err
+	}
+	cfg.Tracer = tracer
+	defer func() { _ = flushTraces(context.Background()) }() // the spans still batched
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP is caught from now on: its default action would end the
