@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -224,7 +225,9 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
 	prefill[0].Set(func(e *fakeworker.Exchange) { // fails once the decode is under way
-		waitFor(t, "the decode half to reach its worker", func() bool { return decode[0].Inference.Load() == 1 })
+		for deadline := time.Now().Add(5 * time.Second); decode[0].Inference.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond) // the worker's goroutine: it may not t.Fatal
+		}
 		fakeworker.Status(500, induced)(e)
 	})
 	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
