@@ -24,6 +24,12 @@ const (
 	rpcTimeout = DefaultAdminApplyTimeout + 5*time.Second
 	// maxRPCResponse bounds the answer a replica reads from a peer.
 	maxRPCResponse = 64 << 10
+	// rpcConnectTimeout bounds connecting to a peer's cluster port, TLS
+	// handshake included. A peer on the same network answers in
+	// milliseconds; one that died, or that a partition hides, never does,
+	// and a write forwarded to it should fail over to 503 at once rather
+	// than wait for the whole write's deadline.
+	rpcConnectTimeout = time.Second
 )
 
 // serveRPC answers the peers' HTTP on the cluster port until ctx ends.
@@ -74,6 +80,8 @@ type rpcClient struct {
 func newRPCClient(port *clusterPort) *rpcClient {
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, rpcConnectTimeout)
+			defer cancel()
 			return port.dial(ctx, addr, linkRPC)
 		},
 		MaxIdleConnsPerHost:   4,

@@ -23,7 +23,8 @@ type Status struct {
 // configuration that is not (yet, or any more) a live gossip member.
 type Member struct {
 	Name string `json:"name"`
-	// Address is its gossip address; empty for one this replica never saw.
+	// Address is its gossip address, the last one known for a replica
+	// that is not live; empty for one this replica never saw.
 	Address string `json:"address"`
 	// State is "alive", "left" (it said goodbye), "dead" (it stopped
 	// answering) or "unknown" (in the Raft configuration, never seen here).
@@ -78,7 +79,8 @@ func (r *Replica) statusMembers(servers []RaftServer, suffrage map[string]RaftSe
 	}
 	for _, s := range servers {
 		if !live[s.ID] {
-			out = append(out, Member{Name: s.ID, State: r.members.departedState(s.ID), RaftAddress: s.Addr, Suffrage: s.Suffrage})
+			state, addr := r.members.departedAs(s.ID)
+			out = append(out, Member{Name: s.ID, Address: addr, State: state, RaftAddress: s.Addr, Suffrage: s.Suffrage})
 		}
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
