@@ -104,7 +104,10 @@ func (r *Replica) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
-	r.gossip = g
+	r.gossip.Store(g)
+	// Read once, now: memberlist's local node changes under UpdateNode,
+	// which SetTags calls from other goroutines.
+	r.gossipAddr = g.LocalAddr()
 	if len(r.cfg.Join) == 0 {
 		return nil
 	}
@@ -117,7 +120,7 @@ func (r *Replica) join() error {
 	deadline := time.Now().Add(r.cfg.JoinTimeout)
 	wait := 200 * time.Millisecond
 	for {
-		err := r.gossip.Join(r.cfg.Join)
+		err := r.gossiper().Join(r.cfg.Join)
 		if err == nil || !errors.Is(err, loadsync.ErrJoin) || time.Now().Add(wait).After(deadline) {
 			if err != nil {
 				return fmt.Errorf("gossip: %w", err)

@@ -177,7 +177,7 @@ func (r *Replica) reconcileMembership() {
 		r.members.missing = nil // a later leadership starts its clocks afresh
 		return
 	}
-	live := liveRaftAddrs(r.gossip.Members())
+	live := liveRaftAddrs(r.gossiper().Members())
 	now := time.Now()
 	r.members.missing = trackMissing(r.members.missing, r.cfg.NodeName, servers, live, r.stillGossiping(now), now)
 	for _, c := range planMembership(r.cfg.NodeName, r.cfg.BootstrapExpect, servers, live, r.members.missing, now, r.cfg.ReapTimeout) {
@@ -191,7 +191,7 @@ func (r *Replica) maybeBootstrap(ctx context.Context) {
 	if r.cfg.BootstrapExpect < 2 {
 		return // alone it bootstrapped at start; with --join it waits to be added
 	}
-	voters := bootstrapVoters(r.cfg.NodeName, r.cfg.BootstrapExpect, r.gossip.Members())
+	voters := bootstrapVoters(r.cfg.NodeName, r.cfg.BootstrapExpect, r.gossiper().Members())
 	if voters == nil {
 		return
 	}
@@ -208,7 +208,7 @@ func (r *Replica) maybeBootstrap(ctx context.Context) {
 // instead of bootstrapping another.
 func (r *Replica) announceJoined() {
 	r.members.joined = true
-	if err := r.gossip.SetTags(r.gossipTags(true)); err != nil {
+	if err := r.gossiper().SetTags(r.gossipTags(true)); err != nil {
 		r.log.Debug("membership: announcing that this replica joined", "err", err)
 	}
 }

@@ -37,7 +37,7 @@ func (r *Replica) runRejoin() {
 			continue
 		}
 		addrs := r.rejoinAddrs(missing)
-		if err := r.gossip.Join(addrs); err != nil {
+		if err := r.gossiper().Join(addrs); err != nil {
 			r.log.Debug("rejoin: no address answered; will retry", "missing", missing, "addrs", addrs, "in", wait, "err", err)
 			wait = min(wait*2, rejoinMax)
 			continue
@@ -59,7 +59,7 @@ func (r *Replica) missingMembers() []string {
 		return nil
 	}
 	live := map[string]bool{}
-	for _, m := range r.gossip.Members() {
+	for _, m := range r.gossiper().Members() {
 		live[m.Name] = true
 	}
 	var missing []string
@@ -74,7 +74,7 @@ func (r *Replica) missingMembers() []string {
 // rejoinAddrs is where to look for the missing members: their last known
 // gossip addresses, then the --join addresses, without this replica's own.
 func (r *Replica) rejoinAddrs(missing []string) []string {
-	self := r.gossip.LocalAddr()
+	self := r.gossipAddr
 	var out []string
 	for _, a := range append(r.members.lastAddrs(missing), r.cfg.Join...) {
 		if a != self && !slices.Contains(out, a) {

@@ -37,7 +37,11 @@ type Replica struct {
 	admin   *Admin
 	metrics *metrics.Set
 	sync    *loadsync.State // this replica's side of the gossip
-	gossip  *loadsync.Gossip
+	// gossip is the memberlist side; a pointer swapped only by tests that
+	// cut a replica off the gossip and reopen it (partition_test.go).
+	gossip  atomic.Pointer[loadsync.Gossip]
+	// gossipAddr is the gossip's address, read once at start.
+	gossipAddr string
 	members *membership
 	writes  *forwarder
 	rpc     *rpcClient // to the peers' cluster ports
@@ -50,7 +54,7 @@ type Replica struct {
 	routingInUse string
 
 	ln, metricsLn net.Listener
-	apiAddr       string // where peers reach ln
+	apiAddr       string        // where peers reach ln
 	loaded        atomic.Bool   // the registry is the cluster's: see ready.go
 	ready         chan struct{} // closed when loaded and the workers probed
 
@@ -288,6 +292,9 @@ func (r *Replica) serveAPI() {
 // one does; its owner should stop it and exit non-zero.
 func (r *Replica) Failed() <-chan error { return r.failed }
 
+// gossiper is the replica's gossip node, nil before build made it.
+func (r *Replica) gossiper() *loadsync.Gossip { return r.gossip.Load() }
+
 // goRun starts fn as a goroutine that Stop waits for.
 func (r *Replica) goRun(fn func()) {
 	r.wg.Add(1)
@@ -301,7 +308,7 @@ func (r *Replica) goRun(fn func()) {
 func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
 
 // GossipAddr is the memberlist address other replicas --join.
-func (r *Replica) GossipAddr() string { return r.gossip.LocalAddr() }
+func (r *Replica) GossipAddr() string { return r.gossipAddr }
 
 // RaftAddr is the address the Raft transport is reached at.
 func (r *Replica) RaftAddr() string { return r.raft.Addr() }
@@ -324,7 +331,7 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 		_ = r.ln.Close()
 	}
 	r.wg.Wait()
-	if r.gossip != nil {
+	if r.gossiper() != nil {
 		errs = append(errs, r.stopGossip(leave))
 	}
 	errs = append(errs, r.closeParts())
@@ -333,16 +340,16 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 
 func (r *Replica) stopGossip(leave bool) error {
 	if !leave {
-		return r.gossip.Kill()
+		return r.gossiper().Kill()
 	}
 	// Say that this is a leave, not a death, so that the peers' status
 	// pages tell the truth (memberlist's events do not).
 	tags := r.gossipTags(r.members.joined)
 	tags[tagLeaving] = "1"
-	if err := r.gossip.SetTags(tags); err != nil {
+	if err := r.gossiper().SetTags(tags); err != nil {
 		r.log.Debug("announcing the leave", "err", err)
 	}
-	return r.gossip.Stop()
+	return r.gossiper().Stop()
 }
 
 // closeParts closes what build opened and serve did not take over.
@@ -511,7 +518,7 @@ func (r *Replica) countLiveReplicas() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		r.monitor.SetLiveReplicas(len(r.gossip.Members()))
+		r.monitor.SetLiveReplicas(len(r.gossiper().Members()))
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():

@@ -82,7 +82,13 @@ func newRPCClient(port *clusterPort) *rpcClient {
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			ctx, cancel := context.WithTimeout(ctx, rpcConnectTimeout)
 			defer cancel()
-			return port.dial(ctx, addr, linkRPC)
+			conn, err := port.dial(ctx, addr, linkRPC)
+			if err != nil {
+				// Not wrapped: a connect that timed out is an unreachable
+				// peer (503), not a write whose outcome is unknown (504).
+				return nil, fmt.Errorf("connecting to %s: %v", addr, err)
+			}
+			return conn, nil
 		},
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       30 * time.Second,

@@ -72,7 +72,7 @@ func (r *Replica) status() Status {
 func (r *Replica) statusMembers(servers []RaftServer, suffrage map[string]RaftServer) []Member {
 	var out []Member
 	live := map[string]bool{}
-	for _, m := range r.gossip.Members() {
+	for _, m := range r.gossiper().Members() {
 		live[m.Name] = true
 		out = append(out, Member{Name: m.Name, Address: m.Addr, State: "alive", RaftAddress: m.Tags[tagRaft],
 			APIAddress: m.Tags[tagAPI], Suffrage: suffrage[m.Name].Suffrage})
@@ -95,7 +95,7 @@ func (r *Replica) peerStatus() []PeerStatus {
 		reports[o.Origin] = PeerStatus{Name: o.Origin, LastReportAge: o.Age.Seconds(), LastLag: o.LastLag.Seconds()}
 	}
 	out := []PeerStatus{}
-	for _, m := range r.gossip.Members() {
+	for _, m := range r.gossiper().Members() {
 		if m.Self {
 			continue
 		}
