@@ -113,5 +113,12 @@ func serveFlags() []cli.Flag {
 		stringFlag("cluster-tls-key", "", "PEM key of --cluster-tls-cert"),
 		stringFlag("cluster-tls-ca", "", "PEM certificate of the CA that signs every replica's; peers without one are refused"),
 		boolFlag("insecure-cluster", "allow gossip, Raft or API binds beyond loopback without --gossip-key and cluster TLS"),
+		durationFlag("raft-heartbeat-timeout", "1s", "how long a follower goes without the leader before it stands for election"),
+		durationFlag("raft-election-timeout", "2s", "how long a candidate waits for votes before it tries again"),
+		durationFlag("raft-leader-lease-timeout", "1s", "how long a leader goes without a quorum before it steps down (at most the heartbeat timeout)"),
+		durationFlag("raft-commit-timeout", "50ms", "how long the leader waits before sending entries it has not batched"),
+		durationFlag("reap-timeout", "30s", "how long a replica may be out of the gossip, and silent, before the leader removes it from Raft"),
+		durationFlag("join-timeout", "30s", "how long a starting replica keeps trying --join before it gives up"),
+		durationFlag("worker-connect-timeout", "10s", "bound on connecting to a worker"),
 	}
 }
