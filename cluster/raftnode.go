@@ -307,8 +307,21 @@ func advertiseAddr(cfg RaftConfig) (net.Addr, error) {
 	if addr.IP == nil || addr.IP.IsUnspecified() {
 		return nil, fmt.Errorf("raft: --raft-advertise %q is not an address peers can dial", cfg.AdvertiseAddr)
 	}
+	if host, _, _ := net.SplitHostPort(cfg.AdvertiseAddr); net.ParseIP(host) == nil {
+		// A name stays a name in the Raft configuration, resolved at every
+		// dial: a replica that restarts at another IP (a rescheduled
+		// container) keeps its address, and two that swap IPs never hold
+		// each other's.
+		return namedAddr(cfg.AdvertiseAddr), nil
+	}
 	return addr, nil
 }
+
+// namedAddr is a host:port whose host is a DNS name.
+type namedAddr string
+
+func (a namedAddr) Network() string { return "tcp" }
+func (a namedAddr) String() string  { return string(a) }
 
 func (n *RaftNode) raftConfig() *raft.Config {
 	c := raft.DefaultConfig()

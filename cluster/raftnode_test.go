@@ -351,6 +351,11 @@ func TestAWildcardBindNeedsAnAdvertiseAddress(t *testing.T) {
 			t.Errorf("bind %s with advertise: %v, %v", bind, addr, err)
 		}
 	}
+	// A name stays a name, so a replica that comes back at another IP keeps
+	// its Raft address.
+	if addr, err := advertiseAddr(RaftConfig{BindAddr: "0.0.0.0:7000", AdvertiseAddr: "localhost:7000"}); err != nil || addr.String() != "localhost:7000" {
+		t.Fatalf("advertising a name: %v %v, want localhost:7000", addr, err)
+	}
 	if addr, err := advertiseAddr(RaftConfig{BindAddr: "127.0.0.1:7000"}); err != nil || addr != nil {
 		t.Errorf("loopback bind: %v, %v; want the bound address (nil)", addr, err)
 	}
