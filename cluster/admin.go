@@ -64,6 +64,10 @@ type AdminConfig struct {
 	// FlushCache serves POST /flush_cache (every worker's prefix cache
 	// emptied); nil answers 404.
 	FlushCache func(ctx *fasthttp.RequestCtx)
+	// Routing and SetRouting serve GET and PUT /cluster/routing, the
+	// tier's routing config; nil answers 404.
+	Routing    func() RoutingView
+	SetRouting func(ctx context.Context, v RoutingView) (RoutingView, error)
 }
 
 // DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
@@ -101,13 +105,14 @@ type endpoint map[string]handler
 
 var (
 	fixedEndpoints = map[string]endpoint{
-		"/workers":        {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
-		"/get_loads":      {http.MethodGet: (*Admin).getLoads},
-		"/cluster/status": {http.MethodGet: (*Admin).clusterStatus},
-		"/add_worker":     {http.MethodPost: (*Admin).legacyAddWorker},
-		"/remove_worker":  {http.MethodPost: (*Admin).legacyRemoveWorker},
-		"/list_workers":   {http.MethodGet: (*Admin).legacyListWorkers},
-		"/flush_cache":    {http.MethodPost: (*Admin).flushCache},
+		"/workers":         {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
+		"/get_loads":       {http.MethodGet: (*Admin).getLoads},
+		"/cluster/status":  {http.MethodGet: (*Admin).clusterStatus},
+		"/cluster/routing": {http.MethodGet: (*Admin).getRouting, http.MethodPut: (*Admin).putRouting},
+		"/add_worker":      {http.MethodPost: (*Admin).legacyAddWorker},
+		"/remove_worker":   {http.MethodPost: (*Admin).legacyRemoveWorker},
+		"/list_workers":    {http.MethodGet: (*Admin).legacyListWorkers},
+		"/flush_cache":     {http.MethodPost: (*Admin).flushCache},
 
 		"/cluster/keyring":         {http.MethodGet: (*Admin).listKeyring},
 		"/cluster/keyring/install": {http.MethodPost: (*Admin).changeKeyring},
@@ -381,6 +386,39 @@ func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	writeJSON(ctx, http.StatusOK, status)
 }
 
+func (a *Admin) getRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	if a.cfg.Routing == nil {
+		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
+		return
+	}
+	writeJSON(ctx, http.StatusOK, a.cfg.Routing())
+}
+
+// putRouting replaces the tier's routing config if it is still the one
+// set at the body's index: 409 when another change came first (GET it
+// again), 400 naming a bad field.
+func (a *Admin) putRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	if a.cfg.SetRouting == nil {
+		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
+		return
+	}
+	var v RoutingView
+	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		writeError(ctx, badJSON(err))
+		return
+	}
+	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
+	defer cancel()
+	out, err := a.cfg.SetRouting(apply, v)
+	if err != nil {
+		writeError(ctx, err)
+		return
+	}
+	writeJSON(ctx, http.StatusOK, out)
+}
+
 // applyForwarded applies a registry write forwarded by a follower. It
 // answers like every admin write: the result, or an OpenAI-style error
 // whose type the follower maps back to the sentinel.
@@ -521,7 +559,7 @@ func errorMessage(status int, err error) string {
 	}
 	switch status {
 	case http.StatusServiceUnavailable:
-		return "registry writes need a raft leader and this replica cannot reach one; retry shortly: " + err.Error()
+		return "no leader reachable: registry writes need the raft leader and this replica cannot reach one; retry shortly: " + err.Error()
 	case http.StatusGatewayTimeout:
 		return "the registry write did not commit in time (it may still apply): " + err.Error()
 	}

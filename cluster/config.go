@@ -57,23 +57,33 @@ type Config struct {
 	InsecureCluster bool
 
 	// ReapTimeout is how long a replica may stay out of the gossip
-	// membership (dead or left) before the leader removes it from the Raft
-	// configuration. Default DefaultReapTimeout (30 s).
+	// membership (dead or left), and silent, before the leader removes it
+	// from the Raft configuration (--reap-timeout). Default
+	// DefaultReapTimeout (30 s). One that comes back later is added again.
 	ReapTimeout time.Duration
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration
 	// JoinTimeout is how long Start keeps trying --join while none of its
 	// addresses answers (replicas of a new cluster start in any order)
-	// before it gives up with an error. Default DefaultJoinTimeout (30 s).
+	// before it gives up with an error (--join-timeout). Default
+	// DefaultJoinTimeout (30 s). Once started, a replica that sees fewer
+	// members than the Raft configuration holds keeps re-joining, without
+	// end (rejoin.go).
 	JoinTimeout time.Duration
+	// RaftTimings are Raft's timeouts (--raft-heartbeat-timeout,
+	// --raft-election-timeout, --raft-leader-lease-timeout,
+	// --raft-commit-timeout); zero fields take the defaults.
+	RaftTimings RaftTimings
 	// GossipLocal uses memberlist's timings for one host or a fast local
 	// network: failures are detected in about 3 s instead of about 10 s,
 	// at the cost of more probe traffic. For tests and demos.
 	GossipLocal bool
 
-	// Seeds are added to the registry at start, idempotently
-	// (--worker-urls, --prefill, --decode).
+	// Seeds are added to the registry once per registry (--worker-urls,
+	// --prefill, --decode): the first replica to seed a registry registers
+	// them, and the registry records that it was seeded, so a worker
+	// removed through the admin API stays removed across restarts.
 	Seeds []Seed
 
 	Routing Routing
@@ -118,7 +128,9 @@ type Seed struct {
 }
 
 // Routing configures selection. Every replica of a cluster must agree on
-// BlockSize, the policies and the thresholds: a mismatch is refused at join.
+// BlockSize (a mismatch is refused at join); the policies, miss placement
+// and thresholds here only seed a registry that has no routing config: the
+// replicas route with the registry's copy (GET/PUT /cluster/routing).
 type Routing struct {
 	Policy        string              // --policy, default cache_aware
 	MissPlacement string              // --miss-placement
@@ -266,6 +278,16 @@ func (c Config) Validate() error {
 	if c.BootstrapExpect < 1 {
 		errs = append(errs, flagErr("bootstrap-expect", "must be at least 1"))
 	}
+	if c.ReapTimeout < 0 {
+		errs = append(errs, flagErr("reap-timeout", "must not be negative"))
+	}
+	if c.JoinTimeout < 0 {
+		errs = append(errs, flagErr("join-timeout", "must not be negative"))
+	}
+	if c.Proxy.DialTimeout < 0 {
+		errs = append(errs, flagErr("worker-connect-timeout", "must not be negative"))
+	}
+	errs = append(errs, c.RaftTimings.validate())
 	for flag, addr := range map[string]string{"raft-bind": c.RaftBind, "raft-advertise": c.RaftAdvertise,
 		"gossip-bind": c.GossipBind, "gossip-advertise": c.GossipAdvertise} {
 		if addr == "" && strings.HasSuffix(flag, "-advertise") {

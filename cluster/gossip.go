@@ -27,38 +27,17 @@ const (
 // would disagree on every block hash never form a cluster.
 const hashScheme = "xxh3-chain-v1"
 
-// clusterConfig is the routing settings every replica must agree on, as
-// compared at join: a peer that differs is refused with an error naming the
-// fields. Role settings are packed into one field each to stay within the
-// 512 bytes of gossip metadata (a node name of up to 63 bytes, a host name
-// label's limit, always fits; a longer one may not, and Start says so).
+// clusterConfig is what every replica must agree on for the block hashes
+// to mean the same everywhere, as compared at join: a peer that differs is
+// refused with an error naming the fields. The policies, miss placement and
+// thresholds are not compared: the replicas route with the copy in the
+// registry (routing.go), whatever their flags said.
 func (rt Routing) clusterConfig() map[string]string {
-	th := rt.Thresholds
-	m := map[string]string{
-		"block_size":            strconv.Itoa(rt.BlockSize),
-		"hash":                  hashScheme,
-		"policy":                rt.Policy,
-		"miss_placement":        rt.MissPlacement,
-		"cache_threshold":       formatFloat(th.CacheThreshold),
-		"balance_abs_threshold": formatFloat(th.BalanceAbs),
-		"balance_rel_threshold": formatFloat(th.BalanceRel),
-		"pd":                    "off",
+	return map[string]string{
+		"block_size": strconv.Itoa(rt.BlockSize),
+		"hash":       hashScheme,
 	}
-	if rt.PD != "" {
-		m["pd"] = rt.PD
-		m["prefill"] = roleConfig(rt.PrefillPolicy, rt.PrefillMissPlacement, rt.PrefillThresholds)
-		m["decode"] = roleConfig(rt.DecodePolicy, affinity.PlaceLeastLoad, rt.DecodeThresholds)
-	}
-	return m
 }
-
-// roleConfig packs a role's settings as "policy/placement/cache/abs/rel".
-func roleConfig(policy, placement string, th affinity.Thresholds) string {
-	return fmt.Sprintf("%s/%s/%s/%s/%s", policy, placement,
-		formatFloat(th.CacheThreshold), formatFloat(th.BalanceAbs), formatFloat(th.BalanceRel))
-}
-
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // gossipTags is what this replica announces: where its Raft and API listen,
 // its --bootstrap-expect, and whether it holds Raft state yet.
@@ -125,7 +104,10 @@ func (r *Replica) startGossip() error {
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
-	r.gossip = g
+	r.gossip.Store(g)
+	// Read once, now: memberlist's local node changes under UpdateNode,
+	// which SetTags calls from other goroutines.
+	r.gossipAddr = g.LocalAddr()
 	if len(r.cfg.Join) == 0 {
 		return nil
 	}
@@ -138,7 +120,7 @@ func (r *Replica) join() error {
 	deadline := time.Now().Add(r.cfg.JoinTimeout)
 	wait := 200 * time.Millisecond
 	for {
-		err := r.gossip.Join(r.cfg.Join)
+		err := r.gossiper().Join(r.cfg.Join)
 		if err == nil || !errors.Is(err, loadsync.ErrJoin) || time.Now().Add(wait).After(deadline) {
 			if err != nil {
 				return fmt.Errorf("gossip: %w", err)

@@ -147,10 +147,10 @@ func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op KeyringOp, key []byte) {
 // to every live peer's, and returns each replica's answer sorted by name.
 // A replica without a keyring refuses before asking anyone.
 func (r *Replica) keyringEverywhere(ctx context.Context, op KeyringOp, key []byte) ([]NodeKeyring, error) {
-	if _, err := r.gossip.Keyring(); err != nil {
+	if _, err := r.gossiper().Keyring(); err != nil {
 		return nil, &statusError{http.StatusConflict, "conflict_error", err.Error()}
 	}
-	members := r.gossip.Members()
+	members := r.gossiper().Members()
 	out := make([]NodeKeyring, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -176,18 +176,18 @@ func (r *Replica) localKeyring(op KeyringOp, key []byte) NodeKeyring {
 	switch op {
 	case KeyringList:
 	case KeyringInstall:
-		err = r.gossip.InstallKey(key)
+		err = r.gossiper().InstallKey(key)
 	case KeyringUse:
-		err = r.gossip.UseKey(key)
+		err = r.gossiper().UseKey(key)
 	case KeyringRemove:
-		err = r.gossip.RemoveKey(key)
+		err = r.gossiper().RemoveKey(key)
 	default:
 		err = fmt.Errorf("unknown keyring operation %q", op)
 	}
 	if err == nil && op != KeyringList {
 		r.log.Info("gossip keyring changed", "op", op, "key", KeyFingerprint(key))
 	}
-	kr, listErr := r.gossip.Keyring()
+	kr, listErr := r.gossiper().Keyring()
 	if err == nil {
 		err = listErr
 	}

@@ -18,8 +18,8 @@ const membershipTimeout = 5 * time.Second
 
 // membership is the state of the goroutine that keeps the Raft
 // configuration in step with the gossip membership (runMembership). Only
-// that goroutine reads and writes joined and missing; departed is also read
-// by the status page.
+// that goroutine reads and writes joined and missing; departed and seen are
+// also read by the status page and the rejoin loop, under mu.
 type membership struct {
 	kick   chan struct{} // capacity 1: "membership changed, look again"
 	joined bool          // this replica holds Raft state and announced it
@@ -27,40 +27,114 @@ type membership struct {
 	// absent from the gossip membership.
 	missing map[string]time.Time
 
-	mu       sync.Mutex
-	departed map[string]string // name -> "left" or "dead", until it rejoins
+	mu sync.Mutex
+	// departed is how each replica that is not a live member went away,
+	// until it rejoins; at most maxDeparted entries, the oldest dropped.
+	departed map[string]departure
+	// seen is the last gossip address of every replica ever seen, for the
+	// rejoin loop; at most maxDeparted names besides the live ones.
+	seen map[string]string
 }
 
-func newMembership(joined bool) *membership {
-	return &membership{kick: make(chan struct{}, 1), joined: joined, departed: map[string]string{}}
+// departure is how and when a replica stopped being a live member.
+type departure struct {
+	state string // "left" (it said goodbye) or "dead" (it stopped answering)
+	addr  string // its last gossip address
+	at    time.Time
 }
+
+// maxDeparted bounds the departed replicas remembered: enough for every
+// replica of a large tier to restart at once, small enough that replicas
+// coming and going under new names (autoscaled pods) cannot grow it.
+const maxDeparted = 128
+
+func newMembership(joined bool) *membership {
+	return &membership{kick: make(chan struct{}, 1), joined: joined, departed: map[string]departure{},
+		seen: map[string]string{}}
+}
+
+// tagLeaving is announced by a replica that is stopping, just before it
+// leaves the gossip: memberlist does not tell its peers whether a member
+// left or died, and this tag does.
+const tagLeaving = "leaving"
 
 // memberChanged is the gossip's OnMember: it notes departures for the
 // status page and wakes the reconciliation.
 func (r *Replica) memberChanged(ev loadsync.MemberEvent) {
-	m := r.members
-	m.mu.Lock()
-	if ev.Kind == loadsync.MemberLeft {
-		m.departed[ev.Member.Name] = ev.Member.State
-	} else {
-		delete(m.departed, ev.Member.Name)
-	}
-	m.mu.Unlock()
+	r.members.note(ev, time.Now())
 	select {
-	case m.kick <- struct{}{}:
+	case r.members.kick <- struct{}{}:
 	default:
 	}
 }
 
-// departedState is how a replica that is not a live member went away:
-// "left", "dead", or "unknown" when this replica never saw it.
-func (m *membership) departedState(name string) string {
+// note records a membership event.
+func (m *membership) note(ev loadsync.MemberEvent, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if st, ok := m.departed[name]; ok {
-		return st
+	name := ev.Member.Name
+	if ev.Member.Addr != "" {
+		m.seen[name] = ev.Member.Addr
 	}
-	return "unknown"
+	if ev.Kind != loadsync.MemberLeft {
+		delete(m.departed, name)
+		return
+	}
+	state := "dead"
+	if ev.Member.Tags[tagLeaving] == "1" {
+		state = "left"
+	}
+	m.departed[name] = departure{state: state, addr: ev.Member.Addr, at: now}
+	m.boundDeparted()
+}
+
+// boundDeparted drops the oldest departures beyond maxDeparted, and the
+// addresses of replicas neither live nor remembered as departed. Callers
+// hold mu.
+func (m *membership) boundDeparted() {
+	for len(m.departed) > maxDeparted {
+		oldest, at := "", time.Time{}
+		for name, d := range m.departed {
+			if oldest == "" || d.at.Before(at) {
+				oldest, at = name, d.at
+			}
+		}
+		delete(m.departed, oldest)
+		delete(m.seen, oldest)
+	}
+}
+
+// departedAs is how a replica that is not a live member went away ("left",
+// "dead", or "unknown" when this replica never saw it) and its last gossip
+// address ("" when unknown).
+func (m *membership) departedAs(name string) (state, addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := m.departed[name]; ok {
+		return d.state, d.addr
+	}
+	return "unknown", m.seen[name]
+}
+
+// departedCount is how many departed replicas are remembered.
+func (m *membership) departedCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.departed)
+}
+
+// lastAddrs returns the last known gossip address of each named replica
+// this replica has seen.
+func (m *membership) lastAddrs(names []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, n := range names {
+		if a, ok := m.seen[n]; ok {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // runMembership reconciles at every membership event, every leadership
@@ -103,9 +177,9 @@ func (r *Replica) reconcileMembership() {
 		r.members.missing = nil // a later leadership starts its clocks afresh
 		return
 	}
-	live := liveRaftAddrs(r.gossip.Members())
+	live := liveRaftAddrs(r.gossiper().Members())
 	now := time.Now()
-	r.members.missing = trackMissing(r.members.missing, r.cfg.NodeName, servers, live, now)
+	r.members.missing = trackMissing(r.members.missing, r.cfg.NodeName, servers, live, r.stillGossiping(now), now)
 	for _, c := range planMembership(r.cfg.NodeName, r.cfg.BootstrapExpect, servers, live, r.members.missing, now, r.cfg.ReapTimeout) {
 		r.changeMembership(ctx, c)
 	}
@@ -117,7 +191,7 @@ func (r *Replica) maybeBootstrap(ctx context.Context) {
 	if r.cfg.BootstrapExpect < 2 {
 		return // alone it bootstrapped at start; with --join it waits to be added
 	}
-	voters := bootstrapVoters(r.cfg.NodeName, r.cfg.BootstrapExpect, r.gossip.Members())
+	voters := bootstrapVoters(r.cfg.NodeName, r.cfg.BootstrapExpect, r.gossiper().Members())
 	if voters == nil {
 		return
 	}
@@ -134,7 +208,7 @@ func (r *Replica) maybeBootstrap(ctx context.Context) {
 // instead of bootstrapping another.
 func (r *Replica) announceJoined() {
 	r.members.joined = true
-	if err := r.gossip.SetTags(r.gossipTags(true)); err != nil {
+	if err := r.gossiper().SetTags(r.gossipTags(true)); err != nil {
 		r.log.Debug("membership: announcing that this replica joined", "err", err)
 	}
 }
@@ -216,13 +290,32 @@ func liveRaftAddrs(members []loadsync.Member) map[string]string {
 	return live
 }
 
-// trackMissing returns, for every Raft server but self that is not a live
-// member, since when it has been missing: the time in prev, or now for a
-// server newly missing.
-func trackMissing(prev map[string]time.Time, self string, servers []RaftServer, live map[string]string, now time.Time) map[string]time.Time {
+// gossipingWithin is how recent a peer's last load report must be for the
+// leader to count it as still gossiping, whatever memberlist's verdict on
+// it: a replica that memberlist declared dead (it stalled, or only some of
+// its packets get through) but whose reports still arrive is not reaped.
+const gossipingWithin = 2 * time.Second
+
+// stillGossiping is the set of peers whose load reports arrived within
+// gossipingWithin.
+func (r *Replica) stillGossiping(now time.Time) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range r.sync.Origins(now) {
+		if o.Age < gossipingWithin {
+			out[o.Origin] = true
+		}
+	}
+	return out
+}
+
+// trackMissing returns, for every Raft server but self that is neither a
+// live member nor still gossiping, since when it has been missing: the time
+// in prev, or now for a server newly missing.
+func trackMissing(prev map[string]time.Time, self string, servers []RaftServer, live map[string]string,
+	gossiping map[string]bool, now time.Time) map[string]time.Time {
 	next := make(map[string]time.Time)
 	for _, s := range servers {
-		if _, alive := live[s.ID]; alive || s.ID == self {
+		if _, alive := live[s.ID]; alive || gossiping[s.ID] || s.ID == self {
 			continue
 		}
 		since, seen := prev[s.ID]

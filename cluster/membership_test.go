@@ -111,8 +111,8 @@ func TestPlanMembership(t *testing.T) {
 func TestTrackMissingKeepsTheFirstSighting(t *testing.T) {
 	servers := []RaftServer{{ID: "a"}, {ID: "b"}, {ID: "c"}}
 	t1, t2 := time.Unix(1, 0), time.Unix(2, 0)
-	missing := trackMissing(nil, "a", servers, map[string]string{"a": "A"}, t1)
-	missing = trackMissing(missing, "a", servers, map[string]string{"a": "A", "c": "C"}, t2)
+	missing := trackMissing(nil, "a", servers, map[string]string{"a": "A"}, nil, t1)
+	missing = trackMissing(missing, "a", servers, map[string]string{"a": "A", "c": "C"}, nil, t2)
 	if len(missing) != 1 || !missing["b"].Equal(t1) {
 		t.Fatalf("missing = %v, want only b, since %v", missing, t1)
 	}

@@ -52,11 +52,11 @@ func (r *Replica) writeCircuitTransitions(w io.Writer) {
 // metric objects. Peer names label the lag gauges: the label's values are
 // bounded by the number of replicas.
 func (r *Replica) writeGossipMetrics(w io.Writer) {
-	if r.gossip == nil {
+	if r.gossiper() == nil {
 		return
 	}
-	st := r.gossip.Stats()
-	metrics.WriteGaugeUint64(w, "vllm_router_cluster_members", uint64(len(r.gossip.Members())))
+	st := r.gossiper().Stats()
+	metrics.WriteGaugeUint64(w, "vllm_router_cluster_members", uint64(len(r.gossiper().Members())))
 	for _, c := range []struct {
 		name  string
 		value uint64

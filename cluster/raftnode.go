@@ -15,16 +15,23 @@ import (
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// Raft timing, tuned for replicas on one LAN (round trips well under 10 ms)
-// and for tests on loopback. A leader that dies is replaced within about
-// HeartbeatTimeout + ElectionTimeout (0.5-2 s); a single node elects itself
-// 0.5-1 s after start. Raft's defaults are twice as slow; WAN deployments
-// would want them back.
+// Raft timing defaults (RaftTimings, the --raft-*-timeout flags). The old
+// values (500, 500, 250 and 20 ms) churned on a loaded 2-core host: a
+// leader whose heartbeats were late by a quarter second stepped down, and
+// followers that missed half a second of them started elections. These
+// ride out a second of scheduling lag; a leader that dies is replaced within
+// about HeartbeatTimeout + ElectionTimeout (2-4 s), a single node elects
+// itself 1-2 s after start. Registry writes are rare, so the slower commit
+// timeout costs nothing that matters.
 const (
-	raftHeartbeatTimeout   = 500 * time.Millisecond
-	raftElectionTimeout    = 500 * time.Millisecond
-	raftLeaderLeaseTimeout = 250 * time.Millisecond
-	raftCommitTimeout      = 20 * time.Millisecond
+	DefaultRaftHeartbeatTimeout   = time.Second
+	DefaultRaftElectionTimeout    = 2 * time.Second
+	DefaultRaftLeaderLeaseTimeout = time.Second
+	DefaultRaftCommitTimeout      = 50 * time.Millisecond
+)
+
+// Other Raft settings, without flags.
+const (
 	// The registry is tiny: snapshot often so restarts replay little log.
 	raftSnapshotThreshold = 1024
 	raftSnapshotInterval  = 30 * time.Second
@@ -85,6 +92,8 @@ type RaftConfig struct {
 	// ApplyTimeout bounds every write and membership change; default
 	// DefaultApplyTimeout (5 s).
 	ApplyTimeout time.Duration
+	// Timings are Raft's timeouts; zero fields take the defaults.
+	Timings RaftTimings
 	// Logger receives Raft's logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -101,10 +110,56 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	if c.ApplyTimeout <= 0 {
 		c.ApplyTimeout = DefaultApplyTimeout
 	}
+	c.Timings = c.Timings.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// RaftTimings are Raft's timeouts (the --raft-*-timeout flags).
+type RaftTimings struct {
+	// Heartbeat is how long a follower goes without hearing from the
+	// leader before it stands for election (randomised up to twice that).
+	// Default DefaultRaftHeartbeatTimeout.
+	Heartbeat time.Duration
+	// Election is how long a candidate waits for votes before it tries
+	// again (randomised likewise). Default DefaultRaftElectionTimeout.
+	Election time.Duration
+	// LeaderLease is how long a leader goes without a quorum's answers
+	// before it steps down; at most Heartbeat. Default
+	// DefaultRaftLeaderLeaseTimeout.
+	LeaderLease time.Duration
+	// Commit is how long the leader waits before it sends entries it has
+	// not batched yet. Default DefaultRaftCommitTimeout.
+	Commit time.Duration
+}
+
+func (t RaftTimings) withDefaults() RaftTimings {
+	or := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	return RaftTimings{Heartbeat: or(t.Heartbeat, DefaultRaftHeartbeatTimeout), Election: or(t.Election, DefaultRaftElectionTimeout),
+		LeaderLease: or(t.LeaderLease, DefaultRaftLeaderLeaseTimeout), Commit: or(t.Commit, DefaultRaftCommitTimeout)}
+}
+
+// validate refuses timings Raft would refuse, naming the flag. Zero fields
+// are the defaults.
+func (t RaftTimings) validate() error {
+	var errs []error
+	for flag, d := range map[string]time.Duration{"raft-heartbeat-timeout": t.Heartbeat, "raft-election-timeout": t.Election,
+		"raft-leader-lease-timeout": t.LeaderLease, "raft-commit-timeout": t.Commit} {
+		if d < 0 || d > 0 && d < 5*time.Millisecond {
+			errs = append(errs, flagErr(flag, "must be at least 5ms (got %v)", d))
+		}
+	}
+	if d := t.withDefaults(); d.LeaderLease > d.Heartbeat {
+		errs = append(errs, flagErr("raft-leader-lease-timeout", "must not exceed --raft-heartbeat-timeout (%v > %v)", d.LeaderLease, d.Heartbeat))
+	}
+	return errors.Join(errs...)
 }
 
 // RaftServer is one member of the Raft configuration.
@@ -196,6 +251,9 @@ func (n *RaftNode) start() error {
 		if err := n.bootstrapIfNew(conf); err != nil {
 			return err
 		}
+		if err := n.adoptIfRenamed(conf); err != nil {
+			return err
+		}
 	}
 	if n.lastAtOpen, err = n.stores.Log.LastIndex(); err != nil {
 		return fmt.Errorf("raft: reading the log: %w", err)
@@ -249,16 +307,30 @@ func advertiseAddr(cfg RaftConfig) (net.Addr, error) {
 	if addr.IP == nil || addr.IP.IsUnspecified() {
 		return nil, fmt.Errorf("raft: --raft-advertise %q is not an address peers can dial", cfg.AdvertiseAddr)
 	}
+	if host, _, _ := net.SplitHostPort(cfg.AdvertiseAddr); net.ParseIP(host) == nil {
+		// A name stays a name in the Raft configuration, resolved at every
+		// dial: a replica that restarts at another IP (a rescheduled
+		// container) keeps its address, and two that swap IPs never hold
+		// each other's.
+		return namedAddr(cfg.AdvertiseAddr), nil
+	}
 	return addr, nil
 }
+
+// namedAddr is a host:port whose host is a DNS name.
+type namedAddr string
+
+func (a namedAddr) Network() string { return "tcp" }
+func (a namedAddr) String() string  { return string(a) }
 
 func (n *RaftNode) raftConfig() *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = raft.ServerID(n.cfg.NodeID)
-	c.HeartbeatTimeout = raftHeartbeatTimeout
-	c.ElectionTimeout = raftElectionTimeout
-	c.LeaderLeaseTimeout = raftLeaderLeaseTimeout
-	c.CommitTimeout = raftCommitTimeout
+	t := n.cfg.Timings
+	c.HeartbeatTimeout = t.Heartbeat
+	c.ElectionTimeout = t.Election
+	c.LeaderLeaseTimeout = t.LeaderLease
+	c.CommitTimeout = t.Commit
 	c.SnapshotThreshold = raftSnapshotThreshold
 	c.SnapshotInterval = raftSnapshotInterval
 	c.TrailingLogs = raftTrailingLogs
@@ -279,6 +351,33 @@ func (n *RaftNode) bootstrapIfNew(conf *raft.Config) error {
 		raft.Configuration{Servers: []raft.Server{self}})
 	if err != nil {
 		return fmt.Errorf("raft: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// adoptIfRenamed makes a lone node whose data dir holds a Raft
+// configuration without it (the data dir of a replica started before under
+// another --node-name) the only voter of that state, keeping its registry.
+// Without it the node would wait forever for a leader it can never be.
+func (n *RaftNode) adoptIfRenamed(conf *raft.Config) error {
+	probe := *conf // GetConfiguration marks the config it is given
+	current, err := raft.GetConfiguration(&probe, store.NewFSM(), n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
+	if err != nil {
+		return fmt.Errorf("raft: reading the configuration in --data-dir: %w", err)
+	}
+	for _, s := range current.Servers {
+		if s.ID == conf.LocalID {
+			return nil
+		}
+	}
+	n.cfg.Logger.Warn("the data dir's raft configuration does not name this node; taking it over as a one-node cluster",
+		"node", n.cfg.NodeID, "servers", len(current.Servers))
+	self := raft.Server{Suffrage: raft.Voter, ID: conf.LocalID, Address: n.transport.LocalAddr()}
+	recover := *conf
+	err = raft.RecoverCluster(&recover, store.NewFSM(), n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport,
+		raft.Configuration{Servers: []raft.Server{self}})
+	if err != nil {
+		return fmt.Errorf("raft: taking over the data dir under --node-name %q: %w", n.cfg.NodeID, err)
 	}
 	return nil
 }

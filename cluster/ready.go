@@ -26,7 +26,7 @@ func (r *Replica) becomeReady() {
 	start := time.Now()
 	t := time.NewTicker(readyPoll)
 	defer t.Stop()
-	for !r.raft.CaughtUp() && !(r.raft.Replayed() && time.Since(start) >= leaderlessGrace) {
+	for !r.registryIsTheClusters() && !(r.raft.Replayed() && time.Since(start) >= leaderlessGrace) {
 		select {
 		case <-r.ctx.Done():
 			return
@@ -38,4 +38,16 @@ func (r *Replica) becomeReady() {
 	r.loaded.Store(true)
 	close(r.ready)
 	r.log.Info("registry loaded; serving inference", "workers", r.fsm.View().Len(), "took", time.Since(start).Round(time.Millisecond))
+}
+
+// registryIsTheClusters reports whether this replica applied what the
+// cluster committed and the registry has been seeded. A joining follower's
+// commit index is at most the last entry it has received: the first
+// entries the leader sends make it "caught up" with a commit index the
+// leader passed long ago, and its registry then holds no workers yet (the
+// flake of "a later replica joins as a non-voter", which was served 503 by
+// a replica that opened its gate on an empty registry and probed nobody).
+// Every registry of a formed cluster holds the seed, in one entry.
+func (r *Replica) registryIsTheClusters() bool {
+	return r.raft.CaughtUp() && r.fsm.View().Seeded()
 }

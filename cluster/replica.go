@@ -37,14 +37,24 @@ type Replica struct {
 	admin   *Admin
 	metrics *metrics.Set
 	sync    *loadsync.State // this replica's side of the gossip
-	gossip  *loadsync.Gossip
+	// gossip is the memberlist side; a pointer swapped only by tests that
+	// cut a replica off the gossip and reopen it (partition_test.go).
+	gossip  atomic.Pointer[loadsync.Gossip]
+	// gossipAddr is the gossip's address, read once at start.
+	gossipAddr string
 	members *membership
 	writes  *forwarder
 	rpc     *rpcClient // to the peers' cluster ports
 	reloads reloaders
 
+	// routingMu guards routingInUse, the fingerprint of the registry's
+	// routing config the proxy routes with ("" while it routes with the
+	// flags): see routing.go.
+	routingMu    sync.Mutex
+	routingInUse string
+
 	ln, metricsLn net.Listener
-	apiAddr       string // where peers reach ln
+	apiAddr       string        // where peers reach ln
 	loaded        atomic.Bool   // the registry is the cluster's: see ready.go
 	ready         chan struct{} // closed when loaded and the workers probed
 
@@ -160,7 +170,7 @@ func (r *Replica) openRaft() error {
 	var err error
 	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
 		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), TLS: cfg.ClusterTLS, Bootstrap: r.bootstrapsAlone(),
-		Logger: r.log}, r.fsm)
+		Timings: cfg.RaftTimings, Logger: r.log}, r.fsm)
 	if err != nil {
 		return err
 	}
@@ -203,12 +213,13 @@ func (r *Replica) buildFrontEnd() error {
 	if err != nil {
 		return err
 	}
-	pd, err := r.disaggregation()
+	pd, err := r.disaggregationOf(cfg.Routing)
 	if err != nil {
 		return err
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
+		Routing: r.routingView, SetRouting: r.setRouting,
 		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
@@ -230,11 +241,10 @@ func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement str
 	return affinity.NewRouter(p, r.loads, r.index, r.cfg.Routing.BlockSize, ownershipSink{r.sync}), nil
 }
 
-// disaggregation builds the per-role routers of prefill/decode mode, nil
+// disaggregationOf builds the per-role routers of prefill/decode mode, nil
 // when it is off. Role thresholds were defaulted to the global ones by the
 // command line, so they hold whichever policy each role uses.
-func (r *Replica) disaggregation() (*proxy.PD, error) {
-	rt := r.cfg.Routing
+func (r *Replica) disaggregationOf(rt Routing) (*proxy.PD, error) {
 	if rt.PD == "" {
 		return nil, nil
 	}
@@ -263,6 +273,7 @@ func (r *Replica) serve() error {
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
 	r.goRun(r.runMembership)
+	r.goRun(r.runRejoin)
 	return nil
 }
 
@@ -283,6 +294,9 @@ func (r *Replica) serveAPI() {
 // one does; its owner should stop it and exit non-zero.
 func (r *Replica) Failed() <-chan error { return r.failed }
 
+// gossiper is the replica's gossip node, nil before build made it.
+func (r *Replica) gossiper() *loadsync.Gossip { return r.gossip.Load() }
+
 // goRun starts fn as a goroutine that Stop waits for.
 func (r *Replica) goRun(fn func()) {
 	r.wg.Add(1)
@@ -296,7 +310,7 @@ func (r *Replica) goRun(fn func()) {
 func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
 
 // GossipAddr is the memberlist address other replicas --join.
-func (r *Replica) GossipAddr() string { return r.gossip.LocalAddr() }
+func (r *Replica) GossipAddr() string { return r.gossipAddr }
 
 // RaftAddr is the address the Raft transport is reached at.
 func (r *Replica) RaftAddr() string { return r.raft.Addr() }
@@ -319,7 +333,7 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 		_ = r.ln.Close()
 	}
 	r.wg.Wait()
-	if r.gossip != nil {
+	if r.gossiper() != nil {
 		errs = append(errs, r.stopGossip(leave))
 	}
 	errs = append(errs, r.closeParts())
@@ -327,10 +341,17 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 }
 
 func (r *Replica) stopGossip(leave bool) error {
-	if leave {
-		return r.gossip.Stop()
+	if !leave {
+		return r.gossiper().Kill()
 	}
-	return r.gossip.Kill()
+	// Say that this is a leave, not a death, so that the peers' status
+	// pages tell the truth (memberlist's events do not).
+	tags := r.gossipTags(r.members.joined)
+	tags[tagLeaving] = "1"
+	if err := r.gossiper().SetTags(tags); err != nil {
+		r.log.Debug("announcing the leave", "err", err)
+	}
+	return r.gossiper().Stop()
 }
 
 // closeParts closes what build opened and serve did not take over.
@@ -376,7 +397,7 @@ func (r *Replica) seedInBackground() {
 		case err == nil:
 			return
 		case errors.Is(err, store.ErrConfigMismatch):
-			r.log.Error("the registry's routing config differs from this replica's; not seeding", "err", err)
+			r.log.Error("the registry's block size differs from this replica's; its hashes mean nothing to the others", "err", err)
 			return
 		case r.ctx.Err() != nil:
 			return
@@ -396,40 +417,50 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	if _, _, err := r.raft.WaitForLeader(wait); err != nil {
 		return fmt.Errorf("no raft leader to register workers with: %w", err)
 	}
-	if r.raft.IsLeader() {
-		// Read the registry only after the log before us is applied.
-		if err := r.raft.Barrier(wait); err != nil {
-			return fmt.Errorf("catching up with the raft log: %w", err)
-		}
+	routing := r.routingFromFlags()
+	seed := store.Seed{Routing: &routing}
+	for _, s := range r.cfg.Seeds {
+		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
 	}
-	if err := r.agreeOnRouting(wait); err != nil {
+	res, err := r.apply(wait, store.NewSeed(seed))
+	if err != nil {
+		return fmt.Errorf("seeding the registry: %w", err)
+	}
+	if !res.Created && len(r.cfg.Seeds) > 0 {
+		r.log.Info("the registry was seeded before: --worker-urls, --prefill and --decode are not applied again; change workers through the admin API")
+	}
+	if err := r.awaitApplied(wait, res.Index); err != nil {
 		return err
 	}
-	for _, s := range r.cfg.Seeds {
-		cmd := store.NewAddWorker(store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
-		if _, err := r.apply(wait, cmd); err != nil {
-			return fmt.Errorf("registering %s: %w", s.URL, err)
+	return r.sameBlockSize()
+}
+
+// awaitApplied waits until this replica's registry reflects log index
+// index (a write forwarded to the leader reaches the follower a moment
+// later).
+func (r *Replica) awaitApplied(ctx context.Context, index uint64) error {
+	for {
+		reg, changed := r.fsm.Watch()
+		if reg.Index() >= index {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the registry to reach index %d: %w", index, ctx.Err())
 		}
 	}
-	return nil
 }
 
-// agreeOnRouting records this replica's routing config in the registry when
-// none is there yet, and refuses to run with one that differs.
-func (r *Replica) agreeOnRouting(ctx context.Context) error {
-	mine := r.routingConfig()
-	if have := r.fsm.View().RoutingConfig(); have != nil {
-		return have.Diff(mine)
+// sameBlockSize refuses to run with another block size than the
+// registry's: this replica's hashes would mean nothing to the others.
+func (r *Replica) sameBlockSize() error {
+	c := r.fsm.View().RoutingConfig()
+	if c == nil || c.BlockSize == r.cfg.Routing.BlockSize {
+		return nil
 	}
-	_, err := r.apply(ctx, store.NewSetRoutingConfig(mine))
-	return err
-}
-
-func (r *Replica) routingConfig() store.RoutingConfig {
-	rt := r.cfg.Routing
-	return store.RoutingConfig{BlockSize: rt.BlockSize, Policy: rt.Policy, MissPlacement: rt.MissPlacement,
-		CacheThreshold: rt.Thresholds.CacheThreshold, BalanceAbsThreshold: rt.Thresholds.BalanceAbs,
-		BalanceRelThreshold: rt.Thresholds.BalanceRel}
+	return fmt.Errorf("--block-size: %w", &store.ConfigMismatchError{Field: "block_size",
+		Local: fmt.Sprint(r.cfg.Routing.BlockSize), Remote: fmt.Sprint(c.BlockSize)})
 }
 
 // apply writes a command through Raft, forwarding it to the leader when
@@ -466,6 +497,7 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	}
 	r.proxy.Fleet().SetWorkers(ws)
 	r.gauges.sync(r.metrics, workers, r.monitor)
+	r.followRouting(reg)
 }
 
 // healthChanged republishes the proxy's view and forgets the prefixes of
@@ -488,7 +520,7 @@ func (r *Replica) countLiveReplicas() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		r.monitor.SetLiveReplicas(len(r.gossip.Members()))
+		r.monitor.SetLiveReplicas(len(r.gossiper().Members()))
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():

@@ -24,6 +24,12 @@ const (
 	rpcTimeout = DefaultAdminApplyTimeout + 5*time.Second
 	// maxRPCResponse bounds the answer a replica reads from a peer.
 	maxRPCResponse = 64 << 10
+	// rpcConnectTimeout bounds connecting to a peer's cluster port, TLS
+	// handshake included. A peer on the same network answers in
+	// milliseconds; one that died, or that a partition hides, never does,
+	// and a write forwarded to it should fail over to 503 at once rather
+	// than wait for the whole write's deadline.
+	rpcConnectTimeout = time.Second
 )
 
 // serveRPC answers the peers' HTTP on the cluster port until ctx ends.
@@ -74,7 +80,15 @@ type rpcClient struct {
 func newRPCClient(port *clusterPort) *rpcClient {
 	transport := &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return port.dial(ctx, addr, linkRPC)
+			ctx, cancel := context.WithTimeout(ctx, rpcConnectTimeout)
+			defer cancel()
+			conn, err := port.dial(ctx, addr, linkRPC)
+			if err != nil {
+				// Not wrapped: a connect that timed out is an unreachable
+				// peer (503), not a write whose outcome is unknown (504).
+				return nil, fmt.Errorf("connecting to %s: %v", addr, err)
+			}
+			return conn, nil
 		},
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       30 * time.Second,

@@ -23,7 +23,8 @@ type Status struct {
 // configuration that is not (yet, or any more) a live gossip member.
 type Member struct {
 	Name string `json:"name"`
-	// Address is its gossip address; empty for one this replica never saw.
+	// Address is its gossip address, the last one known for a replica
+	// that is not live; empty for one this replica never saw.
 	Address string `json:"address"`
 	// State is "alive", "left" (it said goodbye), "dead" (it stopped
 	// answering) or "unknown" (in the Raft configuration, never seen here).
@@ -71,14 +72,15 @@ func (r *Replica) status() Status {
 func (r *Replica) statusMembers(servers []RaftServer, suffrage map[string]RaftServer) []Member {
 	var out []Member
 	live := map[string]bool{}
-	for _, m := range r.gossip.Members() {
+	for _, m := range r.gossiper().Members() {
 		live[m.Name] = true
 		out = append(out, Member{Name: m.Name, Address: m.Addr, State: "alive", RaftAddress: m.Tags[tagRaft],
 			APIAddress: m.Tags[tagAPI], Suffrage: suffrage[m.Name].Suffrage})
 	}
 	for _, s := range servers {
 		if !live[s.ID] {
-			out = append(out, Member{Name: s.ID, State: r.members.departedState(s.ID), RaftAddress: s.Addr, Suffrage: s.Suffrage})
+			state, addr := r.members.departedAs(s.ID)
+			out = append(out, Member{Name: s.ID, Address: addr, State: state, RaftAddress: s.Addr, Suffrage: s.Suffrage})
 		}
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -93,7 +95,7 @@ func (r *Replica) peerStatus() []PeerStatus {
 		reports[o.Origin] = PeerStatus{Name: o.Origin, LastReportAge: o.Age.Seconds(), LastLag: o.LastLag.Seconds()}
 	}
 	out := []PeerStatus{}
-	for _, m := range r.gossip.Members() {
+	for _, m := range r.gossiper().Members() {
 		if m.Self {
 			continue
 		}

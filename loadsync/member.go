@@ -16,8 +16,10 @@ type Member struct {
 	Name string
 	// Addr is its gossip address, ip:port.
 	Addr string
-	// State is "alive" for a live member; a MemberLeft event says "dead"
-	// or "left".
+	// State is "alive" for a live member and "gone" in a MemberLeft
+	// event: memberlist does not tell its event delegate whether a member
+	// left or died (Node.State, which memberOf used to read, is never
+	// updated; memberlist keeps the state in its own nodeState).
 	State string
 	// BootEpoch is the epoch it announced; zero if its metadata did not
 	// decode.
@@ -57,26 +59,16 @@ type MemberEvent struct {
 	Member Member
 }
 
-func memberOf(n *memberlist.Node, self string) Member {
-	m := Member{Name: n.Name, Addr: n.Address(), State: stateName(n.State), Self: n.Name == self}
+func memberOf(kind MemberEventKind, n *memberlist.Node, self string) Member {
+	state := "alive"
+	if kind == MemberLeft {
+		state = "gone"
+	}
+	m := Member{Name: n.Name, Addr: n.Address(), State: state, Self: n.Name == self}
 	if meta, err := decodeMeta(n.Meta); err == nil {
 		m.BootEpoch, m.Tags = meta.epoch, meta.tags
 	}
 	return m
-}
-
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return fmt.Sprintf("state(%d)", int(s))
 }
 
 // memberTable is the live members, kept from memberlist's events. It exists

@@ -133,10 +133,11 @@ func (p *Proxy) awaitReady(x *exchange) error {
 
 // finalRouter is the router of the workers whose answer the client gets.
 func (p *Proxy) finalRouter() *affinity.Router {
-	if p.pd != nil {
-		return p.pd.cfg.Decode
+	rs := p.routers.Load()
+	if rs.pd != nil {
+		return rs.pd.Decode
 	}
-	return p.deps.Router
+	return rs.regular
 }
 
 // begin readies x for attempts: the upstream header template, the context
@@ -241,7 +242,7 @@ func (p *Proxy) usesSessionKey() bool {
 	if p.pd != nil {
 		return p.pd.usesSessionKey()
 	}
-	return p.deps.Router.Policy().Name() == affinity.PolicyConsistentHash
+	return p.routers.Load().regular.Policy().Name() == affinity.PolicyConsistentHash
 }
 
 // hopHeaders are connection-level headers that never cross the proxy.

@@ -59,8 +59,9 @@ func newDisaggregation(p *Proxy, cfg PD) *disaggregation {
 
 // usesSessionKey reports whether a role's policy hashes a session key.
 func (d *disaggregation) usesSessionKey() bool {
-	return d.cfg.Prefill.Policy().Name() == affinity.PolicyConsistentHash ||
-		d.cfg.Decode.Policy().Name() == affinity.PolicyConsistentHash
+	rs := d.p.routers.Load().pd
+	return rs.Prefill.Policy().Name() == affinity.PolicyConsistentHash ||
+		rs.Decode.Policy().Name() == affinity.PolicyConsistentHash
 }
 
 // finalRole is the role of the worker whose answer the client gets.
@@ -95,9 +96,10 @@ func (d *disaggregation) serve(x *exchange, dpool *affinity.Pool, key uint64) (s
 // two legs that start on them.
 func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint64) (pre, dec *leg, err error) {
 	attempts := d.p.cfg.Retry.MaxAttempts
-	pre = &leg{phase: RolePrefill, router: d.cfg.Prefill, req: d.cfg.Prefill.Prepare(x.in.model, x.in.text, key),
+	rs := d.p.routers.Load().pd
+	pre = &leg{phase: RolePrefill, router: rs.Prefill, req: rs.Prefill.Prepare(x.in.model, x.in.text, key),
 		pool: ppool, attempts: attempts}
-	dec = &leg{phase: RoleDecode, router: d.cfg.Decode, req: d.cfg.Decode.Prepare(x.in.model, x.in.text, key),
+	dec = &leg{phase: RoleDecode, router: rs.Decode, req: rs.Decode.Prepare(x.in.model, x.in.text, key),
 		pool: dpool, attempts: attempts, stream: true, toClient: true}
 	pdec, pguard, err := pre.router.Route(pre.req, ppool)
 	if err != nil {

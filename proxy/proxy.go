@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -52,6 +53,7 @@ type Proxy struct {
 	log       *slog.Logger
 	admission *admission
 	pd        *disaggregation
+	routers   atomic.Pointer[routerSet] // the live routers: SetRouters
 	server    *fasthttp.Server
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
@@ -101,6 +103,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		}
 		p.pd = newDisaggregation(p, *deps.PD)
 	}
+	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -128,14 +131,10 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	return p, nil
 }
 
-// policyNames are the policies whose decisions are counted per worker.
+// policyNames are the policies whose decisions are counted per worker:
+// all of them, since SetRouters may switch to any at run time.
 func (p *Proxy) policyNames() []string {
-	names := []string{p.deps.Router.Policy().Name()}
-	if pd := p.deps.PD; pd != nil {
-		names = append(names, pd.Prefill.Policy().Name(), pd.Decode.Policy().Name())
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
+	return slices.Sorted(slices.Values(affinity.PolicyNames))
 }
 
 // Fleet returns the proxy's view of the workers.

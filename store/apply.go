@@ -13,8 +13,9 @@ type Result struct {
 	// ID is the worker the command concerned: the new or existing worker
 	// of an AddWorker, the target of RemoveWorker and SetWorkerState.
 	ID WorkerID
-	// Created is true when an AddWorker registered a new worker, false
-	// when the URL was registered already.
+	// Created is true when an AddWorker registered a new worker (false
+	// when the URL was registered already), and when a Seed was applied
+	// (false when the registry had been seeded before).
 	Created bool
 	// Index is the Raft index the command was applied at.
 	Index uint64
@@ -23,10 +24,11 @@ type Result struct {
 	Err error
 }
 
-// applyCommand is the state transition: it returns the registry after cmd
-// and the result. It is a pure function of its arguments, which is what makes
-// every replica that applies the same log reach the same registry.
-func applyCommand(reg *Registry, cmd Command) (*Registry, Result) {
+// applyCommand is the state transition: it returns the registry after cmd,
+// applied at log index index, and the result. It is a pure function of its
+// arguments, which is what makes every replica that applies the same log
+// reach the same registry.
+func applyCommand(reg *Registry, cmd Command, index uint64) (*Registry, Result) {
 	switch cmd.Kind {
 	case KindAddWorker:
 		return addWorker(reg, *cmd.AddWorker)
@@ -35,7 +37,9 @@ func applyCommand(reg *Registry, cmd Command) (*Registry, Result) {
 	case KindSetWorkerState:
 		return setWorkerState(reg, *cmd.SetWorkerState)
 	case KindSetRoutingConfig:
-		return reg.withRouting(cmd.SetRoutingConfig.Config), Result{}
+		return setRoutingConfig(reg, *cmd.SetRoutingConfig, index)
+	case KindSeed:
+		return seed(reg, *cmd.Seed, index)
 	}
 	return reg, Result{Err: fieldError("kind", "unknown command kind %q", cmd.Kind)}
 }
@@ -101,4 +105,33 @@ func setWorkerState(reg *Registry, s SetWorkerState) (*Registry, Result) {
 
 func unknownWorker(id WorkerID) error {
 	return fmt.Errorf("%w: no worker with id %d", ErrUnknownWorker, id)
+}
+
+// setRoutingConfig replaces the routing config, unless the command names the
+// version it expects (compare-and-set) and the registry holds another.
+func setRoutingConfig(reg *Registry, s SetRoutingConfig, index uint64) (*Registry, Result) {
+	if s.ExpectIndex != nil && *s.ExpectIndex != reg.routingIndex {
+		return reg, Result{Err: fmt.Errorf("%w: the routing config is at index %d, not %d (read it again)",
+			ErrConflict, reg.routingIndex, *s.ExpectIndex)}
+	}
+	return reg.withRouting(s.Config, index), Result{}
+}
+
+// seed applies the command-line seeds once per registry: the routing config
+// when none is set, and each worker not registered yet (one registered with
+// other settings is left as the operator made it). A registry seeded before
+// is left alone, so a worker removed through the admin API stays removed.
+func seed(reg *Registry, s Seed, index uint64) (*Registry, Result) {
+	if reg.seeded {
+		return reg, Result{}
+	}
+	if reg.routing == nil && s.Routing != nil {
+		reg = reg.withRouting(*s.Routing, index)
+	}
+	for _, a := range s.Workers {
+		if next, res := addWorker(reg, a); res.Err == nil {
+			reg = next
+		}
+	}
+	return reg.withSeeded(), Result{Created: true}
 }

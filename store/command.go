@@ -27,6 +27,7 @@ const (
 	KindRemoveWorker     CommandKind = "remove_worker"
 	KindSetWorkerState   CommandKind = "set_worker_state"
 	KindSetRoutingConfig CommandKind = "set_routing_config"
+	KindSeed             CommandKind = "seed"
 )
 
 // Command is one write to the registry, the unit of the Raft log. Exactly
@@ -39,6 +40,7 @@ type Command struct {
 	RemoveWorker     *RemoveWorker     `json:"remove_worker,omitempty"`
 	SetWorkerState   *SetWorkerState   `json:"set_worker_state,omitempty"`
 	SetRoutingConfig *SetRoutingConfig `json:"set_routing_config,omitempty"`
+	Seed             *Seed             `json:"seed,omitempty"`
 }
 
 // AddWorker registers a worker, idempotently by normalised URL: adding a URL
@@ -65,9 +67,27 @@ type SetWorkerState struct {
 	State WorkerState `json:"state"`
 }
 
-// SetRoutingConfig replaces the cluster-wide routing configuration.
+// SetRoutingConfig replaces the cluster-wide routing configuration. With
+// ExpectIndex set it is a compare-and-set: it applies only while the
+// registry's RoutingIndex is *ExpectIndex (0: no config was ever set), and
+// is otherwise refused with ErrConflict. Without it (the log of earlier
+// versions) it applies unconditionally.
 type SetRoutingConfig struct {
-	Config RoutingConfig `json:"config"`
+	Config      RoutingConfig `json:"config"`
+	ExpectIndex *uint64       `json:"expect_index,omitempty"`
+}
+
+// MaxSeedWorkers bounds the workers of one Seed command.
+const MaxSeedWorkers = 256
+
+// Seed is what a replica's command line contributes to a registry
+// (--worker-urls, --prefill, --decode, and the routing flags), applied
+// once per registry: the first Seed applied registers the workers and,
+// when none is set, the routing config, and marks the registry seeded;
+// every later Seed changes nothing.
+type Seed struct {
+	Routing *RoutingConfig `json:"routing,omitempty"`
+	Workers []AddWorker    `json:"workers,omitempty"`
 }
 
 // NewAddWorker returns the command that applies a.
@@ -90,6 +110,18 @@ func NewSetWorkerState(id WorkerID, state WorkerState) Command {
 func NewSetRoutingConfig(c RoutingConfig) Command {
 	p := &SetRoutingConfig{Config: c}
 	return Command{Version: CommandVersion, Kind: KindSetRoutingConfig, SetRoutingConfig: p}
+}
+
+// NewCompareAndSetRoutingConfig returns the command that sets the routing
+// config if the registry's RoutingIndex is still expect.
+func NewCompareAndSetRoutingConfig(c RoutingConfig, expect uint64) Command {
+	p := &SetRoutingConfig{Config: c, ExpectIndex: &expect}
+	return Command{Version: CommandVersion, Kind: KindSetRoutingConfig, SetRoutingConfig: p}
+}
+
+// NewSeed returns the command that seeds a registry once.
+func NewSeed(s Seed) Command {
+	return Command{Version: CommandVersion, Kind: KindSeed, Seed: &s}
 }
 
 // Encode validates and normalises c and returns its log encoding. Errors
@@ -140,7 +172,7 @@ func (c Command) Normalize() (Command, error) {
 func (c Command) checkPayloadCount() error {
 	n := 0
 	for _, set := range []bool{c.AddWorker != nil, c.RemoveWorker != nil,
-		c.SetWorkerState != nil, c.SetRoutingConfig != nil} {
+		c.SetWorkerState != nil, c.SetRoutingConfig != nil, c.Seed != nil} {
 		if set {
 			n++
 		}
@@ -163,6 +195,8 @@ func (c Command) normalizePayload() (Command, error) {
 		out.SetWorkerState, err = c.SetWorkerState.normalize()
 	case c.Kind == KindSetRoutingConfig && c.SetRoutingConfig != nil:
 		out.SetRoutingConfig, err = c.SetRoutingConfig.normalize()
+	case c.Kind == KindSeed && c.Seed != nil:
+		out.Seed, err = c.Seed.normalize()
 	default:
 		err = fieldError("kind", "%q does not name the payload the command carries", c.Kind)
 	}
@@ -218,5 +252,32 @@ func (s *SetRoutingConfig) normalize() (*SetRoutingConfig, error) {
 		return nil, err
 	}
 	n := *s
+	n.Config = s.Config.clone()
+	if s.ExpectIndex != nil {
+		e := *s.ExpectIndex
+		n.ExpectIndex = &e
+	}
 	return &n, nil
+}
+
+func (s *Seed) normalize() (*Seed, error) {
+	if len(s.Workers) > MaxSeedWorkers {
+		return nil, fieldError("workers", "more than %d workers in one seed", MaxSeedWorkers)
+	}
+	n := &Seed{Workers: make([]AddWorker, 0, len(s.Workers))}
+	if s.Routing != nil {
+		if err := s.Routing.Validate(); err != nil {
+			return nil, err
+		}
+		c := s.Routing.clone()
+		n.Routing = &c
+	}
+	for _, a := range s.Workers {
+		w, err := a.normalize()
+		if err != nil {
+			return nil, err
+		}
+		n.Workers = append(n.Workers, *w)
+	}
+	return n, nil
 }

@@ -83,7 +83,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if err != nil {
 		res.Err = err
 	} else {
-		reg, res = applyCommand(reg, cmd)
+		reg, res = applyCommand(reg, cmd, l.Index)
 	}
 	res.Index = l.Index
 	f.publish(reg.atIndex(l.Index))

@@ -10,8 +10,14 @@ type Registry struct {
 	byID    map[WorkerID]int
 	byURL   map[string]int
 	routing *RoutingConfig
-	index   uint64
-	nextID  WorkerID
+	// routingIndex is the log index at which routing was last set (0:
+	// never), the version a compare-and-set names.
+	routingIndex uint64
+	// seeded is set once a Seed command was applied: the command-line
+	// workers are registered once per registry, not at every start.
+	seeded bool
+	index  uint64
+	nextID WorkerID
 }
 
 // firstWorkerID is the id the first worker of a cluster gets.
@@ -90,15 +96,33 @@ func (r *Registry) atIndex(index uint64) *Registry {
 	return &c
 }
 
+// RoutingIndex is the Raft index at which the routing config was last set,
+// 0 when it never was: the version a compare-and-set of the routing config
+// names (SetRoutingConfig.ExpectIndex).
+func (r *Registry) RoutingIndex() uint64 { return r.routingIndex }
+
+// Seeded reports whether the command-line seeds were applied to this
+// registry already (a Seed command was applied): later seeds change nothing.
+func (r *Registry) Seeded() bool { return r.seeded }
+
 // withWorkers returns a registry holding workers (sorted, now owned by the
 // result) in place of r's.
 func (r *Registry) withWorkers(workers []Worker, nextID WorkerID) *Registry {
-	return newRegistry(workers, r.routing, r.index, nextID)
+	n := newRegistry(workers, r.routing, r.index, nextID)
+	n.routingIndex, n.seeded = r.routingIndex, r.seeded
+	return n
 }
 
-// withRouting returns r with a new routing config.
-func (r *Registry) withRouting(c RoutingConfig) *Registry {
+// withRouting returns r with a new routing config, set at log index index.
+func (r *Registry) withRouting(c RoutingConfig, index uint64) *Registry {
 	n := *r
-	n.routing = &c
+	n.routing, n.routingIndex = &c, index
+	return &n
+}
+
+// withSeeded returns r marked as seeded.
+func (r *Registry) withSeeded() *Registry {
+	n := *r
+	n.seeded = true
 	return &n
 }

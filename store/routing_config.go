@@ -9,11 +9,13 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// RoutingConfig is the routing configuration every replica must share:
-// replicas that hash prompts with different block sizes, or judge overload
-// with different thresholds, would disagree about owners and loads. The Raft
-// log holds the cluster's copy; a replica whose flags differ is refused at
-// join (see Diff). The zero value is "not configured".
+// RoutingConfig is the routing configuration every replica shares: the Raft
+// log holds the cluster's copy, every replica routes with it, and the
+// routing flags only seed a registry that has none (replicas that judged
+// overload with different thresholds would disagree about loads and
+// owners). A replica hashes with its own --block-size, so one whose block
+// size differs from the cluster's is refused. The zero value is "not
+// configured".
 type RoutingConfig struct {
 	// BlockSize is the prefix-hash block size in bytes (--block-size).
 	BlockSize int `json:"block_size"`
@@ -27,6 +29,39 @@ type RoutingConfig struct {
 	BalanceAbsThreshold float64 `json:"balance_abs_threshold"`
 	// BalanceRelThreshold is the relative overload factor (load > min * rel).
 	BalanceRelThreshold float64 `json:"balance_rel_threshold"`
+	// Prefill and Decode, when set, route the roles of prefill/decode
+	// disaggregation; nil leaves a role to its replica's flags.
+	Prefill *RoleRouting `json:"prefill,omitempty"`
+	Decode  *RoleRouting `json:"decode,omitempty"`
+}
+
+// RoleRouting is the routing of one role under prefill/decode
+// disaggregation; the fields mean what RoutingConfig's do.
+type RoleRouting struct {
+	Policy              string  `json:"policy"`
+	MissPlacement       string  `json:"miss_placement"`
+	CacheThreshold      float64 `json:"cache_threshold"`
+	BalanceAbsThreshold float64 `json:"balance_abs_threshold"`
+	BalanceRelThreshold float64 `json:"balance_rel_threshold"`
+}
+
+func (r *RoleRouting) text() string {
+	if r == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%q/%q/%s/%s/%s", r.Policy, r.MissPlacement, formatFloat(r.CacheThreshold),
+		formatFloat(r.BalanceAbsThreshold), formatFloat(r.BalanceRelThreshold))
+}
+
+// clone copies c so that it shares no role settings with the original.
+func (c RoutingConfig) clone() RoutingConfig {
+	for _, role := range []**RoleRouting{&c.Prefill, &c.Decode} {
+		if *role != nil {
+			r := **role
+			*role = &r
+		}
+	}
+	return c
 }
 
 // maxBlockSize bounds BlockSize to something a prompt could plausibly fill.
@@ -46,6 +81,10 @@ func (c RoutingConfig) fields() []configField {
 		{"cache_threshold", formatFloat(c.CacheThreshold)},
 		{"balance_abs_threshold", formatFloat(c.BalanceAbsThreshold)},
 		{"balance_rel_threshold", formatFloat(c.BalanceRelThreshold)},
+		// The roles come last and only when set, so the fingerprint of a
+		// config without them is the one earlier versions computed.
+		{"prefill", c.Prefill.text()},
+		{"decode", c.Decode.text()},
 	}
 }
 
@@ -57,6 +96,9 @@ func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) 
 func (c RoutingConfig) Fingerprint() string {
 	var b strings.Builder
 	for _, f := range c.fields() {
+		if f.value == "none" {
+			continue
+		}
 		b.WriteString(f.name)
 		b.WriteByte('=')
 		b.WriteString(f.value)
@@ -98,6 +140,29 @@ func (c RoutingConfig) Validate() error {
 	}
 	if bad(c.BalanceRelThreshold) || c.BalanceRelThreshold < 0 {
 		return fieldError("config.balance_rel_threshold", "%v must be >= 0", c.BalanceRelThreshold)
+	}
+	for name, r := range map[string]*RoleRouting{"prefill": c.Prefill, "decode": c.Decode} {
+		if err := r.validate("config." + name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *RoleRouting) validate(prefix string) error {
+	switch {
+	case r == nil:
+		return nil
+	case len(r.Policy) > maxNameBytes:
+		return fieldError(prefix+".policy", "longer than %d bytes", maxNameBytes)
+	case len(r.MissPlacement) > maxNameBytes:
+		return fieldError(prefix+".miss_placement", "longer than %d bytes", maxNameBytes)
+	case bad(r.CacheThreshold) || r.CacheThreshold < 0 || r.CacheThreshold > 1:
+		return fieldError(prefix+".cache_threshold", "%v is not in [0, 1]", r.CacheThreshold)
+	case bad(r.BalanceAbsThreshold) || r.BalanceAbsThreshold < 0:
+		return fieldError(prefix+".balance_abs_threshold", "%v must be >= 0", r.BalanceAbsThreshold)
+	case bad(r.BalanceRelThreshold) || r.BalanceRelThreshold < 0:
+		return fieldError(prefix+".balance_rel_threshold", "%v must be >= 0", r.BalanceRelThreshold)
 	}
 	return nil
 }

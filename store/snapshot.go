@@ -27,11 +27,13 @@ type snapshotDoc struct {
 	NextID        WorkerID       `json:"next_id"`
 	Workers       []Worker       `json:"workers"`
 	RoutingConfig *RoutingConfig `json:"routing_config,omitempty"`
+	RoutingIndex  uint64         `json:"routing_index,omitempty"`
+	Seeded        bool           `json:"seeded,omitempty"`
 }
 
 func docOf(r *Registry) snapshotDoc {
 	return snapshotDoc{Version: snapshotVersion, Index: r.index, NextID: r.nextID,
-		Workers: r.workers, RoutingConfig: r.routing}
+		Workers: r.workers, RoutingConfig: r.routing, RoutingIndex: r.routingIndex, Seeded: r.seeded}
 }
 
 // fsmSnapshot is a point-in-time registry waiting to be persisted.
@@ -87,7 +89,9 @@ func decodeSnapshot(data []byte) (*Registry, error) {
 	if err := doc.validate(); err != nil {
 		return nil, err
 	}
-	return newRegistry(doc.Workers, doc.RoutingConfig, doc.Index, doc.NextID), nil
+	reg := newRegistry(doc.Workers, doc.RoutingConfig, doc.Index, doc.NextID)
+	reg.routingIndex, reg.seeded = doc.RoutingIndex, doc.Seeded
+	return reg, nil
 }
 
 func (d *snapshotDoc) validate() error {
@@ -102,6 +106,9 @@ func (d *snapshotDoc) validate() error {
 		if err := d.RoutingConfig.Validate(); err != nil {
 			return fmt.Errorf("snapshot routing config: %w", err)
 		}
+	}
+	if d.RoutingIndex > d.Index {
+		return fmt.Errorf("%w: snapshot routing_index %d is past its index %d", ErrInvalid, d.RoutingIndex, d.Index)
 	}
 	return d.validateWorkers()
 }

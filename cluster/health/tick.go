@@ -16,14 +16,21 @@ func (m *Monitor) Tick() {
 	now := m.now()
 	st := m.stalls.snapshot()
 	list := m.workers.Load().list
-	for _, w := range list {
+	// Each worker's silence is read before sweep gives up its silent
+	// attempts: the proxy ends those at once, and a worker left with
+	// nothing in flight would no longer look silent to judge.
+	silent := make([]int64, len(list))
+	for i, w := range list {
+		w.mu.Lock()
+		silent[i] = w.silence(now, st)
+		w.mu.Unlock()
 		m.sweep(w, now, st)
 	}
 	rates := m.judgeRates(list, now)
 	live := m.liveReplicas()
 	for i, w := range list {
 		w.mu.Lock()
-		ch := m.judge(w, now, st, rates[i], live)
+		ch := m.judge(w, now, silent[i], rates[i], live)
 		w.mu.Unlock()
 		m.report(w, ch)
 	}
@@ -51,10 +58,10 @@ func (m *Monitor) sweep(w *worker, now int64, st stalls) {
 	w.wantScrape.Store(m.needsScrape(w, now, oldest))
 }
 
-// judge applies one evaluation to w. Caller holds mu.
-func (m *Monitor) judge(w *worker, now int64, st stalls, r rateJudgement, live int) change {
+// judge applies one evaluation to w, silent for that long (-1 when idle).
+// Caller holds mu.
+func (m *Monitor) judge(w *worker, now int64, silent int64, r rateJudgement, live int) change {
 	wedge := m.cfg.WedgeTimeout.Nanoseconds()
-	silent := w.silence(now, st)
 	ch := m.judgeWedge(w, now, silent >= wedge)
 	ch |= m.judgeDegrade(w, now, r.slow)
 	w.suspectWedged, w.suspectSlow = silent >= wedge/2, r.suspect

@@ -84,6 +84,7 @@ func clusterCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{Name: "status", Usage: "members, raft leader and term, voters, peers' gossip freshness",
 				Flags: adminFlags(), Action: clusterStatus},
+			routingCommand(),
 			keyringCommand(),
 		},
 	}

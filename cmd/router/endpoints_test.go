@@ -46,7 +46,9 @@ func TestEndToEndEveryVLLMRouterEndpoint(t *testing.T) {
 
 	status, _, body := call(t, "POST", base+"/v1/embeddings", `{"model":"sim-model","input":["a first text","a second text"]}`)
 	expect(t, "embeddings", status, 200, body)
-	var emb struct{ Data []struct{ Embedding []float64 } }
+	var emb struct {
+		Data []struct{ Embedding []float64 }
+	}
 	if json.Unmarshal([]byte(body), &emb); len(emb.Data) != 2 || len(emb.Data[0].Embedding) == 0 {
 		t.Fatalf("embeddings %s", body)
 	}

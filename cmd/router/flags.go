@@ -135,5 +135,12 @@ func ownFlags() []cli.Flag {
 		floatFlag("otel-sampling-ratio", 1.0, "share of traces sampled, parent-based"),
 		sliceFlag("otel-excluded-paths", "paths without spans (only the inference API is traced; accepted as vllm-router has it)"),
 		&cli.BoolFlag{Name: "version", Aliases: []string{"V"}, Usage: "print the version and exit"},
+		durationFlag("raft-heartbeat-timeout", "1s", "how long a follower goes without the leader before it stands for election"),
+		durationFlag("raft-election-timeout", "2s", "how long a candidate waits for votes before it tries again"),
+		durationFlag("raft-leader-lease-timeout", "1s", "how long a leader goes without a quorum before it steps down (at most the heartbeat timeout)"),
+		durationFlag("raft-commit-timeout", "50ms", "how long the leader waits before sending entries it has not batched"),
+		durationFlag("reap-timeout", "30s", "how long a replica may be out of the gossip, and silent, before the leader removes it from Raft"),
+		durationFlag("join-timeout", "30s", "how long a starting replica keeps trying --join before it gives up"),
+		durationFlag("worker-connect-timeout", "10s", "bound on connecting to a worker"),
 	}
 }

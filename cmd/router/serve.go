@@ -121,10 +121,30 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 			return cfg, fmt.Errorf("--gossip-key: want base64 of 16, 24 or 32 bytes")
 		}
 	}
+	if err := clusterTimingsFrom(c, &cfg); err != nil {
+		return cfg, err
+	}
 	if err := validate(c, cfg); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// clusterTimingsFrom reads the Raft, reap, join and worker connect
+// timeouts, refusing one that is not a positive duration, naming its flag.
+func clusterTimingsFrom(c *cli.Context, cfg *cluster.Config) error {
+	for flag, dst := range map[string]*time.Duration{
+		"raft-heartbeat-timeout": &cfg.RaftTimings.Heartbeat, "raft-election-timeout": &cfg.RaftTimings.Election,
+		"raft-leader-lease-timeout": &cfg.RaftTimings.LeaderLease, "raft-commit-timeout": &cfg.RaftTimings.Commit,
+		"reap-timeout": &cfg.ReapTimeout, "join-timeout": &cfg.JoinTimeout, "worker-connect-timeout": &cfg.Proxy.DialTimeout,
+	} {
+		d, err := time.ParseDuration(c.String(flag))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("--%s: want a positive duration such as 2s (got %q)", flag, c.String(flag))
+		}
+		*dst = d
+	}
+	return nil
 }
 
 func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }

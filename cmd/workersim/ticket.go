@@ -11,7 +11,7 @@ import (
 // the driver and one handler.
 type ticket struct {
 	id     sim.RequestID
-	pooled bool // an embedding or rerank pass: its one engine token is no generation
+	pooled bool          // an embedding or rerank pass: its one engine token is no generation
 	ready  chan struct{} // has a token whenever events or a failure may be waiting
 	mu     sync.Mutex
 	events []sim.Event

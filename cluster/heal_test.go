@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// TestAPartitionedReplicaRejoinsAndIsAddedAgainAfterItsReaping cuts a
+// replica off the gossip for longer than the reap timeout: the leader
+// removes it from Raft, the status pages say it is dead at its last
+// address, and once its network heals it joins again on its own (nothing
+// calls Join for it), is added back to Raft and refills the voters.
+func TestAPartitionedReplicaRejoinsAndIsAddedAgainAfterItsReaping(t *testing.T) {
+	c := newTestCluster(t, 2)
+	c.startN(3)
+	c.waitReady()
+	lead := c.leader()
+	var cut *Replica
+	for _, r := range c.replicas {
+		if r != lead {
+			cut = r
+		}
+	}
+	name, addr := cut.cfg.NodeName, cut.GossipAddr()
+	reopen := cutGossip(t, cut)
+	waitUntil(t, "the leader to see "+name+" dead at its last address", func() bool {
+		m, ok := memberNamed(c.statusOf(lead), name)
+		return ok && m.State == "dead" && m.Address == addr
+	})
+	waitUntil(t, "the leader to reap "+name, func() bool {
+		servers, err := lead.raft.Servers(context.Background())
+		return err == nil && len(servers) == 2
+	})
+	reopen()
+	c.waitConverged("the healed replica back in the gossip and in Raft")
+	waitUntil(t, name+" a voter again", func() bool {
+		st := c.statusOf(lead)
+		return len(st.Voters) == 3
+	})
+	// And it takes writes again, forwarded to the leader.
+	if rep := c.do(cut, http.MethodPost, "/workers", fmt.Sprintf(`{"url":%q}`, "http://127.0.0.1:1")); rep.status != http.StatusCreated {
+		t.Fatalf("a write through the healed replica: %d %s", rep.status, rep.body)
+	}
+}
+
+// TestStatusSaysWhetherAReplicaLeftOrDied stops one replica cleanly and
+// crashes another: the survivor's status says "left" for the first and
+// "dead" for the second, each with its last gossip address, never "alive".
+func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
+	c := newTestCluster(t, 1)
+	c.startN(4, func(cfg *Config) { cfg.ReapTimeout = time.Minute })
+	c.waitReady()
+	left, died := c.replicas["r2"], c.replicas["r3"]
+	leftAddr, diedAddr := left.GossipAddr(), died.GossipAddr()
+	c.stop("r2", true)
+	c.stop("r3", false)
+	survivor := c.replicas["r0"]
+	waitUntil(t, "r0 to see r2 left and r3 dead", func() bool {
+		st := c.statusOf(survivor)
+		l, okL := memberNamed(st, "r2")
+		d, okD := memberNamed(st, "r3")
+		return okL && okD && l.State == "left" && l.Address == leftAddr && d.State == "dead" && d.Address == diedAddr
+	})
+}
+
+func TestTheDepartedAreBounded(t *testing.T) {
+	m := newMembership(true)
+	start := time.Unix(1000, 0)
+	for i := range 3 * maxDeparted {
+		ev := loadsync.MemberEvent{Kind: loadsync.MemberLeft, Member: loadsync.Member{Name: fmt.Sprintf("pod-%d", i), Addr: fmt.Sprintf("10.0.0.%d:7946", i%250)}}
+		m.note(ev, start.Add(time.Duration(i)*time.Second))
+	}
+	if n := m.departedCount(); n != maxDeparted {
+		t.Fatalf("%d departed remembered, want %d", n, maxDeparted)
+	}
+	if st, _ := m.departedAs(fmt.Sprintf("pod-%d", 3*maxDeparted-1)); st != "dead" {
+		t.Fatalf("the latest departure is %q, want dead", st)
+	}
+	if st, addr := m.departedAs("pod-0"); st != "unknown" || addr != "" {
+		t.Fatalf("the oldest departure is still known: %q at %q", st, addr)
+	}
+	if len(m.seen) > maxDeparted {
+		t.Fatalf("%d addresses remembered, want at most %d", len(m.seen), maxDeparted)
+	}
+}
+
+// TestTheLeaderDoesNotReapAReplicaThatStillGossips: a server memberlist
+// declared dead whose load reports still arrive is not counted missing,
+// and its clock starts again once they stop.
+func TestTheLeaderDoesNotReapAReplicaThatStillGossips(t *testing.T) {
+	servers := []RaftServer{{ID: "a", Addr: "A", Suffrage: "voter"}, {ID: "b", Addr: "B", Suffrage: "voter"},
+		{ID: "c", Addr: "C", Suffrage: "voter"}}
+	live := map[string]string{"a": "A"}
+	t1, t2 := time.Unix(1, 0), time.Unix(100, 0)
+	missing := trackMissing(nil, "a", servers, live, map[string]bool{"b": true}, t1)
+	if _, ok := missing["b"]; ok || !missing["c"].Equal(t1) {
+		t.Fatalf("missing = %v, want only c", missing)
+	}
+	missing = trackMissing(missing, "a", servers, live, nil, t2)
+	plan := planMembership("a", 3, servers, live, missing, t2.Add(time.Second), 30*time.Second)
+	if len(plan) != 1 || plan[0].op != opRemove || plan[0].id != "c" {
+		t.Fatalf("plan = %+v, want only c removed (b's clock started at %v)", plan, t2)
+	}
+}
+
+// TestRoutingConfigChangesForTheWholeTier changes the policy through one
+// follower with a compare-and-set: every replica routes with the new one, a
+// stale index is refused with 409, and a block size change with 400.
+func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startN(3)
+	c.waitReady()
+	f := c.follower()
+	var v RoutingView
+	decodeInto(t, c.get(f, "/cluster/routing").body, &v)
+	if v.Source != "registry" || v.Index == 0 || v.Config.Policy != "cache_aware" {
+		t.Fatalf("GET /cluster/routing = %+v, want the seeded cache_aware config", v)
+	}
+	stale := v
+	v.Config.Policy = "round_robin"
+	rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, v))
+	if rep.status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", rep.status, rep.body)
+	}
+	var after RoutingView
+	decodeInto(t, rep.body, &after)
+	stale.Config.CacheThreshold = 0.9
+	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict {
+		t.Fatalf("a PUT naming the old index: %d %s, want 409", rep.status, rep.body)
+	}
+	bad := after
+	bad.Config.BlockSize = 512
+	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, bad)); rep.status != http.StatusBadRequest || !strings.Contains(rep.body, "block_size") {
+		t.Fatalf("a PUT changing the block size: %d %s, want 400 naming block_size", rep.status, rep.body)
+	}
+	want := after.Config.Fingerprint()
+	for name, r := range c.replicas {
+		waitUntil(t, name+" routing with the new config", func() bool {
+			r.routingMu.Lock()
+			defer r.routingMu.Unlock()
+			return r.routingInUse == want
+		})
+		// One prompt, sent again and again: cache_aware would keep it on
+		// one worker, round_robin spreads it.
+		seen := map[string]bool{}
+		for range 6 {
+			seen[c.complete(r, prompt("same-"+name, 2))] = true
+		}
+		if len(seen) < 2 {
+			t.Fatalf("%s sent one prompt to %v six times: not round robin", name, seen)
+		}
+	}
+}
+
+// TestARestartWithOtherThresholdsRoutesWithTheRegistrys: flags only seed a
+// fresh registry; another --cache-threshold at restart is neither refused
+// nor used.
+func TestARestartWithOtherThresholdsRoutesWithTheRegistrys(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, echoWorker(t, "w1"))
+	r := startReplica(t, cfg)
+	seeded := r.fsm.View().RoutingConfig().Fingerprint()
+	_ = r.Stop(context.Background())
+	cfg.Routing.Thresholds.CacheThreshold = 0.8
+	r = startReplica(t, cfg)
+	if got := r.fsm.View().RoutingConfig(); got.CacheThreshold != 0.3 {
+		t.Fatalf("registry's cache threshold %v after a restart with 0.8, want the seeded 0.3", got.CacheThreshold)
+	}
+	waitUntil(t, "routing with the registry's config", func() bool {
+		r.routingMu.Lock()
+		defer r.routingMu.Unlock()
+		return r.routingInUse == seeded
+	})
+}
+
+// TestAWorkerRemovedThroughTheAdminAPIStaysRemovedAcrossARestart: seeds
+// apply once per registry.
+func TestAWorkerRemovedThroughTheAdminAPIStaysRemovedAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	w1, w2 := echoWorker(t, "w1"), echoWorker(t, "w2")
+	cfg := testConfig(t, dir, w1, w2)
+	r := startReplica(t, cfg)
+	gone, _ := r.fsm.View().WorkerByURL(w2)
+	if _, err := r.apply(context.Background(), store.NewRemoveWorker(gone.ID)); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Stop(context.Background())
+	r = startReplica(t, cfg)
+	reg := r.fsm.View()
+	if _, back := reg.WorkerByURL(w2); back || reg.Len() != 1 {
+		t.Fatalf("after a restart with the same --worker-urls: %+v, want only w1", reg.Workers())
+	}
+}
+
+// TestADataDirReusedUnderANewNodeNameStarts: a lone replica started on
+// the data dir of another name takes its registry over.
+func TestADataDirReusedUnderANewNodeNameStarts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, echoWorker(t, "w1"))
+	r := startReplica(t, cfg)
+	_ = r.Stop(context.Background())
+	cfg.NodeName = "renamed"
+	cfg.Seeds = nil
+	r = startReplica(t, cfg)
+	if n := r.fsm.View().Len(); n != 1 {
+		t.Fatalf("%d workers under the new name, want the one registered before", n)
+	}
+	if _, err := r.apply(context.Background(), store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:2"})); err != nil {
+		t.Fatalf("a write under the new name: %v", err)
+	}
+}
+
+// TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce: the leader's
+// cluster port accepts the connection and never answers the TLS handshake
+// (a stopped process, a black hole): the forward gives up after the
+// connect bound, long before the write's own deadline, as
+// ErrLeaderUnreachable, which the admin API answers 503 "no leader
+// reachable".
+func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
+	dir := certDir(t, "r0")
+	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer port.Close()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	rpc := newRPCClient(port)
+	defer rpc.close()
+	f := newForwarder(nil, rpc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: silent.Addr().String()},
+		store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3"}))
+	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	}
+	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	}
+}

@@ -1,0 +1,85 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// A partition, a stall or a restart can leave a replica's gossip with fewer
+// live members than the Raft configuration holds: memberlist declared the
+// others dead (and they it), and, left alone, memberlist never merges two
+// sides again. The rejoin loop notices that and joins again, with backoff,
+// until every member of the Raft configuration is live, so a partition of
+// any length heals within a few seconds of the network healing.
+
+// Rejoin backoff: the first retry after rejoinFirst, doubling up to
+// rejoinMax, so a healed network is noticed within rejoinMax plus a join's
+// round trip (well inside 10 s).
+const (
+	rejoinFirst = 500 * time.Millisecond
+	rejoinMax   = 4 * time.Second
+)
+
+// runRejoin is the goroutine that keeps this replica's gossip whole. It
+// ends at Stop.
+func (r *Replica) runRejoin() {
+	wait := rejoinFirst
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		missing := r.missingMembers()
+		if len(missing) == 0 {
+			wait = rejoinFirst
+			continue
+		}
+		addrs := r.rejoinAddrs(missing)
+		if err := r.gossiper().Join(addrs); err != nil {
+			r.log.Debug("rejoin: no address answered; will retry", "missing", missing, "addrs", addrs, "in", wait, "err", err)
+			wait = min(wait*2, rejoinMax)
+			continue
+		}
+		r.log.Info("rejoin: joined the gossip again", "missing", missing, "addrs", addrs)
+		wait = rejoinFirst
+	}
+}
+
+// missingMembers names the members of the Raft configuration that are not
+// live gossip members here. A replica outside any Raft configuration yet
+// (it has not been bootstrapped or added) misses nobody: Start's --join
+// brings it in.
+func (r *Replica) missingMembers() []string {
+	ctx, cancel := context.WithTimeout(r.ctx, membershipTimeout)
+	defer cancel()
+	servers, err := r.raft.Servers(ctx)
+	if err != nil {
+		return nil
+	}
+	live := map[string]bool{}
+	for _, m := range r.gossiper().Members() {
+		live[m.Name] = true
+	}
+	var missing []string
+	for _, s := range servers {
+		if !live[s.ID] && s.ID != r.cfg.NodeName {
+			missing = append(missing, s.ID)
+		}
+	}
+	return missing
+}
+
+// rejoinAddrs is where to look for the missing members: their last known
+// gossip addresses, then the --join addresses, without this replica's own.
+func (r *Replica) rejoinAddrs(missing []string) []string {
+	self := r.gossipAddr
+	var out []string
+	for _, a := range append(r.members.lastAddrs(missing), r.cfg.Join...) {
+		if a != self && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
