@@ -41,7 +41,8 @@ type Replica struct {
 	writes  *forwarder
 
 	ln, metricsLn net.Listener
-	apiAddr       string // where peers reach ln
+	debugLn       net.Listener // --debug-addr, nil when off
+	apiAddr       string       // where peers reach ln
 	loaded        atomic.Bool
 
 	serving bool // the proxy took over ln; Stop shuts it down
@@ -225,6 +226,12 @@ func (r *Replica) serve() error {
 		}
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
+	if r.cfg.DebugAddr != "" {
+		if r.debugLn, err = net.Listen("tcp", r.cfg.DebugAddr); err != nil {
+			return fmt.Errorf("--debug-addr: %w", err)
+		}
+		r.goRun(func() { serveDebug(r.ctx, r.debugLn) })
+	}
 	r.goRun(r.followRegistry)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.sweepIndex)
@@ -261,6 +268,14 @@ func (r *Replica) goRun(fn func()) {
 // HTTPAddr is the address the API listens on.
 func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
 
+// DebugAddr is where the profiles are served, "" when --debug-addr is off.
+func (r *Replica) DebugAddr() string {
+	if r.debugLn == nil {
+		return ""
+	}
+	return r.debugLn.Addr().String()
+}
+
 // GossipAddr is the memberlist address other replicas --join.
 func (r *Replica) GossipAddr() string { return r.gossip.LocalAddr() }
 
@@ -280,6 +295,9 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 	r.cancel()
 	if r.metricsLn != nil {
 		r.metricsLn.Close()
+	}
+	if r.debugLn != nil {
+		r.debugLn.Close()
 	}
 	r.wg.Wait()
 	if r.gossip != nil {

@@ -84,6 +84,7 @@ func serveFlags() []cli.Flag {
 		durationFlag("wedge-timeout", "60s", "a worker with requests in flight and no progress for this long is wedged"),
 		stringFlag("prometheus-host", "127.0.0.1", "address of the extra metrics listener"),
 		intFlag("prometheus-port", 0, "port of an extra /metrics listener; 0 = none (/metrics is always on --port)"),
+		stringFlag("debug-addr", "", "loopback host:port serving Go's runtime profiles (/debug/pprof/); empty = off"),
 		sliceFlag("request-id-headers", "client headers that carry a request id (default x-request-id, x-correlation-id, x-trace-id, request-id)"),
 		stringFlag("api-key", "", "bearer token sent to workers on requests that carry none"),
 		stringFlag("api-keys", "", "bearer keys clients must present on the inference API: a file with one key a line, or a comma-separated list; reread on SIGHUP"),

@@ -75,6 +75,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		Join:            c.StringSlice("join"),
 		BootstrapExpect: c.Int("bootstrap-expect"),
 		AdminToken:      c.String("admin-token"),
+		DebugAddr:       c.String("debug-addr"),
 		Routing:         routingFrom(c),
 		Proxy:           proxyConfigFrom(c),
 		Health:          healthConfigFrom(c),
