@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ type exchange struct {
 	start    time.Time
 	deadline time.Time // no attempt starts after it (--request-timeout-secs)
 	body     []byte    // the client's body, as received
+	text     *[]byte   // the buffer of in.text, from textBuffers; returned when done
 	// header is what every worker is sent of the client's request headers:
 	// hop-by-hop ones removed, x-request-id and the default API key set.
 	// Attempts copy it, so they never read the client's RequestCtx, and may
@@ -31,8 +33,10 @@ type exchange struct {
 	// router gives up on the request (an abortError), or when it is done.
 	reqCtx context.Context
 	cancel context.CancelCauseFunc
-	watch  *clientWatch
-	gone   atomic.Bool // the client left; counted once
+	watch  *clientWatch // reqWatch, then the stream's
+	// reqWatch is the watch while no byte of the response was written.
+	reqWatch clientWatch
+	gone     atomic.Bool // the client left; counted once
 
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
@@ -61,10 +65,17 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 			p.done(x, x.ctx.Response.StatusCode(), false)
 		}
 	}()
-	in, err := parseInference(ep, x.body)
+	x.text = textBuffers.Get().(*[]byte)
+	in, err := parseInference(ep, x.body, (*x.text)[:0])
 	if err != nil {
 		writeError(ctx, err)
 		return
+	}
+	*x.text = in.text // keep what the buffer grew to
+	if p.pd != nil {
+		// A concurrent prefill may outlive the exchange, and route with
+		// the text after it is done: it gets a copy of its own.
+		in.text = bytes.Clone(in.text)
 	}
 	x.in = in
 	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
@@ -91,7 +102,8 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 func (p *Proxy) begin(x *exchange) {
 	x.header = p.upstreamHeader(x)
 	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
-	x.watch = watchClient(x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
+	x.watch = &x.reqWatch
+	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
 }
 
 // serveLeg runs the leg whose answer is the client's, and reports whether
@@ -138,6 +150,8 @@ func (p *Proxy) clientGone(x *exchange) {
 // admission slot, and its count in the metrics, as the client saw it.
 func (p *Proxy) done(x *exchange, status int, cut bool) {
 	x.watch.stop()
+	releaseText(x.text)
+	x.text = nil
 	if x.cancel != nil {
 		x.cancel(nil)
 	}

@@ -50,6 +50,7 @@ type Proxy struct {
 	edges    []*edgeListener
 	keys     apiKeys
 	cert     *serverCert // nil: the client listener speaks plain HTTP
+	watcher  *watcher    // the clients of requests in flight
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -88,10 +89,15 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		}
 		p.pd = newDisaggregation(p, *deps.PD)
 	}
-	p.wg.Add(1)
+	p.watcher = newWatcher()
+	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
 		p.discover(p.ctx)
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.watcher.run(p.ctx)
 	}()
 	edge := p.cfg.Edge
 	p.server = &fasthttp.Server{

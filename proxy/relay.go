@@ -95,7 +95,7 @@ func (p *Proxy) stream(x *exchange, a *attempt) {
 	if r.sse && x.ctx.Request.Header.IsHTTP11() {
 		probe = r
 	}
-	x.watch = watchClient(x.ctx.Conn(), probe, func() { p.clientGone(x) })
+	x.watch = p.watcher.watch(x.ctx.Conn(), probe, func() { p.clientGone(x) })
 }
 
 // Read hands fasthttp the next bytes of the stream. Between two Reads
