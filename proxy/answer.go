@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"bytes"
-
 	"github.com/valyala/fasthttp"
 )
 
@@ -21,33 +19,51 @@ type answer struct {
 
 // keepAnswer reads a's whole answer into an answer of its own, and ends a.
 func (p *Proxy) keepAnswer(a *attempt) (*answer, error) {
-	var body bytes.Buffer
-	if err := a.readBody(&body, p.cfg.MaxResponseSize); err != nil {
+	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
 	}
-	ans := &answer{status: a.status(), body: body.Bytes()}
+	ans := &answer{status: a.status(), body: a.resp.SwapBody(nil)} // the body's bytes change hands
 	a.resp.Header.CopyTo(&ans.header)
 	a.end(outcomeOf(ans.status), a.reusable())
 	return ans, nil
 }
 
-// finalAnswer reads a's whole answer into the client's response, and ends a.
+// finalAnswer reads a's whole answer and makes it the client's response,
+// and ends a.
 func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
-	resp := &a.x.ctx.Response
-	resp.ResetBody()
-	if err := a.readBody(resp.BodyWriter(), p.cfg.MaxResponseSize); err != nil {
-		resp.ResetBody()
+	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
 	}
 	status := a.status()
-	copyResponseHeader(resp, &a.resp.Header)
+	resp := &a.x.ctx.Response
+	copyResponseHeader(resp, &a.resp.Header, a.x.id)
 	resp.SetStatusCode(status)
+	swapBodies(resp, a.resp)
 	a.end(outcomeOf(status), a.reusable())
 	return &answer{status: status, inResponse: true}, nil
+}
+
+// emptyAnswer makes a's answer, whose body was read and found empty, the
+// client's response, and ends a.
+func (p *Proxy) emptyAnswer(a *attempt) *answer {
+	status := a.status()
+	resp := &a.x.ctx.Response
+	copyResponseHeader(resp, &a.resp.Header, a.x.id)
+	resp.SetStatusCode(status)
+	resp.ResetBody()
+	a.end(outcomeOf(status), a.reusable())
+	return &answer{status: status, inResponse: true}
+}
+
+// swapBodies moves src's body to dst without copying it, and dst's buffer
+// to src, so both keep pooled buffers.
+func swapBodies(dst, src *fasthttp.Response) {
+	body := src.SwapBody(nil)
+	src.SwapBody(dst.SwapBody(body))
 }
 
 // deliver makes ans the client's response.
@@ -56,20 +72,51 @@ func (ans *answer) deliver(x *exchange) {
 		return
 	}
 	resp := &x.ctx.Response
-	copyResponseHeader(resp, &ans.header)
+	copyResponseHeader(resp, &ans.header, x.id)
 	resp.SetStatusCode(ans.status)
 	resp.SetBody(ans.body)
 }
 
 // copyResponseHeader passes a worker's headers through to the client's
 // response, less hop-by-hop ones and the length (fasthttp frames the body
-// it writes), keeping the response's x-request-id.
-func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader) {
-	id := append([]byte(nil), dst.Header.Peek("x-request-id")...)
+// it writes), with the request's x-request-id.
+func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader, id string) {
 	src.CopyTo(&dst.Header)
-	for _, h := range hopHeaders {
-		dst.Header.Del(h)
-	}
+	delHopHeaders(&dst.Header)
 	dst.Header.Del("Content-Length")
-	dst.Header.SetBytesV("x-request-id", id)
+	dst.Header.Set("x-request-id", id)
+}
+
+// delHopHeaders deletes the hop-by-hop headers of a worker's answer,
+// looking at its headers once rather than once per name.
+func delHopHeaders(h *fasthttp.ResponseHeader) {
+	var present [16]bool
+	found := false
+	for k := range h.All() {
+		if i := hopIndex(k); i >= 0 {
+			present[i], found = true, true
+		}
+	}
+	if found {
+		delPresent(h.Del, present)
+	}
+}
+
+func delPresent(del func(string), present [16]bool) {
+	for i, name := range hopHeaders {
+		if present[i] {
+			del(name)
+		}
+	}
+}
+
+// hopIndex is the index in hopHeaders of key, as fasthttp writes header
+// names, or -1.
+func hopIndex(key []byte) int {
+	for i, name := range hopHeaders {
+		if len(key) == len(name) && string(key) == name {
+			return i
+		}
+	}
+	return -1
 }

@@ -3,8 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
-	"sync"
 
 	"github.com/valyala/fasthttp"
 
@@ -26,6 +24,7 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 	conn   *upConn
 	resp   *fasthttp.Response
+	framed bool // the answer's body has a length or chunks: its end is not the connection's
 	ended  bool
 	// first is the first read of a streamed body, made before going live.
 	first    []byte
@@ -73,9 +72,11 @@ func phaseWord(phase string) string {
 }
 
 func newAttempt(x *exchange, m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
-	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track}
-	a.ctx, a.cancel = context.WithCancelCause(x.reqCtx)
+	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track, ctx: x.reqCtx}
+	// Only an attempt that health may judge stuck needs a context of its
+	// own, to be aborted alone; the others end with the request's.
 	if stuck := track.Stuck(); stuck != nil {
+		a.ctx, a.cancel = context.WithCancelCause(x.reqCtx)
 		go a.abandonWhen(stuck)
 	}
 	return a
@@ -92,15 +93,14 @@ func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 
 // send writes the request and reads the response headers.
 func (a *attempt) send(body []byte) error {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	a.x.upstreamRequest(a.m, req, body)
+	req := a.x.upstreamRequest(a.m)
 	a.resp = fasthttp.AcquireResponse()
-	conn, err := a.m.up.exchange(a.ctx, req, a.resp, a.x.deadline)
+	conn, err := a.m.up.exchange(a.ctx, req, body, a.resp, a.x.deadline)
 	if err != nil {
 		return err
 	}
 	a.conn = conn
+	a.framed = a.resp.Header.ContentLength() != -2
 	a.track.Progress(0)
 	return nil
 }
@@ -108,30 +108,35 @@ func (a *attempt) send(body []byte) error {
 // status is the worker's answer status; valid after send.
 func (a *attempt) status() int { return a.resp.StatusCode() }
 
-// copyBuffers are the buffers whole answers are read through, so that
-// reading one allocates nothing per byte.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// readBody copies the answer's body to w, refusing one over limit bytes.
-func (a *attempt) readBody(w io.Writer, limit int) error {
-	buf := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(buf)
-	n, err := io.CopyBuffer(w, io.LimitReader(a.resp.BodyStream(), int64(limit)+1), *buf)
-	if err != nil {
-		return err
+// readWhole reads the answer's body whole into a.resp (into pooled
+// buffers, so reading one allocates nothing per byte), refusing one over
+// limit bytes.
+func (a *attempt) readWhole(limit int) error {
+	if !hasBody(a.status()) {
+		return nil
 	}
-	if n > int64(limit) {
+	err := readBody(a.conn.br, a.resp, limit)
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return errorf(errAnswerTooLarge, "worker %d answered more than the limit of %d bytes (--max-response-size)", a.m.ID, limit)
 	}
-	a.track.Progress(0)
-	return nil
+	if err == nil {
+		a.track.Progress(0)
+	}
+	return err
+}
+
+// startStream makes the answer's body readable, as it comes, through
+// a.resp.BodyStream().
+func (a *attempt) startStream() error {
+	a.resp.StreamBody = true
+	return a.resp.ReadBody(a.conn.br, 0)
 }
 
 // reusable reports whether the connection may serve another request once
 // the body was read to its end: the worker keeps it alive and framed the
 // body (a body that ends with the connection leaves nothing to reuse).
 func (a *attempt) reusable() bool {
-	return !a.resp.ConnectionClose() && a.resp.Header.ContentLength() != -2
+	return !a.resp.ConnectionClose() && a.framed
 }
 
 // failure says what a failed send or body read means: the outcome for the
@@ -174,5 +179,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	a.guard.Release()
 	a.track.End(o)
-	a.cancel(nil)
+	if a.cancel != nil {
+		a.cancel(nil)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -77,14 +79,24 @@ func writeBenchEvents(w *bufio.Writer) {
 	_, _ = w.WriteString("data: [DONE]\n\n")
 }
 
-// benchProxy is a cache_aware proxy in front of upstream, on loopback.
+// benchProxy is a cache_aware proxy with the default block size in front
+// of upstream, on loopback.
 func benchProxy(b *testing.B, upstream string) string {
 	b.Helper()
-	p, err := buildProxy(Config{}, "", affinity.PolicyCacheAware,
-		[]Worker{{ID: 1, URL: "http://" + upstream, Role: RoleRegular}}, nil)
+	loads := affinity.NewLoadTable(nil)
+	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	policy, err := affinity.NewPolicy(affinity.Settings{Policy: affinity.PolicyCacheAware, Thresholds: affinity.DefaultThresholds(),
+		MissPlacement: affinity.PlaceLeastLoad, BlockSize: affinity.DefaultBlockSize}, index)
 	if err != nil {
 		b.Fatal(err)
 	}
+	router := affinity.NewRouter(policy, loads, index, affinity.DefaultBlockSize, nil)
+	p, err := New(Config{}, Deps{Loads: loads, Index: index, Router: router, Metrics: metrics.NewSet(),
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Fleet().SetWorkers([]Worker{{ID: 1, URL: "http://" + upstream, Role: RoleRegular}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"time"
@@ -102,24 +102,25 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodGet)
-	req.Header.SetHost(m.base.Addr())
+	req.Header.SetHost(m.addr)
 	req.SetRequestURI(m.base.Under(path))
-	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
+	conn, err := m.up.exchange(ctx, req, nil, resp, time.Now().Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), maxDiscoveryBody+1))
-	_ = resp.CloseBodyStream()
-	complete := err == nil && len(body) <= maxDiscoveryBody
-	m.up.release(conn, complete && !resp.ConnectionClose())
+	framed := resp.Header.ContentLength() != -2
+	if hasBody(resp.StatusCode()) {
+		err = readBody(conn.br, resp, maxDiscoveryBody)
+	}
+	m.up.release(conn, err == nil && framed && !resp.ConnectionClose())
 	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	case err != nil:
 		return nil, err
-	case !complete:
-		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	}
 	if resp.StatusCode() != fasthttp.StatusOK {
 		return nil, fmt.Errorf("%s%s answered %d", w.URL, path, resp.StatusCode())
 	}
-	return body, nil
+	return append([]byte(nil), resp.Body()...), nil
 }

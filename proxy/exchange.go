@@ -22,12 +22,14 @@ type exchange struct {
 	deadline time.Time // no attempt starts after it (--request-timeout-secs)
 	body     []byte    // the client's body, as received
 	text     *[]byte   // the buffer of in.text, from textBuffers; returned when done
-	// header is what every worker is sent of the client's request headers:
-	// hop-by-hop ones removed, x-request-id and the default API key set.
-	// Attempts copy it, so they never read the client's RequestCtx, and may
-	// run on goroutines of their own (the concurrent P/D prefill).
-	header *fasthttp.RequestHeader
-	uri    string // the client's request URI, to go under each worker's base path
+	// up is the request every worker is sent, from fasthttp's pool: the
+	// client's headers less hop-by-hop ones, x-request-id and the default
+	// API key set; each attempt sets its worker's host and path and its
+	// body. Attempts never read the client's RequestCtx, so they may run on
+	// goroutines of their own (the concurrent P/D prefill, which has its own
+	// copy).
+	up  *fasthttp.Request
+	uri []byte // the client's request URI, to go under each worker's base path
 
 	// reqCtx ends when the client leaves (cause ErrClientGone), when the
 	// router gives up on the request (an abortError), or when it is done.
@@ -46,7 +48,7 @@ type exchange struct {
 func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
 	start := time.Now()
 	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout), id: p.requestID(ctx),
-		body: ctx.PostBody(), uri: string(ctx.RequestURI())}
+		body: ctx.PostBody(), uri: ctx.RequestURI()}
 	ctx.Response.Header.Set("x-request-id", x.id)
 	return x
 }
@@ -97,10 +99,10 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 	streaming = p.serveLeg(x, l)
 }
 
-// begin readies x for attempts: the upstream header template, the context
-// that aborts them, and the watch for a client that leaves.
+// begin readies x for attempts: the upstream request, the context that
+// aborts them, and the watch for a client that leaves.
 func (p *Proxy) begin(x *exchange) {
-	x.header = p.upstreamHeader(x)
+	x.up = p.upstreamRequest(x)
 	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
 	x.watch = &x.reqWatch
 	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
@@ -152,6 +154,10 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 	x.watch.stop()
 	releaseText(x.text)
 	x.text = nil
+	if x.up != nil {
+		fasthttp.ReleaseRequest(x.up)
+		x.up = nil
+	}
 	if x.cancel != nil {
 		x.cancel(nil)
 	}
@@ -190,27 +196,55 @@ func (p *Proxy) usesSessionKey() bool {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
-// upstreamHeader is the header template of x's upstream requests.
-func (p *Proxy) upstreamHeader(x *exchange) *fasthttp.RequestHeader {
-	h := new(fasthttp.RequestHeader)
+// upstreamRequest is the request x's attempts send, but for the worker's
+// host and path and the body.
+func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	h := &req.Header
 	x.ctx.Request.Header.CopyTo(h)
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	delRequestHopHeaders(h, x.ctx.Request.Header.RawHeaders())
 	h.Set("x-request-id", x.id)
 	if p.keys.enabled() {
 		h.Del("Authorization") // the client's key is the router's, not the workers'
 	}
 	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
-		h.Set("Authorization", "Bearer "+p.cfg.APIKey)
+		h.Set("Authorization", p.bearer)
 	}
-	return h
+	return req
 }
 
-// upstreamRequest fills req, the request of one attempt on worker m.
-func (x *exchange) upstreamRequest(m *member, req *fasthttp.Request, body []byte) {
-	x.header.CopyTo(&req.Header)
-	req.Header.SetHost(m.base.Addr())
-	req.SetRequestURI(m.base.Under(x.uri))
-	req.SetBodyRaw(body)
+// delRequestHopHeaders deletes the hop-by-hop headers of a client's
+// request, those that raw, the headers as the client sent them, names.
+// Connection always goes: fasthttp may imply it (an HTTP/1.0 request).
+func delRequestHopHeaders(h *fasthttp.RequestHeader, raw []byte) {
+	var present [16]bool
+	present[0] = true // Connection
+	for len(raw) > 0 {
+		line := raw
+		if n := bytes.IndexByte(raw, '\n'); n >= 0 {
+			line, raw = raw[:n], raw[n+1:]
+		} else {
+			raw = nil
+		}
+		if name, _, ok := bytes.Cut(line, []byte(":")); ok {
+			for i, hop := range hopHeaders {
+				if bytes.EqualFold(bytes.TrimSpace(name), []byte(hop)) {
+					present[i] = true
+				}
+			}
+		}
+	}
+	delPresent(h.Del, present)
+}
+
+// upstreamRequest readies x's request for an attempt on worker m.
+func (x *exchange) upstreamRequest(m *member) *fasthttp.Request {
+	req := x.up
+	req.Header.SetHost(m.addr)
+	if path := m.base.BasePath(); path == "" {
+		req.Header.SetRequestURIBytes(x.uri)
+	} else {
+		req.Header.SetRequestURI(path + string(x.uri))
+	}
+	return req
 }

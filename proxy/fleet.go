@@ -33,6 +33,7 @@ type member struct {
 	Worker
 	up     *upstream
 	base   workerurl.URL // the parsed URL: where to dial, the Host header, the base path
+	addr   string        // base.Addr(): the Host header
 	models []string      // what it serves; empty = any model
 }
 
@@ -217,7 +218,7 @@ func (f *Fleet) publish() {
 			continue // its URL did not parse
 		}
 		base, _ := workerurl.Parse(w.URL)
-		m := &member{Worker: w, up: f.ups[w.ID], base: base, models: f.modelsOf(w)}
+		m := &member{Worker: w, up: f.ups[w.ID], base: base, addr: base.Addr(), models: f.modelsOf(w)}
 		v.members[w.ID] = m
 		v.ordered = append(v.ordered, m)
 		if len(m.models) == 0 {

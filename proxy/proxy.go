@@ -51,6 +51,7 @@ type Proxy struct {
 	keys     apiKeys
 	cert     *serverCert // nil: the client listener speaks plain HTTP
 	watcher  *watcher    // the clients of requests in flight
+	bearer   string      // "Bearer " + cfg.APIKey
 	ctx      context.Context
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -69,6 +70,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger}
 	p.keys.replace(p.cfg.APIKeys)
+	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
 		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {

@@ -52,13 +52,17 @@ var firstReads = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 // goLive reads the first bytes of a's streamed body. A failure before any
 // byte is a failed attempt like any other; an empty body is a whole answer.
 func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
+	if err := a.startStream(); err != nil {
+		o, e := a.failure(err)
+		a.end(o, false)
+		return nil, nil, e
+	}
 	buf := firstReads.Get().(*[]byte)
 	n, err := readSome(a.resp.BodyStream(), *buf)
 	switch {
 	case n == 0 && err == io.EOF:
 		firstReads.Put(buf)
-		ans, err := p.finalAnswer(a)
-		return nil, ans, err
+		return nil, p.emptyAnswer(a), nil
 	case err != nil && err != io.EOF:
 		firstReads.Put(buf)
 		o, e := a.failure(err)
@@ -83,7 +87,7 @@ func readSome(r io.Reader, b []byte) (int, error) {
 func (p *Proxy) stream(x *exchange, a *attempt) {
 	x.watch.stop() // from now on only the response writes to the client
 	resp := &x.ctx.Response
-	copyResponseHeader(resp, &a.resp.Header)
+	copyResponseHeader(resp, &a.resp.Header, x.id)
 	status := a.status()
 	resp.SetStatusCode(status)
 	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,

@@ -44,8 +44,10 @@ type upstream struct {
 // upConn is one connection to a worker with its buffers.
 type upConn struct {
 	net.Conn
+	raw      syscall.RawConn // the socket, for looks at it; nil if there is none
 	br       *bufio.Reader
-	bw       *bufio.Writer
+	head     []byte      // the request head being written, reused
+	iov      net.Buffers // head and body, written with one writev
 	lastUsed time.Time
 	reused   bool
 	stop     func() bool // cancels the abort hook of the current exchange
@@ -97,7 +99,10 @@ func (c *upConn) quiet() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	s := peek(c.Conn, false)
+	if c.raw == nil {
+		return true // nothing to look at: the worker's framing has to do
+	}
+	s := peekRaw(c.raw, false)
 	return s == peekEmpty || s == peekUnknown
 }
 
@@ -113,7 +118,7 @@ func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
+	return &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}, nil
 }
 
 // allowDestination refuses, before a connection is made, an address the
@@ -162,12 +167,13 @@ func (u *upstream) close() {
 	u.idle = nil
 }
 
-// exchange sends req and reads the response headers into resp; the body is
-// left on the connection, readable through resp.BodyStream(). The caller
-// must hand the returned connection back with release once the body is done.
+// exchange sends req with body and reads the response headers into resp;
+// the body is left on the connection, for readWhole or startStream. The
+// caller must hand the returned connection back with release once the body
+// is done.
 // Cancelling ctx closes the connection, whatever the exchange is waiting on,
 // and the exchange then fails with ctx's cause.
-func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
+func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
 	for {
 		c, err := u.acquire(ctx, deadline)
 		if err != nil {
@@ -177,7 +183,7 @@ func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fa
 			return nil, &dialError{err}
 		}
 		c.stop = context.AfterFunc(ctx, func() { c.Close() })
-		err = roundTrip(c, req, resp, deadline)
+		err = roundTrip(c, req, body, resp, deadline)
 		if err == nil {
 			return c, nil
 		}
@@ -193,18 +199,59 @@ func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fa
 	}
 }
 
-func roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) error {
 	if err := c.SetDeadline(deadline); err != nil {
 		return err
 	}
-	if err := req.Write(c.bw); err != nil {
+	if err := c.writeRequest(req, body); err != nil {
 		return err
 	}
-	if err := c.bw.Flush(); err != nil {
-		return err
+	return readHead(c.br, resp)
+}
+
+// writeRequest writes the head of req and body with one writev, without
+// copying the body.
+func (c *upConn) writeRequest(req *fasthttp.Request, body []byte) error {
+	if len(body) > 0 || !req.Header.IsGet() {
+		req.Header.SetContentLength(len(body))
 	}
-	resp.StreamBody = true
-	return resp.Read(c.br)
+	c.head = req.Header.AppendBytes(c.head[:0])
+	c.iov = append(c.iov[:0], c.head, body)
+	_, err := c.iov.WriteTo(c.Conn)
+	return err
+}
+
+// maxInterim is how many interim (1xx) responses are skipped before the
+// final one.
+const maxInterim = 8
+
+// readHead reads the head of the final response, skipping interim ones.
+func readHead(br *bufio.Reader, resp *fasthttp.Response) error {
+	for range maxInterim {
+		if err := resp.Header.Read(br); err != nil {
+			return err
+		}
+		if code := resp.StatusCode(); code >= 200 || code < 100 || code == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
+	}
+	return errors.New("too many interim responses")
+}
+
+// readBody reads the body of resp, whose head was read from br, whole:
+// up to limit bytes, and the trailer that ends a chunked body.
+func readBody(br *bufio.Reader, resp *fasthttp.Response, limit int) error {
+	resp.StreamBody = false
+	err := resp.ReadBody(br, limit)
+	if err == nil && resp.Header.ContentLength() == -1 {
+		err = resp.Header.ReadTrailer(br)
+	}
+	return err
+}
+
+// hasBody reports whether a response with this status carries a body.
+func hasBody(status int) bool {
+	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
 }
 
 // dialError marks a failure to connect: nothing reached the worker.
