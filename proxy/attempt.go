@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
@@ -11,17 +12,18 @@ import (
 
 // attempt is one try of a leg on one worker. From pick to end it owns the
 // worker's in-flight guard, the health tracker, the upstream connection and
-// response, and the context that aborts it (the client leaving, the router
-// giving up, health judging the worker stuck; the request's deadline is on
-// the connection). end releases all of them, once, on every path.
+// response. Its connection is cut when the exchange is aborted (the client
+// leaving, the router giving up) or health judges the worker stuck; the
+// request's deadline is on the connection. end releases all of them, once,
+// on every path.
 type attempt struct {
 	x      *exchange
 	m      *member
 	dec    affinity.Decision
 	guard  *affinity.Guard
 	track  Attempt
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	stuck  atomic.Bool   // health judged it stuck, and its connection was cut
+	over   chan struct{} // closed by end, when a goroutine waits for stuck
 	conn   *upConn
 	resp   *fasthttp.Response
 	framed bool // the answer's body has a length or chunks: its end is not the connection's
@@ -72,22 +74,22 @@ func phaseWord(phase string) string {
 }
 
 func newAttempt(x *exchange, m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
-	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track, ctx: x.reqCtx}
-	// Only an attempt that health may judge stuck needs a context of its
-	// own, to be aborted alone; the others end with the request's.
+	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track}
 	if stuck := track.Stuck(); stuck != nil {
-		a.ctx, a.cancel = context.WithCancelCause(x.reqCtx)
+		a.over = make(chan struct{})
 		go a.abandonWhen(stuck)
 	}
 	return a
 }
 
-// abandonWhen aborts the attempt when stuck closes, unless it ends first.
+// abandonWhen cuts the attempt's connection when stuck closes, unless the
+// attempt ends first.
 func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 	select {
 	case <-stuck:
-		a.cancel(errStuck)
-	case <-a.ctx.Done():
+		a.stuck.Store(true)
+		a.x.guard.cutAttempt(a)
+	case <-a.over:
 	}
 }
 
@@ -95,7 +97,7 @@ func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 func (a *attempt) send(body []byte) error {
 	req := a.x.upstreamRequest(a.m)
 	a.resp = fasthttp.AcquireResponse()
-	conn, err := a.m.up.exchange(a.ctx, req, body, a.resp, a.x.deadline)
+	conn, err := a.m.up.exchange(a.x.reqCtx, attemptConn{a}, req, body, a.resp, a.x.deadline)
 	if err != nil {
 		return err
 	}
@@ -145,7 +147,7 @@ func (a *attempt) failure(err error) (Outcome, error) {
 	switch {
 	case a.x.reqCtx.Err() != nil:
 		return Canceled, context.Cause(a.x.reqCtx)
-	case errors.Is(context.Cause(a.ctx), errStuck):
+	case a.stuck.Load():
 		return Failed, errorf(ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
 	case errors.Is(err, errAnswerTooLarge):
 		return Failed, err
@@ -171,7 +173,8 @@ func (a *attempt) end(o Outcome, reusable bool) {
 		_ = a.resp.CloseBodyStream()
 	}
 	if a.conn != nil {
-		a.m.up.release(a.conn, reusable)
+		intact := a.x.guard.detach(a.conn)
+		a.m.up.release(a.conn, reusable && intact)
 	}
 	if a.resp != nil {
 		fasthttp.ReleaseResponse(a.resp)
@@ -179,7 +182,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	a.guard.Release()
 	a.track.End(o)
-	if a.cancel != nil {
-		a.cancel(nil)
+	if a.over != nil {
+		close(a.over)
 	}
 }

@@ -104,7 +104,8 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.SetHost(m.addr)
 	req.SetRequestURI(m.base.Under(path))
-	conn, err := m.up.exchange(ctx, req, nil, resp, time.Now().Add(p.cfg.DialTimeout))
+	lc := &ctxConn{ctx: ctx}
+	conn, err := m.up.exchange(ctx, lc, req, nil, resp, time.Now().Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +113,8 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	if hasBody(resp.StatusCode()) {
 		err = readBody(conn.br, resp, maxDiscoveryBody)
 	}
-	m.up.release(conn, err == nil && framed && !resp.ConnectionClose())
+	intact := lc.detach(conn)
+	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose())
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)

@@ -32,10 +32,15 @@ type exchange struct {
 	uri []byte // the client's request URI, to go under each worker's base path
 
 	// reqCtx ends when the client leaves (cause ErrClientGone), when the
-	// router gives up on the request (an abortError), or when it is done.
+	// router gives up on the request (an abortError) or shuts down, or when
+	// it is done. abort ends it and cuts the upstream connection.
 	reqCtx context.Context
 	cancel context.CancelCauseFunc
-	watch  *clientWatch // reqWatch, then the stream's
+	guard  connGuard // the upstream connection of the attempt under way
+	// the proxy's list of exchanges in flight, guarded by its lock
+	prev, next *exchange
+	flying     bool
+	watch      *clientWatch // reqWatch, then the stream's
 	// reqWatch is the watch while no byte of the response was written.
 	reqWatch clientWatch
 	gone     atomic.Bool // the client left; counted once
@@ -103,7 +108,8 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 // aborts them, and the watch for a client that leaves.
 func (p *Proxy) begin(x *exchange) {
 	x.up = p.upstreamRequest(x)
-	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
+	x.reqCtx, x.cancel = context.WithCancelCause(context.Background())
+	p.flights.add(x) // shutdown aborts it
 	x.watch = &x.reqWatch
 	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
 }
@@ -145,7 +151,14 @@ func (p *Proxy) clientGone(x *exchange) {
 	if x.gone.CompareAndSwap(false, true) {
 		p.metrics.disconnects.Inc()
 	}
-	x.cancel(ErrClientGone)
+	x.abort(ErrClientGone)
+}
+
+// abort ends x's attempts with cause: the context first, so that whoever
+// finds the upstream connection cut also finds why.
+func (x *exchange) abort(cause error) {
+	x.cancel(cause)
+	x.guard.abort()
 }
 
 // done ends the exchange: the watch, what is left of its attempts, its
@@ -159,6 +172,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		x.up = nil
 	}
 	if x.cancel != nil {
+		p.flights.remove(x)
 		x.cancel(nil)
 	}
 	p.inflight.Add(-1)

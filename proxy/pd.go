@@ -196,7 +196,7 @@ func (d *disaggregation) concurrentPrefill(x, px *exchange, pre *leg) {
 		err = errorf(ErrUpstream, "the prefill worker answered %d", ans.status)
 	}
 	x.failedPhase.Store(&phasePrefill)
-	x.cancel(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
+	x.abort(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
 }
 
 // detached is x as the prefill half of a concurrent request sees it: the
@@ -207,14 +207,16 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
 		up: fasthttp.AcquireRequest(), uri: bytes.Clone(x.uri)}
 	x.up.CopyTo(px.up)
-	px.reqCtx, px.cancel = context.WithCancelCause(d.p.ctx)
+	px.reqCtx, px.cancel = context.WithCancelCause(context.Background())
+	d.p.flights.add(px) // shutdown aborts it
 	stop := context.AfterFunc(x.reqCtx, func() {
 		if cause := context.Cause(x.reqCtx); isGone(cause) {
-			px.cancel(cause)
+			px.abort(cause)
 		}
 	})
 	return px, func() {
 		stop()
+		d.p.flights.remove(px)
 		px.cancel(nil)
 		fasthttp.ReleaseRequest(px.up)
 	}

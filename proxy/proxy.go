@@ -51,6 +51,7 @@ type Proxy struct {
 	keys     apiKeys
 	cert     *serverCert // nil: the client listener speaks plain HTTP
 	watcher  *watcher    // the clients of requests in flight
+	flights  flights     // the exchanges in flight
 	bearer   string      // "Bearer " + cfg.APIKey
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -155,6 +156,7 @@ func (p *Proxy) accepting() bool {
 // work of the proxy.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
+	p.flights.abortAll(context.Canceled) // what outlived the shutdown's wait
 	p.cancel()
 	p.wg.Wait()
 	p.edgesMu.Lock()

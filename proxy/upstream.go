@@ -50,7 +50,6 @@ type upConn struct {
 	iov      net.Buffers // head and body, written with one writev
 	lastUsed time.Time
 	reused   bool
-	stop     func() bool // cancels the abort hook of the current exchange
 }
 
 func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, hosts workerurl.HostPolicy) *upstream {
@@ -136,10 +135,6 @@ func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error 
 // exactly to its end and the worker keeps the connection open) and nothing
 // more is buffered on it; otherwise it closes c.
 func (u *upstream) release(c *upConn, reusable bool) {
-	if c.stop != nil && !c.stop() {
-		reusable = false // the abort hook fired: c is closed
-	}
-	c.stop = nil
 	if !reusable || c.br.Buffered() > 0 {
 		c.Close()
 		return
@@ -171,9 +166,11 @@ func (u *upstream) close() {
 // the body is left on the connection, for readWhole or startStream. The
 // caller must hand the returned connection back with release once the body
 // is done.
-// Cancelling ctx closes the connection, whatever the exchange is waiting on,
-// and the exchange then fails with ctx's cause.
-func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
+// The connection is attached to lc, which may cut it whatever the exchange
+// is waiting on; the caller detaches it before release. When ctx ends
+// (it does before lc cuts for the exchange's sake), the exchange fails with
+// ctx's cause.
+func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
 	for {
 		c, err := u.acquire(ctx, deadline)
 		if err != nil {
@@ -182,12 +179,15 @@ func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, body []b
 			}
 			return nil, &dialError{err}
 		}
-		c.stop = context.AfterFunc(ctx, func() { c.Close() })
+		if !lc.attach(c) {
+			c.Close()
+			return nil, causeOr(ctx, net.ErrClosed)
+		}
 		err = roundTrip(c, req, body, resp, deadline)
 		if err == nil {
 			return c, nil
 		}
-		c.stop()
+		lc.detach(c)
 		c.Close()
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -252,6 +252,14 @@ func readBody(br *bufio.Reader, resp *fasthttp.Response, limit int) error {
 // hasBody reports whether a response with this status carries a body.
 func hasBody(status int) bool {
 	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
+}
+
+// causeOr is why ctx ended, or err when it did not.
+func causeOr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	return err
 }
 
 // dialError marks a failure to connect: nothing reached the worker.

@@ -10,7 +10,7 @@
 # and the table keeps each round's ratio to nginx so its steadiness shows.
 # Writes the markdown section to $1. Everything listens on 127.0.0.1.
 # BENCH_DURATION (10s), BENCH_ROUNDS (2) and BENCH_STREAM_DURATION (5s)
-# shorten or lengthen it.
+# shorten or lengthen it; ROUTER_BIN measures another build of the router.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -51,7 +51,7 @@ start_proxies() {
 # start_router NAME UPSTREAM_PORT GOMAXPROCS POLICY
 start_router() {
 	rm -rf "$tmp/data-$1"
-	GOMAXPROCS=$3 start "$1" bin/router serve --port "${port[$1]}" --policy "$4" --node-name "$1" \
+	GOMAXPROCS=$3 start "$1" "${ROUTER_BIN:-bin/router}" serve --port "${port[$1]}" --policy "$4" --node-name "$1" \
 		--data-dir "$tmp/data-$1" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 --log-level warn \
 		--worker-urls "http://127.0.0.1:$2"
 }

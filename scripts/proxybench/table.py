@@ -91,6 +91,10 @@ print("wrk (1 thread, 64 connections, %s per run) POSTs a chat body to `/v1/chat
       "the requests served. Figures are means over %d rounds; each round runs every target once, side "
       "by side, and the ratios to nginx are given per round to show how steady they were.\n"
       % (duration, rounds))
+print("An earlier version of this file put the router at 1.14x nginx's throughput. That run went through a "
+      "workersim that was itself the bottleneck (about 2,000 req/s even without a proxy), so it measured the "
+      "worker, not the proxy: behind an instant upstream, the router of that time reached about half of "
+      "nginx's throughput (0.54x with a 4 KiB body in a run of this script at commit cb80641).\n")
 for size in ("4", "64"):
     requests_table(size)
 print("### Streaming relay\n")
@@ -102,4 +106,4 @@ print("An upstream (scripts/proxybench/ssebench) answers every request with 1,00
       "run of the same round.\n" % stream_duration)
 for streams in ("1", "32"):
     streams_table(streams)
-print("```\nmake bench-proxy   # scripts/proxybench/run.sh; BENCH_ROUNDS, BENCH_DURATION to change the runs\n```")
+print("```\nmake bench-proxy   # scripts/proxybench/run.sh; BENCH_ROUNDS, BENCH_DURATION, BENCH_STREAM_DURATION change the runs\n```")
