@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // How an exchange in flight is cut short. The client leaving, the router
@@ -144,5 +145,64 @@ func (f *flights) abortAll(cause error) {
 	f.mu.Unlock()
 	for _, x := range all {
 		x.abort(cause)
+	}
+}
+
+// exchangeCtx is the context of an exchange's attempts (their dials and
+// backoffs wait on it): done when the exchange is aborted or finished, with
+// the cause given. It lives inside the exchange, and makes its channel
+// only when something waits on it, so a request that dials nothing and is
+// not retried allocates nothing for it.
+type exchangeCtx struct {
+	mu    sync.Mutex
+	done  chan struct{}
+	cause error
+}
+
+var _ context.Context = (*exchangeCtx)(nil)
+
+func (c *exchangeCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *exchangeCtx) Value(any) any               { return nil }
+
+func (c *exchangeCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.cause != nil {
+			close(c.done)
+		}
+	}
+	return c.done
+}
+
+func (c *exchangeCtx) Err() error {
+	if c.why() != nil {
+		return context.Canceled
+	}
+	return nil
+}
+
+// why is the cause the context ended with, nil while it has not.
+func (c *exchangeCtx) why() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// end ends the context with cause (context.Canceled when nil); later calls
+// do nothing.
+func (c *exchangeCtx) end(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cause != nil {
+		return
+	}
+	c.cause = cause
+	if c.done != nil {
+		close(c.done)
 	}
 }

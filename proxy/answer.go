@@ -44,7 +44,7 @@ func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
 	resp.SetStatusCode(status)
 	swapBodies(resp, a.resp)
 	a.end(outcomeOf(status), a.reusable())
-	return &answer{status: status, inResponse: true}, nil
+	return a.x.delivered(status), nil
 }
 
 // emptyAnswer makes a's answer, whose body was read and found empty, the
@@ -56,7 +56,13 @@ func (p *Proxy) emptyAnswer(a *attempt) *answer {
 	resp.SetStatusCode(status)
 	resp.ResetBody()
 	a.end(outcomeOf(status), a.reusable())
-	return &answer{status: status, inResponse: true}
+	return a.x.delivered(status)
+}
+
+// delivered is the answer already in x's response.
+func (x *exchange) delivered(status int) *answer {
+	x.final = answer{status: status, inResponse: true}
+	return &x.final
 }
 
 // swapBodies moves src's body to dst without copying it, and dst's buffer
@@ -80,11 +86,11 @@ func (ans *answer) deliver(x *exchange) {
 // copyResponseHeader passes a worker's headers through to the client's
 // response, less hop-by-hop ones and the length (fasthttp frames the body
 // it writes), with the request's x-request-id.
-func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader, id string) {
+func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader, id []byte) {
 	src.CopyTo(&dst.Header)
 	delHopHeaders(&dst.Header)
 	dst.Header.Del("Content-Length")
-	dst.Header.Set("x-request-id", id)
+	dst.Header.SetBytesV("x-request-id", id)
 }
 
 // delHopHeaders deletes the hop-by-hop headers of a worker's answer,

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 
@@ -62,7 +61,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 			p.metrics.decision(dec)
 		}
 		l.counted = true
-		return newAttempt(x, m, dec, guard, track), nil
+		return x.newAttempt(m, dec, guard, track), nil
 	}
 }
 
@@ -73,8 +72,15 @@ func phaseWord(phase string) string {
 	return phase + " "
 }
 
-func newAttempt(x *exchange, m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
-	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track}
+// newAttempt makes an attempt of x: the exchange's first one lives inside
+// it (most exchanges make one), later ones are allocated.
+func (x *exchange) newAttempt(m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
+	a := &x.first
+	if x.firstTaken {
+		a = new(attempt)
+	}
+	x.firstTaken = true
+	*a = attempt{x: x, m: m, dec: dec, guard: guard, track: track}
 	if stuck := track.Stuck(); stuck != nil {
 		a.over = make(chan struct{})
 		go a.abandonWhen(stuck)
@@ -97,7 +103,7 @@ func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 func (a *attempt) send(body []byte) error {
 	req := a.x.upstreamRequest(a.m)
 	a.resp = fasthttp.AcquireResponse()
-	conn, err := a.m.up.exchange(a.x.reqCtx, attemptConn{a}, req, body, a.resp, a.x.deadline)
+	conn, err := a.m.up.exchange(&a.x.life, attemptConn{a}, req, body, a.resp, a.x.deadline)
 	if err != nil {
 		return err
 	}
@@ -145,8 +151,8 @@ func (a *attempt) reusable() bool {
 // breaker, and the error that decides whether another attempt is made.
 func (a *attempt) failure(err error) (Outcome, error) {
 	switch {
-	case a.x.reqCtx.Err() != nil:
-		return Canceled, context.Cause(a.x.reqCtx)
+	case a.x.life.why() != nil:
+		return Canceled, a.x.life.why()
 	case a.stuck.Load():
 		return Failed, errorf(ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
 	case errors.Is(err, errAnswerTooLarge):

@@ -55,7 +55,7 @@ type prober interface {
 
 const (
 	// watchFirstLook is the age of a request at the first look at its client.
-	watchFirstLook = 5 * time.Millisecond
+	watchFirstLook = 20 * time.Millisecond
 	// watchMaxInterval is the longest wait between two looks.
 	watchMaxInterval = 100 * time.Millisecond
 	// watchTick is how often the watcher wakes while requests are in flight.
@@ -80,9 +80,15 @@ type watcher struct {
 	sleeping bool // run waits for wake: the list was empty
 	wake     chan struct{}
 	scratch  []*clientWatch // run's list of watches due, reused
+	look     func(fd uintptr) bool
+	seen     peekState // what look saw
 }
 
-func newWatcher() *watcher { return &watcher{wake: make(chan struct{}, 1)} }
+func newWatcher() *watcher {
+	w := &watcher{wake: make(chan struct{}, 1)}
+	w.look = func(fd uintptr) bool { w.seen, _ = peekFD(fd); return true } // made once: looks allocate nothing
+	return w
+}
 
 // watch starts watching conn; gone is called, at most once and from the
 // watcher's goroutine or the watch's own, if the client leaves.
@@ -180,7 +186,7 @@ func (w *watcher) sweep(now time.Time) {
 	}
 	w.mu.Unlock()
 	for i, c := range due {
-		if !c.look() {
+		if !c.look(w) {
 			w.unlink(c)
 		}
 		c.interval = min(2*c.interval, watchMaxInterval)
@@ -191,8 +197,8 @@ func (w *watcher) sweep(now time.Time) {
 }
 
 // look peeks at the client's socket once, without waiting, and reports
-// whether the watch should go on looking.
-func (c *clientWatch) look() bool {
+// whether the watch should go on looking. Only w's goroutine calls it.
+func (c *clientWatch) look(w *watcher) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stopped {
@@ -206,7 +212,9 @@ func (c *clientWatch) look() bool {
 			return false // nothing to look at
 		}
 	}
-	switch peekRaw(c.raw, false) {
+	w.seen = peekError
+	_ = c.raw.Read(w.look)
+	switch w.seen {
 	case peekError:
 		c.gone()
 		return false

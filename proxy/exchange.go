@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"sync/atomic"
 	"time"
 
@@ -17,7 +16,8 @@ type exchange struct {
 	ctx      *fasthttp.RequestCtx
 	ep       endpoint
 	in       inference
-	id       string
+	id       []byte // the request id, in idBuf when it fits
+	idBuf    [32]byte
 	start    time.Time
 	deadline time.Time // no attempt starts after it (--request-timeout-secs)
 	body     []byte    // the client's body, as received
@@ -31,12 +31,17 @@ type exchange struct {
 	up  *fasthttp.Request
 	uri []byte // the client's request URI, to go under each worker's base path
 
-	// reqCtx ends when the client leaves (cause ErrClientGone), when the
+	// life ends when the client leaves (cause ErrClientGone), when the
 	// router gives up on the request (an abortError) or shuts down, or when
 	// it is done. abort ends it and cuts the upstream connection.
-	reqCtx context.Context
-	cancel context.CancelCauseFunc
-	guard  connGuard // the upstream connection of the attempt under way
+	life  exchangeCtx
+	begun bool      // begin ran: done has its attempts' state to end
+	guard connGuard // the upstream connection of the attempt under way
+	// first is the first attempt, final the answer delivered from the
+	// response: they live here to save allocations.
+	first      attempt
+	firstTaken bool
+	final      answer
 	// the proxy's list of exchanges in flight, guarded by its lock
 	prev, next *exchange
 	flying     bool
@@ -52,9 +57,10 @@ type exchange struct {
 // newExchange starts the exchange of ctx's request.
 func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
 	start := time.Now()
-	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout), id: p.requestID(ctx),
+	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
 		body: ctx.PostBody(), uri: ctx.RequestURI()}
-	ctx.Response.Header.Set("x-request-id", x.id)
+	x.id = p.requestID(ctx, x.idBuf[:0])
+	ctx.Response.Header.SetBytesV("x-request-id", x.id)
 	return x
 }
 
@@ -108,7 +114,7 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep endpoint) {
 // aborts them, and the watch for a client that leaves.
 func (p *Proxy) begin(x *exchange) {
 	x.up = p.upstreamRequest(x)
-	x.reqCtx, x.cancel = context.WithCancelCause(context.Background())
+	x.begun = true
 	p.flights.add(x) // shutdown aborts it
 	x.watch = &x.reqWatch
 	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
@@ -157,7 +163,7 @@ func (p *Proxy) clientGone(x *exchange) {
 // abort ends x's attempts with cause: the context first, so that whoever
 // finds the upstream connection cut also finds why.
 func (x *exchange) abort(cause error) {
-	x.cancel(cause)
+	x.life.end(cause)
 	x.guard.abort()
 }
 
@@ -171,9 +177,9 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		fasthttp.ReleaseRequest(x.up)
 		x.up = nil
 	}
-	if x.cancel != nil {
+	if x.begun {
 		p.flights.remove(x)
-		x.cancel(nil)
+		x.life.end(nil)
 	}
 	p.inflight.Add(-1)
 	if x.gone.Load() {
@@ -217,7 +223,7 @@ func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
 	h := &req.Header
 	x.ctx.Request.Header.CopyTo(h)
 	delRequestHopHeaders(h, x.ctx.Request.Header.RawHeaders())
-	h.Set("x-request-id", x.id)
+	h.SetBytesV("x-request-id", x.id)
 	if p.keys.enabled() {
 		h.Del("Authorization") // the client's key is the router's, not the workers'
 	}

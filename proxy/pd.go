@@ -207,17 +207,16 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
 		up: fasthttp.AcquireRequest(), uri: bytes.Clone(x.uri)}
 	x.up.CopyTo(px.up)
-	px.reqCtx, px.cancel = context.WithCancelCause(context.Background())
 	d.p.flights.add(px) // shutdown aborts it
-	stop := context.AfterFunc(x.reqCtx, func() {
-		if cause := context.Cause(x.reqCtx); isGone(cause) {
+	stop := context.AfterFunc(&x.life, func() {
+		if cause := x.life.why(); isGone(cause) {
 			px.abort(cause)
 		}
 	})
 	return px, func() {
 		stop()
 		d.p.flights.remove(px)
-		px.cancel(nil)
+		px.life.end(nil)
 		fasthttp.ReleaseRequest(px.up)
 	}
 }

@@ -3,12 +3,13 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -267,16 +268,18 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	return fasthttp.StatusContinue
 }
 
-// requestID returns the client's request id, or a new one.
-func (p *Proxy) requestID(ctx *fasthttp.RequestCtx) string {
+// requestID appends to buf the client's request id, or a new one: 96
+// random bits in hex, unique in practice (they need not be unguessable).
+func (p *Proxy) requestID(ctx *fasthttp.RequestCtx, buf []byte) []byte {
 	for _, h := range p.cfg.RequestIDHeaders {
 		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
-			return string(v)
+			return append(buf, v...)
 		}
 	}
 	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return hex.AppendEncode(buf, b[:])
 }
 
 // fasthttpLogger sends fasthttp's own messages (a client that sent an

@@ -113,7 +113,7 @@ func (p *Proxy) pause(x *exchange, n int) error {
 	select {
 	case <-t.C:
 		return nil
-	case <-x.reqCtx.Done():
+	case <-x.life.Done():
 		return contextCause(x)
 	}
 }

@@ -45,9 +45,12 @@ type upstream struct {
 type upConn struct {
 	net.Conn
 	raw      syscall.RawConn // the socket, for looks at it; nil if there is none
+	look     func(fd uintptr) bool
+	seen     peekState // what look saw
 	br       *bufio.Reader
 	head     []byte      // the request head being written, reused
-	iov      net.Buffers // head and body, written with one writev
+	iov      [2][]byte   // head and body, written with one writev
+	bufs     net.Buffers // the iovecs of one write
 	lastUsed time.Time
 	reused   bool
 }
@@ -101,8 +104,10 @@ func (c *upConn) quiet() bool {
 	if c.raw == nil {
 		return true // nothing to look at: the worker's framing has to do
 	}
-	s := peekRaw(c.raw, false)
-	return s == peekEmpty || s == peekUnknown
+	if c.raw.Read(c.look) != nil {
+		return false
+	}
+	return c.seen == peekEmpty || c.seen == peekUnknown
 }
 
 func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
@@ -117,7 +122,9 @@ func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}, nil
+	c := &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}
+	c.look = func(fd uintptr) bool { c.seen, _ = peekFD(fd); return true } // made once: a look allocates nothing
+	return c, nil
 }
 
 // allowDestination refuses, before a connection is made, an address the
@@ -216,8 +223,10 @@ func (c *upConn) writeRequest(req *fasthttp.Request, body []byte) error {
 		req.Header.SetContentLength(len(body))
 	}
 	c.head = req.Header.AppendBytes(c.head[:0])
-	c.iov = append(c.iov[:0], c.head, body)
-	_, err := c.iov.WriteTo(c.Conn)
+	c.iov = [2][]byte{c.head, body}
+	c.bufs = c.iov[:]
+	_, err := c.bufs.WriteTo(c.Conn)
+	c.iov[1] = nil // the body is the client's
 	return err
 }
 
