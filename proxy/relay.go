@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -141,7 +142,7 @@ func (r *relay) read(b []byte) (int, error) {
 	if r.complete {
 		return 0, io.EOF
 	}
-	n, err := r.a.resp.BodyStream().Read(b)
+	n, err := r.readArrived(b)
 	r.note(b[:n])
 	switch err {
 	case nil:
@@ -155,6 +156,70 @@ func (r *relay) read(b []byte) (int, error) {
 		return n, nil
 	}
 	return r.failRead(b)
+}
+
+// readArrived reads what the worker sent next: at least one read of its
+// body, which may wait for it, and then whatever more has already arrived
+// and fits in b, read without waiting. Events that arrived together go out
+// to the client in one chunk, one write, instead of one write each, and no
+// event waits for the next one.
+func (r *relay) readArrived(b []byte) (int, error) {
+	body := r.a.resp.BodyStream()
+	n, err := body.Read(b)
+	for err == nil && n < len(b) && nextReadReady(r.a.conn.br, r.a.resp.Header.ContentLength()) {
+		var m int
+		m, err = body.Read(b[n:])
+		n += m
+	}
+	return n, err
+}
+
+// nextReadReady reports whether the next read of a body framed as
+// contentLength says (-1 chunked, -2 to the end of the connection, else
+// its length) is served from what br holds, without waiting for the
+// worker: for a chunked body, the next chunk is there whole, its size line
+// and its closing CRLF included.
+func nextReadReady(br *bufio.Reader, contentLength int) bool {
+	buffered := br.Buffered()
+	if contentLength != -1 || buffered == 0 {
+		return buffered > 0
+	}
+	b, _ := br.Peek(buffered)
+	line := bytes.IndexByte(b, '\n')
+	if line < 1 || b[line-1] != '\r' {
+		return false
+	}
+	size, ok := chunkSize(b[:line-1])
+	if !ok {
+		return false
+	}
+	if size == 0 {
+		return bytes.HasPrefix(b[line+1:], []byte("\r\n")) // the last chunk, without trailers
+	}
+	return len(b)-(line+1) >= size+2
+}
+
+// chunkSize parses a chunk's size line, less its CRLF; a line with
+// extensions or anything unusual is not parsed (the caller then waits for
+// a read of its own).
+func chunkSize(line []byte) (int, bool) {
+	if len(line) == 0 || len(line) > 8 {
+		return 0, false
+	}
+	size := 0
+	for _, c := range line {
+		switch {
+		case c >= '0' && c <= '9':
+			size = size<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			size = size<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			size = size<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return size, true
 }
 
 // note records relayed bytes: progress for health, and where the stream
