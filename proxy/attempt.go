@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -16,17 +17,18 @@ import (
 // request's deadline is on the connection. end releases all of them, once,
 // on every path.
 type attempt struct {
-	x      *exchange
-	m      *member
-	dec    affinity.Decision
-	guard  *affinity.Guard
-	track  Attempt
-	stuck  atomic.Bool   // health judged it stuck, and its connection was cut
-	over   chan struct{} // closed by end, when a goroutine waits for stuck
-	conn   *upConn
-	resp   *fasthttp.Response
-	framed bool // the answer's body has a length or chunks: its end is not the connection's
-	ended  bool
+	x        *exchange
+	m        *member
+	dec      affinity.Decision
+	guard    *affinity.Guard
+	track    Attempt
+	stuck    atomic.Bool   // health judged it stuck, and its connection was cut
+	over     chan struct{} // closed by end, when a goroutine waits for stuck
+	conn     *upConn
+	resp     *fasthttp.Response
+	framed   bool // the answer's body has a length or chunks: its end is not the connection's
+	streamed bool // the answer went to the client as a stream
+	ended    bool
 	// first is the first read of a streamed body, made before going live.
 	first    []byte
 	firstBuf *[]byte
@@ -103,7 +105,7 @@ func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 func (a *attempt) send(body []byte) error {
 	req := a.x.upstreamRequest(a.m)
 	a.resp = fasthttp.AcquireResponse()
-	conn, err := a.m.up.exchange(&a.x.life, attemptConn{a}, req, body, a.resp, a.x.deadline)
+	conn, err := a.m.up.exchange(&a.x.life, attemptConn{a}, req, body, a.resp, a.x.start, a.x.deadline)
 	if err != nil {
 		return err
 	}
@@ -180,7 +182,11 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	if a.conn != nil {
 		intact := a.x.guard.detach(a.conn)
-		a.m.up.release(a.conn, reusable && intact)
+		now := a.x.start // about the time for an answer read whole
+		if a.streamed {
+			now = time.Now()
+		}
+		a.m.up.release(a.conn, reusable && intact, now)
 	}
 	if a.resp != nil {
 		fasthttp.ReleaseResponse(a.resp)

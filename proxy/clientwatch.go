@@ -29,8 +29,8 @@ import (
 type clientWatch struct {
 	w     *watcher
 	conn  net.Conn
-	probe prober // nil: a half-closed client cannot be probed
-	gone  func()
+	probe prober    // nil: a half-closed client cannot be probed
+	x     *exchange // told when the client is gone
 
 	// the watcher's list of watches, guarded by w.mu
 	prev, next *clientWatch
@@ -90,19 +90,20 @@ func newWatcher() *watcher {
 	return w
 }
 
-// watch starts watching conn; gone is called, at most once and from the
-// watcher's goroutine or the watch's own, if the client leaves.
-func (w *watcher) watch(conn net.Conn, probe prober, gone func()) *clientWatch {
+// watch starts watching conn, the client of x, from now on; x.clientGone
+// is called, at most once and from the watcher's goroutine or the watch's
+// own, if the client leaves.
+func (w *watcher) watch(conn net.Conn, probe prober, x *exchange, now time.Time) *clientWatch {
 	c := &clientWatch{}
-	w.start(c, conn, probe, gone)
+	w.start(c, conn, probe, x, now)
 	return c
 }
 
 // start is watch on a clientWatch the caller provides (embedded in its
 // exchange, to save an allocation).
-func (w *watcher) start(c *clientWatch, conn net.Conn, probe prober, gone func()) {
-	*c = clientWatch{w: w, conn: conn, probe: probe, gone: gone, interval: watchFirstLook}
-	c.due = time.Now().Add(watchFirstLook)
+func (w *watcher) start(c *clientWatch, conn net.Conn, probe prober, x *exchange, now time.Time) {
+	*c = clientWatch{w: w, conn: conn, probe: probe, x: x, interval: watchFirstLook}
+	c.due = now.Add(watchFirstLook)
 	w.mu.Lock()
 	c.prev, c.linked = w.tail, true
 	if w.tail != nil {
@@ -216,7 +217,7 @@ func (c *clientWatch) look(w *watcher) bool {
 	_ = c.raw.Read(w.look)
 	switch w.seen {
 	case peekError:
-		c.gone()
+		c.x.clientGone()
 		return false
 	case peekEOF:
 		if c.probe != nil {
@@ -239,7 +240,7 @@ func (c *clientWatch) probeHalfClosed() {
 			select {
 			case <-c.quit:
 			default:
-				c.gone()
+				c.x.clientGone()
 			}
 			return
 		}

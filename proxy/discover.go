@@ -105,7 +105,8 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 	req.Header.SetHost(m.addr)
 	req.SetRequestURI(m.base.Under(path))
 	lc := &ctxConn{ctx: ctx}
-	conn, err := m.up.exchange(ctx, lc, req, nil, resp, time.Now().Add(p.cfg.DialTimeout))
+	now := time.Now()
+	conn, err := m.up.exchange(ctx, lc, req, nil, resp, now, now.Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,7 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 		err = readBody(conn.br, resp, maxDiscoveryBody)
 	}
 	intact := lc.detach(conn)
-	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose())
+	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose(), time.Now())
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return nil, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)

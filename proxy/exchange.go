@@ -13,6 +13,7 @@ import (
 // exchange is one client request on its way through the proxy, from the
 // handler to the last byte of its response.
 type exchange struct {
+	p        *Proxy
 	ctx      *fasthttp.RequestCtx
 	ep       endpoint
 	in       inference
@@ -57,7 +58,7 @@ type exchange struct {
 // newExchange starts the exchange of ctx's request.
 func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep endpoint) *exchange {
 	start := time.Now()
-	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
+	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
 		body: ctx.PostBody(), uri: ctx.RequestURI()}
 	x.id = p.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
@@ -117,7 +118,7 @@ func (p *Proxy) begin(x *exchange) {
 	x.begun = true
 	p.flights.add(x) // shutdown aborts it
 	x.watch = &x.reqWatch
-	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
+	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), x, x.start)
 }
 
 // serveLeg runs the leg whose answer is the client's, and reports whether
@@ -153,9 +154,9 @@ const statusClientGone = 499
 
 // clientGone records, once, that the client went away, and aborts the
 // upstream exchange so the engine stops generating.
-func (p *Proxy) clientGone(x *exchange) {
+func (x *exchange) clientGone() {
 	if x.gone.CompareAndSwap(false, true) {
-		p.metrics.disconnects.Inc()
+		x.p.metrics.disconnects.Inc()
 	}
 	x.abort(ErrClientGone)
 }

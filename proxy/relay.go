@@ -91,6 +91,7 @@ func (p *Proxy) stream(x *exchange, a *attempt) {
 	copyResponseHeader(resp, &a.resp.Header, x.id)
 	status := a.status()
 	resp.SetStatusCode(status)
+	a.streamed = true
 	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
@@ -100,7 +101,7 @@ func (p *Proxy) stream(x *exchange, a *attempt) {
 	if r.sse && x.ctx.Request.Header.IsHTTP11() {
 		probe = r
 	}
-	x.watch = p.watcher.watch(x.ctx.Conn(), probe, func() { p.clientGone(x) })
+	x.watch = p.watcher.watch(x.ctx.Conn(), probe, x, time.Now())
 }
 
 // Read hands fasthttp the next bytes of the stream. Between two Reads
@@ -281,7 +282,7 @@ func (r *relay) CloseWithError(werr error) error {
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.p.done(r.x, r.status, false)
 	default: // the client went away before the stream ended
-		r.p.clientGone(r.x)
+		r.x.clientGone()
 		o := Canceled
 		if r.complete {
 			o = outcomeOf(r.status)

@@ -51,6 +51,7 @@ type upConn struct {
 	head     []byte      // the request head being written, reused
 	iov      [2][]byte   // head and body, written with one writev
 	bufs     net.Buffers // the iovecs of one write
+	deadline time.Time   // the connection's deadline, left set while it is idle
 	lastUsed time.Time
 	reused   bool
 }
@@ -59,9 +60,10 @@ func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle in
 	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, hosts: hosts}
 }
 
-// acquire returns a quiet idle connection, or dials a new one.
-func (u *upstream) acquire(ctx context.Context, deadline time.Time) (*upConn, error) {
-	if c := u.takeIdle(); c != nil {
+// acquire returns a quiet idle connection, or dials a new one; now is
+// about the time.
+func (u *upstream) acquire(ctx context.Context, now, deadline time.Time) (*upConn, error) {
+	if c := u.takeIdle(now); c != nil {
 		return c, nil
 	}
 	return u.dial(ctx, deadline)
@@ -70,13 +72,13 @@ func (u *upstream) acquire(ctx context.Context, deadline time.Time) (*upConn, er
 // takeIdle pops the most recently used idle connection that is still
 // usable, closing the stale ones it meets. The look at each is made outside
 // the lock.
-func (u *upstream) takeIdle() *upConn {
+func (u *upstream) takeIdle(now time.Time) *upConn {
 	for {
 		c := u.pop()
 		if c == nil {
 			return nil
 		}
-		if time.Since(c.lastUsed) < u.idleTimeout && c.quiet() {
+		if now.Sub(c.lastUsed) < u.idleTimeout && c.quiet(now) {
 			c.reused = true
 			return c
 		}
@@ -97,12 +99,20 @@ func (u *upstream) pop() *upConn {
 
 // quiet reports whether nothing waits to be read on an idle connection: no
 // stray bytes the worker sent unasked and no FIN.
-func (c *upConn) quiet() bool {
+func (c *upConn) quiet(now time.Time) bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
 	if c.raw == nil {
 		return true // nothing to look at: the worker's framing has to do
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		// The deadline of its last exchange passed while it was idle: a look
+		// would fail on it.
+		if c.SetDeadline(time.Time{}) != nil {
+			return false
+		}
+		c.deadline = time.Time{}
 	}
 	if c.raw.Read(c.look) != nil {
 		return false
@@ -140,14 +150,15 @@ func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error 
 
 // release returns c to the pool when reusable (its last response was read
 // exactly to its end and the worker keeps the connection open) and nothing
-// more is buffered on it; otherwise it closes c.
-func (u *upstream) release(c *upConn, reusable bool) {
+// more is buffered on it; otherwise it closes c. now is about the time. The
+// deadline of the exchange stays on the connection: the next one sets its
+// own, and an idle connection is not read.
+func (u *upstream) release(c *upConn, reusable bool, now time.Time) {
 	if !reusable || c.br.Buffered() > 0 {
 		c.Close()
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
-	c.lastUsed = time.Now()
+	c.lastUsed = now
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed || len(u.idle) >= u.maxIdle {
@@ -177,9 +188,9 @@ func (u *upstream) close() {
 // is waiting on; the caller detaches it before release. When ctx ends
 // (it does before lc cuts for the exchange's sake), the exchange fails with
 // ctx's cause.
-func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
+func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, now, deadline time.Time) (*upConn, error) {
 	for {
-		c, err := u.acquire(ctx, deadline)
+		c, err := u.acquire(ctx, now, deadline)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
@@ -207,8 +218,11 @@ func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Requ
 }
 
 func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) error {
-	if err := c.SetDeadline(deadline); err != nil {
-		return err
+	if !deadline.Equal(c.deadline) {
+		if err := c.SetDeadline(deadline); err != nil {
+			return err
+		}
+		c.deadline = deadline
 	}
 	if err := c.writeRequest(req, body); err != nil {
 		return err
