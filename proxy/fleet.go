@@ -74,7 +74,7 @@ type Fleet struct {
 	eligible    func(affinity.WorkerID) bool
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
-	maxIdle     int
+	maxIdle     int // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
 	hosts       workerurl.HostPolicy
 	log         *slog.Logger
 
@@ -94,7 +94,7 @@ type Fleet struct {
 // worker traffic; onRemove is told of workers that left the registry.
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
 	dialTimeout time.Duration, hosts workerurl.HostPolicy, log *slog.Logger) *Fleet {
-	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64, hosts: hosts, log: log,
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, log: log,
 		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
