@@ -27,6 +27,7 @@ targets="direct nginx haproxy router router_1cpu router_rr"
 stream_targets="direct nginx haproxy router router_1cpu"
 
 need_tools
+cp /proc/loadavg "$tmp/load-start" # the machine may be shared: the table says how busy it was
 [ -x bin/router ] || make build
 go build -o "$tmp/ssebench" ./scripts/proxybench/ssebench
 python3 "$here/bodies.py" "$tmp" $sizes
@@ -109,4 +110,5 @@ for round in $(seq "$rounds"); do
 done
 stop_proxies
 
+cp /proc/loadavg "$tmp/load-end"
 python3 "$here/table.py" "$tmp" "$rounds" "$duration" "$stream_duration" >"$out"

@@ -88,9 +88,14 @@ print("wrk (1 thread, 64 connections, %s per run) POSTs a chat body to `/v1/chat
       "completion JSON at once, so the proxy is the bottleneck, not the worker. wrk, the upstream and "
       "the proxy under test share the machine's 2 cores, so a proxy that spends less CPU per request "
       "leaves more to the others: proxy CPU µs/req is the CPU time of the proxy's processes divided by "
-      "the requests served. Figures are means over %d rounds; each round runs every target once, side "
+      "the requests served (in the direct row, the upstream's). Figures are means over %d rounds; each round runs every target once, side "
       "by side, and the ratios to nginx are given per round to show how steady they were.\n"
       % (duration, rounds))
+load = [open(os.path.join(tmp, f)).read().split()[0] for f in ("load-start", "load-end")
+        if os.path.exists(os.path.join(tmp, f))]
+if load:
+    print("Load average of the machine when the run started and ended: %s (2 cores; other work ran "
+          "beside it, which is why the per-round ratios differ).\n" % " and ".join(load))
 print("An earlier version of this file put the router at 1.14x nginx's throughput. That run went through a "
       "workersim that was itself the bottleneck (about 2,000 req/s even without a proxy), so it measured the "
       "worker, not the proxy: behind an instant upstream, the router of that time reached about half of "
