@@ -91,15 +91,15 @@ print("wrk (1 thread, 64 connections, %s per run) POSTs a chat body to `/v1/chat
       "the requests served (in the direct row, the upstream's). Figures are means over %d rounds; each round runs every target once, side "
       "by side, and the ratios to nginx are given per round to show how steady they were.\n"
       % (duration, rounds))
-load = [open(os.path.join(tmp, f)).read().split()[0] for f in ("load-start", "load-end")
+loadavg = [open(os.path.join(tmp, f)).read().split()[0] for f in ("load-start", "load-end")
         if os.path.exists(os.path.join(tmp, f))]
-if load:
+if loadavg:
     print("Load average of the machine when the run started and ended: %s (2 cores; other work ran "
-          "beside it, which is why the per-round ratios differ).\n" % " and ".join(load))
+          "beside it, which is why the per-round ratios differ).\n" % " and ".join(loadavg))
 print("An earlier version of this file put the router at 1.14x nginx's throughput. That run went through a "
       "workersim that was itself the bottleneck (about 2,000 req/s even without a proxy), so it measured the "
       "worker, not the proxy: behind an instant upstream, the router of that time reached about half of "
-      "nginx's throughput (0.54x with a 4 KiB body in a run of this script at commit cb80641).\n")
+      "nginx's throughput (0.54x and 0.61x with a 4 KiB body in two runs of this script at commit cb80641).\n")
 for size in ("4", "64"):
     requests_table(size)
 print("### Streaming relay\n")
