@@ -7,7 +7,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench chaos clean
+.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench bench-proxy chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -41,8 +41,11 @@ fuzz: ## run every fuzz target for FUZZTIME each
 		done; \
 	done
 
-bench: build ## benchmarks: selection cost, fleet simulation tables, router overhead; writes BENCHMARKS.md
+bench: build ## benchmarks: selection cost, fleet simulation tables, the proxy path against nginx and HAProxy; writes BENCHMARKS.md
 	@scripts/bench.sh
+
+bench-proxy: build ## only the proxy path against nginx and HAProxy; rewrites its section of BENCHMARKS.md
+	@scripts/bench.sh proxy
 
 chaos: build ## docker-compose chaos scenarios and their invariants
 	@scripts/chaos.sh

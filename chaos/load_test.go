@@ -120,10 +120,10 @@ func (l *load) end() loadStats {
 type outcome int
 
 const (
-	answered      outcome = iota
-	beforeFirst           // failed before the first byte: retry
-	cutVisibly            // a stream that failed visibly after it started
-	cutSilently           // a stream that ended cleanly without [DONE]
+	answered    outcome = iota
+	beforeFirst         // failed before the first byte: retry
+	cutVisibly          // a stream that failed visibly after it started
+	cutSilently         // a stream that ended cleanly without [DONE]
 )
 
 // complete sends one completion and says how it ended.

@@ -24,6 +24,10 @@ type Config struct {
 	// MetricsAddr, when set, also serves /metrics there (--prometheus-host,
 	// --prometheus-port).
 	MetricsAddr string
+	// DebugAddr, when set, serves Go's runtime profiles (net/http/pprof)
+	// there (--debug-addr, default off); only a loopback address is
+	// accepted.
+	DebugAddr string
 
 	NodeName string // --node-name, default the host name
 	DataDir  string // --data-dir: the Raft log, stable store and snapshots
@@ -274,6 +278,9 @@ func (c Config) Validate() error {
 	}
 	if c.Proxy.Retry.InitialBackoff < 0 || c.Proxy.Retry.MaxBackoff < c.Proxy.Retry.InitialBackoff {
 		errs = append(errs, flagErr("retry-max-backoff-ms", "must be at least --retry-initial-backoff-ms"))
+	}
+	if c.DebugAddr != "" {
+		errs = append(errs, validDebugAddr(c.DebugAddr))
 	}
 	if c.BootstrapExpect < 1 {
 		errs = append(errs, flagErr("bootstrap-expect", "must be at least 1"))

@@ -39,13 +39,13 @@ type Replica struct {
 	sync    *loadsync.State // this replica's side of the gossip
 	// gossip is the memberlist side; a pointer swapped only by tests that
 	// cut a replica off the gossip and reopen it (partition_test.go).
-	gossip  atomic.Pointer[loadsync.Gossip]
+	gossip atomic.Pointer[loadsync.Gossip]
 	// gossipAddr is the gossip's address, read once at start.
 	gossipAddr string
-	members *membership
-	writes  *forwarder
-	rpc     *rpcClient // to the peers' cluster ports
-	reloads reloaders
+	members    *membership
+	writes     *forwarder
+	rpc        *rpcClient // to the peers' cluster ports
+	reloads    reloaders
 
 	// routingMu guards routingInUse, the fingerprint of the registry's
 	// routing config the proxy routes with ("" while it routes with the
@@ -54,6 +54,7 @@ type Replica struct {
 	routingInUse string
 
 	ln, metricsLn net.Listener
+	debugLn       net.Listener  // --debug-addr, nil when off
 	apiAddr       string        // where peers reach ln
 	loaded        atomic.Bool   // the registry is the cluster's: see ready.go
 	ready         chan struct{} // closed when loaded and the workers probed
@@ -88,10 +89,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		_ = r.Stop(context.Background()) // what build made
 		return nil, err
 	}
-	if err := r.serve(); err != nil {
-		_ = r.Stop(context.Background())
-		return nil, err
-	}
+	r.serve()
 	if err := r.seed(ctx); err != nil {
 		_ = r.Stop(context.Background())
 		return nil, err
@@ -189,7 +187,8 @@ func (r *Replica) openRaft() error {
 	return nil
 }
 
-// listen binds the API listener and the --prometheus-port one.
+// listen binds the API listener, the --prometheus-port one and the
+// --debug-addr one, so that a port in use is refused at start.
 func (r *Replica) listen() error {
 	var err error
 	if r.ln, err = net.Listen("tcp", r.cfg.HTTPAddr); err != nil {
@@ -198,6 +197,11 @@ func (r *Replica) listen() error {
 	if r.cfg.MetricsAddr != "" {
 		if r.metricsLn, err = net.Listen("tcp", r.cfg.MetricsAddr); err != nil {
 			return fmt.Errorf("--prometheus-port: %w", err)
+		}
+	}
+	if r.cfg.DebugAddr != "" {
+		if r.debugLn, err = net.Listen("tcp", r.cfg.DebugAddr); err != nil {
+			return fmt.Errorf("--debug-addr: %w", err)
 		}
 	}
 	return nil
@@ -261,20 +265,22 @@ func (r *Replica) disaggregationOf(rt Routing) (*proxy.PD, error) {
 
 // serve starts serving on the bound listeners, the peers' HTTP on the
 // cluster port, and the background loops.
-func (r *Replica) serve() error {
+func (r *Replica) serve() {
 	r.serving = true
 	r.goRun(r.serveAPI)
 	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
 	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
+	if r.debugLn != nil {
+		r.goRun(func() { serveDebug(r.ctx, r.debugLn) })
+	}
 	r.goRun(r.followRegistry)
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
 	r.goRun(r.runMembership)
 	r.goRun(r.runRejoin)
-	return nil
 }
 
 // serveAPI serves the HTTP API until Stop. A listener that fails for good
@@ -308,6 +314,14 @@ func (r *Replica) goRun(fn func()) {
 
 // HTTPAddr is the address the API listens on.
 func (r *Replica) HTTPAddr() string { return r.ln.Addr().String() }
+
+// DebugAddr is where the profiles are served, "" when --debug-addr is off.
+func (r *Replica) DebugAddr() string {
+	if r.debugLn == nil {
+		return ""
+	}
+	return r.debugLn.Addr().String()
+}
 
 // GossipAddr is the memberlist address other replicas --join.
 func (r *Replica) GossipAddr() string { return r.gossipAddr }
@@ -358,7 +372,7 @@ func (r *Replica) stopGossip(leave bool) error {
 func (r *Replica) closeParts() error {
 	var errs []error
 	if !r.serving {
-		for _, ln := range []net.Listener{r.ln, r.metricsLn} {
+		for _, ln := range []net.Listener{r.ln, r.metricsLn, r.debugLn} {
 			if ln != nil {
 				errs = append(errs, ln.Close())
 			}

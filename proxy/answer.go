@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"bytes"
-
 	"github.com/kvrouter/kvrouter/affinity"
-
 	"github.com/valyala/fasthttp"
 )
 
@@ -24,33 +21,57 @@ type answer struct {
 
 // keepAnswer reads a's whole answer into an answer of its own, and ends a.
 func (p *Proxy) keepAnswer(a *attempt) (*answer, error) {
-	var body bytes.Buffer
-	if err := a.readBody(&body, p.cfg.MaxResponseSize); err != nil {
+	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
 	}
-	ans := &answer{worker: a.m.ID, status: a.status(), body: body.Bytes()}
+	ans := &answer{worker: a.m.ID, status: a.status(), body: a.resp.SwapBody(nil)} // the body's bytes change hands
 	a.resp.Header.CopyTo(&ans.header)
 	a.end(outcomeOf(ans.status), a.reusable())
 	return ans, nil
 }
 
-// finalAnswer reads a's whole answer into the client's response, and ends a.
+// finalAnswer reads a's whole answer and makes it the client's response,
+// and ends a.
 func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
-	resp := &a.x.ctx.Response
-	resp.ResetBody()
-	if err := a.readBody(resp.BodyWriter(), p.cfg.MaxResponseSize); err != nil {
-		resp.ResetBody()
+	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
 	}
 	status := a.status()
-	copyResponseHeader(resp, &a.resp.Header)
+	resp := &a.x.ctx.Response
+	copyResponseHeader(a.x, &a.resp.Header)
 	resp.SetStatusCode(status)
+	swapBodies(resp, a.resp)
 	a.end(outcomeOf(status), a.reusable())
-	return &answer{worker: a.m.ID, status: status, inResponse: true}, nil
+	return a.x.delivered(a.m.ID, status), nil
+}
+
+// emptyAnswer makes a's answer, whose body was read and found empty, the
+// client's response, and ends a.
+func (p *Proxy) emptyAnswer(a *attempt) *answer {
+	status := a.status()
+	resp := &a.x.ctx.Response
+	copyResponseHeader(a.x, &a.resp.Header)
+	resp.SetStatusCode(status)
+	resp.ResetBody()
+	a.end(outcomeOf(status), a.reusable())
+	return a.x.delivered(a.m.ID, status)
+}
+
+// delivered is the answer of worker w already in x's response.
+func (x *exchange) delivered(w affinity.WorkerID, status int) *answer {
+	x.final = answer{worker: w, status: status, inResponse: true}
+	return &x.final
+}
+
+// swapBodies moves src's body to dst without copying it, and dst's buffer
+// to src, so both keep pooled buffers.
+func swapBodies(dst, src *fasthttp.Response) {
+	body := src.SwapBody(nil)
+	src.SwapBody(dst.SwapBody(body))
 }
 
 // deliver makes ans the client's response.
@@ -59,33 +80,54 @@ func (ans *answer) deliver(x *exchange) {
 		return
 	}
 	resp := &x.ctx.Response
-	copyResponseHeader(resp, &ans.header)
+	copyResponseHeader(x, &ans.header)
 	resp.SetStatusCode(ans.status)
 	resp.SetBody(ans.body)
 }
 
 // copyResponseHeader passes a worker's headers through to the client's
 // response, less hop-by-hop ones and the length (fasthttp frames the body
-// it writes), keeping the router's own: x-request-id and the CORS headers.
-func copyResponseHeader(dst *fasthttp.Response, src *fasthttp.ResponseHeader) {
-	var own [][2][]byte
-	for k, v := range dst.Header.All() {
-		if routerHeader(k) {
-			own = append(own, [2][]byte{append([]byte(nil), k...), append([]byte(nil), v...)})
+// it writes), with the request's x-request-id, and the CORS headers set
+// again (the worker's headers replaced the router's).
+func copyResponseHeader(x *exchange, src *fasthttp.ResponseHeader) {
+	dst := &x.ctx.Response
+	src.CopyTo(&dst.Header)
+	delHopHeaders(&dst.Header)
+	dst.Header.Del("Content-Length")
+	dst.Header.SetBytesV("x-request-id", x.id)
+	x.p.cors(x.ctx, false)
+}
+
+// delHopHeaders deletes the hop-by-hop headers of a worker's answer,
+// looking at its headers once rather than once per name.
+func delHopHeaders(h *fasthttp.ResponseHeader) {
+	var present [16]bool
+	found := false
+	for k := range h.All() {
+		if i := hopIndex(k); i >= 0 {
+			present[i], found = true, true
 		}
 	}
-	src.CopyTo(&dst.Header)
-	for _, h := range hopHeaders {
-		dst.Header.Del(h)
-	}
-	dst.Header.Del("Content-Length")
-	for _, kv := range own {
-		dst.Header.SetBytesKV(kv[0], kv[1])
+	if found {
+		delPresent(h.Del, present)
 	}
 }
 
-// routerHeader reports whether a response header is the router's own.
-func routerHeader(k []byte) bool {
-	return bytes.EqualFold(k, []byte("x-request-id")) || len(k) > 15 && bytes.EqualFold(k[:15], []byte("access-control-")) ||
-		bytes.EqualFold(k, []byte("vary"))
+func delPresent(del func(string), present [16]bool) {
+	for i, name := range hopHeaders {
+		if present[i] {
+			del(name)
+		}
+	}
+}
+
+// hopIndex is the index in hopHeaders of key, as fasthttp writes header
+// names, or -1.
+func hopIndex(key []byte) int {
+	for i, name := range hopHeaders {
+		if len(key) == len(name) && string(key) == name {
+			return i
+		}
+	}
+	return -1
 }

@@ -1,10 +1,9 @@
 package proxy
 
 import (
-	"context"
 	"errors"
-	"io"
-	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
@@ -14,21 +13,24 @@ import (
 
 // attempt is one try of a leg on one worker. From pick to end it owns the
 // worker's in-flight guard, the health tracker, the upstream connection and
-// response, and the context that aborts it (the client leaving, the router
-// giving up, health judging the worker stuck; the request's deadline is on
-// the connection). end releases all of them, once, on every path.
+// response. Its connection is cut when the exchange is aborted (the client
+// leaving, the router giving up) or health judges the worker stuck; the
+// request's deadline is on the connection. end releases all of them, once,
+// on every path.
 type attempt struct {
-	x      *exchange
-	m      *member
-	dec    affinity.Decision
-	guard  *affinity.Guard
-	track  Attempt
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	span   trace.Span // nil unless tracing
-	conn   *upConn
-	resp   *fasthttp.Response
-	ended  bool
+	x        *exchange
+	m        *member
+	dec      affinity.Decision
+	guard    *affinity.Guard
+	track    Attempt
+	stuck    atomic.Bool   // health judged it stuck, and its connection was cut
+	over     chan struct{} // closed by end, when a goroutine waits for stuck
+	span     trace.Span    // nil unless tracing
+	conn     *upConn
+	resp     *fasthttp.Response
+	framed   bool // the answer's body has a length or chunks: its end is not the connection's
+	streamed bool // the answer went to the client as a stream
+	ended    bool
 	// first is the first read of a streamed body, made before going live.
 	first    []byte
 	firstBuf *[]byte
@@ -67,7 +69,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 		if m.counters != nil && !l.pinned {
 			m.counters.decisions[l.router.Policy().Name()].Inc()
 		}
-		a := newAttempt(x, m, dec, guard, track)
+		a := x.newAttempt(m, dec, guard, track)
 		a.span = x.attemptTrace(dec.Worker, l.phase)
 		return a, nil
 	}
@@ -80,36 +82,44 @@ func phaseWord(phase string) string {
 	return phase + " "
 }
 
-func newAttempt(x *exchange, m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
-	a := &attempt{x: x, m: m, dec: dec, guard: guard, track: track}
-	a.ctx, a.cancel = context.WithCancelCause(x.reqCtx)
+// newAttempt makes an attempt of x: the exchange's first one lives inside
+// it (most exchanges make one), later ones are allocated.
+func (x *exchange) newAttempt(m *member, dec affinity.Decision, guard *affinity.Guard, track Attempt) *attempt {
+	a := &x.first
+	if x.firstTaken {
+		a = new(attempt)
+	}
+	x.firstTaken = true
+	*a = attempt{x: x, m: m, dec: dec, guard: guard, track: track}
 	if stuck := track.Stuck(); stuck != nil {
+		a.over = make(chan struct{})
 		go a.abandonWhen(stuck)
 	}
 	return a
 }
 
-// abandonWhen aborts the attempt when stuck closes, unless it ends first.
+// abandonWhen cuts the attempt's connection when stuck closes, unless the
+// attempt ends first.
 func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 	select {
 	case <-stuck:
-		a.cancel(errStuck)
-	case <-a.ctx.Done():
+		a.stuck.Store(true)
+		a.x.guard.cutAttempt(a)
+	case <-a.over:
 	}
 }
 
 // send writes the request and reads the response headers.
 func (a *attempt) send(body []byte) error {
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	a.x.upstreamRequest(a.m, req, body)
+	req := a.x.upstreamRequest(a.m)
 	injectTrace(a.span, &req.Header)
 	a.resp = fasthttp.AcquireResponse()
-	conn, err := a.m.up.exchange(a.ctx, req, a.resp, a.x.deadline)
+	conn, err := a.m.up.exchange(&a.x.life, attemptConn{a}, req, body, a.resp, a.x.start, a.x.deadline)
 	if err != nil {
 		return err
 	}
 	a.conn = conn
+	a.framed = a.resp.Header.ContentLength() != -2
 	a.track.Progress(0)
 	return nil
 }
@@ -117,39 +127,44 @@ func (a *attempt) send(body []byte) error {
 // status is the worker's answer status; valid after send.
 func (a *attempt) status() int { return a.resp.StatusCode() }
 
-// copyBuffers are the buffers whole answers are read through, so that
-// reading one allocates nothing per byte.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// readBody copies the answer's body to w, refusing one over limit bytes.
-func (a *attempt) readBody(w io.Writer, limit int) error {
-	buf := copyBuffers.Get().(*[]byte)
-	defer copyBuffers.Put(buf)
-	n, err := io.CopyBuffer(w, io.LimitReader(a.resp.BodyStream(), int64(limit)+1), *buf)
-	if err != nil {
-		return err
+// readWhole reads the answer's body whole into a.resp (into pooled
+// buffers, so reading one allocates nothing per byte), refusing one over
+// limit bytes.
+func (a *attempt) readWhole(limit int) error {
+	if !hasBody(a.status()) {
+		return nil
 	}
-	if n > int64(limit) {
+	err := readBody(a.conn.br, a.resp, limit)
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		return errorf(errAnswerTooLarge, "worker %d answered more than the limit of %d bytes (--max-response-size)", a.m.ID, limit)
 	}
-	a.track.Progress(0)
-	return nil
+	if err == nil {
+		a.track.Progress(0)
+	}
+	return err
+}
+
+// startStream makes the answer's body readable, as it comes, through
+// a.resp.BodyStream().
+func (a *attempt) startStream() error {
+	a.resp.StreamBody = true
+	return a.resp.ReadBody(a.conn.br, 0)
 }
 
 // reusable reports whether the connection may serve another request once
 // the body was read to its end: the worker keeps it alive and framed the
 // body (a body that ends with the connection leaves nothing to reuse).
 func (a *attempt) reusable() bool {
-	return !a.resp.ConnectionClose() && a.resp.Header.ContentLength() != -2
+	return !a.resp.ConnectionClose() && a.framed
 }
 
 // failure says what a failed send or body read means: the outcome for the
 // breaker, and the error that decides whether another attempt is made.
 func (a *attempt) failure(err error) (Outcome, error) {
 	switch {
-	case a.x.reqCtx.Err() != nil:
-		return Canceled, context.Cause(a.x.reqCtx)
-	case errors.Is(context.Cause(a.ctx), errStuck):
+	case a.x.life.why() != nil:
+		return Canceled, a.x.life.why()
+	case a.stuck.Load():
 		return Failed, errorf(ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
 	case errors.Is(err, errAnswerTooLarge):
 		return Failed, err
@@ -175,7 +190,12 @@ func (a *attempt) end(o Outcome, reusable bool) {
 		_ = a.resp.CloseBodyStream()
 	}
 	if a.conn != nil {
-		a.m.up.release(a.conn, reusable)
+		intact := a.x.guard.detach(a.conn)
+		now := a.x.start // about the time for an answer read whole
+		if a.streamed {
+			now = time.Now()
+		}
+		a.m.up.release(a.conn, reusable && intact, now)
 		if o != Canceled && a.m.counters != nil {
 			a.m.counters.processed.Inc() // the worker answered this one
 		}
@@ -191,5 +211,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	endAttemptTrace(a.span, o, status)
 	a.guard.Release()
 	a.track.End(o)
-	a.cancel(nil)
+	if a.over != nil {
+		close(a.over)
+	}
 }

@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"context"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -11,19 +13,38 @@ import (
 // generating. It consumes nothing of the connection: it peeks at the
 // socket, so a pipelined request behind this one stays for fasthttp to read.
 //
+// A watch costs nothing while its request is young: the proxy's one
+// watcher goroutine looks at the watches older than watchFirstLook, with a
+// peek that does not wait, and again at growing intervals up to
+// watchMaxInterval. Most answers are done before the first look, and a
+// client that hangs up is noticed within about that interval.
+//
 // A FIN from the client is ambiguous: it closed the connection, or only
 // half-closed it after sending (shutdown(SHUT_WR)) and still waits for the
 // answer. To tell them apart the watch writes something the client must
 // ignore (see prober); a client that closed answers the first such write
 // with a reset, so a later one fails. Where nothing can be written (an
-// HTTP/1.0 client), the router just goes on.
+// HTTP/1.0 client), the router just goes on. Probing runs on a goroutine of
+// the watch's own, started only for a half-closed client.
 type clientWatch struct {
+	w     *watcher
 	conn  net.Conn
-	probe prober // nil: a half-closed client cannot be probed
-	gone  func()
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	probe prober    // nil: a half-closed client cannot be probed
+	x     *exchange // told when the client is gone
+
+	// the watcher's list of watches, guarded by w.mu
+	prev, next *clientWatch
+	linked     bool
+
+	// only the watcher goroutine touches these
+	due      time.Time     // the next look
+	interval time.Duration // the wait after it
+	raw      syscall.RawConn
+
+	mu      sync.Mutex // held by the watcher during a look; stop takes it
+	stopped bool
+	quit    chan struct{} // a probing goroutine's stop signal, nil if none
+	done    chan struct{} // closed when that goroutine returns
 }
 
 // prober writes to a half-closed client something it ignores, or nothing
@@ -31,6 +52,15 @@ type clientWatch struct {
 type prober interface {
 	probe(conn net.Conn) error
 }
+
+const (
+	// watchFirstLook is the age of a request at the first look at its client.
+	watchFirstLook = 20 * time.Millisecond
+	// watchMaxInterval is the longest wait between two looks.
+	watchMaxInterval = 100 * time.Millisecond
+	// watchTick is how often the watcher wakes while requests are in flight.
+	watchTick = 5 * time.Millisecond
+)
 
 // probeIntervals are the waits between probes of a half-closed client: the
 // first detects a closed client within about one round trip and 100 ms, the
@@ -41,45 +71,182 @@ var probeIntervals = []time.Duration{100 * time.Millisecond, 400 * time.Millisec
 // that does not read.
 const probeWriteTimeout = time.Second
 
-// watchClient starts watching conn; gone is called, at most once and from
-// the watch's goroutine, if the client leaves.
-func watchClient(conn net.Conn, probe prober, gone func()) *clientWatch {
-	w := &clientWatch{conn: conn, probe: probe, gone: gone, quit: make(chan struct{}), done: make(chan struct{})}
-	// The request was read whole: its read deadline, if the server set one,
-	// means nothing now, and would end the watch early.
-	_ = conn.SetReadDeadline(time.Time{})
-	go w.run()
+// watcher owns the watches of one proxy and the goroutine that looks at
+// them. Its methods are safe for concurrent use.
+type watcher struct {
+	mu       sync.Mutex
+	head     *clientWatch // oldest first
+	tail     *clientWatch
+	sleeping bool // run waits for wake: the list was empty
+	wake     chan struct{}
+	scratch  []*clientWatch // run's list of watches due, reused
+	look     func(fd uintptr) bool
+	seen     peekState // what look saw
+}
+
+func newWatcher() *watcher {
+	w := &watcher{wake: make(chan struct{}, 1)}
+	w.look = func(fd uintptr) bool { w.seen, _ = peekFD(fd); return true } // made once: looks allocate nothing
 	return w
 }
 
-func (w *clientWatch) run() {
-	defer close(w.done)
-	switch peek(w.conn, true) {
-	case peekError:
-		if !w.stopping() {
-			w.gone()
-		}
-	case peekEOF:
-		if w.probe != nil {
-			w.probeHalfClosed()
+// watch starts watching conn, the client of x, from now on; x.clientGone
+// is called, at most once and from the watcher's goroutine or the watch's
+// own, if the client leaves.
+func (w *watcher) watch(conn net.Conn, probe prober, x *exchange, now time.Time) *clientWatch {
+	c := &clientWatch{}
+	w.start(c, conn, probe, x, now)
+	return c
+}
+
+// start is watch on a clientWatch the caller provides (embedded in its
+// exchange, to save an allocation).
+func (w *watcher) start(c *clientWatch, conn net.Conn, probe prober, x *exchange, now time.Time) {
+	*c = clientWatch{w: w, conn: conn, probe: probe, x: x, interval: watchFirstLook}
+	c.due = now.Add(watchFirstLook)
+	w.mu.Lock()
+	c.prev, c.linked = w.tail, true
+	if w.tail != nil {
+		w.tail.next = c
+	} else {
+		w.head = c
+	}
+	w.tail = c
+	wake := w.sleeping
+	w.sleeping = false
+	w.mu.Unlock()
+	if wake {
+		select {
+		case w.wake <- struct{}{}:
+		default:
 		}
 	}
-	// peekData: a pipelined request, for fasthttp; peekUnknown: nothing to watch.
+}
+
+func (w *watcher) unlink(c *clientWatch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !c.linked {
+		return
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		w.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		w.tail = c.prev
+	}
+	c.prev, c.next, c.linked = nil, nil, false
+}
+
+// run looks at the watches until ctx ends, every watchTick while there are
+// any.
+func (w *watcher) run(ctx context.Context) {
+	t := time.NewTimer(watchTick)
+	defer t.Stop()
+	for {
+		if w.idle() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			}
+		}
+		t.Reset(watchTick)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.sweep(time.Now())
+	}
+}
+
+// idle reports, and records for the next watch, that there is nothing to
+// look at.
+func (w *watcher) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sleeping = w.head == nil
+	return w.sleeping
+}
+
+// sweep looks at every watch that is due. The list is walked under the
+// lock, the looks are made outside it, so a request never waits on a look
+// at another one.
+func (w *watcher) sweep(now time.Time) {
+	w.mu.Lock()
+	due := w.scratch[:0]
+	for c := w.head; c != nil; c = c.next {
+		if !c.due.After(now) {
+			due = append(due, c)
+		}
+	}
+	w.mu.Unlock()
+	for i, c := range due {
+		if !c.look(w) {
+			w.unlink(c)
+		}
+		c.interval = min(2*c.interval, watchMaxInterval)
+		c.due = now.Add(c.interval)
+		due[i] = nil
+	}
+	w.scratch = due[:0]
+}
+
+// look peeks at the client's socket once, without waiting, and reports
+// whether the watch should go on looking. Only w's goroutine calls it.
+func (c *clientWatch) look(w *watcher) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return false
+	}
+	if c.raw == nil {
+		// The request was read whole: its read deadline, if the server set
+		// one, means nothing now, and would fail the look.
+		_ = c.conn.SetReadDeadline(time.Time{})
+		if c.raw = rawConnOf(c.conn); c.raw == nil {
+			return false // nothing to look at
+		}
+	}
+	w.seen = peekError
+	_ = c.raw.Read(w.look)
+	switch w.seen {
+	case peekError:
+		c.x.clientGone()
+		return false
+	case peekEOF:
+		if c.probe != nil {
+			c.quit, c.done = make(chan struct{}), make(chan struct{})
+			go c.probeHalfClosed()
+		}
+		return false
+	case peekEmpty:
+		return true
+	}
+	return false // peekData: a pipelined request, for fasthttp; peekUnknown: nothing to watch
 }
 
 // probeHalfClosed probes until a probe fails (the client is gone) or the
 // watch stops.
-func (w *clientWatch) probeHalfClosed() {
+func (c *clientWatch) probeHalfClosed() {
+	defer close(c.done)
 	for i := 0; ; i++ {
-		if err := w.probe.probe(w.conn); err != nil {
-			if !w.stopping() {
-				w.gone()
+		if err := c.probe.probe(c.conn); err != nil {
+			select {
+			case <-c.quit:
+			default:
+				c.x.clientGone()
 			}
 			return
 		}
 		t := time.NewTimer(probeIntervals[min(i, len(probeIntervals)-1)])
 		select {
-		case <-w.quit:
+		case <-c.quit:
 			t.Stop()
 			return
 		case <-t.C:
@@ -87,27 +254,25 @@ func (w *clientWatch) probeHalfClosed() {
 	}
 }
 
-func (w *clientWatch) stopping() bool {
-	select {
-	case <-w.quit:
-		return true
-	default:
-		return false
-	}
-}
-
 // stop ends the watch and waits for it, so that the watch writes nothing
 // more to the connection once it returns. Later calls do nothing.
-func (w *clientWatch) stop() {
-	if w == nil {
+func (c *clientWatch) stop() {
+	if c == nil || c.w == nil {
 		return
 	}
-	w.once.Do(func() {
-		close(w.quit)
-		_ = w.conn.SetReadDeadline(time.Unix(1, 0)) // wakes a waiting peek
-		<-w.done
-		_ = w.conn.SetReadDeadline(time.Time{})
-	})
+	c.mu.Lock()
+	already := c.stopped
+	c.stopped = true
+	quit, done := c.quit, c.done
+	c.mu.Unlock()
+	if already {
+		return
+	}
+	c.w.unlink(c)
+	if quit != nil {
+		close(quit)
+		<-done
+	}
 }
 
 // interimContinue probes a half-closed HTTP/1.1 client before its response:

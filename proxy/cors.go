@@ -18,8 +18,9 @@ func apiPath(path []byte) bool {
 }
 
 // cors sets the CORS headers of an API request that carries an Origin, and
-// answers a preflight; it reports whether the request was answered.
-func (p *Proxy) cors(ctx *fasthttp.RequestCtx) bool {
+// with preflight answers a preflight; it reports whether the request was
+// answered.
+func (p *Proxy) cors(ctx *fasthttp.RequestCtx, preflight bool) bool {
 	origin := ctx.Request.Header.Peek("Origin")
 	if len(origin) == 0 || !apiPath(ctx.Path()) {
 		return false
@@ -35,7 +36,7 @@ func (p *Proxy) cors(ctx *fasthttp.RequestCtx) bool {
 		}
 		h.Set("Access-Control-Expose-Headers", "x-request-id")
 	}
-	if !ctx.IsOptions() || len(ctx.Request.Header.Peek("Access-Control-Request-Method")) == 0 {
+	if !preflight || !ctx.IsOptions() || len(ctx.Request.Header.Peek("Access-Control-Request-Method")) == 0 {
 		return false
 	}
 	if allowed {

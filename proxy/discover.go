@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"strconv"
 	"time"
@@ -120,24 +120,28 @@ func (p *Proxy) call(ctx context.Context, w Worker, method, path string) ([]byte
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(method)
-	req.Header.SetHost(m.base.Addr())
+	req.Header.SetHost(m.addr)
 	req.SetRequestURI(m.base.Under(path))
 	if p.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
-	conn, err := m.up.exchange(ctx, req, resp, time.Now().Add(p.cfg.DialTimeout))
+	lc := &ctxConn{ctx: ctx}
+	now := time.Now()
+	conn, err := m.up.exchange(ctx, lc, req, nil, resp, now, now.Add(p.cfg.DialTimeout))
 	if err != nil {
 		return nil, 0, err
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.BodyStream(), maxDiscoveryBody+1))
-	_ = resp.CloseBodyStream()
-	complete := err == nil && len(body) <= maxDiscoveryBody
-	m.up.release(conn, complete && !resp.ConnectionClose())
+	framed := resp.Header.ContentLength() != -2
+	if hasBody(resp.StatusCode()) {
+		err = readBody(conn.br, resp, maxDiscoveryBody)
+	}
+	intact := lc.detach(conn)
+	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose(), time.Now())
 	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	case err != nil:
 		return nil, 0, err
-	case !complete:
-		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	}
-	return body, resp.StatusCode(), nil
+	return append([]byte(nil), resp.Body()...), resp.StatusCode(), nil
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +38,7 @@ func (e *abortError) Unwrap() error { return e.err }
 func isGone(err error) bool { return errors.Is(err, ErrClientGone) }
 
 // contextCause is why x's attempts were cancelled.
-func contextCause(x *exchange) error { return context.Cause(x.reqCtx) }
+func contextCause(x *exchange) error { return x.life.why() }
 
 // apiError is an error with the message the client sees.
 type apiError struct {

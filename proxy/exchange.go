@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"context"
+	"bytes"
 	"sync/atomic"
 	"time"
 
@@ -13,26 +13,43 @@ import (
 // exchange is one client request on its way through the proxy, from the
 // handler to the last byte of its response.
 type exchange struct {
+	p        *Proxy
 	ctx      *fasthttp.RequestCtx
 	ep       *endpoint
 	in       inference
-	id       string
+	id       []byte // the request id, in idBuf when it fits
+	idBuf    [32]byte
 	start    time.Time
 	deadline time.Time // no attempt starts after it (--request-timeout-secs)
 	body     []byte    // the client's body, as received
-	// header is what every worker is sent of the client's request headers:
-	// hop-by-hop ones removed, x-request-id and the default API key set.
-	// Attempts copy it, so they never read the client's RequestCtx, and may
-	// run on goroutines of their own (the concurrent P/D prefill).
-	header *fasthttp.RequestHeader
-	uri    string // the client's request URI, to go under each worker's base path
+	text     *[]byte   // the buffer of in.text, from textBuffers; returned when done
+	// up is the request every worker is sent, from fasthttp's pool: the
+	// client's headers less hop-by-hop ones, x-request-id and the default
+	// API key set; each attempt sets its worker's host and path and its
+	// body. Attempts never read the client's RequestCtx, so they may run on
+	// goroutines of their own (the concurrent P/D prefill, which has its own
+	// copy).
+	up  *fasthttp.Request
+	uri []byte // the client's request URI, to go under each worker's base path
 
-	// reqCtx ends when the client leaves (cause ErrClientGone), when the
-	// router gives up on the request (an abortError), or when it is done.
-	reqCtx context.Context
-	cancel context.CancelCauseFunc
-	watch  *clientWatch
-	gone   atomic.Bool // the client left; counted once
+	// life ends when the client leaves (cause ErrClientGone), when the
+	// router gives up on the request (an abortError) or shuts down, or when
+	// it is done. abort ends it and cuts the upstream connection.
+	life  exchangeCtx
+	begun bool      // begin ran: done has its attempts' state to end
+	guard connGuard // the upstream connection of the attempt under way
+	// first is the first attempt, final the answer delivered from the
+	// response: they live here to save allocations.
+	first      attempt
+	firstTaken bool
+	final      answer
+	// the proxy's list of exchanges in flight, guarded by its lock
+	prev, next *exchange
+	flying     bool
+	watch      *clientWatch // reqWatch, then the stream's
+	// reqWatch is the watch while no byte of the response was written.
+	reqWatch clientWatch
+	gone     atomic.Bool // the client left; counted once
 
 	errType   string        // why the router refused or failed the request, for the metrics
 	route     route         // how it was routed, for the request log
@@ -46,9 +63,10 @@ type exchange struct {
 // newExchange starts the exchange of ctx's request.
 func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
 	start := time.Now()
-	x := &exchange{ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout), id: p.requestID(ctx),
-		body: ctx.PostBody(), uri: string(ctx.RequestURI())}
-	ctx.Response.Header.Set("x-request-id", x.id)
+	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
+		body: ctx.PostBody(), uri: ctx.RequestURI()}
+	x.id = p.requestID(ctx, x.idBuf[:0])
+	ctx.Response.Header.SetBytesV("x-request-id", x.id)
 	return x
 }
 
@@ -70,10 +88,17 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 			p.done(x, x.ctx.Response.StatusCode(), false)
 		}
 	}()
-	in, err := parseInference(ep, x.body)
+	x.text = textBuffers.Get().(*[]byte)
+	in, err := parseInference(ep, x.body, (*x.text)[:0])
 	if err != nil {
 		p.refuse(x, err)
 		return
+	}
+	*x.text = in.text // keep what the buffer grew to
+	if p.pd != nil {
+		// A concurrent prefill may outlive the exchange, and route with
+		// the text after it is done: it gets a copy of its own.
+		in.text = bytes.Clone(in.text)
 	}
 	x.in = in
 	if err := p.awaitReady(x); err != nil {
@@ -140,13 +165,16 @@ func (p *Proxy) finalRouter() *affinity.Router {
 	return rs.regular
 }
 
-// begin readies x for attempts: the upstream header template, the context
-// that aborts them, and the watch for a client that leaves.
+// begin readies x for attempts: the upstream request, the context that
+// aborts them, its span when tracing, and the watch for a client that
+// leaves.
 func (p *Proxy) begin(x *exchange) {
-	x.header = p.upstreamHeader(x)
+	x.up = p.upstreamRequest(x)
+	x.begun = true
 	p.startTrace(x)
-	x.reqCtx, x.cancel = context.WithCancelCause(p.ctx)
-	x.watch = watchClient(x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), func() { p.clientGone(x) })
+	p.flights.add(x) // shutdown aborts it
+	x.watch = &x.reqWatch
+	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), x, x.start)
 }
 
 // serveLeg runs the leg whose answer is the client's, and reports whether
@@ -190,19 +218,33 @@ const statusClientGone = 499
 
 // clientGone records, once, that the client went away, and aborts the
 // upstream exchange so the engine stops generating.
-func (p *Proxy) clientGone(x *exchange) {
+func (x *exchange) clientGone() {
 	if x.gone.CompareAndSwap(false, true) {
-		p.metrics.disconnects.Inc()
+		x.p.metrics.disconnects.Inc()
 	}
-	x.cancel(ErrClientGone)
+	x.abort(ErrClientGone)
+}
+
+// abort ends x's attempts with cause: the context first, so that whoever
+// finds the upstream connection cut also finds why.
+func (x *exchange) abort(cause error) {
+	x.life.end(cause)
+	x.guard.abort()
 }
 
 // done ends the exchange: the watch, what is left of its attempts, its
 // admission slot, and its count in the metrics, as the client saw it.
 func (p *Proxy) done(x *exchange, status int, cut bool) {
 	x.watch.stop()
-	if x.cancel != nil {
-		x.cancel(nil)
+	releaseText(x.text)
+	x.text = nil
+	if x.up != nil {
+		fasthttp.ReleaseRequest(x.up)
+		x.up = nil
+	}
+	if x.begun {
+		p.flights.remove(x)
+		x.life.end(nil)
 	}
 	errType := x.errType
 	switch {
@@ -251,31 +293,59 @@ func (p *Proxy) usesSessionKey() bool {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
-// upstreamHeader is the header template of x's upstream requests.
-func (p *Proxy) upstreamHeader(x *exchange) *fasthttp.RequestHeader {
-	h := new(fasthttp.RequestHeader)
+// upstreamRequest is the request x's attempts send, but for the worker's
+// host and path and the body.
+func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
+	h := &req.Header
 	x.ctx.Request.Header.CopyTo(h)
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	delRequestHopHeaders(h, x.ctx.Request.Header.RawHeaders())
 	if p.deps.Tracer != nil {
 		h.Del("traceparent") // each attempt sends its own
 		h.Del("tracestate")
 	}
-	h.Set("x-request-id", x.id)
+	h.SetBytesV("x-request-id", x.id)
 	if p.keys.enabled() {
 		h.Del("Authorization") // the client's key is the router's, not the workers'
 	}
 	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
-		h.Set("Authorization", "Bearer "+p.cfg.APIKey)
+		h.Set("Authorization", p.bearer)
 	}
-	return h
+	return req
 }
 
-// upstreamRequest fills req, the request of one attempt on worker m.
-func (x *exchange) upstreamRequest(m *member, req *fasthttp.Request, body []byte) {
-	x.header.CopyTo(&req.Header)
-	req.Header.SetHost(m.base.Addr())
-	req.SetRequestURI(m.base.Under(x.uri))
-	req.SetBodyRaw(body)
+// delRequestHopHeaders deletes the hop-by-hop headers of a client's
+// request, those that raw, the headers as the client sent them, names.
+// Connection always goes: fasthttp may imply it (an HTTP/1.0 request).
+func delRequestHopHeaders(h *fasthttp.RequestHeader, raw []byte) {
+	var present [16]bool
+	present[0] = true // Connection
+	for len(raw) > 0 {
+		line := raw
+		if n := bytes.IndexByte(raw, '\n'); n >= 0 {
+			line, raw = raw[:n], raw[n+1:]
+		} else {
+			raw = nil
+		}
+		if name, _, ok := bytes.Cut(line, []byte(":")); ok {
+			for i, hop := range hopHeaders {
+				if bytes.EqualFold(bytes.TrimSpace(name), []byte(hop)) {
+					present[i] = true
+				}
+			}
+		}
+	}
+	delPresent(h.Del, present)
+}
+
+// upstreamRequest readies x's request for an attempt on worker m.
+func (x *exchange) upstreamRequest(m *member) *fasthttp.Request {
+	req := x.up
+	req.Header.SetHost(m.addr)
+	if path := m.base.BasePath(); path == "" {
+		req.Header.SetRequestURIBytes(x.uri)
+	} else {
+		req.Header.SetRequestURI(path + string(x.uri))
+	}
+	return req
 }

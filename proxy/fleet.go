@@ -33,6 +33,7 @@ type member struct {
 	Worker
 	up       *upstream
 	base     workerurl.URL // the parsed URL: where to dial, the Host header, the base path
+	addr     string        // base.Addr(): the Host header
 	models   []string      // what it serves; empty = any model
 	counters *workerCounters
 }
@@ -81,7 +82,7 @@ type Fleet struct {
 	eligible    func(affinity.WorkerID) bool
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
-	maxIdle     int
+	maxIdle     int // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
 	hosts       workerurl.HostPolicy
 	log         *slog.Logger
 
@@ -103,7 +104,7 @@ type Fleet struct {
 // worker traffic; onRemove is told of workers that left the registry.
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
 	dialTimeout time.Duration, hosts workerurl.HostPolicy, log *slog.Logger) *Fleet {
-	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 64, hosts: hosts, log: log,
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, log: log,
 		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
@@ -229,7 +230,7 @@ func (f *Fleet) publish() {
 			continue // its URL did not parse
 		}
 		base, _ := workerurl.Parse(w.URL)
-		m := &member{Worker: w, up: f.ups[w.ID], base: base, models: f.modelsOf(w)}
+		m := &member{Worker: w, up: f.ups[w.ID], base: base, addr: base.Addr(), models: f.modelsOf(w)}
 		if f.counters != nil {
 			m.counters = f.counters(w)
 		}

@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -174,19 +176,20 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
 	pre.attempts, dec.attempts = 1, 1
 	d.prefills.Inc()
 	d.decodes.Inc()
+	px, end := d.detached(x) // before the decode half uses x's request
 	d.p.wg.Add(1)
 	go func() {
 		defer d.p.wg.Done()
-		d.concurrentPrefill(x, pre)
+		defer end()
+		d.concurrentPrefill(x, px, pre)
 	}()
 	return d.p.serveLeg(x, dec)
 }
 
-// concurrentPrefill runs the prefill half of a concurrent request; when it
-// fails, the decode half is aborted: no decode answer without its prefill.
-func (d *disaggregation) concurrentPrefill(x *exchange, pre *leg) {
-	px, end := d.detached(x)
-	defer end()
+// concurrentPrefill runs the prefill half of a concurrent request as px;
+// when it fails, the decode half is aborted: no decode answer without its
+// prefill.
+func (d *disaggregation) concurrentPrefill(x, px *exchange, pre *leg) {
 	_, ans, err := d.p.try(px, pre)
 	switch {
 	case err == nil && ans.status/100 == 2, isGone(err):
@@ -195,7 +198,7 @@ func (d *disaggregation) concurrentPrefill(x *exchange, pre *leg) {
 		err = errorf(ErrUpstream, "the prefill worker answered %d", ans.status)
 	}
 	x.failedPhase.Store(&phasePrefill)
-	x.cancel(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
+	x.abort(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
 }
 
 // detached is x as the prefill half of a concurrent request sees it: the
@@ -204,16 +207,19 @@ func (d *disaggregation) concurrentPrefill(x *exchange, pre *leg) {
 // client's RequestCtx, which the prefill must not read.
 func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
-		header: x.header, uri: x.uri}
-	px.reqCtx, px.cancel = context.WithCancelCause(d.p.ctx)
-	stop := context.AfterFunc(x.reqCtx, func() {
-		if cause := context.Cause(x.reqCtx); isGone(cause) {
-			px.cancel(cause)
+		up: fasthttp.AcquireRequest(), uri: bytes.Clone(x.uri)}
+	x.up.CopyTo(px.up)
+	d.p.flights.add(px) // shutdown aborts it
+	stop := context.AfterFunc(&x.life, func() {
+		if cause := x.life.why(); isGone(cause) {
+			px.abort(cause)
 		}
 	})
 	return px, func() {
 		stop()
-		px.cancel(nil)
+		d.p.flights.remove(px)
+		px.life.end(nil)
+		fasthttp.ReleaseRequest(px.up)
 	}
 }
 

@@ -224,13 +224,14 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 // decode cannot finish without its prefill; the client gets a 502 at once.
 func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	prefill, decode := fakes(t, "p", 1), fakes(t, "d", 1)
-	prefill[0].Set(func(e *fakeworker.Exchange) { // fails once the decode is under way
-		for deadline := time.Now().Add(5 * time.Second); decode[0].Inference.Load() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond) // the worker's goroutine: it may not t.Fatal
-		}
-		fakeworker.Status(500, induced)(e)
-	})
 	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
+	prefill[0].Set(func(e *fakeworker.Exchange) {
+		// Fail once the decode is under way: before, there is nothing to abort.
+		for deadline := time.Now().Add(5 * time.Second); decode[0].Inference.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		e.JSON(500, induced)
+	})
 	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
 	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
 	if resp.StatusCode != 502 || !strings.Contains(out, "prefill failed") {

@@ -34,20 +34,35 @@ func socketOf(conn net.Conn) (syscall.Conn, bool) {
 	}
 }
 
+// rawConnOf is the raw socket under conn, or nil when there is none to look
+// at.
+func rawConnOf(conn net.Conn) syscall.RawConn {
+	sc, ok := socketOf(conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
 // peek looks at conn's receive queue. With wait it blocks, in the runtime's
 // poller, until something arrives, the peer closes, or the read deadline set
 // on conn passes (peekError then).
 func peek(conn net.Conn, wait bool) peekState {
-	sc, ok := socketOf(conn)
-	if !ok {
+	raw := rawConnOf(conn)
+	if raw == nil {
 		return peekUnknown
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return peekUnknown
-	}
+	return peekRaw(raw, wait)
+}
+
+// peekRaw is peek on a raw socket.
+func peekRaw(raw syscall.RawConn, wait bool) peekState {
 	state := peekUnknown
-	err = raw.Read(func(fd uintptr) bool {
+	err := raw.Read(func(fd uintptr) bool {
 		var more bool
 		state, more = peekFD(fd)
 		return !(more && wait)

@@ -2,12 +2,13 @@ package proxy
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -60,6 +61,9 @@ type Proxy struct {
 	keys      apiKeys
 	owners    *responseOwners
 	cert      *serverCert // nil: the client listener speaks plain HTTP
+	watcher   *watcher    // the clients of requests in flight
+	flights   flights     // the exchanges in flight
+	bearer    string      // "Bearer " + cfg.APIKey
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -80,6 +84,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
 	p.admission = newAdmission(p.cfg.Admission)
+	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
 		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {
@@ -104,10 +109,15 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		p.pd = newDisaggregation(p, *deps.PD)
 	}
 	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
-	p.wg.Add(1)
+	p.watcher = newWatcher()
+	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
 		p.discover(p.ctx)
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.watcher.run(p.ctx)
 	}()
 	edge := p.cfg.Edge
 	p.server = &fasthttp.Server{
@@ -169,6 +179,7 @@ func (p *Proxy) accepting() bool {
 // work of the proxy.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
+	p.flights.abortAll(context.Canceled) // what outlived the shutdown's wait
 	p.cancel()
 	p.wg.Wait()
 	p.edgesMu.Lock()
@@ -189,7 +200,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
-	if p.cors(ctx) {
+	if p.cors(ctx, true) {
 		return
 	}
 	path := ctx.Path()
@@ -289,16 +300,18 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	return fasthttp.StatusContinue
 }
 
-// requestID returns the client's request id, or a new one.
-func (p *Proxy) requestID(ctx *fasthttp.RequestCtx) string {
+// requestID appends to buf the client's request id, or a new one: 96
+// random bits in hex, unique in practice (they need not be unguessable).
+func (p *Proxy) requestID(ctx *fasthttp.RequestCtx, buf []byte) []byte {
 	for _, h := range p.cfg.RequestIDHeaders {
 		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
-			return string(v)
+			return append(buf, v...)
 		}
 	}
 	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return hex.AppendEncode(buf, b[:])
 }
 
 // fasthttpLogger sends fasthttp's own messages (a client that sent an

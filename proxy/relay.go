@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"io"
@@ -53,13 +54,17 @@ var firstReads = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &
 // goLive reads the first bytes of a's streamed body. A failure before any
 // byte is a failed attempt like any other; an empty body is a whole answer.
 func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
+	if err := a.startStream(); err != nil {
+		o, e := a.failure(err)
+		a.end(o, false)
+		return nil, nil, e
+	}
 	buf := firstReads.Get().(*[]byte)
 	n, err := readSome(a.resp.BodyStream(), *buf)
 	switch {
 	case n == 0 && err == io.EOF:
 		firstReads.Put(buf)
-		ans, err := p.finalAnswer(a)
-		return nil, ans, err
+		return nil, p.emptyAnswer(a), nil
 	case err != nil && err != io.EOF:
 		firstReads.Put(buf)
 		o, e := a.failure(err)
@@ -85,9 +90,10 @@ func readSome(r io.Reader, b []byte) (int, error) {
 func (p *Proxy) stream(x *exchange, a *attempt) {
 	x.watch.stop() // from now on only the response writes to the client
 	resp := &x.ctx.Response
-	copyResponseHeader(resp, &a.resp.Header)
+	copyResponseHeader(x, &a.resp.Header)
 	status := a.status()
 	resp.SetStatusCode(status)
+	a.streamed = true
 	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
@@ -97,7 +103,7 @@ func (p *Proxy) stream(x *exchange, a *attempt) {
 	if r.sse && x.ctx.Request.Header.IsHTTP11() {
 		probe = r
 	}
-	x.watch = watchClient(x.ctx.Conn(), probe, func() { p.clientGone(x) })
+	x.watch = p.watcher.watch(x.ctx.Conn(), probe, x, time.Now())
 }
 
 // Read hands fasthttp the next bytes of the stream. Between two Reads
@@ -139,7 +145,7 @@ func (r *relay) read(b []byte) (int, error) {
 	if r.complete {
 		return 0, io.EOF
 	}
-	n, err := r.a.resp.BodyStream().Read(b)
+	n, err := r.readArrived(b)
 	r.note(b[:n])
 	switch err {
 	case nil:
@@ -153,6 +159,70 @@ func (r *relay) read(b []byte) (int, error) {
 		return n, nil
 	}
 	return r.failRead(b)
+}
+
+// readArrived reads what the worker sent next: at least one read of its
+// body, which may wait for it, and then whatever more has already arrived
+// and fits in b, read without waiting. Events that arrived together go out
+// to the client in one chunk, one write, instead of one write each, and no
+// event waits for the next one.
+func (r *relay) readArrived(b []byte) (int, error) {
+	body := r.a.resp.BodyStream()
+	n, err := body.Read(b)
+	for err == nil && n < len(b) && nextReadReady(r.a.conn.br, r.a.resp.Header.ContentLength()) {
+		var m int
+		m, err = body.Read(b[n:])
+		n += m
+	}
+	return n, err
+}
+
+// nextReadReady reports whether the next read of a body framed as
+// contentLength says (-1 chunked, -2 to the end of the connection, else
+// its length) is served from what br holds, without waiting for the
+// worker: for a chunked body, the next chunk is there whole, its size line
+// and its closing CRLF included.
+func nextReadReady(br *bufio.Reader, contentLength int) bool {
+	buffered := br.Buffered()
+	if contentLength != -1 || buffered == 0 {
+		return buffered > 0
+	}
+	b, _ := br.Peek(buffered)
+	line := bytes.IndexByte(b, '\n')
+	if line < 1 || b[line-1] != '\r' {
+		return false
+	}
+	size, ok := chunkSize(b[:line-1])
+	if !ok {
+		return false
+	}
+	if size == 0 {
+		return bytes.HasPrefix(b[line+1:], []byte("\r\n")) // the last chunk, without trailers
+	}
+	return len(b)-(line+1) >= size+2
+}
+
+// chunkSize parses a chunk's size line, less its CRLF; a line with
+// extensions or anything unusual is not parsed (the caller then waits for
+// a read of its own).
+func chunkSize(line []byte) (int, bool) {
+	if len(line) == 0 || len(line) > 8 {
+		return 0, false
+	}
+	size := 0
+	for _, c := range line {
+		switch {
+		case c >= '0' && c <= '9':
+			size = size<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			size = size<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			size = size<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return size, true
 }
 
 // note records relayed bytes: progress for health, and where the stream
@@ -220,7 +290,7 @@ func (r *relay) CloseWithError(werr error) error {
 		}
 		r.p.done(r.x, r.status, false)
 	default: // the client went away before the stream ended
-		r.p.clientGone(r.x)
+		r.x.clientGone()
 		o := Canceled
 		if r.complete {
 			o = outcomeOf(r.status)

@@ -1,9 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
+	"sync"
 
-	"github.com/valyala/fastjson"
 	"github.com/zeebo/xxh3"
 )
 
@@ -23,164 +24,432 @@ type inference struct {
 	previous string
 }
 
-// parseInference reads an inference request body of endpoint ep.
-func parseInference(ep *endpoint, body []byte) (inference, error) {
-	var p fastjson.Parser
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return inference{}, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+// textBuffers hold routing texts, so that reading a body allocates nothing
+// per byte of it. An exchange returns its buffer when it is done.
+var textBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+// maxPooledText is the largest buffer kept for reuse: a rare huge prompt
+// should not pin its memory in the pool.
+const maxPooledText = 1 << 20
+
+func releaseText(b *[]byte) {
+	if b != nil && cap(*b) <= maxPooledText {
+		*b = (*b)[:0]
+		textBuffers.Put(b)
 	}
-	if v.Type() != fastjson.TypeObject {
-		return inference{}, errorf(ErrBadRequest, "the body must be a JSON object")
-	}
-	if err := uniqueKeys(v, "the body"); err != nil {
+}
+
+// parseInference reads an inference request body in one pass (see
+// jsonscan.go). The routing text is appended to text, which the result's
+// text then holds.
+func parseInference(ep *endpoint, body, text []byte) (inference, error) {
+	r := bodyReader{ep: ep, b: body, text: text}
+	if err := r.read(); err != nil {
 		return inference{}, err
 	}
-	var in inference
-	if in.model, err = stringField(v, "model"); err != nil {
-		return inference{}, err
-	}
-	if in.model == "" && ep.needsModel {
-		return inference{}, errorf(ErrBadRequest, "missing required field: model")
-	}
-	if s := v.Get("stream"); s != nil {
-		if in.stream, err = s.Bool(); err != nil {
-			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
-		}
-	}
-	if in.previous, err = stringField(v, "previous_response_id"); err != nil {
-		return inference{}, err
-	}
-	for _, key := range []string{"session_id", "user"} {
-		if in.session, _ = stringField(v, key); in.session != "" {
-			break
-		}
-	}
-	in.text, err = ep.text(v)
-	return in, err
+	return r.result()
 }
 
-func stringField(v *fastjson.Value, key string) (string, error) {
-	f := v.Get(key)
-	if f == nil || f.Type() == fastjson.TypeNull {
-		return "", nil
-	}
-	b, err := f.StringBytes()
-	if err != nil {
-		return "", errorf(ErrBadRequest, "field %s must be a string", key)
-	}
-	return string(b), nil
+// bodyReader is one reading of a body: the spans of the top-level fields,
+// and the routing text as it is rendered.
+type bodyReader struct {
+	ep      *endpoint
+	b       []byte
+	text    []byte
+	model   span
+	stream  span
+	session [2]span // session_id, user
+	found   bool    // the field of the routing text was present
+	// The spans of the fields rendered only once the whole body is read
+	// (their order in the text is not their order in the body).
+	query, documents    span // rerank
+	instructions, input span // the Responses API
+	previous            span
 }
 
-// renderPrompt returns the text of field: a string, or an array of strings
-// concatenated. Token-id prompts route on their JSON text.
-func renderPrompt(p *fastjson.Value, field string) ([]byte, error) {
-	if p == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: %s", field)
-	}
-	switch p.Type() {
-	case fastjson.TypeString:
-		return p.GetStringBytes(), nil
-	case fastjson.TypeArray:
-		var out []byte
-		for _, item := range p.GetArray() {
-			if item.Type() == fastjson.TypeString {
-				out = append(out, item.GetStringBytes()...)
-			} else {
-				out = item.MarshalTo(out)
-			}
-		}
-		return out, nil
-	}
-	return nil, errorf(ErrBadRequest, "field %s must be a string or an array", field)
-}
+// span is where a value is in the body; a zero span is a missing value.
+type span struct{ start, end int }
 
-// renderMessages renders chat messages the way workers see them for prefix
-// purposes: role + "\n" + content + "\n" each, where content is a string or
-// the concatenated text parts of an array.
-func renderMessages(m *fastjson.Value) ([]byte, error) {
-	if m == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: messages")
-	}
-	msgs, err := m.Array()
-	if err != nil {
-		return nil, errorf(ErrBadRequest, "field messages must be an array")
-	}
-	var out []byte
-	for i, msg := range msgs {
-		if msg.Type() != fastjson.TypeObject {
-			return nil, errorf(ErrBadRequest, "messages[%d] must be an object", i)
-		}
-		if err := uniqueKeys(msg, fmt.Sprintf("messages[%d]", i)); err != nil {
-			return nil, err
-		}
-		out = append(out, msg.GetStringBytes("role")...)
-		out = append(out, '\n')
-		if out, err = appendContent(out, msg.Get("content"), i); err != nil {
-			return nil, err
-		}
-		out = append(out, '\n')
-	}
-	return out, nil
-}
+func (s span) present() bool { return s.end > s.start }
 
-func appendContent(out []byte, c *fastjson.Value, msg int) ([]byte, error) {
-	if c == nil {
-		return out, nil
-	}
-	switch c.Type() {
-	case fastjson.TypeString:
-		return append(out, c.GetStringBytes()...), nil
-	case fastjson.TypeArray:
-		for j, part := range c.GetArray() {
-			if part.Type() == fastjson.TypeObject {
-				if err := uniqueKeys(part, fmt.Sprintf("messages[%d].content[%d]", msg, j)); err != nil {
-					return nil, err
-				}
-			}
-			out = append(out, part.GetStringBytes("text")...)
-		}
-	}
-	return out, nil
-}
+func malformed(err error) error { return errorf(ErrBadRequest, "malformed JSON body: %v", err) }
 
-// uniqueKeys refuses an object that names a key twice. fastjson reads the
-// first of them and the engines' JSON parsers the last, so the router would
-// route (and count, and check) another request than the one the worker
-// answers.
-func uniqueKeys(v *fastjson.Value, where string) error {
-	o, _ := v.Object()
-	var small [16][]byte
-	keys := small[:0]
-	var many map[string]struct{} // past 16 keys, so a stranger's huge object costs linear time
-	var dup []byte
-	o.Visit(func(k []byte, _ *fastjson.Value) {
-		switch {
-		case dup != nil:
-		case many != nil:
-			if _, ok := many[string(k)]; ok {
-				dup = k
-			}
-			many[string(k)] = struct{}{}
-		default:
-			for _, s := range keys {
-				if string(s) == string(k) {
-					dup = k
-				}
-			}
-			if keys = append(keys, k); len(keys) == len(small) {
-				many = make(map[string]struct{}, 2*len(small))
-				for _, s := range keys {
-					many[string(s)] = struct{}{}
-				}
-			}
+// read validates the body and renders the routing text of its messages or
+// prompt.
+func (r *bodyReader) read() error {
+	i := jsonSkipWS(r.b, 0)
+	if i >= len(r.b) || r.b[i] != '{' {
+		end, err := jsonSkipValue(r.b, i, 0)
+		if err == nil {
+			err = r.tail(end)
 		}
+		if err != nil {
+			return malformed(err)
+		}
+		return errorf(ErrBadRequest, "the body must be a JSON object")
+	}
+	var keys keySet
+	end, err := jsonEachMember(r.b, i, 1, func(raw []byte, vs int) (int, error) {
+		key, dup := keys.add(raw)
+		if dup {
+			return vs, duplicateKey("the body", key)
+		}
+		return r.member(key, vs)
 	})
-	if dup != nil {
-		return errorf(ErrBadRequest, "%s names the key %q twice", where, dup)
+	if err == nil {
+		err = r.tail(end)
+	}
+	if _, ok := err.(*apiError); ok {
+		return err
+	}
+	if err != nil {
+		return malformed(err)
 	}
 	return nil
 }
+
+// tail refuses anything but whitespace after the top-level value.
+func (r *bodyReader) tail(end int) error {
+	if i := jsonSkipWS(r.b, end); i < len(r.b) {
+		return syntaxErr(i, "unexpected data after the JSON value")
+	}
+	return nil
+}
+
+// member reads one top-level member, whose unescaped key is key. The
+// routing text of completions and chat, the hot path, is rendered as it is
+// read; the other endpoints' fields are kept as spans for result.
+func (r *bodyReader) member(key []byte, vs int) (int, error) {
+	var dst *span
+	switch k, kind := string(key), r.ep.kind; {
+	case k == "model":
+		dst = &r.model
+	case k == "stream":
+		dst = &r.stream
+	case k == "session_id":
+		dst = &r.session[0]
+	case k == "user":
+		dst = &r.session[1]
+	case k == "messages" && kind == kindChat:
+		r.found = true
+		return r.messages(vs)
+	case k == "prompt" && kind == kindCompletions, k == "input" && kind == kindEmbeddings,
+		k == "text" && kind == kindGenerate, k == "input_ids" && kind == kindGenerate && !r.found:
+		r.found = true
+		return r.prompt(vs, k)
+	case k == "query" && kind == kindRerank:
+		dst = &r.query
+	case k == "documents" && kind == kindRerank:
+		dst = &r.documents
+	case k == "instructions" && kind == kindResponses:
+		dst = &r.instructions
+	case k == "input" && kind == kindResponses:
+		dst = &r.input
+	case k == "previous_response_id" && kind == kindResponses:
+		dst = &r.previous
+	}
+	ve, err := jsonSkipValue(r.b, vs, 1)
+	if dst != nil {
+		*dst = span{vs, ve}
+	}
+	return ve, err
+}
+
+// render renders the routing text of the endpoints whose fields were kept
+// as spans: rerank's query and then its documents, the Responses API's
+// instructions and then its input.
+func (r *bodyReader) render() error {
+	switch r.ep.kind {
+	case kindRerank:
+		return r.renderRerank()
+	case kindResponses:
+		return r.renderResponses()
+	}
+	return nil
+}
+
+func (r *bodyReader) renderRerank() error {
+	if !r.query.present() || r.b[r.query.start] != '"' {
+		return errorf(ErrBadRequest, "missing required field: query (a string)")
+	}
+	if !r.documents.present() || r.b[r.documents.start] != '[' {
+		return errorf(ErrBadRequest, "field documents must be an array")
+	}
+	r.found = true
+	r.text = append(r.appendStringAt(r.text, r.query), '\n')
+	_, err := jsonEachElement(r.b, r.documents.start, 2, func(ds int) (int, error) {
+		de, err := jsonSkipValue(r.b, ds, 2)
+		if err != nil {
+			return de, err
+		}
+		if r.b[ds] == '{' {
+			return de, r.partText(ds, 3, "documents")
+		}
+		r.text = append(r.appendStringAt(r.text, span{ds, de}), '\n')
+		return de, nil
+	})
+	return err
+}
+
+// partText appends the "text" of the object at os, then a newline.
+func (r *bodyReader) partText(os, depth int, where string) error {
+	var keys keySet
+	_, err := jsonEachMember(r.b, os, depth, func(raw []byte, vs int) (int, error) {
+		key, dup := keys.add(raw)
+		if dup {
+			return vs, duplicateKey(where, key)
+		}
+		ve, err := jsonSkipValue(r.b, vs, depth)
+		if err == nil && string(key) == "text" {
+			r.text = r.appendStringAt(r.text, span{vs, ve})
+		}
+		return ve, err
+	})
+	r.text = append(r.text, '\n')
+	return err
+}
+
+func (r *bodyReader) renderResponses() error {
+	if !r.input.present() {
+		return errorf(ErrBadRequest, "missing required field: input")
+	}
+	r.found = true
+	r.text = r.appendStringAt(r.text, r.instructions)
+	switch r.b[r.input.start] {
+	case '"':
+		r.text = r.appendStringAt(r.text, r.input)
+		return nil
+	case '[':
+		_, err := r.messages(r.input.start)
+		return err
+	}
+	return errorf(ErrBadRequest, "field input must be a string or an array")
+}
+
+// result checks the fields and returns what was read.
+func (r *bodyReader) result() (inference, error) {
+	var in inference
+	var ok bool
+	if in.model, ok = r.str(r.model); !ok {
+		return inference{}, errorf(ErrBadRequest, "field model must be a string")
+	}
+	if in.model == "" && r.ep.needsModel {
+		return inference{}, errorf(ErrBadRequest, "missing required field: model")
+	}
+	if s := r.stream; s.present() {
+		switch v := string(r.b[s.start:s.end]); v {
+		case "true", "false":
+			in.stream = v == "true"
+		default:
+			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
+		}
+	}
+	for _, s := range r.session {
+		if in.session, _ = r.str(s); in.session != "" {
+			break
+		}
+	}
+	var ok2 bool
+	if in.previous, ok2 = r.str(r.previous); !ok2 {
+		return inference{}, errorf(ErrBadRequest, "field previous_response_id must be a string")
+	}
+	if err := r.render(); err != nil {
+		return inference{}, err
+	}
+	if !r.found {
+		return inference{}, errorf(ErrBadRequest, "missing required field: %s", r.ep.textField)
+	}
+	in.text = r.text
+	return in, nil
+}
+
+// str is the unescaped string at s: "" for a missing value or null, ok
+// false for another type.
+func (r *bodyReader) str(s span) (string, bool) {
+	if !s.present() {
+		return "", true
+	}
+	switch v := r.b[s.start:s.end]; {
+	case v[0] == '"' && !hasBackslash(v):
+		return string(v[1 : len(v)-1]), true
+	case v[0] == '"':
+		return string(jsonAppendUnescaped(nil, v[1:len(v)-1])), true
+	case string(v) == "null":
+		return "", true
+	}
+	return "", false
+}
+
+// prompt renders a completions prompt (or embeddings' input, or
+// generate's text or input_ids, all of the same shape): a string, or an
+// array whose strings are concatenated and whose other items (token ids)
+// are added as their JSON text.
+func (r *bodyReader) prompt(vs int, field string) (int, error) {
+	if vs < len(r.b) && r.b[vs] != '[' {
+		raw, ve, ok, err := jsonString(r.b, vs, 1)
+		switch {
+		case err != nil:
+			return ve, err
+		case !ok:
+			return ve, errorf(ErrBadRequest, "field %s must be a string or an array", field)
+		}
+		r.text = jsonAppendUnescaped(r.text, raw)
+		return ve, nil
+	}
+	if vs >= len(r.b) {
+		return jsonSkipValue(r.b, vs, 1)
+	}
+	return jsonEachElement(r.b, vs, 2, func(is int) (int, error) {
+		raw, ie, ok, err := jsonString(r.b, is, 2)
+		if err == nil {
+			if ok {
+				r.text = jsonAppendUnescaped(r.text, raw)
+			} else {
+				r.text = jsonAppendCompact(r.text, r.b, is, ie)
+			}
+		}
+		return ie, err
+	})
+}
+
+// messages renders chat messages the way workers see them for prefix
+// purposes: role + "\n" + content + "\n" each, where content is a string or
+// the concatenated text parts of an array.
+func (r *bodyReader) messages(vs int) (int, error) {
+	if vs >= len(r.b) || r.b[vs] != '[' {
+		ve, err := jsonSkipValue(r.b, vs, 1)
+		if err != nil {
+			return ve, err
+		}
+		return ve, errorf(ErrBadRequest, "field messages must be an array")
+	}
+	n := 0
+	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
+		n++
+		return r.message(ms, n-1)
+	})
+}
+
+// message renders messages[n], which starts at ms.
+func (r *bodyReader) message(ms, n int) (int, error) {
+	if ms >= len(r.b) || r.b[ms] != '{' {
+		me, err := jsonSkipValue(r.b, ms, 2)
+		if err != nil {
+			return me, err
+		}
+		return me, errorf(ErrBadRequest, "messages[%d] must be an object", n)
+	}
+	var keys keySet
+	var role, content span
+	me, err := jsonEachMember(r.b, ms, 3, func(raw []byte, vs int) (int, error) {
+		key, dup := keys.add(raw)
+		if dup {
+			return vs, duplicateKey(fmt.Sprintf("messages[%d]", n), key)
+		}
+		ve, err := jsonSkipValue(r.b, vs, 3)
+		switch string(key) {
+		case "role":
+			role = span{vs, ve}
+		case "content":
+			content = span{vs, ve}
+		}
+		return ve, err
+	})
+	if err != nil {
+		return me, err
+	}
+	r.text = r.appendStringAt(r.text, role)
+	r.text = append(r.text, '\n')
+	if err := r.content(content, n); err != nil {
+		return me, err
+	}
+	r.text = append(r.text, '\n')
+	return me, nil
+}
+
+// appendStringAt appends the unescaped string at s; nothing when s holds
+// no string.
+func (r *bodyReader) appendStringAt(dst []byte, s span) []byte {
+	if !s.present() || r.b[s.start] != '"' {
+		return dst
+	}
+	return jsonAppendUnescaped(dst, r.b[s.start+1:s.end-1])
+}
+
+// content renders the content of messages[n]: a string, or the text of
+// each part of an array.
+func (r *bodyReader) content(c span, n int) error {
+	if !c.present() || r.b[c.start] != '[' {
+		r.text = r.appendStringAt(r.text, c)
+		return nil
+	}
+	part := -1
+	_, err := jsonEachElement(r.b, c.start, 4, func(ps int) (int, error) {
+		part++
+		if r.b[ps] != '{' {
+			return jsonSkipValue(r.b, ps, 4)
+		}
+		var keys keySet
+		return jsonEachMember(r.b, ps, 5, func(raw []byte, vs int) (int, error) {
+			key, dup := keys.add(raw)
+			if dup {
+				return vs, duplicateKey(fmt.Sprintf("messages[%d].content[%d]", n, part), key)
+			}
+			ve, err := jsonSkipValue(r.b, vs, 5)
+			if err == nil && string(key) == "text" {
+				r.text = r.appendStringAt(r.text, span{vs, ve})
+			}
+			return ve, err
+		})
+	})
+	return err
+}
+
+// keySet finds a key named twice in one object. fastjson (and so the
+// router, before it read bodies itself) reads the first of two such keys
+// and the engines' JSON parsers the last, so the router would route (and
+// count, and check) another request than the one the worker answers: such
+// a body is refused.
+type keySet struct {
+	small [16][]byte
+	n     int
+	many  map[string]struct{} // past 16 keys, so a stranger's huge object costs linear time
+}
+
+// add records the raw key of a member of an object, and returns it
+// unescaped; dup reports that the object named it before.
+func (s *keySet) add(raw []byte) (key []byte, dup bool) {
+	key = raw
+	if hasBackslash(raw) {
+		key = jsonAppendUnescaped(nil, raw)
+	}
+	if s.many != nil {
+		if _, ok := s.many[string(key)]; ok {
+			return key, true
+		}
+		s.many[string(key)] = struct{}{}
+		return key, false
+	}
+	for _, k := range s.small[:s.n] {
+		if string(k) == string(key) {
+			return key, true
+		}
+	}
+	s.small[s.n] = key
+	if s.n++; s.n == len(s.small) {
+		s.many = make(map[string]struct{}, 2*len(s.small))
+		for _, k := range s.small {
+			s.many[string(k)] = struct{}{}
+		}
+	}
+	return key, false
+}
+
+func duplicateKey(where string, key []byte) error {
+	return errorf(ErrBadRequest, "%s names the key %q twice", where, key)
+}
+
+func hasBackslash(b []byte) bool { return bytes.IndexByte(b, '\\') >= 0 }
 
 // sessionKey is the consistent_hash key: the X-Session-ID header, else the
 // body's session_id or user, else the whole body.

@@ -2,15 +2,16 @@ package proxy
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
 func TestParseCompletions(t *testing.T) {
-	in, err := parseInference(completions, []byte(`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`))
+	in, err := parseInference(completions, []byte(`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`), nil)
 	if err != nil || in.model != "m" || !in.stream || string(in.text) != "hello" || in.session != "u1" {
 		t.Fatalf("got %+v, %v", in, err)
 	}
-	in, err = parseInference(completions, []byte(`{"model":"m","prompt":["a","b"]}`))
+	in, err = parseInference(completions, []byte(`{"model":"m","prompt":["a","b"]}`), nil)
 	if err != nil || string(in.text) != "ab" {
 		t.Fatalf("array prompt: %q, %v", in.text, err)
 	}
@@ -19,7 +20,7 @@ func TestParseCompletions(t *testing.T) {
 func TestParseChatRendersRoleAndContent(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"system","content":"be brief"},` +
 		`{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`
-	in, err := parseInference(chatCompletions, []byte(body))
+	in, err := parseInference(chatCompletions, []byte(body), nil)
 	if err != nil || string(in.text) != "system\nbe brief\nuser\nhi there\n" {
 		t.Fatalf("got %q, %v", in.text, err)
 	}
@@ -35,11 +36,11 @@ func TestParseRefusesBadBodies(t *testing.T) {
 		"bad stream":       `{"model":"m","prompt":"x","stream":"yes"}`,
 		"bad prompt":       `{"model":"m","prompt":{}}`,
 	} {
-		if _, err := parseInference(completions, []byte(body)); !errors.Is(err, ErrBadRequest) {
+		if _, err := parseInference(completions, []byte(body), nil); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s: err = %v, want a bad request", name, err)
 		}
 	}
-	if _, err := parseInference(chatCompletions, []byte(`{"model":"m","messages":"hi"}`)); !errors.Is(err, ErrBadRequest) {
+	if _, err := parseInference(chatCompletions, []byte(`{"model":"m","messages":"hi"}`), nil); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("messages not an array: %v", err)
 	}
 }
@@ -53,12 +54,87 @@ func FuzzParseInference(f *testing.F) {
 		if chat {
 			ep = chatCompletions
 		}
-		in, err := parseInference(ep, body)
+		in, err := parseInference(ep, body, nil)
 		if err != nil && !errors.Is(err, ErrBadRequest) {
 			t.Fatalf("error %v is not a bad request", err)
 		}
 		if err == nil && in.model == "" {
 			t.Fatal("accepted a body without a model")
 		}
+	})
+}
+
+// agree checks that the one-pass reading of body says what the document
+// tree says: both refuse it, or both read the same fields.
+func agree(t *testing.T, ep *endpoint, body []byte) {
+	t.Helper()
+	got, gerr := parseInference(ep, body, nil)
+	want, werr := parseInferenceTree(ep, body)
+	if (gerr == nil) != (werr == nil) {
+		t.Fatalf("%.300q: scan err %.300v, tree err %.300v", body, gerr, werr)
+	}
+	if gerr != nil {
+		if !errors.Is(gerr, ErrBadRequest) {
+			t.Fatalf("%q: %v is not a bad request", body, gerr)
+		}
+		return
+	}
+	if got.model != want.model || got.stream != want.stream || got.session != want.session || string(got.text) != string(want.text) {
+		t.Fatalf("%q:\nscan %+v %q\ntree %+v %q", body, got, got.text, want, want.text)
+	}
+}
+
+var agreeBodies = []string{
+	`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`,
+	` {"model" : "m" , "prompt" : [ "a" , 1, [2, 3], {"k": "v w"}, null, true, -1.5e3 ] } `,
+	`{"model":"m\u0041","prompt":"x\ny\"z\\\/\b\f\r\t\u00e9\ud83d\ude00\ud83d\u0041\u12\q"}`,
+	`{"model":"m","session_id":"","user":"u","prompt":"p"}`,
+	`{"model":"m","session_id":5,"user":"u","prompt":"p"}`,
+	`{"model":null,"prompt":"p"}`,
+	`{"model":"m","prompt":"p","stream":null}`,
+	`{"model":"m","prompt":"p","m\u006fdel":"n"}`,
+	`{"model":"m","prompt":"p","x":NaN,"y":-Inf,"z":nan,"w":+1,"v":01.2.3,"u":-}`,
+	`{"model":"m","prompt":"p","x":-`,
+	`{"model":"m","prompt":"p",}`,
+	`{"model":"m","prompt":"p"} x`,
+	`{"model":"m","prompt":"p"`,
+	`{"model":"m","prompt":"p\`,
+	`[1,]`,
+	`"just a string"`,
+	``,
+	`{"model":"m","messages":[{"content":"after","role":"user"},{"role":"system"},{"role":7,"content":7}]}`,
+	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},"b",{"text":1},{"text":"c","text":"d"}]}]}`,
+	`{"model":"m","messages":[{"role":"user","role":"system","content":"x"}]}`,
+	`{"model":"m","messages":[1]}`,
+	`{"model":"m","messages":{}}`,
+	`{"model":"m","messages":null}`,
+	`{"model":"m","prompt":{}}`,
+	`{"model":"m","prompt":null}`,
+	`{"model":"m","messages":[]}`,
+	`{"model":"m","prompt":[]}`,
+	`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18,"model":"m","prompt":"p"}`,
+}
+
+func TestParseAgreesWithTheDocumentTree(t *testing.T) {
+	deep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 299) + strings.Repeat("]", 299) + `}`
+	tooDeep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`
+	for _, body := range append(agreeBodies, deep, tooDeep) {
+		for _, ep := range []*endpoint{completions, chatCompletions} {
+			agree(t, ep, []byte(body))
+		}
+	}
+}
+
+func FuzzParseAgreesWithTheDocumentTree(f *testing.F) {
+	for _, b := range agreeBodies {
+		f.Add([]byte(b), false)
+		f.Add([]byte(b), true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
+		ep := completions
+		if chat {
+			ep = chatCompletions
+		}
+		agree(t, ep, body)
 	})
 }

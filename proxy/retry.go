@@ -74,7 +74,7 @@ func (p *Proxy) run(a *attempt, l *leg, last bool) (live *attempt, ans *answer, 
 			ans.retryable = true
 		}
 		return nil, ans, err
-	case l.stream && status/100 == 2 && (a.x.in.stream || isEventStream(a)):
+	case l.stream && status/100 == 2 && hasBody(status) && (a.x.in.stream || isEventStream(a)):
 		return p.goLive(a)
 	case l.toClient:
 		ans, err = p.finalAnswer(a)
@@ -119,7 +119,7 @@ func (p *Proxy) pause(x *exchange, n int) error {
 	select {
 	case <-t.C:
 		return nil
-	case <-x.reqCtx.Done():
+	case <-x.life.Done():
 		return contextCause(x)
 	}
 }

@@ -66,14 +66,14 @@ func TestAnIdleConnectionWithStrayBytesIsNotReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Close()
-	u.release(c, true)
+	u.release(c, true, time.Now())
 	if _, err := server.Write([]byte(staleAnswer)); err != nil {
 		t.Fatal(err)
 	}
 	if peek(c.Conn, true) != peekData { // wait until the bytes are there, consuming nothing
 		t.Fatal("the stray bytes never arrived")
 	}
-	if got := u.takeIdle(); got != nil {
+	if got := u.takeIdle(time.Now()); got != nil {
 		t.Fatal("a pooled connection with unread bytes on it was handed out")
 	}
 }

@@ -156,7 +156,7 @@ func (p *Proxy) servePinned(x *exchange, w affinity.WorkerID) {
 // response (previous_response_id) to the worker that holds it: no other
 // worker could answer it.
 func (p *Proxy) continueResponse(x *exchange) bool {
-	owner, ok := p.ownerOf(x.reqCtx, x.in.previous)
+	owner, ok := p.ownerOf(&x.life, x.in.previous)
 	if !ok {
 		p.refuse(x, errorf(ErrBadRequest, "no worker holds the previous response %s", x.in.previous))
 		return false

@@ -35,7 +35,7 @@ func (p *Proxy) startTrace(x *exchange) {
 	}
 	parent := propagator.Extract(context.Background(), requestCarrier{&x.ctx.Request.Header})
 	ctx, span := p.deps.Tracer.Start(parent, x.ep.path, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.route", x.ep.path), attribute.String("kvrouter.request_id", x.id)))
+		trace.WithAttributes(attribute.String("http.route", x.ep.path), attribute.String("kvrouter.request_id", string(x.id))))
 	x.trace = &requestTrace{tracer: p.deps.Tracer, ctx: ctx, span: span}
 }
 

@@ -44,20 +44,26 @@ type upstream struct {
 // upConn is one connection to a worker with its buffers.
 type upConn struct {
 	net.Conn
+	raw      syscall.RawConn // the socket, for looks at it; nil if there is none
+	look     func(fd uintptr) bool
+	seen     peekState // what look saw
 	br       *bufio.Reader
-	bw       *bufio.Writer
+	head     []byte      // the request head being written, reused
+	iov      [2][]byte   // head and body, written with one writev
+	bufs     net.Buffers // the iovecs of one write
+	deadline time.Time   // the connection's deadline, left set while it is idle
 	lastUsed time.Time
 	reused   bool
-	stop     func() bool // cancels the abort hook of the current exchange
 }
 
 func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, hosts workerurl.HostPolicy) *upstream {
 	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, hosts: hosts}
 }
 
-// acquire returns a quiet idle connection, or dials a new one.
-func (u *upstream) acquire(ctx context.Context, deadline time.Time) (*upConn, error) {
-	if c := u.takeIdle(); c != nil {
+// acquire returns a quiet idle connection, or dials a new one; now is
+// about the time.
+func (u *upstream) acquire(ctx context.Context, now, deadline time.Time) (*upConn, error) {
+	if c := u.takeIdle(now); c != nil {
 		return c, nil
 	}
 	return u.dial(ctx, deadline)
@@ -66,13 +72,13 @@ func (u *upstream) acquire(ctx context.Context, deadline time.Time) (*upConn, er
 // takeIdle pops the most recently used idle connection that is still
 // usable, closing the stale ones it meets. The look at each is made outside
 // the lock.
-func (u *upstream) takeIdle() *upConn {
+func (u *upstream) takeIdle(now time.Time) *upConn {
 	for {
 		c := u.pop()
 		if c == nil {
 			return nil
 		}
-		if time.Since(c.lastUsed) < u.idleTimeout && c.quiet() {
+		if now.Sub(c.lastUsed) < u.idleTimeout && c.quiet(now) {
 			c.reused = true
 			return c
 		}
@@ -93,12 +99,25 @@ func (u *upstream) pop() *upConn {
 
 // quiet reports whether nothing waits to be read on an idle connection: no
 // stray bytes the worker sent unasked and no FIN.
-func (c *upConn) quiet() bool {
+func (c *upConn) quiet(now time.Time) bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	s := peek(c.Conn, false)
-	return s == peekEmpty || s == peekUnknown
+	if c.raw == nil {
+		return true // nothing to look at: the worker's framing has to do
+	}
+	if !c.deadline.IsZero() && !now.Before(c.deadline) {
+		// The deadline of its last exchange passed while it was idle: a look
+		// would fail on it.
+		if c.SetDeadline(time.Time{}) != nil {
+			return false
+		}
+		c.deadline = time.Time{}
+	}
+	if c.raw.Read(c.look) != nil {
+		return false
+	}
+	return c.seen == peekEmpty || c.seen == peekUnknown
 }
 
 func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
@@ -113,7 +132,9 @@ func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{Conn: conn, br: bufio.NewReaderSize(conn, 16<<10), bw: bufio.NewWriterSize(conn, 16<<10)}, nil
+	c := &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}
+	c.look = func(fd uintptr) bool { c.seen, _ = peekFD(fd); return true } // made once: a look allocates nothing
+	return c, nil
 }
 
 // allowDestination refuses, before a connection is made, an address the
@@ -129,18 +150,15 @@ func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error 
 
 // release returns c to the pool when reusable (its last response was read
 // exactly to its end and the worker keeps the connection open) and nothing
-// more is buffered on it; otherwise it closes c.
-func (u *upstream) release(c *upConn, reusable bool) {
-	if c.stop != nil && !c.stop() {
-		reusable = false // the abort hook fired: c is closed
-	}
-	c.stop = nil
+// more is buffered on it; otherwise it closes c. now is about the time. The
+// deadline of the exchange stays on the connection: the next one sets its
+// own, and an idle connection is not read.
+func (u *upstream) release(c *upConn, reusable bool, now time.Time) {
 	if !reusable || c.br.Buffered() > 0 {
 		c.Close()
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
-	c.lastUsed = time.Now()
+	c.lastUsed = now
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed || len(u.idle) >= u.maxIdle {
@@ -162,26 +180,32 @@ func (u *upstream) close() {
 	u.idle = nil
 }
 
-// exchange sends req and reads the response headers into resp; the body is
-// left on the connection, readable through resp.BodyStream(). The caller
-// must hand the returned connection back with release once the body is done.
-// Cancelling ctx closes the connection, whatever the exchange is waiting on,
-// and the exchange then fails with ctx's cause.
-func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (*upConn, error) {
+// exchange sends req with body and reads the response headers into resp;
+// the body is left on the connection, for readWhole or startStream. The
+// caller must hand the returned connection back with release once the body
+// is done.
+// The connection is attached to lc, which may cut it whatever the exchange
+// is waiting on; the caller detaches it before release. When ctx ends
+// (it does before lc cuts for the exchange's sake), the exchange fails with
+// ctx's cause.
+func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, now, deadline time.Time) (*upConn, error) {
 	for {
-		c, err := u.acquire(ctx, deadline)
+		c, err := u.acquire(ctx, now, deadline)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)
 			}
 			return nil, &dialError{err}
 		}
-		c.stop = context.AfterFunc(ctx, func() { c.Close() })
-		err = roundTrip(c, req, resp, deadline)
+		if !lc.attach(c) {
+			c.Close()
+			return nil, causeOr(ctx, net.ErrClosed)
+		}
+		err = roundTrip(c, req, body, resp, deadline)
 		if err == nil {
 			return c, nil
 		}
-		c.stop()
+		lc.detach(c)
 		c.Close()
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -193,18 +217,72 @@ func (u *upstream) exchange(ctx context.Context, req *fasthttp.Request, resp *fa
 	}
 }
 
-func roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	if err := c.SetDeadline(deadline); err != nil {
+func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) error {
+	if !deadline.Equal(c.deadline) {
+		if err := c.SetDeadline(deadline); err != nil {
+			return err
+		}
+		c.deadline = deadline
+	}
+	if err := c.writeRequest(req, body); err != nil {
 		return err
 	}
-	if err := req.Write(c.bw); err != nil {
-		return err
+	return readHead(c.br, resp)
+}
+
+// writeRequest writes the head of req and body with one writev, without
+// copying the body.
+func (c *upConn) writeRequest(req *fasthttp.Request, body []byte) error {
+	if len(body) > 0 || !req.Header.IsGet() {
+		req.Header.SetContentLength(len(body))
 	}
-	if err := c.bw.Flush(); err != nil {
-		return err
+	c.head = req.Header.AppendBytes(c.head[:0])
+	c.iov = [2][]byte{c.head, body}
+	c.bufs = c.iov[:]
+	_, err := c.bufs.WriteTo(c.Conn)
+	c.iov[1] = nil // the body is the client's
+	return err
+}
+
+// maxInterim is how many interim (1xx) responses are skipped before the
+// final one.
+const maxInterim = 8
+
+// readHead reads the head of the final response, skipping interim ones.
+func readHead(br *bufio.Reader, resp *fasthttp.Response) error {
+	for range maxInterim {
+		if err := resp.Header.Read(br); err != nil {
+			return err
+		}
+		if code := resp.StatusCode(); code >= 200 || code < 100 || code == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
 	}
-	resp.StreamBody = true
-	return resp.Read(c.br)
+	return errors.New("too many interim responses")
+}
+
+// readBody reads the body of resp, whose head was read from br, whole:
+// up to limit bytes, and the trailer that ends a chunked body.
+func readBody(br *bufio.Reader, resp *fasthttp.Response, limit int) error {
+	resp.StreamBody = false
+	err := resp.ReadBody(br, limit)
+	if err == nil && resp.Header.ContentLength() == -1 {
+		err = resp.Header.ReadTrailer(br)
+	}
+	return err
+}
+
+// hasBody reports whether a response with this status carries a body.
+func hasBody(status int) bool {
+	return status >= 200 && status != fasthttp.StatusNoContent && status != fasthttp.StatusNotModified
+}
+
+// causeOr is why ctx ended, or err when it did not.
+func causeOr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	return err
 }
 
 // dialError marks a failure to connect: nothing reached the worker.

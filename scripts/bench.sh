@@ -4,17 +4,38 @@
 #   1. selection cost per request at 16/256/2048 workers (go test -bench)
 #   2. fleet simulations (fleetsim) on the shared trace, agentic sessions and
 #      the prefill/decode seed scenario
-#   3. router overhead on real processes: loadgen -> workersim directly,
-#      through the router, and through nginx as the plain-proxy reference
-# Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part.
+#   3. the proxy path against nginx and HAProxy: throughput, tail latency
+#      and streaming relay behind an instant upstream (scripts/proxybench)
+# Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part;
+# `scripts/bench.sh proxy` (make bench-proxy) reruns part 3 alone and
+# replaces its section of BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=BENCHMARKS.md
 tmp=$(mktemp -d)
-pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"; }
-trap cleanup EXIT
+trap 'rm -rf "$tmp"' EXIT
 quick=${BENCH_QUICK:-0}
+if [ "$quick" = 1 ]; then
+	export BENCH_DURATION=${BENCH_DURATION:-3s} BENCH_ROUNDS=${BENCH_ROUNDS:-1} BENCH_STREAM_DURATION=${BENCH_STREAM_DURATION:-2s}
+fi
+
+# proxy: only part 3, spliced into the existing BENCHMARKS.md in place of
+# its old section.
+if [ "${1:-}" = proxy ]; then
+	scripts/proxybench/run.sh "$tmp/proxy.md"
+	python3 - "$out" "$tmp/proxy.md" <<'PY'
+import sys
+out, new = sys.argv[1], open(sys.argv[2]).read()
+text = open(out).read()
+for heading in ("## Proxy path against nginx and HAProxy", "## Router overhead on real processes"):
+    if heading in text:
+        text = text[:text.index(heading)]
+        break
+open(out, "w").write(text.rstrip("\n") + "\n\n" + new)
+PY
+	echo "wrote the proxy section of $out"
+	exit 0
+fi
 trace=${TRACE:-../shared/data/traces/mooncake_conversation_trace.jsonl}
 
 section() { printf '\n## %s\n\n' "$1" >>"$out"; }
@@ -93,76 +114,7 @@ if [ -x bin/fleetsim ]; then
 	table "$tmp/pd.json" >>"$out"
 fi
 
-# 3. Router overhead ---------------------------------------------------------
-if ! command -v nginx >/dev/null 2>&1; then
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-fi
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wport=$(port); rport=$(port); nport=$(port)
-bin/workersim --port "$wport" --worker-id bench --time-scale 1000 --max-num-seqs 1024 >"$tmp/workersim.log" 2>&1 &
-pids+=($!)
-bin/router serve --port "$rport" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 --data-dir "$tmp/router" \
-	--node-name bench --log-level warn --worker-urls "http://127.0.0.1:$wport" >"$tmp/router.log" 2>&1 &
-pids+=($!)
-cat >"$tmp/nginx.conf" <<NGINX
-worker_processes auto;
-pid $tmp/nginx.pid;
-error_log $tmp/nginx-error.log;
-events { worker_connections 4096; }
-http {
-	access_log off;
-	client_body_temp_path $tmp; proxy_temp_path $tmp;
-	client_max_body_size 512m;
-	upstream workersim { server 127.0.0.1:$wport; keepalive 256; }
-	server {
-		listen 127.0.0.1:$nport;
-		location / {
-			proxy_pass http://workersim;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_buffering off;
-		}
-	}
-}
-NGINX
-nginx -c "$tmp/nginx.conf" -g 'daemon off;' &
-pids+=($!)
-for _ in $(seq 100); do
-	bin/router healthcheck --addr "http://127.0.0.1:$rport" >/dev/null 2>&1 && break
-	sleep 0.1
-done
-sessions=64 turns=40
-[ "$quick" = 1 ] && turns=10
-section "Router overhead on real processes"
-echo "One workersim (--time-scale 1000) behind nothing, the router and nginx (a worker process per core," >>"$out"
-echo "proxy_buffering off), driven by the same closed-loop agentic load: $sessions sessions x $turns turns," >>"$out"
-echo "streamed, 4 output tokens. Ratios are against the direct run." >>"$out"
-echo >>"$out"
-echo "| path | throughput (req/s) | TTFT p50 (ms) | TTFT p99 (ms) | throughput vs direct |" >>"$out"
-echo "|---|---|---|---|---|" >>"$out"
-for path in direct:$wport router:$rport nginx:$nport; do
-	name=${path%%:*} p=${path##*:}
-	bin/loadgen agentic --target "http://127.0.0.1:$p" --model sim-model --sessions $sessions --turns $turns \
-		--think-time 0 --answer-tokens 4 --json "$tmp/$name.json" >/dev/null 2>&1
-done
-direct=$(python3 -c "import json;print(json.load(open('$tmp/direct.json'))['throughput_rps'])")
-for name in direct router nginx; do
-	python3 - "$tmp/$name.json" "$name" "$direct" >>"$out" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("| %s | %.0f | %.2f | %.2f | %.2f |" % (sys.argv[2], r["throughput_rps"], r["ttft_p50_ms"], r["ttft_p99_ms"], r["throughput_rps"] / float(sys.argv[3])))
-PY
-done
-python3 - "$tmp" >>"$out" <<'PY'
-import json, sys
-r = {n: json.load(open("%s/%s.json" % (sys.argv[1], n))) for n in ("direct", "router", "nginx")}
-print()
-print("Router throughput / nginx throughput: %.2f. Latency added to TTFT over the direct run: router p50 %+.1f ms, p99 %+.1f ms; nginx p50 %+.1f ms, p99 %+.1f ms." % (
-    r["router"]["throughput_rps"] / r["nginx"]["throughput_rps"],
-    r["router"]["ttft_p50_ms"] - r["direct"]["ttft_p50_ms"], r["router"]["ttft_p99_ms"] - r["direct"]["ttft_p99_ms"],
-    r["nginx"]["ttft_p50_ms"] - r["direct"]["ttft_p50_ms"], r["nginx"]["ttft_p99_ms"] - r["direct"]["ttft_p99_ms"]))
-print("All three processes and the load generator share the machine's cores.")
-print()
-PY
-cmdline "make bench   # section 3 is scripts/bench.sh; loadgen agentic --sessions $sessions --turns $turns --think-time 0 --answer-tokens 4"
+# 3. The proxy path against nginx and HAProxy ---------------------------------
+scripts/proxybench/run.sh "$tmp/proxy.md"
+cat "$tmp/proxy.md" >>"$out"
 echo "wrote $out"

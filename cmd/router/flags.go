@@ -100,6 +100,7 @@ func ownFlags() []cli.Flag {
 		floatFlag("degrade-ratio", 0.2, "a worker whose token rate is below this share of its peers' median is degraded"),
 		stringFlag("prometheus-host", "127.0.0.1", "address of the extra metrics listener"),
 		intFlag("prometheus-port", 29000, "port of an extra /metrics listener; 0 = none (/metrics is always on --port too)"),
+		stringFlag("debug-addr", "", "loopback host:port serving Go's runtime profiles (/debug/pprof/); empty = off"),
 		sliceFlag("request-id-headers", "client headers that carry a request id (default x-request-id, x-correlation-id, x-trace-id, request-id)"),
 		stringFlag("api-key", "", "bearer token sent to workers on requests that carry none"),
 		stringFlag("api-keys", "", "bearer keys clients must present on the inference API: a file with one key a line, or a comma-separated list; reread on SIGHUP"),

@@ -98,6 +98,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		ClusterTLS: cluster.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
 			CAFile: c.String("cluster-tls-ca")},
 		InsecureCluster: c.Bool("insecure-cluster"),
+		DebugAddr:       c.String("debug-addr"),
 		Routing:         routingFrom(c),
 		Proxy:           proxyConfigFrom(c),
 		Health:          healthConfigFrom(c),

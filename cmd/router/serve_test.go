@@ -63,3 +63,13 @@ func TestAPIKeysComeFromAFileOrAList(t *testing.T) {
 		t.Fatalf("from a list: %v %v", cfg.Proxy.APIKeys, err)
 	}
 }
+
+func TestServeRefusesADebugAddressOffLoopback(t *testing.T) {
+	if _, err := parseServe(t, "--debug-addr", "0.0.0.0:6060"); err == nil || !strings.Contains(err.Error(), "--debug-addr") {
+		t.Fatalf("%v, want a refusal naming --debug-addr", err)
+	}
+	cfg, err := parseServe(t, "--debug-addr", "127.0.0.1:6060")
+	if err != nil || cfg.DebugAddr != "127.0.0.1:6060" {
+		t.Fatalf("%v %q", err, cfg.DebugAddr)
+	}
+}
