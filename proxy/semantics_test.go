@@ -364,6 +364,46 @@ func TestPipelinedRequestsAreAnsweredInOrder(t *testing.T) {
 	}
 }
 
+// TestARequestPipelinedBehindALiveStreamWaitsForIt: the second request
+// arrives while the first one's stream is held open, so the client watch
+// sees its bytes on the socket; they are the next request, not a client
+// that left, and the stream still ends with [DONE].
+func TestARequestPipelinedBehindALiveStreamWaitsForIt(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Sequence(fakeworker.StreamHeld(3), fakeworker.Default()))
+	r := startRouter(t, Config{}, w)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, plain := completion("x", true), completion("y", false)
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-request-id: first\r\nContent-Length: %d\r\n\r\n%s", len(stream), stream)
+	br := bufio.NewReader(conn)
+	first := readFinal(t, br)
+	event := make([]byte, 1)
+	if _, err := io.ReadFull(first.Body, event); err != nil {
+		t.Fatalf("the stream's first event: %v", err)
+	}
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-request-id: second\r\nContent-Length: %d\r\n\r\n%s", len(plain), plain)
+	// The watch ends once a look has seen the pipelined bytes.
+	waitFor(t, "the client watch to see the pipelined request", func() bool {
+		r.proxy.watcher.mu.Lock()
+		defer r.proxy.watcher.mu.Unlock()
+		return r.proxy.watcher.head == nil
+	})
+	w.Open()
+	rest, err := io.ReadAll(first.Body)
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("first: body %q err %v", rest, err)
+	}
+	second := readFinal(t, br)
+	body, _ := io.ReadAll(second.Body)
+	if second.Header.Get("x-request-id") != "second" || !strings.Contains(string(body), `"worker":"w1"`) {
+		t.Fatalf("second: id %q body %q", second.Header.Get("x-request-id"), body)
+	}
+}
+
 func TestDuplicateKeysAreRefused(t *testing.T) {
 	w := startFake(t, "w1")
 	r := startRouter(t, Config{}, w)
