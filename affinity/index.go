@@ -272,6 +272,14 @@ func (ix *Index) Blocks(w WorkerID) int {
 	return o.charged
 }
 
+// Workers returns how many workers the index keeps blocks for, removed
+// ones included.
+func (ix *Index) Workers() int {
+	n := 0
+	ix.owners.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
+
 // Recent returns up to perWorker of each worker's most recently used facts,
 // newest first, each with its charge as its Span: the full state a joining
 // replica receives.

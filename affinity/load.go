@@ -77,8 +77,37 @@ func (t *LoadTable) Get(id WorkerID) *Load {
 // Lookup returns the counters of id, or nil when the worker was never seen.
 func (t *LoadTable) Lookup(id WorkerID) *Load { return (*t.byID.Load())[id] }
 
-// SetRemote records the sum of the peers' in-flight counts for worker id.
-func (t *LoadTable) SetRemote(id WorkerID, n int64) { t.Get(id).remote.Store(n) }
+// SetRemote records the sum of the peers' in-flight counts for worker id,
+// when the table has it: what peers say never adds a worker.
+func (t *LoadTable) SetRemote(id WorkerID, n int64) {
+	if l := t.Lookup(id); l != nil {
+		l.remote.Store(n)
+	}
+}
+
+// Remove drops worker id from the table: it left the registry. Guards
+// still held on its counters release them as usual.
+func (t *LoadTable) Remove(id WorkerID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.byID.Load()
+	if _, ok := old[id]; !ok {
+		return
+	}
+	next := make(map[WorkerID]*Load, len(old))
+	for k, v := range old {
+		if k != id {
+			next[k] = v
+		}
+	}
+	t.byID.Store(&next)
+}
+
+// Len is the number of workers in the table.
+func (t *LoadTable) Len() int { return len(*t.byID.Load()) }
+
+// SetRemote records the sum of the peers' in-flight counts.
+func (l *Load) SetRemote(n int64) { l.remote.Store(n) }
 
 // Each calls fn for every known worker, in no particular order.
 func (t *LoadTable) Each(fn func(*Load)) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -66,7 +65,8 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 }
 
 // newGossipState builds this replica's side of the load, ownership and
-// verdict gossip, wired to the load table, the index and the monitor.
+// verdict gossip, wired to the load table, the index and the monitor
+// through the trust boundary of peerState.
 func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 	st, err := loadsync.New(loadsync.Config{
 		Origin:        r.cfg.NodeName,
@@ -74,10 +74,8 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 		ClusterConfig: r.cfg.Routing.clusterConfig(),
 		Tags:          r.gossipTags(joined),
 		LocalLoads:    r.localLoads,
-		OnRemoteLoad:  func(w uint32, n int64) { r.loads.SetRemote(affinity.WorkerID(w), n) },
-		OnOwnership: func(f loadsync.Fact) {
-			r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: affinity.WorkerID(f.Worker), Span: f.Span})
-		},
+		OnRemoteLoad:  r.peers.remoteLoad,
+		OnOwnership:   r.peers.ownership,
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
 	})
@@ -171,12 +169,7 @@ func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
 		r.monitor.ForgetOrigin(origin)
 		return
 	}
-	out := make([]health.Verdict, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, health.Verdict{Worker: health.WorkerID(v.Worker), Kind: health.VerdictKind(v.Kind),
-			Since: time.Unix(0, v.Since)})
-	}
-	r.monitor.SetRemoteVerdicts(origin, out)
+	r.monitor.SetRemoteVerdicts(origin, r.peers.verdicts(vs))
 }
 
 // ownershipSink passes the routers' ownership decisions to the gossip.

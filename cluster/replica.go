@@ -37,6 +37,7 @@ type Replica struct {
 	admin   *Admin
 	metrics *metrics.Set
 	sync    *loadsync.State // this replica's side of the gossip
+	peers   *peerState      // what peers send passes through it
 	// gossip is the memberlist side; a pointer swapped only by tests that
 	// cut a replica off the gossip and reopen it (partition_test.go).
 	gossip atomic.Pointer[loadsync.Gossip]
@@ -149,9 +150,11 @@ func (r *Replica) build() error {
 	})
 	r.index = affinity.NewIndex(affinity.SystemClock{}, int(cfg.Routing.MaxTreeSize/int64(cfg.Routing.BlockSize)))
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
+	r.peers = newPeerState(r.loads, r.index)
 	if r.sync, err = r.newGossipState(r.members.joined); err != nil {
 		return err
 	}
+	r.peers.remote = func(w affinity.WorkerID) int64 { return r.sync.Remote(uint32(w)) }
 	if err := r.buildFrontEnd(); err != nil {
 		return err
 	}
@@ -497,6 +500,7 @@ func (r *Replica) followRegistry() {
 }
 
 func (r *Replica) useRegistry(reg *store.Registry) {
+	r.peers.follow(reg)
 	workers := reg.Workers()
 	ws := make([]proxy.Worker, 0, len(workers))
 	targets := make([]health.Target, 0, len(workers))

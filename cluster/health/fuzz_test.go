@@ -76,8 +76,9 @@ func breakerInvariant(b *breaker, out []admitted, now int64) error {
 
 // FuzzRemoteVerdicts feeds arbitrary verdict reports, as gossip from other
 // replicas might carry, and checks that each worker's count of remote verdicts
-// is the number of origins whose latest report names it, and that forgetting
-// every origin restores eligibility.
+// is the number of origins whose latest report names it, that it is out
+// exactly when they are a quorum of the live replicas (each origin and this
+// one), and that forgetting every origin restores eligibility.
 func FuzzRemoteVerdicts(f *testing.F) {
 	f.Add([]byte{0, 3, 1, 1, 2, 2, 1, 0, 0})
 	f.Add([]byte{255, 7, 1, 200, 2, 3, 1, 1})
@@ -127,7 +128,13 @@ func remoteInvariant(m *Monitor, latest map[string][]Verdict) error {
 				}
 			}
 		}
-		if st.RemoteVerdicts != want || st.Eligible != (want == 0) {
+		origins := 0
+		for _, vs := range latest {
+			if len(vs) > 0 {
+				origins++
+			}
+		}
+		if st.RemoteVerdicts != want || st.Eligible != (want < quorum(origins+1)) {
 			return fmt.Errorf("worker %d: %d remote verdicts, eligible %v; want %d", st.ID, st.RemoteVerdicts, st.Eligible, want)
 		}
 	}

@@ -11,9 +11,9 @@ package health
 
 // quorum is the number of replicas, out of live, whose verdicts take a worker
 // out: more than half, or all of them when there are fewer than three. live
-// counts this replica; a replica that knows of no live peer counts itself
-// alone, so any remote verdict is then a quorum, as before the count was
-// known.
+// counts this replica, and is never fewer than the origins holding verdicts
+// and this replica (applyRemoteLocked), so a verdict heard before the
+// gossip's count caught up is not a quorum alone.
 func quorum(live int) int {
 	if live < 3 {
 		return max(live, 1)

@@ -114,7 +114,10 @@ func (m *Monitor) applyRemoteLocked() {
 			counts[id] = c
 		}
 	}
-	live := m.liveReplicas()
+	// Every origin holding verdicts is live (they are forgotten when it
+	// leaves or dies), and so is this replica: a verdict heard before the
+	// gossip's count of live replicas caught up is never a quorum alone.
+	live := max(m.liveReplicas(), len(m.remote)+1)
 	for _, w := range m.workers.Load().list {
 		c := counts[w.id]
 		w.mu.Lock()

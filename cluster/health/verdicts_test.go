@@ -7,11 +7,29 @@ import (
 
 func wedged(id WorkerID) Verdict { return Verdict{Worker: id, Kind: VerdictWedged, Since: t0} }
 
+// fromAQuorum has two other replicas report vs: with this one, three are
+// live, and two of them are a quorum.
+func fromAQuorum(m *Monitor, vs []Verdict) {
+	m.SetRemoteVerdicts("replica-b", vs)
+	m.SetRemoteVerdicts("replica-c", vs)
+}
+
+// TestALoneOriginIsNoQuorumBeforeTheLiveCountIsKnown: a replica that has
+// not yet counted its live peers still counts the origin it hears from, so
+// one stranger's verdict never takes a worker out.
+func TestALoneOriginIsNoQuorumBeforeTheLiveCountIsKnown(t *testing.T) {
+	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
+	m.SetRemoteVerdicts("stranger", []Verdict{wedged(1)})
+	if !m.Eligible(1) {
+		t.Fatal("one origin's verdict took the worker out before the live count was known")
+	}
+}
+
 func TestRemoteVerdictMakesWorkerIneligibleUntilWithdrawn(t *testing.T) {
 	m, _ := newTestMonitor(t, testConfig(), targets(t, 2)...)
 	changes := changeCounter(m)
-	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(1)})
-	if m.Eligible(1) || status(t, m, 1).RemoteVerdicts != 1 {
+	fromAQuorum(m, []Verdict{wedged(1)})
+	if m.Eligible(1) || status(t, m, 1).RemoteVerdicts != 2 {
 		t.Fatalf("worker under a remote verdict: eligible %v, status %+v", m.Eligible(1), status(t, m, 1))
 	}
 	if !m.Eligible(2) {
@@ -27,12 +45,12 @@ func TestRemoteVerdictMakesWorkerIneligibleUntilWithdrawn(t *testing.T) {
 	if changes.Load() != 1 {
 		t.Fatalf("OnChange calls after the verdict = %d, want 1", changes.Load())
 	}
-	m.SetRemoteVerdicts("replica-b", []Verdict{{Worker: 2, Kind: VerdictDegraded}})
+	fromAQuorum(m, []Verdict{{Worker: 2, Kind: VerdictDegraded}})
 	if !m.Eligible(1) || m.Eligible(2) {
-		t.Fatalf("after replica-b's next report: eligible(1) %v eligible(2) %v, want true false",
+		t.Fatalf("after the quorum's next reports: eligible(1) %v eligible(2) %v, want true false",
 			m.Eligible(1), m.Eligible(2))
 	}
-	m.SetRemoteVerdicts("replica-b", nil)
+	fromAQuorum(m, nil)
 	if !m.Eligible(2) {
 		t.Fatal("an empty report did not withdraw the verdict")
 	}
@@ -46,17 +64,19 @@ func TestEveryOriginMustWithdraw(t *testing.T) {
 	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
 	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(1)})
 	m.SetRemoteVerdicts("replica-c", []Verdict{wedged(1), {Worker: 1, Kind: VerdictDegraded}})
-	if got := status(t, m, 1).RemoteVerdicts; got != 2 {
-		t.Fatalf("RemoteVerdicts = %d, want 2 (one per origin)", got)
+	m.SetRemoteVerdicts("replica-d", []Verdict{wedged(1)})
+	if got := status(t, m, 1).RemoteVerdicts; got != 3 {
+		t.Fatalf("RemoteVerdicts = %d, want 3 (one per origin)", got)
 	}
 	m.SetRemoteVerdicts("replica-b", nil)
 	if m.Eligible(1) {
-		t.Fatal("eligible while replica-c still holds a verdict")
+		t.Fatal("eligible while replica-c and replica-d, two of three live, still hold a verdict")
 	}
 	m.ForgetOrigin("replica-c")
 	if !m.Eligible(1) {
-		t.Fatal("not eligible after the last origin was forgotten")
+		t.Fatal("replica-d alone, one of two live, kept the worker out")
 	}
+	m.ForgetOrigin("replica-d")
 	if got := m.RemoteOrigins(); len(got) != 0 {
 		t.Fatalf("RemoteOrigins() = %v, want none", got)
 	}
@@ -64,7 +84,7 @@ func TestEveryOriginMustWithdraw(t *testing.T) {
 
 func TestRemoteVerdictAppliesToWorkerAddedLater(t *testing.T) {
 	m, _ := newTestMonitor(t, testConfig(), targets(t, 1)...)
-	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(2)})
+	fromAQuorum(m, []Verdict{wedged(2)})
 	if err := m.SetWorkers(targets(t, 2)); err != nil {
 		t.Fatal(err)
 	}
