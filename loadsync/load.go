@@ -9,7 +9,7 @@ import (
 
 // originLoad is what one peer replica last told us about its load.
 type originLoad struct {
-	epoch, seq uint64            // the newest report merged, full or delta
+	epoch, seq uint64           // the newest report merged, full or delta
 	loads      map[uint32]int64 // non-zero counts only
 	// base is the newest full report heard, as far as its packets
 	// arrived: deltas are taken against it. covered is the width of the

@@ -2,6 +2,7 @@ package loadsync
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,10 +32,11 @@ type State struct {
 	base      []WorkerLoad
 	baseSeq   uint64
 	sinceFull int
-	// repeatFull makes the next report full again, so that the base of the
-	// deltas to come reaches a peer that lost one copy of it.
-	repeatFull bool
-	diff      []WorkerLoad
+	// lastFull is the packets of that full report, sent again with the
+	// first delta on it, so that a peer that lost one copy still holds the
+	// base of the deltas to come.
+	lastFull [][]byte
+	diff     []WorkerLoad
 	// own and withdrawing are this replica's verdicts as last read, and
 	// how many more reports announce their withdrawal.
 	own         []Verdict
@@ -137,22 +139,24 @@ func (s *State) loadReport(now time.Time) [][]byte {
 	}
 	if pkt := s.deltaReport(now); pkt != nil {
 		s.sinceFull++
+		if s.sinceFull == 1 {
+			return append(slices.Clone(s.lastFull), pkt)
+		}
 		return [][]byte{pkt}
 	}
-	s.repeatFull = !s.repeatFull
 	s.base, s.baseSeq, s.sinceFull = append(s.base[:0], s.loads...), s.seq, 0
 	s.stats.fullReportsSent.Add(1)
 	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
-	return packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+	s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+	return slices.Clone(s.lastFull)
 }
 
 // deltaReport encodes the counts changed since the last full report, or
 // returns nil when a full report is due: FullReportInterval has passed
-// since the last one, the last one is to be repeated, or the delta would be
-// no smaller than the full report or would not fit one packet. loadMu is
-// held.
+// since the last one, or the delta would be no smaller than the full report
+// or would not fit one packet. loadMu is held.
 func (s *State) deltaReport(now time.Time) []byte {
-	if s.baseSeq == 0 || s.repeatFull || s.sinceFull+1 >= s.deltasPerFull() {
+	if s.baseSeq == 0 || s.sinceFull+1 >= s.deltasPerFull() {
 		return nil
 	}
 	s.diff = loadDiff(s.diff[:0], s.base, s.loads)
