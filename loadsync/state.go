@@ -199,13 +199,17 @@ func (s *State) rotateSent(now time.Time) {
 	s.sent.rotate()
 }
 
-// Receive merges one packet from a peer: a load report, verdicts or a digest. It never
-// panics; a packet that does not decode returns an error wrapping
+// Receive merges one packet from a peer: a load report (full or delta),
+// verdicts or a digest. It never panics; a packet that does not decode returns an error wrapping
 // ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
 // Old, duplicate and own reports are not errors: they are counted in Stats
 // and ignored. now is the receiver's clock, used for expiry and lag.
 func (s *State) Receive(packet []byte, now time.Time) error {
 	typ, r, err := readHeader(packet)
+	if err == nil && len(packet) > maxPacketBytes {
+		// No peer sends one: it is a stranger's, or corrupt.
+		err = malformed("%d bytes, over the %d a packet may hold", len(packet), maxPacketBytes)
+	}
 	if err == nil {
 		switch typ {
 		case msgLoad:
