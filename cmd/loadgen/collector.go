@@ -20,7 +20,7 @@ type collector struct {
 	cancelled    int
 	errorsByKind map[string]int
 	perWorker    map[string]int
-	perTarget    []int // finished requests by the target that took them
+	perTarget    []int     // finished requests by the target that took them
 	ttftMS       []float64 // of successes
 	latencyMS    []float64 // of successes
 	lagMS        []float64 // of every started request (replay)

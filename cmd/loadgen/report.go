@@ -16,13 +16,13 @@ import (
 // report is the outcome of a run; its JSON form is what --json writes. Latency figures are over
 // successful requests; throughput counts successes only.
 type report struct {
-	Mode     string `json:"mode"`   // "replay" or "agentic"
-	Target   string `json:"target"` // the endpoint, or the endpoints joined by commas
+	Mode   string `json:"mode"`   // "replay" or "agentic"
+	Target string `json:"target"` // the endpoint, or the endpoints joined by commas
 	// PerTarget counts finished requests by the target that took them, and Failovers the
 	// attempts passed on to another target after a connection error (more than one --target).
 	PerTarget map[string]int `json:"per_target,omitempty"`
 	Failovers int64          `json:"failovers"`
-	Requests int    `json:"requests"`
+	Requests  int            `json:"requests"`
 	// Errors counts finished requests that failed; ErrorsByKind splits them.
 	Errors       int            `json:"errors"`
 	ErrorsByKind map[string]int `json:"errors_by_kind"`
