@@ -283,7 +283,7 @@ func TestBadLoadPacketsAreRefusedAndChangeNothing(t *testing.T) {
 		"base at its own seq":     delta(9, 0),
 		"base before seq 1":       delta(9, 10),
 		"count over the bound":    huge,
-		"oversized packet":        append(delta(9, 8), make([]byte, maxPacketBytes)...),
+		"oversized packet":        oversizedFull(),
 		"workers out of order":    corruptGap(delta(9, 8, WorkerLoad{Worker: 2, InFlight: 1}, WorkerLoad{Worker: math.MaxUint32, InFlight: 1})),
 		"full report, count huge": fullWithCount(maxInFlight + 1),
 	}
@@ -325,4 +325,14 @@ func fullWithCount(n uint64) []byte {
 	p := appendLoadReport(nil, &loadReport{origin: "a", epoch: 1, seq: 99, lo: 0, hi: math.MaxUint32,
 		entries: []WorkerLoad{{Worker: 3, InFlight: 1}}})
 	return appendUvarintBytes(p[:len(p)-1], n)
+}
+
+// oversizedFull is a well-formed full report of more bytes than any packet
+// may hold.
+func oversizedFull() []byte {
+	entries := make([]WorkerLoad, 40000)
+	for i := range entries {
+		entries[i] = WorkerLoad{Worker: uint32(i), InFlight: 1}
+	}
+	return appendLoadReport(nil, &loadReport{origin: "a", epoch: 1, seq: 99, hi: math.MaxUint32, entries: entries})
 }
