@@ -37,7 +37,10 @@ func TestGossipBudget(t *testing.T) {
 	if os.Getenv("LOADSYNC_BUDGET") != "1" {
 		t.Skip("set LOADSYNC_BUDGET=1 to measure the gossip budget")
 	}
-	seconds, _ := strconv.Atoi(os.Getenv("LOADSYNC_BUDGET_SECONDS"))
+	measured := 10 * time.Second
+	if seconds, _ := strconv.Atoi(os.Getenv("LOADSYNC_BUDGET_SECONDS")); seconds > 0 {
+		measured = time.Duration(seconds) * time.Second
+	}
 	loss, err := strconv.ParseFloat(cmpOr(os.Getenv("LOADSYNC_BUDGET_LOSS"), "0.01"), 64)
 	if err != nil {
 		t.Fatalf("LOADSYNC_BUDGET_LOSS: %v", err)
@@ -48,7 +51,7 @@ func TestGossipBudget(t *testing.T) {
 		for _, scheme := range schemes {
 			b := budgetRun{
 				replicas: size[0], workers: size[1], scheme: scheme, loss: loss,
-				measured: time.Duration(max(seconds, 10)) * time.Second,
+				measured: measured,
 				inflight: 64, meanDuration: 10 * time.Second,
 			}
 			rows = append(rows, b.run(t))
