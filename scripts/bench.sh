@@ -68,9 +68,11 @@ cannot carry 64 replicas x 1024 workers on two shared cores in real time, so the
 the same load on 8 real memberlist nodes over loopback. The merged-load lag is measured against the
 ground truth: at a random worker of a replica, the largest over the other replicas of how long ago
 that replica's count last equalled what this one believes it is (one interval, 100 ms, between
-reports is the floor of the p99). The load table is the peers' counts one replica holds: bounded by
-the in-flight requests per worker (every non-zero count is at least one request), whatever the
-replica count. "on the wire" adds 34 bytes a packet (memberlist's framing and UDP/IPv4), without
+reports is the floor of the p99; the max is a replica that lost both copies of a full report and
+waited for the next). The load table is the peers' counts one replica holds: a fixed cost per peer
+(two small maps) plus at most two entries per request in flight (every non-zero count is at least
+one request), whatever the replica count. The index is one replica's ownership index: it learns
+every replica's decisions, sparsely, so it does not grow with the replicas. "on the wire" adds 34 bytes a packet (memberlist's framing and UDP/IPv4), without
 encryption (29 more a packet with --gossip-key).
 TXT
 		printf '\nLoad average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
