@@ -72,6 +72,8 @@ func (r *Replica) writeGossipMetrics(w io.Writer) {
 		{"vllm_router_cluster_gossip_decode_errors_total", st.DecodeErrors},
 		{"vllm_router_cluster_gossip_join_refusals_total", st.JoinRefusals},
 		{"vllm_router_cluster_gossip_stale_reports_total", st.ReportsStale},
+		{"vllm_router_cluster_gossip_full_reports_sent_total", st.FullReportsSent},
+		{"vllm_router_cluster_gossip_inexact_deltas_total", st.DeltasInexact},
 		{"vllm_router_cluster_gossip_facts_sent_total", st.FactsSent},
 		{"vllm_router_cluster_gossip_facts_learned_total", st.FactsLearned},
 		{"vllm_router_cluster_gossip_facts_dropped_total", st.FactsDropped},

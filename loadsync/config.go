@@ -15,6 +15,13 @@ const (
 	// DefaultLoadTTL drops an origin after three missed reports plus
 	// 200 ms of slack for scheduling hiccups.
 	DefaultLoadTTL = 3*DefaultLoadInterval + 200*time.Millisecond
+	// DefaultFullReportInterval is how often a replica sends its full load
+	// report; the reports between are deltas against the last full one.
+	// A receiver that lost a full report is inexact for at most this long
+	// (plus one interval), and one that joined learns every count within
+	// it: one second costs at 64 replicas x 1024 workers about a tenth of
+	// what full reports every interval cost (BENCHMARKS.md).
+	DefaultFullReportInterval = time.Second
 	// DefaultMaxPacketBytes keeps a packet, with memberlist's framing and
 	// encryption (35 bytes), under a 1400-byte UDP payload.
 	DefaultMaxPacketBytes = 1300
@@ -94,6 +101,12 @@ type Config struct {
 	// LoadTTL drops an origin whose reports stopped arriving for longer.
 	// Default DefaultLoadTTL; must exceed LoadInterval.
 	LoadTTL time.Duration
+	// FullReportInterval is how often Tick emits a full load report; the
+	// reports between are deltas of the counts changed since the last full
+	// one. A delta as large as the full report is replaced by the full
+	// report. A value not above LoadInterval makes every report full.
+	// Default DefaultFullReportInterval.
+	FullReportInterval time.Duration
 	// MaxPacketBytes bounds every packet Tick returns. Default 1300,
 	// between 256 and 65000.
 	MaxPacketBytes int
@@ -146,6 +159,7 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	c.LoadInterval = orDefault(c.LoadInterval, DefaultLoadInterval)
 	c.LoadTTL = orDefault(c.LoadTTL, DefaultLoadTTL)
+	c.FullReportInterval = orDefault(c.FullReportInterval, DefaultFullReportInterval)
 	c.MaxPacketBytes = orDefault(c.MaxPacketBytes, DefaultMaxPacketBytes)
 	c.DigestQueueFacts = orDefault(c.DigestQueueFacts, DefaultDigestQueueFacts)
 	c.DigestPacketsPerTick = orDefault(c.DigestPacketsPerTick, DefaultDigestPacketsPerTick)

@@ -12,14 +12,23 @@
 // packets directly to every live member once per LoadInterval, so the age of
 // a peer's view is bounded by that interval plus the network.
 //
-// Load reports are full state (every non-zero count of the origin, split by
-// worker-id range over as many packets as needed), versioned by (boot epoch,
-// sequence): a lost report is superseded by the next one, duplicates and
-// reordered older reports are ignored, and a worker whose count fell to zero
-// is simply absent from the next report, so receivers converge to zero
-// without a separate "free" message. An origin that stops reporting is
-// dropped after LoadTTL; one that memberlist reports as gone is dropped at
-// once (Forget).
+// Load reports are versioned by (boot epoch, sequence). Once per
+// FullReportInterval (a second) a report is full: every non-zero count of the
+// origin, split by worker-id range over as many packets as needed, and sent
+// again with the next report so that one lost copy costs nothing. The
+// reports between are deltas: the counts that differ from the last full
+// report, a zero for a worker that left it. A delta is cumulative, so a
+// receiver holding its full report becomes exact from any one delta,
+// whichever earlier deltas were lost, duplicated or reordered; older packets
+// are ignored, and a worker whose count fell back to zero or to its full
+// report's value is reset by the next delta that omits it. A receiver that
+// lost every copy of a full report merges the deltas' counts as the newest
+// known for their workers but stays inexact, for the workers that changed
+// only in that full report, until the next one. An origin that stops
+// reporting is dropped after LoadTTL; one that memberlist reports as gone is
+// dropped at once (Forget), and a delta on the base it had sent brings it
+// back exactly. Receive refuses a packet over 65000 bytes, a count outside
+// [0, 2^40] and anything that does not decode whole, changing nothing.
 //
 // Verdicts (a replica's judgement that a worker is wedged or degraded) ride
 // the same cadence as soft state: an origin repeats its non-empty set every

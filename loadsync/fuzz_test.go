@@ -18,6 +18,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	a.local.set(math.MaxUint32, 1<<40)
 	a.st.Owned(chain(1, 9), 300)
 	seeds := a.st.Tick(t0)
+	a.local.set(7, 3)
+	seeds = append(seeds, a.st.Tick(t0.Add(DefaultLoadInterval))...) // the full report again and a delta
 	return append(seeds, a.st.LocalState(true), a.st.Meta(), nil, []byte{msgLoad, protocolVersion, 0xff})
 }
 

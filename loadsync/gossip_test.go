@@ -3,16 +3,19 @@ package loadsync
 import (
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or the deadline passes. The deadline
+// is generous: eight memberlist nodes on a loaded two-core host can take
+// more than ten seconds to see each other.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
@@ -32,6 +35,7 @@ type nodeOptions struct {
 	key      []byte
 	config   map[string]string
 	onMember func(MemberEvent)
+	tweak    func(*Config) // changes the State's Config after the defaults above
 }
 
 func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
@@ -40,6 +44,9 @@ func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
 		c.BootEpoch = uint64(time.Now().UnixNano())
 		if o.config != nil {
 			c.ClusterConfig = o.config
+		}
+		if o.tweak != nil {
+			o.tweak(c)
 		}
 	})
 	clock := o.clock
@@ -76,7 +83,7 @@ func startCluster(t *testing.T, size int, o nodeOptions) []*node {
 	nodes := []*node{mustStart(t, "r0", o)}
 	o.join = []string{nodes[0].g.LocalAddr()}
 	for i := 1; i < size; i++ {
-		nodes = append(nodes, mustStart(t, "r"+string(rune('0'+i)), o))
+		nodes = append(nodes, mustStart(t, fmt.Sprintf("r%d", i), o))
 	}
 	for _, n := range nodes {
 		waitFor(t, n.st.cfg.Origin+" sees every member", func() bool { return len(n.g.Members()) == size })
@@ -130,7 +137,7 @@ func TestGossipStoppedReplicaLoadDisappears(t *testing.T) {
 	clocks := []*manualClock{newManualClock(), newManualClock(), newManualClock()}
 	nodes := []*node{mustStart(t, "r0", nodeOptions{clock: clocks[0]})}
 	for i := 1; i < 3; i++ {
-		nodes = append(nodes, mustStart(t, "r"+string(rune('0'+i)), nodeOptions{clock: clocks[i], join: []string{nodes[0].g.LocalAddr()}}))
+		nodes = append(nodes, mustStart(t, fmt.Sprintf("r%d", i), nodeOptions{clock: clocks[i], join: []string{nodes[0].g.LocalAddr()}}))
 	}
 	nodes[2].local.set(1, 7)
 	nodes[1].local.set(1, 1)

@@ -48,8 +48,8 @@ func TestReorderedAndDuplicateReportsAreIgnored(t *testing.T) {
 	if got := b.st.Remote(1); got != 7 {
 		t.Fatalf("Remote(1) = %d after newer, older, duplicate; want 7", got)
 	}
-	if st := b.st.Stats(); st.ReportsStale != 1 || st.ReportsAccepted != 2 {
-		t.Fatalf("stale=%d accepted=%d, want 1 and 2 (a duplicate of the newest is harmless)", st.ReportsStale, st.ReportsAccepted)
+	if st := b.st.Stats(); st.ReportsStale != 2 || st.ReportsAccepted != 1 {
+		t.Fatalf("stale=%d accepted=%d, want 2 and 1 (the older report and the copy ignored)", st.ReportsStale, st.ReportsAccepted)
 	}
 }
 

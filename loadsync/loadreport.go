@@ -14,9 +14,12 @@ import (
 //
 // Layout after the header: origin (string), epoch, seq (uvarints), sentAt
 // (signed varint, unix ns), lo, hi, count (uvarints), then count entries of
-// (worker gap, in-flight): the first gap is the worker's distance from lo,
-// later ones the number of ids skipped since the previous worker, so workers
-// are strictly increasing by construction.
+// (worker gap, in-flight), both uvarints: the first gap is the worker's
+// distance from lo, later ones the number of ids skipped since the previous
+// worker, so workers are strictly increasing by construction.
+//
+// A full report is also the base of the delta reports that follow it
+// (loaddelta.go).
 type loadReport struct {
 	origin     string
 	epoch, seq uint64
@@ -42,11 +45,16 @@ func appendLoadReport(b []byte, rep *loadReport) []byte {
 	b = binary.AppendVarint(b, rep.sentAt)
 	b = binary.AppendUvarint(b, uint64(rep.lo))
 	b = binary.AppendUvarint(b, uint64(rep.hi))
-	b = binary.AppendUvarint(b, uint64(len(rep.entries)))
-	next := uint64(rep.lo)
-	for _, e := range rep.entries {
+	return appendLoadEntries(b, rep.entries, uint64(rep.lo))
+}
+
+// appendLoadEntries appends the count and the (worker gap, in-flight)
+// entries shared by full and delta reports.
+func appendLoadEntries(b []byte, entries []WorkerLoad, next uint64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
 		b = binary.AppendUvarint(b, uint64(e.Worker)-next)
-		b = binary.AppendVarint(b, e.InFlight)
+		b = binary.AppendUvarint(b, uint64(e.InFlight))
 		next = uint64(e.Worker) + 1
 	}
 	return b
@@ -64,35 +72,55 @@ func decodeLoadReport(r *reader) (loadReport, error) {
 	if r.err() == nil && rep.lo > rep.hi {
 		r.fail("range [%d, %d] reversed", rep.lo, rep.hi)
 	}
-	n := r.count(loadEntryMinBytes)
+	rep.entries = readLoadEntries(r, rep.lo, rep.hi)
 	if r.err() != nil {
 		return loadReport{}, r.err()
-	}
-	rep.entries = make([]WorkerLoad, 0, n)
-	next := uint64(rep.lo) // smallest worker id the next entry may have
-	for range n {
-		gap, load := r.uvarint(), r.varint()
-		// Compared before adding, so a forged gap cannot wrap around.
-		if r.err() == nil && (next > uint64(rep.hi) || gap > uint64(rep.hi)-next) {
-			r.fail("worker %d+%d outside [%d, %d]", next, gap, rep.lo, rep.hi)
-		}
-		if r.err() != nil {
-			return loadReport{}, r.err()
-		}
-		w := next + gap
-		rep.entries = append(rep.entries, WorkerLoad{Worker: uint32(w), InFlight: load})
-		next = w + 1
 	}
 	return rep, r.end()
 }
 
-// normalizeLoads sorts loads by worker, drops zero counts and keeps the
+// maxInFlight bounds one origin's count for one worker. No engine holds a
+// trillion requests; the bound keeps a forged count from overflowing the
+// sums a receiver keeps over every origin.
+const maxInFlight = 1 << 40
+
+// readLoadEntries decodes the entries of a report whose workers lie in
+// [lo, hi]. They come out strictly increasing by construction, each count
+// in [0, maxInFlight]; nil after a failure, which r then holds.
+func readLoadEntries(r *reader, lo, hi uint32) []WorkerLoad {
+	n := r.count(loadEntryMinBytes)
+	if r.err() != nil {
+		return nil
+	}
+	entries := make([]WorkerLoad, 0, n)
+	next := uint64(lo) // smallest worker id the next entry may have
+	for range n {
+		gap, load := r.uvarint(), r.uvarint()
+		// Compared before adding, so a forged gap cannot wrap around.
+		if r.err() == nil && (next > uint64(hi) || gap > uint64(hi)-next) {
+			r.fail("worker %d+%d outside [%d, %d]", next, gap, lo, hi)
+		}
+		if r.err() == nil && load > maxInFlight {
+			r.fail("in-flight count %d over %d", load, uint64(maxInFlight))
+		}
+		if r.err() != nil {
+			return nil
+		}
+		w := next + gap
+		entries = append(entries, WorkerLoad{Worker: uint32(w), InFlight: int64(load)})
+		next = w + 1
+	}
+	return entries
+}
+
+// normalizeLoads sorts loads by worker, drops counts that are not positive
+// (a count below zero is a caller's bug; peers refuse one) and keeps the
 // first of duplicate workers, in place.
 func normalizeLoads(loads []WorkerLoad) []WorkerLoad {
 	slices.SortStableFunc(loads, func(a, b WorkerLoad) int { return cmp.Compare(a.Worker, b.Worker) })
 	out := loads[:0]
 	for i, l := range loads {
-		if l.InFlight == 0 || (i > 0 && loads[i-1].Worker == l.Worker) {
+		if l.InFlight <= 0 || (i > 0 && loads[i-1].Worker == l.Worker) {
 			continue
 		}
 		out = append(out, l)
@@ -127,19 +155,11 @@ func packLoadReport(base loadReport, loads []WorkerLoad, maxBytes int) [][]byte 
 func loadsThatFit(loads []WorkerLoad, lo uint32, budget int) int {
 	used, next := 0, uint64(lo)
 	for i, l := range loads {
-		used += uvarintLen(uint64(l.Worker)-next) + varintLen(l.InFlight)
+		used += uvarintLen(uint64(l.Worker)-next) + uvarintLen(uint64(l.InFlight))
 		if used > budget && i > 0 {
 			return i
 		}
 		next = uint64(l.Worker) + 1
 	}
 	return len(loads)
-}
-
-func varintLen(v int64) int {
-	u := uint64(v) << 1
-	if v < 0 {
-		u = ^u
-	}
-	return uvarintLen(u)
 }

@@ -2,6 +2,7 @@ package loadsync
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,16 @@ type State struct {
 	seq      uint64
 	nextLoad time.Time // when the next report is due; zero before the first
 	loads    []WorkerLoad
+	// base is the counts of the last full report, numbered baseSeq, that
+	// the deltas since are taken against; sinceFull counts those deltas.
+	base      []WorkerLoad
+	baseSeq   uint64
+	sinceFull int
+	// lastFull is the packets of that full report, sent again with the
+	// first delta on it, so that a peer that lost one copy still holds the
+	// base of the deltas to come.
+	lastFull [][]byte
+	diff     []WorkerLoad
 	// own and withdrawing are this replica's verdicts as last read, and
 	// how many more reports announce their withdrawal.
 	own         []Verdict
@@ -118,13 +129,50 @@ func (s *State) NextTick() time.Time {
 	return s.nextLoad
 }
 
+// loadReport returns this tick's load report: a delta against the last
+// full report when one is allowed, the full report otherwise. loadMu is
+// held.
 func (s *State) loadReport(now time.Time) [][]byte {
 	s.seq++
 	if s.cfg.LocalLoads != nil {
 		s.loads = normalizeLoads(s.cfg.LocalLoads(s.loads[:0]))
 	}
+	if pkt := s.deltaReport(now); pkt != nil {
+		s.sinceFull++
+		if s.sinceFull == 1 {
+			return append(slices.Clone(s.lastFull), pkt)
+		}
+		return [][]byte{pkt}
+	}
+	s.base, s.baseSeq, s.sinceFull = append(s.base[:0], s.loads...), s.seq, 0
+	s.stats.fullReportsSent.Add(1)
 	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
-	return packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+	s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+	return slices.Clone(s.lastFull)
+}
+
+// deltaReport encodes the counts changed since the last full report, or
+// returns nil when a full report is due: FullReportInterval has passed
+// since the last one, or the delta would be no smaller than the full report
+// or would not fit one packet. loadMu is held.
+func (s *State) deltaReport(now time.Time) []byte {
+	if s.baseSeq == 0 || s.sinceFull+1 >= s.deltasPerFull() {
+		return nil
+	}
+	s.diff = loadDiff(s.diff[:0], s.base, s.loads)
+	size := loadEntriesBytes(s.diff, 0)
+	if size >= loadEntriesBytes(s.loads, 0) || size > s.cfg.MaxPacketBytes-loadHeaderMaxBytes(s.cfg.Origin) {
+		return nil
+	}
+	d := loadDelta{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, base: s.baseSeq,
+		sentAt: now.UnixNano(), entries: s.diff}
+	return appendLoadDelta(make([]byte, 0, size+loadHeaderMaxBytes(s.cfg.Origin)), &d)
+}
+
+// deltasPerFull is how many reports of every FullReportInterval are sent,
+// the full one included.
+func (s *State) deltasPerFull() int {
+	return int((s.cfg.FullReportInterval + s.cfg.LoadInterval/2) / s.cfg.LoadInterval)
 }
 
 func (s *State) digests(now time.Time) [][]byte {
@@ -151,17 +199,23 @@ func (s *State) rotateSent(now time.Time) {
 	s.sent.rotate()
 }
 
-// Receive merges one packet from a peer: a load report, verdicts or a digest. It never
-// panics; a packet that does not decode returns an error wrapping
+// Receive merges one packet from a peer: a load report (full or delta),
+// verdicts or a digest. It never panics; a packet that does not decode returns an error wrapping
 // ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
 // Old, duplicate and own reports are not errors: they are counted in Stats
 // and ignored. now is the receiver's clock, used for expiry and lag.
 func (s *State) Receive(packet []byte, now time.Time) error {
 	typ, r, err := readHeader(packet)
+	if err == nil && len(packet) > maxPacketBytes {
+		// No peer sends one: it is a stranger's, or corrupt.
+		err = malformed("%d bytes, over the %d a packet may hold", len(packet), maxPacketBytes)
+	}
 	if err == nil {
 		switch typ {
 		case msgLoad:
 			err = s.receiveLoad(&r, now)
+		case msgLoadDelta:
+			err = s.receiveLoadDelta(&r, now)
 		case msgDigest:
 			err = s.receiveDigest(&r)
 		case msgVerdicts:
@@ -187,13 +241,41 @@ func (s *State) receiveLoad(r *reader, now time.Time) error {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
-	if !s.view.apply(&rep, now) {
-		s.stats.reportsStale.Add(1)
+	s.accepted(s.view.apply(&rep, now), rep.origin, now)
+	return nil
+}
+
+func (s *State) receiveLoadDelta(r *reader, now time.Time) error {
+	d, err := decodeLoadDelta(r)
+	if err != nil {
+		return err
+	}
+	if d.origin == s.cfg.Origin {
 		return nil
 	}
-	s.stats.reportsAccepted.Add(1)
-	s.lags.record(now.Sub(time.Unix(0, rep.sentAt)))
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.view.expire(now)
+	outcome := s.view.applyDelta(&d, now)
+	if outcome == deltaInexact {
+		s.stats.deltasInexact.Add(1)
+	}
+	s.accepted(outcome != deltaStale, d.origin, now)
 	return nil
+}
+
+// accepted counts a load packet and, when it was merged, records the lag
+// of origin's view: how old the newest state of the origin is that the view
+// now equals. loadMu is held.
+func (s *State) accepted(ok bool, origin string, now time.Time) {
+	if !ok {
+		s.stats.reportsStale.Add(1)
+		return
+	}
+	s.stats.reportsAccepted.Add(1)
+	if lag, exact := s.view.lag(origin, now); exact {
+		s.lags.record(lag)
+	}
 }
 
 // Expire drops the contribution of every origin not heard from within

@@ -7,9 +7,17 @@ type Stats struct {
 	// ReportsSent counts load reports emitted by Tick (one per interval,
 	// however many packets it took).
 	ReportsSent uint64
+	// FullReportsSent counts the reports that were full rather than
+	// deltas against the last full one.
+	FullReportsSent uint64
 	// ReportsAccepted counts load packets merged; ReportsStale those
 	// ignored as older than, or a copy of, what was held.
 	ReportsAccepted, ReportsStale uint64
+	// DeltasInexact counts delta reports merged without the full report
+	// they were taken against (it was lost, is late, or came before this
+	// replica heard the origin): their counts were applied, but the view of
+	// that origin stays inexact until its next full report.
+	DeltasInexact uint64
 	// DecodeErrors counts packets and states that did not decode.
 	DecodeErrors uint64
 	// FactsQueued counts facts Owned queued; FactsDeduplicated those it
@@ -25,7 +33,7 @@ type Stats struct {
 type counters struct {
 	reportsSent, reportsAccepted, reportsStale, decodeErrors              atomic.Uint64
 	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned atomic.Uint64
-	verdictsUnsent                                                        atomic.Uint64
+	verdictsUnsent, fullReportsSent, deltasInexact                        atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -33,6 +41,8 @@ func (s *State) Stats() Stats {
 	c := &s.stats
 	return Stats{
 		ReportsSent:       c.reportsSent.Load(),
+		FullReportsSent:   c.fullReportsSent.Load(),
+		DeltasInexact:     c.deltasInexact.Load(),
 		ReportsAccepted:   c.reportsAccepted.Load(),
 		ReportsStale:      c.reportsStale.Load(),
 		DecodeErrors:      c.decodeErrors.Load(),

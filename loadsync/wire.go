@@ -9,14 +9,16 @@ import (
 // Integers are varints (zigzag for signed ones) except block hashes, which
 // are uniformly distributed and so take a fixed 8 bytes little-endian.
 const (
-	// protocolVersion 2 added the span to every ownership fact.
-	protocolVersion byte = 2
+	// protocolVersion 2 added the span to every ownership fact; 3 added
+	// delta load reports and made in-flight counts unsigned.
+	protocolVersion byte = 3
 
 	msgLoad      byte = 1 // a load report, or one worker-id range of it
 	msgDigest    byte = 2 // a batch of new ownership facts
 	msgFullState byte = 3 // the recent ownership facts, for push/pull
 	msgMeta      byte = 4 // node metadata: origin, epoch, cluster config, tags
 	msgVerdicts  byte = 5 // an origin's verdicts against workers
+	msgLoadDelta byte = 6 // the counts that changed since the origin's last full load report
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.
@@ -170,4 +172,12 @@ func (r *reader) end() error {
 		r.fail("%d trailing bytes", r.remaining())
 	}
 	return r.bad
+}
+
+func varintLen(v int64) int {
+	u := uint64(v) << 1
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintLen(u)
 }

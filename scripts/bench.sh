@@ -6,9 +6,16 @@
 #      the prefill/decode seed scenario
 #   3. the proxy path against nginx and HAProxy: throughput, tail latency
 #      and streaming relay behind an instant upstream (scripts/proxybench)
+#   4. the gossip budget: bytes per replica, merged-load lag and memory at
+#      8/32/64 replicas x 16/256/1024 workers, every report full against
+#      deltas (loadsync's TestGossipBudget, on virtual time)
+#   5. real processes: agentic sessions through one router replica and
+#      through a tier of four (scripts/realtier.sh)
+# Parts 4 and 5 are written before part 3's section.
 # Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part;
 # `scripts/bench.sh proxy` (make bench-proxy) reruns part 3 alone and
-# replaces its section of BENCHMARKS.md.
+# replaces its section of BENCHMARKS.md; `scripts/bench.sh gossip` and
+# `scripts/bench.sh realtier` do the same for parts 4 and 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=BENCHMARKS.md
@@ -34,6 +41,79 @@ for heading in ("## Proxy path against nginx and HAProxy", "## Router overhead o
 open(out, "w").write(text.rstrip("\n") + "\n\n" + new)
 PY
 	echo "wrote the proxy section of $out"
+	exit 0
+fi
+
+# gossip_budget OUT.md: part 4's section.
+gossip_budget() {
+	local seconds=10 sizes="" real="8x16,8x256,8x1024"
+	[ "$quick" = 1 ] && seconds=3 sizes=8x16,8x1024,64x1024 real=8x16
+	local run="LOADSYNC_BUDGET=1 LOADSYNC_BUDGET_SECONDS=$seconds ${sizes:+LOADSYNC_BUDGET_SIZES=$sizes }go test -run TestGossipBudget -count=1 -v -timeout 60m ./loadsync/"
+	local check="LOADSYNC_BUDGET_REAL=1 LOADSYNC_BUDGET_REAL_SIZES=$real go test -run TestGossipBudgetOnMemberlist -count=1 -v -timeout 30m ./loadsync/"
+	{
+		printf '## Gossip budget: bytes per replica, merged-load lag and memory\n\n'
+		cat <<'TXT'
+What each replica sends its peers, at 8, 32 and 64 replicas x 16, 256 and 1024 workers, with every
+worker holding about 64 requests (10 s each on average, so the fleet's request rate grows with the
+workers, not the replicas). "full" sends every load report full, every 100 ms, as replicas did before
+delta reports; "delta" is the default: a full report once a second (twice), cumulative deltas
+between. Full reports cost replicas x workers per replica; deltas cost what changes, which is the
+fleet's request rate split over the replicas, so their bytes per replica stay about flat as replicas
+are added. The digests (prefix ownership) cost the fleet's decision rate, whatever the replica count.
+
+Every replica's real loadsync State (encoder, merge, digests) runs on virtual time over a network
+that delays each packet 0.2-2.2 ms (so packets overtake each other) and loses 1% of them; one
+replica also feeds a real ownership index (the router's default --max-tree-size). Real memberlist
+cannot carry 64 replicas x 1024 workers on two shared cores in real time, so the second table checks
+the same load on 8 real memberlist nodes over loopback. The merged-load lag is measured against the
+ground truth: at a random worker of a replica, the largest over the other replicas of how long ago
+that replica's count last equalled what this one believes it is (one interval, 100 ms, between
+reports is the floor of the p99; the max is a replica that lost both copies of a full report and
+waited for the next). The load table is the peers' counts one replica holds: a fixed cost per peer
+(two small maps) plus at most two entries per request in flight (every non-zero count is at least
+one request), whatever the replica count. The index is one replica's ownership index: it learns
+every replica's decisions, sparsely, so it does not grow with the replicas. "on the wire" adds 34 bytes a packet (memberlist's framing and UDP/IPv4), without
+encryption (29 more a packet with --gossip-key).
+TXT
+		printf '\nLoad average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+		printf '```\n%s\n```\n\n' "$run"
+		eval "$run" | grep -E '^(\||Per replica|$)' | cat -s
+		printf '\nOn real memberlist over loopback (8 replicas, 10 s per run, the same load in real time; the report lag is the State'"'"'s own: receive time minus the send time of the newest report its view equals, at each accepted packet). Load average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+		printf '```\n%s\n```\n\n' "$check"
+		eval "$check" | grep -E '^\|'
+	} >"$1"
+}
+
+# splice SECTION.md HEADING: put the section in BENCHMARKS.md in place of the
+# one under HEADING, or before the proxy section when there is none.
+splice() {
+	python3 - "$out" "$1" "$2" <<'PY'
+import sys
+out, new, heading = sys.argv[1], open(sys.argv[2]).read().rstrip("\n") + "\n\n", sys.argv[3]
+text = open(out).read()
+if heading in text:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
+else:
+    anchor = "## Proxy path against nginx and HAProxy"
+    at = text.index(anchor) if anchor in text else len(text)
+    text = text[:at] + new + text[at:]
+open(out, "w").write(text)
+PY
+}
+gossip_heading="## Gossip budget"
+realtier_heading="## Real processes: one replica against a tier of four"
+if [ "${1:-}" = gossip ]; then
+	gossip_budget "$tmp/gossip.md"
+	splice "$tmp/gossip.md" "$gossip_heading"
+	echo "wrote the gossip budget section of $out"
+	exit 0
+fi
+if [ "${1:-}" = realtier ]; then
+	scripts/realtier.sh "$tmp/realtier.md"
+	splice "$tmp/realtier.md" "$realtier_heading"
+	echo "wrote the real-process section of $out"
 	exit 0
 fi
 trace=${TRACE:-../shared/data/traces/mooncake_conversation_trace.jsonl}
@@ -112,6 +192,17 @@ if [ -x bin/fleetsim ]; then
 	cmdline "$run"
 	$run --json "$tmp/pd.json" >/dev/null
 	table "$tmp/pd.json" >>"$out"
+fi
+
+# 4. The gossip budget -------------------------------------------------------
+gossip_budget "$tmp/gossip.md"
+cat "$tmp/gossip.md" >>"$out"
+
+# 5. Real processes: one replica against a tier of four ------------------------
+if [ -x bin/router ] && [ -x bin/workersim ] && [ -x bin/loadgen ]; then
+	scripts/realtier.sh "$tmp/realtier.md"
+	printf '\n' >>"$out"
+	cat "$tmp/realtier.md" >>"$out"
 fi
 
 # 3. The proxy path against nginx and HAProxy ---------------------------------

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/kvrouter/kvrouter/sim/workload"
@@ -23,8 +26,13 @@ var errRequestTimeout = errors.New("request timeout")
 // errBadTarget reports a --target that is not an http(s) URL.
 var errBadTarget = errors.New("want an http:// or https:// URL with a host")
 
-// completionsPath is where requests go when --target names only a server.
-const completionsPath = "/v1/completions"
+// The APIs a request can go to (--endpoint), and the path appended to a target for each.
+const (
+	endpointCompletions = "completions"
+	endpointChat        = "chat"
+	completionsPath     = "/v1/completions"
+	chatPath            = "/v1/chat/completions"
+)
 
 // readBufferSize is the buffer a stream is read through: large enough for any ordinary chunk.
 const readBufferSize = 32 << 10
@@ -32,7 +40,9 @@ const readBufferSize = 32 << 10
 // readers pools the stream read buffers, so that a request allocates none.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
 
-// client streams completion requests to one target.
+// client streams completion requests to its targets, each request to a random one; a request
+// whose target refuses or drops the connection before answering goes to another target, as a
+// load balancer in front of them would (see failsOver).
 //
 // It is built on net/http rather than fasthttp's client: cancelling a request that is blocked in
 // a read (Ctrl-C, --duration, --request-timeout) must close its connection at once, which
@@ -43,18 +53,33 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBu
 //
 // A client is safe for concurrent use; close releases its idle connections.
 type client struct {
-	url       string
-	apiKey    string // sent as a bearer token when set
-	clock     Clock
-	timeout   time.Duration // per request, from sending to the end of the stream
-	transport *http.Transport
-	http      *http.Client
+	urls []string // one endpoint URL per target
+	// chat sends /v1/chat/completions bodies (messages) instead of /v1/completions (prompt).
+	chat bool
+	// systemBytes, in chat, is how many leading bytes of a prompt go in a system message (the
+	// agentic sessions' shared system prompt); the rest is one user message.
+	systemBytes int
+	apiKey      string // sent as a bearer token when set
+	clock       Clock
+	timeout     time.Duration // per request, from sending to the end of the stream
+	transport   *http.Transport
+	http        *http.Client
+	// failovers counts attempts that went to another target after a connection error.
+	failovers atomic.Int64
 }
 
-// newClient returns a client for target: a server URL, to which /v1/completions is appended
-// unless the URL already ends with it.
-func newClient(target, apiKey string, timeout time.Duration, clock Clock) (*client, error) {
-	endpoint, err := completionsURL(target)
+// clientConfig is what a client is built from.
+type clientConfig struct {
+	targets     []string // server URLs; the endpoint's path is appended unless a URL ends with it
+	endpoint    string   // endpointCompletions (default) or endpointChat
+	systemBytes int
+	apiKey      string
+	timeout     time.Duration
+}
+
+// newClient returns a client for cfg's targets.
+func newClient(cfg clientConfig, clock Clock) (*client, error) {
+	urls, err := endpointURLs(cfg.targets, cfg.endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -69,22 +94,46 @@ func newClient(target, apiKey string, timeout time.Duration, clock Clock) (*clie
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	return &client{
-		url: endpoint, apiKey: apiKey, clock: clock, timeout: timeout,
-		transport: transport, http: &http.Client{Transport: transport},
+		urls: urls, chat: cfg.endpoint == endpointChat, systemBytes: cfg.systemBytes, apiKey: cfg.apiKey,
+		clock: clock, timeout: cfg.timeout, transport: transport, http: &http.Client{Transport: transport},
 	}, nil
 }
 
-// completionsURL validates target and returns the completions endpoint under it.
-func completionsURL(target string) (string, error) {
+// endpointURLs validates every target and returns the endpoint's URL under each.
+func endpointURLs(targets []string, endpoint string) ([]string, error) {
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("%w, got none", errBadTarget)
+	}
+	urls := make([]string, 0, len(targets))
+	for _, target := range targets {
+		u, err := endpointURL(target, endpoint)
+		if err != nil {
+			return nil, err
+		}
+		urls = append(urls, u)
+	}
+	return urls, nil
+}
+
+// endpointURL validates target and returns the endpoint's URL under it: /v1/completions or
+// /v1/chat/completions appended, unless the URL already ends with that path.
+func endpointURL(target, endpoint string) (string, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w, got %q", errBadTarget, target)
 	}
-	if !strings.HasSuffix(u.Path, completionsPath) {
-		u.Path = strings.TrimSuffix(u.Path, "/") + completionsPath
+	path := completionsPath
+	if endpoint == endpointChat {
+		path = chatPath
+	}
+	if !strings.HasSuffix(u.Path, path) {
+		u.Path = strings.TrimSuffix(u.Path, "/") + path
 	}
 	return u.String(), nil
 }
+
+// completionsURL is endpointURL for /v1/completions.
+func completionsURL(target string) (string, error) { return endpointURL(target, endpointCompletions) }
 
 // close releases the idle connections (and so their goroutines).
 func (c *client) close() { c.transport.CloseIdleConnections() }
@@ -96,12 +145,9 @@ func (c *client) do(ctx context.Context, req workload.Request, header http.Heade
 	res := result{turn: -1}
 	reqCtx, cancel := withClockTimeout(ctx, c.clock, c.timeout, errRequestTimeout)
 	defer cancel()
-	httpReq, err := c.newRequest(reqCtx, req, header)
-	if err != nil {
-		return c.failed(ctx, reqCtx, res, kindTransport, err)
-	}
+	body := c.body(req)
 	start := c.clock.Now()
-	resp, err := c.http.Do(httpReq)
+	resp, err := c.send(reqCtx, body, header, &res)
 	if err != nil {
 		res.latency = c.clock.Now().Sub(start)
 		return c.failed(ctx, reqCtx, res, kindTransport, err)
@@ -121,10 +167,54 @@ func (c *client) do(ctx context.Context, req workload.Request, header http.Heade
 	return res
 }
 
-// newRequest builds the HTTP request of req.
-func (c *client) newRequest(ctx context.Context, req workload.Request, header http.Header) (*http.Request, error) {
-	body := req.OpenAIBody(true)
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+// send posts body to a random target and returns its response, trying the other targets in
+// turn while the connection fails before any answer (failsOver). res.target is set to the index
+// of the target that answered, or that failed last.
+func (c *client) send(ctx context.Context, body []byte, header http.Header, res *result) (*http.Response, error) {
+	first := 0
+	if len(c.urls) > 1 {
+		first = rand.IntN(len(c.urls))
+	}
+	for attempt := range len(c.urls) {
+		res.target = (first + attempt) % len(c.urls)
+		httpReq, err := c.newRequest(ctx, c.urls[res.target], body, header)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.http.Do(httpReq)
+		if err == nil || attempt == len(c.urls)-1 || ctx.Err() != nil || !failsOver(err) {
+			return resp, err
+		}
+		c.failovers.Add(1)
+	}
+	panic("unreachable: the last attempt returns")
+}
+
+// failsOver reports whether err, from a request that got no response, means the target could
+// not have taken the request: the connection was refused or could not be made, or it was reset
+// or closed before any answer (a server that died with the connection open). A load balancer
+// passes such a request to the next server (nginx's proxy_next_upstream error); timeouts and
+// answers, errors included, are the target's own.
+func failsOver(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// body renders req for the client's endpoint, streamed with a final usage chunk.
+func (c *client) body(req workload.Request) []byte {
+	if c.chat {
+		return chatBody(req, c.systemBytes)
+	}
+	return req.OpenAIBody(true)
+}
+
+// newRequest builds the HTTP request of body to url.
+func (c *client) newRequest(ctx context.Context, url string, body []byte, header http.Header) (*http.Request, error) {
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}

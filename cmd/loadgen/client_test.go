@@ -17,7 +17,7 @@ func testRequest() workload.Request {
 
 func newTestClient(t *testing.T, target string, clock Clock) *client {
 	t.Helper()
-	c, err := newClient(target, "secret", time.Minute, clock)
+	c, err := newClient(clientConfig{targets: []string{target}, apiKey: "secret", timeout: time.Minute}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestCompletionsURL(t *testing.T) {
 func BenchmarkClientStream(b *testing.B) {
 	server := newFakeServer(b, 4)
 	server.tokenCap = 16
-	c, err := newClient(server.url, "", time.Minute, realClock{})
+	c, err := newClient(clientConfig{targets: []string{server.url}, timeout: time.Minute}, realClock{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ type collector struct {
 	cancelled    int
 	errorsByKind map[string]int
 	perWorker    map[string]int
+	perTarget    []int     // finished requests by the target that took them
 	ttftMS       []float64 // of successes
 	latencyMS    []float64 // of successes
 	lagMS        []float64 // of every started request (replay)
@@ -33,8 +34,8 @@ type tokenSums struct {
 	prompt, cached, completion int64
 }
 
-func newCollector() *collector {
-	return &collector{errorsByKind: map[string]int{}, perWorker: map[string]int{}}
+func newCollector(targets int) *collector {
+	return &collector{errorsByKind: map[string]int{}, perWorker: map[string]int{}, perTarget: make([]int, targets)}
 }
 
 // started counts a request as sent.
@@ -49,6 +50,9 @@ func (c *collector) add(r result) {
 		return
 	}
 	c.finished++
+	if r.target >= 0 && r.target < len(c.perTarget) {
+		c.perTarget[r.target]++
+	}
 	c.lagMS = append(c.lagMS, milliseconds(r.lag))
 	if r.status != 0 {
 		c.perWorker[workerKey(r.worker)]++

@@ -1,10 +1,13 @@
-// Loadgen drives an OpenAI-compatible server (a router replica or a single worker) and reports
-// what it did, honestly: every request streams over /v1/completions, and the report gives
+// Loadgen drives an OpenAI-compatible server (a router replica or a single worker), or several
+// of them as a load balancer would (--target repeated: a random one per request, the next when
+// the connection is refused or dropped before an answer), and reports what it did, honestly:
+// every request streams over /v1/completions, or /v1/chat/completions with --endpoint chat,
+// and the report gives
 // requests, errors by kind, TTFT and latency percentiles, throughput, the share of prompt tokens
 // the server answered from its prefix cache (from the usage of the final chunk) and how many
 // requests each worker served (from the x-worker-id response header).
 //
-//	loadgen replay --trace FILE --target URL [--rate-scale X] [--limit N] [--json OUT] ...
+//	loadgen replay --trace FILE --target URL [--target URL ...] [--endpoint chat] [--rate-scale X] [--limit N] [--json OUT] ...
 //	loadgen agentic --sessions N --turns T --target URL [--think-time D] [--json OUT] ...
 //
 // replay sends a Mooncake trace open loop: each request starts at its timestamp divided by

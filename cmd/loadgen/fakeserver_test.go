@@ -37,6 +37,12 @@ type fakeRequest struct {
 	auth      string
 	stream    bool
 	usage     bool // stream_options.include_usage
+	// chat: the request came to /v1/chat/completions; roles are its messages' roles, and
+	// prompt is their contents concatenated.
+	chat  bool
+	roles []string
+	// system is the content of a leading system message.
+	system string
 }
 
 // fakeServer is a loopback stand-in for an OpenAI-compatible server with several workers behind
@@ -143,25 +149,41 @@ func (f *fakeServer) handle(ctx *fasthttp.RequestCtx) {
 
 func parseFakeRequest(ctx *fasthttp.RequestCtx) (fakeRequest, error) {
 	var body struct {
-		Model         string `json:"model"`
-		Prompt        string `json:"prompt"`
-		MaxTokens     int    `json:"max_tokens"`
-		Stream        bool   `json:"stream"`
+		Model    string `json:"model"`
+		Prompt   string `json:"prompt"`
+		Messages []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens     int  `json:"max_tokens"`
+		Stream        bool `json:"stream"`
 		StreamOptions struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
 	}
-	if string(ctx.Path()) != "/v1/completions" || !ctx.IsPost() {
+	path := string(ctx.Path())
+	if path != "/v1/completions" && path != "/v1/chat/completions" || !ctx.IsPost() {
 		return fakeRequest{}, fmt.Errorf("unexpected %s %s", ctx.Method(), ctx.Path())
 	}
 	if err := json.Unmarshal(ctx.PostBody(), &body); err != nil {
 		return fakeRequest{}, err
 	}
-	return fakeRequest{
+	req := fakeRequest{
 		prompt: body.Prompt, maxTokens: body.MaxTokens, model: body.Model, stream: body.Stream,
 		usage: body.StreamOptions.IncludeUsage, session: string(ctx.Request.Header.Peek("X-Session-ID")),
-		auth: string(ctx.Request.Header.Peek("Authorization")),
-	}, nil
+		auth: string(ctx.Request.Header.Peek("Authorization")), chat: path == "/v1/chat/completions",
+	}
+	if req.chat != (body.Messages != nil) || req.chat && body.Prompt != "" {
+		return fakeRequest{}, fmt.Errorf("%s with messages %v and prompt %q", path, body.Messages != nil, body.Prompt)
+	}
+	for i, m := range body.Messages {
+		req.roles = append(req.roles, m.Role)
+		req.prompt += m.Content
+		if i == 0 && m.Role == "system" {
+			req.system = m.Content
+		}
+	}
+	return req, nil
 }
 
 // pickWorker sends a session to a fixed worker, other requests round robin.
@@ -183,7 +205,11 @@ func (f *fakeServer) stream(w *bufio.Writer, req fakeRequest, worker string, kin
 			f.finish(worker, nil)
 			return
 		}
-		fmt.Fprintf(w, "data: {\"id\":\"cmpl-%d\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t%d \",\"finish_reason\":null}],\"usage\":null}\n\n", req.n, i)
+		if req.chat {
+			fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t%d \"},\"finish_reason\":null}]}\n\n", req.n, i)
+		} else {
+			fmt.Fprintf(w, "data: {\"id\":\"cmpl-%d\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\"t%d \",\"finish_reason\":null}],\"usage\":null}\n\n", req.n, i)
+		}
 		_ = w.Flush()
 	}
 	if kind == faultStreamError {

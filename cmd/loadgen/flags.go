@@ -29,7 +29,8 @@ const (
 // commonFlags are the flags of every command: where to send, how long, where to report.
 func commonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker); /v1/completions is appended"},
+		&cli.StringSliceFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker), repeatable: each request goes to a random one, and to another when its connection fails; the endpoint's path is appended"},
+		&cli.StringFlag{Name: "endpoint", Value: endpointCompletions, Usage: "API to call: completions (/v1/completions, prompt) or chat (/v1/chat/completions, messages)"},
 		&cli.StringFlag{Name: "model", Value: "sim-model", Usage: `"model" of every request (workersim serves sim-model by default); empty leaves it out`},
 		&cli.StringFlag{Name: "api-key", EnvVars: []string{"LOADGEN_API_KEY"}, Usage: "bearer token sent with every request"},
 		&cli.DurationFlag{Name: "duration", Value: defaultDuration, Usage: "stop after this long, cancelling what is in flight"},
@@ -67,17 +68,22 @@ func agenticFlags() []cli.Flag {
 
 // commonConfig is what the common flags say.
 type commonConfig struct {
-	target, model, apiKey, jsonPath string
-	duration, requestTimeout        time.Duration
+	targets                           []string
+	endpoint, model, apiKey, jsonPath string
+	duration, requestTimeout          time.Duration
 }
 
 // readCommon validates the common flags.
 func readCommon(c *cli.Context) (commonConfig, error) {
 	cfg := commonConfig{
-		target: c.String("target"), model: c.String("model"), apiKey: c.String("api-key"),
-		jsonPath: c.String("json"), duration: c.Duration("duration"), requestTimeout: c.Duration("request-timeout"),
+		targets: c.StringSlice("target"), endpoint: c.String("endpoint"), model: c.String("model"),
+		apiKey: c.String("api-key"), jsonPath: c.String("json"), duration: c.Duration("duration"),
+		requestTimeout: c.Duration("request-timeout"),
 	}
-	if _, err := completionsURL(cfg.target); err != nil {
+	if cfg.endpoint != endpointCompletions && cfg.endpoint != endpointChat {
+		return cfg, badFlag("endpoint", "completions or chat", cfg.endpoint)
+	}
+	if _, err := endpointURLs(cfg.targets, cfg.endpoint); err != nil {
 		return cfg, fmt.Errorf("%w --target: %w", errBadFlag, err)
 	}
 	if cfg.duration <= 0 {

@@ -89,6 +89,8 @@ func TestBadFlagsAreRefusedAtStartNamingTheFlag(t *testing.T) {
 		{[]string{"replay", "--trace", trace, "--target", "localhost:8000"}, "--target"},
 		{[]string{"replay", "--trace", filepath.Join(t.TempDir(), "absent"), "--target", target}, "--trace"},
 		{[]string{"replay", "--trace", badTrace, "--target", target}, "trace line 2"},
+		{agentic("--endpoint", "responses"), "--endpoint"},
+		{agentic("--target", "ftp://127.0.0.1:2"), "--target"},
 		{agentic("--sessions", "0"), "--sessions"},
 		{agentic("--turns", "-3"), "--turns"},
 		{agentic("--observation-tokens", "0"), "--observation-tokens"},

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/sim/workload"
 )
 
 func main() {
@@ -67,7 +69,7 @@ func replayAction(c *cli.Context, env environment) error {
 	if err != nil {
 		return err
 	}
-	return execute(c.Context, env, common, modeReplay, func(r *run, ctx context.Context, start time.Time) {
+	return execute(c.Context, env, common, modeReplay, 0, func(r *run, ctx context.Context, start time.Time) {
 		r.replay(ctx, start, plan)
 	})
 }
@@ -82,19 +84,26 @@ func agenticAction(c *cli.Context, env environment) error {
 	if err != nil {
 		return err
 	}
-	return execute(c.Context, env, common, modeAgentic, func(r *run, ctx context.Context, start time.Time) {
+	// In chat, the shared system prompt is the system message.
+	systemBytes := cfg.SystemPromptTokens * workload.TokenBytes
+	return execute(c.Context, env, common, modeAgentic, systemBytes, func(r *run, ctx context.Context, start time.Time) {
 		r.agentic(ctx, start, cfg)
 	})
 }
 
-// execute runs drive against the target and writes the report.
-func execute(ctx context.Context, env environment, common commonConfig, mode string, drive func(*run, context.Context, time.Time)) error {
-	client, err := newClient(common.target, common.apiKey, common.requestTimeout, env.clock)
+// execute runs drive against the targets and writes the report. systemBytes is the leading part
+// of every prompt sent as the system message in chat.
+func execute(ctx context.Context, env environment, common commonConfig, mode string, systemBytes int,
+	drive func(*run, context.Context, time.Time)) error {
+	client, err := newClient(clientConfig{
+		targets: common.targets, endpoint: common.endpoint, systemBytes: systemBytes,
+		apiKey: common.apiKey, timeout: common.requestTimeout,
+	}, env.clock)
 	if err != nil {
 		return err
 	}
 	r := &run{
-		client: client, clock: env.clock, results: newCollector(), model: common.model,
+		client: client, clock: env.clock, results: newCollector(len(common.targets)), model: common.model,
 		duration: common.duration, progress: env.stderr, ticks: env.ticks,
 	}
 	rep := r.execute(ctx, mode, func(ctx context.Context, start time.Time) { drive(r, ctx, start) })

@@ -28,7 +28,7 @@ func (l *lockedBuffer) String() string {
 func TestProgressPrintsOneLinePerTick(t *testing.T) {
 	clock := newVirtualClock()
 	start := clock.Now()
-	c := newCollector()
+	c := newCollector(1)
 	for range 5 {
 		c.started()
 	}
@@ -52,6 +52,6 @@ func TestProgressPrintsOneLinePerTick(t *testing.T) {
 }
 
 func TestProgressToNowhereStartsNothing(t *testing.T) {
-	stop := startProgress(nil, make(chan time.Time), newCollector(), realClock{}, time.Now())
+	stop := startProgress(nil, make(chan time.Time), newCollector(1), realClock{}, time.Now())
 	stop()
 }

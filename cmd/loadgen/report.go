@@ -16,9 +16,13 @@ import (
 // report is the outcome of a run; its JSON form is what --json writes. Latency figures are over
 // successful requests; throughput counts successes only.
 type report struct {
-	Mode     string `json:"mode"`   // "replay" or "agentic"
-	Target   string `json:"target"` // the completions endpoint
-	Requests int    `json:"requests"`
+	Mode   string `json:"mode"`   // "replay" or "agentic"
+	Target string `json:"target"` // the endpoint, or the endpoints joined by commas
+	// PerTarget counts finished requests by the target that took them, and Failovers the
+	// attempts passed on to another target after a connection error (more than one --target).
+	PerTarget map[string]int `json:"per_target,omitempty"`
+	Failovers int64          `json:"failovers"`
+	Requests  int            `json:"requests"`
 	// Errors counts finished requests that failed; ErrorsByKind splits them.
 	Errors       int            `json:"errors"`
 	ErrorsByKind map[string]int `json:"errors_by_kind"`
@@ -49,12 +53,12 @@ type report struct {
 }
 
 // report computes the figures of a run that lasted elapsed.
-func (c *collector) report(mode, target string, elapsed time.Duration) report {
+func (c *collector) report(mode string, targets []string, failovers int64, elapsed time.Duration) report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seconds := elapsed.Seconds()
 	r := report{
-		Mode: mode, Target: target,
+		Mode: mode, Target: strings.Join(targets, ","), Failovers: failovers,
 		Requests: c.finished, Errors: c.errors, Succeeded: c.finished - c.errors, Cancelled: c.cancelled,
 		ErrorsByKind: maps.Clone(c.errorsByKind), PerWorker: maps.Clone(c.perWorker),
 		DurationS:        round3(seconds),
@@ -69,6 +73,12 @@ func (c *collector) report(mode, target string, elapsed time.Duration) report {
 		PromptTokens:     c.tokens.prompt, CachedTokens: c.tokens.cached, CompletionTokens: c.tokens.completion,
 		CachedTokenRatio: ratio(float64(c.tokens.cached), float64(c.tokens.prompt)),
 		MissingUsage:     c.missingUsage,
+	}
+	if len(targets) > 1 {
+		r.PerTarget = make(map[string]int, len(targets))
+		for i, t := range targets {
+			r.PerTarget[t] = c.perTarget[i]
+		}
 	}
 	if mode == modeAgentic {
 		followUp := ratio(float64(c.followUp.cached), float64(c.followUp.prompt))
@@ -109,6 +119,9 @@ func (r report) writeTable(w io.Writer) error {
 	}
 	if r.MissingUsage > 0 {
 		rows = append(rows, [2]string{"missing usage", fmt.Sprint(r.MissingUsage)})
+	}
+	if r.PerTarget != nil {
+		rows = append(rows, [2]string{"per target", counts(r.PerTarget)}, [2]string{"failovers", fmt.Sprint(r.Failovers)})
 	}
 	rows = append(rows, [2]string{"errors by kind", counts(r.ErrorsByKind)}, [2]string{"per worker", counts(r.PerWorker)})
 	fmt.Fprintf(tw, "loadgen %s\n", r.Mode)

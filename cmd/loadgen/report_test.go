@@ -56,7 +56,7 @@ func TestReportCountsMatchWhatTheServerAnswered(t *testing.T) {
 }
 
 func TestReportPercentilesComeFromSuccesses(t *testing.T) {
-	c := newCollector()
+	c := newCollector(1)
 	for i, ms := range []int{10, 20, 30, 40, 1000} {
 		r := result{status: 200, ttft: time.Duration(ms) * time.Millisecond, latency: time.Duration(2*ms) * time.Millisecond, turn: -1}
 		if i == 4 {
@@ -65,7 +65,7 @@ func TestReportPercentilesComeFromSuccesses(t *testing.T) {
 		c.add(r)
 	}
 	c.add(result{cancelled: true})
-	rep := c.report(modeReplay, "t", time.Second)
+	rep := c.report(modeReplay, []string{"t"}, 0, time.Second)
 	if rep.TTFTP50MS != 25 || rep.TTFTP99MS != 39.7 || rep.LatencyP50MS != 50 || rep.Requests != 5 || rep.Cancelled != 1 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -73,7 +73,7 @@ func TestReportPercentilesComeFromSuccesses(t *testing.T) {
 
 // The JSON keys are a contract with scripts: these must all be there, and nothing unlisted.
 func TestReportJSONKeys(t *testing.T) {
-	rep := newCollector().report(modeAgentic, "t", time.Second)
+	rep := newCollector(1).report(modeAgentic, []string{"t"}, 0, time.Second)
 	path := filepath.Join(t.TempDir(), "report.json")
 	if err := rep.writeJSON(path); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,7 @@ func TestReportJSONKeys(t *testing.T) {
 	required := []string{"requests", "errors", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "throughput_rps", "cached_token_ratio", "per_worker"}
 	extra := []string{"mode", "target", "errors_by_kind", "succeeded", "cancelled", "duration_s", "tokens_per_sec",
 		"latency_p50_ms", "latency_p99_ms", "schedule_lag_p99_ms", "prompt_tokens", "cached_tokens",
-		"completion_tokens", "followup_cached_token_ratio", "missing_usage"}
+		"completion_tokens", "followup_cached_token_ratio", "missing_usage", "failovers"}
 	want := slices.Sorted(slices.Values(append(required, extra...)))
 	if got := slices.Sorted(maps.Keys(decoded)); !slices.Equal(got, want) {
 		t.Fatalf("JSON keys %v\nwant      %v", got, want)
@@ -100,11 +100,11 @@ func TestReportJSONKeys(t *testing.T) {
 }
 
 func TestReportTable(t *testing.T) {
-	c := newCollector()
+	c := newCollector(1)
 	c.add(result{status: 200, worker: "w1", ttft: time.Millisecond, latency: time.Second, usage: &usage{100, 5, 25}, turn: -1})
 	c.add(result{status: 503, errKind: "status_503", turn: -1})
 	var out bytes.Buffer
-	if err := c.report(modeReplay, "http://127.0.0.1:1/v1/completions", time.Second).writeTable(&out); err != nil {
+	if err := c.report(modeReplay, []string{"http://127.0.0.1:1/v1/completions"}, 0, time.Second).writeTable(&out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"loadgen replay", "2 (succeeded 1, errors 1, cancelled 0)", "25.0% (25 of 100 prompt tokens)",

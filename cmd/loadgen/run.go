@@ -54,7 +54,7 @@ func (r *run) execute(ctx context.Context, mode string, drive func(context.Conte
 	stopTicks()
 	elapsed := min(r.clock.Now().Sub(start), r.duration)
 	r.client.close()
-	return r.results.report(mode, r.client.url, elapsed)
+	return r.results.report(mode, r.client.urls, r.client.failovers.Load(), elapsed)
 }
 
 // send performs one started request and records its outcome; the rest of res (id, turn,

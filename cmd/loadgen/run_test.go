@@ -19,13 +19,13 @@ type testRun struct {
 
 func newTestRun(t testing.TB, target string, clock Clock) *testRun {
 	t.Helper()
-	c, err := newClient(target, "", time.Minute, clock)
+	c, err := newClient(clientConfig{targets: []string{target}, timeout: time.Minute}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr := &testRun{}
 	tr.run = &run{
-		client: c, clock: clock, results: newCollector(), model: "test-model",
+		client: c, clock: clock, results: newCollector(1), model: "test-model",
 		duration: time.Hour, ticks: noTicks, onResult: tr.keep,
 	}
 	t.Cleanup(c.close)
