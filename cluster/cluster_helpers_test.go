@@ -210,7 +210,13 @@ func waitMemberlistGone(t *testing.T) {
 // waitUntil polls cond until it holds or testDeadline passes.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testDeadline)
+	waitUntilWithin(t, testDeadline, what, cond)
+}
+
+// waitUntilWithin is waitUntil with its own deadline.
+func waitUntilWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)

@@ -65,7 +65,11 @@ func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
 	c.stop("r2", true)
 	c.stop("r3", false)
 	survivor := c.replicas["r0"]
-	waitUntil(t, "r0 to see r2 left and r3 dead", func() bool {
+	// A crash is declared by memberlist's suspicion, which lasts up to six
+	// times its 3 s minimum when no other member confirms it in time (with
+	// four members, one can): up to about 20 s with the probes, longer than
+	// testDeadline on a loaded machine.
+	waitUntilWithin(t, 3*testDeadline, "r0 to see r2 left and r3 dead", func() bool {
 		st := c.statusOf(survivor)
 		l, okL := memberNamed(st, "r2")
 		d, okD := memberNamed(st, "r3")
