@@ -6,6 +6,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -101,4 +106,29 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 		}
 	}
 	t.Logf("%s", strings.Join(got, "\n"))
+}
+
+// A strict scraper (Prometheus' own text parser) reads a replica's
+// /metrics: each family typed once and its samples together, the
+// per-worker and per-peer families included.
+func TestMetricsParseWithTwoPeersAndTwoWorkers(t *testing.T) {
+	metrics.ExposeMetadata(true)
+	defer metrics.ExposeMetadata(false)
+	c := newTestCluster(t, 2)
+	c.startN(3)
+	c.waitReady()
+	r := c.replicas["r0"]
+	waitUntil(t, "reports from both peers", func() bool { return len(r.sync.Origins(time.Now())) == 2 })
+	reply := c.get(r, "/metrics")
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(reply.body))
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	for name, want := range map[string]int{"vllm_router_cb_state_transitions_total": 6,
+		"vllm_router_cluster_gossip_lag_seconds": 2, "vllm_router_cluster_gossip_report_age_seconds": 2} {
+		if got := len(families[name].GetMetric()); got != want {
+			t.Errorf("%s: %d series, want %d", name, got, want)
+		}
+	}
 }

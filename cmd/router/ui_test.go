@@ -197,23 +197,7 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 		_, u := startWorkersim(t, workersim, fmt.Sprint("sim-", i+1), "--time-scale", "1")
 		urls = append(urls, u)
 	}
-	gossip := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	var procs []*process
-	for i := range 3 {
-		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
-			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
-			"--bootstrap-expect", "3", "--miss-placement", "rendezvous"}
-		if i > 0 {
-			args = append(args, "--join", gossip[0])
-		} else {
-			args = append(args, "--worker-urls", strings.Join(urls, ","))
-		}
-		procs = append(procs, start(t, routerBin, args...))
-	}
-	var routers []string
-	for _, p := range procs {
-		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
-	}
+	routers := startReplicaSet(t, routerBin, 3, urls)
 	for _, r := range routers {
 		keepBusy(t, r, 10, time.Second)
 	}
@@ -233,4 +217,32 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startReplicaSet starts n router processes as one cluster (router-1 ..
+// router-n, n voters) with workers as router-1's seeds, and returns their
+// API base URLs once each is ready.
+func startReplicaSet(t *testing.T, routerBin string, n int, workers []string) []string {
+	t.Helper()
+	var gossip []string
+	for range n {
+		gossip = append(gossip, freeAddr(t))
+	}
+	var procs []*process
+	for i := range n {
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
+			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
+			"--bootstrap-expect", fmt.Sprint(n), "--miss-placement", "rendezvous"}
+		if i > 0 {
+			args = append(args, "--join", gossip[0])
+		} else {
+			args = append(args, "--worker-urls", strings.Join(workers, ","))
+		}
+		procs = append(procs, start(t, routerBin, args...))
+	}
+	var routers []string
+	for _, p := range procs {
+		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
+	}
+	return routers
 }
