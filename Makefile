@@ -7,7 +7,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench bench-proxy chaos clean
+.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ bench-proxy: build ## only the proxy path against nginx and HAProxy; rewrites it
 
 chaos: build ## docker-compose chaos scenarios and their invariants
 	@scripts/chaos.sh
+
+ui-screenshot: ## docs/ui.png: the status page of three replicas and four workersims under load (needs Chromium)
+	KVROUTER_UI_SCREENSHOT=$(CURDIR)/docs/ui.png $(GO) test -count=1 -timeout 10m -run '^TestStatusPageScreenshotForTheREADME$$' -v ./cmd/router
 
 clean: ## remove build output
 	rm -rf $(BIN)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/statuspage"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -56,6 +57,9 @@ type AdminConfig struct {
 	Loads func() []WorkerLoad
 	// Status returns the cluster status served as JSON; nil serves {}.
 	Status func() any
+	// WorkerStats returns this replica's per-worker figures for GET
+	// /cluster/workers; nil serves {}.
+	WorkerStats func() any
 	// ApplyTimeout bounds each write, forwarding included; default 10 s.
 	ApplyTimeout time.Duration
 	// AllowWorker, when set, vets the URL of a worker about to be added
@@ -108,6 +112,7 @@ var (
 		"/workers":         {http.MethodGet: (*Admin).listWorkers, http.MethodPost: (*Admin).createWorker},
 		"/get_loads":       {http.MethodGet: (*Admin).getLoads},
 		"/cluster/status":  {http.MethodGet: (*Admin).clusterStatus},
+		"/cluster/workers": {http.MethodGet: (*Admin).clusterWorkers},
 		"/cluster/routing": {http.MethodGet: (*Admin).getRouting, http.MethodPut: (*Admin).putRouting},
 		"/add_worker":      {http.MethodPost: (*Admin).legacyAddWorker},
 		"/remove_worker":   {http.MethodPost: (*Admin).legacyRemoveWorker},
@@ -130,6 +135,10 @@ var (
 // otherwise it returns false without touching ctx, so the caller can route
 // the request elsewhere.
 func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
+	if statuspage.Owns(string(ctx.Path())) {
+		a.servePage(ctx)
+		return true
+	}
 	ep, id, routeErr, ok := resolve(string(ctx.Path()))
 	if byURL, isURL := workerURLIn(ctx); isURL {
 		ep, id, routeErr, ok = workerEndpoints[""], 0, nil, true
@@ -159,6 +168,22 @@ func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 	}
 	h(a, ctx, id)
 	return true
+}
+
+// servePage serves the status page (/ui). The page is only a shell: what
+// it shows comes from the admin endpoints, each authorised as always, so
+// with --admin-token the shell is served to anyone (a browser cannot attach
+// the token to a navigation; the page asks for it and sends it itself).
+// Without a token the admin API's loopback and Host rules apply to the
+// page too, so a page elsewhere cannot load it by a rebound name.
+func (a *Admin) servePage(ctx *fasthttp.RequestCtx) {
+	if a.cfg.Token == "" {
+		if err := a.authorize(ctx); err != nil {
+			writeError(ctx, err)
+			return
+		}
+	}
+	statuspage.Serve(ctx)
 }
 
 // workerURLIn reads vllm-router's /workers/{url}: a worker named by its
@@ -384,6 +409,14 @@ func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		status = a.cfg.Status()
 	}
 	writeJSON(ctx, http.StatusOK, status)
+}
+
+func (a *Admin) clusterWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	var stats any = struct{}{}
+	if a.cfg.WorkerStats != nil {
+		stats = a.cfg.WorkerStats()
+	}
+	writeJSON(ctx, http.StatusOK, stats)
 }
 
 func (a *Admin) getRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {

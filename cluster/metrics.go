@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -35,15 +36,33 @@ func (r *Replica) registerClusterMetrics() {
 // writeCircuitTransitions writes, per registered worker, how often its
 // circuit moved into each state.
 func (r *Replica) writeCircuitTransitions(w io.Writer) {
+	const family = "vllm_router_cb_state_transitions_total"
+	typed := false
 	for _, wk := range r.fsm.View().Workers() {
 		st, ok := r.monitor.Status(health.WorkerID(wk.ID))
 		if !ok {
 			continue
 		}
-		for state, n := range st.CircuitTransitions {
-			metrics.WriteCounterUint64(w, fmt.Sprintf(`vllm_router_cb_state_transitions_total{worker=%q,to=%q}`,
-				wk.URL, health.CircuitState(state).String()), n)
+		if !typed {
+			metrics.WriteMetadataIfNeeded(w, family, "counter")
+			typed = true
 		}
+		for state, n := range st.CircuitTransitions {
+			fmt.Fprintf(w, "%s{worker=%q,to=%q} %d\n", family, wk.URL, health.CircuitState(state).String(), n)
+		}
+	}
+}
+
+// writePerOrigin writes one gauge family with a sample per peer replica:
+// one TYPE line, then the samples together, as the text format wants
+// (a strict scraper refuses a family typed twice or split).
+func writePerOrigin(w io.Writer, family string, origins []loadsync.OriginStatus, value func(loadsync.OriginStatus) float64) {
+	if len(origins) == 0 {
+		return
+	}
+	metrics.WriteMetadataIfNeeded(w, family, "gauge")
+	for _, o := range origins {
+		fmt.Fprintf(w, "%s{origin=%q} %g\n", family, o.Origin, value(o))
 	}
 }
 
@@ -83,10 +102,11 @@ func (r *Replica) writeGossipMetrics(w io.Writer) {
 	lag := r.sync.Lag()
 	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p50_seconds", lag.P50.Seconds())
 	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p99_seconds", lag.P99.Seconds())
-	for _, o := range r.sync.Origins(time.Now()) {
-		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`vllm_router_cluster_gossip_lag_seconds{origin=%q}`, o.Origin), o.LastLag.Seconds())
-		metrics.WriteGaugeFloat64(w, fmt.Sprintf(`vllm_router_cluster_gossip_report_age_seconds{origin=%q}`, o.Origin), o.Age.Seconds())
-	}
+	origins := r.sync.Origins(time.Now())
+	writePerOrigin(w, "vllm_router_cluster_gossip_lag_seconds", origins,
+		func(o loadsync.OriginStatus) float64 { return o.LastLag.Seconds() })
+	writePerOrigin(w, "vllm_router_cluster_gossip_report_age_seconds", origins,
+		func(o loadsync.OriginStatus) float64 { return o.Age.Seconds() })
 }
 
 // workerGauges keeps one vllm_router_cb_state gauge per registered worker.

@@ -302,3 +302,21 @@ func TestLagQuantiles(t *testing.T) {
 		t.Fatalf("summary = %+v", s)
 	}
 }
+
+func TestPeerLoadsSplitsTheRemoteSumByOrigin(t *testing.T) {
+	a, b, c := newReplica(t, "a", nil), newReplica(t, "b", nil), newReplica(t, "c", nil)
+	b.local.set(1, 4)
+	b.local.set(2, 10)
+	c.local.set(2, 1)
+	deliver(t, b.st.Tick(t0), t0, a)
+	deliver(t, c.st.Tick(t0), t0, a)
+	got := a.st.PeerLoads()
+	if got["b"][1] != 4 || got["b"][2] != 10 || got["c"][2] != 1 || got["c"][1] != 0 || len(got) != 2 {
+		t.Fatalf("PeerLoads = %v, want b: {1:4 2:10}, c: {2:1}", got)
+	}
+	got["b"][1] = 99 // a copy: the caller may change it
+	a.st.Forget("c")
+	if again := a.st.PeerLoads(); again["b"][1] != 4 || again["c"] != nil {
+		t.Fatalf("PeerLoads after Forget(c) = %v, want only b with its own counts", again)
+	}
+}

@@ -2,6 +2,7 @@ package loadsync
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -327,4 +328,19 @@ func (s *State) Lag() LagSummary {
 	samples, total := s.lags.snapshot()
 	s.loadMu.Unlock()
 	return summarise(samples, total)
+}
+
+// PeerLoads returns every live peer's latest in-flight count per worker
+// (non-zero counts only), by origin: the parts of the merged load, for
+// the status page. The maps are copies.
+func (s *State) PeerLoads() map[string]map[uint32]int64 {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	out := make(map[string]map[uint32]int64, len(s.view.origins))
+	for name, o := range s.view.origins {
+		if !o.gone {
+			out[name] = maps.Clone(o.loads)
+		}
+	}
+	return out
 }

@@ -63,6 +63,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 		}
 		if !l.counted && !l.pinned && l.countsCacheOutcome() {
 			p.metrics.decision(dec)
+			m.counters.countOutcome(dec)
 		}
 		l.counted = true
 		x.noteAttempt(l, dec)

@@ -58,6 +58,14 @@ type workerCounters struct {
 	names     []string                    // every series of the worker, to unregister it
 	gauged    bool                        // its load and health gauges are registered
 	id        atomic.Uint32               // the worker's id now (a URL added again gets a new one)
+	tally     workerTally
+}
+
+// workerTally counts, for the status page, a worker's routing outcomes and
+// the tokens of the answers it gave on this replica. Cumulative: a reader
+// derives rates from two readings.
+type workerTally struct {
+	hits, misses, tokens atomic.Uint64
 }
 
 func newMetrics(set *metrics.Set) *Metrics {

@@ -43,7 +43,7 @@ func durationFlag(name string, value string, usage string) *cli.StringFlag {
 // the meaning is the same, and every other flag of vllm-router accepted
 // (compatFlags).
 func serveFlags() []cli.Flag {
-	return append(ownFlags(), compatFlags()...)
+	return append(append(ownFlags(), discoveryFlags()...), compatFlags()...)
 }
 
 func ownFlags() []cli.Flag {

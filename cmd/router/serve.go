@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/discovery"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy"
@@ -44,6 +45,16 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	noticeCompatFlags(c, cfg.Logger)
+	found, err := discoveryFrom(c, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	var pods discovery.PodSource
+	if found != nil {
+		if pods, err = inClusterPods(); err != nil {
+			return err
+		}
+	}
 	tracer, flushTraces, err := tracerFrom(c, cfg.NodeName)
 	if err != nil {
 		return err
@@ -65,6 +76,16 @@ func serve(c *cli.Context) error {
 		r.OnReload("API keys", func() error { return reloadAPIKeys(c, r) })
 	}
 	go reloadOnHangup(ctx, hup, r)
+	stopDiscovery := func() {}
+	if found != nil {
+		watch, cancelWatch := context.WithCancel(ctx)
+		wait, err := runDiscovery(watch, found, pods, r, cfg.Proxy.WorkerHosts.Allows, cfg.Logger)
+		if err != nil {
+			cancelWatch()
+			return errors.Join(err, r.Stop(context.Background()))
+		}
+		stopDiscovery = func() { cancelWatch(); wait() }
+	}
 	cfg.Logger.Info("router ready", "addr", r.HTTPAddr(), "node", cfg.NodeName, "data_dir", cfg.DataDir)
 	var failure error
 	select {
@@ -72,6 +93,7 @@ func serve(c *cli.Context) error {
 	case failure = <-r.Failed():
 	}
 	cfg.Logger.Info("shutting down")
+	stopDiscovery()
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return errors.Join(failure, r.Stop(shutdown))
