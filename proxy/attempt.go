@@ -36,10 +36,6 @@ type attempt struct {
 	firstBuf *[]byte
 }
 
-// errStuck is the cause an attempt is aborted with when health judges its
-// worker wedged or hung.
-var errStuck = errors.New("the worker made no progress")
-
 // pick chooses the worker of the leg's next attempt and admits it through
 // its circuit. A worker whose circuit refuses is taken out of the leg at no
 // cost of an attempt.
