@@ -29,18 +29,18 @@ func (*CacheAware) recordsOwnership() {}
 
 // Select implements the per-request overload check of the cache-aware policy.
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
-	sp := pool.spread()
+	sp := pool.spread(req.burst)
 	var buf [8]WorkerID
 	depth, owners := p.index.Match(req.Hashes, pool, buf[:0])
 	matched := (depth + 1) * p.blockSize
 	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))
 	if p.fleetGate {
-		return p.fleetGateSelect(pool, sp, owners, hit, matched)
+		return p.fleetGateSelect(req, pool, sp, owners, hit, matched)
 	}
 	shed := false
 	if hit {
-		c := leastLoaded(pool, owners)
-		if !p.thresholds.Overloaded(c.Seen+c.Load.remote.Load(), sp.min) {
+		c := leastLoaded(pool, owners, req.burst)
+		if !p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, req.burst), sp.min) {
 			c.Hit, c.Matched = true, matched
 			return c
 		}
@@ -66,7 +66,7 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 	for i := range pool.Len() {
 		m := pool.At(i)
 		seen := m.local.Load()
-		if p.thresholds.Overloaded(seen+m.remote.Load(), sp.min) {
+		if p.thresholds.Overloaded(m.selectLoad(seen, req.burst), sp.min) {
 			continue
 		}
 		if s := rendezvousScore(key, m.id); s > bestScore {
@@ -78,10 +78,10 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 
 // fleetGateSelect is the old rule: if the fleet as a whole looks imbalanced,
 // every request goes to the least-loaded worker, cached or not.
-func (p *CacheAware) fleetGateSelect(pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
+func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
 	imbalanced := p.thresholds.Overloaded(sp.max, sp.min)
 	if hit && !imbalanced {
-		c := leastLoaded(pool, owners)
+		c := leastLoaded(pool, owners, req.burst)
 		c.Hit, c.Matched = true, matched
 		return c
 	}
@@ -91,13 +91,13 @@ func (p *CacheAware) fleetGateSelect(pool *Pool, sp spread, owners []WorkerID, h
 }
 
 // leastLoaded returns the least-loaded of owners, which are all pool members.
-func leastLoaded(pool *Pool, owners []WorkerID) Choice {
+func leastLoaded(pool *Pool, owners []WorkerID, v burstView) Choice {
 	best, bestLoad, bestSeen := -1, int64(0), int64(0)
 	for _, w := range owners {
 		i := pool.position(w)
 		m := pool.At(i)
 		seen := m.local.Load()
-		l := seen + m.remote.Load()
+		l := m.selectLoad(seen, v)
 		if best < 0 || less(l, m, i, bestLoad, pool.At(best), best) {
 			best, bestLoad, bestSeen = i, l, seen
 		}

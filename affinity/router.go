@@ -24,6 +24,17 @@ type OwnershipSink interface {
 	Owned(hashes []uint64, worker WorkerID)
 }
 
+// ExtendingSink is an OwnershipSink that also hears how much of the prefix
+// the worker was known to hold before (a hit's match), so that what it tells
+// the peers charges only the new blocks. The Router prefers it when the sink
+// implements it.
+type ExtendingSink interface {
+	OwnershipSink
+	// OwnedBeyond is Owned when worker already held hashes[:known+1];
+	// known is -1 for a miss.
+	OwnedBeyond(hashes []uint64, known int, worker WorkerID)
+}
+
 // Router is one policy bound to the replica's load table and index. The
 // proxy keeps one Router per role.
 type Router struct {
@@ -61,20 +72,47 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 	w := c.Load.id
 	if _, ok := r.policy.(prefixAware); ok && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
-		if r.sink != nil {
-			r.sink.Owned(req.Hashes, w)
-		}
+		r.announce(req.Hashes, c, w)
 	}
 	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}, g, nil
 }
 
+// announce tells the sink that w owns hashes, and, for a hit, how deep it
+// was known to own them already.
+func (r *Router) announce(hashes []uint64, c Choice, w WorkerID) {
+	if r.sink == nil {
+		return
+	}
+	ext, ok := r.sink.(ExtendingSink)
+	if !ok {
+		r.sink.Owned(hashes, w)
+		return
+	}
+	known := -1
+	if c.Hit {
+		known = c.Matched/r.blockSize - 1
+	}
+	ext.OwnedBeyond(hashes, known, w)
+}
+
 func (r *Router) selectAndReserve(req *Request, pool *Pool) (Choice, *Guard) {
+	req.burst = r.loads.burstNow()
+	defer r.noteReservation(req)
 	for range reserveAttempts - 1 {
 		c := r.policy.Select(req, pool)
 		if g, ok := r.loads.reserve(c.Load, c.Seen); ok {
+			req.reserved = c.Load
 			return c, g
 		}
 	}
 	c := r.policy.Select(req, pool)
+	req.reserved = c.Load
 	return c, r.loads.Acquire(c.Load)
+}
+
+// noteReservation counts the reservation for the peer share, when it is on.
+func (r *Router) noteReservation(req *Request) {
+	if req.burst.peers > 0 {
+		req.reserved.recent.note(req.burst.window)
+	}
 }

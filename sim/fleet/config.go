@@ -92,6 +92,10 @@ type Config struct {
 	// GossipDelay is the one-way delay of every gossip packet. Default 1 ms;
 	// negative means none.
 	GossipDelay time.Duration
+	// PeerShare makes every gossiping replica count, in the load it selects
+	// on, its peers' expected share of its own last interval's
+	// reservations (affinity.LoadTable.SetPeerShare). Off by default.
+	PeerShare bool
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
