@@ -15,15 +15,17 @@ import (
 // balancer in front spreads requests evenly over the replicas, so that is the
 // expected value of what the peers' next reports will say.
 //
-// The estimate fades linearly over two intervals, by which time the peers'
-// reports carry the truth. It only adds to the load a replica selects on;
-// the counts it reports and shows stay exact.
+// Reservations are counted in windows of half an interval, the previous
+// window fading linearly, so the estimate always covers half an interval of
+// reservations (a peer's latest report is that old on average) and is gone
+// one interval after the last of them. It only adds to the load a replica
+// selects on; the counts it reports and shows stay exact.
 
 // peerShare is a table's setting of the peer share: how many peers, over
-// which interval, on which clock. A nil pointer turns it off.
+// which window, on which clock. A nil pointer turns it off.
 type peerShare struct {
 	peers    int64
-	interval int64 // nanoseconds
+	interval int64 // the window, half the report interval, in nanoseconds
 	clock    Clock
 }
 
@@ -45,14 +47,15 @@ type recentReservations struct {
 }
 
 // SetPeerShare makes selection count, on top of the merged load, peers times
-// this replica's own reservations of the last interval (see above). Call it
-// when the number of live peers changes; peers <= 0 turns it off.
+// this replica's own reservations of the last half interval (see above);
+// interval is the peers' report interval. Call it when the number of live
+// peers changes; peers <= 0 turns it off.
 func (t *LoadTable) SetPeerShare(peers int, interval time.Duration, clock Clock) {
 	if peers <= 0 || interval <= 0 || clock == nil {
 		t.share.Store(nil)
 		return
 	}
-	t.share.Store(&peerShare{peers: int64(peers), interval: int64(interval), clock: clock})
+	t.share.Store(&peerShare{peers: int64(peers), interval: int64(max(interval/2, 1)), clock: clock})
 }
 
 // burstNow reads the peer share's setting and the clock once.

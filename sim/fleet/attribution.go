@@ -99,7 +99,9 @@ func (o *oracle) wouldHit(req *affinity.Request) (affinity.WorkerID, bool) {
 func (o *oracle) judge(r *replica, req *affinity.Request, owner affinity.WorkerID, oracleHit bool, d affinity.Decision) {
 	if oracleHit {
 		o.hits++
-		if !d.Hit {
+		// A miss placed on the oracle's owner all the same (rendezvous
+		// placement agrees without knowing) loses nothing.
+		if !d.Hit && d.Worker != owner {
 			o.attribute(r, req, owner, d)
 		}
 	}

@@ -84,7 +84,10 @@ func (r *replica) newRouter(cfg Config, policy string, rnd *rand.Rand) (*affinit
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	var sink affinity.OwnershipSink
-	if r.gossip != nil {
+	switch {
+	case r.gossip != nil && cfg.NoDemotion:
+		sink = plainSink{r.gossip}
+	case r.gossip != nil:
 		sink = ownershipSink{r.gossip}
 	}
 	return affinity.NewRouter(p, r.loads, r.index, cfg.BlockSize, sink), nil
@@ -135,6 +138,11 @@ func (r *replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
 	}
 	return dst
 }
+
+// plainSink announces decisions without what a hit matched before.
+type plainSink struct{ st *loadsync.State }
+
+func (s plainSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
 
 // ownershipSink hands the router's ownership decisions to the gossip.
 type ownershipSink struct{ st *loadsync.State }

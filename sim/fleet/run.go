@@ -88,7 +88,7 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		if err != nil {
 			return nil, err
 		}
-		if cfg.PeerShare && cfg.Sync == SyncGossip {
+		if !cfg.NoPeerShare && cfg.Sync == SyncGossip {
 			r.loads.SetPeerShare(cfg.Replicas-1, cfg.GossipInterval, s.clock)
 		}
 		s.replicas = append(s.replicas, r)
