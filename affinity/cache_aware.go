@@ -32,7 +32,8 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	sp := pool.spread(req.burst)
 	var buf [8]WorkerID
 	depth, owners := p.index.Match(req.Hashes, pool, buf[:0])
-	matched := (depth + 1) * p.blockSize
+	// A matched partial tail is the rest of the text.
+	matched := min((depth+1)*p.blockSize, len(req.Text))
 	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))
 	if p.fleetGate {
 		return p.fleetGateSelect(req, pool, sp, owners, hit, matched)

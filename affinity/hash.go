@@ -24,6 +24,27 @@ func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint6
 	return dst
 }
 
+// RequestHashes appends to dst the hashes the router routes text by: one per
+// full block, at most maxBlocks of them (no engine of the fleet holds more,
+// and a huge prompt must not insert millions of blocks into the index), then,
+// when the text ends in a partial block and was not cut, its TailKey. The
+// tail makes a prompt shorter than a block, or its last partial block, count
+// for affinity: the same short prompt goes to the same worker. It returns
+// the hashes and how many of them are full blocks.
+func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks int) ([]uint64, int) {
+	maxBlocks = max(maxBlocks, 1)
+	cut := len(text)/blockSize > maxBlocks
+	if cut {
+		text = text[:maxBlocks*blockSize]
+	}
+	dst = BlockHashes(dst, model, text, blockSize)
+	full := len(dst)
+	if !cut && len(text) > full*blockSize {
+		dst = append(dst, TailKey(model, text, dst, blockSize))
+	}
+	return dst, full
+}
+
 // TailKey is a hash of the whole text, partial last block included, chained
 // after the full blocks' hashes. Placement uses it as the key of a request
 // whose full blocks are all known already (or that has none).

@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +21,10 @@ const indexShards = 64
 type Index struct {
 	clock         Clock
 	defaultBudget int // blocks per worker
-	shards        [indexShards]indexShard
-	owners        sync.Map // WorkerID -> *ownerLRU
+	// maxBudget is the largest budget any worker has had, in blocks.
+	maxBudget atomic.Int64
+	shards    [indexShards]indexShard
+	owners    sync.Map // WorkerID -> *ownerLRU
 }
 
 type indexShard struct {
@@ -69,6 +72,7 @@ type Fact struct {
 // blocks each unless SetBudget says otherwise.
 func NewIndex(clock Clock, budgetBlocks int) *Index {
 	ix := &Index{clock: clock, defaultBudget: max(budgetBlocks, 1)}
+	ix.maxBudget.Store(int64(ix.defaultBudget))
 	for i := range ix.shards {
 		ix.shards[i].m = make(map[uint64][]*ownerNode)
 	}
@@ -235,8 +239,15 @@ func (ix *Index) SetBudget(w WorkerID, blocks int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.budget = max(blocks, 1)
+	for seen := ix.maxBudget.Load(); int64(o.budget) > seen && !ix.maxBudget.CompareAndSwap(seen, int64(o.budget)); {
+		seen = ix.maxBudget.Load()
+	}
 	ix.trim(o)
 }
+
+// MaxBudget is the largest budget any worker has had, in blocks: hashing a
+// request further than that is wasted, since no engine holds more of it.
+func (ix *Index) MaxBudget() int { return int(ix.maxBudget.Load()) }
 
 // Forget drops every block of w: its engine is gone or restarted, so what it
 // held is lost. New blocks may be recorded for w afterwards.

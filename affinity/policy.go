@@ -10,8 +10,11 @@ import (
 type Request struct {
 	// Text is the routing text: the prompt, or the rendered messages.
 	Text []byte
-	// Hashes are the chained hashes of Text's full blocks.
+	// Hashes are the chained hashes of Text's full blocks, then of its
+	// partial last block when it has one (see RequestHashes).
 	Hashes []uint64
+	// Full is how many of Hashes are full blocks: a chain from depth 0.
+	Full int
 	// Tail keys a request whose full blocks are all known (see TailKey).
 	Tail uint64
 	// SessionKey is the consistent_hash key: X-Session-ID, else the body's

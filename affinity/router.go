@@ -55,8 +55,10 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Prepare hashes a request's routing text for model.
 func (r *Router) Prepare(model string, text []byte, sessionKey uint64) *Request {
-	hashes := BlockHashes(make([]uint64, 0, len(text)/r.blockSize), model, text, r.blockSize)
-	return &Request{Text: text, Hashes: hashes, Tail: TailKey(model, text, hashes, r.blockSize), SessionKey: sessionKey}
+	limit := r.index.MaxBudget()
+	hashes, full := RequestHashes(make([]uint64, 0, min(len(text)/r.blockSize, limit)+1), model, text, r.blockSize, limit)
+	return &Request{Text: text, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
+		SessionKey: sessionKey}
 }
 
 // Route selects a worker from pool, reserves it (its local in-flight count is
@@ -72,27 +74,31 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 	w := c.Load.id
 	if _, ok := r.policy.(prefixAware); ok && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
-		r.announce(req.Hashes, c, w)
+		r.announce(req, c, w)
 	}
 	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}, g, nil
 }
 
 // announce tells the sink that w owns hashes, and, for a hit, how deep it
 // was known to own them already.
-func (r *Router) announce(hashes []uint64, c Choice, w WorkerID) {
+// The full blocks go as a chain; a partial tail as a chain of its own.
+func (r *Router) announce(req *Request, c Choice, w WorkerID) {
 	if r.sink == nil {
 		return
 	}
-	ext, ok := r.sink.(ExtendingSink)
-	if !ok {
-		r.sink.Owned(hashes, w)
-		return
+	chain := req.Hashes[:req.Full]
+	if ext, ok := r.sink.(ExtendingSink); ok && len(chain) > 0 {
+		known := -1
+		if c.Hit {
+			known = c.Matched/r.blockSize - 1
+		}
+		ext.OwnedBeyond(chain, known, w)
+	} else if len(chain) > 0 {
+		r.sink.Owned(chain, w)
 	}
-	known := -1
-	if c.Hit {
-		known = c.Matched/r.blockSize - 1
+	if tail := req.Hashes[req.Full:]; len(tail) > 0 {
+		r.sink.Owned(tail, w)
 	}
-	ext.OwnedBeyond(hashes, known, w)
 }
 
 func (r *Router) selectAndReserve(req *Request, pool *Pool) (Choice, *Guard) {
