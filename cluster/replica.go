@@ -537,7 +537,9 @@ func (r *Replica) countLiveReplicas() {
 	for {
 		live := len(r.gossiper().Members())
 		r.monitor.SetLiveReplicas(live)
-		r.loads.SetPeerShare(live-1, loadsync.DefaultLoadInterval, affinity.SystemClock{})
+		if !r.cfg.CountOwnBurstOnce {
+			r.loads.SetPeerShare(live-1, loadsync.DefaultLoadInterval, affinity.SystemClock{})
+		}
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():
