@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -54,5 +55,34 @@ func TestThePeerShareFadesWithinOneInterval(t *testing.T) {
 	f.loads.SetPeerShare(0, time.Second, f.clock)
 	if v := f.loads.burstNow(); v.peers != 0 {
 		t.Fatalf("peer share still on after SetPeerShare(0)")
+	}
+}
+
+// TestReplicasOfATierPlaceANewPrefixAlike: with live peers, a miss that
+// matched nothing is placed by rendezvous even under least_load placement,
+// so two replicas whose views differ send a new prefix to the same worker;
+// alone, a replica keeps least load.
+func TestReplicasOfATierPlaceANewPrefixAlike(t *testing.T) {
+	for _, peers := range []int{1, 0} {
+		a, b := newFleet(t, 16, Settings{}), newFleet(t, 16, Settings{})
+		a.loads.SetPeerShare(peers, 100*time.Millisecond, a.clock)
+		b.loads.SetPeerShare(peers, 100*time.Millisecond, b.clock)
+		a.setLoad(1, 1) // a's least loaded is worker 2, b's worker 1
+		b.setLoad(2, 1)
+		same := 0
+		for i := range 50 {
+			s := text(fmt.Sprint(i, " new prefix"), 100)
+			if a.route(t, s).Worker == b.route(t, s).Worker {
+				same++
+			}
+			a.clock.Advance(time.Second) // let each reservation's share fade
+			b.clock.Advance(time.Second)
+		}
+		if peers > 0 && same != 50 {
+			t.Errorf("with a peer, %d of 50 new prefixes went to the same worker on both replicas, want all", same)
+		}
+		if peers == 0 && same == 50 {
+			t.Errorf("alone, both replicas placed all 50 alike: least load was not used")
+		}
 	}
 }

@@ -54,8 +54,17 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 
 // placeMiss chooses a worker for a request that goes where nothing of it is
 // cached (yet).
+//
+// In a tier (the peer share knows of live peers), a cold miss, one that
+// matched nothing, is placed by rendezvous whatever the placement: requests
+// that start the same new prefix in the same instant (a group of rollouts
+// sharing a task prompt) reach several replicas before any has heard of the
+// others, and least load would give each its own worker, whereas the
+// rendezvous score gives them all the same one without a word. A miss that
+// matched something (a shed hit, a prefix known too shallowly) keeps the
+// placement's choice.
 func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) Choice {
-	if !p.rendezvous {
+	if !p.rendezvous && (depth >= 0 || req.burst.peers == 0) {
 		return sp.pick(pool)
 	}
 	key := req.Tail
