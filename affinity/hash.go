@@ -26,11 +26,13 @@ func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint6
 
 // RequestHashes appends to dst the hashes the router routes text by: one per
 // full block, at most maxBlocks of them (no engine of the fleet holds more,
-// and a huge prompt must not insert millions of blocks into the index), then,
-// when the text ends in a partial block and was not cut, its TailKey. The
-// tail makes a prompt shorter than a block, or its last partial block, count
-// for affinity: the same short prompt goes to the same worker. It returns
-// the hashes and how many of them are full blocks.
+// and a huge prompt must not insert millions of blocks into the index), or,
+// for a text shorter than one block, its TailKey: the same short prompt then
+// goes to the same worker. A longer text's partial last block is not hashed:
+// its full blocks already make more than half of it, a hit at any
+// --cache-threshold below 0.5, and a growing conversation never sends the
+// same tail twice, so its tails would only take room in the index. It
+// returns the hashes and how many of them are full blocks.
 func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks int) ([]uint64, int) {
 	maxBlocks = max(maxBlocks, 1)
 	cut := len(text)/blockSize > maxBlocks
@@ -39,7 +41,7 @@ func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks
 	}
 	dst = BlockHashes(dst, model, text, blockSize)
 	full := len(dst)
-	if !cut && len(text) > full*blockSize {
+	if full == 0 && len(text) > 0 {
 		dst = append(dst, TailKey(model, text, dst, blockSize))
 	}
 	return dst, full

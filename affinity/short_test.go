@@ -44,17 +44,22 @@ func TestAPromptShorterThanABlockKeepsItsWorker(t *testing.T) {
 	}
 }
 
-// TestTheTailOfALongerPromptCounts: a prompt of two full blocks and a
-// partial one matches itself whole, and its full blocks still match a
-// continuation.
-func TestTheTailOfALongerPromptCounts(t *testing.T) {
+// TestALongerPromptIsMatchedByItsFullBlocks: a prompt of one full block and
+// a partial one hits on its full block (more than half of it) and hashes no
+// tail; its full blocks match a continuation.
+func TestALongerPromptIsMatchedByItsFullBlocks(t *testing.T) {
 	f := newFleetWithBlock(t, 4, 1024)
-	prompt := text("conversation", 2*DefaultBlockSize+100)
+	prompt := text("conversation", DefaultBlockSize+DefaultBlockSize-1)
+	if n := len(f.router.Prepare("m", []byte(prompt), 0).Hashes); n != 1 {
+		t.Fatalf("%d hashes for one full block and a partial one, want 1", n)
+	}
 	owner := f.route(t, prompt).Worker
 	f.setLoad(owner, 3)
-	if d := f.route(t, prompt); d.Worker != owner || d.Matched != len(prompt) {
-		t.Fatalf("same prompt: %+v, want worker %d with all %d bytes matched", d, owner, len(prompt))
+	if d := f.route(t, prompt); d.Worker != owner || !d.Hit {
+		t.Fatalf("same prompt: %+v, want worker %d as a hit", d, owner)
 	}
+	prompt = text("conversation", 2*DefaultBlockSize+100)
+	f.route(t, prompt)
 	longer := prompt + text("next turn", 300)
 	if d := f.route(t, longer); d.Worker != owner || d.Matched != 2*DefaultBlockSize {
 		t.Fatalf("continuation: %+v, want worker %d with the 2 full blocks matched", d, owner)
