@@ -29,18 +29,19 @@ func (*CacheAware) recordsOwnership() {}
 
 // Select implements the per-request overload check of the cache-aware policy.
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
-	sp := pool.spread()
+	sp := pool.spread(req.burst)
 	var buf [8]WorkerID
 	depth, owners := p.index.Match(req.Hashes, pool, buf[:0])
-	matched := (depth + 1) * p.blockSize
+	// A matched partial tail is the rest of the text.
+	matched := min((depth+1)*p.blockSize, len(req.Text))
 	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))
 	if p.fleetGate {
-		return p.fleetGateSelect(pool, sp, owners, hit, matched)
+		return p.fleetGateSelect(req, pool, sp, owners, hit, matched)
 	}
 	shed := false
 	if hit {
-		c := leastLoaded(pool, owners)
-		if !p.thresholds.Overloaded(c.Seen+c.Load.remote.Load(), sp.min) {
+		c := leastLoaded(pool, owners, req.burst)
+		if !p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, req.burst), sp.min) {
 			c.Hit, c.Matched = true, matched
 			return c
 		}
@@ -53,8 +54,17 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 
 // placeMiss chooses a worker for a request that goes where nothing of it is
 // cached (yet).
+//
+// In a tier (the peer share knows of live peers), a cold miss, one that
+// matched nothing, is placed by rendezvous whatever the placement: requests
+// that start the same new prefix in the same instant (a group of rollouts
+// sharing a task prompt) reach several replicas before any has heard of the
+// others, and least load would give each its own worker, whereas the
+// rendezvous score gives them all the same one without a word. A miss that
+// matched something (a shed hit, a prefix known too shallowly) keeps the
+// placement's choice.
 func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) Choice {
-	if !p.rendezvous {
+	if !p.rendezvous && (depth >= 0 || req.burst.peers == 0) {
 		return sp.pick(pool)
 	}
 	key := req.Tail
@@ -66,7 +76,7 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 	for i := range pool.Len() {
 		m := pool.At(i)
 		seen := m.local.Load()
-		if p.thresholds.Overloaded(seen+m.remote.Load(), sp.min) {
+		if p.thresholds.Overloaded(m.selectLoad(seen, req.burst), sp.min) {
 			continue
 		}
 		if s := rendezvousScore(key, m.id); s > bestScore {
@@ -78,10 +88,10 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 
 // fleetGateSelect is the old rule: if the fleet as a whole looks imbalanced,
 // every request goes to the least-loaded worker, cached or not.
-func (p *CacheAware) fleetGateSelect(pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
+func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
 	imbalanced := p.thresholds.Overloaded(sp.max, sp.min)
 	if hit && !imbalanced {
-		c := leastLoaded(pool, owners)
+		c := leastLoaded(pool, owners, req.burst)
 		c.Hit, c.Matched = true, matched
 		return c
 	}
@@ -91,13 +101,13 @@ func (p *CacheAware) fleetGateSelect(pool *Pool, sp spread, owners []WorkerID, h
 }
 
 // leastLoaded returns the least-loaded of owners, which are all pool members.
-func leastLoaded(pool *Pool, owners []WorkerID) Choice {
+func leastLoaded(pool *Pool, owners []WorkerID, v burstView) Choice {
 	best, bestLoad, bestSeen := -1, int64(0), int64(0)
 	for _, w := range owners {
 		i := pool.position(w)
 		m := pool.At(i)
 		seen := m.local.Load()
-		l := seen + m.remote.Load()
+		l := m.selectLoad(seen, v)
 		if best < 0 || less(l, m, i, bestLoad, pool.At(best), best) {
 			best, bestLoad, bestSeen = i, l, seen
 		}

@@ -24,6 +24,29 @@ func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint6
 	return dst
 }
 
+// RequestHashes appends to dst the hashes the router routes text by: one per
+// full block, at most maxBlocks of them (no engine of the fleet holds more,
+// and a huge prompt must not insert millions of blocks into the index), or,
+// for a text shorter than one block, its TailKey: the same short prompt then
+// goes to the same worker. A longer text's partial last block is not hashed:
+// its full blocks already make more than half of it, a hit at any
+// --cache-threshold below 0.5, and a growing conversation never sends the
+// same tail twice, so its tails would only take room in the index. It
+// returns the hashes and how many of them are full blocks.
+func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks int) ([]uint64, int) {
+	maxBlocks = max(maxBlocks, 1)
+	cut := len(text)/blockSize > maxBlocks
+	if cut {
+		text = text[:maxBlocks*blockSize]
+	}
+	dst = BlockHashes(dst, model, text, blockSize)
+	full := len(dst)
+	if full == 0 && len(text) > 0 {
+		dst = append(dst, TailKey(model, text, dst, blockSize))
+	}
+	return dst, full
+}
+
 // TailKey is a hash of the whole text, partial last block included, chained
 // after the full blocks' hashes. Placement uses it as the key of a request
 // whose full blocks are all known already (or that has none).

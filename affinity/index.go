@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,8 +21,10 @@ const indexShards = 64
 type Index struct {
 	clock         Clock
 	defaultBudget int // blocks per worker
-	shards        [indexShards]indexShard
-	owners        sync.Map // WorkerID -> *ownerLRU
+	// maxBudget is the largest budget any worker has had, in blocks.
+	maxBudget atomic.Int64
+	shards    [indexShards]indexShard
+	owners    sync.Map // WorkerID -> *ownerLRU
 }
 
 type indexShard struct {
@@ -37,7 +40,10 @@ type ownerNode struct {
 	stamp  int64 // unix nanoseconds of the last use
 	// weight is how many blocks the fact is charged to its owner's
 	// budget: 1 when recorded by Insert, the span when learned.
-	weight     int
+	weight int
+	// inserted says the fact was recorded by Insert: the index holds every
+	// block of its prefix, so it stands for itself alone.
+	inserted   bool
 	prev, next *ownerNode
 }
 
@@ -66,6 +72,7 @@ type Fact struct {
 // blocks each unless SetBudget says otherwise.
 func NewIndex(clock Clock, budgetBlocks int) *Index {
 	ix := &Index{clock: clock, defaultBudget: max(budgetBlocks, 1)}
+	ix.maxBudget.Store(int64(ix.defaultBudget))
 	for i := range ix.shards {
 		ix.shards[i].m = make(map[uint64][]*ownerNode)
 	}
@@ -98,17 +105,21 @@ func (ix *Index) Insert(hashes []uint64, w WorkerID) {
 		return
 	}
 	for i := len(hashes) - 1; i >= 0; i-- {
-		o.reweigh(ix.touch(o, hashes[i], w, now), 1)
+		n := ix.touch(o, hashes[i], w, now)
+		n.inserted = true
+		o.reweigh(n, 1)
 	}
 	ix.trim(o)
 }
 
 // Learn records one ownership fact heard from another replica and charges
-// its span, at least 1, to the worker's budget. A fact already held keeps
-// the larger of its charge and the new one, so the same fact announced by
-// two replicas is charged once. The charge is capped at the budget: a fact
-// heavier than the whole budget would otherwise evict itself, whereas the
-// engine, having just served that prefix, holds what fits of it.
+// its span, at least 1, to the worker's budget. A fact already held takes the
+// new charge: the same fact announced by two replicas is charged once, and a
+// fact announced again with a smaller span (a deeper fact of the same
+// conversation now stands for its stretch) is charged less. A fact recorded
+// by Insert keeps its charge of 1. The charge is capped at the budget: a
+// fact heavier than the whole budget would otherwise evict itself, whereas
+// the engine, having just served that prefix, holds what fits of it.
 func (ix *Index) Learn(f Fact) {
 	o := ix.owner(f.Worker)
 	now := ix.clock.Now().UnixNano()
@@ -119,7 +130,10 @@ func (ix *Index) Learn(f Fact) {
 	}
 	node := ix.touch(o, f.Hash, f.Worker, now)
 	charge := min(max(int(f.Span), 1), o.budget)
-	o.reweigh(node, max(node.weight, charge))
+	if node.inserted {
+		charge = 1
+	}
+	o.reweigh(node, charge)
 	ix.trim(o)
 }
 
@@ -225,8 +239,15 @@ func (ix *Index) SetBudget(w WorkerID, blocks int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.budget = max(blocks, 1)
+	for seen := ix.maxBudget.Load(); int64(o.budget) > seen && !ix.maxBudget.CompareAndSwap(seen, int64(o.budget)); {
+		seen = ix.maxBudget.Load()
+	}
 	ix.trim(o)
 }
+
+// MaxBudget is the largest budget any worker has had, in blocks: hashing a
+// request further than that is wasted, since no engine holds more of it.
+func (ix *Index) MaxBudget() int { return int(ix.maxBudget.Load()) }
 
 // Forget drops every block of w: its engine is gone or restarted, so what it
 // held is lost. New blocks may be recorded for w afterwards.

@@ -112,7 +112,10 @@ type naiveFact struct {
 }
 
 // naiveUse is a fact's last use and the blocks it is charged.
-type naiveUse struct{ tick, weight int }
+type naiveUse struct {
+	tick, weight int
+	inserted     bool
+}
 
 // naiveTrim evicts w's least recently used facts until the blocks charged
 // to w fit budget.
@@ -159,7 +162,7 @@ func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 			ix.Insert(c, w)
 			for i := len(c) - 1; i >= 0; i-- {
 				tick++
-				naive[naiveFact{c[i], w}] = naiveUse{tick, 1}
+				naive[naiveFact{c[i], w}] = naiveUse{tick, 1, true}
 			}
 			naiveTrim(naive, w, budget)
 		case 2:
@@ -167,7 +170,11 @@ func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 			ix.Learn(Fact{Hash: h, Worker: w, Span: span})
 			tick++
 			weight := min(max(int(span), 1), budget)
-			naive[naiveFact{h, w}] = naiveUse{tick, max(weight, naive[naiveFact{h, w}].weight)}
+			old, held := naive[naiveFact{h, w}]
+			if held && old.inserted {
+				weight = 1
+			}
+			naive[naiveFact{h, w}] = naiveUse{tick, weight, held && old.inserted}
 			naiveTrim(naive, w, budget)
 		default:
 			pool := NewPool(all[:1+rng.IntN(3)])
@@ -217,19 +224,36 @@ func TestLearnedFactIsChargedItsSpan(t *testing.T) {
 	}
 }
 
-func TestLearningAFactAgainKeepsTheLargerCharge(t *testing.T) {
+// TestLearningAFactAgainTakesTheNewCharge: a fact announced again by another
+// replica is charged once, and one demoted to a span of 1 (a deeper fact of
+// its conversation now stands for its stretch) frees the rest.
+func TestLearningAFactAgainTakesTheNewCharge(t *testing.T) {
 	ix := NewIndex(&fakeClock{}, 100)
 	f := Fact{Hash: 7, Worker: 1, Span: 30}
 	ix.Learn(f)
-	f.Span = 5
 	ix.Learn(f)
 	if n := ix.Blocks(1); n != 30 {
-		t.Fatalf("charged %d after a smaller span, want 30", n)
+		t.Fatalf("charged %d after the same fact twice, want 30", n)
+	}
+	f.Span = 1
+	ix.Learn(f)
+	if n := ix.Blocks(1); n != 1 {
+		t.Fatalf("charged %d after a demotion to span 1, want 1", n)
 	}
 	f.Span = 45
 	ix.Learn(f)
 	if n := ix.Blocks(1); n != 45 {
 		t.Fatalf("charged %d after a larger span, want 45", n)
+	}
+}
+
+func TestAnInsertedFactKeepsItsChargeOfOne(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 100)
+	h := chain("m", 4, "conv")
+	ix.Insert(h, 1)
+	ix.Learn(Fact{Hash: h[3], Worker: 1, Span: 4})
+	if n := ix.Blocks(1); n != 4 {
+		t.Fatalf("charged %d, want the 4 inserted blocks only", n)
 	}
 }
 

@@ -20,6 +20,14 @@ type Load struct {
 	remote atomic.Int64
 	// processed counts selections, the tie-breaker between equal loads.
 	processed atomic.Uint64
+	// recent counts this replica's latest reservations, for the peer share.
+	recent recentReservations
+}
+
+// selectLoad is the load selection compares: local (as read by the caller)
+// plus the peers' reports plus their expected unreported share.
+func (l *Load) selectLoad(local int64, v burstView) int64 {
+	return local + l.remote.Load() + l.recent.expected(v)
 }
 
 // ID returns the worker's id.
@@ -41,6 +49,7 @@ type LoadTable struct {
 	mu    sync.Mutex
 	byID  atomic.Pointer[map[WorkerID]*Load]
 	under func(WorkerID)
+	share atomic.Pointer[peerShare] // nil: no peer share
 }
 
 // NewLoadTable returns an empty table. onUnderflow, if not nil, is called when

@@ -10,13 +10,20 @@ import (
 type Request struct {
 	// Text is the routing text: the prompt, or the rendered messages.
 	Text []byte
-	// Hashes are the chained hashes of Text's full blocks.
+	// Hashes are the chained hashes of Text's full blocks, then of its
+	// partial last block when it has one (see RequestHashes).
 	Hashes []uint64
+	// Full is how many of Hashes are full blocks: a chain from depth 0.
+	Full int
 	// Tail keys a request whose full blocks are all known (see TailKey).
 	Tail uint64
 	// SessionKey is the consistent_hash key: X-Session-ID, else the body's
 	// user or session_id, else the whole body, hashed.
 	SessionKey uint64
+	// burst is the peer share at selection, and reserved the worker
+	// reserved; both set by the Router.
+	burst    burstView
+	reserved *Load
 }
 
 // Choice is a policy's pick. Seen is the chosen worker's local in-flight
@@ -134,7 +141,7 @@ var _ Policy = (*PowerOfTwo)(nil)
 
 func (*PowerOfTwo) Name() string { return PolicyPowerOfTwo }
 
-func (p *PowerOfTwo) Select(_ *Request, pool *Pool) Choice {
+func (p *PowerOfTwo) Select(req *Request, pool *Pool) Choice {
 	n := uint64(pool.Len())
 	i := p.rand() % n
 	if n == 1 {
@@ -143,7 +150,7 @@ func (p *PowerOfTwo) Select(_ *Request, pool *Pool) Choice {
 	j := (i + 1 + p.rand()%(n-1)) % n
 	a, b := pool.At(int(i)), pool.At(int(j))
 	seenA, seenB := a.Local(), b.Local()
-	if less(seenB+b.remote.Load(), b, int(j), seenA+a.remote.Load(), a, int(i)) {
+	if less(b.selectLoad(seenB, req.burst), b, int(j), a.selectLoad(seenA, req.burst), a, int(i)) {
 		return Choice{Load: b, Seen: seenB}
 	}
 	return Choice{Load: a, Seen: seenA}
@@ -156,7 +163,7 @@ var _ Policy = LeastLoad{}
 
 func (LeastLoad) Name() string { return PolicyLeastLoad }
 
-func (LeastLoad) Select(_ *Request, pool *Pool) Choice { return pool.spread().pick(pool) }
+func (LeastLoad) Select(req *Request, pool *Pool) Choice { return pool.spread(req.burst).pick(pool) }
 
 // ConsistentHash sends a session to the same worker while the pool holds
 // still, and moves only 1/n of the sessions when it changes (rendezvous

@@ -94,11 +94,11 @@ type spread struct {
 	leastSeen int64
 }
 
-func (p *Pool) spread() spread {
+func (p *Pool) spread(v burstView) spread {
 	s := spread{least: -1}
 	for i, m := range p.members {
 		local := m.local.Load()
-		l := local + m.remote.Load()
+		l := m.selectLoad(local, v)
 		if s.least < 0 {
 			s = spread{min: l, max: l, least: i, leastLoad: l, leastSeen: local}
 			continue

@@ -24,6 +24,17 @@ type OwnershipSink interface {
 	Owned(hashes []uint64, worker WorkerID)
 }
 
+// ExtendingSink is an OwnershipSink that also hears how much of the prefix
+// the worker was known to hold before (a hit's match), so that what it tells
+// the peers charges only the new blocks. The Router prefers it when the sink
+// implements it.
+type ExtendingSink interface {
+	OwnershipSink
+	// OwnedBeyond is Owned when worker already held hashes[:known+1];
+	// known is -1 for a miss.
+	OwnedBeyond(hashes []uint64, known int, worker WorkerID)
+}
+
 // Router is one policy bound to the replica's load table and index. The
 // proxy keeps one Router per role.
 type Router struct {
@@ -44,8 +55,10 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Prepare hashes a request's routing text for model.
 func (r *Router) Prepare(model string, text []byte, sessionKey uint64) *Request {
-	hashes := BlockHashes(make([]uint64, 0, len(text)/r.blockSize), model, text, r.blockSize)
-	return &Request{Text: text, Hashes: hashes, Tail: TailKey(model, text, hashes, r.blockSize), SessionKey: sessionKey}
+	limit := r.index.MaxBudget()
+	hashes, full := RequestHashes(make([]uint64, 0, min(len(text)/r.blockSize, limit)+1), model, text, r.blockSize, limit)
+	return &Request{Text: text, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
+		SessionKey: sessionKey}
 }
 
 // Route selects a worker from pool, reserves it (its local in-flight count is
@@ -61,20 +74,51 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 	w := c.Load.id
 	if _, ok := r.policy.(prefixAware); ok && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
-		if r.sink != nil {
-			r.sink.Owned(req.Hashes, w)
-		}
+		r.announce(req, c, w)
 	}
 	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}, g, nil
 }
 
+// announce tells the sink that w owns hashes, and, for a hit, how deep it
+// was known to own them already.
+// The full blocks go as a chain; a partial tail as a chain of its own.
+func (r *Router) announce(req *Request, c Choice, w WorkerID) {
+	if r.sink == nil {
+		return
+	}
+	chain := req.Hashes[:req.Full]
+	if ext, ok := r.sink.(ExtendingSink); ok && len(chain) > 0 {
+		known := -1
+		if c.Hit {
+			known = c.Matched/r.blockSize - 1
+		}
+		ext.OwnedBeyond(chain, known, w)
+	} else if len(chain) > 0 {
+		r.sink.Owned(chain, w)
+	}
+	if tail := req.Hashes[req.Full:]; len(tail) > 0 {
+		r.sink.Owned(tail, w)
+	}
+}
+
 func (r *Router) selectAndReserve(req *Request, pool *Pool) (Choice, *Guard) {
+	req.burst = r.loads.burstNow()
+	defer r.noteReservation(req)
 	for range reserveAttempts - 1 {
 		c := r.policy.Select(req, pool)
 		if g, ok := r.loads.reserve(c.Load, c.Seen); ok {
+			req.reserved = c.Load
 			return c, g
 		}
 	}
 	c := r.policy.Select(req, pool)
+	req.reserved = c.Load
 	return c, r.loads.Acquire(c.Load)
+}
+
+// noteReservation counts the reservation for the peer share, when it is on.
+func (r *Router) noteReservation(req *Request) {
+	if req.burst.peers > 0 {
+		req.reserved.recent.note(req.burst.window)
+	}
 }

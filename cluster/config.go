@@ -59,6 +59,12 @@ type Config struct {
 	// loopback start without GossipKey or ClusterTLS (--insecure-cluster):
 	// the operator trusts everyone on the network.
 	InsecureCluster bool
+	// CountOwnBurstOnce turns off the peers' expected share of this
+	// replica's burst (affinity.LoadTable.SetPeerShare), which every
+	// replica otherwise counts in the load it selects on: a replica's own
+	// requests then count once until the peers' reports arrive. For tests
+	// that make a worker hot through one replica; no flag sets it.
+	CountOwnBurstOnce bool
 
 	// ReapTimeout is how long a replica may stay out of the gossip
 	// membership (dead or left), and silent, before the leader removes it

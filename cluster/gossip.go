@@ -175,8 +175,12 @@ func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
 // ownershipSink passes the routers' ownership decisions to the gossip.
 type ownershipSink struct{ st *loadsync.State }
 
-var _ affinity.OwnershipSink = ownershipSink{}
+var _ affinity.ExtendingSink = ownershipSink{}
 
 func (s ownershipSink) Owned(hashes []uint64, worker affinity.WorkerID) {
 	s.st.Owned(hashes, uint32(worker))
+}
+
+func (s ownershipSink) OwnedBeyond(hashes []uint64, known int, worker affinity.WorkerID) {
+	s.st.OwnedBeyond(hashes, known, uint32(worker))
 }

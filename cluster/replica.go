@@ -534,12 +534,17 @@ func (r *Replica) healthChanged() {
 
 // countLiveReplicas tells the monitor, every second, how many replicas the
 // gossip sees live, so that a peer's verdict takes a worker out only with a
-// quorum behind it.
+// quorum behind it, and the load table, so that selection counts the peers'
+// expected share of a burst (affinity.LoadTable.SetPeerShare).
 func (r *Replica) countLiveReplicas() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		r.monitor.SetLiveReplicas(len(r.gossiper().Members()))
+		live := len(r.gossiper().Members())
+		r.monitor.SetLiveReplicas(live)
+		if !r.cfg.CountOwnBurstOnce {
+			r.loads.SetPeerShare(live-1, loadsync.DefaultLoadInterval, affinity.SystemClock{})
+		}
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():

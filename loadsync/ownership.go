@@ -12,12 +12,54 @@ const learnChunk = 512
 // half RefreshInterval is skipped, and announced again after that, so the
 // peers keep a live conversation's whole prefix fresh. Called on the request
 // path; it does not allocate in steady state.
-func (s *State) Owned(hashes []uint64, worker uint32) {
+func (s *State) Owned(hashes []uint64, worker uint32) { s.OwnedBeyond(hashes, -1, worker) }
+
+// OwnedBeyond is Owned for a decision that found worker already holding
+// hashes[:known+1] (a hit matched at depth known; -1 for a miss). When known
+// was the deepest fact of an earlier decision and not a checkpoint, the new
+// deepest fact's span covers its stretch again, so known is announced once
+// more with a span of 1: a peer then charges the conversation's prefix once,
+// as the engine holds it, not once per turn, and an old turn's fact aging out
+// of its index frees one block, not a stretch that is still cached.
+func (s *State) OwnedBeyond(hashes []uint64, known int, worker uint32) {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
+	if superseded(known, len(hashes)) {
+		s.demote(Fact{Hash: hashes[known], Worker: worker, Span: 1})
+	}
 	checkpointDepths(len(hashes), func(i, span int) {
 		s.offer(Fact{Hash: hashes[i], Worker: worker, Span: uint32(span)})
 	})
+}
+
+// superseded reports whether the fact at index known, deepest of an earlier
+// decision, lies strictly inside the stretch of a chain of n blocks that its
+// new deepest fact stands for, and is no checkpoint (whose span never
+// changes).
+func superseded(known, n int) bool {
+	return known >= 0 && known < n-1 && !isCheckpoint(known) && known > lastCheckpointBelow(n-1)
+}
+
+// isCheckpoint reports whether index i is one of the sparse checkpoints
+// 0, 1, 3, 7, ...: i+1 is a power of two.
+func isCheckpoint(i int) bool { return (i+1)&i == 0 }
+
+// lastCheckpointBelow is the deepest checkpoint index below i (-1 if none).
+func lastCheckpointBelow(i int) int {
+	c := -1
+	for depth := 1; depth-1 < i; depth <<= 1 {
+		c = depth - 1
+	}
+	return c
+}
+
+// demote queues f, a fact the peers hold with a larger span, whatever was
+// queued recently: its new span must reach them. digestMu is held.
+func (s *State) demote(f Fact) {
+	s.stats.factsQueued.Add(1)
+	if s.queue.push(f) {
+		s.stats.factsDropped.Add(1)
+	}
 }
 
 // offer queues f unless it was queued within the last half refresh

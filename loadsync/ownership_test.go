@@ -283,3 +283,38 @@ func TestFactSetIsBoundedAndKeepsFactsInUse(t *testing.T) {
 		t.Fatal("an old fact was never forgotten")
 	}
 }
+
+// TestAHitDemotesTheSupersededDeepestFact: a continuation turn routed as a
+// hit on the worker that held the previous turn announces the previous
+// turn's deepest fact again with a span of 1, since the new deepest fact's
+// span covers its stretch: the peers charge the prefix once.
+func TestAHitDemotesTheSupersededDeepestFact(t *testing.T) {
+	r := newReplica(t, "a", nil)
+	now := t0
+	queuedBy(t, r, &now, chain(1, 12), 3) // 0, 1, 3, 7 and 11 (span 4)
+	hashes := chain(1, 14)
+	r.st.OwnedBeyond(hashes, 11, 3)
+	now = now.Add(DefaultLoadInterval)
+	got := factsIn(t, r.st.Tick(now))
+	want := []Fact{{Hash: hashes[11], Worker: 3, Span: 1}, {Hash: hashes[13], Worker: 3, Span: 6}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("continuation queued %v, want %v", got, want)
+	}
+}
+
+// TestNoDemotionOfACheckpointOrAMiss: a checkpoint's span never changes,
+// and a miss (known -1) or a match below the stretch demotes nothing.
+func TestNoDemotionOfACheckpointOrAMiss(t *testing.T) {
+	for _, known := range []int{-1, 7, 3} {
+		r := newReplica(t, "a", nil)
+		now := t0
+		hashes := chain(1, 14)
+		r.st.OwnedBeyond(hashes, known, 3)
+		now = now.Add(DefaultLoadInterval)
+		for _, f := range factsIn(t, r.st.Tick(now)) {
+			if f.Span == 1 && f.Hash != hashes[0] && f.Hash != hashes[1] {
+				t.Errorf("known %d: demoted %v", known, f)
+			}
+		}
+	}
+}

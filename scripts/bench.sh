@@ -153,19 +153,27 @@ END {
 
 # 2. Fleet simulations -------------------------------------------------------
 # fleetsim writes {"runs":[...]}; table renders the columns that matter.
+# With "lost" as its second argument it adds the tier's hit rate against one
+# replica's (the first run of the file with replicas=1 and the same policy)
+# and the breakdown of the hits one all-knowing replica would have made.
 table() {
-	python3 - "$1" <<'PY'
+	python3 - "$1" "${2:-}" <<'PY'
 import json, sys
 runs = json.load(open(sys.argv[1]))["runs"]
+lost = sys.argv[2] == "lost"
 cols = ["policy", "replicas", "sync", "hit_rate", "ttft_p50_ms", "ttft_p99_ms", "throughput_rps", "load_cv", "prefill_tokens", "gossip_bytes_per_sec"]
-print("| " + " | ".join(cols) + " |")
-print("|" + "---|" * len(cols))
+extra = ["vs_1_replica", "router_hit_rate", "oracle_hit_rate", "never_arrived", "evicted", "below_threshold", "shed", "ineligible", "false_hits"]
+one = {r["policy"]: r["hit_rate"] for r in runs if r["replicas"] == 1}
+head = cols + (extra if lost else [])
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
 for r in runs:
-    cells = []
-    for c in cols:
-        v = r.get(c, "")
-        cells.append(("%.4g" % v) if isinstance(v, float) else str(v))
-    print("| " + " | ".join(cells) + " |")
+    vals = [r.get(c, "") for c in cols]
+    if lost:
+        base = one.get(r["policy"])
+        vals += [r["hit_rate"] / base if base else ""] + [r.get(c, "") for c in extra[1:3]]
+        vals += [r["lost"][c] for c in extra[3:8]] + [r.get("false_hits", "")]
+    print("| " + " | ".join(("%.4g" % v) if isinstance(v, float) else str(v) for v in vals) + " |")
 PY
 }
 if [ -x bin/fleetsim ]; then
@@ -184,6 +192,22 @@ if [ -x bin/fleetsim ]; then
 	cmdline "$run"
 	$run --json "$tmp/agentic.json" >/dev/null
 	table "$tmp/agentic.json" >>"$out"
+	section "Fleet simulation: the tier against one replica, with the cause of every lost hit"
+	echo "Gossip at 1, 8, 32 and 64 replicas, 16 workers; see the section on the tier's losses below the tables for what the columns mean." >>"$out"
+	echo >>"$out"
+	reps=1,8,32,64
+	[ "$quick" = 1 ] && reps=1,8
+	for w in agentic rl trace; do
+		case $w in
+		agentic) run="bin/fleetsim --agentic --sessions $sessions --turns 20 --workers 16 --replicas $reps --sync gossip --policies cache_aware --parallel 2" ;;
+		rl) run="bin/fleetsim --agentic --sessions $((sessions * 4)) --groups $((sessions / 2)) --observation-spread 1 --system-prompt-tokens 4096 --task-tokens 64 --observation-tokens 1024 --answer-tokens 128 --think-time 1s --turns 10 --workers 16 --replicas $reps --sync gossip --policies cache_aware --parallel 2" ;;
+		trace) run="bin/fleetsim --trace $trace $limit --workers 16 --replicas $reps --sync gossip --policies cache_aware --parallel 2" ;;
+		esac
+		printf '### %s\n\n' "$w" >>"$out"
+		cmdline "$run"
+		$run --json "$tmp/tier-$w.json" >/dev/null
+		table "$tmp/tier-$w.json" lost >>"$out"
+	done
 	section "Fleet simulation: the seed's P/D scenario (4 prefill / 6 decode, agentic rollouts, one prefill worker 4x slower)"
 	echo "hit_rate is the prefill workers'." >>"$out"
 	echo >>"$out"

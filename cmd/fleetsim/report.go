@@ -11,7 +11,9 @@ import (
 // columns of the table, in order: the report's required fields, then the
 // workload's bound when there is one.
 var columns = []string{"policy", "replicas", "sync", "workers", "requests", "hit_rate", "ttft_p50_ms",
-	"ttft_p99_ms", "throughput_rps", "load_cv", "prefill_tokens", "gossip_bytes_per_sec"}
+	"ttft_p99_ms", "throughput_rps", "load_cv", "prefill_tokens", "gossip_bytes_per_sec",
+	"router_hit_rate", "oracle_hit_rate", "lost_never_arrived", "lost_evicted", "lost_below_threshold",
+	"lost_shed", "lost_ineligible", "false_hits"}
 
 // writeTable prints rows as an aligned table. It leaves out wall time so that
 // the same flags always print the same table.
@@ -32,6 +34,9 @@ func writeTable(w io.Writer, rows []row) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%.4f\t%.1f\t%.1f\t%.3f\t%.4f\t%d\t%.0f\t",
 			r.Policy, r.Replicas, r.Sync, r.Workers, r.Requests, r.HitRate, r.TTFTP50Ms, r.TTFTP99Ms,
 			r.ThroughputRPS, r.LoadCV, r.PrefillTokens, r.GossipBytesPerSec)
+		l := r.Lost
+		fmt.Fprintf(tw, "%.4f\t%.4f\t%d\t%d\t%d\t%d\t%d\t%d\t", r.RouterHitRate, r.OracleHitRate,
+			l.NeverArrived, l.Evicted, l.BelowThreshold, l.Shed, l.Ineligible, r.FalseHits)
 		if r.PD != "" {
 			fmt.Fprintf(tw, "%s\t%.4f\t", r.PD, r.DecodeLoadCV)
 		}

@@ -92,6 +92,17 @@ type Config struct {
 	// GossipDelay is the one-way delay of every gossip packet. Default 1 ms;
 	// negative means none.
 	GossipDelay time.Duration
+	// NoPeerShare turns off what a router replica does: every gossiping
+	// replica counts, in the load it selects on, its peers' expected share
+	// of its own last interval's reservations
+	// (affinity.LoadTable.SetPeerShare). For before/after comparisons.
+	NoPeerShare bool
+	// NoDemotion makes replicas announce their decisions as they did before
+	// a hit demoted the superseded deepest fact of its conversation to a
+	// span of 1 (loadsync.State.OwnedBeyond): every turn charged the peers
+	// again for the stretch since the last checkpoint. For before/after
+	// comparisons.
+	NoDemotion bool
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64

@@ -17,6 +17,12 @@
 // prefilled with one output token, then decoded with the prompt's KV
 // transferred.
 //
+// Every run is also routed by an oracle: one all-knowing replica that holds
+// every decision of every replica in one index and sees the exact loads, and
+// that routes nothing. Each request the oracle would have routed as a hit and
+// the tier did not is attributed to a cause (Lost), so a regression of the
+// tier explains itself.
+//
 // The simulation is a single-threaded discrete-event loop over a binary heap
 // of events ordered by (time, sequence number): arrivals, engine steps, gossip
 // ticks and packet deliveries. All randomness comes from the seed, so the

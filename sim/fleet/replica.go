@@ -18,6 +18,10 @@ type replica struct {
 	name  string
 	loads *affinity.LoadTable
 	index *affinity.Index
+	// heard is every ownership fact the replica's index ever recorded.
+	heard heardSet
+	// prefixAware says the main policy records ownership.
+	prefixAware bool
 	// own lists this replica's counters of every worker in id order, for
 	// the load reports (LoadTable.Each has no stable order).
 	own []*affinity.Load
@@ -35,10 +39,11 @@ type replica struct {
 type state struct {
 	loads *affinity.LoadTable
 	index *affinity.Index
+	heard heardSet
 }
 
 func newState(cfg Config, clock affinity.Clock) state {
-	return state{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clock, indexBudget(cfg))}
+	return state{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clock, indexBudget(cfg)), heard: heardSet{}}
 }
 
 // indexBudget is a worker's KV capacity in router blocks: the index forgets
@@ -50,7 +55,8 @@ func indexBudget(cfg Config) int {
 // newReplica builds replica number n over st. rnd supplies its policies'
 // random bits.
 func newReplica(cfg Config, n int, st state, rnd *rand.Rand) (*replica, error) {
-	r := &replica{name: fmt.Sprintf("replica-%d", n), loads: st.loads, index: st.index}
+	r := &replica{name: fmt.Sprintf("replica-%d", n), loads: st.loads, index: st.index, heard: st.heard,
+		prefixAware: cfg.Policy == affinity.PolicyCacheAware || cfg.Policy == affinity.PolicyFleetGate}
 	for id := 1; id <= cfg.totalWorkers(); id++ {
 		r.own = append(r.own, st.loads.Get(affinity.WorkerID(id)))
 	}
@@ -78,7 +84,10 @@ func (r *replica) newRouter(cfg Config, policy string, rnd *rand.Rand) (*affinit
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	var sink affinity.OwnershipSink
-	if r.gossip != nil {
+	switch {
+	case r.gossip != nil && cfg.NoDemotion:
+		sink = plainSink{r.gossip}
+	case r.gossip != nil:
 		sink = ownershipSink{r.gossip}
 	}
 	return affinity.NewRouter(p, r.loads, r.index, cfg.BlockSize, sink), nil
@@ -107,6 +116,17 @@ func (r *replica) startGossip(cfg Config, n int) error {
 // the span of prefix it stands for.
 func (r *replica) learn(f loadsync.Fact) {
 	r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: affinity.WorkerID(f.Worker), Span: f.Span})
+	r.heard.add(f.Hash, affinity.WorkerID(f.Worker))
+}
+
+// recordHeard notes the replica's own decision: w owns every block of hashes.
+func (r *replica) recordHeard(hashes []uint64, w affinity.WorkerID) {
+	if !r.prefixAware {
+		return
+	}
+	for _, h := range hashes {
+		r.heard.add(h, w)
+	}
 }
 
 // localLoads reports this replica's own in-flight counts.
@@ -119,7 +139,16 @@ func (r *replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
 	return dst
 }
 
+// plainSink announces decisions without what a hit matched before.
+type plainSink struct{ st *loadsync.State }
+
+func (s plainSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
+
 // ownershipSink hands the router's ownership decisions to the gossip.
 type ownershipSink struct{ st *loadsync.State }
 
 func (s ownershipSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
+
+func (s ownershipSink) OwnedBeyond(hashes []uint64, known int, w affinity.WorkerID) {
+	s.st.OwnedBeyond(hashes, known, uint32(w))
+}

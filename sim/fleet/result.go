@@ -56,6 +56,15 @@ type Result struct {
 	// because the owner was overloaded.
 	RouterHitRate float64 `json:"router_hit_rate"`
 	Shed          int     `json:"shed"`
+	// OracleHitRate is the share of requests that one all-knowing replica
+	// (every decision in one index, exact loads) would have routed as a
+	// hit; Lost attributes those of them the tier did not.
+	OracleHitRate float64 `json:"oracle_hit_rate"`
+	Lost          Lost    `json:"lost"`
+	// FalseHits counts the tier's hits on a worker whose engine held no
+	// more than --cache-threshold of the prompt: the index remembered what
+	// the engine had evicted.
+	FalseHits int `json:"false_hits"`
 	// DecodeHitRate and DecodeLoadCV are HitRate and LoadCV of the decode
 	// workers of a split fleet.
 	DecodeHitRate float64 `json:"decode_hit_rate,omitempty"`
@@ -185,6 +194,8 @@ func (s *simulation) result() Result {
 		Workers: s.cfg.totalWorkers(), HitRate: hitRate(routed), LoadCV: busyCV(routed),
 	}
 	s.stats.summary(&r)
+	r.OracleHitRate = ratio(float64(s.oracle.hits), float64(s.stats.routed))
+	r.Lost, r.FalseHits = s.oracle.lost, s.oracle.falseHits
 	for _, w := range s.workers {
 		r.PrefillTokens += w.engine.ComputedTokens()
 	}

@@ -20,6 +20,8 @@ const (
 	streamNetwork
 	streamGroups
 	streamPolicies // + replica number
+	// streamOracle is far above any replica's stream.
+	streamOracle = 1 << 40
 )
 
 // simulation is one run in progress. It is driven by one goroutine.
@@ -29,6 +31,7 @@ type simulation struct {
 	agenda   agenda
 	workers  []*worker
 	replicas []*replica
+	oracle   *oracle
 	net      network
 	balancer *rand.Rand
 	load     Workload
@@ -85,9 +88,14 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		if err != nil {
 			return nil, err
 		}
+		if !cfg.NoPeerShare && cfg.Sync == SyncGossip {
+			r.loads.SetPeerShare(cfg.Replicas-1, cfg.GossipInterval, s.clock)
+		}
 		s.replicas = append(s.replicas, r)
 	}
-	return s, nil
+	var err error
+	s.oracle, err = newOracle(cfg, s.clock, s.replicas)
+	return s, err
 }
 
 func seeded(seed int64, stream uint64) *rand.Rand {
@@ -145,12 +153,17 @@ func (s *simulation) arrive(req *request) {
 	s.inflight[req.id] = req
 	r := s.replicas[s.balancer.IntN(len(s.replicas))]
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
+	owner, oracleHit := s.oracle.wouldHit(areq)
 	dec, guard, err := r.router.Route(areq, r.pool)
 	if err != nil {
 		s.fail(req)
 		return
 	}
 	s.stats.route(dec)
+	s.oracle.judge(r, areq, owner, oracleHit, dec)
+	eng := s.workers[s.index(dec.Worker)].engine
+	s.oracle.checkHit(dec, eng.CachedTokens(req.arrival.Prompt), eng.Config().TokenCount(len(req.arrival.Prompt)))
+	r.recordHeard(areq.Hashes, dec.Worker)
 	sr := sim.Request{ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens}
 	if r.decode == nil {
 		req.guard, req.phase = guard, phaseServe

@@ -1,0 +1,158 @@
+package fleet
+
+import "github.com/kvrouter/kvrouter/affinity"
+
+// Lost attributes every request that one all-knowing replica would have
+// routed as a hit and the tier did not, to the first reason that explains
+// it. The all-knowing replica (the oracle) holds every decision of every
+// replica in one index, charged one block per block as the engine holds
+// them, and routes on the exact in-flight counts: what a single router would
+// have known at that instant, given the tier's history. Each field counts
+// requests; their sum is the oracle's hits that the tier missed.
+type Lost struct {
+	// NeverArrived: the replica had never heard of the oracle's owner for
+	// any block of the request's matched prefix (the fact was still on its
+	// way, lost, or never sent).
+	NeverArrived int `json:"never_arrived"`
+	// Evicted: the replica had heard of the owner for a block deeper than
+	// it matched, but its index had evicted that fact while the oracle's
+	// still held it: the replica charged its owner more than the engine
+	// holds (or aged it out in another order).
+	Evicted int `json:"evicted"`
+	// BelowThreshold: the replica never heard of the owner deeper than a
+	// shallower block (a sparse checkpoint) it matched, and that share of
+	// the text did not exceed --cache-threshold.
+	BelowThreshold int `json:"below_threshold"`
+	// Shed: the replica matched the prefix but judged its owner overloaded
+	// on its merged load (stale or inflated), where the exact load did not.
+	Shed int `json:"shed"`
+	// Ineligible: the oracle's owner was not among the replica's candidates.
+	Ineligible int `json:"ineligible"`
+}
+
+// Total is the number of requests lost.
+func (l Lost) Total() int {
+	return l.NeverArrived + l.Evicted + l.BelowThreshold + l.Shed + l.Ineligible
+}
+
+// oracle is the all-knowing replica that fleetsim measures the tier against.
+// It never reserves nor routes: it is asked what it would do, then told
+// where the tier sent the request.
+type oracle struct {
+	loads  *affinity.LoadTable
+	index  *affinity.Index
+	pool   *affinity.Pool
+	policy affinity.Policy
+	// tables are the distinct load tables of the tier, whose local counts
+	// add up to the exact in-flight count of every worker.
+	tables    [][]*affinity.Load
+	blockSize int
+	hits      int
+	lost      Lost
+	// falseHits counts the tier's hits on a worker whose engine held no
+	// more than the threshold's share of the prompt.
+	falseHits int
+	threshold affinity.Thresholds
+}
+
+func newOracle(cfg Config, clock affinity.Clock, replicas []*replica) (*oracle, error) {
+	o := &oracle{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clock, indexBudget(cfg)),
+		blockSize: cfg.BlockSize, threshold: cfg.Thresholds}
+	var members []*affinity.Load
+	for id := 1; id <= cfg.routedWorkers(); id++ {
+		members = append(members, o.loads.Get(affinity.WorkerID(id)))
+	}
+	o.pool = affinity.NewPool(members)
+	// The oracle's policy draws its own bits, so asking it changes no
+	// replica's random stream.
+	p, err := affinity.NewPolicy(cfg.settings(cfg.Policy, seeded(cfg.Seed, streamOracle).Uint64), o.index)
+	if err != nil {
+		return nil, err
+	}
+	o.policy = p
+	seen := map[*affinity.LoadTable]bool{}
+	for _, r := range replicas {
+		if !seen[r.loads] {
+			seen[r.loads] = true
+			o.tables = append(o.tables, r.own[:cfg.routedWorkers()])
+		}
+	}
+	return o, nil
+}
+
+// wouldHit reports whether the oracle would route req as a hit now, and to
+// which owner.
+func (o *oracle) wouldHit(req *affinity.Request) (affinity.WorkerID, bool) {
+	for i := range o.pool.Len() {
+		var n int64
+		for _, t := range o.tables {
+			n += t[i].Local()
+		}
+		o.loads.SetRemote(affinity.WorkerID(i+1), n)
+	}
+	c := o.policy.Select(req, o.pool)
+	return c.Load.ID(), c.Hit
+}
+
+// judge compares the tier's decision on replica r with the oracle's, then
+// records where the request went.
+func (o *oracle) judge(r *replica, req *affinity.Request, owner affinity.WorkerID, oracleHit bool, d affinity.Decision) {
+	if oracleHit {
+		o.hits++
+		// A miss placed on the oracle's owner all the same (rendezvous
+		// placement agrees without knowing) loses nothing.
+		if !d.Hit && d.Worker != owner {
+			o.attribute(r, req, owner, d)
+		}
+	}
+	if len(req.Hashes) > 0 {
+		o.index.Insert(req.Hashes, d.Worker)
+	}
+}
+
+// attribute finds why replica r missed what the oracle matched on owner.
+func (o *oracle) attribute(r *replica, req *affinity.Request, owner affinity.WorkerID, d affinity.Decision) {
+	switch {
+	case !r.pool.Contains(owner):
+		o.lost.Ineligible++
+	case d.Shed:
+		o.lost.Shed++
+	case r.heard.any(req.Hashes[d.Matched/o.blockSize:], owner):
+		// It had heard of the owner deeper than it matched.
+		o.lost.Evicted++
+	case d.Matched > 0:
+		// It knew the owner, or another, only for a shallower block.
+		o.lost.BelowThreshold++
+	default:
+		o.lost.NeverArrived++
+	}
+}
+
+// checkHit counts a hit of the tier that the worker's engine does not back:
+// it holds cached of the prompt's tokens.
+func (o *oracle) checkHit(d affinity.Decision, cached, tokens int) {
+	if d.Hit && !o.threshold.Hit(cached, tokens) {
+		o.falseHits++
+	}
+}
+
+// heardSet remembers every (block, worker) fact a replica ever recorded, made
+// or learned, evicted or not, so that a miss can tell "never arrived" from
+// "evicted".
+type heardSet map[uint64]struct{}
+
+func heardKey(h uint64, w affinity.WorkerID) uint64 {
+	return h ^ (uint64(w)+1)*0x9e3779b97f4a7c15
+}
+
+func (s heardSet) add(h uint64, w affinity.WorkerID) { s[heardKey(h, w)] = struct{}{} }
+
+// any reports whether any block of hashes was ever recorded for w.
+func (s heardSet) any(hashes []uint64, w affinity.WorkerID) bool {
+	for _, h := range hashes {
+		if _, ok := s[heardKey(h, w)]; ok {
+			return true
+		}
+	}
+	return false
+}
