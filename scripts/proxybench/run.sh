@@ -18,7 +18,7 @@ out=$1
 tmp=$(mktemp -d)
 source "$here/lib.sh"
 source "$here/conf.sh"
-trap 'stop_all; rm -rf "$tmp"' EXIT
+trap 'stop_all; [ -n "${KEEP_BENCH_TMP:-}" ] || rm -rf "$tmp"' EXIT
 duration=${BENCH_DURATION:-10s}
 rounds=${BENCH_ROUNDS:-2}
 stream_duration=${BENCH_STREAM_DURATION:-5s}
@@ -53,7 +53,7 @@ start_proxies() {
 start_router() {
 	rm -rf "$tmp/data-$1"
 	GOMAXPROCS=$3 start "$1" "${ROUTER_BIN:-bin/router}" serve --port "${port[$1]}" --policy "$4" --node-name "$1" \
-		--data-dir "$tmp/data-$1" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 --log-level warn \
+		--data-dir "$tmp/data-$1" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 --prometheus-port 0 --log-level warn \
 		--worker-urls "http://127.0.0.1:$2"
 }
 
