@@ -10,7 +10,9 @@ import (
 	"time"
 )
 
-// serve answers every request on addr with a stream of n events.
+// serve answers every inference request on addr with a stream of n events,
+// and a health check (GET /health) with a short 200, as an engine does: a
+// router's probe reads a bounded body.
 func serve(addr string, n int) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -39,6 +41,12 @@ func serveConn(c net.Conn, n int) {
 			return
 		}
 		_, _ = io.Copy(io.Discard, req.Body)
+		if req.URL.Path == "/health" {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"); err != nil {
+				return
+			}
+			continue
+		}
 		if writeStream(c, n) != nil {
 			return
 		}
