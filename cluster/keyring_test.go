@@ -87,8 +87,8 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	if _, err := Start(context.Background(), stale); !errors.Is(err, loadsync.ErrGossipKey) {
 		t.Fatalf("a replica with the retired key: %v, want ErrGossipKey", err)
 	}
+	lead := c.leader() // of the three: the newcomer knows it only once the leader has added it
 	c.start(c.config("late", 3, []string{via.GossipAddr()}, withKey(next)))
-	lead := c.leader()
 	waitUntil(t, "a replica with the new key joins", func() bool { return suffrageOf(t, lead, "late") == "nonvoter" })
 }
 
