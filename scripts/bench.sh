@@ -261,8 +261,8 @@ What opens the gate, as the seed says, and how fleetsim has it:
 - **Decode faster than prefill.** The engine's cost model makes it so: a prefill worker computes
   every turn's new 1152 tokens (the whole prompt on a miss) in 8192-token steps; a decode worker
   generates 128 tokens for up to 256 sequences at a time and receives the prompt's KV instead of
-  computing it. The decode workers hold few requests while the prefill queues build, so the
-  requests in flight are nearly all in front of prefill.
+  computing it. The decode workers hold few requests while the prefill queues build, so most
+  requests in flight are in front of prefill.
 
 The per-request check keeps a rollout on its worker unless that worker is itself overloaded; the
 fleet gate drops affinity for every request while any prefill worker is, and each request it moves
