@@ -209,3 +209,21 @@ func FuzzParsePD(f *testing.F) {
 		}
 	})
 }
+
+func TestSplitFleetReportsTheSeedsFigures(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.json")
+	out, err := runApp(t, with(small[:len(small)-2], "--pd", "2:3", "--json", path)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, col := range []string{"prefill_queue_mean", "prefill_queue_max", "rollouts", "prompt_tokens_per_rollout", "rollouts_per_min"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("table lacks %s:\n%s", col, out)
+		}
+	}
+	run := readRuns(t, path)[0]
+	if run["rollouts"].(float64) != 8 || run["prompt_tokens_per_rollout"].(float64) <= 0 || run["rollouts_per_min"].(float64) <= 0 {
+		t.Errorf("8 sessions: rollouts %v, prompt tokens per rollout %v, rollouts/min %v: want 8 and both positive",
+			run["rollouts"], run["prompt_tokens_per_rollout"], run["rollouts_per_min"])
+	}
+}

@@ -3,7 +3,9 @@
 // and loadsync's gossip state machine over a simulated network), and reports
 // what each routing policy and each way of sharing state between replicas
 // does to the fleet: prefix-cache hit rate, time to first token, throughput,
-// load balance, recomputed prompt tokens and gossip bandwidth.
+// load balance, recomputed prompt tokens and gossip bandwidth; with --pd, the
+// prefill workers' queue depth, and for agentic sessions the prompt tokens
+// computed per rollout and rollouts per minute.
 //
 //	fleetsim --trace FILE | --agentic [--sessions N --turns T ...]
 //	         --workers W --replicas 1,2,4,8 --policies cache_aware,round_robin

@@ -21,7 +21,10 @@ func writeTable(w io.Writer, rows []row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := columns
 	if len(rows) > 0 && rows[0].PD != "" {
-		header = append(header[:len(header):len(header)], "pd", "decode_load_cv")
+		header = append(header[:len(header):len(header)], "pd", "decode_load_cv", "prefill_queue_mean", "prefill_queue_max")
+	}
+	if len(rows) > 0 && rows[0].Rollouts > 0 {
+		header = append(header[:len(header):len(header)], "rollouts", "prompt_tokens_per_rollout", "rollouts_per_min")
 	}
 	if len(rows) > 0 && rows[0].InfiniteCacheHitRate != nil {
 		header = append(header[:len(header):len(header)], "infinite_cache_hit_rate")
@@ -38,7 +41,10 @@ func writeTable(w io.Writer, rows []row) error {
 		fmt.Fprintf(tw, "%.4f\t%.4f\t%d\t%d\t%d\t%d\t%d\t%d\t", r.RouterHitRate, r.OracleHitRate,
 			l.NeverArrived, l.Evicted, l.BelowThreshold, l.Shed, l.Ineligible, r.FalseHits)
 		if r.PD != "" {
-			fmt.Fprintf(tw, "%s\t%.4f\t", r.PD, r.DecodeLoadCV)
+			fmt.Fprintf(tw, "%s\t%.4f\t%.1f\t%d\t", r.PD, r.DecodeLoadCV, r.PrefillQueueMean, r.PrefillQueueMax)
+		}
+		if rows[0].Rollouts > 0 {
+			fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t", r.Rollouts, r.PromptTokensPerRollout, r.RolloutsPerMin)
 		}
 		if r.InfiniteCacheHitRate != nil {
 			fmt.Fprintf(tw, "%.4f\t", *r.InfiniteCacheHitRate)

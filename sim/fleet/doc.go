@@ -23,9 +23,14 @@
 // the tier did not is attributed to a cause (Lost), so a regression of the
 // tier explains itself.
 //
+// The routed (prefill) workers' waiting queues are read every virtual second
+// (an event that changes nothing), and closed-loop sessions count as rollouts
+// when their last turn completes: the figures of the seed's P/D collapse
+// (queue depth, prompt tokens computed per rollout, rollouts per minute).
+//
 // The simulation is a single-threaded discrete-event loop over a binary heap
 // of events ordered by (time, sequence number): arrivals, engine steps, gossip
-// ticks and packet deliveries. All randomness comes from the seed, so the
+// ticks, packet deliveries and queue samples. All randomness comes from the seed, so the
 // same Config and workload give the same Result, byte for byte. Run starts no
 // goroutine; independent runs may execute concurrently.
 package fleet

@@ -16,6 +16,8 @@ const (
 	evTick
 	// evDeliver: gossip packets reach a replica.
 	evDeliver
+	// evSample: the routed workers' queues are due to be read.
+	evSample
 )
 
 // event is one entry of the simulation's agenda. Only the fields its kind

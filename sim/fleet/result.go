@@ -69,6 +69,21 @@ type Result struct {
 	// workers of a split fleet.
 	DecodeHitRate float64 `json:"decode_hit_rate,omitempty"`
 	DecodeLoadCV  float64 `json:"decode_load_cv,omitempty"`
+	// Rollouts counts the closed-loop sessions (agentic rollouts) that ran
+	// their last turn to completion; zero for a trace.
+	Rollouts int `json:"rollouts,omitempty"`
+	// PromptTokensPerRollout is the prompt tokens the routed (prefill)
+	// workers computed, cache misses only, per finished rollout: what a
+	// rollout cost in prefill compute.
+	PromptTokensPerRollout float64 `json:"prompt_tokens_per_rollout,omitempty"`
+	// RolloutsPerMin is finished rollouts per minute of makespan.
+	RolloutsPerMin float64 `json:"rollouts_per_min,omitempty"`
+	// PrefillQueueMean and PrefillQueueMax are the routed (prefill)
+	// workers' waiting queues (requests submitted and not admitted, as
+	// vllm:num_requests_waiting), summed over those workers, sampled every
+	// second of virtual time: the mean and the largest sample.
+	PrefillQueueMean float64 `json:"prefill_queue_mean"`
+	PrefillQueueMax  int     `json:"prefill_queue_max"`
 	// GossipPacketsLost counts packet copies the network dropped.
 	GossipPacketsLost uint64 `json:"gossip_packets_lost,omitempty"`
 	// GossipFactsLearned counts ownership facts the replicas learned from
@@ -84,6 +99,7 @@ type collector struct {
 	ttfts            []time.Duration
 	completed, errs  int
 	routed, hits     int
+	rollouts         int
 	shed             int
 	first, last      time.Duration
 	started, stopped bool
@@ -196,9 +212,17 @@ func (s *simulation) result() Result {
 	s.stats.summary(&r)
 	r.OracleHitRate = ratio(float64(s.oracle.hits), float64(s.stats.routed))
 	r.Lost, r.FalseHits = s.oracle.lost, s.oracle.falseHits
-	for _, w := range s.workers {
+	var routedComputed uint64
+	for i, w := range s.workers {
 		r.PrefillTokens += w.engine.ComputedTokens()
+		if i < len(routed) {
+			routedComputed += w.engine.ComputedTokens()
+		}
 	}
+	r.Rollouts = s.stats.rollouts
+	r.PromptTokensPerRollout = ratio(float64(routedComputed), float64(r.Rollouts))
+	r.RolloutsPerMin = ratio(float64(r.Rollouts), r.MakespanSeconds/60)
+	r.PrefillQueueMean, r.PrefillQueueMax = s.queues.mean(), s.queues.max
 	r.GossipBytesPerSec = ratio(float64(s.net.bytesSent), r.MakespanSeconds)
 	r.GossipPacketsLost = s.net.packetsLost
 	for _, rep := range s.replicas {

@@ -42,6 +42,7 @@ type simulation struct {
 	// run ends when it drops to zero.
 	pending int
 	stats   collector
+	queues  queueDepth
 	// err is the first failure that ends the run early.
 	err error
 }
@@ -108,6 +109,7 @@ func (s *simulation) run() {
 		s.schedule(a)
 	}
 	s.startGossip()
+	s.startQueueSampling()
 	for s.pending > 0 && s.agenda.len() > 0 && s.err == nil {
 		e := s.agenda.pop()
 		s.clock.AdvanceTo(e.at)
@@ -130,6 +132,8 @@ func (s *simulation) handle(e event) {
 		s.tick(e.target)
 	case evDeliver:
 		s.deliver(e.target, e.pkts)
+	case evSample:
+		s.sampleQueues()
 	}
 }
 
@@ -258,8 +262,13 @@ func (s *simulation) finish(req *request, at time.Duration) {
 	s.pending--
 	s.stats.completed++
 	s.stats.finished(at)
-	if next, ok := s.load.Completed(req.arrival, at); ok {
+	next, ok := s.load.Completed(req.arrival, at)
+	if ok {
 		s.schedule(next)
+		return
+	}
+	if req.arrival.Session >= 0 {
+		s.stats.rollouts++
 	}
 }
 
