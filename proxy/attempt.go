@@ -62,7 +62,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 			m.counters.countOutcome(dec)
 		}
 		l.counted = true
-		x.noteAttempt(l, dec)
+		x.noteAttempt(l, dec, m.counters)
 		if m.counters != nil && !l.pinned {
 			m.counters.decisions[l.router.Policy().Name()].Inc()
 		}

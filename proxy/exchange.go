@@ -257,7 +257,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 	}
 	p.metrics.request(x.ep, status, errType, x.start)
 	p.logRequest(x, status, errType)
-	p.countTokens(x)
+	countTokens(x)
 	x.endTrace(status, errType)
 	if !x.firstByte.IsZero() {
 		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())

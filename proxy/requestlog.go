@@ -24,10 +24,12 @@ type route struct {
 	worker   affinity.WorkerID // the worker whose answer the client got
 	prefill  affinity.WorkerID // the prefill worker of a disaggregated request
 	tokens   int               // generated tokens, as the answer or the stream said
+	counters *workerCounters   // worker's, for its tally; nil without metrics
 }
 
-// noteAttempt records an attempt of leg l on dec's worker.
-func (x *exchange) noteAttempt(l *leg, dec affinity.Decision) {
+// noteAttempt records an attempt of leg l on dec's worker, whose counters
+// are c.
+func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters) {
 	x.route.attempts++
 	if l.phase == RolePrefill {
 		x.route.prefill = dec.Worker
@@ -36,7 +38,7 @@ func (x *exchange) noteAttempt(l *leg, dec affinity.Decision) {
 	if !x.route.decided && !l.pinned {
 		x.route.decision, x.route.decided = dec, true
 	}
-	x.route.worker = dec.Worker
+	x.route.worker, x.route.counters = dec.Worker, c
 }
 
 // logRequest writes x's line.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
-	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // staleAnswer is a whole HTTP response that a buggy worker writes past the
@@ -50,22 +49,7 @@ func TestStrayBytesPastContentLengthNeverReachTheNextClient(t *testing.T) {
 // TestAnIdleConnectionWithStrayBytesIsNotReused: bytes that arrive on a
 // pooled connection after its answer was read are seen before reuse.
 func TestAnIdleConnectionWithStrayBytesIsNotReused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	u := newUpstream(ln.Addr().String(), false, time.Second, 4, workerurl.HostPolicy{})
-	defer u.close()
-	c, err := u.dial(t.Context(), time.Now().Add(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
+	u, c, server := dialedUpstream(t)
 	u.release(c, true, time.Now())
 	if _, err := server.Write([]byte(staleAnswer)); err != nil {
 		t.Fatal(err)

@@ -26,12 +26,9 @@ func (c *workerCounters) countOutcome(d affinity.Decision) {
 
 // countTokens adds the tokens of x's answer to the tally of the worker
 // that gave it.
-func (p *Proxy) countTokens(x *exchange) {
-	if x.route.tokens <= 0 || x.route.worker == 0 {
-		return
-	}
-	if m := p.fleet.view().members[x.route.worker]; m != nil && m.counters != nil {
-		m.counters.tally.tokens.Add(uint64(x.route.tokens))
+func countTokens(x *exchange) {
+	if c := x.route.counters; c != nil && x.route.tokens > 0 {
+		c.tally.tokens.Add(uint64(x.route.tokens))
 	}
 }
 
