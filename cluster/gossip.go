@@ -75,6 +75,7 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 		Tags:          r.gossipTags(joined),
 		LocalLoads:    r.localLoads,
 		OnRemoteLoad:  r.peers.remoteLoad,
+		KnownWorker:   r.peers.isKnown,
 		OnOwnership:   r.peers.ownership,
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,

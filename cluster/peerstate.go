@@ -13,17 +13,17 @@ import (
 // peerState is the trust boundary on what peers gossip: every load,
 // ownership fact and verdict another replica sends passes through it before
 // it reaches the load table, the index or the monitor. Only workers of the
-// registry (which Raft, not gossip, decides) are let through, so what this
-// replica holds never grows with what peers send, and a fact is charged at
+// registry (which Raft, not gossip, decides) are let through (loads are
+// filtered as they arrive, by loadsync's KnownWorker), so what this replica
+// holds never grows with what peers send, and a fact is charged at
 // most maxFactSpan blocks, so one fact cannot wipe a worker's index.
 //
 // The gossip key is what keeps strangers out of the gossip; this keeps a
 // peer, or a stranger where there is no key, from making up workers.
 type peerState struct {
-	known  atomic.Pointer[map[affinity.WorkerID]struct{}]
-	loads  *affinity.LoadTable
-	index  *affinity.Index
-	remote func(affinity.WorkerID) int64 // the gossip's current sum for a worker
+	known atomic.Pointer[map[affinity.WorkerID]struct{}]
+	loads *affinity.LoadTable
+	index *affinity.Index
 }
 
 // maxFactSpan is the most blocks one gossiped fact is charged for: the
@@ -47,22 +47,15 @@ func (p *peerState) follow(reg *store.Registry) {
 }
 
 // setKnown makes ids the known workers. A worker new to this replica gets
-// its load entry now, with the peers' count the gossip already holds for
-// it: the report that carried that count may have arrived before the
-// registry entry, and is not sent again until the count changes. A worker
-// that left loses its entry.
+// its load entry now; the peers' counts for it arrive with their next full
+// reports, within a second (what they sent before the registry named it was
+// dropped, at the gossip's door). A worker that left loses its entry.
 func (p *peerState) setKnown(ids []affinity.WorkerID) {
 	known := make(map[affinity.WorkerID]struct{}, len(ids))
 	old := *p.known.Load()
 	for _, id := range ids {
 		known[id] = struct{}{}
-		if _, had := old[id]; had {
-			continue
-		}
-		l := p.loads.Get(id)
-		if p.remote != nil {
-			l.SetRemote(p.remote(id))
-		}
+		p.loads.Get(id)
 	}
 	p.known.Store(&known)
 	for id := range old {

@@ -154,7 +154,6 @@ func (r *Replica) build() error {
 	if r.sync, err = r.newGossipState(r.members.joined); err != nil {
 		return err
 	}
-	r.peers.remote = func(w affinity.WorkerID) int64 { return r.sync.Remote(uint32(w)) }
 	if err := r.buildFrontEnd(); err != nil {
 		return err
 	}

@@ -140,6 +140,12 @@ type Config struct {
 	// load lock held, so calls are ordered; it must be fast and must not
 	// call into State.
 	OnRemoteLoad func(worker uint32, remote int64)
+	// KnownWorker, if set, says whether a worker is one the replica knows
+	// (its registry's). A peer's counts for any other worker are dropped as
+	// they arrive, so what State holds never grows with what peers make up.
+	// It runs on the receiving goroutine; it must be fast and must not call
+	// into State.
+	KnownWorker func(worker uint32) bool
 	// OnOwnership is called for every fact learned from a peer (digest or
 	// full state). It may be called from several goroutines at once and
 	// must not call into State.

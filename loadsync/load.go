@@ -109,6 +109,11 @@ func (v *loadView) apply(rep *loadReport, now time.Time) bool {
 	return true
 }
 
+// maxReportRanges bounds the packets one full report is merged from: a
+// report of a million workers takes a few thousand, so more can only be
+// made up, and each one would grow the origin's state.
+const maxReportRanges = 4096
+
 // newRange records rep's range as part of the newest full report, starting
 // a new base when rep is newer, and reports false for a copy of a range
 // already merged.
@@ -117,7 +122,7 @@ func (o *originLoad) newRange(rep *loadReport) bool {
 		o.baseSeq, o.covered, o.ranges = rep.seq, 0, o.ranges[:0]
 		clear(o.base)
 	}
-	if slices.Contains(o.ranges, rep.lo) {
+	if len(o.ranges) >= maxReportRanges || slices.Contains(o.ranges, rep.lo) {
 		return false
 	}
 	o.ranges = append(o.ranges, rep.lo)

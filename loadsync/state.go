@@ -239,6 +239,7 @@ func (s *State) receiveLoad(r *reader, now time.Time) error {
 	if rep.origin == s.cfg.Origin {
 		return nil
 	}
+	rep.entries = s.knownOnly(rep.entries)
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
@@ -254,6 +255,7 @@ func (s *State) receiveLoadDelta(r *reader, now time.Time) error {
 	if d.origin == s.cfg.Origin {
 		return nil
 	}
+	d.entries = s.knownOnly(d.entries)
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
@@ -263,6 +265,15 @@ func (s *State) receiveLoadDelta(r *reader, now time.Time) error {
 	}
 	s.accepted(outcome != deltaStale, d.origin, now)
 	return nil
+}
+
+// knownOnly keeps, in place, the entries of workers Config.KnownWorker
+// knows.
+func (s *State) knownOnly(entries []WorkerLoad) []WorkerLoad {
+	if s.cfg.KnownWorker == nil {
+		return entries
+	}
+	return slices.DeleteFunc(entries, func(e WorkerLoad) bool { return !s.cfg.KnownWorker(e.Worker) })
 }
 
 // accepted counts a load packet and, when it was merged, records the lag
