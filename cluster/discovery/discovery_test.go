@@ -204,7 +204,10 @@ func TestOnlyTheLeaderWrites(t *testing.T) {
 	reg.leader.Store(false)
 	w := watching(t, client, reg, Config{Interval: time.Hour})
 	deadline := time.Now().Add(10 * time.Second)
-	for !w.Synced() && time.Now().Before(deadline) {
+	for !w.Synced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the informers never synced")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	w.Reconcile(context.Background())
