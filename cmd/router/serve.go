@@ -133,6 +133,9 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if err := fillDefaults(&cfg); err != nil {
 		return cfg, err
 	}
+	if err := secretsFrom(c, &cfg); err != nil {
+		return cfg, err
+	}
 	if err := edgeFrom(c, &cfg.Proxy); err != nil {
 		return cfg, err
 	}
@@ -296,32 +299,6 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 		}
 	}
 	return nil
-}
-
-// readAPIKeys reads --api-keys: the keys of a file, one a line (blank lines
-// and # comments skipped), or else a comma-separated list.
-func readAPIKeys(value string) ([]string, error) {
-	if value == "" {
-		return nil, nil
-	}
-	text := value
-	if st, err := os.Stat(value); err == nil && st.Mode().IsRegular() {
-		b, err := os.ReadFile(value)
-		if err != nil {
-			return nil, fmt.Errorf("--api-keys: %w", err)
-		}
-		text = strings.ReplaceAll(string(b), "\n", ",")
-	}
-	var keys []string
-	for _, k := range strings.Split(text, ",") {
-		if k = strings.TrimSpace(k); k != "" && !strings.HasPrefix(k, "#") {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("--api-keys: %q holds no key", value)
-	}
-	return keys, nil
 }
 
 func healthConfigFrom(c *cli.Context) health.Config {
