@@ -311,12 +311,7 @@ func decodeWorkerRequest(body []byte) (workerRequest, error) {
 		return req, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
 			fmt.Sprintf("body of %d bytes exceeds %d", len(body), maxAdminBody)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, badJSON(err)
-	}
-	return req, nil
+	return req, decodeBody(body, &req)
 }
 
 // badJSON turns a decoding error into a 400 that names the field when the
@@ -436,10 +431,8 @@ func (a *Admin) putRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	var v RoutingView
-	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		writeError(ctx, badJSON(err))
+	if err := decodeBody(ctx.PostBody(), &v); err != nil {
+		writeError(ctx, err)
 		return
 	}
 	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
