@@ -256,7 +256,7 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
 	p.Admission = proxy.Admission{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
-		RefillPerSec: float64(c.Int("rate-limit-tokens-per-second")), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
+		RefillPerSec: c.Float64("rate-limit-tokens-per-second"), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
 	p.CORSOrigins = c.StringSlice("cors-allowed-origins")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
 	if c.Bool("disable-retries") {
@@ -275,7 +275,8 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	secs := func(name string) time.Duration { return time.Duration(c.Int(name)) * time.Second }
 	p.Edge = proxy.Edge{HeaderReadTimeout: secs("header-read-timeout-secs"), BodyReadTimeout: secs("body-read-timeout-secs"),
 		WriteTimeout: secs("write-timeout-secs"), IdleTimeout: secs("idle-timeout-secs"),
-		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size")}
+		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size"),
+		MaxBufferedBodyBytes: c.Int64("max-buffered-body-bytes")}
 	return p
 }
 
@@ -297,6 +298,12 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 		if c.Int(name) <= 0 {
 			return fmt.Errorf("--%s: must be positive", name)
 		}
+	}
+	if held, payload := c.Int64("max-buffered-body-bytes"), c.Int64("max-payload-size"); held < payload {
+		return fmt.Errorf("--max-buffered-body-bytes: %d is less than --max-payload-size %d: a body of the largest size could never be held", held, payload)
+	}
+	if c.Float64("rate-limit-tokens-per-second") < 0 {
+		return fmt.Errorf("--rate-limit-tokens-per-second: must not be negative")
 	}
 	return nil
 }
