@@ -82,17 +82,17 @@ type Edge struct {
 	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
 	MaxHeaderSize int
 	// MaxBufferedBodyBytes bounds the bytes of request bodies the replica
-	// holds at once, each from before it is read until its request was
-	// served (--max-buffered-body-bytes, default 1 GiB, at least
-	// MaxPayloadSize); a body past it is answered 503 with Retry-After
-	// before it is read.
+	// holds at once, each from before it is read until its answer is
+	// written or its stream starts (--max-buffered-body-bytes, default
+	// 512 MiB, at least MaxPayloadSize); a body past it is answered 503
+	// with Retry-After before it is read.
 	MaxBufferedBodyBytes int64
 }
 
 // DefaultEdge returns the defaults of the client listener's limits.
 func DefaultEdge() Edge {
 	return Edge{HeaderReadTimeout: 30 * time.Second, BodyReadTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second,
-		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10, MaxBufferedBodyBytes: 1 << 30}
+		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10, MaxBufferedBodyBytes: 512 << 20}
 }
 
 func (e Edge) withDefaults() Edge {

@@ -166,7 +166,8 @@ func (p *Proxy) bodiesHeld() error {
 
 // bodyBudget bounds the bytes of request bodies the router holds at once
 // (--max-buffered-body-bytes): each body takes its share before it is
-// read, and gives it back when its request has been served.
+// read, and gives it back when the handler returns (its answer written, or
+// its stream started).
 type bodyBudget struct {
 	limit int64
 	held  atomic.Int64

@@ -114,7 +114,7 @@ func ownFlags() []cli.Flag {
 		intFlag("idle-timeout-secs", 90, "seconds a keep-alive client connection may stay idle"),
 		intFlag("max-connections", 16384, "client connections per replica; past it a connection is answered 503"),
 		intFlag("max-header-size", 64<<10, "bytes of a request's line and headers; past it 431"),
-		int64Flag("max-buffered-body-bytes", 1<<30, "bytes of request bodies held at once, at least --max-payload-size; a body past it is answered 503 with Retry-After before it is read"),
+		int64Flag("max-buffered-body-bytes", 512<<20, "bytes of request bodies held at once, at least --max-payload-size; a body past it is answered 503 with Retry-After before it is read"),
 		stringFlag("log-level", "info", "debug, info, warn (or warning), error (or critical)"),
 		stringFlag("log-dir", "", "also write the log to a file a day in this directory (the last 7 kept)"),
 		boolFlag("log-json", "log as JSON lines (one per request at INFO, besides the replica's own events)"),
