@@ -22,17 +22,20 @@ import (
 // are decided on the headers alone: a refused request costs the router its
 // headers, not its body (the connection then drains what the client still
 // sends, and closes).
-func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (release func(), ok bool) {
+//
+// held is the body's share of the budget, which the caller gives back once
+// the request was served.
+func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (held int64, ok bool) {
 	if err := p.admitted(ctx, rt); err != nil {
 		p.turnAway(ctx, rt, err)
-		return nil, false
+		return 0, false
 	}
-	release, err := p.readBody(ctx)
+	held, err := p.readBody(ctx)
 	if err != nil {
 		p.turnAway(ctx, rt, err)
-		return nil, false
+		return 0, false
 	}
-	return release, true
+	return held, true
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
@@ -92,19 +95,17 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 
 // readBody reads the request's body, charged to the budget of bodies held
 // before a byte of it is read, and makes it the request's body (PostBody).
-// release gives its share back.
-func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (release func(), err error) {
+// held is its share of the budget.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (held int64, err error) {
 	stream := ctx.RequestBodyStream()
 	n := ctx.Request.Header.ContentLength()
 	if stream == nil || n == 0 {
-		return func() {}, nil
+		return 0, nil
 	}
-	var held int64
-	release = func() { p.bodies.give(held) }
 	var body []byte
 	if n > 0 {
 		if !p.bodies.take(int64(n)) {
-			return nil, p.bodiesHeld()
+			return 0, p.bodiesHeld()
 		}
 		held = int64(n)
 		body = make([]byte, n)
@@ -113,11 +114,11 @@ func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (release func(), err error) {
 		body, held, err = p.readChunked(stream)
 	}
 	if err != nil {
-		release()
-		return nil, bodyReadError(err)
+		p.bodies.give(held)
+		return 0, bodyReadError(err)
 	}
 	ctx.Request.SetBodyRaw(body)
-	return release, nil
+	return held, nil
 }
 
 // readChunked reads a body of no announced length, growing its share of

@@ -220,11 +220,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rt := routeOf(ctx)
-	release, ok := p.door(ctx, rt)
+	held, ok := p.door(ctx, rt)
 	if !ok {
 		return
 	}
-	defer release()
+	defer p.bodies.give(held)
 	rt.serve(p, ctx)
 }
 
