@@ -6,9 +6,9 @@ import (
 	"go.uber.org/goleak"
 )
 
-// The ZMQ library's PUB writer can miss the signal of a Close that comes
-// before it first waits, and then waits forever: a goroutine of the
-// publisher's side (the simulated engine), never of the router's.
+// The ZMQ library's PUB socket never stops its writer goroutine on Close: a
+// goroutine of the publisher's side (the simulated engine), never of the
+// router's.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))

@@ -26,6 +26,8 @@ type Publisher struct {
 	pub, replay zmq4.Socket
 	cancel      context.CancelFunc
 	done        chan struct{}
+	closeOnce   sync.Once
+	closeErr    error
 
 	mu   sync.Mutex
 	seq  uint64
@@ -34,13 +36,12 @@ type Publisher struct {
 	enc  Encoding
 }
 
-// NewPublisher binds the PUB socket at endpoint and the replay socket at
-// replayEndpoint (tcp://host:port; port 0 picks one), keeping the last keep
-// batches (DefaultReplayBatches when keep < 1).
+// NewPublisher binds the PUB socket at endpoint and, unless replayEndpoint is
+// empty, the replay socket there (tcp://host:port; port 0 picks one), keeping
+// the last keep batches (DefaultReplayBatches when keep < 1).
 func NewPublisher(endpoint, replayEndpoint string, keep int, enc Encoding) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{pub: zmq4.NewPub(ctx), replay: zmq4.NewRouter(ctx), cancel: cancel, done: make(chan struct{}),
-		keep: keep, enc: enc}
+	p := &Publisher{pub: zmq4.NewPub(ctx), cancel: cancel, done: make(chan struct{}), keep: keep, enc: enc}
 	if p.keep < 1 {
 		p.keep = DefaultReplayBatches
 	}
@@ -48,6 +49,11 @@ func NewPublisher(endpoint, replayEndpoint string, keep int, enc Encoding) (*Pub
 		p.close()
 		return nil, fmt.Errorf("kv events endpoint %s: %w", endpoint, err)
 	}
+	if replayEndpoint == "" {
+		close(p.done)
+		return p, nil
+	}
+	p.replay = zmq4.NewRouter(ctx)
 	if err := p.replay.Listen(replayEndpoint); err != nil {
 		p.close()
 		return nil, fmt.Errorf("kv events replay endpoint %s: %w", replayEndpoint, err)
@@ -59,8 +65,14 @@ func NewPublisher(endpoint, replayEndpoint string, keep int, enc Encoding) (*Pub
 // Endpoint is where subscribers connect for live batches.
 func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
 
-// ReplayEndpoint is where subscribers ask for missed batches.
-func (p *Publisher) ReplayEndpoint() string { return "tcp://" + p.replay.Addr().String() }
+// ReplayEndpoint is where subscribers ask for missed batches; empty without
+// a replay socket.
+func (p *Publisher) ReplayEndpoint() string {
+	if p.replay == nil {
+		return ""
+	}
+	return "tcp://" + p.replay.Addr().String()
+}
 
 // Publish numbers b, keeps it for replay and sends it to every subscriber.
 // A subscriber that is not connected misses it, as on a real engine.
@@ -123,16 +135,22 @@ func (p *Publisher) answer(client []byte, from uint64) {
 	_ = p.replay.Send(zmq4.NewMsgFrom(client, nil, endOfReplay, nil))
 }
 
-// Close stops both sockets and the replay server.
+// Close stops the sockets and the replay server. Idempotent.
 func (p *Publisher) Close() error {
-	err := p.close()
-	<-p.done
-	return err
+	p.closeOnce.Do(func() {
+		p.closeErr = p.close()
+		<-p.done
+	})
+	return p.closeErr
 }
 
 func (p *Publisher) close() error {
 	p.cancel()
-	return errors.Join(p.pub.Close(), p.replay.Close())
+	err := p.pub.Close()
+	if p.replay != nil {
+		err = errors.Join(err, p.replay.Close())
+	}
+	return err
 }
 
 func seqBytes(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
