@@ -41,6 +41,9 @@ func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)
 		ln.Close()
 		return err
 	}
+	if s.kv != nil {
+		fmt.Fprintf(stdout, "publishing KV events on %s, replay on %s\n", s.kv.pub.Endpoint(), s.kv.pub.ReplayEndpoint())
+	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
 	select {
