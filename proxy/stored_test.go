@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -218,4 +220,53 @@ func TestTheResponseIDIsReadAsJSON(t *testing.T) {
 			t.Errorf("responseID(%s) = %q, want %q", answer, got, want)
 		}
 	}
+}
+
+// The search for the owner of a stored response comes after admission: a
+// request the router refuses at its limit asks no worker.
+func TestTheOwnerSearchComesAfterAdmission(t *testing.T) {
+	w := startFake(t, "w1")
+	w.SetEvery(newResponseStore("w1").serve)
+	r := startRouter(t, Config{Admission: Admission{Capacity: 1, RefillPerSec: 0.001}}, w)
+	if status, _ := callKey(t, "GET", r.url+"/v1/responses/resp_first", "", ""); status != 404 {
+		t.Fatalf("the first lookup: %d, want 404", status)
+	}
+	before := w.Requests.Load()
+	if status, body := callKey(t, "GET", r.url+"/v1/responses/resp_second", "", ""); status != 429 {
+		t.Fatalf("past the admission limit: %d %s, want 429", status, body)
+	}
+	if n := w.Requests.Load() - before; n != 0 {
+		t.Fatalf("a request refused at admission asked the workers %d times", n)
+	}
+}
+
+// A client that leaves while the router looks for the owner ends the
+// search: the worker being asked sees its connection closed, long before
+// the lookup's own deadline.
+func TestAClientThatLeavesEndsTheOwnerSearch(t *testing.T) {
+	w := startFake(t, "w1")
+	asked := make(chan struct{}, 1)
+	w.SetEvery(func(e *fakeworker.Exchange) {
+		if strings.HasSuffix(e.Req.URL.Path, "/health") {
+			e.JSON(200, `{}`)
+			return
+		}
+		asked <- struct{}{}
+		e.WaitHangUp()
+	})
+	r := startRouter(t, Config{DialTimeout: time.Hour}, w)
+	c, err := net.Dial("tcp", strings.TrimPrefix(r.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write([]byte("GET /v1/responses/resp_x HTTP/1.1\r\nHost: r\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker was never asked")
+	}
+	c.Close()
+	waitFor(t, "the worker's lookup to be hung up", func() bool { return w.HungUp.Load() == 1 })
 }
