@@ -103,7 +103,7 @@ func (d *Dialer) allowed(addrs []netip.Addr) ([]netip.Addr, error) {
 			refusal = cmpOr(refusal, err)
 			continue
 		}
-		ok = append(ok, ip)
+		ok = append(ok, ip.Unmap()) // an IPv4 address is dialed as one
 	}
 	return ok, refusal
 }
