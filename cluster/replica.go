@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
@@ -31,6 +32,7 @@ type Replica struct {
 	fsm     *store.FSM
 	raft    *RaftNode
 	monitor *health.Monitor
+	dialer  *workerurl.Dialer // every connection to a worker
 	loads   *affinity.LoadTable
 	index   *affinity.Index
 	proxy   *proxy.Proxy
@@ -141,7 +143,11 @@ func (r *Replica) build() error {
 	}
 	r.warnIfInsecure()
 	var err error
-	r.monitor, err = health.New(cfg.Health, nil, r.log)
+	// One dialer for every connection to a worker, health's and the proxy's.
+	r.dialer = &workerurl.Dialer{Policy: cfg.Proxy.WorkerHosts}
+	hcfg := cfg.Health
+	hcfg.Dialer = r.dialer
+	r.monitor, err = health.New(hcfg, nil, r.log)
 	if err != nil {
 		return err
 	}
@@ -231,7 +237,7 @@ func (r *Replica) buildFrontEnd() error {
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
-		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer})
+		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, Dialer: r.dialer})
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
