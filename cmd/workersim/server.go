@@ -11,6 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/kvrouter/kvrouter/internal/exposition"
 )
 
 // maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
@@ -151,7 +153,7 @@ func (s *server) slowHealth() {
 
 func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
-	s.metrics.set.WritePrometheus(ctx)
+	exposition.Write(ctx, s.metrics.set)
 }
 
 // drawError reports whether the errors fault fails this request.
