@@ -221,8 +221,8 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 
 // startReplicaSet starts n router processes as one cluster (router-1 ..
 // router-n, n voters) with workers as router-1's seeds, and returns their
-// API base URLs once each is ready.
-func startReplicaSet(t *testing.T, routerBin string, n int, workers []string) []string {
+// API base URLs once each is ready. Every replica also gets extra flags.
+func startReplicaSet(t *testing.T, routerBin string, n int, workers []string, extra ...string) []string {
 	t.Helper()
 	var gossip []string
 	for range n {
@@ -233,6 +233,7 @@ func startReplicaSet(t *testing.T, routerBin string, n int, workers []string) []
 		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--miss-placement", "rendezvous"}
+		args = append(args, extra...)
 		if i > 0 {
 			args = append(args, "--join", gossip[0])
 		} else {
