@@ -321,6 +321,12 @@ func (p prometheus) hasData(expr string) (bool, error) {
 
 // firing returns the labels of the firing alerts named name.
 func (p prometheus) firing(t *testing.T, name string) []map[string]string {
+	return p.alerts(t, name, "firing")
+}
+
+// alerts returns the labels of the alerts named name in one of states
+// (pending: the condition holds, for: has not passed yet; firing).
+func (p prometheus) alerts(t *testing.T, name string, states ...string) []map[string]string {
 	resp, err := http.Get(p.base + "/api/v1/alerts")
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +345,7 @@ func (p prometheus) firing(t *testing.T, name string) []map[string]string {
 	}
 	var out []map[string]string
 	for _, a := range reply.Data.Alerts {
-		if a.Labels["alertname"] == name && a.State == "firing" {
+		if a.Labels["alertname"] == name && slices.Contains(states, a.State) {
 			out = append(out, a.Labels)
 		}
 	}
@@ -438,10 +444,13 @@ func TestPrometheusEvaluatesTheDashboardAndTheRules(t *testing.T) {
 	}
 	t.Logf("%d dashboard queries and rules return data", len(checks))
 
+	// No condition holds on a healthy tier, not even for a moment (pending).
+	// The hit rate's is left out: its 1-hour baseline is a minute old here,
+	// and a hit rate still climbing as the caches warm may dip below it.
 	for _, r := range rules {
 		if r.Alert != "" && r.Alert != "KVRouterHitRateCollapsed" {
-			if firing := prom.firing(t, r.Alert); len(firing) > 0 {
-				t.Errorf("%s fires on a healthy tier: %v", r.Alert, firing)
+			if active := prom.alerts(t, r.Alert, "pending", "firing"); len(active) > 0 {
+				t.Errorf("%s holds on a healthy tier: %v", r.Alert, active)
 			}
 		}
 	}
