@@ -69,6 +69,9 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	gauges workerGauges
+	// history is the last minutes of this replica's worker figures, for
+	// the status page (history.go).
+	history *sampleRing
 }
 
 // Start builds a replica from cfg and starts serving. It returns once the
@@ -82,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1),
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), history: newSampleRing(int(historySpan / historyEvery))}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -231,8 +234,8 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		WorkerStats: func() any { return r.workerStats() },
-		Routing:     r.routingView, SetRouting: r.setRouting,
+		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
+		Routing: r.routingView, SetRouting: r.setRouting,
 		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
@@ -290,6 +293,7 @@ func (r *Replica) serve() {
 	r.goRun(r.sweepIndex)
 	r.goRun(r.runMembership)
 	r.goRun(r.runRejoin)
+	r.goRun(r.recordHistory)
 }
 
 // serveAPI serves the HTTP API until Stop. A listener that fails for good

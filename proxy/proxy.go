@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
@@ -237,7 +238,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		p.serveReadiness(ctx)
 	case "/metrics":
 		ctx.SetContentType("text/plain; version=0.0.4")
-		p.deps.Metrics.WritePrometheus(ctx)
+		exposition.Write(ctx, p.deps.Metrics)
 	default:
 		writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error", "no route for "+string(ctx.Method())+" "+string(path))
 	}

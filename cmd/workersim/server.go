@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/kvrouter/kvrouter/internal/exposition"
 )
 
 // maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
@@ -158,7 +160,7 @@ func (s *server) slowHealth() {
 
 func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
-	s.metrics.set.WritePrometheus(ctx)
+	exposition.Write(ctx, s.metrics.set)
 }
 
 // drawError reports whether the errors fault fails this request.
