@@ -7,7 +7,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build run run-pd run-cluster test test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
+.PHONY: help build run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -27,9 +27,19 @@ run-pd: build ## the same with prefill/decode disaggregation: 2 prefill + 2 deco
 run-cluster: build ## three router replicas as one cluster in front of three workersims
 	@scripts/run.sh cluster
 
-test: ## go vet and the race-enabled tests of every package
+test: ## go vet, the race-enabled tests of every package, and the alert rules' tests (with promtool)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 8m ./...
+	@$(MAKE) --no-print-directory rules
+
+rules: ## promtool check and unit tests of deploy/prometheus/rules.yml (skipped, saying so, without promtool)
+	@if command -v promtool >/dev/null 2>&1; then \
+		promtool check rules deploy/prometheus/rules.yml && \
+		promtool check config deploy/prometheus/prometheus.yml && \
+		promtool test rules deploy/prometheus/rules_test.yml; \
+	else \
+		echo "no promtool: the alert rules' tests are skipped (Debian: apt-get install prometheus)"; \
+	fi
 
 lint: ## staticcheck at a pinned version
 	$(GO) run $(STATICCHECK) ./...

@@ -61,6 +61,9 @@ type AdminConfig struct {
 	// WorkerStats returns this replica's per-worker figures for GET
 	// /cluster/workers; nil serves {}.
 	WorkerStats func() any
+	// History returns this replica's recent samples for GET
+	// /cluster/history; nil serves {}.
+	History func() any
 	// ApplyTimeout bounds each write, forwarding included; default 10 s.
 	ApplyTimeout time.Duration
 	// AllowWorker, when set, vets the URL of a worker about to be added
@@ -114,6 +117,7 @@ var (
 		"/get_loads":       {http.MethodGet: (*Admin).getLoads},
 		"/cluster/status":  {http.MethodGet: (*Admin).clusterStatus},
 		"/cluster/workers": {http.MethodGet: (*Admin).clusterWorkers},
+		"/cluster/history": {http.MethodGet: (*Admin).clusterHistory},
 		"/cluster/routing": {http.MethodGet: (*Admin).getRouting, http.MethodPut: (*Admin).putRouting},
 		"/add_worker":      {http.MethodPost: (*Admin).legacyAddWorker},
 		"/remove_worker":   {http.MethodPost: (*Admin).legacyRemoveWorker},
@@ -455,6 +459,14 @@ func (a *Admin) clusterWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		stats = a.cfg.WorkerStats()
 	}
 	writeJSON(ctx, http.StatusOK, stats)
+}
+
+func (a *Admin) clusterHistory(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+	var history any = struct{}{}
+	if a.cfg.History != nil {
+		history = a.cfg.History()
+	}
+	writeJSON(ctx, http.StatusOK, history)
 }
 
 func (a *Admin) getRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {

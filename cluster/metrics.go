@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -27,6 +28,8 @@ func (r *Replica) registerClusterMetrics() {
 		return 0
 	})
 	r.metrics.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(r.fsm.View().Len()) })
+	r.metrics.NewGauge("vllm_router_cluster_registry_loaded", func() float64 { return boolGauge(r.loaded.Load()) })
+	r.metrics.RegisterMetricsWriter(r.writeVoters)
 	r.metrics.RegisterMetricsWriter(func(w io.Writer) {
 		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
 	})
@@ -109,17 +112,44 @@ func (r *Replica) writeGossipMetrics(w io.Writer) {
 		func(o loadsync.OriginStatus) float64 { return o.Age.Seconds() })
 }
 
-// workerGauges keeps one vllm_router_cb_state gauge per registered worker.
+// writeVoters writes how many voters the latest Raft configuration holds,
+// to compare with the live members; nothing when Raft does not answer
+// within a second (the scrape goes on without it).
+func (r *Replica) writeVoters(w io.Writer) {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+	defer cancel()
+	servers, err := r.raft.Servers(ctx)
+	if err != nil {
+		return
+	}
+	voters := 0
+	for _, s := range servers {
+		if s.Suffrage == "voter" {
+			voters++
+		}
+	}
+	metrics.WriteGaugeUint64(w, "vllm_router_cluster_raft_voters", uint64(voters))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// workerGauges keeps the vllm_router_cb_state, vllm_router_worker_wedged
+// and vllm_router_worker_degraded gauges of every registered worker.
 type workerGauges struct {
 	mu    sync.Mutex
-	names map[store.WorkerID]string
+	names map[store.WorkerID][]string
 }
 
 func (g *workerGauges) sync(set *metrics.Set, workers []store.Worker, m *health.Monitor) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.names == nil {
-		g.names = map[store.WorkerID]string{}
+		g.names = map[store.WorkerID][]string{}
 	}
 	keep := map[store.WorkerID]bool{}
 	for _, w := range workers {
@@ -128,16 +158,22 @@ func (g *workerGauges) sync(set *metrics.Set, workers []store.Worker, m *health.
 			continue
 		}
 		id := health.WorkerID(w.ID)
-		name := fmt.Sprintf(`vllm_router_cb_state{worker=%q}`, w.URL)
-		set.GetOrCreateGauge(name, func() float64 {
-			st, _ := m.Status(id)
-			return float64(st.Circuit)
-		})
-		g.names[w.ID] = name
+		status := func() health.WorkerStatus { st, _ := m.Status(id); return st }
+		for family, value := range map[string]func() float64{
+			"vllm_router_cb_state":        func() float64 { return float64(status().Circuit) },
+			"vllm_router_worker_wedged":   func() float64 { return boolGauge(status().Wedged) },
+			"vllm_router_worker_degraded": func() float64 { return boolGauge(status().Degraded) },
+		} {
+			name := fmt.Sprintf(`%s{worker=%q}`, family, w.URL)
+			set.GetOrCreateGauge(name, value)
+			g.names[w.ID] = append(g.names[w.ID], name)
+		}
 	}
-	for id, name := range g.names {
+	for id, names := range g.names {
 		if !keep[id] {
-			set.UnregisterMetric(name)
+			for _, name := range names {
+				set.UnregisterMetric(name)
+			}
 			delete(g.names, id)
 		}
 	}
@@ -147,7 +183,7 @@ func (g *workerGauges) sync(set *metrics.Set, workers []store.Worker, m *health.
 func serveMetrics(ctx context.Context, ln net.Listener, set *metrics.Set) {
 	srv := &fasthttp.Server{Handler: func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
-		set.WritePrometheus(c)
+		exposition.Write(c, set)
 	}}
 	serveUntil(ctx, srv, ln)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
@@ -31,6 +32,7 @@ type Replica struct {
 	fsm     *store.FSM
 	raft    *RaftNode
 	monitor *health.Monitor
+	dialer  *workerurl.Dialer // every connection to a worker
 	loads   *affinity.LoadTable
 	index   *affinity.Index
 	proxy   *proxy.Proxy
@@ -67,6 +69,9 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	gauges workerGauges
+	// history is the last minutes of this replica's worker figures, for
+	// the status page (history.go).
+	history *sampleRing
 }
 
 // Start builds a replica from cfg and starts serving. It returns once the
@@ -80,7 +85,7 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1),
-		ready: make(chan struct{})}
+		ready: make(chan struct{}), history: newSampleRing(int(historySpan / historyEvery))}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -141,7 +146,11 @@ func (r *Replica) build() error {
 	}
 	r.warnIfInsecure()
 	var err error
-	r.monitor, err = health.New(cfg.Health, nil, r.log)
+	// One dialer for every connection to a worker, health's and the proxy's.
+	r.dialer = &workerurl.Dialer{Policy: cfg.Proxy.WorkerHosts}
+	hcfg := cfg.Health
+	hcfg.Dialer = r.dialer
+	r.monitor, err = health.New(hcfg, nil, r.log)
 	if err != nil {
 		return err
 	}
@@ -225,13 +234,14 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		WorkerStats: func() any { return r.workerStats() },
-		Routing:     r.routingView, SetRouting: r.setRouting,
+		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
+		Routing: r.routingView, SetRouting: r.setRouting,
 		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
-		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin})
+		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
+		Dialer: r.dialer})
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
@@ -284,6 +294,7 @@ func (r *Replica) serve() {
 	r.goRun(r.sweepIndex)
 	r.goRun(r.runMembership)
 	r.goRun(r.runRejoin)
+	r.goRun(r.recordHistory)
 }
 
 // serveAPI serves the HTTP API until Stop. A listener that fails for good

@@ -38,6 +38,8 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 		{"token: the data not without it", locked, "GET", "/cluster/workers", "router.example", "", http.StatusUnauthorized},
 		{"token: the status not without it", locked, "GET", "/cluster/status", "router.example", "", http.StatusUnauthorized},
 		{"token: the data with it", locked, "GET", "/cluster/workers", "router.example", "s3cret", http.StatusOK},
+		{"token: the history not without it", locked, "GET", "/cluster/history", "router.example", "", http.StatusUnauthorized},
+		{"no token: the history under a rebinding Host", open, "GET", "/cluster/history", "evil.example", "", http.StatusForbidden},
 		{"token: no write through the page", locked, "POST", "/ui", "router.example", "s3cret", http.StatusMethodNotAllowed},
 	}
 	for _, tc := range cases {

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/valyala/fasthttp"
 )
@@ -86,31 +88,58 @@ func (ans *answer) deliver(x *exchange) {
 }
 
 // copyResponseHeader passes a worker's headers through to the client's
-// response, less hop-by-hop ones and the length (fasthttp frames the body
-// it writes), with the request's x-request-id, and the CORS headers set
-// again (the worker's headers replaced the router's).
+// response, less hop-by-hop ones, the length (fasthttp frames the body it
+// writes) and the worker's CORS headers, with the request's x-request-id
+// and the router's own CORS answer: the router owns CORS, and a worker's
+// Access-Control-Allow-Origin: * (vLLM's default) must not reach an origin
+// --cors-allowed-origins refused.
 func copyResponseHeader(x *exchange, src *fasthttp.ResponseHeader) {
 	dst := &x.ctx.Response
 	src.CopyTo(&dst.Header)
-	delHopHeaders(&dst.Header)
+	delWorkerHeaders(&dst.Header)
 	dst.Header.Del("Content-Length")
 	dst.Header.SetBytesV("x-request-id", x.id)
 	x.p.cors(x.ctx, false)
 }
 
-// delHopHeaders deletes the hop-by-hop headers of a worker's answer,
-// looking at its headers once rather than once per name.
-func delHopHeaders(h *fasthttp.ResponseHeader) {
+// delWorkerHeaders deletes what of a worker's answer is not for the client:
+// the hop-by-hop headers, those its Connection header names (RFC 9110
+// 7.6.1), and its Access-Control-* headers. It looks at the headers once,
+// and again only when there is something to delete.
+func delWorkerHeaders(h *fasthttp.ResponseHeader) {
 	var present [16]bool
-	found := false
+	found, cors := false, false
 	for k := range h.All() {
 		if i := hopIndex(k); i >= 0 {
 			present[i], found = true, true
 		}
+		cors = cors || isCORSHeader(k)
 	}
-	if found {
-		delPresent(h.Del, present)
+	if !found && !cors {
+		return
 	}
+	if present[0] { // Connection
+		eachConnectionOption(h.Peek("Connection"), func(name []byte) { h.Del(string(name)) })
+	}
+	if cors {
+		var names []string
+		for k := range h.All() {
+			if isCORSHeader(k) {
+				names = append(names, string(k))
+			}
+		}
+		for _, name := range names {
+			h.Del(name)
+		}
+	}
+	delPresent(h.Del, present)
+}
+
+// isCORSHeader reports whether key, as fasthttp writes header names, is one
+// of the Access-Control-* response headers.
+func isCORSHeader(key []byte) bool {
+	const prefix = "Access-Control-"
+	return len(key) > len(prefix) && bytes.EqualFold(key[:len(prefix)], []byte(prefix))
 }
 
 func delPresent(del func(string), present [16]bool) {

@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -18,8 +17,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 func postKey(t *testing.T, url, key string) (*http.Response, string) {
@@ -145,17 +142,5 @@ func TestARefusedWorkerDestinationGetsNoTraffic(t *testing.T) {
 	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: "http://169.254.169.254:80", Role: RoleRegular}})
 	if resp, _ := post(t, r.url, "/v1/completions", completion("x", false)); resp.StatusCode != 503 {
 		t.Fatalf("status %d, want 503: the only worker is refused", resp.StatusCode)
-	}
-}
-
-// TestADialToARefusedAddressIsRefused: a name that resolves to a metadata
-// address is caught when the connection is about to be made.
-func TestADialToARefusedAddressIsRefused(t *testing.T) {
-	u := newUpstream("metadata.internal:80", false, time.Second, 1, workerurl.HostPolicy{})
-	if err := u.allowDestination("tcp", "169.254.169.254:80", nil); !errors.Is(err, workerurl.ErrRefused) {
-		t.Fatalf("err %v, want refused", err)
-	}
-	if err := u.allowDestination("tcp", "127.0.0.1:8000", nil); err != nil {
-		t.Fatalf("loopback refused: %v", err)
 	}
 }

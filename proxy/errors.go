@@ -16,6 +16,7 @@ var (
 	ErrBadRequest      = errors.New("bad request")
 	ErrTooLarge        = errors.New("request body too large")
 	ErrModelNotFound   = errors.New("model not found")
+	ErrNotFound        = errors.New("not found") // a stored response no worker holds for the caller
 	ErrNoWorker        = errors.New("no eligible worker")
 	ErrUpstream        = errors.New("upstream failed")
 	ErrUpstreamTimeout = errors.New("upstream timed out")
@@ -66,7 +67,7 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrTooLarge):
 		return fasthttp.StatusRequestEntityTooLarge, "invalid_request_error"
-	case errors.Is(err, ErrModelNotFound):
+	case errors.Is(err, ErrModelNotFound), errors.Is(err, ErrNotFound):
 		return fasthttp.StatusNotFound, "invalid_request_error"
 	case errors.Is(err, ErrNoWorker), errors.Is(err, affinity.ErrNoCandidates):
 		return fasthttp.StatusServiceUnavailable, "service_unavailable"
@@ -100,6 +101,8 @@ func errorType(err error) string {
 		return "payload_too_large"
 	case errors.Is(err, ErrModelNotFound):
 		return "model_not_found"
+	case errors.Is(err, ErrNotFound):
+		return "not_found"
 	case errors.Is(err, ErrNoWorker), errors.Is(err, affinity.ErrNoCandidates):
 		return "no_eligible_worker"
 	case errors.Is(err, ErrTooManyRequests):

@@ -29,8 +29,13 @@ type exchange struct {
 	// body. Attempts never read the client's RequestCtx, so they may run on
 	// goroutines of their own (the concurrent P/D prefill, which has its own
 	// copy).
-	up  *fasthttp.Request
-	uri []byte // the client's request URI, to go under each worker's base path
+	up *fasthttp.Request
+	// uri is the request URI the router routed and checked the key on,
+	// fasthttp's normalised path (dot segments resolved, %2F decoded) with
+	// the query: to go under each worker's base path. The raw URI never
+	// goes out: /admin/..%2Fv1/completions would reach the worker as
+	// something else than what the router approved.
+	uri []byte
 
 	// life ends when the client leaves (cause ErrClientGone), when the
 	// router gives up on the request (an abortError) or shuts down, or when
@@ -64,7 +69,7 @@ type exchange struct {
 func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
 	start := time.Now()
 	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
-		body: ctx.PostBody(), uri: ctx.RequestURI()}
+		body: ctx.PostBody(), uri: ctx.URI().RequestURI()}
 	x.id = p.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
 	return x
@@ -92,6 +97,14 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		in.text = bytes.Clone(in.text)
 	}
 	x.in = in
+	if ep == responses && p.keys.enabled() {
+		// The engine stores the key's fingerprint with the response, so
+		// that every replica can tell whose it is (stored.go).
+		if x.body, err = stampOwner(x.body, p.callerKey(ctx)); err != nil {
+			p.refuse(x, err)
+			return
+		}
+	}
 	if err := p.awaitReady(x); err != nil {
 		p.refuse(x, err)
 		return
@@ -175,7 +188,7 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 	switch {
 	case live != nil:
 		if x.ep == responses {
-			p.learnOwner(live.m.ID, live.first)
+			p.learnOwner(x, live.m.ID, live.first)
 		}
 		p.stream(x, live)
 		return true
@@ -183,7 +196,7 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 		ans.deliver(x)
 		x.route.tokens = completionTokens(x.ctx.Response.Body())
 		if x.ep == responses && ans.status/100 == 2 {
-			p.learnOwner(ans.worker, x.ctx.Response.Body())
+			p.learnOwner(x, ans.worker, x.ctx.Response.Body())
 		}
 	default:
 		p.refuse(x, err)
@@ -307,8 +320,9 @@ func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
 }
 
 // delRequestHopHeaders deletes the hop-by-hop headers of a client's
-// request, those that raw, the headers as the client sent them, names.
-// Connection always goes: fasthttp may imply it (an HTTP/1.0 request).
+// request, those that raw, the headers as the client sent them, names, and
+// those its Connection header names (RFC 9110 7.6.1). Connection always
+// goes: fasthttp may imply it (an HTTP/1.0 request).
 func delRequestHopHeaders(h *fasthttp.RequestHeader, raw []byte) {
 	var present [16]bool
 	present[0] = true // Connection
@@ -319,15 +333,34 @@ func delRequestHopHeaders(h *fasthttp.RequestHeader, raw []byte) {
 		} else {
 			raw = nil
 		}
-		if name, _, ok := bytes.Cut(line, []byte(":")); ok {
-			for i, hop := range hopHeaders {
-				if bytes.EqualFold(bytes.TrimSpace(name), []byte(hop)) {
-					present[i] = true
-				}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		name = bytes.TrimSpace(name)
+		for i, hop := range hopHeaders {
+			if bytes.EqualFold(name, []byte(hop)) {
+				present[i] = true
 			}
+		}
+		if bytes.EqualFold(name, []byte("Connection")) {
+			eachConnectionOption(value, h.DelBytes)
 		}
 	}
 	delPresent(h.Del, present)
+}
+
+// eachConnectionOption calls del with each header name a Connection
+// header's value lists: those headers are for the hop they came on only.
+func eachConnectionOption(value []byte, del func([]byte)) {
+	for len(value) > 0 {
+		var opt []byte
+		opt, value, _ = bytes.Cut(value, []byte(","))
+		if opt = bytes.TrimSpace(opt); len(opt) > 0 && !bytes.EqualFold(opt, []byte("close")) &&
+			!bytes.EqualFold(opt, []byte("keep-alive")) {
+			del(opt)
+		}
+	}
 }
 
 // upstreamRequest readies x's request for an attempt on worker m.

@@ -82,8 +82,9 @@ type Fleet struct {
 	eligible    func(affinity.WorkerID) bool
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
-	maxIdle     int // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
-	hosts       workerurl.HostPolicy
+	maxIdle     int                  // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
+	hosts       workerurl.HostPolicy // checked on each worker's URL
+	dialer      *workerurl.Dialer    // dials every connection to a worker
 	log         *slog.Logger
 
 	// onPublish hears of every new view (metrics keep per-worker gauges).
@@ -103,8 +104,8 @@ type Fleet struct {
 // newFleet returns an empty fleet. eligible says whether health allows a
 // worker traffic; onRemove is told of workers that left the registry.
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
-	dialTimeout time.Duration, hosts workerurl.HostPolicy, log *slog.Logger) *Fleet {
-	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, log: log,
+	dialTimeout time.Duration, hosts workerurl.HostPolicy, dialer *workerurl.Dialer, log *slog.Logger) *Fleet {
+	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, dialer: dialer, log: log,
 		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
@@ -202,7 +203,7 @@ func (f *Fleet) syncUpstreams() {
 		}
 		keep[w.ID] = true
 		if f.ups[w.ID] == nil {
-			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.hosts)
+			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.dialer)
 		}
 	}
 	for id, up := range f.ups {

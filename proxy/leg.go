@@ -17,6 +17,9 @@ type leg struct {
 	// first is a worker chosen, and reserved, ahead of the leg (P/D picks
 	// both workers up front); the leg's first attempt takes it.
 	first *routed
+	// picked is the leg's first attempt, picked ahead of it (the concurrent
+	// P/D prefill, whose body names its worker); try runs it first.
+	picked *attempt
 	// attempts is the most attempts the leg may make, the first included.
 	attempts int
 	// stream: a 2xx answer to a streaming request is relayed as it comes,

@@ -90,6 +90,7 @@ func newMetrics(set *metrics.Set) *Metrics {
 		m.durations = append(m.durations, set.NewPrometheusHistogramExt(
 			fmt.Sprintf(`vllm_router_request_duration_seconds{route=%q}`, ep.path), durationBuckets))
 	}
+	m.preinitErrors()
 	return m
 }
 

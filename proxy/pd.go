@@ -158,25 +158,30 @@ func (d *disaggregation) prefillFailed(x *exchange, ans *answer, err error) {
 // aborts the decode. Neither half is retried: a retry would need a new
 // bootstrap room on both.
 func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
-	m := d.p.fleet.view().members[pre.first.dec.Worker]
-	if m == nil {
-		pre.release()
+	px, end := d.detached(x) // before the decode half uses x's request
+	// The prefill worker is picked, through its circuit, before the body
+	// that names it is written: a worker whose circuit refuses is replaced
+	// by another, and the decode must wait for the one that runs.
+	a, err := d.p.pick(px, pre)
+	if err != nil {
+		end()
 		dec.release()
-		d.p.refuse(x, errorf(ErrNoWorker, "worker %d left the registry", pre.first.dec.Worker))
+		d.p.refuse(x, err)
 		return false
 	}
-	body, err := bootstrapBody(x.body, m)
+	body, err := bootstrapBody(x.body, a.m)
 	if err != nil {
-		pre.release()
+		a.end(Canceled, false)
+		end()
 		dec.release()
 		d.p.refuse(x, err)
 		return false
 	}
 	pre.body, dec.body = body, body
 	pre.attempts, dec.attempts = 1, 1
+	pre.picked = a
 	d.prefills.Inc()
 	d.decodes.Inc()
-	px, end := d.detached(x) // before the decode half uses x's request
 	d.p.wg.Add(1)
 	go func() {
 		defer d.p.wg.Done()

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -295,4 +296,41 @@ func TestPDCacheOutcomeIsCountedOncePerRequestAndRole(t *testing.T) {
 	if hits != 3 || misses != 1 {
 		t.Fatalf("hits %v misses %v, want 3 and 1", hits, misses)
 	}
+}
+
+// refusingHealth keeps every worker eligible but refuses attempts on one,
+// as an open circuit does.
+type refusingHealth struct{ refused affinity.WorkerID }
+
+func (refusingHealth) Eligible(affinity.WorkerID) bool { return true }
+func (h refusingHealth) Begin(w affinity.WorkerID) (Attempt, error) {
+	if w == h.refused {
+		return nil, errors.New("circuit open")
+	}
+	return noAttempt{}, nil
+}
+
+// TestPDBootstrapNamesThePrefillWorkerThatRuns: in the concurrent protocol,
+// when the prefill worker chosen first is refused by its circuit and
+// another one runs the prefill, the bootstrap fields name the one that
+// runs, or the decode would wait for a bootstrap that never comes.
+func TestPDBootstrapNamesThePrefillWorkerThatRuns(t *testing.T) {
+	prefill, decode := fakes(t, "p", 2), fakes(t, "d", 1)
+	ws := []Worker{{ID: 1, URL: prefill[0].URL, Role: RolePrefill, BootstrapPort: 1111},
+		{ID: 2, URL: prefill[1].URL, Role: RolePrefill, BootstrapPort: 2222},
+		{ID: 3, URL: decode[0].URL, Role: RoleDecode}}
+	r := startRouterDeps(t, Config{}, PDSGLang, affinity.PolicyLeastLoad, ws, refusingHealth{refused: 1})
+	resp, out := post(t, r.url, "/v1/completions", completion("hello", false))
+	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
+		t.Fatalf("status %d: %s", resp.StatusCode, out)
+	}
+	waitFor(t, "the prefill half", func() bool { return prefill[1].Inference.Load() == 1 })
+	if n := prefill[0].Inference.Load(); n != 0 {
+		t.Fatalf("the refused prefill worker got %d requests", n)
+	}
+	p, d := lastJSON(t, prefill[1]), lastJSON(t, decode[0])
+	if d["bootstrap_port"] != float64(2222) || p["bootstrap_port"] != float64(2222) || p["bootstrap_room"] != d["bootstrap_room"] {
+		t.Fatalf("the prefill ran on p2 (bootstrap port 2222), the bodies say prefill %v decode %v", p, d)
+	}
+	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
 }

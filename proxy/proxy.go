@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // Deps are what a Proxy is built from.
@@ -46,6 +47,10 @@ type Deps struct {
 	// AdminToken, when set, is the admin API's token, which /metrics takes
 	// as well as an API key.
 	AdminToken AdminCredential
+	// Dialer makes every connection to a worker (inference, discovery,
+	// stored-response lookups, fan-outs); nil is one with Config's
+	// WorkerHosts. The replica gives the proxy and health the same one.
+	Dialer *workerurl.Dialer
 }
 
 // Proxy serves the inference API of one replica.
@@ -103,7 +108,11 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			deps.Index.RemoveWorker(id)
 		}
 	}
-	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, p.log)
+	if deps.Dialer == nil {
+		deps.Dialer = &workerurl.Dialer{Policy: p.cfg.WorkerHosts}
+		p.deps.Dialer = deps.Dialer
+	}
+	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, deps.Dialer, p.log)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	policies := p.policyNames()
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }

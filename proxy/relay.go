@@ -35,7 +35,8 @@ type relay struct {
 	failed   error   // why the worker's stream failed
 	outcome  Outcome // the attempt's outcome when failed
 	event    []byte  // the error event still to send
-	events   int     // SSE data events relayed, about one a token
+	events   sseCount
+	usage    streamTail // the last bytes relayed, where the engine's final usage is
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -231,9 +232,9 @@ func (r *relay) note(b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	n := bytes.Count(b, []byte("data:"))
-	r.events += n
+	n := r.events.feed(b)
 	r.a.track.Progress(n)
+	r.usage.keep(b)
 	if len(b) >= len(r.tail) {
 		copy(r.tail[:], b[len(b)-len(r.tail):])
 	} else {
@@ -244,6 +245,73 @@ func (r *relay) note(b []byte) {
 	r.boundary = r.tail[2] == '\n' && r.tail[3] == '\n' || string(r.tail[:]) == "\r\n\r\n"
 	r.mu.Unlock()
 }
+
+// tokens is how many tokens the stream carried: the completion tokens of
+// the engine's final usage chunk when it sent one (stream_options'
+// include_usage, or the Responses API's completed event), else one per
+// data event but the last, [DONE].
+func (r *relay) tokens() int {
+	if n := completionTokens(r.usage.bytes()); n > 0 {
+		return n
+	}
+	return max(r.events.n-1, 0)
+}
+
+// sseCount counts the data lines of an SSE stream as it passes, read by
+// read: a "data:" at the start of a line, wherever the reads cut it.
+type sseCount struct {
+	n     int
+	carry [len(dataLine) - 1]byte // the bytes before the next read; starts as after a newline
+	began bool
+}
+
+// dataLine is what starts an SSE data line after the first.
+const dataLine = "\ndata:"
+
+// feed counts the data lines that end in b, and returns how many.
+func (c *sseCount) feed(b []byte) int {
+	if !c.began {
+		c.began = true
+		c.carry[len(c.carry)-1] = '\n'
+	}
+	var window [2*len(dataLine) - 2]byte
+	w := append(append(window[:0], c.carry[:]...), b[:min(len(b), len(c.carry))]...)
+	n := 0
+	for i := 0; i < len(c.carry) && i+len(dataLine) <= len(w); i++ {
+		if string(w[i:i+len(dataLine)]) == dataLine {
+			n++
+		}
+	}
+	n += bytes.Count(b, []byte(dataLine))
+	if len(b) >= len(c.carry) {
+		copy(c.carry[:], b[len(b)-len(c.carry):])
+	} else {
+		copy(c.carry[:], c.carry[len(b):])
+		copy(c.carry[len(c.carry)-len(b):], b)
+	}
+	c.n += n
+	return n
+}
+
+// streamTail keeps the last bytes of a stream: enough for the final usage
+// chunk and the [DONE] after it.
+type streamTail struct {
+	buf [2 << 10]byte
+	n   int
+}
+
+func (t *streamTail) keep(b []byte) {
+	if len(b) >= len(t.buf) {
+		t.n = copy(t.buf[:], b[len(b)-len(t.buf):])
+		return
+	}
+	if over := t.n + len(b) - len(t.buf); over > 0 {
+		t.n = copy(t.buf[:], t.buf[over:t.n])
+	}
+	t.n += copy(t.buf[t.n:], b)
+}
+
+func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 
 // fail records why the worker's stream broke, and prepares the error event.
 func (r *relay) fail(err error) {
@@ -284,9 +352,9 @@ func (r *relay) CloseWithError(werr error) error {
 		r.p.done(r.x, r.status, cut)
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
-		r.x.route.tokens = max(r.events-1, 0) // the last is [DONE]
-		if r.events > 2 {
-			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(r.events-2))
+		r.x.route.tokens = r.tokens()
+		if events := r.events.n; events > 2 {
+			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
 		r.p.done(r.x, r.status, false)
 	default: // the client went away before the stream ended

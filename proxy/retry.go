@@ -25,7 +25,10 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 				break
 			}
 		}
-		a, perr := p.pick(x, l)
+		a, perr := l.picked, error(nil)
+		if l.picked = nil; a == nil {
+			a, perr = p.pick(x, l)
+		}
 		if perr != nil {
 			if err == nil || kept == nil {
 				err = perr

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/exposition"
 )
 
 // access says who may use a route. Every route of the table names one, and
@@ -102,5 +104,5 @@ func serveAlive(_ *Proxy, ctx *fasthttp.RequestCtx) {
 
 func (p *Proxy) serveMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
-	p.deps.Metrics.WritePrometheus(ctx)
+	exposition.Write(ctx, p.deps.Metrics)
 }

@@ -3,10 +3,13 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"sync"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -14,26 +17,53 @@ import (
 // A stored response of the Responses API lives on the worker that made it:
 // retrieving, deleting, cancelling or listing the input of one, and
 // continuing a conversation from it (previous_response_id), must go to that
-// worker. The replica remembers the owner of every response it relayed; a
-// response some other replica relayed is found by asking the workers.
+// worker. With --api-keys it also belongs to the key that made it: another
+// key gets 404, as for an id no worker holds.
+//
+// The replica remembers the owner (worker and key) of every response it
+// relayed, by the id it found in that worker's own answer. A response some
+// other replica relayed is found by asking the workers, and the key must
+// travel with it: every replica stamps the key's fingerprint into the
+// request's metadata (ownerMetadataKey), the engine stores it with the
+// response and shows it on retrieval, and a replica accepts a worker's
+// answer as the owner only when it is that very response (its id) and
+// carries the caller's fingerprint. A worker that answers 200 to any id
+// therefore owns nothing it did not make for that key.
 
 // maxStoredResponses bounds how many owners a replica remembers.
 const maxStoredResponses = 100_000
 
-// responseOwners remembers which worker made which stored response: a map
-// with a ring that evicts the oldest ids first.
+// ownerMetadataKey is the metadata entry that carries the fingerprint of
+// the key that made a stored response.
+const ownerMetadataKey = "kvrouter_owner"
+
+// keyPrint is the fingerprint of a client's API key: the first 16 bytes of
+// a SHA-256 of the key under a label of its own, so it matches nothing
+// else derived from the key. The zero value is "no key" (--api-keys off).
+type keyPrint [16]byte
+
+func (k keyPrint) String() string { return hex.EncodeToString(k[:]) }
+
+// responseOwner is who a stored response belongs to.
+type responseOwner struct {
+	worker affinity.WorkerID
+	key    keyPrint
+}
+
+// responseOwners remembers which worker made which stored response for
+// which key: a map with a ring that evicts the oldest ids first.
 type responseOwners struct {
 	mu    sync.Mutex
-	owner map[string]affinity.WorkerID
+	owner map[string]responseOwner
 	ring  []string
 	next  int
 }
 
 func newResponseOwners() *responseOwners {
-	return &responseOwners{owner: map[string]affinity.WorkerID{}, ring: make([]string, maxStoredResponses)}
+	return &responseOwners{owner: map[string]responseOwner{}, ring: make([]string, maxStoredResponses)}
 }
 
-func (o *responseOwners) put(id string, w affinity.WorkerID) {
+func (o *responseOwners) put(id string, w responseOwner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.owner[id]; ok {
@@ -47,7 +77,7 @@ func (o *responseOwners) put(id string, w affinity.WorkerID) {
 	o.owner[id] = w
 }
 
-func (o *responseOwners) get(id string) (affinity.WorkerID, bool) {
+func (o *responseOwners) get(id string) (responseOwner, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	w, ok := o.owner[id]
@@ -60,44 +90,162 @@ func (o *responseOwners) forget(id string) {
 	delete(o.owner, id)
 }
 
-// responseID finds the id of the response in an answer, or the first event
-// of a stream (response.created carries it): the first "id":"resp_...".
-func responseID(b []byte) string {
-	i := bytes.Index(b, []byte(`"id":"resp_`))
-	if i < 0 {
-		return ""
+// callerKey is the fingerprint of the key ctx's request presents, or the
+// zero keyPrint when the API takes no keys.
+func (p *Proxy) callerKey(ctx *fasthttp.RequestCtx) keyPrint {
+	if !p.keys.enabled() {
+		return keyPrint{}
 	}
-	rest := b[i+len(`"id":"`):]
-	end := bytes.IndexByte(rest, '"')
-	if end < 0 || end > 256 {
-		return ""
-	}
-	return string(rest[:end])
+	key, _ := bearerToken(ctx.Request.Header.Peek("Authorization"))
+	return keyPrintOf(key) // the door let only a key of --api-keys in
 }
 
-// learnOwner records the worker that answered a POST /v1/responses.
-func (p *Proxy) learnOwner(w affinity.WorkerID, answer []byte) {
+// keyPrintOf is the fingerprint of key.
+func keyPrintOf(key []byte) keyPrint {
+	h := sha256.New()
+	h.Write([]byte("kvrouter stored response owner\x00"))
+	h.Write(key)
+	var k keyPrint
+	copy(k[:], h.Sum(nil))
+	return k
+}
+
+// maxResponseIDLen bounds the ids the router learns.
+const maxResponseIDLen = 256
+
+// responseID finds the id of the response object in a worker's answer to
+// POST /v1/responses: its top-level "id", or, for a stream, the "id" of
+// the "response" of its first event (response.created). It reads the JSON
+// with the scanner, so spacing and key order do not matter, and an id
+// inside some other value is never taken.
+func responseID(answer []byte) string {
+	doc := answer
+	if data, ok := firstEventData(answer); ok {
+		doc = data
+		if inner, ok := jsonMember(doc, "response"); ok {
+			doc = inner
+		}
+	}
+	id, ok := jsonMemberString(doc, "id")
+	if !ok || !bytes.HasPrefix(id, []byte("resp_")) || len(id) > maxResponseIDLen || bytes.ContainsAny(id, "/?#%\\") {
+		return ""
+	}
+	return string(id)
+}
+
+// firstEventData is the data of the first event of an SSE stream, when b
+// starts as one.
+func firstEventData(b []byte) ([]byte, bool) {
+	for len(b) > 0 {
+		line := b
+		n := bytes.IndexByte(b, '\n')
+		if n < 0 {
+			return nil, false // the event is not whole
+		}
+		line, b = bytes.TrimSuffix(b[:n], []byte("\r")), b[n+1:]
+		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			return bytes.TrimSpace(data), true
+		}
+		if len(line) > 0 && !bytes.HasPrefix(line, []byte("event:")) && line[0] != ':' {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// jsonMember is the raw value of the top-level member key of the object
+// doc, when doc is one that holds it.
+func jsonMember(doc []byte, key string) ([]byte, bool) {
+	vs := jsonSkipWS(doc, 0)
+	if vs >= len(doc) || doc[vs] != '{' {
+		return nil, false
+	}
+	var found []byte
+	_, err := jsonEachMember(doc, vs, 0, func(k []byte, vs int) (int, error) {
+		ve, err := jsonSkipValue(doc, vs, 1)
+		if err == nil && found == nil && string(k) == key {
+			found = doc[vs:ve]
+		}
+		return ve, err
+	})
+	return found, err == nil && found != nil
+}
+
+// jsonMemberString is the top-level string member key of the object doc,
+// raw (an id has nothing to unescape).
+func jsonMemberString(doc []byte, key string) ([]byte, bool) {
+	v, ok := jsonMember(doc, key)
+	if !ok || len(v) < 2 || v[0] != '"' {
+		return nil, false
+	}
+	return v[1 : len(v)-1], true
+}
+
+// learnOwner records the worker that answered a POST /v1/responses for
+// the caller's key, under the id of that answer.
+func (p *Proxy) learnOwner(x *exchange, w affinity.WorkerID, answer []byte) {
 	if id := responseID(answer); id != "" {
-		p.owners.put(id, w)
+		p.owners.put(id, responseOwner{worker: w, key: p.callerKey(x.ctx)})
 	}
 }
 
-// ownerOf returns the worker that holds response id, asking the workers of
-// the final role in turn when this replica did not relay it.
-func (p *Proxy) ownerOf(ctx context.Context, id string) (affinity.WorkerID, bool) {
-	if w, ok := p.owners.get(id); ok {
-		return w, true
+// ownerOf returns the worker that holds response id for the caller's key,
+// asking the workers of the final role in turn when this replica did not
+// relay it. ctx is the request's: a client that leaves ends the search.
+func (p *Proxy) ownerOf(ctx context.Context, id string, key keyPrint) (affinity.WorkerID, bool) {
+	if o, ok := p.owners.get(id); ok {
+		return o.worker, o.key == key
 	}
 	for _, m := range p.fleet.view().ordered {
 		if m.Role != p.finalRole() {
 			continue
 		}
-		if _, err := p.get(ctx, m.Worker, "/v1/responses/"+id); err == nil {
-			p.owners.put(id, m.ID)
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		if body, err := p.get(ctx, m.Worker, "/v1/responses/"+id); err == nil && holdsResponse(body, id, key) {
+			p.owners.put(id, responseOwner{worker: m.ID, key: key})
 			return m.ID, true
 		}
 	}
 	return 0, false
+}
+
+// holdsResponse reports whether a worker's answer to GET /v1/responses/id
+// is that response, made for key.
+func holdsResponse(body []byte, id string, key keyPrint) bool {
+	got, ok := jsonMemberString(body, "id")
+	if !ok || string(got) != id {
+		return false
+	}
+	if key == (keyPrint{}) {
+		return true
+	}
+	meta, ok := jsonMember(body, "metadata")
+	if !ok {
+		return false
+	}
+	print, ok := jsonMemberString(meta, ownerMetadataKey)
+	return ok && string(print) == key.String()
+}
+
+// stampOwner writes the fingerprint of the caller's key into the metadata
+// of a POST /v1/responses body, over any value the client gave it, so the
+// engine stores it with the response.
+func stampOwner(body []byte, key keyPrint) ([]byte, error) {
+	var parser fastjson.Parser
+	v, err := parser.ParseBytes(body)
+	if err != nil {
+		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+	}
+	var a fastjson.Arena
+	meta := v.Get("metadata")
+	if meta == nil || meta.Type() != fastjson.TypeObject {
+		meta = a.NewObject()
+		v.Set("metadata", meta)
+	}
+	meta.Set(ownerMetadataKey, a.NewString(key.String()))
+	return v.MarshalTo(nil), nil
 }
 
 // storedResponseID reads the id of /v1/responses/{id}[/cancel|/input|/input_items].
@@ -115,17 +263,24 @@ func storedResponseID(path []byte) (string, bool) {
 }
 
 // serveStoredResponse forwards a request about a stored response to the
-// worker that holds it, whole and as it is.
+// worker that holds it for the caller's key, whole and as it is. The search
+// for it comes after admission (at the door) and ends when the client
+// leaves.
 func (p *Proxy) serveStoredResponse(ctx *fasthttp.RequestCtx, id string) {
 	x := p.newExchange(ctx, storedResponses)
-	owner, ok := p.ownerOf(p.ctx, id)
-	if !ok {
+	defer func() { p.done(x, x.ctx.Response.StatusCode(), false) }() // a stored response is never streamed
+	p.begin(x)
+	owner, ok := p.ownerOf(&x.life, id, p.callerKey(ctx))
+	switch {
+	case x.life.why() != nil:
+		p.refuse(x, x.life.why())
+		return
+	case !ok:
 		x.errType = "not_found"
 		writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error", "no worker holds a response with id "+id)
-		p.metrics.request(x.ep, fasthttp.StatusNotFound, x.errType, x.start)
 		return
 	}
-	p.servePinned(x, owner)
+	p.servePinnedLeg(x, owner)
 	if ctx.IsDelete() && ctx.Response.StatusCode()/100 == 2 {
 		p.owners.forget(id)
 	}
@@ -140,29 +295,33 @@ func (p *Proxy) servePinned(x *exchange, w affinity.WorkerID) {
 			p.done(x, x.ctx.Response.StatusCode(), false)
 		}
 	}()
-	load := p.deps.Loads.Get(w)
 	p.begin(x)
+	streaming = p.servePinnedLeg(x, w)
+}
+
+// servePinnedLeg runs x's one attempt on worker w; x has begun.
+func (p *Proxy) servePinnedLeg(x *exchange, w affinity.WorkerID) bool {
+	load := p.deps.Loads.Get(w)
 	l := &leg{router: p.finalRouter(), pool: affinity.NewPool([]*affinity.Load{load}), body: x.body, attempts: 1,
 		stream: true, toClient: true, pinned: true,
 		first: &routed{dec: affinity.Decision{Worker: w}, guard: p.deps.Loads.Acquire(load)}}
-	streaming = p.serveLeg(x, l)
+	return p.serveLeg(x, l)
 }
 
 // continueResponse sends a Responses API request that continues a stored
-// response (previous_response_id) to the worker that holds it: no other
-// worker could answer it.
+// response (previous_response_id) to the worker that holds it for the
+// caller's key: no other worker could answer it.
 func (p *Proxy) continueResponse(x *exchange) bool {
-	owner, ok := p.ownerOf(&x.life, x.in.previous)
+	owner, ok := p.ownerOf(&x.life, x.in.previous, p.callerKey(x.ctx))
 	if !ok {
-		p.refuse(x, errorf(ErrBadRequest, "no worker holds the previous response %s", x.in.previous))
+		if why := x.life.why(); why != nil {
+			p.refuse(x, why)
+			return false
+		}
+		p.refuse(x, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.previous))
 		return false
 	}
-	load := p.deps.Loads.Get(owner)
-	router := p.finalRouter()
-	l := &leg{router: router, pool: affinity.NewPool([]*affinity.Load{load}), body: x.body, attempts: 1,
-		stream: true, toClient: true, pinned: true,
-		first: &routed{dec: affinity.Decision{Worker: owner}, guard: p.deps.Loads.Acquire(load)}}
-	return p.serveLeg(x, l)
+	return p.servePinnedLeg(x, owner)
 }
 
 // serveAnyWorker forwards a request about the engine (get_model_info,

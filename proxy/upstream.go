@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"sync"
 	"syscall"
 	"time"
@@ -34,7 +33,7 @@ type upstream struct {
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	maxIdle     int
-	hosts       workerurl.HostPolicy
+	dialer      *workerurl.Dialer // every connection to a worker passes its host policy
 
 	mu     sync.Mutex
 	idle   []*upConn
@@ -56,8 +55,8 @@ type upConn struct {
 	reused   bool
 }
 
-func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, hosts workerurl.HostPolicy) *upstream {
-	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, hosts: hosts}
+func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, dialer *workerurl.Dialer) *upstream {
+	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, dialer: dialer}
 }
 
 // acquire returns a quiet idle connection, or dials a new one; now is
@@ -121,31 +120,28 @@ func (c *upConn) quiet(now time.Time) bool {
 }
 
 func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
-	d := net.Dialer{Timeout: u.dialTimeout, Deadline: deadline, Control: u.allowDestination}
-	var conn net.Conn
-	var err error
-	if u.tls {
-		conn, err = (&tls.Dialer{NetDialer: &d}).DialContext(ctx, "tcp", u.addr)
-	} else {
-		conn, err = d.DialContext(ctx, "tcp", u.addr)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if u.dialTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, u.dialTimeout)
+		defer cancel()
 	}
+	conn, err := u.dialer.DialContext(ctx, "tcp", u.addr)
 	if err != nil {
 		return nil, err
+	}
+	if u.tls {
+		host, _, _ := net.SplitHostPort(u.addr)
+		tc := tls.Client(conn, &tls.Config{ServerName: host})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		conn = tc
 	}
 	c := &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}
 	c.look = func(fd uintptr) bool { c.seen, _ = peekFD(fd); return true } // made once: a look allocates nothing
 	return c, nil
-}
-
-// allowDestination refuses, before a connection is made, an address the
-// worker host policy refuses: a name that resolves to a metadata address
-// reaches nothing.
-func (u *upstream) allowDestination(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return err
-	}
-	return u.hosts.AllowsIP(ap.Addr())
 }
 
 // release returns c to the pool when reusable (its last response was read

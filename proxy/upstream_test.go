@@ -36,7 +36,7 @@ func dialedUpstream(t *testing.T) (*upstream, *upConn, net.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	u := newUpstream(ln.Addr().String(), false, time.Second, 4, workerurl.HostPolicy{})
+	u := newUpstream(ln.Addr().String(), false, time.Second, 4, &workerurl.Dialer{})
 	t.Cleanup(u.close)
 	c, err := u.dial(t.Context(), time.Now().Add(time.Second))
 	if err != nil {

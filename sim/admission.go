@@ -66,7 +66,9 @@ func (e *Engine) release(s *sequence) {
 func (e *Engine) markComputed(s *sequence) {
 	done := min(s.kvTokens/e.cfg.BlockTokens, len(s.blocks))
 	for ; s.marked < done; s.marked++ {
-		e.cache.markComputed(s.blocks[s.marked])
+		if e.cache.markComputed(s.blocks[s.marked]) && e.cfg.CacheEvents {
+			e.logStored(s, s.marked)
+		}
 	}
 }
 

@@ -40,6 +40,11 @@ type Config struct {
 	// Slowdown multiplies every step's duration: 1 is a healthy engine, 10 one that runs ten
 	// times slower (the "degrade" fault). Default 1.
 	Slowdown float64
+
+	// CacheEvents makes the engine log every change of its prefix cache (blocks computed and
+	// cached, blocks evicted) for [Engine.TakeCacheEvents]: what vLLM publishes as KV events.
+	// Off by default, which keeps large simulations from holding prompts' tokens.
+	CacheEvents bool
 }
 
 // Defaults of [Config]; see the field docs.

@@ -35,6 +35,7 @@ type Engine struct {
 	now      time.Duration
 
 	events         []Event
+	cacheLog       cacheLog
 	prefixQueries  uint64
 	prefixHits     uint64
 	computedTokens uint64
@@ -50,11 +51,15 @@ func NewEngine(cfg Config) *Engine {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	return &Engine{
+	e := &Engine{
 		cfg:   cfg,
 		cache: newPrefixCache(cfg.KVCapacityTokens / cfg.BlockTokens),
 		byID:  make(map[RequestID]*sequence),
 	}
+	if cfg.CacheEvents {
+		e.cache.log = &e.cacheLog
+	}
+	return e
 }
 
 // Config returns the engine's configuration, defaults filled in.

@@ -26,7 +26,8 @@ type prefixCache struct {
 	lruHead    int32 // most recently released
 	lruTail    int32 // next to evict
 	lruLen     int
-	planned    []int32 // slots found by the last plan, noSlot for absent blocks
+	planned    []int32   // slots found by the last plan, noSlot for absent blocks
+	log        *cacheLog // nil unless the engine logs cache events
 }
 
 func newPrefixCache(capacity int) prefixCache {
@@ -163,8 +164,11 @@ func (c *prefixCache) release(slots []int32) {
 	}
 }
 
-func (c *prefixCache) markComputed(slot int32) {
+// markComputed reports whether the block was not computed before: it has just been stored.
+func (c *prefixCache) markComputed(slot int32) bool {
+	stored := !c.slab[slot].computed
 	c.slab[slot].computed = true
+	return stored
 }
 
 // evict drops the least recently released unreferenced block.
@@ -175,6 +179,9 @@ func (c *prefixCache) evict() {
 }
 
 func (c *prefixCache) remove(slot int32) {
+	if c.log != nil && c.slab[slot].computed {
+		c.log.removed(c.slab[slot].hash)
+	}
 	delete(c.index, c.slab[slot].hash)
 	c.slab[slot] = cacheBlock{}
 	c.freeSlots = append(c.freeSlots, slot)

@@ -10,6 +10,7 @@ type sequence struct {
 	stream       bool
 	remote       int      // tokens the request says arrive by transfer
 	hashes       []uint64 // full prompt blocks; dropped at admission
+	tokens       []uint32 // the prompt's token IDs, kept only for cache events
 
 	admitted    bool
 	cancelled   bool
@@ -34,7 +35,15 @@ func newSequence(cfg Config, r Request) *sequence {
 		stream:       r.StreamTokens,
 		remote:       max(r.RemotePrefillTokens, 0),
 		hashes:       cfg.AppendBlockHashes(nil, r.Prompt),
+		tokens:       promptTokens(cfg, r.Prompt),
 	}
+}
+
+func promptTokens(cfg Config, prompt []byte) []uint32 {
+	if !cfg.CacheEvents {
+		return nil
+	}
+	return cfg.Tokens(nil, prompt)
 }
 
 func (s *sequence) usage() Usage {

@@ -35,6 +35,19 @@ func (c Config) AppendBlockHashes(dst []uint64, prompt []byte) []uint64 {
 	return dst
 }
 
+// Tokens appends the token IDs the engine gives text: one per BytesPerToken bytes, the last
+// one possibly shorter, each a hash of its bytes. It stands in for a tokenizer with the
+// properties routing relies on: the same text always has the same IDs, a text that extends
+// another on a token boundary extends its IDs, and block i of the IDs covers exactly the bytes
+// that block i's hash covers.
+func (c Config) Tokens(dst []uint32, text []byte) []uint32 {
+	for off := 0; off < len(text); off += c.BytesPerToken {
+		end := min(off+c.BytesPerToken, len(text))
+		dst = append(dst, uint32(xxh3.Hash(text[off:end])>>33))
+	}
+	return dst
+}
+
 // hitLimitBlocks caps the blocks a prompt may find cached: at least its last token is always
 // computed, since the engine needs its logits to generate (vLLM recomputes it too).
 func (c Config) hitLimitBlocks(promptTokens int) int {

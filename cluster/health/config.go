@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // Config sets the thresholds and timings of a Monitor. Start from DefaultConfig
@@ -78,6 +80,12 @@ type Config struct {
 	// APIKey is the bearer token that recovery probes (POST /v1/completions)
 	// carry, as inference requests do (--api-key). Empty sends none.
 	APIKey string
+
+	// Dialer makes every connection to a worker (probes, scrapes, recovery
+	// probes), under the worker-host policy (--allowed-worker-hosts), the
+	// same one the proxy dials with. Nil is one with the default policy:
+	// link-local and metadata addresses are refused even so.
+	Dialer *workerurl.Dialer
 }
 
 // DefaultConfig returns the defaults documented on each Config field.

@@ -63,7 +63,7 @@ func New(cfg Config, clock Clock, logger *slog.Logger) (*Monitor, error) {
 			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
 			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,
 		},
-		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey},
+		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey, dialer: cfg.Dialer},
 		stalls: newStallLog(),
 		remote: make(map[string][]Verdict),
 		wake:   make(chan struct{}, 1),

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // maxProbeBody bounds the health response body read; health endpoints answer
@@ -56,8 +58,9 @@ func trimSlash(p string) string {
 // (a worker can keep old connections alive after it stopped accepting), and
 // keeping none idle means the client leaves no background goroutine behind.
 type prober struct {
-	timeout time.Duration // of an active check
-	apiKey  string        // bearer token of recovery probes; empty sends none
+	timeout time.Duration     // of an active check
+	apiKey  string            // bearer token of recovery probes; empty sends none
+	dialer  *workerurl.Dialer // nil: the default host policy's
 }
 
 // client returns a one-connection client for t whose connections dial asks
@@ -67,7 +70,7 @@ func (p prober) client(ctx context.Context, t probeTarget, dial *ctxDialer, time
 		Addr:                      t.addr,
 		IsTLS:                     t.isTLS,
 		Name:                      "kvrouter-health",
-		Dial:                      func(addr string) (net.Conn, error) { return dial.dial(ctx, addr, timeout) },
+		Dial:                      func(addr string) (net.Conn, error) { return dial.dial(ctx, p.dialer, addr, timeout) },
 		MaxConns:                  1,
 		MaxIdemponentCallAttempts: 1,
 		ReadTimeout:               timeout,
@@ -104,9 +107,13 @@ type ctxDialer struct {
 	stops []func() bool
 }
 
-func (d *ctxDialer) dial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
-	nd := net.Dialer{Timeout: timeout}
-	conn, err := nd.DialContext(ctx, "tcp", addr)
+func (d *ctxDialer) dial(ctx context.Context, wd *workerurl.Dialer, addr string, timeout time.Duration) (net.Conn, error) {
+	if wd == nil {
+		wd = &workerurl.Dialer{}
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := wd.DialContext(dctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -136,7 +136,12 @@ var sampleValues = map[string][]string{
 	"rate-limit-tokens-per-second":   {"--rate-limit-tokens-per-second", "100"},
 }
 
-func sampleArgs(ref vllmRouterFlag) []string {
+// sampleArgs is a command line that sets ref to a value it takes. A flag
+// that writes files is pointed into the test's own directory, never the tree.
+func sampleArgs(t *testing.T, ref vllmRouterFlag) []string {
+	if ref.name == "log-dir" {
+		return []string{"--log-dir", t.TempDir()}
+	}
 	if args, ok := sampleValues[ref.name]; ok {
 		return args
 	}
@@ -154,7 +159,7 @@ func TestEveryVLLMRouterFlagWithAValueIsTaken(t *testing.T) {
 		if ref.name == "version" {
 			continue
 		}
-		args := sampleArgs(ref)
+		args := sampleArgs(t, ref)
 		if _, err := parseServe(t, normalizeArgs(args)...); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}

@@ -176,29 +176,35 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 	t.Logf("%d metrics queried, all among the %d exported", len(uses), len(exported))
 }
 
-// The Prometheus config is YAML with the scrape jobs the README names.
+// The Prometheus configs are YAML with the scrape jobs the README names:
+// the static job in prometheus.yml (it loads on any build, see
+// TestThePrometheusConfigLoadsOnDebiansPrometheus), pod discovery in
+// prometheus-k8s.yml; both evaluate rules.yml.
 func TestThePrometheusConfigScrapesTheReplicas(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/prometheus/prometheus.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		ScrapeConfigs []struct {
-			JobName     string `json:"job_name"`
-			MetricsPath string `json:"metrics_path"`
-		} `json:"scrape_configs"`
-	}
-	if err := yaml.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	var jobs []string
-	for _, s := range cfg.ScrapeConfigs {
-		if s.MetricsPath != "/metrics" {
-			t.Errorf("job %s scrapes %q, the router serves /metrics", s.JobName, s.MetricsPath)
+	for file, job := range map[string]string{"prometheus.yml": "kvrouter", "prometheus-k8s.yml": "kvrouter-k8s"} {
+		raw, err := os.ReadFile("../../deploy/prometheus/" + file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		jobs = append(jobs, s.JobName)
-	}
-	if !slices.Contains(jobs, "kvrouter") || !slices.Contains(jobs, "kvrouter-k8s") {
-		t.Fatalf("jobs %v, want kvrouter and kvrouter-k8s", jobs)
+		var cfg struct {
+			RuleFiles     []string `json:"rule_files"`
+			ScrapeConfigs []struct {
+				JobName     string `json:"job_name"`
+				MetricsPath string `json:"metrics_path"`
+			} `json:"scrape_configs"`
+		}
+		if err := yaml.Unmarshal(raw, &cfg); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var jobs []string
+		for _, s := range cfg.ScrapeConfigs {
+			if s.MetricsPath != "/metrics" {
+				t.Errorf("%s: job %s scrapes %q, the router serves /metrics", file, s.JobName, s.MetricsPath)
+			}
+			jobs = append(jobs, s.JobName)
+		}
+		if !slices.Equal(jobs, []string{job}) || !slices.Equal(cfg.RuleFiles, []string{"rules.yml"}) {
+			t.Errorf("%s: jobs %v and rule files %v, want [%s] and [rules.yml]", file, jobs, cfg.RuleFiles, job)
+		}
 	}
 }

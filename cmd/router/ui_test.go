@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -170,6 +171,76 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
 }
 
+// A page opened after minutes of traffic draws them at once: its first
+// poll (and only one, the next being ten minutes away) finds charts
+// already lined with the samples the replica kept while nobody watched.
+func TestStatusPageDrawsTheRecentPastAtOnce(t *testing.T) {
+	routerBin, workersim := binaries(t)
+	ctx := browser(t)
+	var urls []string
+	for i := range 3 {
+		_, u := startWorkersim(t, workersim, fmt.Sprint("w", i))
+		urls = append(urls, u)
+	}
+	router := startRouterProcess(t, routerBin, "--worker-urls", strings.Join(urls, ","))
+	keepBusy(t, router, 6, 0)
+	const kept = 5
+	waitFor(t, fmt.Sprintf("%d samples of the three workers under traffic", kept), time.Minute, func() bool {
+		return samplesWithWorkers(t, router, len(urls)) >= kept
+	})
+	run, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if err := chromedp.Do(run, chromedp.Navigate(router+"/ui/?every=600000")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(run, chromedp.Poll[chromedp.Void](fmt.Sprintf(
+		`document.body.dataset.polls === "1" && document.querySelectorAll("#workers tbody tr").length === %d`, len(urls)),
+		chromedp.WithPollingTimeout(60*time.Second))); err != nil {
+		t.Fatalf("waiting for the first poll: %v", err)
+	}
+	points, err := chromedp.Run(run, chromedp.Evaluate[[]int](`[document.body.dataset.polls, document.querySelector("#load-chart").dataset.points,
+		document.querySelector("#hit-chart").dataset.points].map(Number)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	polls, load, hit := points[0], points[1], points[2]
+	if polls != 1 {
+		t.Fatalf("the page polled %d times: its own polls could have drawn the lines", polls)
+	}
+	if want := kept * len(urls); load < want {
+		t.Errorf("the load chart has %d points after one poll, want at least %d (the kept samples' and the poll's)", load, want)
+	}
+	if hit < kept-1 {
+		t.Errorf("the hit-rate chart has %d points after one poll, want at least %d", hit, kept-1)
+	}
+	t.Logf("after one poll: %d load points, %d hit-rate points", load, hit)
+}
+
+// samplesWithWorkers counts the samples of router's /cluster/history that
+// hold n workers.
+func samplesWithWorkers(t *testing.T, router string, n int) int {
+	resp, err := http.Get(router + "/cluster/history")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Samples []struct {
+			Workers []json.RawMessage `json:"workers"`
+		} `json:"samples"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, s := range h.Samples {
+		if len(s.Workers) == n {
+			count++
+		}
+	}
+	return count
+}
+
 // freeAddr returns a loopback host:port that was free a moment ago, for
 // the flags of processes that must know each other's ports up front.
 func freeAddr(t *testing.T) string {
@@ -221,8 +292,8 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 
 // startReplicaSet starts n router processes as one cluster (router-1 ..
 // router-n, n voters) with workers as router-1's seeds, and returns their
-// API base URLs once each is ready.
-func startReplicaSet(t *testing.T, routerBin string, n int, workers []string) []string {
+// API base URLs once each is ready. Every replica also gets extra flags.
+func startReplicaSet(t *testing.T, routerBin string, n int, workers []string, extra ...string) []string {
 	t.Helper()
 	var gossip []string
 	for range n {
@@ -233,6 +304,7 @@ func startReplicaSet(t *testing.T, routerBin string, n int, workers []string) []
 		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--miss-placement", "rendezvous"}
+		args = append(args, extra...)
 		if i > 0 {
 			args = append(args, "--join", gossip[0])
 		} else {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvrouter/kvrouter/sim"
@@ -39,6 +40,10 @@ type serverConfig struct {
 	embeddingDims         int           // length of /v1/embeddings vectors
 	maxStoredResponses    int           // Responses API store bound, LRU beyond it
 	healthGenerateTimeout time.Duration // wall time /health_generate waits for its token
+
+	// kvEvents and kvEventsReplay are where the engine's KV-cache events are published and
+	// replayed (vLLM's --kv-events-config endpoint and replay_endpoint); empty: not published.
+	kvEvents, kvEventsReplay string
 }
 
 // Defaults of the flags of the extra endpoints.
@@ -70,6 +75,9 @@ func (c serverConfig) validate() error {
 			"1.." + strconv.Itoa(maxEmbeddingDims)},
 		{"max-stored-responses", c.maxStoredResponses >= 1, "at least 1"},
 		{"health-generate-timeout", c.healthGenerateTimeout > 0, "a positive duration"},
+		{"kv-events-endpoint", c.kvEvents == "" || isTCPEndpoint(c.kvEvents), "tcp://host:port"},
+		{"kv-events-replay-endpoint", c.kvEventsReplay == "" || c.kvEvents != "" && isTCPEndpoint(c.kvEventsReplay),
+			"tcp://host:port, with --kv-events-endpoint"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {
@@ -77,6 +85,16 @@ func (c serverConfig) validate() error {
 		}
 	}
 	return nil
+}
+
+// isTCPEndpoint reports whether e is tcp://host:port.
+func isTCPEndpoint(e string) bool {
+	rest, ok := strings.CutPrefix(e, "tcp://")
+	if !ok {
+		return false
+	}
+	host, port, err := net.SplitHostPort(rest)
+	return err == nil && host != "" && port != ""
 }
 
 func hasEmpty(names []string) bool {

@@ -32,6 +32,8 @@ type driver struct {
 	wedged   bool
 	base     time.Duration // engine time at wallBase
 	wallBase time.Time
+	kv       *kvEventPublisher // nil unless the engine's cache events are published
+	changes  []sim.CacheEvent
 }
 
 // submission is what a handler asks the engine to run.
@@ -47,7 +49,13 @@ type submission struct {
 
 // newDriver starts the goroutine that owns a new engine; Stop ends it.
 func newDriver(cfg sim.Config, scale float64, clk clock) *driver {
+	return newPublishingDriver(cfg, scale, clk, nil)
+}
+
+// newPublishingDriver is newDriver whose engine's cache changes go to kv (nil: nowhere).
+func newPublishingDriver(cfg sim.Config, scale float64, clk clock, kv *kvEventPublisher) *driver {
 	d := &driver{
+		kv:       kv,
 		clock:    clk,
 		scale:    scale,
 		work:     make(chan func()),
@@ -202,6 +210,7 @@ func (d *driver) catchUp() time.Duration {
 	now := d.engineNow()
 	if !d.wedged {
 		events := d.engine.Advance(now)
+		d.publishCacheChanges()
 		d.countPooled(events)
 		d.publish()
 		d.dispatch(events)
@@ -287,7 +296,22 @@ func (d *driver) resetPrefixCache() bool {
 	}
 	d.retired = d.totals()
 	d.engine = sim.NewEngine(e.Config())
+	if d.kv != nil {
+		d.kv.cleared(d.clock.Now())
+	}
 	return true
+}
+
+// publishCacheChanges sends what the engine's cache did since the last call, as one batch: a
+// vLLM engine publishes once a step.
+func (d *driver) publishCacheChanges() {
+	if d.kv == nil {
+		return
+	}
+	d.changes = d.engine.TakeCacheEvents(d.changes[:0])
+	if len(d.changes) > 0 {
+		d.kv.changed(d.clock.Now(), d.changes)
+	}
 }
 
 func (d *driver) failAll() {

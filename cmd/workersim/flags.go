@@ -45,6 +45,10 @@ func flags() []cli.Flag {
 			Usage: "responses the Responses API keeps for GET and previous_response_id; the least recently used go first"},
 		&cli.DurationFlag{Name: "health-generate-timeout", Value: defaultHealthGenerateTimeout,
 			EnvVars: env("health-generate-timeout"), Usage: "wall time /health_generate waits for its one token before 503"},
+		&cli.StringFlag{Name: "kv-events-endpoint", EnvVars: env("kv-events-endpoint"),
+			Usage: "publish the engine's KV-cache events here as vLLM does (tcp://127.0.0.1:5557; port 0 picks one); empty: none"},
+		&cli.StringFlag{Name: "kv-events-replay-endpoint", EnvVars: env("kv-events-replay-endpoint"),
+			Usage: "answer replay requests for the last 10,000 event batches here (tcp://127.0.0.1:5558); empty: none"},
 	}
 }
 
@@ -72,7 +76,10 @@ func configFromCLI(c *cli.Context) (serverConfig, error) {
 		embeddingDims:         c.Int("embedding-dimensions"),
 		maxStoredResponses:    c.Int("max-stored-responses"),
 		healthGenerateTimeout: c.Duration("health-generate-timeout"),
+		kvEvents:              c.String("kv-events-endpoint"),
+		kvEventsReplay:        c.String("kv-events-replay-endpoint"),
 	}
+	cfg.engine.CacheEvents = cfg.kvEvents != ""
 	return cfg, cfg.validate()
 }
 

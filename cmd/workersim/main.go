@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/urfave/cli/v2"
 )
 
@@ -18,6 +19,7 @@ import (
 const shutdownGrace = 5 * time.Second
 
 func main() {
+	metrics.ExposeMetadata(true) // # HELP and # TYPE lines, as vLLM serves them
 	app := newApp(os.Stdout, os.Stderr, func(c *cli.Context, cfg serverConfig) error {
 		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -40,6 +42,9 @@ func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if s.kv != nil {
+		fmt.Fprintf(stdout, "publishing KV events on %s, replay on %s\n", s.kv.pub.Endpoint(), s.kv.pub.ReplayEndpoint())
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()

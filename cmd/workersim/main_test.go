@@ -24,7 +24,10 @@ func TestMain(m *testing.M) {
 		// fasthttp refreshes its Date header from a process-wide goroutine that never ends,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		// and a stopped server's idle-worker cleaner notices the stop only after its 10 s nap.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// and the ZMQ library's PUB socket never stops its writer goroutine on Close (one per
+		// KV-event publisher, for the life of the process).
+		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
 // testWorker is a workersim served in-process on a loopback port.

@@ -16,6 +16,7 @@ type responseMeta struct {
 	hasInstructions bool
 	maxOutput       int // max_output_tokens, 0 for null
 	previousID      string
+	metadata        []byte // a JSON object, nil for {}
 	store           bool
 	background      bool
 }
@@ -50,7 +51,13 @@ func appendResponse(dst []byte, m responseMeta, status string, u *sim.Usage) []b
 	} else {
 		dst = append(dst, "null"...)
 	}
-	dst = append(dst, `,"metadata":{},"model":`...)
+	dst = append(dst, `,"metadata":`...)
+	if m.metadata != nil {
+		dst = append(dst, m.metadata...)
+	} else {
+		dst = append(dst, "{}"...)
+	}
+	dst = append(dst, `,"model":`...)
 	dst = appendJSONString(dst, m.model)
 	dst = append(dst, `,"output":[`...)
 	if u != nil {

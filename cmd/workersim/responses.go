@@ -34,7 +34,8 @@ type responsesRequest struct {
 	instructions    string
 	hasInstructions bool
 	previousID      string
-	maxOutput       int // max_output_tokens as given, 0 when absent
+	metadata        []byte // the metadata object as given (compacted), nil when absent
+	maxOutput       int    // max_output_tokens as given, 0 when absent
 	stream          bool
 	store           bool
 	background      bool
@@ -72,6 +73,7 @@ func (s *server) responsesJob(parser *fastjson.Parser, body []byte) (job, error)
 			id: s.responseID(), created: time.Now().Unix(), model: req.model,
 			instructions: req.instructions, hasInstructions: req.hasInstructions,
 			maxOutput: req.maxOutput, previousID: req.previousID, store: req.store, background: req.background,
+			metadata: req.metadata,
 		},
 	}
 	sub := submission{prompt: concat(system, history), maxTokens: maxTokens, streamTokens: req.stream}
@@ -117,6 +119,7 @@ func (s *server) parseResponses(p *fastjson.Parser, body []byte) (responsesReque
 			return err
 		},
 		func(v *fastjson.Value) (err error) { req.background, err = optionalBool(v, "background"); return err },
+		func(v *fastjson.Value) (err error) { req.metadata, err = readMetadata(v.Get("metadata")); return err },
 	}
 	for _, step := range steps {
 		if err := step(v); err != nil {
@@ -238,4 +241,26 @@ func (r *responsesRenderer) finish(final []sim.Usage) {
 // stored is the record of a background response as it starts.
 func (r *responsesRenderer) stored(run *backgroundRun) storedResponse {
 	return storedResponse{meta: r.meta, status: statusQueued, input: r.input, history: r.history, run: run}
+}
+
+// readMetadata reads the metadata a response is stored with, and shows on
+// retrieval, as the OpenAI API keeps it: an object of string values.
+func readMetadata(v *fastjson.Value) ([]byte, error) {
+	if v == nil || v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil, fmt.Errorf("%w: metadata must be an object", errBadRequest)
+	}
+	var bad error
+	o.Visit(func(k []byte, item *fastjson.Value) {
+		if item.Type() != fastjson.TypeString && bad == nil {
+			bad = fmt.Errorf("%w: metadata value %q must be a string", errBadRequest, k)
+		}
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return v.MarshalTo(nil), nil
 }

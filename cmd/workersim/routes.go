@@ -78,6 +78,7 @@ func (s *server) routes() map[string]endpoint {
 		pathServerInfo:       {get: s.handleServerInfo},
 		pathFlushCache:       {get: flush, post: flush},
 		pathAdminFault:       {get: s.handleFault, post: s.handleFault},
+		pathTokenize:         {post: s.handleTokenize},
 	}
 }
 

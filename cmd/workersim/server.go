@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+
+	"github.com/kvrouter/kvrouter/internal/exposition"
 )
 
 // maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
@@ -24,6 +27,7 @@ type server struct {
 	port      int
 	created   int64 // unix seconds at start, reported as created/owned times
 	driver    *driver
+	kv        *kvEventPublisher // nil unless --kv-events-endpoint
 	metrics   *workerMetrics
 	http      *fasthttp.Server
 	parsers   fastjson.ParserPool
@@ -69,7 +73,10 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock, exit func(int)) (*ser
 	s.endpoints = s.routes()
 	s.responses = newResponseStore(cfg.maxStoredResponses)
 	s.idTag = responseIDTag(s.workerID, time.Now())
-	s.driver = newDriver(cfg.engine, cfg.timeScale, clk)
+	if s.kv, err = newKVEventPublisher(cfg); err != nil {
+		return nil, fmt.Errorf("%w --kv-events-endpoint: %w", errBadFlag, err)
+	}
+	s.driver = newPublishingDriver(cfg.engine, cfg.timeScale, clk, s.kv)
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
 		func() faultMode { return s.fault.Load().Mode })
 	s.http = &fasthttp.Server{
@@ -80,6 +87,7 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock, exit func(int)) (*ser
 	}
 	if err := s.setFault(cfg.fault); err != nil {
 		s.driver.Stop()
+		s.kv.close()
 		return nil, err
 	}
 	return s, nil
@@ -102,6 +110,7 @@ func (s *server) Shutdown(ctx context.Context) error {
 	err := s.http.ShutdownWithContext(ctx)
 	s.bg.Close()
 	s.driver.Stop()
+	s.kv.close()
 	return err
 }
 
@@ -151,7 +160,7 @@ func (s *server) slowHealth() {
 
 func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
-	s.metrics.set.WritePrometheus(ctx)
+	exposition.Write(ctx, s.metrics.set)
 }
 
 // drawError reports whether the errors fault fails this request.

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 func TestEveryResponseCarriesWorkerID(t *testing.T) {
@@ -154,6 +159,29 @@ func TestMetricsExposeVLLMNames(t *testing.T) {
 	} {
 		if got := w.metric(name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// Every family the worker serves has a help line with text, read by
+// Prometheus' own parser (the tests that check the router do the same).
+func TestEveryMetricFamilyHasHelpText(t *testing.T) {
+	metrics.ExposeMetadata(true)
+	defer metrics.ExposeMetadata(false)
+	w := startWorker(t, testConfig())
+	w.post(pathCompletions, `{"prompt":"hello","max_tokens":1}`)
+	_, _, body := w.get(pathMetrics)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("Prometheus cannot parse /metrics: %v", err)
+	}
+	if len(families) < 10 {
+		t.Fatalf("only %d families", len(families))
+	}
+	for name, f := range families {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no help text: describe it in metrics_help.go", name)
 		}
 	}
 }

@@ -41,6 +41,7 @@ type Worker struct {
 	HungUp atomic.Int64
 
 	behaviour atomic.Pointer[Behaviour]
+	every     atomic.Pointer[Behaviour] // when set, answers every request, not only POSTs
 	models    atomic.Pointer[string]
 	metrics   atomic.Pointer[Behaviour]
 	lastBody  atomic.Pointer[string]
@@ -81,6 +82,10 @@ func Start(t testing.TB, name string) *Worker {
 
 // Set makes b the answer to every inference request from now on.
 func (w *Worker) Set(b Behaviour) { w.behaviour.Store(&b) }
+
+// SetEvery makes b answer every request, whatever its method and path (a
+// store of objects an engine keeps: GET and DELETE of stored responses).
+func (w *Worker) SetEvery(b Behaviour) { w.every.Store(&b) }
 
 // SetModels makes GET /v1/models list model (empty: answer 404, as an
 // engine that declares no model).
@@ -220,7 +225,12 @@ func (w *Worker) serve(c net.Conn) {
 }
 
 func (w *Worker) dispatch(e *Exchange) {
-	switch {
+	switch every := w.every.Load(); {
+	case every != nil:
+		if e.Req.Method == http.MethodPost {
+			w.Inference.Add(1)
+		}
+		(*every)(e)
 	case e.Req.Method == http.MethodPost:
 		w.Inference.Add(1)
 		s := string(e.Body)

@@ -97,13 +97,59 @@ func (p HostPolicy) AllowsIP(ip netip.Addr) error {
 	if p.inPrefixes(ip) {
 		return nil
 	}
-	for _, pre := range deniedByDefault {
-		if pre.Contains(ip) {
-			return fmt.Errorf("%w: %s is a link-local or metadata address", ErrRefused, ip)
-		}
+	if deniedAddress(ip) {
+		return fmt.Errorf("%w: %s is a link-local or metadata address", ErrRefused, ip)
 	}
 	if len(p.prefixes) > 0 && len(p.patterns) == 0 {
 		return fmt.Errorf("%w: %s is not in --allowed-worker-hosts", ErrRefused, ip)
+	}
+	return nil
+}
+
+// deniedAddress reports whether ip is denied by default, as it is written
+// or as the IPv4 address an IPv6 spelling carries (IPv4-compatible, NAT64,
+// 6to4, Teredo): [::169.254.169.254], [64:ff9b::a9fe:a9fe] and
+// [2002:a9fe:a9fe::1] may all end at the metadata service.
+func deniedAddress(ip netip.Addr) bool {
+	for _, pre := range deniedByDefault {
+		if pre.Contains(ip) {
+			return true
+		}
+	}
+	for _, v4 := range embeddedIPv4(ip) {
+		for _, pre := range deniedByDefault {
+			if pre.Contains(v4) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// The IPv6 ranges that carry an IPv4 address.
+var (
+	ipv4Compatible = netip.MustParsePrefix("::/96")          // RFC 4291 2.5.5.1, deprecated
+	nat64          = netip.MustParsePrefix("64:ff9b::/96")   // RFC 6052, the well-known prefix
+	nat64Local     = netip.MustParsePrefix("64:ff9b:1::/48") // RFC 8215; assumed /96 as above
+	sixToFour      = netip.MustParsePrefix("2002::/16")      // RFC 3056
+	teredo         = netip.MustParsePrefix("2001::/32")      // RFC 4380
+)
+
+// embeddedIPv4 returns the IPv4 addresses an IPv6 address carries.
+func embeddedIPv4(ip netip.Addr) []netip.Addr {
+	if !ip.Is6() {
+		return nil
+	}
+	b := ip.As16()
+	last := netip.AddrFrom4([4]byte(b[12:16]))
+	switch {
+	case ipv4Compatible.Contains(ip), nat64.Contains(ip), nat64Local.Contains(ip):
+		return []netip.Addr{last}
+	case sixToFour.Contains(ip):
+		return []netip.Addr{netip.AddrFrom4([4]byte(b[2:6]))}
+	case teredo.Contains(ip):
+		client := [4]byte{b[12] ^ 0xff, b[13] ^ 0xff, b[14] ^ 0xff, b[15] ^ 0xff}
+		return []netip.Addr{netip.AddrFrom4([4]byte(b[4:8])), netip.AddrFrom4(client)}
 	}
 	return nil
 }

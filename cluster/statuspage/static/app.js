@@ -1,6 +1,9 @@
 // The status page: polls the admin JSON endpoints of the replica that
 // served it, renders the tables and keeps a few minutes of history for
-// the charts. Everything stays in this tab; nothing is written anywhere.
+// the charts, starting from the samples the replica kept of its last
+// minutes (/cluster/history), so that a page opened during an incident
+// shows what led to it. Everything stays in this tab; nothing is written
+// anywhere.
 "use strict";
 
 const params = new URLSearchParams(location.search);
@@ -191,6 +194,23 @@ function renderCharts(stats) {
   chart("hit-chart", { "hit rate": history.map((h) => [h.t, h.hit]) }, 1, (v) => Math.round(v * 100) + "%");
 }
 
+// seed fills the history with the replica's own recent samples, once,
+// before the first poll; they have the fields of a /cluster/workers answer
+// that totals, rates and remember read. Without them (an older replica)
+// the charts start from the first poll.
+async function seed() {
+  if (history.length) return;
+  try {
+    const past = await getJSON("/cluster/history");
+    for (const sample of past.samples || []) {
+      const now = totals(sample);
+      remember(sample, now, rates(now));
+    }
+  } catch (e) {
+    // the polls show the error, if it is not only this endpoint's
+  }
+}
+
 async function poll() {
   const error = document.getElementById("error");
   try {
@@ -214,8 +234,10 @@ document.getElementById("login").addEventListener("submit", (ev) => {
   ev.preventDefault();
   sessionStorage.setItem(tokenKey, document.getElementById("token").value);
   document.getElementById("login").hidden = true;
-  poll();
+  seed().then(poll);
 });
 
-poll();
-setInterval(poll, every);
+seed().then(() => {
+  poll();
+  setInterval(poll, every);
+});

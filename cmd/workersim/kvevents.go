@@ -1,0 +1,67 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/sim"
+)
+
+// kvEventPublisher sends the engine's cache changes as vLLM's KV events, so a router can route
+// on what the engine holds instead of guessing. Called from the driver's goroutine only.
+type kvEventPublisher struct {
+	pub       *kvevents.Publisher
+	blockSize int
+	events    []kvevents.Event
+}
+
+func newKVEventPublisher(cfg serverConfig) (*kvEventPublisher, error) {
+	if cfg.kvEvents == "" {
+		return nil, nil
+	}
+	pub, err := kvevents.NewPublisher(cfg.kvEvents, cfg.kvEventsReplay, kvevents.DefaultReplayBatches, kvevents.Keyed)
+	if err != nil {
+		return nil, err
+	}
+	return &kvEventPublisher{pub: pub, blockSize: cfg.engine.BlockTokens}, nil
+}
+
+func (p *kvEventPublisher) changed(now time.Time, changes []sim.CacheEvent) {
+	p.events = p.events[:0]
+	for _, c := range changes {
+		p.events = append(p.events, p.event(c))
+	}
+	p.send(now)
+}
+
+func (p *kvEventPublisher) event(c sim.CacheEvent) kvevents.Event {
+	e := kvevents.Event{Kind: kvevents.Stored, Tier: true, Tokens: c.Tokens, BlockSize: p.blockSize,
+		Parent: kvevents.EngineHash(c.Parent), HasParent: c.HasParent}
+	if c.Removed {
+		e = kvevents.Event{Kind: kvevents.Removed, Tier: true}
+	}
+	for _, h := range c.Hashes {
+		e.Hashes = append(e.Hashes, kvevents.EngineHash(h))
+	}
+	return e
+}
+
+// cleared says the engine dropped its whole cache (/reset_prefix_cache).
+func (p *kvEventPublisher) cleared(now time.Time) {
+	p.events = append(p.events[:0], kvevents.Event{Kind: kvevents.Cleared, Tier: true})
+	p.send(now)
+}
+
+func (p *kvEventPublisher) send(now time.Time) {
+	err := p.pub.Publish(kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: p.events})
+	if err != nil {
+		slog.Warn("publishing KV events", "err", err)
+	}
+}
+
+func (p *kvEventPublisher) close() {
+	if p != nil {
+		_ = p.pub.Close()
+	}
+}

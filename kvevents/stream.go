@@ -1,0 +1,140 @@
+package kvevents
+
+import "errors"
+
+// Stats counts what happened to one worker's stream. A reset (Lost, Rewinds,
+// Malformed) emptied the set: what it holds after is true but may be
+// incomplete until the engine stores its blocks again.
+type Stats struct {
+	Batches   uint64 // batches applied
+	Events    uint64 // events applied
+	Gaps      uint64 // gaps seen on the live stream (joining late counts)
+	Repaired  uint64 // gaps filled whole from the replay socket
+	Lost      uint64 // gaps the replay could not fill
+	Rewinds   uint64 // sequences that went back: the engine restarted
+	Malformed uint64 // batches that did not decode
+	Orphans   uint64 // stored events that followed an unknown block
+	Refused   uint64 // stored events refused: set full or another block size
+}
+
+// Stream follows one worker's numbered batches into its Set: in order they
+// are applied; a gap waits for a replay; a sequence that rewinds, a batch
+// that does not decode and a gap the replay cannot fill empty the set, since
+// what it held may no longer be true. Not safe for concurrent use.
+type Stream struct {
+	set     *Set
+	next    uint64 // the sequence number the next batch should carry
+	started bool
+	pending *numbered // the live batch that revealed a gap, held until the replay ends
+	lossy   bool      // the replay under way skipped batches
+	stats   Stats
+}
+
+type numbered struct {
+	seq     uint64
+	payload []byte
+}
+
+// NewStream follows a worker's batches into set.
+func NewStream(set *Set) *Stream { return &Stream{set: set} }
+
+// Stats is what the stream has seen so far.
+func (s *Stream) Stats() Stats { return s.stats }
+
+// Set is the blocks the worker holds, as far as the stream knows.
+func (s *Stream) Set() *Set { return s.set }
+
+// Rejoin forgets everything: the stream starts over from a new connection,
+// where the engine may have restarted unseen. The next live batch asks for a
+// replay from the start, which rebuilds the set as far as the engine kept
+// its batches.
+func (s *Stream) Rejoin() {
+	s.set.Reset()
+	s.next, s.started, s.pending, s.lossy = 0, false, nil, false
+}
+
+// Offer takes a live batch. When it shows that batches are missing (the first
+// one heard is not the engine's first, or numbers were skipped), Offer holds
+// it and says from which number to replay; the caller replays (Replayed for
+// each batch, then EndReplay), or calls EndReplay alone when no replay is to
+// be had.
+func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool) {
+	switch {
+	case !s.started && seq > 0, s.started && seq > s.next:
+		s.started = true
+		s.stats.Gaps++
+		s.pending = &numbered{seq, payload}
+		return s.next, true
+	case s.started && seq < s.next:
+		s.stats.Rewinds++
+		s.set.Reset()
+		s.next = seq
+	}
+	s.started = true
+	s.apply(seq, payload)
+	return 0, false
+}
+
+// Replayed takes a batch from the replay socket. Batches already applied are
+// skipped; one past a missing number means the engine no longer has what was
+// missed.
+func (s *Stream) Replayed(seq uint64, payload []byte) {
+	switch {
+	case seq < s.next:
+		return
+	case seq > s.next:
+		s.lose(seq)
+	}
+	s.apply(seq, payload)
+}
+
+// EndReplay applies the held live batch: if the replay did not reach it, the
+// batches between were lost.
+func (s *Stream) EndReplay() {
+	p := s.pending
+	if p == nil {
+		return
+	}
+	s.pending = nil
+	switch {
+	case p.seq > s.next:
+		s.lose(p.seq)
+	case !s.lossy:
+		s.stats.Repaired++
+	}
+	s.lossy = false
+	if p.seq >= s.next {
+		s.apply(p.seq, p.payload)
+	}
+}
+
+// lose empties the set: the batches from next to seq are gone, and with
+// them removals the set never heard of.
+func (s *Stream) lose(seq uint64) {
+	if !s.lossy {
+		s.stats.Lost++
+	}
+	s.lossy = s.pending != nil
+	s.set.Reset()
+	s.next = seq
+}
+
+func (s *Stream) apply(seq uint64, payload []byte) {
+	s.next = seq + 1
+	b, err := Decode(payload)
+	if err != nil {
+		s.stats.Malformed++
+		s.set.Reset()
+		return
+	}
+	s.stats.Batches++
+	for _, e := range b.Events {
+		s.stats.Events++
+		switch err := s.set.Apply(e); {
+		case errors.Is(err, ErrUnknownParent):
+			s.stats.Orphans++
+		case err != nil:
+			s.stats.Refused++
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package kvevents
+
+import "testing"
+
+// engine plays one engine's numbered batches: each stores a prompt of its
+// own.
+type engine struct {
+	t       *testing.T
+	batches [][]byte
+	prompts [][]uint32
+}
+
+func newEngine(t *testing.T, n int) *engine {
+	e := &engine{t: t}
+	for i := range n {
+		p := prompt(uint32(1000*i+1), 2)
+		e.prompts = append(e.prompts, p)
+		e.batches = append(e.batches, encode(t, Keyed, stored(names(EngineHash(100*i)), nil, p)))
+	}
+	return e
+}
+
+func newTestStream() *Stream { return NewStream(NewSet("m", testBlock, 1000)) }
+
+func (e *engine) held(s *Stream, i int) bool { return matched(s.Set(), e.prompts[i]) == 2 }
+
+func TestBatchesInOrderAreApplied(t *testing.T) {
+	e, s := newEngine(t, 3), newTestStream()
+	for i := range 3 {
+		if _, gap := s.Offer(uint64(i), e.batches[i]); gap {
+			t.Fatalf("batch %d in order seen as a gap", i)
+		}
+	}
+	if !e.held(s, 0) || !e.held(s, 2) || s.Stats().Batches != 3 {
+		t.Errorf("stats %+v", s.Stats())
+	}
+}
+
+func TestAGapIsFilledFromTheReplay(t *testing.T) {
+	e, s := newEngine(t, 4), newTestStream()
+	s.Offer(0, e.batches[0])
+	from, gap := s.Offer(3, e.batches[3])
+	if !gap || from != 1 {
+		t.Fatalf("Offer(3) after 0 = %d, %v; want a replay from 1", from, gap)
+	}
+	for i := 1; i <= 3; i++ { // the replay answers up to the newest batch, the held one included
+		s.Replayed(uint64(i), e.batches[i])
+	}
+	s.EndReplay()
+	for i := range 4 {
+		if !e.held(s, i) {
+			t.Errorf("batch %d not held after the replay", i)
+		}
+	}
+	if st := s.Stats(); st.Gaps != 1 || st.Repaired != 1 || st.Lost != 0 || st.Batches != 4 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestAGapTheReplayCannotFillEmptiesTheSet(t *testing.T) {
+	e, s := newEngine(t, 5), newTestStream()
+	s.Offer(0, e.batches[0])
+	s.Offer(4, e.batches[4])
+	s.Replayed(3, e.batches[3]) // the engine no longer keeps 1 and 2
+	s.Replayed(4, e.batches[4])
+	s.EndReplay()
+	if e.held(s, 0) {
+		t.Error("a block from before the lost batches is still believed: they may have removed it")
+	}
+	if !e.held(s, 3) || !e.held(s, 4) {
+		t.Error("batches after the loss were not applied")
+	}
+	if st := s.Stats(); st.Lost != 1 || st.Repaired != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+func TestNoReplayAtAllCountsAsLost(t *testing.T) {
+	e, s := newEngine(t, 3), newTestStream()
+	s.Offer(0, e.batches[0])
+	s.Offer(2, e.batches[2])
+	s.EndReplay()
+	if e.held(s, 0) || !e.held(s, 2) || s.Stats().Lost != 1 {
+		t.Errorf("held 0: %v, held 2: %v, stats %+v", e.held(s, 0), e.held(s, 2), s.Stats())
+	}
+}
+
+func TestASequenceThatRewindsIsARestartedEngine(t *testing.T) {
+	e, s := newEngine(t, 3), newTestStream()
+	s.Offer(0, e.batches[0])
+	s.Offer(1, e.batches[1])
+	s.Offer(0, e.batches[2]) // numbered 0 again
+	if e.held(s, 0) || e.held(s, 1) || !e.held(s, 2) || s.Stats().Rewinds != 1 {
+		t.Errorf("after a rewind: held %v %v %v, stats %+v", e.held(s, 0), e.held(s, 1), e.held(s, 2), s.Stats())
+	}
+}
+
+func TestAMalformedBatchEmptiesTheSet(t *testing.T) {
+	e, s := newEngine(t, 2), newTestStream()
+	s.Offer(0, e.batches[0])
+	s.Offer(1, []byte("\xc1 not msgpack"))
+	if e.held(s, 0) || s.Stats().Malformed != 1 {
+		t.Errorf("a block survived a batch that did not decode (it may have removed it): stats %+v", s.Stats())
+	}
+}
+
+func TestJoiningLateReplaysFromTheStart(t *testing.T) {
+	e, s := newEngine(t, 3), newTestStream()
+	from, gap := s.Offer(2, e.batches[2])
+	if !gap || from != 0 {
+		t.Fatalf("the first batch heard is 2: Offer = %d, %v, want a replay from 0", from, gap)
+	}
+	for i := range 3 {
+		s.Replayed(uint64(i), e.batches[i])
+	}
+	s.EndReplay()
+	if !e.held(s, 0) || !e.held(s, 2) || s.Stats().Repaired != 1 {
+		t.Errorf("stats %+v", s.Stats())
+	}
+}

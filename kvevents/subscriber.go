@@ -1,0 +1,193 @@
+package kvevents
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// SubscriberConfig is how to hear one worker's engine.
+type SubscriberConfig struct {
+	// Endpoint is the engine's PUB socket, tcp://host:port (vLLM's default
+	// port is 5557).
+	Endpoint string
+	// ReplayEndpoint is the engine's replay socket; empty when it has none,
+	// and then every gap empties the set.
+	ReplayEndpoint string
+	// Model seeds the keys: the model the worker serves.
+	Model string
+	// BlockSize is the engine's block size in tokens; events of another size
+	// are refused.
+	BlockSize int
+	// MaxBlocks bounds the set (the engine's num_gpu_blocks is enough).
+	MaxBlocks int
+	// Allow is the worker-host policy: it gets an endpoint's host:port before
+	// any connection and returns the address to dial (resolved and checked),
+	// or why not. Required.
+	Allow func(hostport string) (string, error)
+	// ReplayTimeout bounds one replay (default 2 s).
+	ReplayTimeout time.Duration
+	// Retry is the pause between connection attempts (default 1 s).
+	Retry time.Duration
+}
+
+// Subscriber hears one worker's events into its Set, reconnecting when the
+// engine goes away. Matched and Stats may be called from any goroutine.
+type Subscriber struct {
+	cfg            SubscriberConfig
+	live, replayTo string // the dial addresses, past the policy
+	cancel         context.CancelFunc
+	done           chan struct{}
+
+	mu     sync.RWMutex
+	stream *Stream
+	keys   []uint64
+}
+
+// Subscribe checks cfg against the policy and starts hearing the engine.
+func Subscribe(cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.Allow == nil {
+		return nil, errors.New("kvevents: no worker-host policy")
+	}
+	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
+		return nil, fmt.Errorf("kvevents: block size %d out of range", cfg.BlockSize)
+	}
+	s := &Subscriber{cfg: cfg, done: make(chan struct{}), stream: NewStream(NewSet(cfg.Model, cfg.BlockSize, cfg.MaxBlocks))}
+	var err error
+	if s.live, err = allowed(cfg.Endpoint, cfg.Allow); err != nil {
+		return nil, err
+	}
+	if cfg.ReplayEndpoint != "" {
+		if s.replayTo, err = allowed(cfg.ReplayEndpoint, cfg.Allow); err != nil {
+			return nil, err
+		}
+	}
+	var ctx context.Context
+	ctx, s.cancel = context.WithCancel(context.Background())
+	go s.run(ctx)
+	return s, nil
+}
+
+// allowed is the tcp:// endpoint to dial for endpoint, past the policy.
+func allowed(endpoint string, allow func(string) (string, error)) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "tcp" || u.Host == "" || u.Port() == "" || u.Path != "" {
+		return "", fmt.Errorf("kvevents: endpoint %q is not tcp://host:port", endpoint)
+	}
+	addr, err := allow(u.Host)
+	if err != nil {
+		return "", fmt.Errorf("kvevents: endpoint %s: %w", endpoint, err)
+	}
+	return "tcp://" + addr, nil
+}
+
+// Matched is how many leading blocks of tokens the engine holds now.
+func (s *Subscriber) Matched(tokens []uint32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = s.stream.Set().Keys(s.keys[:0], tokens)
+	return s.stream.Set().Matched(s.keys)
+}
+
+// Stats is what the stream has seen so far, and how many blocks the set
+// holds.
+func (s *Subscriber) Stats() (Stats, int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.stream.Stats(), s.stream.Set().Len()
+}
+
+// Close stops hearing the engine and waits for the subscriber's goroutine.
+func (s *Subscriber) Close() {
+	s.cancel()
+	<-s.done
+}
+
+func (s *Subscriber) run(ctx context.Context) {
+	defer close(s.done)
+	for ctx.Err() == nil {
+		s.hear(ctx)
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.retry()):
+		}
+	}
+}
+
+func (s *Subscriber) retry() time.Duration {
+	if s.cfg.Retry > 0 {
+		return s.cfg.Retry
+	}
+	return time.Second
+}
+
+// hear reads live batches until the connection or ctx ends.
+func (s *Subscriber) hear(ctx context.Context) {
+	sub := zmq4.NewSub(ctx, zmq4.WithDialerMaxRetries(0))
+	defer sub.Close()
+	if sub.Dial(s.live) != nil || sub.SetOption(zmq4.OptionSubscribe, "") != nil {
+		return
+	}
+	s.mu.Lock()
+	s.stream.Rejoin()
+	s.mu.Unlock()
+	for {
+		msg, err := sub.Recv()
+		if err != nil {
+			return
+		}
+		// [topic, sequence, payload]
+		if len(msg.Frames) != 3 || len(msg.Frames[1]) != 8 {
+			continue
+		}
+		s.offer(ctx, binary.BigEndian.Uint64(msg.Frames[1]), msg.Frames[2])
+	}
+}
+
+func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
+	s.mu.Lock()
+	from, gap := s.stream.Offer(seq, payload)
+	s.mu.Unlock()
+	if !gap {
+		return
+	}
+	if s.replayTo != "" {
+		s.replay(ctx, from)
+	}
+	s.mu.Lock()
+	s.stream.EndReplay()
+	s.mu.Unlock()
+}
+
+// replay asks the engine for every batch from from and applies what comes
+// back, until the end marker, an error or the timeout.
+func (s *Subscriber) replay(ctx context.Context, from uint64) {
+	timeout := s.cfg.ReplayTimeout
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d := zmq4.NewDealer(ctx, zmq4.WithDialerMaxRetries(0))
+	defer d.Close()
+	if d.Dial(s.replayTo) != nil || d.Send(zmq4.NewMsgFrom(nil, seqBytes(from))) != nil {
+		return
+	}
+	for {
+		msg, err := d.Recv()
+		// ["", sequence, payload]
+		if err != nil || len(msg.Frames) != 3 || len(msg.Frames[1]) != 8 || bytes.Equal(msg.Frames[1], endOfReplay) {
+			return
+		}
+		s.mu.Lock()
+		s.stream.Replayed(binary.BigEndian.Uint64(msg.Frames[1]), msg.Frames[2])
+		s.mu.Unlock()
+	}
+}
