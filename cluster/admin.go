@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -163,6 +164,10 @@ func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 		writeError(ctx, routeErr)
 		return true
 	}
+	if err := boundBody(ctx, maxAdminBody); err != nil {
+		writeError(ctx, err)
+		return true
+	}
 	h, allowed := ep[string(ctx.Method())]
 	if !allowed {
 		ctx.Response.Header.Set("Allow", strings.Join(slices.Sorted(maps.Keys(ep)), ", "))
@@ -248,6 +253,44 @@ func (a *Admin) authorize(ctx *fasthttp.RequestCtx) error {
 	return nil
 }
 
+// HasToken reports whether the admin API has a token (--admin-token).
+func (a *Admin) HasToken() bool { return a.cfg.Token != "" }
+
+// CarriesToken reports whether an Authorization header carries the admin
+// token, compared as authorize does.
+func (a *Admin) CarriesToken(authorization []byte) bool {
+	token, ok := bearerToken(authorization)
+	got := sha256.Sum256(token)
+	return a.HasToken() && ok && subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+}
+
+// boundBody reads a streamed request body once the request is authorised,
+// at most limit bytes of it (413 past that): admin bodies are small, and
+// nothing of one is read before its token was checked.
+func boundBody(ctx *fasthttp.RequestCtx, limit int) error {
+	stream := ctx.RequestBodyStream()
+	if stream == nil {
+		return nil
+	}
+	if ctx.Request.Header.ContentLength() > limit {
+		return tooLargeBody(ctx.Request.Header.ContentLength())
+	}
+	body, err := io.ReadAll(io.LimitReader(stream, int64(limit)+1))
+	if err != nil {
+		return &statusError{http.StatusBadRequest, "invalid_request_error", "the request body could not be read: " + err.Error()}
+	}
+	if len(body) > limit {
+		return tooLargeBody(len(body))
+	}
+	ctx.Request.SetBodyRaw(body)
+	return nil
+}
+
+func tooLargeBody(n int) error {
+	return &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+		fmt.Sprintf("body of %d bytes exceeds %d", n, maxAdminBody)}
+}
+
 func bearerToken(header []byte) ([]byte, bool) {
 	const scheme = "bearer "
 	if len(header) <= len(scheme) || !strings.EqualFold(string(header[:len(scheme)]), scheme) {
@@ -315,12 +358,7 @@ func decodeWorkerRequest(body []byte) (workerRequest, error) {
 		return req, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
 			fmt.Sprintf("body of %d bytes exceeds %d", len(body), maxAdminBody)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, badJSON(err)
-	}
-	return req, nil
+	return req, decodeBody(body, &req)
 }
 
 // badJSON turns a decoding error into a 400 that names the field when the
@@ -448,10 +486,8 @@ func (a *Admin) putRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	var v RoutingView
-	dec := json.NewDecoder(bytes.NewReader(ctx.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		writeError(ctx, badJSON(err))
+	if err := decodeBody(ctx.PostBody(), &v); err != nil {
+		writeError(ctx, err)
 		return
 	}
 	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)

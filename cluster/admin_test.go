@@ -173,6 +173,8 @@ func TestAdminRefusesInvalidRequestsWith400NamingTheField(t *testing.T) {
 		{"POST", "/workers", `{"url":"http://h:1","bootstrap_port":"8998"}`, "bootstrap_port"},
 		{"POST", "/workers", `{"url":"http://h:1","uri":"x"}`, "uri"},
 		{"POST", "/workers", `{"url":`, "JSON"},
+		{"POST", "/workers", `{"url":"http://127.0.0.1:1","url":"http://169.254.169.254:80"}`, `the key "url" twice`},
+		{"POST", "/workers", `{"url":"http://h:1","labels":{"a":"1","a":"2"}}`, `the body.labels names the key "a" twice`},
 		{"POST", "/workers/abc/drain", ``, "id"},
 		{"DELETE", "/workers/0", ``, "id"},
 	}
@@ -187,6 +189,32 @@ func TestAdminRefusesInvalidRequestsWith400NamingTheField(t *testing.T) {
 	}
 	if n.fsm.View().Len() != 0 {
 		t.Fatal("an invalid request reached the registry")
+	}
+}
+
+// The admin API refuses a key named twice in its bodies, as the inference
+// API does: encoding/json would apply the last of them.
+func TestAdminRefusesDuplicateKeys(t *testing.T) {
+	c := fakeAdmin(t, AdminConfig{
+		SetRouting: func(context.Context, RoutingView) (RoutingView, error) {
+			t.Error("a routing change with a key given twice was applied")
+			return RoutingView{}, nil
+		},
+		Keyring: func(context.Context, KeyringOp, []byte) ([]NodeKeyring, error) {
+			t.Error("a keyring change with a key given twice was applied")
+			return nil, nil
+		}}, nil)
+	for _, tc := range []struct{ method, path, body, mention string }{
+		{"POST", "/workers", `{"url":"http://127.0.0.1:1","url":"http://127.0.0.2:1"}`, `the body names the key "url" twice`},
+		{"POST", "/workers", `{"url":"http://h:1","labels":{"a":"1","a":"2"}}`, `the body.labels names the key "a" twice`},
+		{"PUT", "/cluster/routing", `{"index":1,"config":{},"index":2}`, `names the key "index" twice`},
+		{"POST", "/cluster/keyring/install", `{"key":"MDEyMzQ1Njc4OWFiY2RlZg==","key":"x"}`, `names the key "key" twice`},
+	} {
+		r := c.do(tc.method, tc.path, tc.body)
+		expectStatus(t, r, http.StatusBadRequest)
+		if e := r.apiError(t); !strings.Contains(e.Message, tc.mention) {
+			t.Errorf("%s %s: %q does not say %q", tc.method, tc.path, e.Message, tc.mention)
+		}
 	}
 }
 

@@ -139,8 +139,10 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	var after RoutingView
 	decodeInto(t, rep.body, &after)
 	stale.Config.CacheThreshold = 0.9
-	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict {
-		t.Fatalf("a PUT naming the old index: %d %s, want 409", rep.status, rep.body)
+	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict ||
+		!strings.Contains(rep.body, "the routing config changed") || !strings.Contains(rep.body, fmt.Sprintf("index %d", after.Index)) ||
+		strings.Contains(rep.body, "worker registration") {
+		t.Fatalf("a PUT naming the old index: %d %s, want 409 saying the routing config changed and its index", rep.status, rep.body)
 	}
 	bad := after
 	bad.Config.BlockSize = 512

@@ -94,10 +94,8 @@ func (a *Admin) changeKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 // decodeKeyringKey reads {"key": base64} and checks it is an AES key.
 func decodeKeyringKey(body []byte) ([]byte, error) {
 	var req keyringRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return nil, badJSON(err)
+	if err := decodeBody(body, &req); err != nil {
+		return nil, err
 	}
 	return parseGossipKey(req.Key)
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -14,10 +13,15 @@ import (
 // web page open in a browser on this host could make. The loopback rule
 // does not stop such a page: the browser is a loopback client.
 //
-//   - A cross-site page may send a POST without asking first only with a
-//     "simple" Content-Type (text/plain, a form encoding) or none. So every
-//     admin request but GET and HEAD must say application/json, for which a
-//     browser asks first (a CORS preflight), and this API never agrees.
+//   - A browser marks every request a page makes with Sec-Fetch-Site (all
+//     current browsers) and a cross-origin one with Origin. A write that a
+//     browser says came from another site or origin is refused, as Go's
+//     net/http.CrossOriginProtection judges it: Sec-Fetch-Site same-origin
+//     or none passes, any other value is refused; without it, an Origin
+//     whose host is not the request's Host is refused; with neither the
+//     request is not a page's (curl, scripts, the router's own CLI) and
+//     passes. A DELETE or PUT from a page needs a CORS preflight first,
+//     which this API never grants.
 //   - A page whose owner points its host name at 127.0.0.1 (DNS rebinding)
 //     is same-origin and may send anything, but its Host header still names
 //     the page's site. So the Host must be a loopback address or localhost.
@@ -30,15 +34,28 @@ func sameSite(ctx *fasthttp.RequestCtx) error {
 			"Host %q is not a loopback name; without --admin-token the admin API answers only requests to "+
 				"127.0.0.1, [::1] or localhost (a web page may have re-pointed its own name at this host)", host)}
 	}
-	if ctx.IsGet() || ctx.IsHead() {
-		return nil
-	}
-	if !isJSON(string(ctx.Request.Header.ContentType())) {
-		return &statusError{http.StatusUnsupportedMediaType, "invalid_request_error",
-			"without --admin-token, admin writes need Content-Type: application/json " +
-				"(a web page cannot send that cross-site without the browser asking first)"}
+	if err := crossOrigin.Check(browserMarks(ctx)); err != nil {
+		return &statusError{http.StatusForbidden, "permission_error",
+			"without --admin-token the admin API refuses writes a browser sent from another site or origin (" +
+				err.Error() + "); set --admin-token to call it from a page"}
 	}
 	return nil
+}
+
+// crossOrigin is the standard library's judgement of a request's browser
+// marks, with no origin trusted beyond the request's own.
+var crossOrigin = http.NewCrossOriginProtection()
+
+// browserMarks is what CrossOriginProtection reads of a request: its
+// method, Host, Sec-Fetch-Site and Origin.
+func browserMarks(ctx *fasthttp.RequestCtx) *http.Request {
+	h := http.Header{}
+	for _, name := range []string{"Sec-Fetch-Site", "Origin"} {
+		if v := ctx.Request.Header.Peek(name); len(v) > 0 {
+			h.Set(name, string(v))
+		}
+	}
+	return &http.Request{Method: string(ctx.Method()), Host: string(ctx.Host()), Header: h}
 }
 
 // loopbackHost reports whether a Host header names this host's loopback:
@@ -59,11 +76,4 @@ func loopbackHost(hostport string) bool {
 	}
 	host = strings.ToLower(host)
 	return host == "localhost" || strings.HasSuffix(host, ".localhost")
-}
-
-// isJSON reports whether a Content-Type is application/json (parameters
-// such as charset allowed).
-func isJSON(contentType string) bool {
-	media, _, err := mime.ParseMediaType(contentType)
-	return err == nil && media == "application/json"
 }

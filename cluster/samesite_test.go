@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
@@ -12,7 +13,7 @@ import (
 
 // adminRequest runs one in-memory request through admin from a loopback
 // client and returns the status.
-func adminRequest(admin *Admin, method, uri, host, contentType, token, body string) int {
+func adminRequest(admin *Admin, method, uri, host, contentType, token, body string, headers ...string) int {
 	var req fasthttp.Request
 	req.Header.SetMethod(method)
 	req.SetRequestURI(uri)
@@ -23,6 +24,9 @@ func adminRequest(admin *Admin, method, uri, host, contentType, token, body stri
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	req.SetBodyString(body)
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
@@ -31,27 +35,35 @@ func adminRequest(admin *Admin, method, uri, host, contentType, token, body stri
 }
 
 // A page in a browser on the operator's machine is a loopback client: what
-// it can send without asking the server first must not change the
-// registry when the admin API has no token.
+// it sends must not change the registry when the admin API has no token.
+// The browser marks it (Sec-Fetch-Site, Origin); curl and scripts do not.
 func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 	fsm := store.NewFSM()
 	admin := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
 	add := `{"url":"http://127.0.0.1:9/from-a-page"}`
+	page := "http://evil.example"
 	cases := []struct {
 		name, method, uri, host, contentType string
+		headers                              []string
 		want                                 int
 	}{
-		{"a cross-site form as text/plain", "POST", "/workers", "127.0.0.1:8080", "text/plain", http.StatusUnsupportedMediaType},
-		{"a form post", "POST", "/workers", "127.0.0.1:8080", "application/x-www-form-urlencoded", http.StatusUnsupportedMediaType},
-		{"a multipart form", "POST", "/workers", "localhost:8080", "multipart/form-data; boundary=x", http.StatusUnsupportedMediaType},
-		{"a body without a Content-Type", "POST", "/workers", "127.0.0.1:8080", "", http.StatusUnsupportedMediaType},
-		{"vllm-router's add_worker as text/plain", "POST", "/add_worker?url=http://127.0.0.1:9/x", "127.0.0.1:8080", "text/plain", http.StatusUnsupportedMediaType},
-		{"a rebinding page's Host", "POST", "/workers", "evil.example:8080", "application/json", http.StatusForbidden},
-		{"a rebinding page reading", "GET", "/workers", "evil.example", "", http.StatusForbidden},
+		{"a cross-site form as text/plain", "POST", "/workers", "127.0.0.1:8080", "text/plain",
+			[]string{"Sec-Fetch-Site", "cross-site", "Origin", page}, http.StatusForbidden},
+		{"a form post", "POST", "/workers", "127.0.0.1:8080", "application/x-www-form-urlencoded",
+			[]string{"Sec-Fetch-Site", "cross-site", "Origin", page}, http.StatusForbidden},
+		{"a page on another port of this host", "POST", "/workers", "127.0.0.1:8080", "application/json",
+			[]string{"Sec-Fetch-Site", "same-site", "Origin", "http://127.0.0.1:3000"}, http.StatusForbidden},
+		{"an older browser's cross-origin post, Origin only", "POST", "/workers", "localhost:8080", "multipart/form-data; boundary=x",
+			[]string{"Origin", page}, http.StatusForbidden},
+		{"vllm-router's add_worker from a page", "POST", "/add_worker?url=http://127.0.0.1:9/x", "127.0.0.1:8080", "",
+			[]string{"Sec-Fetch-Site", "cross-site"}, http.StatusForbidden},
+		{"a rebinding page's Host", "POST", "/workers", "evil.example:8080", "application/json",
+			[]string{"Sec-Fetch-Site", "same-origin", "Origin", "http://evil.example:8080"}, http.StatusForbidden},
+		{"a rebinding page reading", "GET", "/workers", "evil.example", "", nil, http.StatusForbidden},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := adminRequest(admin, tc.method, tc.uri, tc.host, tc.contentType, "", add); got != tc.want {
+			if got := adminRequest(admin, tc.method, tc.uri, tc.host, tc.contentType, "", add, tc.headers...); got != tc.want {
 				t.Fatalf("status %d, want %d", got, tc.want)
 			}
 			if fsm.View().Len() != 0 {
@@ -59,14 +71,30 @@ func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a client that says JSON is served", func(t *testing.T) {
-		for _, host := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost", "router.localhost:8080", ""} {
-			if got := adminRequest(admin, "POST", "/workers", host, "application/json; charset=utf-8", "", add); got/100 != 2 {
-				t.Fatalf("Host %q: status %d", host, got)
+	t.Run("curl, a script and the same origin are served", func(t *testing.T) {
+		served := []struct {
+			host, contentType string
+			headers           []string
+		}{
+			{"127.0.0.1:8080", "", []string{"User-Agent", "curl/8.14.1", "Accept", "*/*"}},
+			{"[::1]:8080", "application/x-www-form-urlencoded", nil}, // curl -d
+			{"localhost", "application/json; charset=utf-8", nil},
+			{"router.localhost:8080", "text/plain", []string{"Sec-Fetch-Site", "same-origin", "Origin", "http://router.localhost:8080"}},
+			{"127.0.0.1:8080", "", []string{"Sec-Fetch-Site", "none"}}, // typed into the address bar
+			{"127.0.0.1:8080", "", []string{"Origin", "http://127.0.0.1:8080"}},
+			{"", "", nil},
+		}
+		for i, tc := range served {
+			body := fmt.Sprintf(`{"url":"http://127.0.0.1:9/w%d"}`, i)
+			if got := adminRequest(admin, "POST", "/workers", tc.host, tc.contentType, "", body, tc.headers...); got/100 != 2 {
+				t.Fatalf("Host %q %v: status %d", tc.host, tc.headers, got)
 			}
 		}
-		if fsm.View().Len() != 1 {
-			t.Fatalf("%d workers registered, want 1", fsm.View().Len())
+		if fsm.View().Len() != len(served) {
+			t.Fatalf("%d workers registered, want %d", fsm.View().Len(), len(served))
+		}
+		if got := adminRequest(admin, "DELETE", "/workers/1", "127.0.0.1:8080", "", "", ""); got != http.StatusOK {
+			t.Fatalf("curl -X DELETE /workers/1: status %d", got)
 		}
 	})
 }

@@ -32,7 +32,7 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 		{"no token: its script", open, "GET", "/ui/app.js", "localhost:30000", "", http.StatusOK},
 		{"no token: a rebinding page's Host", open, "GET", "/ui/", "evil.example", "", http.StatusForbidden},
 		{"no token: the data under a rebinding Host", open, "GET", "/cluster/workers", "evil.example", "", http.StatusForbidden},
-		{"no token: a write to the page", open, "POST", "/ui", "127.0.0.1", "", http.StatusUnsupportedMediaType},
+		{"no token: a write to the page", open, "POST", "/ui", "127.0.0.1", "", http.StatusMethodNotAllowed},
 		{"no token: an unknown file", open, "GET", "/ui/secrets.txt", "127.0.0.1", "", http.StatusNotFound},
 		{"token: the shell to anyone", locked, "GET", "/ui", "router.example", "", http.StatusOK},
 		{"token: the data not without it", locked, "GET", "/cluster/workers", "router.example", "", http.StatusUnauthorized},

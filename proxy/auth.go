@@ -34,26 +34,53 @@ func (k *apiKeys) enabled() bool {
 
 // allows reports whether an Authorization header carries one of the keys.
 func (k *apiKeys) allows(authorization []byte) bool {
-	token, ok := bytes.CutPrefix(authorization, []byte("Bearer "))
-	if !ok || len(token) == 0 {
+	token, ok := bearerToken(authorization)
+	if !ok {
 		return false
 	}
 	_, ok = (*k.digests.Load())[sha256.Sum256(token)]
 	return ok
 }
 
+// bearerToken reads "Bearer <token>"; the scheme is case-insensitive (RFC
+// 9110, 11.1), as on the admin API.
+func bearerToken(authorization []byte) ([]byte, bool) {
+	const scheme = "bearer "
+	if len(authorization) <= len(scheme) || !bytes.EqualFold(authorization[:len(scheme)], []byte(scheme)) {
+		return nil, false
+	}
+	token := bytes.TrimSpace(authorization[len(scheme):])
+	return token, len(token) > 0
+}
+
 // SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
 // turns the check off.
 func (p *Proxy) SetAPIKeys(keys []string) { p.keys.replace(keys) }
 
-// authorized checks a client's key when keys are required, answering 401
-// when it has none or another.
-func (p *Proxy) authorized(ctx *fasthttp.RequestCtx) bool {
-	if !p.keys.enabled() || p.keys.allows(ctx.Request.Header.Peek("Authorization")) {
+// AdminCredential is the admin API's token, as /metrics takes it in place
+// of an API key.
+type AdminCredential interface {
+	// HasToken reports whether the admin API has a token (--admin-token).
+	HasToken() bool
+	// CarriesToken reports whether an Authorization header carries it.
+	CarriesToken(authorization []byte) bool
+}
+
+// mayUse reports whether ctx's request carries what a route of this
+// access needs.
+func (p *Proxy) mayUse(ctx *fasthttp.RequestCtx, a access) bool {
+	authorization := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	switch a {
+	case open:
 		return true
+	case keyedOrAdmin:
+		admin := p.deps.AdminToken
+		if admin != nil && admin.HasToken() && admin.CarriesToken(authorization) {
+			return true
+		}
+		if !p.keys.enabled() {
+			return admin == nil || !admin.HasToken()
+		}
 	}
-	ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
-	writeErrorStatus(ctx, fasthttp.StatusUnauthorized, "invalid_request_error",
-		"missing or invalid API key: send Authorization: Bearer <key>")
-	return false
+	return !p.keys.enabled() || p.keys.allows(authorization)
 }

@@ -81,12 +81,18 @@ type Edge struct {
 	// MaxHeaderSize bounds a request's line and headers, in bytes
 	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
 	MaxHeaderSize int
+	// MaxBufferedBodyBytes bounds the bytes of request bodies the replica
+	// holds at once, each from before it is read until its answer is
+	// written or its stream starts (--max-buffered-body-bytes, default
+	// 512 MiB, at least MaxPayloadSize); a body past it is answered 503
+	// with Retry-After before it is read.
+	MaxBufferedBodyBytes int64
 }
 
 // DefaultEdge returns the defaults of the client listener's limits.
 func DefaultEdge() Edge {
 	return Edge{HeaderReadTimeout: 30 * time.Second, BodyReadTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second,
-		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10}
+		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10, MaxBufferedBodyBytes: 512 << 20}
 }
 
 func (e Edge) withDefaults() Edge {
@@ -102,6 +108,9 @@ func (e Edge) withDefaults() Edge {
 	}
 	if e.MaxHeaderSize <= 0 {
 		e.MaxHeaderSize = d.MaxHeaderSize
+	}
+	if e.MaxBufferedBodyBytes <= 0 {
+		e.MaxBufferedBodyBytes = d.MaxBufferedBodyBytes
 	}
 	return e
 }

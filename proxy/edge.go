@@ -19,10 +19,13 @@ type edgeListener struct {
 	net.Listener
 	log      *slog.Logger
 	maxConns int64
-	active   atomic.Int64
-	failing  atomic.Bool // accepting fails for lack of resources right now
-	quit     chan struct{}
-	quitOnce sync.Once
+	// watchHeads: the connections are plaintext HTTP, whose first request
+	// head each watches for bare LFs (lineends.go).
+	watchHeads bool
+	active     atomic.Int64
+	failing    atomic.Bool // accepting fails for lack of resources right now
+	quit       chan struct{}
+	quitOnce   sync.Once
 
 	mu        sync.Mutex
 	lingering map[*edgeConn]struct{}
@@ -49,7 +52,7 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 				l.log.Info("accepting client connections again")
 			}
 			over := l.maxConns > 0 && l.active.Add(1) > l.maxConns
-			return &edgeConn{Conn: c, l: l, overLimit: over}, nil
+			return &edgeConn{Conn: c, l: l, overLimit: over, head: headEnds{done: !l.watchHeads}}, nil
 		}
 		if errors.Is(err, net.ErrClosed) || !recoverableAcceptError(err) {
 			return nil, err
@@ -133,10 +136,14 @@ type edgeConn struct {
 	net.Conn
 	l         *edgeListener
 	overLimit bool // accepted past --max-connections: answered 503 and closed
+	head      headEnds
 	mu        sync.Mutex
 	linger    bool
 	closed    bool
 }
+
+// Read reads from the client, watching its first request head.
+func (c *edgeConn) Read(b []byte) (int, error) { return c.head.read(c.Conn.Read, b) }
 
 // NetConn returns the connection underneath (for peeks at its socket).
 func (c *edgeConn) NetConn() net.Conn { return c.Conn }

@@ -59,6 +59,12 @@ func statusOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return fasthttp.StatusBadRequest, "invalid_request_error"
+	case errors.Is(err, errNoKey):
+		return fasthttp.StatusUnauthorized, "invalid_request_error"
+	case errors.Is(err, errBodiesHeld):
+		return fasthttp.StatusServiceUnavailable, "service_unavailable"
+	case errors.Is(err, errBodyTimeout):
+		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrTooLarge):
 		return fasthttp.StatusRequestEntityTooLarge, "invalid_request_error"
 	case errors.Is(err, ErrModelNotFound), errors.Is(err, ErrNotFound):
@@ -85,6 +91,12 @@ func errorType(err error) string {
 		return "client_disconnected"
 	case errors.Is(err, ErrBadRequest):
 		return "bad_request"
+	case errors.Is(err, errNoKey):
+		return "unauthorized"
+	case errors.Is(err, errBodiesHeld):
+		return "bodies_held"
+	case errors.Is(err, errBodyTimeout):
+		return "body_timeout"
 	case errors.Is(err, ErrTooLarge):
 		return "payload_too_large"
 	case errors.Is(err, ErrModelNotFound):

@@ -77,16 +77,7 @@ func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
 
 // serveInference handles the inference endpoints.
 func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
-	x := p.newExchange(ctx, ep)
-	if !p.authorized(ctx) {
-		p.metrics.request(ep, fasthttp.StatusUnauthorized, "unauthorized", x.start)
-		return
-	}
-	if err := p.admission.admit(p.ctx); err != nil {
-		p.refuse(x, err)
-		p.metrics.request(ep, ctx.Response.StatusCode(), x.errType, x.start)
-		return
-	}
+	x := p.newExchange(ctx, ep) // the door let it in: key, size, admission, body
 	streaming := false
 	defer func() {
 		if !streaming {

@@ -20,6 +20,7 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_load_balancing_events_total":   "Hits sent elsewhere because their owner was overloaded.",
 	"vllm_router_load_underflows_total":         "Releases that would have driven an in-flight count below zero (should stay 0).",
 	"vllm_router_active_workers":                "Workers eligible for traffic on this replica.",
+	"vllm_router_request_body_bytes_held":       "Bytes of request bodies this replica holds now, bounded by --max-buffered-body-bytes.",
 	"vllm_router_processed_requests_total":      "Attempts each worker answered, by worker URL.",
 	"vllm_router_policy_decisions_total":        "Selections made by each policy, by policy and worker URL.",
 	"vllm_router_worker_load":                   "In-flight requests of each worker, merged over the replicas.",

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
@@ -45,6 +44,9 @@ type Deps struct {
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.
 	PD *PD
+	// AdminToken, when set, is the admin API's token, which /metrics takes
+	// as well as an API key.
+	AdminToken AdminCredential
 	// Dialer makes every connection to a worker (inference, discovery,
 	// stored-response lookups, fan-outs); nil is one with Config's
 	// WorkerHosts. The replica gives the proxy and health the same one.
@@ -65,6 +67,7 @@ type Proxy struct {
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
 	keys      apiKeys
+	bodies    bodyBudget // the request bodies held at once
 	owners    *responseOwners
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
@@ -90,6 +93,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
 	p.admission = newAdmission(p.cfg.Admission)
+	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
+	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
@@ -134,10 +139,17 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		Handler:            p.Handler,
 		Name:               "kvrouter",
 		MaxRequestBodySize: p.cfg.MaxPayloadSize,
-		ReadBufferSize:     edge.MaxHeaderSize,
-		ReadTimeout:        edge.HeaderReadTimeout, // then BodyReadTimeout, from the end of the headers
+		// Bodies are read by the door (door.go), once the headers let them
+		// in, and bounded there.
+		StreamRequestBody: true,
+		ReadBufferSize:    edge.MaxHeaderSize,
+		ReadTimeout:       edge.HeaderReadTimeout, // then BodyReadTimeout, from the end of the headers
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-			return fasthttp.RequestConfig{ReadTimeout: edge.BodyReadTimeout}
+			// With a limit of one byte the server reads no more than the
+			// first byte of a body before the handler runs (it would
+			// otherwise read up to 8 KiB first); the door reads the rest,
+			// once the headers let it in.
+			return fasthttp.RequestConfig{ReadTimeout: edge.BodyReadTimeout, MaxRequestBodySize: 1}
 		},
 		WriteTimeout:          edge.WriteTimeout, // a stream renews it before each chunk
 		IdleTimeout:           edge.IdleTimeout,
@@ -168,7 +180,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	p.edgesMu.Unlock()
 	var served net.Listener = el
 	if p.cert != nil {
-		served = tls.NewListener(el, p.cert.config())
+		served = tlsHeadListener{tls.NewListener(el, p.cert.config())}
+	} else {
+		el.watchHeads = true
 	}
 	return p.server.Serve(served)
 }
@@ -201,7 +215,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Handler routes one request.
+// Handler routes one request: the admin API's (which checks its own
+// token), a CORS preflight, or one of the table's routes through the door.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if ec := edgeOf(ctx.Conn()); ec != nil && ec.overLimit {
 		p.refuseConnection(ctx, ec)
@@ -213,35 +228,13 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if p.cors(ctx, true) {
 		return
 	}
-	path := ctx.Path()
-	if ep := endpointAt(path); ep != nil && ctx.IsPost() {
-		p.serveInference(ctx, ep)
+	rt := routeOf(ctx)
+	held, ok := p.door(ctx, rt)
+	if !ok {
 		return
 	}
-	if id, ok := storedResponseID(path); ok {
-		if p.authorized(ctx) {
-			p.serveStoredResponse(ctx, id)
-		}
-		return
-	}
-	switch string(path) {
-	case "/v1/models":
-		if p.authorized(ctx) {
-			p.serveModels(ctx)
-		}
-	case "/get_model_info", "/get_server_info", "/health_generate":
-		p.serveAnyWorker(ctx)
-	case "/health", "/liveness":
-		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"ok"}`)
-	case "/readiness":
-		p.serveReadiness(ctx)
-	case "/metrics":
-		ctx.SetContentType("text/plain; version=0.0.4")
-		exposition.Write(ctx, p.deps.Metrics)
-	default:
-		writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error", "no route for "+string(ctx.Method())+" "+string(path))
-	}
+	defer p.bodies.give(held)
+	rt.serve(p, ctx)
 }
 
 // refuseConnection answers every request of a connection accepted past
@@ -279,11 +272,13 @@ func boolJSON(b bool) string {
 // lingers: it reads the answer instead of a reset. The message never echoes
 // what the client sent.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if ec, ok := ctx.Conn().(*edgeConn); ok {
+	if ec := edgeOf(ctx.Conn()); ec != nil {
 		ec.lingerOnClose()
 	}
 	var small *fasthttp.ErrSmallBuffer
 	switch {
+	case errors.Is(err, errBareLF):
+		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, p.tooLarge())
 	case errors.As(err, &small):
@@ -300,12 +295,17 @@ func (p *Proxy) tooLarge() error {
 	return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", p.cfg.MaxPayloadSize)
 }
 
-// expect answers "Expect: 100-continue": a body announced over the limit is
-// refused with 413 before the client sends it.
+// expect answers "Expect: 100-continue": a request the door would refuse
+// on its headers (no key, a body announced over the limit) is refused
+// before the client sends its body. The admin API's paths are left to it.
 func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
-	if n := ctx.Request.Header.ContentLength(); n > p.cfg.MaxPayloadSize {
-		writeError(ctx, p.tooLarge())
-		return fasthttp.StatusRequestEntityTooLarge
+	rt := routeOf(ctx)
+	if rt == noRoute {
+		rt = &apiRoute{access: open} // perhaps the admin API's: only the size
+	}
+	if err := p.headersAllow(ctx, rt); err != nil {
+		p.turnAway(ctx, rt, err)
+		return ctx.Response.StatusCode()
 	}
 	return fasthttp.StatusContinue
 }

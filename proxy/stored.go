@@ -96,11 +96,8 @@ func (p *Proxy) callerKey(ctx *fasthttp.RequestCtx) keyPrint {
 	if !p.keys.enabled() {
 		return keyPrint{}
 	}
-	auth := ctx.Request.Header.Peek("Authorization")
-	if len(auth) > 7 && bytes.EqualFold(auth[:7], []byte("Bearer ")) {
-		auth = auth[7:]
-	}
-	return keyPrintOf(auth)
+	key, _ := bearerToken(ctx.Request.Header.Peek("Authorization"))
+	return keyPrintOf(key) // the door let only a key of --api-keys in
 }
 
 // keyPrintOf is the fingerprint of key.
@@ -267,12 +264,10 @@ func storedResponseID(path []byte) (string, bool) {
 
 // serveStoredResponse forwards a request about a stored response to the
 // worker that holds it for the caller's key, whole and as it is. The search
-// for it comes after admission and ends when the client leaves.
+// for it comes after admission (at the door) and ends when the client
+// leaves.
 func (p *Proxy) serveStoredResponse(ctx *fasthttp.RequestCtx, id string) {
 	x := p.newExchange(ctx, storedResponses)
-	if !p.admit(x) {
-		return
-	}
 	defer func() { p.done(x, x.ctx.Response.StatusCode(), false) }() // a stored response is never streamed
 	p.begin(x)
 	owner, ok := p.ownerOf(&x.life, id, p.callerKey(ctx))
@@ -291,21 +286,9 @@ func (p *Proxy) serveStoredResponse(ctx *fasthttp.RequestCtx, id string) {
 	}
 }
 
-// admit takes an admission slot for x, or answers the refusal.
-func (p *Proxy) admit(x *exchange) bool {
-	if err := p.admission.admit(p.ctx); err != nil {
-		p.refuse(x, err)
-		p.metrics.request(x.ep, x.ctx.Response.StatusCode(), x.errType, x.start)
-		return false
-	}
-	return true
-}
-
 // servePinned sends x, whole, to worker w only: one attempt, no choice.
+// Its admission was taken at the door.
 func (p *Proxy) servePinned(x *exchange, w affinity.WorkerID) {
-	if !p.admit(x) {
-		return
-	}
 	streaming := false
 	defer func() {
 		if !streaming {

@@ -111,8 +111,7 @@ func unknownWorker(id WorkerID) error {
 // version it expects (compare-and-set) and the registry holds another.
 func setRoutingConfig(reg *Registry, s SetRoutingConfig, index uint64) (*Registry, Result) {
 	if s.ExpectIndex != nil && *s.ExpectIndex != reg.routingIndex {
-		return reg, Result{Err: fmt.Errorf("%w: the routing config is at index %d, not %d (read it again)",
-			ErrConflict, reg.routingIndex, *s.ExpectIndex)}
+		return reg, Result{Err: &StaleError{What: "the routing config", Have: reg.routingIndex, Want: *s.ExpectIndex}}
 	}
 	return reg.withRouting(s.Config, index), Result{}
 }

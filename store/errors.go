@@ -15,7 +15,8 @@ var (
 	// does not hold (never added, or removed).
 	ErrUnknownWorker = errors.New("unknown worker")
 	// ErrConflict marks an AddWorker for a URL that is already registered
-	// with a different role, model, bootstrap port or labels.
+	// with a different role, model, bootstrap port or labels, and (as a
+	// StaleError) a compare-and-set that another write came before.
 	ErrConflict = errors.New("conflicting worker registration")
 	// ErrUnsupportedVersion marks a command or snapshot written by a newer
 	// version of this program than the one reading it.
@@ -27,6 +28,21 @@ var (
 	// another process (or another OpenStores in this one).
 	ErrDataDirInUse = errors.New("data directory in use")
 )
+
+// StaleError is a compare-and-set refused because what it would replace
+// changed since the caller read it: another write came first.
+type StaleError struct {
+	What       string // what changed, "the routing config"
+	Have, Want uint64 // the index it is at, and the one the write named
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("%s changed since it was read: another write set it at index %d, and this one names index %d; "+
+		"read it again, make the change to what it is now and send that", e.What, e.Have, e.Want)
+}
+
+// Unwrap makes every StaleError match ErrConflict.
+func (e *StaleError) Unwrap() error { return ErrConflict }
 
 // FieldError is a validation failure of one field. Field uses the JSON name
 // of the field as the admin API and the commands spell it ("url", "role",

@@ -44,6 +44,8 @@ func adminFlags() []cli.Flag {
 		addrFlag(),
 		&cli.StringFlag{Name: "admin-token", EnvVars: []string{"ROUTER_ADMIN_TOKEN"},
 			Usage: "bearer token of the admin API (--admin-token of the replica)"},
+		&cli.StringFlag{Name: "admin-token-file", EnvVars: []string{"ROUTER_ADMIN_TOKEN_FILE"},
+			Usage: "file whose content is --admin-token, which ps then does not show"},
 		&cli.BoolFlag{Name: "json", Usage: "print the server's JSON instead of a table"},
 	}
 }
@@ -101,13 +103,15 @@ func healthcheckCommand() *cli.Command {
 
 // adminClient calls one replica's admin API.
 type adminClient struct {
-	base  string
-	token string
-	http  *http.Client
+	base     string
+	token    string
+	tokenErr error // --admin-token-file did not read: every call fails with it
+	http     *http.Client
 }
 
 func newAdminClient(c *cli.Context, timeout time.Duration) *adminClient {
-	return &adminClient{base: baseURL(c.String("addr")), token: c.String("admin-token"), http: oneShotClient(timeout)}
+	token, err := secretFlag(c.String("admin-token"), c.String("admin-token-file"), "admin-token")
+	return &adminClient{base: baseURL(c.String("addr")), token: token, tokenErr: err, http: oneShotClient(timeout)}
 }
 
 // oneShotClient is an HTTP client for a command that makes a request or two
@@ -148,6 +152,9 @@ func (a *adminClient) call(method, path string, body any) ([]byte, int, error) {
 }
 
 func (a *adminClient) request(method, path string, body any) (*http.Request, error) {
+	if a.tokenErr != nil {
+		return nil, a.tokenErr
+	}
 	var reader io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,6 +178,15 @@ func TestAdminTokenComesFromTheFlagOrTheEnvironment(t *testing.T) {
 		t.Fatalf("without a token: err = %v, want a 401", err)
 	}
 	mustRun(t, "workers", "list", "--addr", r.addr, "--admin-token", "s3cret")
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "workers", "list", "--addr", r.addr, "--admin-token-file", file)
+	if _, err := run(t, "workers", "list", "--addr", r.addr, "--admin-token-file", file+".missing"); err == nil ||
+		!strings.Contains(err.Error(), "--admin-token-file") {
+		t.Fatalf("a missing token file: err = %v, want one naming --admin-token-file", err)
+	}
 	t.Setenv("ROUTER_ADMIN_TOKEN", "s3cret")
 	t.Setenv("ROUTER_ADDR", r.addr)
 	mustRun(t, "workers", "list")

@@ -133,6 +133,9 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if err := fillDefaults(&cfg); err != nil {
 		return cfg, err
 	}
+	if err := secretsFrom(c, &cfg); err != nil {
+		return cfg, err
+	}
 	if err := edgeFrom(c, &cfg.Proxy); err != nil {
 		return cfg, err
 	}
@@ -253,7 +256,7 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
 	p.Admission = proxy.Admission{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
-		RefillPerSec: float64(c.Int("rate-limit-tokens-per-second")), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
+		RefillPerSec: c.Float64("rate-limit-tokens-per-second"), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
 	p.CORSOrigins = c.StringSlice("cors-allowed-origins")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
 	if c.Bool("disable-retries") {
@@ -272,7 +275,8 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	secs := func(name string) time.Duration { return time.Duration(c.Int(name)) * time.Second }
 	p.Edge = proxy.Edge{HeaderReadTimeout: secs("header-read-timeout-secs"), BodyReadTimeout: secs("body-read-timeout-secs"),
 		WriteTimeout: secs("write-timeout-secs"), IdleTimeout: secs("idle-timeout-secs"),
-		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size")}
+		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size"),
+		MaxBufferedBodyBytes: c.Int64("max-buffered-body-bytes")}
 	return p
 }
 
@@ -295,33 +299,13 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 			return fmt.Errorf("--%s: must be positive", name)
 		}
 	}
+	if held, payload := c.Int64("max-buffered-body-bytes"), c.Int64("max-payload-size"); held < payload {
+		return fmt.Errorf("--max-buffered-body-bytes: %d is less than --max-payload-size %d: a body of the largest size could never be held", held, payload)
+	}
+	if c.Float64("rate-limit-tokens-per-second") < 0 {
+		return fmt.Errorf("--rate-limit-tokens-per-second: must not be negative")
+	}
 	return nil
-}
-
-// readAPIKeys reads --api-keys: the keys of a file, one a line (blank lines
-// and # comments skipped), or else a comma-separated list.
-func readAPIKeys(value string) ([]string, error) {
-	if value == "" {
-		return nil, nil
-	}
-	text := value
-	if st, err := os.Stat(value); err == nil && st.Mode().IsRegular() {
-		b, err := os.ReadFile(value)
-		if err != nil {
-			return nil, fmt.Errorf("--api-keys: %w", err)
-		}
-		text = strings.ReplaceAll(string(b), "\n", ",")
-	}
-	var keys []string
-	for _, k := range strings.Split(text, ",") {
-		if k = strings.TrimSpace(k); k != "" && !strings.HasPrefix(k, "#") {
-			keys = append(keys, k)
-		}
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("--api-keys: %q holds no key", value)
-	}
-	return keys, nil
 }
 
 func healthConfigFrom(c *cli.Context) health.Config {

@@ -41,6 +41,8 @@ func TestServeRefusesBadEdgeFlagsNamingThem(t *testing.T) {
 		{[]string{"--max-connections", "-1"}, "--max-connections"},
 		{[]string{"--tls-cert-path", "/nonexistent.pem"}, "--tls-cert-path"},
 		{[]string{"--api-keys", " , "}, "--api-keys"},
+		{[]string{"--max-buffered-body-bytes", "1048576"}, "--max-buffered-body-bytes"},
+		{[]string{"--rate-limit-tokens-per-second", "-1"}, "--rate-limit-tokens-per-second"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"sync/atomic"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The door is what every request outside the admin API passes before its
+// route serves it, in this order, and nowhere else:
+//
+//  1. key: 401 without the credential its route needs (access);
+//  2. size and headers: 413 for a Content-Length over --max-payload-size;
+//  3. admission: 429 (or 408 after queueing) on the routes that take a token;
+//  4. body: 503 with Retry-After when holding it would take the bodies held
+//     at once past --max-buffered-body-bytes; else it is read, and a body
+//     without a length (chunked) past --max-payload-size is a 413.
+//
+// The server streams request bodies (StreamRequestBody), so steps 1 to 3
+// are decided on the headers alone: a refused request costs the router its
+// headers, not its body (the connection then drains what the client still
+// sends, and closes).
+//
+// held is the body's share of the budget, which the caller gives back once
+// the request was served.
+func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (held int64, ok bool) {
+	if err := p.admitted(ctx, rt); err != nil {
+		p.turnAway(ctx, rt, err)
+		return 0, false
+	}
+	held, err := p.readBody(ctx)
+	if err != nil {
+		p.turnAway(ctx, rt, err)
+		return 0, false
+	}
+	return held, true
+}
+
+// admitted runs the door's steps that read no body: key, size, admission.
+func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
+	if err := p.headersAllow(ctx, rt); err != nil {
+		return err
+	}
+	if rt.admits {
+		return p.admission.admit(p.ctx)
+	}
+	return nil
+}
+
+// headersAllow runs the steps decided on the headers: the key, then the
+// announced size. The Expect: 100-continue handler runs them too.
+func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
+	if !p.mayUse(ctx, rt.access) {
+		return errUnauthorized
+	}
+	if ctx.Request.Header.ContentLength() > p.cfg.MaxPayloadSize {
+		return p.tooLarge()
+	}
+	return nil
+}
+
+// turnAway answers a request the door refused. What the client may still
+// be sending is drained, on a connection that then closes, so that it reads
+// the answer rather than a reset.
+func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error) {
+	if bodyLeft(ctx) {
+		if ec := edgeOf(ctx.Conn()); ec != nil {
+			ec.lingerOnClose()
+		}
+		ctx.SetConnectionClose()
+	}
+	switch {
+	case errors.Is(err, errUnauthorized):
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
+	case errors.Is(err, errBodiesHeld):
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
+	if isGone(err) { // the proxy is shutting down
+		ctx.SetConnectionClose()
+	}
+	writeError(ctx, err)
+	if rt.metered != nil {
+		ep := rt.metered(ctx.Path())
+		ctx.Response.Header.SetBytesV("x-request-id", p.requestID(ctx, nil))
+		p.metrics.request(ep, ctx.Response.StatusCode(), errorType(err), ctx.Time())
+	}
+}
+
+// bodyLeft reports whether some of the request's body may still be unread.
+func bodyLeft(ctx *fasthttp.RequestCtx) bool {
+	return ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0
+}
+
+// readBody reads the request's body, charged to the budget of bodies held
+// before a byte of it is read, and makes it the request's body (PostBody).
+// held is its share of the budget.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (held int64, err error) {
+	stream := ctx.RequestBodyStream()
+	n := ctx.Request.Header.ContentLength()
+	if stream == nil || n == 0 {
+		return 0, nil
+	}
+	var body []byte
+	if n > 0 {
+		if !p.bodies.take(int64(n)) {
+			return 0, p.bodiesHeld()
+		}
+		held = int64(n)
+		body = make([]byte, n)
+		_, err = io.ReadFull(stream, body)
+	} else {
+		body, held, err = p.readChunked(stream)
+	}
+	if err != nil {
+		p.bodies.give(held)
+		return 0, bodyReadError(err)
+	}
+	ctx.Request.SetBodyRaw(body)
+	return held, nil
+}
+
+// readChunked reads a body of no announced length, growing its share of
+// the budget as it grows.
+func (p *Proxy) readChunked(stream io.Reader) (body []byte, held int64, err error) {
+	const step = 64 << 10
+	for {
+		if len(body) == cap(body) {
+			grow := min(max(cap(body), step), p.cfg.MaxPayloadSize+1-cap(body))
+			if !p.bodies.take(int64(grow)) {
+				return nil, held, p.bodiesHeld()
+			}
+			held += int64(grow)
+			body = append(body, make([]byte, grow)...)[:len(body)]
+		}
+		var n int
+		n, err = stream.Read(body[len(body):cap(body)])
+		body = body[:len(body)+n]
+		switch {
+		case len(body) > p.cfg.MaxPayloadSize:
+			return nil, held, p.tooLarge()
+		case err == io.EOF:
+			return body, held, nil
+		case err != nil:
+			return nil, held, err
+		}
+	}
+}
+
+// bodyReadError is what a body that could not be read is answered.
+func bodyReadError(err error) error {
+	var api *apiError
+	switch {
+	case errors.As(err, &api):
+		return err
+	case isTimeout(err):
+		return errorf(errBodyTimeout, "the request was not received in time")
+	}
+	return errorf(ErrBadRequest, "malformed HTTP request body")
+}
+
+func (p *Proxy) bodiesHeld() error {
+	return errorf(errBodiesHeld, "the router holds %d bytes of request bodies, its limit (--max-buffered-body-bytes); retry shortly",
+		p.bodies.limit)
+}
+
+// bodyBudget bounds the bytes of request bodies the router holds at once
+// (--max-buffered-body-bytes): each body takes its share before it is
+// read, and gives it back when the handler returns (its answer written, or
+// its stream started).
+type bodyBudget struct {
+	limit int64
+	held  atomic.Int64
+}
+
+// take reserves n bytes, or reports that they would pass the limit.
+func (b *bodyBudget) take(n int64) bool {
+	if b.held.Add(n) > b.limit {
+		b.held.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
+
+var (
+	// errUnauthorized: a request without the credential its route needs.
+	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>")
+	errNoKey        = errors.New("unauthorized")
+	// errBodiesHeld: the budget of request bodies is spent.
+	errBodiesHeld = errors.New("too many request bytes held")
+	// errBodyTimeout: the body did not arrive within --body-read-timeout-secs.
+	errBodyTimeout = errors.New("request body timed out")
+)

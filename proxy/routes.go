@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/exposition"
+)
+
+// access says who may use a route. Every route of the table names one, and
+// the door checks it before anything else of the request is read.
+type access int
+
+const (
+	// keyed routes need one of --api-keys when keys are set.
+	keyed access = iota
+	// keyedOrAdmin routes (/metrics) need an API key or the admin token
+	// when either is set: the metrics name every worker's URL.
+	keyedOrAdmin
+	// open routes answer anyone: the probes of load balancers and
+	// orchestrators, which carry no key. Nothing else may be open.
+	open
+)
+
+// apiRoute is one entry of the table that every request outside the admin API
+// is dispatched by.
+type apiRoute struct {
+	name   string // what it serves
+	sample string // a request it serves, "METHOD /path", for the route-table test
+	match  func(method, path []byte) bool
+	access access
+	admits bool // takes an admission token (429 or 408) before its body is read
+	// metered names the endpoint its refusals count under, if any.
+	metered func(path []byte) *endpoint
+	serve   func(p *Proxy, ctx *fasthttp.RequestCtx)
+}
+
+// routes is the table. A route is added here or nowhere: the door gives a
+// request no other way in.
+var routes = append(inferenceRoutes(), []*apiRoute{
+	{name: "/v1/responses/{id}", sample: "GET /v1/responses/resp_1",
+		match:  func(_, path []byte) bool { _, ok := storedResponseID(path); return ok },
+		access: keyed, admits: true, metered: func([]byte) *endpoint { return storedResponses },
+		serve: func(p *Proxy, ctx *fasthttp.RequestCtx) {
+			id, _ := storedResponseID(ctx.Path())
+			p.serveStoredResponse(ctx, id)
+		}},
+	{name: "/v1/models", sample: "GET /v1/models", match: pathIs("/v1/models"), access: keyed, serve: (*Proxy).serveModels},
+	workerInfoRoute("/get_model_info"),
+	workerInfoRoute("/get_server_info"),
+	workerInfoRoute("/health_generate"),
+	{name: "/health", sample: "GET /health", match: pathIs("/health"), access: open, serve: serveAlive},
+	{name: "/liveness", sample: "GET /liveness", match: pathIs("/liveness"), access: open, serve: serveAlive},
+	{name: "/readiness", sample: "GET /readiness", match: pathIs("/readiness"), access: open, serve: (*Proxy).serveReadiness},
+	{name: "/metrics", sample: "GET /metrics", match: pathIs("/metrics"), access: keyedOrAdmin, serve: (*Proxy).serveMetrics},
+}...)
+
+// inferenceRoutes are the POSTs of the inference endpoints, one route each.
+func inferenceRoutes() []*apiRoute {
+	var rs []*apiRoute
+	for _, ep := range endpoints {
+		if ep.kind == kindNone {
+			continue
+		}
+		rs = append(rs, &apiRoute{name: "POST " + ep.path, sample: "POST " + ep.path,
+			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.path },
+			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep },
+			serve: func(p *Proxy, ctx *fasthttp.RequestCtx) { p.serveInference(ctx, ep) }})
+	}
+	return rs
+}
+
+// workerInfoRoute is a request about the engine, sent to any worker.
+func workerInfoRoute(path string) *apiRoute {
+	return &apiRoute{name: path, sample: "GET " + path, match: pathIs(path), access: keyed, admits: true,
+		metered: func([]byte) *endpoint { return workerInfo }, serve: (*Proxy).serveAnyWorker}
+}
+
+// noRoute answers what the table does not hold, behind the key like any
+// route: a stranger learns nothing of the API from its 404s.
+var noRoute = &apiRoute{name: "no route", access: keyed, serve: func(p *Proxy, ctx *fasthttp.RequestCtx) {
+	writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error",
+		"no route for "+string(ctx.Method())+" "+string(ctx.Path()))
+}}
+
+// routeOf returns the route of ctx's request.
+func routeOf(ctx *fasthttp.RequestCtx) *apiRoute {
+	method, path := ctx.Method(), ctx.Path()
+	for _, rt := range routes {
+		if rt.match(method, path) {
+			return rt
+		}
+	}
+	return noRoute
+}
+
+func pathIs(want string) func(_, path []byte) bool {
+	return func(_, path []byte) bool { return string(path) == want }
+}
+
+func serveAlive(_ *Proxy, ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("application/json")
+	ctx.SetBodyString(`{"status":"ok"}`)
+}
+
+func (p *Proxy) serveMetrics(ctx *fasthttp.RequestCtx) {
+	ctx.SetContentType("text/plain; version=0.0.4")
+	exposition.Write(ctx, p.deps.Metrics)
+}
