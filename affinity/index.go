@@ -317,3 +317,25 @@ func (ix *Index) Recent(perWorker int) []Fact {
 	})
 	return out
 }
+
+// Inserted reports whether worker w is recorded for block h (held) and, if
+// so, whether by Insert (this replica's own decision) rather than learned
+// from a peer: what attribution says a decision knew.
+func (ix *Index) Inserted(h uint64, w WorkerID) (inserted, held bool) {
+	o, ok := ix.owners.Load(w)
+	if !ok {
+		return false, false
+	}
+	lru := o.(*ownerLRU)
+	lru.mu.Lock() // inserted is written under the owner's lock
+	defer lru.mu.Unlock()
+	s := ix.shard(h)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.m[h] {
+		if n.worker == w {
+			return n.inserted, true
+		}
+	}
+	return false, false
+}

@@ -43,6 +43,9 @@ type Deps struct {
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.
 	PD *PD
+	// Decider, when set, decides every leg and judges it by the engine's
+	// answer (the replica core); nil: the routers decide alone.
+	Decider Decider
 }
 
 // Proxy serves the inference API of one replica.

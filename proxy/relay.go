@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/kvrouter/kvrouter/cluster/core"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -27,15 +29,17 @@ type relay struct {
 	a        *attempt
 	status   int
 	sse      bool
-	pending  []byte  // what is left of the first read, made before going live
-	buf      *[]byte // pending's buffer, from firstReads
-	boundary bool    // the bytes relayed so far end between two SSE events
-	tail     [4]byte // the last four bytes relayed
-	complete bool    // the worker's body ended where its framing said
-	failed   error   // why the worker's stream failed
-	outcome  Outcome // the attempt's outcome when failed
-	event    []byte  // the error event still to send
-	events   int     // SSE data events relayed, about one a token
+	pending  []byte     // what is left of the first read, made before going live
+	buf      *[]byte    // pending's buffer, from firstReads
+	boundary bool       // the bytes relayed so far end between two SSE events
+	tail     [4]byte    // the last four bytes relayed
+	complete bool       // the worker's body ended where its framing said
+	failed   error      // why the worker's stream failed
+	outcome  Outcome    // the attempt's outcome when failed
+	event    []byte     // the error event still to send
+	events   int        // SSE data events relayed, about one a token
+	l        *leg       // the leg the stream answers, judged at its end
+	usage    core.Usage // the last usage the stream carried
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -87,14 +91,14 @@ func readSome(r io.Reader, b []byte) (int, error) {
 }
 
 // stream hands the live attempt a to the client as a streamed response.
-func (p *Proxy) stream(x *exchange, a *attempt) {
+func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	x.watch.stop() // from now on only the response writes to the client
 	resp := &x.ctx.Response
 	copyResponseHeader(x, &a.resp.Header)
 	status := a.status()
 	resp.SetStatusCode(status)
 	a.streamed = true
-	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
+	r := &relay{p: p, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
 	r.note(r.pending)
@@ -233,6 +237,9 @@ func (r *relay) note(b []byte) {
 	}
 	n := bytes.Count(b, []byte("data:"))
 	r.events += n
+	if mentionsUsage(b) {
+		r.usage = usageOf(b)
+	}
 	r.a.track.Progress(n)
 	if len(b) >= len(r.tail) {
 		copy(r.tail[:], b[len(b)-len(r.tail):])
@@ -285,6 +292,7 @@ func (r *relay) CloseWithError(werr error) error {
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.x.route.tokens = max(r.events-1, 0) // the last is [DONE]
+		r.l.judge(r.status, r.usage)
 		if r.events > 2 {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(r.events-2))
 		}
