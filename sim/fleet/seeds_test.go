@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strings"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
