@@ -36,9 +36,6 @@ func (r *Replica) isKnown(w uint32) bool {
 	return ok
 }
 
-// Known reports whether w is one of the registry's workers.
-func (r *Replica) Known(w affinity.WorkerID) bool { return r.isKnown(uint32(w)) }
-
 // localLoads reports this replica's own in-flight counts to the gossip.
 func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
 	for _, l := range r.known.Load().inOrder {
