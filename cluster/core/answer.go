@@ -100,7 +100,10 @@ type attributionCounts struct {
 // Answered judges decision d against its engine's answer: a predicted hit
 // the engine did not back is a false hit; an answer without a hit where the
 // replica knew, at the decision or by now, of another worker holding the
-// prefix above the threshold is a lost hit, by cause.
+// prefix above the threshold is a lost hit, by cause. Every predicted hit
+// also calibrates the worker's index budget by what its engine held
+// (affinity.Index.Calibrate), so that an index charging a worker less than
+// its engine caches stops believing in what the engine evicted.
 func (r *Replica) Answered(d Decided, u Usage) {
 	if !d.routed || !u.HasCached || u.PromptTokens <= 0 {
 		return
@@ -112,6 +115,9 @@ func (r *Replica) Answered(d Decided, u Usage) {
 	hit := r.engineHit(u)
 	if d.Hit {
 		c.predictedHits.Add(1)
+		if !r.cfg.NoCalibration {
+			r.index.Calibrate(d.Worker, hit)
+		}
 	}
 	switch {
 	case hit:

@@ -234,3 +234,27 @@ func TestAWorkerThatWentDownLosesItsPrefixes(t *testing.T) {
 		t.Errorf("a prompt of a worker that went down was a hit: %+v", d)
 	}
 }
+
+// TestAFalseHitCalibratesTheWorkersBudget: the engine's answer to a
+// predicted hit shrinks (not held) or keeps (held) the worker's index
+// budget; NoCalibration leaves it alone.
+func TestAFalseHitCalibratesTheWorkersBudget(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		r, err := New(Config{Clock: &clock{}, BlockSize: blockSize, IndexBudget: 1 << 10, NoCalibration: off})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.SetRegistry([]affinity.WorkerID{1, 2})
+		rt := router(t, r)
+		first := decide(t, r, rt, prompt, allPool(r))
+		r.Answered(first, usage(0, 100)) // a miss: calibrates nothing
+		r.Answered(decide(t, r, rt, prompt, allPool(r)), usage(0, 100))
+		want := 0.95
+		if off {
+			want = 1
+		}
+		if got := r.Index().Scale(first.Worker); got != want {
+			t.Errorf("NoCalibration %v: a false hit left worker %d's scale at %.3f, want %.2f", off, first.Worker, got, want)
+		}
+	}
+}

@@ -53,6 +53,11 @@ type Config struct {
 	// (loadsync.State.Owned rather than OwnedBeyond). For comparisons.
 	NoDemotion bool
 
+	// NoCalibration keeps the index's budgets as set: the engines' answers
+	// to predicted hits do not calibrate them (affinity.Index.Calibrate).
+	// For comparisons.
+	NoCalibration bool
+
 	// Heard, when set, observes every fact this replica records, its own
 	// decisions' and its peers', after the trust boundary. For measurement.
 	Heard func(hashes []uint64, w affinity.WorkerID)

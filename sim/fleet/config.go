@@ -103,6 +103,9 @@ type Config struct {
 	// again for the stretch since the last checkpoint. For before/after
 	// comparisons.
 	NoDemotion bool
+	// NoCalibration keeps the index budgets as set: the engines' answers do
+	// not calibrate them (core.Config.NoCalibration). For comparisons.
+	NoCalibration bool
 	// OverloadOnReports makes a hit's overload check ignore the peer share
 	// (affinity.Settings.OverloadOnReports). For comparisons.
 	OverloadOnReports bool
