@@ -6,6 +6,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/core"
 )
 
@@ -43,6 +44,8 @@ const (
 	lostHitsHelp   = "Engine misses on a prefix another worker was known to hold above --cache-threshold, by cause: shed (the owner judged overloaded), ineligible (the owner not a candidate), below_threshold (only a shallower part known at the decision), peer_fact_late (nothing known at the decision, a fact arrived by the answer)."
 	falseByFact    = "vllm_router_false_hits_by_fact_total"
 	falseByFactHlp = "False hits by where the index's belief came from: own (this replica's decision) or peer (a peer's gossip)."
+	scaleFamily    = "vllm_router_index_budget_scale"
+	scaleHelp      = "A worker's index budget as a share of its capacity, as its engine's answers calibrated it (1: as configured; at least 0.1)."
 )
 
 // writeAttribution writes the attribution counters.
@@ -61,6 +64,21 @@ func (r *Replica) writeAttribution(w io.Writer) {
 	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
 	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
+	}
+	r.writeBudgetScales(w)
+}
+
+// writeBudgetScales writes every registered worker's calibrated budget
+// scale.
+func (r *Replica) writeBudgetScales(w io.Writer) {
+	workers := r.fsm.View().Workers()
+	if len(workers) == 0 {
+		return
+	}
+	writeHelp(w, scaleFamily, scaleHelp)
+	metrics.WriteMetadataIfNeeded(w, scaleFamily, "gauge")
+	for _, wk := range workers {
+		fmt.Fprintf(w, "%s{worker=%q} %g\n", scaleFamily, wk.URL, r.index.Scale(affinity.WorkerID(wk.ID)))
 	}
 }
 
