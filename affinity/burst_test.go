@@ -31,6 +31,29 @@ func TestThePeerShareSpreadsABurstBeforeThePeersReport(t *testing.T) {
 	}
 }
 
+// TestAnOverloadCheckOnReportsLetsABurstStayOnItsOwner: with
+// OverloadOnReports the same burst of hits stays on the owner, as a lone
+// replica's does, while a miss is still placed counting the share.
+func TestAnOverloadCheckOnReportsLetsABurstStayOnItsOwner(t *testing.T) {
+	f := newFleet(t, 8, Settings{OverloadOnReports: true})
+	f.loads.SetPeerShare(7, 100*time.Millisecond, f.clock)
+	s := text("system prompt shared by every session", 200)
+	owner := f.route(t, s).Worker
+	f.clock.Advance(time.Second)
+	n := 0
+	for range 30 {
+		if d, _ := f.hold(t, s); d.Worker == owner {
+			n++
+		}
+	}
+	if n != 30 {
+		t.Errorf("%d of 30 held hits on the owner with the overload check on reports, want all 30", n)
+	}
+	if d, _ := f.hold(t, text("a new prefix", 200)); d.Worker == owner {
+		t.Errorf("a miss went to the owner holding 30 (x8 with the share): %+v", d)
+	}
+}
+
 // TestThePeerShareFadesWithinOneInterval: the peers' reports carry the
 // truth by then.
 func TestThePeerShareFadesWithinOneInterval(t *testing.T) {

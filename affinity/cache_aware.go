@@ -13,6 +13,8 @@ type CacheAware struct {
 	blockSize  int
 	rendezvous bool
 	fleetGate  bool
+	// overloadOnReports: Settings.OverloadOnReports.
+	overloadOnReports bool
 }
 
 var _ Policy = (*CacheAware)(nil)
@@ -41,7 +43,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	shed := false
 	if hit {
 		c := leastLoaded(pool, owners, req.burst)
-		if !p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, req.burst), sp.min) {
+		if !p.overloaded(c, pool, sp, req.burst) {
 			c.Hit, c.Matched = true, matched
 			return c
 		}
@@ -50,6 +52,15 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	c := p.placeMiss(req, pool, sp, depth)
 	c.Matched, c.Shed = matched, shed
 	return c
+}
+
+// overloaded is the overload check of a hit on c: on the loads with the
+// peers' share (burst), or without it when overloadOnReports.
+func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView) bool {
+	if p.overloadOnReports && burst.peers > 0 {
+		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}).min)
+	}
+	return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burst), sp.min)
 }
 
 // placeMiss chooses a worker for a request that goes where nothing of it is

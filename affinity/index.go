@@ -52,8 +52,13 @@ type ownerLRU struct {
 	mu      sync.Mutex
 	head    ownerNode // sentinel: head.next is the newest, head.prev the oldest
 	charged int       // the sum of the facts' weights, in blocks
-	budget  int       // the most blocks charged after a trim
-	removed bool
+	budget  int       // the most blocks charged after a trim: capacity x scale
+	// capacity is the worker's budget as set (SetBudget, else the index's
+	// default); scale, in [minScale, 1], is what the engines' answers say
+	// of it (Calibrate).
+	capacity int
+	scale    float64
+	removed  bool
 }
 
 // Fact is one ownership fact: the block with this chained hash is held by
@@ -85,7 +90,7 @@ func (ix *Index) owner(w WorkerID) *ownerLRU {
 	if o, ok := ix.owners.Load(w); ok {
 		return o.(*ownerLRU)
 	}
-	o := &ownerLRU{budget: ix.defaultBudget}
+	o := &ownerLRU{budget: ix.defaultBudget, capacity: ix.defaultBudget, scale: 1}
 	o.head.next, o.head.prev = &o.head, &o.head
 	actual, _ := ix.owners.LoadOrStore(w, o)
 	return actual.(*ownerLRU)
@@ -238,12 +243,55 @@ func (ix *Index) SetBudget(w WorkerID, blocks int) {
 	o := ix.owner(w)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.budget = max(blocks, 1)
-	for seen := ix.maxBudget.Load(); int64(o.budget) > seen && !ix.maxBudget.CompareAndSwap(seen, int64(o.budget)); {
+	o.capacity = max(blocks, 1)
+	for seen := ix.maxBudget.Load(); int64(o.capacity) > seen && !ix.maxBudget.CompareAndSwap(seen, int64(o.capacity)); {
 		seen = ix.maxBudget.Load()
 	}
+	o.rescale()
 	ix.trim(o)
 }
+
+// The calibration of a worker's budget by its engine's answers: the index
+// charges a worker about what its engine caches, but not exactly (a peer's
+// fact charges a span, generated tokens are not charged, the engine's
+// eviction order is its own), and where it charges too little it goes on
+// believing in prefixes the engine has evicted. A hit the engine did not
+// back shrinks the budget by calibrationDecrease (the index forgets the
+// least recently used facts at once: the likeliest to be gone); a hit it
+// backed grows it back by calibrationIncrease of the capacity, never above
+// the capacity nor below minScale of it.
+const (
+	calibrationDecrease = 0.95
+	calibrationIncrease = 0.01
+	minScale            = 0.1
+)
+
+// Calibrate tells the index whether w's engine held a prefix the index
+// predicted as a hit (see above).
+func (ix *Index) Calibrate(w WorkerID, held bool) {
+	o := ix.owner(w)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if held {
+		o.scale = min(1, o.scale+calibrationIncrease)
+	} else {
+		o.scale = max(minScale, o.scale*calibrationDecrease)
+	}
+	o.rescale()
+	ix.trim(o)
+}
+
+// Scale is w's budget as a share of its capacity, 1 until Calibrate
+// shrinks it.
+func (ix *Index) Scale(w WorkerID) float64 {
+	o := ix.owner(w)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.scale
+}
+
+// rescale sets the budget from the capacity and the scale. o.mu is held.
+func (o *ownerLRU) rescale() { o.budget = max(int(float64(o.capacity)*o.scale), 1) }
 
 // MaxBudget is the largest budget any worker has had, in blocks: hashing a
 // request further than that is wasted, since no engine holds more of it.
@@ -316,4 +364,26 @@ func (ix *Index) Recent(perWorker int) []Fact {
 		return true
 	})
 	return out
+}
+
+// Inserted reports whether worker w is recorded for block h (held) and, if
+// so, whether by Insert (this replica's own decision) rather than learned
+// from a peer: what attribution says a decision knew.
+func (ix *Index) Inserted(h uint64, w WorkerID) (inserted, held bool) {
+	o, ok := ix.owners.Load(w)
+	if !ok {
+		return false, false
+	}
+	lru := o.(*ownerLRU)
+	lru.mu.Lock() // inserted is written under the owner's lock
+	defer lru.mu.Unlock()
+	s := ix.shard(h)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.m[h] {
+		if n.worker == w {
+			return n.inserted, true
+		}
+	}
+	return false, false
 }

@@ -293,3 +293,45 @@ func TestRecentCarriesTheCharges(t *testing.T) {
 		t.Fatalf("Recent = %v, want %v", got, want)
 	}
 }
+
+// TestAnEngineThatDidNotHoldAHitShrinksItsWorkersBudget: each hit the
+// engine did not back takes 5% off the worker's budget, forgetting its
+// least recently used facts at once, down to a tenth of its capacity; each
+// one it backed gives 1% of the capacity back, up to the capacity.
+func TestAnEngineThatDidNotHoldAHitShrinksItsWorkersBudget(t *testing.T) {
+	ix := NewIndex(&fakeClock{}, 1000)
+	hashes := make([]uint64, 1000)
+	for i := range hashes {
+		hashes[i] = uint64(i + 1)
+	}
+	ix.Insert(hashes, 1)
+	ix.Insert(hashes[:10], 2)
+	ix.Calibrate(1, false)
+	if got := ix.Blocks(1); got != 950 {
+		t.Fatalf("after one false hit worker 1 holds %d blocks, want 950", got)
+	}
+	if got := ix.Blocks(2); got != 10 {
+		t.Errorf("worker 2 lost blocks to worker 1's calibration: %d, want 10", got)
+	}
+	pool := NewPool([]*Load{NewLoadTable(nil).Get(1)})
+	if depth, _ := ix.Match(hashes[:1], pool, nil); depth != 0 {
+		t.Errorf("the shallowest block, the most recently used, was forgotten")
+	}
+	for range 100 {
+		ix.Calibrate(1, false)
+	}
+	if got, s := ix.Blocks(1), ix.Scale(1); got != 100 || s != minScale {
+		t.Errorf("after 101 false hits: %d blocks at scale %.3f, want 100 at %.1f", got, s, minScale)
+	}
+	for range 200 {
+		ix.Calibrate(1, true)
+	}
+	if s := ix.Scale(1); s != 1 {
+		t.Errorf("after 200 backed hits the scale is %.3f, want 1", s)
+	}
+	ix.SetBudget(1, 500)
+	ix.Calibrate(1, false)
+	if got := ix.Blocks(1); got > 475 {
+		t.Errorf("a new capacity of 500 then a false hit leaves %d blocks, want at most 475", got)
+	}
+}

@@ -78,6 +78,12 @@ type Settings struct {
 	// Rand returns random bits; nil uses math/rand/v2. The simulator passes
 	// a seeded source.
 	Rand func() uint64
+	// OverloadOnReports makes the overload check of a cache-aware hit
+	// compare the loads as counted and reported, without the peers'
+	// expected share of this replica's recent reservations (which still
+	// orders the owners and places misses). Off in the product; the
+	// simulator compares with it (fleetsim --share-in-overload=false).
+	OverloadOnReports bool
 }
 
 // NewPolicy builds the named policy. The index is needed by the cache-aware
@@ -106,7 +112,8 @@ func NewPolicy(s Settings, ix *Index) (Policy, error) {
 			return nil, fmt.Errorf("block size %d: must be positive", s.BlockSize)
 		}
 		return &CacheAware{index: ix, thresholds: s.Thresholds, blockSize: s.BlockSize,
-			rendezvous: s.MissPlacement == PlaceRendezvous, fleetGate: s.Policy == PolicyFleetGate}, nil
+			rendezvous: s.MissPlacement == PlaceRendezvous, fleetGate: s.Policy == PolicyFleetGate,
+			overloadOnReports: s.OverloadOnReports}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", s.Policy)
 }

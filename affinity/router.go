@@ -122,3 +122,10 @@ func (r *Router) noteReservation(req *Request) {
 		req.reserved.recent.note(req.burst.window)
 	}
 }
+
+// RoutesByPrefix reports whether the router's policy places requests by the
+// prefixes it records: only its decisions predict a cache hit or miss.
+func (r *Router) RoutesByPrefix() bool {
+	_, ok := r.policy.(prefixAware)
+	return ok
+}

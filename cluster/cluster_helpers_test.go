@@ -57,8 +57,18 @@ func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.Response.Header.Set("x-worker-id", w.name)
 	ctx.SetContentType("application/json")
+	if bytes.Contains(ctx.PostBody(), []byte(evictsEverything)) {
+		// An engine whose cache holds nothing of any prompt, and says so.
+		ctx.SetBodyString(`{"choices":[{"text":"ok"}],"usage":{"prompt_tokens":512,"completion_tokens":1,` +
+			`"prompt_tokens_details":{"cached_tokens":0}}}`)
+		return
+	}
 	ctx.SetBodyString(`{"choices":[{"text":"ok"}],"usage":{"completion_tokens":1}}`)
 }
+
+// evictsEverything in a prompt makes the fake worker answer that it found
+// none of the prompt's tokens cached.
+const evictsEverything = "evicts-everything"
 
 // releaseAll lets every request held by any worker finish.
 func (c *testCluster) releaseAll() {

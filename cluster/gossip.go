@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -64,26 +66,35 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// newGossipState builds this replica's side of the load, ownership and
-// verdict gossip, wired to the load table, the index and the monitor
-// through the trust boundary of peerState.
-func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
-	st, err := loadsync.New(loadsync.Config{
-		Origin:        r.cfg.NodeName,
-		BootEpoch:     uint64(time.Now().UnixNano()),
-		ClusterConfig: r.cfg.Routing.clusterConfig(),
-		Tags:          r.gossipTags(joined),
-		LocalLoads:    r.localLoads,
-		OnRemoteLoad:  r.peers.remoteLoad,
-		KnownWorker:   r.peers.isKnown,
-		OnOwnership:   r.peers.ownership,
+// newCore builds this replica's routing state (cluster/core) with its side
+// of the load, ownership and verdict gossip, wired to the monitor's
+// verdicts.
+func (r *Replica) newCore() error {
+	rt := r.cfg.Routing
+	c, err := core.New(core.Config{
+		Clock:       affinity.SystemClock{},
+		BlockSize:   rt.BlockSize,
+		IndexBudget: int(rt.MaxTreeSize / int64(rt.BlockSize)),
+		Thresholds:  rt.Thresholds,
+		PrefixTTL:   rt.PrefixTTL,
+		OnUnderflow: func(w affinity.WorkerID) {
+			r.log.Warn("in-flight count would have gone below zero; clamped", "worker", w)
+		},
+		Gossip: &loadsync.Config{
+			Origin:        r.cfg.NodeName,
+			BootEpoch:     uint64(time.Now().UnixNano()),
+			ClusterConfig: rt.clusterConfig(),
+			Tags:          r.gossipTags(r.members.joined),
+		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
+		NoPeerShare:   r.cfg.CountOwnBurstOnce,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gossip: %w", err)
+		return err
 	}
-	return st, nil
+	r.core, r.loads, r.index, r.sync = c, c.Loads(), c.Index(), c.Gossip()
+	return nil
 }
 
 // startGossip creates the memberlist node and joins --join, if any. A join
@@ -145,16 +156,6 @@ func unlessPortZero(addr string) string {
 	return addr
 }
 
-// localLoads reports this replica's own in-flight counts to the gossip.
-func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
-	r.loads.Each(func(l *affinity.Load) {
-		if n := l.Local(); n != 0 {
-			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
-		}
-	})
-	return dst
-}
-
 // localVerdicts reports this replica's wedge and degrade verdicts.
 func (r *Replica) localVerdicts(dst []loadsync.Verdict) []loadsync.Verdict {
 	for _, v := range r.monitor.Verdicts() {
@@ -163,25 +164,18 @@ func (r *Replica) localVerdicts(dst []loadsync.Verdict) []loadsync.Verdict {
 	return dst
 }
 
-// remoteVerdicts hands a peer's verdicts to the monitor. nil means the peer
-// withdrew them, left, died or went silent: forget them all.
+// remoteVerdicts hands a peer's verdicts about known workers (the core let
+// only those through) to the monitor. nil means the peer withdrew them,
+// left, died or went silent: forget them all.
 func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
 	if vs == nil {
 		r.monitor.ForgetOrigin(origin)
 		return
 	}
-	r.monitor.SetRemoteVerdicts(origin, r.peers.verdicts(vs))
-}
-
-// ownershipSink passes the routers' ownership decisions to the gossip.
-type ownershipSink struct{ st *loadsync.State }
-
-var _ affinity.ExtendingSink = ownershipSink{}
-
-func (s ownershipSink) Owned(hashes []uint64, worker affinity.WorkerID) {
-	s.st.Owned(hashes, uint32(worker))
-}
-
-func (s ownershipSink) OwnedBeyond(hashes []uint64, known int, worker affinity.WorkerID) {
-	s.st.OwnedBeyond(hashes, known, uint32(worker))
+	out := make([]health.Verdict, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, health.Verdict{Worker: health.WorkerID(v.Worker), Kind: health.VerdictKind(v.Kind),
+			Since: time.Unix(0, v.Since)})
+	}
+	r.monitor.SetRemoteVerdicts(origin, out)
 }

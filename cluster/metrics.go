@@ -34,6 +34,7 @@ func (r *Replica) registerClusterMetrics() {
 		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
 	})
 	r.metrics.RegisterMetricsWriter(r.writeCircuitTransitions)
+	r.metrics.RegisterMetricsWriter(r.writeAttribution)
 }
 
 // writeCircuitTransitions writes, per registered worker, how often its

@@ -127,22 +127,3 @@ func TestForgedGossipChangesNoMemoryRoutingOrEligibility(t *testing.T) {
 		t.Errorf("the prompt went to worker %d after the flood, want its owner %d", got, owner)
 	}
 }
-
-// TestAPeersFactIsChargedAtMostTheLongestChain: one fact claiming a span of
-// 2^30 blocks is charged MaxChainBlocks, and facts about workers outside
-// the registry are dropped.
-func TestAPeersFactIsChargedAtMostTheLongestChain(t *testing.T) {
-	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<20)
-	p := newPeerState(loads, index)
-	p.setKnown([]affinity.WorkerID{1})
-	p.ownership(loadsync.Fact{Hash: 42, Worker: 1, Span: 1 << 30})
-	p.ownership(loadsync.Fact{Hash: 43, Worker: 2, Span: 1})
-	p.remoteLoad(2, 5)
-	if got := index.Blocks(1); got != affinity.MaxChainBlocks {
-		t.Errorf("a fact of span 2^30 was charged %d blocks, want %d", got, affinity.MaxChainBlocks)
-	}
-	if index.Workers() != 1 || loads.Len() != 1 {
-		t.Errorf("a worker outside the registry got index blocks (%d workers) or a load entry (%d)", index.Workers(), loads.Len())
-	}
-}

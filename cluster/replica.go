@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -33,13 +34,15 @@ type Replica struct {
 	raft    *RaftNode
 	monitor *health.Monitor
 	dialer  *workerurl.Dialer // every connection to a worker
+	// core is the replica's routing state (cluster/core): loads, index and
+	// sync are its load table, ownership index and side of the gossip.
+	core    *core.Replica
 	loads   *affinity.LoadTable
 	index   *affinity.Index
+	sync    *loadsync.State
 	proxy   *proxy.Proxy
 	admin   *Admin
 	metrics *metrics.Set
-	sync    *loadsync.State // this replica's side of the gossip
-	peers   *peerState      // what peers send passes through it
 	// gossip is the memberlist side; a pointer swapped only by tests that
 	// cut a replica off the gossip and reopen it (partition_test.go).
 	gossip atomic.Pointer[loadsync.Gossip]
@@ -154,13 +157,8 @@ func (r *Replica) build() error {
 	if err != nil {
 		return err
 	}
-	r.loads = affinity.NewLoadTable(func(w affinity.WorkerID) {
-		r.log.Warn("in-flight count would have gone below zero; clamped", "worker", w)
-	})
-	r.index = affinity.NewIndex(affinity.SystemClock{}, int(cfg.Routing.MaxTreeSize/int64(cfg.Routing.BlockSize)))
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
-	r.peers = newPeerState(r.loads, r.index)
-	if r.sync, err = r.newGossipState(r.members.joined); err != nil {
+	if err := r.newCore(); err != nil {
 		return err
 	}
 	if err := r.buildFrontEnd(); err != nil {
@@ -241,21 +239,16 @@ func (r *Replica) buildFrontEnd() error {
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer})
+		Dialer: r.dialer, Decider: r.core})
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
 	return err
 }
 
-// newRouter binds a policy to this replica's load table and index.
+// newRouter binds a policy to this replica's core.
 func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement string) (*affinity.Router, error) {
-	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement,
-		BlockSize: r.cfg.Routing.BlockSize}, r.index)
-	if err != nil {
-		return nil, err
-	}
-	return affinity.NewRouter(p, r.loads, r.index, r.cfg.Routing.BlockSize, ownershipSink{r.sync}), nil
+	return r.core.NewRouter(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement})
 }
 
 // disaggregationOf builds the per-role routers of prefill/decode mode, nil
@@ -511,8 +504,12 @@ func (r *Replica) followRegistry() {
 }
 
 func (r *Replica) useRegistry(reg *store.Registry) {
-	r.peers.follow(reg)
 	workers := reg.Workers()
+	ids := make([]affinity.WorkerID, 0, len(workers))
+	for _, w := range workers {
+		ids = append(ids, affinity.WorkerID(w.ID))
+	}
+	r.core.SetRegistry(ids)
 	ws := make([]proxy.Worker, 0, len(workers))
 	targets := make([]health.Target, 0, len(workers))
 	for _, w := range workers {
@@ -529,16 +526,17 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	r.followRouting(reg)
 }
 
-// healthChanged republishes the proxy's view and forgets the prefixes of
-// workers that failed their health checks: an engine that went away lost its
-// cache, so its old prefixes must be misses when it comes back. A worker not
-// probed yet keeps what peers taught us about it.
+// healthChanged tells the core which workers failed their health checks
+// (it forgets their prefixes) and republishes the proxy's view. A worker
+// not probed yet is not down.
 func (r *Replica) healthChanged() {
+	var down []affinity.WorkerID
 	for _, s := range r.monitor.Statuses() {
 		if s.Probed && !s.Healthy {
-			r.index.Forget(affinity.WorkerID(s.ID))
+			down = append(down, affinity.WorkerID(s.ID))
 		}
 	}
+	r.core.HealthChanged(down)
 	r.proxy.Fleet().Refresh()
 }
 
@@ -552,9 +550,7 @@ func (r *Replica) countLiveReplicas() {
 	for {
 		live := len(r.gossiper().Members())
 		r.monitor.SetLiveReplicas(live)
-		if !r.cfg.CountOwnBurstOnce {
-			r.loads.SetPeerShare(live-1, loadsync.DefaultLoadInterval, affinity.SystemClock{})
-		}
+		r.core.SetPeers(live-1, loadsync.DefaultLoadInterval)
 		select {
 		case <-t.C:
 		case <-r.ctx.Done():
@@ -570,10 +566,8 @@ func (r *Replica) sweepIndex() {
 	defer t.Stop()
 	for {
 		select {
-		case <-t.C:
-			if ttl := r.cfg.Routing.PrefixTTL; ttl > 0 {
-				r.index.Expire(time.Now().Add(-ttl))
-			}
+		case now := <-t.C:
+			r.core.Expire(now)
 		case <-r.ctx.Done():
 			return
 		}

@@ -120,7 +120,11 @@ func (r *Replica) useRouting(rt Routing) error {
 	if err != nil {
 		return err
 	}
-	return r.proxy.SetRouters(router, pd)
+	if err := r.proxy.SetRouters(router, pd); err != nil {
+		return err
+	}
+	r.core.SetThresholds(rt.Thresholds)
+	return nil
 }
 
 // routingView is GET /cluster/routing.

@@ -129,7 +129,7 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		return
 	}
 	router := p.finalRouter()
-	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool,
+	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool, decider: p.deps.Decider,
 		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
 	streaming = p.serveLeg(x, l)
 }
@@ -190,11 +190,12 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 		if x.ep == responses {
 			p.learnOwner(x, live.m.ID, live.first)
 		}
-		p.stream(x, live)
+		p.stream(x, live, l)
 		return true
 	case ans != nil:
 		ans.deliver(x)
 		x.route.tokens = completionTokens(x.ctx.Response.Body())
+		l.judge(ans.status, usageOf(x.ctx.Response.Body()))
 		if x.ep == responses && ans.status/100 == 2 {
 			p.learnOwner(x, ans.worker, x.ctx.Response.Body())
 		}

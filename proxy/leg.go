@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
 )
 
 // leg is one phase of a request: the workers it may go to, how one of them
@@ -33,6 +34,11 @@ type leg struct {
 	// owner): no decision is counted for it.
 	pinned bool
 
+	// decider judges the leg's decisions (Deps.Decider); decided is what
+	// its latest decision knew, judged by the answer to it.
+	decider Decider
+	decided core.Decided
+
 	counted bool                // its cache outcome was counted
 	failed  []affinity.WorkerID // workers tried, least recently failed first
 }
@@ -55,7 +61,7 @@ func (l *leg) choose() (affinity.Decision, *affinity.Guard, error) {
 	if cand.Len() == 0 && len(l.failed) > 0 {
 		cand = l.pool.Without(l.failed[1:]...)
 	}
-	return l.router.Route(l.req, cand)
+	return l.route(cand)
 }
 
 // failedOn records that an attempt on w failed: it goes to the back of the

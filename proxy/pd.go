@@ -100,10 +100,10 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 	attempts := d.p.cfg.Retry.MaxAttempts
 	rs := d.p.routers.Load().pd
 	pre = &leg{phase: RolePrefill, router: rs.Prefill, req: rs.Prefill.Prepare(x.in.model, x.in.text, key),
-		pool: ppool, attempts: attempts}
+		pool: ppool, attempts: attempts, decider: d.p.deps.Decider}
 	dec = &leg{phase: RoleDecode, router: rs.Decode, req: rs.Decode.Prepare(x.in.model, x.in.text, key),
 		pool: dpool, attempts: attempts, stream: true, toClient: true}
-	pdec, pguard, err := pre.router.Route(pre.req, ppool)
+	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
 		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
 	}
@@ -128,6 +128,9 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
 	}
 	d.prefills.Inc()
 	_, ans, err := d.p.try(x, pre)
+	if err == nil {
+		pre.judge(ans.status, usageOf(ans.body)) // the prefill engine's cache is the prefill router's to judge
+	}
 	if err == nil && ans.status/100 == 2 {
 		dec.body, err = decodeRequestBody(x.body, ans.body)
 	}

@@ -51,6 +51,9 @@ type Deps struct {
 	// stored-response lookups, fan-outs); nil is one with Config's
 	// WorkerHosts. The replica gives the proxy and health the same one.
 	Dialer *workerurl.Dialer
+	// Decider, when set, decides every leg and judges it by the engine's
+	// answer (the replica core); nil: the routers decide alone.
+	Decider Decider
 }
 
 // Proxy serves the inference API of one replica.

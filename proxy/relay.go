@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"time"
+
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -37,6 +38,7 @@ type relay struct {
 	event    []byte  // the error event still to send
 	events   sseCount
 	usage    streamTail // the last bytes relayed, where the engine's final usage is
+	l        *leg       // the leg the stream answers, judged at its end
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -88,14 +90,14 @@ func readSome(r io.Reader, b []byte) (int, error) {
 }
 
 // stream hands the live attempt a to the client as a streamed response.
-func (p *Proxy) stream(x *exchange, a *attempt) {
+func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	x.watch.stop() // from now on only the response writes to the client
 	resp := &x.ctx.Response
 	copyResponseHeader(x, &a.resp.Header)
 	status := a.status()
 	resp.SetStatusCode(status)
 	a.streamed = true
-	r := &relay{p: p, x: x, a: a, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
+	r := &relay{p: p, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
 	r.note(r.pending)
@@ -353,6 +355,7 @@ func (r *relay) CloseWithError(werr error) error {
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.x.route.tokens = r.tokens()
+		r.l.judge(r.status, usageOf(r.usage.bytes()))
 		if events := r.events.n; events > 2 {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}

@@ -5,7 +5,10 @@
 // does to the fleet: prefix-cache hit rate, time to first token, throughput,
 // load balance, recomputed prompt tokens and gossip bandwidth; with --pd, the
 // prefill workers' queue depth, and for agentic sessions the prompt tokens
-// computed per rollout and rollouts per minute.
+// computed per rollout and rollouts per minute. The judged_* columns are the
+// replicas' own attribution against the engines' answers, what a real
+// replica exports as vllm_router_false_hits_total,
+// vllm_router_lost_hits_total{cause} and vllm_router_cold_misses_total.
 //
 //	fleetsim --trace FILE | --agentic [--sessions N --turns T ...]
 //	         --workers W --replicas 1,2,4,8 --policies cache_aware,round_robin

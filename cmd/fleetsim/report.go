@@ -13,7 +13,9 @@ import (
 var columns = []string{"policy", "replicas", "sync", "workers", "requests", "hit_rate", "ttft_p50_ms",
 	"ttft_p99_ms", "throughput_rps", "load_cv", "prefill_tokens", "gossip_bytes_per_sec",
 	"router_hit_rate", "oracle_hit_rate", "lost_never_arrived", "lost_evicted", "lost_below_threshold",
-	"lost_shed", "lost_ineligible", "false_hits"}
+	"lost_shed", "lost_ineligible", "false_hits", "judged_false_hits", "judged_false_from_peer",
+	"judged_lost_shed", "judged_lost_ineligible", "judged_lost_below_threshold", "judged_lost_peer_fact_late",
+	"judged_cold_misses"}
 
 // writeTable prints rows as an aligned table. It leaves out wall time so that
 // the same flags always print the same table.
@@ -40,6 +42,9 @@ func writeTable(w io.Writer, rows []row) error {
 		l := r.Lost
 		fmt.Fprintf(tw, "%.4f\t%.4f\t%d\t%d\t%d\t%d\t%d\t%d\t", r.RouterHitRate, r.OracleHitRate,
 			l.NeverArrived, l.Evicted, l.BelowThreshold, l.Shed, l.Ineligible, r.FalseHits)
+		j := r.Judged
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t", j.FalseHits, j.FalseFromPeer, j.Shed, j.Ineligible,
+			j.BelowThreshold, j.PeerFactLate, j.ColdMisses)
 		if r.PD != "" {
 			fmt.Fprintf(tw, "%s\t%.4f\t%.1f\t%d\t", r.PD, r.DecodeLoadCV, r.PrefillQueueMean, r.PrefillQueueMax)
 		}

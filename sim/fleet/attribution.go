@@ -1,6 +1,9 @@
 package fleet
 
-import "github.com/kvrouter/kvrouter/affinity"
+import (
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
+)
 
 // Lost attributes every request that one all-knowing replica would have
 // routed as a hit and the tier did not, to the first reason that explains
@@ -155,4 +158,45 @@ func (s heardSet) any(hashes []uint64, w affinity.WorkerID) bool {
 		}
 	}
 	return false
+}
+
+// Judged is what the replicas' cores (cluster/core) counted of their
+// decisions against the engines' answers, summed over the replicas: the
+// product's own attribution, as vllm_router_false_hits_total,
+// vllm_router_lost_hits_total{cause} and vllm_router_cold_misses_total
+// export it on a real replica. Unlike Lost it knows nothing the replica did
+// not: no oracle.
+type Judged struct {
+	FalseHits int `json:"false_hits"`
+	// FalseFromOwn and FalseFromPeer split FalseHits by where the index's
+	// belief came from: the replica's own decision, or a peer's gossip.
+	FalseFromOwn  int `json:"false_from_own"`
+	FalseFromPeer int `json:"false_from_peer"`
+	// Lost hits by cause (core.Cause).
+	Shed           int `json:"shed"`
+	Ineligible     int `json:"ineligible"`
+	BelowThreshold int `json:"below_threshold"`
+	PeerFactLate   int `json:"peer_fact_late"`
+	// ColdMisses are engine misses no replica fact explained.
+	ColdMisses int `json:"cold_misses"`
+}
+
+// LostTotal is the lost hits of every cause.
+func (j Judged) LostTotal() int { return j.Shed + j.Ineligible + j.BelowThreshold + j.PeerFactLate }
+
+// judged sums the replicas' attribution.
+func judged(replicas []*replica) Judged {
+	var j Judged
+	for _, r := range replicas {
+		a := r.core.Attribution()
+		j.FalseHits += int(a.FalseHits)
+		j.FalseFromOwn += int(a.FalseHitsByFact[core.FactOwn])
+		j.FalseFromPeer += int(a.FalseHitsByFact[core.FactPeer])
+		j.Shed += int(a.Lost[core.CauseShed])
+		j.Ineligible += int(a.Lost[core.CauseIneligible])
+		j.BelowThreshold += int(a.Lost[core.CauseBelowThreshold])
+		j.PeerFactLate += int(a.Lost[core.CausePeerFactLate])
+		j.ColdMisses += int(a.ColdMisses)
+	}
+	return j
 }

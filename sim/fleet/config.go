@@ -103,6 +103,12 @@ type Config struct {
 	// again for the stretch since the last checkpoint. For before/after
 	// comparisons.
 	NoDemotion bool
+	// NoCalibration keeps the index budgets as set: the engines' answers do
+	// not calibrate them (core.Config.NoCalibration). For comparisons.
+	NoCalibration bool
+	// OverloadOnReports makes a hit's overload check ignore the peer share
+	// (affinity.Settings.OverloadOnReports). For comparisons.
+	OverloadOnReports bool
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
@@ -225,7 +231,7 @@ func (c Config) validatePolicies() error {
 func (c Config) settings(policy string, rnd func() uint64) affinity.Settings {
 	return affinity.Settings{
 		Policy: policy, Thresholds: c.Thresholds, MissPlacement: c.MissPlacement,
-		BlockSize: c.BlockSize, Rand: rnd,
+		BlockSize: c.BlockSize, Rand: rnd, OverloadOnReports: c.OverloadOnReports,
 	}
 }
 

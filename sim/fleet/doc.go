@@ -1,7 +1,9 @@
 // Package fleet simulates a router tier in front of a fleet of inference
 // workers, on virtual time, running the real routing code: R router
-// replicas, each with its own affinity load table, ownership index and
-// routers, in front of W simulated engines (package sim), fed by a trace or
+// replicas, each the product's replica core (cluster/core: its load table,
+// ownership index, routers, gossip state, peer filtering and peer share,
+// and the attribution of its decisions), in front of W simulated engines
+// (package sim), fed by a trace or
 // by closed-loop agentic sessions (package workload). A load balancer in
 // front of the replicas sends every request to a replica chosen uniformly at
 // random, so the turns of one conversation land on different replicas and
@@ -21,7 +23,14 @@
 // every decision of every replica in one index and sees the exact loads, and
 // that routes nothing. Each request the oracle would have routed as a hit and
 // the tier did not is attributed to a cause (Lost), so a regression of the
-// tier explains itself.
+// tier explains itself. Each replica's core also judges its own decisions
+// by the engine's answer, as a real replica does (Judged: false hits, lost
+// hits by cause, cold misses), knowing nothing an oracle knows.
+//
+// The timings are the product's: a decision's ownership facts wait in the
+// core's gossip state until its next tick (GossipInterval, each replica's
+// phase spread over one interval), travel GossipDelay, and are merged when
+// they arrive; a request holds its worker for as long as the engine takes.
 //
 // The routed (prefill) workers' waiting queues are read every virtual second
 // (an event that changes nothing), and closed-loop sessions count as rollouts

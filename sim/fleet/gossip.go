@@ -25,7 +25,7 @@ func (s *simulation) startGossip() {
 
 // tick runs replica i's gossip state and sends what it emits to every peer.
 func (s *simulation) tick(i int) {
-	st := s.replicas[i].gossip
+	st := s.replicas[i].core
 	now := s.clock.Now()
 	if pkts := st.Tick(now); len(pkts) > 0 {
 		for peer := range s.replicas {
@@ -43,7 +43,7 @@ func (s *simulation) tick(i int) {
 
 // deliver hands packets to replica i's gossip state.
 func (s *simulation) deliver(i int, pkts [][]byte) {
-	st := s.replicas[i].gossip
+	st := s.replicas[i].core
 	now := s.clock.Now()
 	for _, p := range pkts {
 		if err := st.Receive(p, now); err != nil && s.err == nil {

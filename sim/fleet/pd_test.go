@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,15 +28,21 @@ func collapsingSplitFleet(policy string) Config {
 // observation and decodes 32.
 func collapsingRollouts(t *testing.T) (*Agentic, int) {
 	t.Helper()
-	cfg := workload.AgenticConfig{
-		Sessions: 96, Turns: 6, SystemPromptTokens: 2048, TaskTokens: 64,
-		ObservationTokens: 1024, AnswerTokens: 32, ThinkTime: 500 * time.Millisecond, Seed: 3,
-	}
-	a, err := NewAgenticGroups(cfg, Groups{Count: 12, ObservationSpread: 1})
+	a, sessions, err := collapsingRolloutsSeeded(3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a, cfg.Sessions
+	return a, sessions
+}
+
+// collapsingRolloutsSeeded is collapsingRollouts drawn with seed.
+func collapsingRolloutsSeeded(seed int64) (*Agentic, int, error) {
+	cfg := workload.AgenticConfig{
+		Sessions: 96, Turns: 6, SystemPromptTokens: 2048, TaskTokens: 64,
+		ObservationTokens: 1024, AnswerTokens: 32, ThinkTime: 500 * time.Millisecond, Seed: seed,
+	}
+	a, err := NewAgenticGroups(cfg, Groups{Count: 12, ObservationSpread: 1})
+	return a, cfg.Sessions, err
 }
 
 func runRollouts(t *testing.T, policy string) Result {
@@ -51,16 +58,37 @@ func runRollouts(t *testing.T, policy string) Result {
 	return res
 }
 
-func TestPerRequestAffinityBeatsTheFleetGateOnASplitFleet(t *testing.T) {
-	gate := runRollouts(t, affinity.PolicyFleetGate)
-	perRequest := runRollouts(t, affinity.PolicyCacheAware)
-	if perRequest.HitRate < gate.HitRate+0.05 {
-		t.Errorf("prefill hit rate: cache_aware %.3f, cache_aware_fleet_gate %.3f: want cache_aware ahead by 0.05",
-			perRequest.HitRate, gate.HitRate)
+// TestMeasurePerRequestAffinityAgainstTheFleetGateOnASplitFleet measures
+// cache_aware's lead over cache_aware_fleet_gate on a collapsing split
+// fleet. The lead was pinned at 0.05 on one seed pair (0.120); over 8 it
+// ranges from 0.046 to 0.120, so 0.04 is asserted, and fewer prompt tokens
+// computed per rollout at every seed.
+func TestMeasurePerRequestAffinityAgainstTheFleetGateOnASplitFleet(t *testing.T) {
+	lows := overSeeds(t, measureSeeds(t), []string{"prefill hit rate lead", "gate's prompt tokens per rollout / cache_aware's"},
+		func(seed int64) ([]float64, error) {
+			var res [2]Result
+			for i, policy := range []string{affinity.PolicyFleetGate, affinity.PolicyCacheAware} {
+				cfg := collapsingSplitFleet(policy)
+				cfg.Seed = seed
+				load, sessions, err := collapsingRolloutsSeeded(2 + seed)
+				if err != nil {
+					return nil, err
+				}
+				if res[i], err = Run(cfg, load); err != nil {
+					return nil, err
+				}
+				if res[i].Rollouts != sessions {
+					return nil, fmt.Errorf("%s: %d rollouts finished, want %d", policy, res[i].Rollouts, sessions)
+				}
+			}
+			gate, perRequest := res[0], res[1]
+			return []float64{perRequest.HitRate - gate.HitRate, gate.PromptTokensPerRollout / perRequest.PromptTokensPerRollout}, nil
+		})
+	if lows[0] < 0.04 {
+		t.Errorf("prefill hit rate: cache_aware's lead over cache_aware_fleet_gate min %.3f, want 0.04", lows[0])
 	}
-	if perRequest.PromptTokensPerRollout >= gate.PromptTokensPerRollout {
-		t.Errorf("prompt tokens computed per rollout: cache_aware %.0f, cache_aware_fleet_gate %.0f: want fewer",
-			perRequest.PromptTokensPerRollout, gate.PromptTokensPerRollout)
+	if lows[1] <= 1 {
+		t.Errorf("prompt tokens per rollout: the gate computed %.3f of cache_aware's at some seed: want more at every seed", lows[1])
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -12,26 +13,25 @@ import (
 // reports; a longer interval keeps the same slack.
 const ttlSlack = loadsync.DefaultLoadTTL - 3*loadsync.DefaultLoadInterval
 
-// replica is one router replica: its counters, its ownership index, the
-// routers bound to them, and, with SyncGossip, its gossip state.
+// replica is one router replica: the product's replica core
+// (cluster/core), driven on virtual time, and the routers bound to it.
 type replica struct {
-	name  string
-	loads *affinity.LoadTable
-	index *affinity.Index
+	name string
+	core *core.Replica
+	// loads and index are the core's; gossip is its side of the gossip,
+	// nil unless SyncGossip.
+	loads  *affinity.LoadTable
+	index  *affinity.Index
+	gossip *loadsync.State
 	// heard is every ownership fact the replica's index ever recorded.
 	heard heardSet
-	// prefixAware says the main policy records ownership.
-	prefixAware bool
-	// own lists this replica's counters of every worker in id order, for
-	// the load reports (LoadTable.Each has no stable order).
+	// own lists this replica's counters of every worker in id order.
 	own []*affinity.Load
 
 	router     *affinity.Router // the main policy: prefill in a split fleet
 	pool       *affinity.Pool
 	decode     *affinity.Router // nil without a split
 	decodePool *affinity.Pool
-
-	gossip *loadsync.State // nil unless SyncGossip
 }
 
 // state is what a replica routes against: with SyncShared every replica
@@ -52,22 +52,29 @@ func indexBudget(cfg Config) int {
 	return max(cfg.Engine.KVCapacityTokens*cfg.Engine.BytesPerToken/cfg.BlockSize, 1)
 }
 
-// newReplica builds replica number n over st. rnd supplies its policies'
-// random bits.
-func newReplica(cfg Config, n int, st state, rnd *rand.Rand) (*replica, error) {
-	r := &replica{name: fmt.Sprintf("replica-%d", n), loads: st.loads, index: st.index, heard: st.heard,
-		prefixAware: cfg.Policy == affinity.PolicyCacheAware || cfg.Policy == affinity.PolicyFleetGate}
+// newReplica builds replica number n over st, on clock. rnd supplies its
+// policies' random bits.
+func newReplica(cfg Config, n int, st state, clock affinity.Clock, rnd *rand.Rand) (*replica, error) {
+	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard}
+	c, err := core.New(core.Config{Clock: clock, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
+		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
+		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration, Heard: r.recordHeard, Loads: st.loads,
+		Index: st.index})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
+	r.core, r.loads, r.index, r.gossip = c, c.Loads(), c.Index(), c.Gossip()
+	ids := make([]affinity.WorkerID, 0, cfg.totalWorkers())
 	for id := 1; id <= cfg.totalWorkers(); id++ {
-		r.own = append(r.own, st.loads.Get(affinity.WorkerID(id)))
+		ids = append(ids, affinity.WorkerID(id))
+		r.own = append(r.own, r.loads.Get(affinity.WorkerID(id)))
+	}
+	c.SetRegistry(ids)
+	if cfg.Sync == SyncGossip {
+		c.SetPeers(cfg.Replicas-1, cfg.GossipInterval)
 	}
 	routed := cfg.routedWorkers()
 	r.pool = affinity.NewPool(r.own[:routed])
-	if cfg.Sync == SyncGossip {
-		if err := r.startGossip(cfg, n); err != nil {
-			return nil, err
-		}
-	}
-	var err error
 	if r.router, err = r.newRouter(cfg, cfg.Policy, rnd); err != nil {
 		return nil, err
 	}
@@ -78,77 +85,28 @@ func newReplica(cfg Config, n int, st state, rnd *rand.Rand) (*replica, error) {
 	return r, err
 }
 
+// gossipConfig is the replica's side of the gossip with SyncGossip, nil
+// otherwise: the product's State with the fleet's report interval.
+func (r *replica) gossipConfig(cfg Config, n int) *loadsync.Config {
+	if cfg.Sync != SyncGossip {
+		return nil
+	}
+	return &loadsync.Config{Origin: r.name, BootEpoch: uint64(n + 1), LoadInterval: cfg.GossipInterval,
+		LoadTTL: 3*cfg.GossipInterval + ttlSlack}
+}
+
 func (r *replica) newRouter(cfg Config, policy string, rnd *rand.Rand) (*affinity.Router, error) {
-	p, err := affinity.NewPolicy(cfg.settings(policy, rnd.Uint64), r.index)
+	rt, err := r.core.NewRouter(cfg.settings(policy, rnd.Uint64))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	var sink affinity.OwnershipSink
-	switch {
-	case r.gossip != nil && cfg.NoDemotion:
-		sink = plainSink{r.gossip}
-	case r.gossip != nil:
-		sink = ownershipSink{r.gossip}
-	}
-	return affinity.NewRouter(p, r.loads, r.index, cfg.BlockSize, sink), nil
+	return rt, nil
 }
 
-// startGossip gives the replica a loadsync State wired to its counters and
-// index, as a replica process wires it to memberlist.
-func (r *replica) startGossip(cfg Config, n int) error {
-	st, err := loadsync.New(loadsync.Config{
-		Origin:       r.name,
-		BootEpoch:    uint64(n + 1),
-		LoadInterval: cfg.GossipInterval,
-		LoadTTL:      3*cfg.GossipInterval + ttlSlack,
-		LocalLoads:   r.localLoads,
-		OnRemoteLoad: func(w uint32, n int64) { r.loads.SetRemote(affinity.WorkerID(w), n) },
-		OnOwnership:  r.learn,
-	})
-	if err != nil {
-		return fmt.Errorf("%w: gossip: %w", ErrBadConfig, err)
-	}
-	r.gossip = st
-	return nil
-}
-
-// learn records an ownership fact heard from a peer in the index, charged
-// the span of prefix it stands for.
-func (r *replica) learn(f loadsync.Fact) {
-	r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: affinity.WorkerID(f.Worker), Span: f.Span})
-	r.heard.add(f.Hash, affinity.WorkerID(f.Worker))
-}
-
-// recordHeard notes the replica's own decision: w owns every block of hashes.
+// recordHeard notes a fact the replica's index recorded: w owns every
+// block of hashes.
 func (r *replica) recordHeard(hashes []uint64, w affinity.WorkerID) {
-	if !r.prefixAware {
-		return
-	}
 	for _, h := range hashes {
 		r.heard.add(h, w)
 	}
-}
-
-// localLoads reports this replica's own in-flight counts.
-func (r *replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
-	for _, l := range r.own {
-		if n := l.Local(); n != 0 {
-			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
-		}
-	}
-	return dst
-}
-
-// plainSink announces decisions without what a hit matched before.
-type plainSink struct{ st *loadsync.State }
-
-func (s plainSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
-
-// ownershipSink hands the router's ownership decisions to the gossip.
-type ownershipSink struct{ st *loadsync.State }
-
-func (s ownershipSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
-
-func (s ownershipSink) OwnedBeyond(hashes []uint64, known int, w affinity.WorkerID) {
-	s.st.OwnedBeyond(hashes, known, uint32(w))
 }

@@ -16,7 +16,7 @@ func TestGossipedDecisionChargesItsWholeChain(t *testing.T) {
 	clock := sim.NewVirtualClock(epoch)
 	var replicas [2]*replica
 	for n := range replicas {
-		r, err := newReplica(cfg, n, newState(cfg, clock), seeded(cfg.Seed, streamPolicies+uint64(n)))
+		r, err := newReplica(cfg, n, newState(cfg, clock), clock, seeded(cfg.Seed, streamPolicies+uint64(n)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -32,6 +33,10 @@ type request struct {
 	// transferred is the prompt length in tokens that the prefill computed
 	// and the decode worker receives.
 	transferred int
+	// replica made the (prefill) decision, and decided is what it knew;
+	// the routed worker's answer judges it.
+	replica *replica
+	decided core.Decided
 }
 
 // release gives back every guard the request still holds.

@@ -65,6 +65,9 @@ type Result struct {
 	// more than --cache-threshold of the prompt: the index remembered what
 	// the engine had evicted.
 	FalseHits int `json:"false_hits"`
+	// Judged is the replicas' own attribution against the engines'
+	// answers, the product's metrics (see Judged).
+	Judged Judged `json:"judged"`
 	// DecodeHitRate and DecodeLoadCV are HitRate and LoadCV of the decode
 	// workers of a split fleet.
 	DecodeHitRate float64 `json:"decode_hit_rate,omitempty"`
@@ -212,6 +215,7 @@ func (s *simulation) result() Result {
 	s.stats.summary(&r)
 	r.OracleHitRate = ratio(float64(s.oracle.hits), float64(s.stats.routed))
 	r.Lost, r.FalseHits = s.oracle.lost, s.oracle.falseHits
+	r.Judged = judged(s.replicas)
 	var routedComputed uint64
 	for i, w := range s.workers {
 		r.PrefillTokens += w.engine.ComputedTokens()

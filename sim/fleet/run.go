@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -85,12 +86,9 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		if cfg.Sync != SyncShared && n > 0 {
 			st = newState(cfg, s.clock)
 		}
-		r, err := newReplica(cfg, n, st, seeded(cfg.Seed, streamPolicies+uint64(n)))
+		r, err := newReplica(cfg, n, st, s.clock, seeded(cfg.Seed, streamPolicies+uint64(n)))
 		if err != nil {
 			return nil, err
-		}
-		if !cfg.NoPeerShare && cfg.Sync == SyncGossip {
-			r.loads.SetPeerShare(cfg.Replicas-1, cfg.GossipInterval, s.clock)
 		}
 		s.replicas = append(s.replicas, r)
 	}
@@ -158,16 +156,17 @@ func (s *simulation) arrive(req *request) {
 	r := s.replicas[s.balancer.IntN(len(s.replicas))]
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
 	owner, oracleHit := s.oracle.wouldHit(areq)
-	dec, guard, err := r.router.Route(areq, r.pool)
+	decided, guard, err := r.core.Decide(r.router, areq, r.pool)
 	if err != nil {
 		s.fail(req)
 		return
 	}
+	dec := decided.Decision
+	req.replica, req.decided = r, decided
 	s.stats.route(dec)
 	s.oracle.judge(r, areq, owner, oracleHit, dec)
 	eng := s.workers[s.index(dec.Worker)].engine
 	s.oracle.checkHit(dec, eng.CachedTokens(req.arrival.Prompt), eng.Config().TokenCount(len(req.arrival.Prompt)))
-	r.recordHeard(areq.Hashes, dec.Worker)
 	sr := sim.Request{ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens}
 	if r.decode == nil {
 		req.guard, req.phase = guard, phaseServe
@@ -245,6 +244,11 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 		}
 	case sim.Done:
 		s.workers[w].end(ev.At, ev.Usage)
+		if req.phase != phaseDecode {
+			// The answer of the routed (prefill) worker judges the decision.
+			req.replica.core.Answered(req.decided, core.Usage{PromptTokens: ev.Usage.Prompt,
+				CachedTokens: ev.Usage.Cached, HasCached: true})
+		}
 		if req.phase == phasePrefill {
 			req.prefillGuard.Release()
 			req.transferred = ev.Usage.Prompt

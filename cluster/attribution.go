@@ -1,0 +1,89 @@
+package cluster
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/core"
+)
+
+// The attribution of this replica's decisions against the engines' answers
+// (cluster/core's Attribution): every decision of a prefix-aware router
+// whose 2xx answer said how much of the prompt the engine found cached
+// (usage.prompt_tokens_details.cached_tokens, SGLang's
+// meta_info.cached_tokens) is judged. An engine hit is a cached share of
+// the prompt above --cache-threshold, the rule the policy predicts with.
+
+// attributionFamilies are the counters written at scrape time from the
+// core's counts, with their help texts.
+var attributionFamilies = []struct {
+	name, help string
+	value      func(core.Attribution) uint64
+}{
+	{"vllm_router_judged_decisions_total", "Decisions whose answer said how many prompt tokens the engine found cached.",
+		func(a core.Attribution) uint64 { return a.Judged }},
+	{"vllm_router_predicted_hits_total", "Judged decisions the router predicted as cache hits.",
+		func(a core.Attribution) uint64 { return a.PredictedHits }},
+	{"vllm_router_engine_hits_total", "Judged answers whose cached share of the prompt exceeded --cache-threshold.",
+		func(a core.Attribution) uint64 { return a.EngineHits }},
+	{"vllm_router_false_hits_total", "Decisions predicted as hits whose engine's cached share of the prompt did not exceed --cache-threshold: the index believed in a prefix the engine did not hold.",
+		func(a core.Attribution) uint64 { return a.FalseHits }},
+	{"vllm_router_cold_misses_total", "Engine misses predicted as misses for which no other worker was known to hold the prefix, at the decision or by the answer (no_fact: not counted as lost).",
+		func(a core.Attribution) uint64 { return a.ColdMisses }},
+	{"vllm_router_judged_prompt_tokens_total", "Prompt tokens of the judged answers.",
+		func(a core.Attribution) uint64 { return a.PromptTokens }},
+	{"vllm_router_judged_cached_tokens_total", "Cached prompt tokens of the judged answers, as the engines reported them.",
+		func(a core.Attribution) uint64 { return a.CachedTokens }},
+}
+
+const (
+	lostHitsFamily = "vllm_router_lost_hits_total"
+	lostHitsHelp   = "Engine misses on a prefix another worker was known to hold above --cache-threshold, by cause: shed (the owner judged overloaded), ineligible (the owner not a candidate), below_threshold (only a shallower part known at the decision), peer_fact_late (nothing known at the decision, a fact arrived by the answer)."
+	falseByFact    = "vllm_router_false_hits_by_fact_total"
+	falseByFactHlp = "False hits by where the index's belief came from: own (this replica's decision) or peer (a peer's gossip)."
+	scaleFamily    = "vllm_router_index_budget_scale"
+	scaleHelp      = "A worker's index budget as a share of its capacity, as its engine's answers calibrated it (1: as configured; at least 0.1)."
+)
+
+// writeAttribution writes the attribution counters.
+func (r *Replica) writeAttribution(w io.Writer) {
+	a := r.core.Attribution()
+	for _, f := range attributionFamilies {
+		writeHelp(w, f.name, f.help)
+		metrics.WriteCounterUint64(w, f.name, f.value(a))
+	}
+	writeHelp(w, lostHitsFamily, lostHitsHelp)
+	metrics.WriteMetadataIfNeeded(w, lostHitsFamily, "counter")
+	for _, c := range core.Causes {
+		fmt.Fprintf(w, "%s{cause=%q} %d\n", lostHitsFamily, c.String(), a.Lost[c])
+	}
+	writeHelp(w, falseByFact, falseByFactHlp)
+	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
+	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
+		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
+	}
+	r.writeBudgetScales(w)
+}
+
+// writeBudgetScales writes every registered worker's calibrated budget
+// scale.
+func (r *Replica) writeBudgetScales(w io.Writer) {
+	workers := r.fsm.View().Workers()
+	if len(workers) == 0 {
+		return
+	}
+	writeHelp(w, scaleFamily, scaleHelp)
+	metrics.WriteMetadataIfNeeded(w, scaleFamily, "gauge")
+	for _, wk := range workers {
+		fmt.Fprintf(w, "%s{worker=%q} %g\n", scaleFamily, wk.URL, r.index.Scale(affinity.WorkerID(wk.ID)))
+	}
+}
+
+// writeHelp writes a family's help line, which the text format allows
+// before its type line and samples.
+func writeHelp(w io.Writer, family, help string) {
+	fmt.Fprintf(w, "# HELP %s %s\n", family, help)
+}

@@ -1,0 +1,101 @@
+package core
+
+import "github.com/kvrouter/kvrouter/affinity"
+
+// Fact says where the knowledge behind a decision came from.
+type Fact uint8
+
+// The sources of a decision's knowledge.
+const (
+	// FactNone: the index held nothing of the prompt for a candidate.
+	FactNone Fact = iota
+	// FactOwn: the deepest matched block was recorded by this replica's
+	// own decision.
+	FactOwn
+	// FactPeer: it was learned from a peer's gossip.
+	FactPeer
+)
+
+func (f Fact) String() string {
+	switch f {
+	case FactOwn:
+		return "own"
+	case FactPeer:
+		return "peer"
+	}
+	return "none"
+}
+
+// Decided is one decision with what the replica knew when it made it: what
+// Answered judges against the engine's answer.
+type Decided struct {
+	affinity.Decision
+	// Fact is where the matched block's owner came from.
+	Fact Fact
+	// Ineligible says that the deepest owners the index knew of the
+	// prompt's prefix, holding more of it than the cache threshold, were
+	// none of them candidates (unhealthy, draining, another role or model,
+	// or an attempt already tried).
+	Ineligible bool
+	// Load is the chosen worker's merged in-flight count after the
+	// reservation, as this replica saw it.
+	Load int64
+
+	hashes []uint64 // the request's, for the answer's second look
+	// routed says the decision came through Decide (a zero Decided is
+	// judged by nothing).
+	routed bool
+}
+
+// Decide routes req on router over pool (router.Route) and notes what the
+// replica knew; a router whose policy ignores prefixes predicts nothing,
+// and its decisions are not judged. What it knew is read just before routing: the decision
+// records its own fact at once. The guard is the caller's to release, as
+// with Route.
+func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
+	if !router.RoutesByPrefix() {
+		d, g, err := router.Route(req, pool)
+		return Decided{Decision: d}, g, err
+	}
+	fact, ineligible := r.knowledge(req, pool)
+	d, g, err := router.Route(req, pool)
+	if err != nil {
+		return Decided{}, nil, err
+	}
+	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
+	if l := r.loads.Lookup(d.Worker); l != nil {
+		out.Load = l.Merged()
+	}
+	return out, g, nil
+}
+
+// knowledge looks up the deepest block of req any known worker is
+// recorded for: whether its owners among the candidates were recorded by
+// this replica or learned from a peer, and whether none of them is a
+// candidate while that block holds more of the text than the threshold.
+func (r *Replica) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, bool) {
+	hashes := req.Hashes
+	k := r.known.Load()
+	if len(hashes) == 0 || k.pool == nil {
+		return FactNone, false
+	}
+	var buf [8]affinity.WorkerID
+	depth, owners := r.index.Match(hashes, k.pool, buf[:0])
+	if depth < 0 {
+		return FactNone, false
+	}
+	fact, candidate := FactNone, false
+	for _, w := range owners {
+		if !pool.Contains(w) {
+			continue
+		}
+		candidate = true
+		if inserted, held := r.index.Inserted(hashes[depth], w); inserted {
+			fact = FactOwn
+		} else if held && fact == FactNone {
+			fact = FactPeer
+		}
+	}
+	deep := r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, len(req.Text)), len(req.Text))
+	return fact, !candidate && deep
+}

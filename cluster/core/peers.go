@@ -1,0 +1,126 @@
+package core
+
+import (
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/loadsync"
+)
+
+// The trust boundary on what peers gossip: every load, ownership fact and
+// verdict another replica sends passes through here before it reaches the
+// load table, the index or the verdicts' owner. Only workers of the registry
+// (which Raft, not gossip, decides) are let through (loads are filtered as
+// they arrive, by loadsync's KnownWorker), so what this replica holds never
+// grows with what peers send, and a fact is charged at most maxFactSpan
+// blocks, so one fact cannot wipe a worker's index.
+//
+// The gossip key is what keeps strangers out of the gossip; this keeps a
+// peer, or a stranger where there is no key, from making up workers.
+
+// maxFactSpan is the most blocks one gossiped fact is charged for: the
+// longest chain a router hashes for one request (affinity.MaxChainBlocks).
+// A longer span can only be made up.
+const maxFactSpan = affinity.MaxChainBlocks
+
+// knownWorkers is one registry's workers, swapped whole by SetRegistry.
+type knownWorkers struct {
+	byID map[affinity.WorkerID]*affinity.Load
+	// inOrder lists the load entries in id order: load reports list them
+	// in a stable order, so a simulated run repeats byte for byte.
+	inOrder []*affinity.Load
+	// pool holds every known worker: what attribution asks the index.
+	pool *affinity.Pool
+}
+
+func (r *Replica) isKnown(w uint32) bool {
+	_, ok := r.known.Load().byID[affinity.WorkerID(w)]
+	return ok
+}
+
+// localLoads reports this replica's own in-flight counts to the gossip.
+func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	for _, l := range r.known.Load().inOrder {
+		if n := l.Local(); n != 0 {
+			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
+		}
+	}
+	return dst
+}
+
+// remoteLoad takes the peers' in-flight count for a known worker.
+func (r *Replica) remoteLoad(w uint32, n int64) {
+	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {
+		l.SetRemote(n)
+	}
+}
+
+// ownership takes a peer's fact about a known worker, its span capped.
+func (r *Replica) ownership(f loadsync.Fact) {
+	if !r.isKnown(f.Worker) {
+		return
+	}
+	w := affinity.WorkerID(f.Worker)
+	r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: w, Span: min(f.Span, maxFactSpan)})
+	if r.cfg.Heard != nil {
+		r.cfg.Heard([]uint64{f.Hash}, w)
+	}
+}
+
+// remoteVerdicts passes on a peer's verdicts about known workers; nil (the
+// peer withdrew them, left, died or went silent) passes as nil.
+func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
+	if r.cfg.OnVerdicts == nil {
+		return
+	}
+	if vs == nil {
+		r.cfg.OnVerdicts(origin, nil)
+		return
+	}
+	kept := make([]loadsync.Verdict, 0, len(vs))
+	for _, v := range vs {
+		if r.isKnown(v.Worker) {
+			kept = append(kept, v)
+		}
+	}
+	r.cfg.OnVerdicts(origin, kept)
+}
+
+// extendingSink passes the routers' ownership decisions to the gossip, with
+// what a hit matched before, so that peers are charged only the new blocks.
+type extendingSink struct{ st *loadsync.State }
+
+var _ affinity.ExtendingSink = extendingSink{}
+
+func (s extendingSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
+
+func (s extendingSink) OwnedBeyond(hashes []uint64, known int, w affinity.WorkerID) {
+	s.st.OwnedBeyond(hashes, known, uint32(w))
+}
+
+// plainSink announces decisions without what a hit matched before.
+type plainSink struct{ st *loadsync.State }
+
+func (s plainSink) Owned(hashes []uint64, w affinity.WorkerID) { s.st.Owned(hashes, uint32(w)) }
+
+// heardSink shows every decision to Config.Heard, then passes it on.
+type heardSink struct {
+	next  affinity.OwnershipSink // nil: no gossip
+	heard func([]uint64, affinity.WorkerID)
+}
+
+func (s heardSink) Owned(hashes []uint64, w affinity.WorkerID) {
+	s.heard(hashes, w)
+	if s.next != nil {
+		s.next.Owned(hashes, w)
+	}
+}
+
+func (s heardSink) OwnedBeyond(hashes []uint64, known int, w affinity.WorkerID) {
+	s.heard(hashes, w)
+	switch next := s.next.(type) {
+	case affinity.ExtendingSink:
+		next.OwnedBeyond(hashes, known, w)
+	case nil:
+	default:
+		next.Owned(hashes, w)
+	}
+}

@@ -1,0 +1,32 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/kvrouter/kvrouter/cluster/core"
+)
+
+// TestUsageOfReadsWhatEachEngineSaysItHadCached: vLLM's usage details,
+// SGLang's meta_info, the responses API's input tokens, a stream's last
+// chunk, and an answer that does not say.
+func TestUsageOfReadsWhatEachEngineSaysItHadCached(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       core.Usage
+	}{
+		{"vLLM", `{"usage":{"prompt_tokens":120,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":96}}}`,
+			core.Usage{PromptTokens: 120, CachedTokens: 96, HasCached: true}},
+		{"SGLang", `{"text":"x","meta_info":{"prompt_tokens":64,"completion_tokens":1,"cached_tokens":32}}`,
+			core.Usage{PromptTokens: 64, CachedTokens: 32, HasCached: true}},
+		{"responses", `{"usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":0},"output_tokens":3}}`,
+			core.Usage{PromptTokens: 40, HasCached: true}},
+		{"the last chunk of a stream", "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\": 9,\"prompt_tokens_details\":{\"cached_tokens\": 8}}}\n\ndata: [DONE]\n\n",
+			core.Usage{PromptTokens: 9, CachedTokens: 8, HasCached: true}},
+		{"silent about its cache", `{"usage":{"prompt_tokens":7,"completion_tokens":1}}`, core.Usage{PromptTokens: 7}},
+		{"no usage", `{"choices":[{"text":"ok"}]}`, core.Usage{}},
+	} {
+		if got := usageOf([]byte(tc.body)); got != tc.want {
+			t.Errorf("%s: usageOf = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
