@@ -7,11 +7,11 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // The attribution of this replica's decisions against the engines' answers
-// (cluster/core's Attribution): every decision of a prefix-aware router
+// (core's Attribution): every decision of a prefix-aware router
 // whose 2xx answer said how much of the prompt the engine found cached
 // (usage.prompt_tokens_details.cached_tokens, SGLang's
 // meta_info.cached_tokens) is judged. An engine hit is a cached share of

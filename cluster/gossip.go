@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -66,7 +66,7 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// newCore builds this replica's routing state (cluster/core) with its side
+// newCore builds this replica's routing state (core) with its side
 // of the load, ownership and verdict gossip, wired to the monitor's
 // verdicts.
 func (r *Replica) newCore() error {

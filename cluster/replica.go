@@ -15,8 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/proxy"
@@ -34,7 +34,7 @@ type Replica struct {
 	raft    *RaftNode
 	monitor *health.Monitor
 	dialer  *workerurl.Dialer // every connection to a worker
-	// core is the replica's routing state (cluster/core): loads, index and
+	// core is the replica's routing state (core): loads, index and
 	// sync are its load table, ownership index and side of the gossip.
 	core    *core.Replica
 	loads   *affinity.LoadTable

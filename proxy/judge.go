@@ -5,12 +5,12 @@ import (
 	"strconv"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // Decider decides where a leg goes and hears the engine's answer to it, so
 // that every decision is judged against what the engine had cached: the
-// replica core (cluster/core) in a cluster. Without one the router decides
+// replica core (core) in a cluster. Without one the router decides
 // alone and nothing is judged.
 type Decider interface {
 	Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error)

@@ -3,7 +3,7 @@ package proxy
 import (
 	"testing"
 
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // TestUsageOfReadsWhatEachEngineSaysItHadCached: vLLM's usage details,

@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // leg is one phase of a request: the workers it may go to, how one of them

@@ -8,7 +8,6 @@ import (
 	"net"
 	"sync"
 	"time"
-
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine

@@ -2,7 +2,7 @@ package fleet
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // Lost attributes every request that one all-knowing replica would have
@@ -160,7 +160,7 @@ func (s heardSet) any(hashes []uint64, w affinity.WorkerID) bool {
 	return false
 }
 
-// Judged is what the replicas' cores (cluster/core) counted of their
+// Judged is what the replicas' cores (core) counted of their
 // decisions against the engines' answers, summed over the replicas: the
 // product's own attribution, as vllm_router_false_hits_total,
 // vllm_router_lost_hits_total{cause} and vllm_router_cold_misses_total

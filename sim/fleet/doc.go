@@ -1,6 +1,6 @@
 // Package fleet simulates a router tier in front of a fleet of inference
 // workers, on virtual time, running the real routing code: R router
-// replicas, each the product's replica core (cluster/core: its load table,
+// replicas, each the product's replica core (core: its load table,
 // ownership index, routers, gossip state, peer filtering and peer share,
 // and the attribution of its decisions), in front of W simulated engines
 // (package sim), fed by a trace or

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -14,7 +14,7 @@ import (
 const ttlSlack = loadsync.DefaultLoadTTL - 3*loadsync.DefaultLoadInterval
 
 // replica is one router replica: the product's replica core
-// (cluster/core), driven on virtual time, and the routers bound to it.
+// (core), driven on virtual time, and the routers bound to it.
 type replica struct {
 	name string
 	core *core.Replica

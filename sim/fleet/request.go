@@ -2,7 +2,7 @@ package fleet
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/sim"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/core"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
