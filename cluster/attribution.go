@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/exposition"
 )
 
 // The attribution of this replica's decisions against the engines' answers
@@ -48,19 +49,28 @@ const (
 	scaleHelp      = "A worker's index budget as a share of its capacity, as its engine's answers calibrated it (1: as configured; at least 0.1)."
 )
 
+// The attribution families' help texts, described once from the table
+// above, so the exposition's checks know them as they know every family.
+var _ = exposition.Describe(attributionHelp())
+
+func attributionHelp() map[string]string {
+	help := map[string]string{lostHitsFamily: lostHitsHelp, falseByFact: falseByFactHlp, scaleFamily: scaleHelp}
+	for _, f := range attributionFamilies {
+		help[f.name] = f.help
+	}
+	return help
+}
+
 // writeAttribution writes the attribution counters.
 func (r *Replica) writeAttribution(w io.Writer) {
 	a := r.core.Attribution()
 	for _, f := range attributionFamilies {
-		writeHelp(w, f.name, f.help)
 		metrics.WriteCounterUint64(w, f.name, f.value(a))
 	}
-	writeHelp(w, lostHitsFamily, lostHitsHelp)
 	metrics.WriteMetadataIfNeeded(w, lostHitsFamily, "counter")
 	for _, c := range core.Causes {
 		fmt.Fprintf(w, "%s{cause=%q} %d\n", lostHitsFamily, c.String(), a.Lost[c])
 	}
-	writeHelp(w, falseByFact, falseByFactHlp)
 	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
 	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
@@ -75,15 +85,8 @@ func (r *Replica) writeBudgetScales(w io.Writer) {
 	if len(workers) == 0 {
 		return
 	}
-	writeHelp(w, scaleFamily, scaleHelp)
 	metrics.WriteMetadataIfNeeded(w, scaleFamily, "gauge")
 	for _, wk := range workers {
 		fmt.Fprintf(w, "%s{worker=%q} %g\n", scaleFamily, wk.URL, r.index.Scale(affinity.WorkerID(wk.ID)))
 	}
-}
-
-// writeHelp writes a family's help line, which the text format allows
-// before its type line and samples.
-func writeHelp(w io.Writer, family, help string) {
-	fmt.Fprintf(w, "# HELP %s %s\n", family, help)
 }

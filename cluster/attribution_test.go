@@ -27,7 +27,7 @@ func TestAnEngineThatHeldNothingMakesTheRepeatAFalseHit(t *testing.T) {
 		"vllm_router_false_hits_total 1\n", "vllm_router_engine_hits_total 0\n", "vllm_router_cold_misses_total 1\n",
 		`vllm_router_false_hits_by_fact_total{fact="own"} 1` + "\n", `vllm_router_lost_hits_total{cause="shed"} 0` + "\n",
 		`vllm_router_lost_hits_total{cause="peer_fact_late"} 0` + "\n", "vllm_router_judged_prompt_tokens_total 1024\n",
-		"# HELP vllm_router_false_hits_total ", `vllm_router_index_budget_scale{worker="` + c.workers[0].url + `"} `,
+		`vllm_router_index_budget_scale{worker="` + c.workers[0].url + `"} `,
 		"vllm_router_index_budget_scale{worker=\"" + workerURLNamed(c, first) + "\"} 0.95\n"} {
 		if !strings.Contains(scrape, want) {
 			t.Errorf("/metrics lacks %q", want)
