@@ -1,0 +1,114 @@
+package admission
+
+import "time"
+
+// Reading is what one scrape of a worker's engine found.
+type Reading struct {
+	Worker  uint32
+	At      time.Time // when it was read; a reading is applied once
+	Running float64   // vllm:num_requests_running
+	Waiting float64   // vllm:num_requests_waiting
+	KVUsage float64   // vllm:kv_cache_usage_perc, 0..1
+}
+
+// WorkerLoad is what the tier has in flight on a worker, as the load
+// table holds it.
+type WorkerLoad struct {
+	Worker uint32
+	// Others is what the other replicas have in flight on it (merged load
+	// less this replica's own).
+	Others int64
+}
+
+// Capacity learns how many requests each worker's engine runs at once from
+// what the engines report: an engine with requests waiting, or with its KV
+// cache full, runs all it can, so what it runs then is its capacity. An
+// engine never seen full has no known bound. Once its bound has held for
+// ProbeAfter without the engine queueing again, the bound grows by one, so
+// that an engine whose room grew (shorter sequences, a restart with more
+// memory) is found out. Not safe for concurrent use.
+type Capacity struct {
+	// KVFull is the KV cache usage at or above which an engine counts as
+	// full (--saturation-kv-usage, default 0.95).
+	KVFull float64
+	// ProbeAfter is how long a bound holds before it is raised by one;
+	// default 30 s.
+	ProbeAfter time.Duration
+	workers    map[uint32]*engineBound
+}
+
+type engineBound struct {
+	seqs  int       // the bound; 0: none known
+	at    time.Time // when it was last set or raised
+	lastR time.Time // the latest reading applied
+}
+
+// Observe applies a reading; a reading older than or as old as the last
+// applied for its worker changes nothing.
+func (c *Capacity) Observe(r Reading) {
+	if c.workers == nil {
+		c.workers = map[uint32]*engineBound{}
+	}
+	b := c.workers[r.Worker]
+	if b == nil {
+		b = &engineBound{}
+		c.workers[r.Worker] = b
+	}
+	if !r.At.After(b.lastR) {
+		return
+	}
+	b.lastR = r.At
+	full := c.KVFull
+	if full <= 0 {
+		full = 0.95
+	}
+	switch {
+	case r.Waiting > 0 || r.KVUsage >= full:
+		b.seqs, b.at = max(int(r.Running), 1), r.At
+	case b.seqs > 0 && int(r.Running) >= b.seqs && r.At.Sub(b.at) >= c.probeAfter():
+		b.seqs, b.at = b.seqs+1, r.At
+	}
+}
+
+func (c *Capacity) probeAfter() time.Duration {
+	if c.ProbeAfter <= 0 {
+		return 30 * time.Second
+	}
+	return c.ProbeAfter
+}
+
+// Of is worker w's bound, and false when none is known.
+func (c *Capacity) Of(w uint32) (int, bool) {
+	if b := c.workers[w]; b != nil && b.seqs > 0 {
+		return b.seqs, true
+	}
+	return 0, false
+}
+
+// Limit is how many requests this replica may have in flight: the sum of
+// the workers' bounds less what the other replicas run on them, or -1 when
+// some worker has no known bound (it takes whatever comes). Workers not in
+// the list are forgotten.
+func (c *Capacity) Limit(workers []WorkerLoad) int {
+	present := make(map[uint32]bool, len(workers))
+	total := 0
+	unbounded := len(workers) == 0
+	for _, w := range workers {
+		present[w.Worker] = true
+		n, ok := c.Of(w.Worker)
+		if !ok {
+			unbounded = true
+			continue
+		}
+		total += max(0, n-int(w.Others))
+	}
+	for id := range c.workers {
+		if !present[id] {
+			delete(c.workers, id)
+		}
+	}
+	if unbounded {
+		return -1
+	}
+	return total
+}
