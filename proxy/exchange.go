@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -56,6 +57,7 @@ type exchange struct {
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
 
+	ticket      *admission.Ticket      // its admission slot, released by done
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
@@ -77,7 +79,7 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		p.metrics.request(ep, fasthttp.StatusUnauthorized, "unauthorized", x.start)
 		return
 	}
-	if err := p.admission.admit(p.ctx); err != nil {
+	if err := p.admission.admit(p.ctx, x); err != nil {
 		p.refuse(x, err)
 		p.metrics.request(ep, ctx.Response.StatusCode(), x.errType, x.start)
 		return
@@ -246,6 +248,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		p.flights.remove(x)
 		x.life.end(nil)
 	}
+	p.admission.release(x)
 	errType := x.errType
 	switch {
 	case x.gone.Load():

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/kvrouter/kvrouter/admission"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -43,6 +44,11 @@ type Deps struct {
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.
 	PD *PD
+	// Engines, when set, appends the latest reading of every worker's
+	// engine (requests running and waiting, KV cache usage): the
+	// saturation signal admission bounds the requests in flight by. nil:
+	// no such bound.
+	Engines func([]admission.Reading) []admission.Reading
 }
 
 // Proxy serves the inference API of one replica.
@@ -52,7 +58,7 @@ type Proxy struct {
 	fleet     *Fleet
 	metrics   *Metrics
 	log       *slog.Logger
-	admission *admission
+	admission *door
 	pd        *disaggregation
 	routers   atomic.Pointer[routerSet] // the live routers: SetRouters
 	server    *fasthttp.Server
@@ -83,7 +89,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
-	p.admission = newAdmission(p.cfg.Admission)
+	p.admission = newDoor(p.cfg.Admission, newAdmissionMetrics(deps.Metrics))
 	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
 		var err error
@@ -110,10 +116,14 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
 	p.watcher = newWatcher()
-	p.wg.Add(2)
+	p.wg.Add(3)
 	go func() {
 		defer p.wg.Done()
 		p.discover(p.ctx)
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.admission.run(p.ctx, deps.Loads, deps.Engines)
 	}()
 	go func() {
 		defer p.wg.Done()

@@ -133,7 +133,7 @@ func (p *Proxy) serveStoredResponse(ctx *fasthttp.RequestCtx, id string) {
 
 // servePinned sends x, whole, to worker w only: one attempt, no choice.
 func (p *Proxy) servePinned(x *exchange, w affinity.WorkerID) {
-	if err := p.admission.admit(p.ctx); err != nil {
+	if err := p.admission.admit(p.ctx, x); err != nil {
 		p.refuse(x, err)
 		p.metrics.request(x.ep, x.ctx.Response.StatusCode(), x.errType, x.start)
 		return
