@@ -5,7 +5,9 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,22 +156,30 @@ func TestASaturatedEngineMakesRequestsWaitAtTheRouterAndTheRefusalSaysWhy(t *tes
 
 func TestAnInteractiveRequestOvertakesQueuedBulk(t *testing.T) {
 	w := startFake(t, "w1")
-	w.Set(fakeworker.Hold())
+	var mu sync.Mutex
+	var order []string // the classes in the order they reached the worker
+	w.Set(func(e *fakeworker.Exchange) {
+		mu.Lock()
+		order = append(order, e.Req.Header.Get("x-priority"))
+		mu.Unlock()
+		fakeworker.Hold()(e)
+	})
 	r := startSaturated(t, classesConfig(), w)
 	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
-	done := make(chan string, 3)
-	send := func(class string) { go func() { postWith(t, r.url, "x-priority", class); done <- class }() }
+	done := make(chan struct{}, 3)
+	send := func(class string) { go func() { postWith(t, r.url, "x-priority", class); done <- struct{}{} }() }
 	send("bulk")
-	waitFor(t, "the first at the worker", func() bool { return int(w.Inference.Load()) == 1 })
+	waitFor(t, "the first at the worker", func() bool { return w.Inference.Load() == 1 })
 	send("bulk")
 	waitFor(t, "bulk queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
 	send("interactive")
 	waitFor(t, "interactive queued", func() bool { return r.proxy.AdmissionStats().Queued == 2 })
-	w.Set(fakeworker.Default())
 	w.Open()
-	order := []string{<-done, <-done, <-done}
-	if order[1] != "interactive" {
-		t.Fatalf("answers in the order %v; the interactive one must be admitted before the queued bulk", order)
+	<-done
+	<-done
+	<-done
+	if want := []string{"bulk", "interactive", "bulk"}; !slices.Equal(order, want) {
+		t.Fatalf("requests reached the worker in the order %v, want %v: the interactive one before the queued bulk", order, want)
 	}
 }
 
