@@ -136,11 +136,19 @@ func (s *Scheduler) waitingMin(c Class) waitingMin {
 
 // SetPeer replaces what peer origin last reported; nil or empty forgets it
 // (the peer left, went silent or has nothing waiting or in flight). At most
-// MaxPeerEntries of a report and MaxPeers peers are kept.
+// MaxPeerEntries of a report and MaxPeers peers are kept; entries of a class
+// this replica does not have are dropped (replicas may disagree on classes
+// while a change rolls out).
 func (s *Scheduler) SetPeer(origin string, entries []PeerEntry, now time.Time) {
+	known := make([]PeerEntry, 0, len(entries))
+	for _, e := range entries {
+		if int(e.Class) < len(s.bands) {
+			known = append(known, e)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.peers.set(origin, entries)
+	s.peers.set(origin, known)
 	s.dispatch(now)
 }
 

@@ -9,33 +9,38 @@ import (
 type Stats struct {
 	// Limit is the engines' bound on this replica's requests in flight,
 	// -1 when unknown; MaxInFlight the configured one (0: none).
-	Limit, MaxInFlight int
-	InFlight, Queued   int
-	QueueSize          int
-	Classes            []ClassStats // highest first
+	Limit       int          `json:"limit"`
+	MaxInFlight int          `json:"max_in_flight"`
+	InFlight    int          `json:"in_flight"`
+	Queued      int          `json:"queued"`
+	QueueSize   int          `json:"queue_size"`
+	Classes     []ClassStats `json:"classes"` // highest first
 	// Tenants are the (class, tenant) pairs with requests queued or in
 	// flight here, at most MaxStatsTenants, those with the most queued
 	// first.
-	Tenants []TenantStats
+	Tenants []TenantStats `json:"tenants"`
 	// Peers is how many peers' queue reports are held.
-	Peers int
+	Peers int `json:"peers"`
 }
 
 // ClassStats is one class's share of the Stats.
 type ClassStats struct {
-	Name             string
-	Reserved         int
-	InFlight, Queued int
+	Name     string `json:"name"`
+	Reserved int    `json:"reserved"`
+	InFlight int    `json:"in_flight"`
+	Queued   int    `json:"queued"`
 	// PeerQueued is what the peers report waiting in the class.
-	PeerQueued int
+	PeerQueued int `json:"peer_queued"`
 }
 
 // TenantStats is one (class, tenant) of the Stats.
 type TenantStats struct {
-	Class, Tenant    string
-	InFlight, Queued int
-	Tokens           int64 // the cost of its requests in flight here
-	PeerTokens       int64 // and at the peers
+	Class      string `json:"class"`
+	Tenant     string `json:"tenant"`
+	InFlight   int    `json:"in_flight"`
+	Queued     int    `json:"queued"`
+	Tokens     int64  `json:"tokens"`      // the cost of its requests in flight here
+	PeerTokens int64  `json:"peer_tokens"` // and at the peers
 }
 
 // MaxStatsTenants bounds Stats.Tenants.

@@ -79,6 +79,8 @@ func (r *Replica) newGossipState(joined bool) (*loadsync.State, error) {
 		OnOwnership:   r.peers.ownership,
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
+		LocalQueues:   r.localQueues,
+		OnQueues:      r.remoteQueues,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gossip: %w", err)
