@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -221,6 +222,7 @@ func (d *door) admit(ctx context.Context, x *exchange) error {
 		}
 	}
 	d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+	setQueueTime(&x.ctx.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {
 	case err == nil:
@@ -232,6 +234,14 @@ func (d *door) admit(ctx context.Context, x *exchange) error {
 		return errorf(ErrTooManyRequests, "%v", err)
 	default:
 		return errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.s.Stats().QueueSize)
+	}
+}
+
+// setQueueTime tells the client how long its request waited for
+// admission, in x-admission-queue-ms.
+func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
+	if tk != nil {
+		h.Set("x-admission-queue-ms", strconv.FormatInt(tk.Waited().Milliseconds(), 10))
 	}
 }
 

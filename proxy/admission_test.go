@@ -65,6 +65,10 @@ func TestABadPriorityIsA400AndReachesNoWorker(t *testing.T) {
 	if status, _ := postWith(t, r.url, "x-smg-priority", "bulk"); status != http.StatusOK {
 		t.Fatalf("a known class: %d", status)
 	}
+	resp, _ := post(t, r.url, "/v1/completions", `{"model":"m","prompt":"hello"}`)
+	if resp.Header.Get("x-admission-queue-ms") != "0" {
+		t.Fatalf("x-admission-queue-ms %q, want 0 for a request admitted at once", resp.Header.Get("x-admission-queue-ms"))
+	}
 }
 
 func TestAPriorityHeaderWithClassesDisabledIsTheDefault(t *testing.T) {
