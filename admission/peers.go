@@ -65,6 +65,17 @@ func (v *peerView) set(origin string, entries []PeerEntry) bool {
 	return true
 }
 
+// waitingOrigins counts the peers that report requests waiting.
+func (v *peerView) waitingOrigins() int {
+	n := 0
+	for _, es := range v.origins {
+		if slices.ContainsFunc(es, func(e PeerEntry) bool { return e.Queued > 0 }) {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *peerView) remoteTokens(c Class, id uint64) int64 { return v.tokens[peerKey{c, id}] }
 
 func (v *peerView) remoteInFlight(id uint64, tier bool) int {

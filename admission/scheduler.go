@@ -169,12 +169,20 @@ func (s *Scheduler) Done(tk *Ticket, now time.Time) {
 }
 
 // SetLimit sets how many requests this replica may have in flight by the
-// engines' account (see Capacity.Limit); negative: no bound. Requests it
-// lets go are admitted at once.
+// engines' account (see Capacity.Limit): the engines' bounds less what the
+// peers run on them; negative: no bound. The room left is shared with the
+// peers that report requests waiting: this replica takes its share of it
+// (rounded up) until the next SetLimit, since the peers, seeing the same
+// room, take theirs at the same time and each learns of the others' only
+// from their next report. Requests it lets go are admitted at once.
 func (s *Scheduler) SetLimit(n int, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limit = n
+	if free := n - s.inflight; n >= 0 && free > 0 {
+		competing := 1 + s.peers.waitingOrigins()
+		s.limit = s.inflight + (free+competing-1)/competing
+	}
 	s.dispatch(now)
 }
 

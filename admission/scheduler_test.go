@@ -290,3 +290,29 @@ func TestDoneTwiceReleasesOnce(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+func TestTheRoomLeftIsSharedWithThePeersThatHaveRequestsWaiting(t *testing.T) {
+	s := New(classes4())
+	s.SetLimit(0, t0)
+	var tks []*Ticket
+	for range 10 {
+		tks = append(tks, s.Arrive(Request{Class: 2, Tenant: "a"}, t0))
+	}
+	s.SetPeer("p1", []PeerEntry{{Class: 2, Tenant: TenantID("a"), Queued: 5}}, t0)
+	s.SetPeer("p2", []PeerEntry{{Class: 2, Tenant: TenantID("b"), InFlight: 1, Tokens: 1}}, t0)
+	s.SetLimit(8, t0)
+	n := 0
+	for _, tk := range tks {
+		if isAdmitted(tk) {
+			n++
+		}
+	}
+	if n != 4 {
+		t.Fatalf("%d admitted of a room of 8 shared with one peer that has requests waiting, want 4", n)
+	}
+	s.SetPeer("p1", nil, t0)
+	s.SetLimit(8, t0)
+	if st := s.Stats(); st.InFlight != 8 {
+		t.Fatalf("alone: %d in flight, want the whole room, 8", st.InFlight)
+	}
+}
