@@ -22,7 +22,10 @@
 // tokens in flight across the tier exceed another waiting tenant's by more
 // than one request waits, even at a replica where it is the only tenant
 // queued, so a tenant's share does not depend on how its requests spread
-// over the replicas.
+// over the replicas. The room the engines leave is shared the same way: a
+// replica takes its share of it among the peers that report requests
+// waiting, since each learns of the others' admissions only from their next
+// report.
 //
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet

@@ -11,7 +11,7 @@ import (
 // sequence, 10% of the engine).
 func priority() {
 	const seqs, timeScale = 4, 1.0
-	warm, measure := window(8*time.Second, 30*time.Second)
+	warm, measure := window(12*time.Second, 30*time.Second)
 	type run struct {
 		name  string
 		flags []string

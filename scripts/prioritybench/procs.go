@@ -111,6 +111,7 @@ func (f *fleet) stop() {
 		}
 	}
 	f.procs = nil
+	_ = os.RemoveAll(f.dir)
 }
 
 func waitOK(url string) {
