@@ -21,26 +21,32 @@ type WorkerLoad struct {
 }
 
 // Capacity learns how many requests each worker's engine runs at once from
-// what the engines report: an engine with requests waiting, or with its KV
-// cache full, runs all it can, so what it runs then is its capacity. An
-// engine never seen full has no known bound. Once its bound has held for
-// ProbeAfter without the engine queueing again, the bound grows by one, so
-// that an engine whose room grew (shorter sequences, a restart with more
-// memory) is found out. Not safe for concurrent use.
+// what the engines report. An engine with requests waiting runs all it can,
+// so what it runs then is its bound, but a request that arrived since the
+// engine's last step waits too, for a moment: so a bound is lowered only
+// when two readings in a row show requests waiting while the engine runs
+// fewer than the bound, and raised at once when an engine runs more. A full
+// KV cache is a bound at once. An engine at its bound and not queueing for
+// ProbeAfter gets one more, so that an engine with more room than it showed
+// (a first reading taken at a moment of arrivals, a restart with more
+// memory) is found out. An engine never seen full has no known bound. Not
+// safe for concurrent use.
 type Capacity struct {
 	// KVFull is the KV cache usage at or above which an engine counts as
 	// full (--saturation-kv-usage, default 0.95).
 	KVFull float64
-	// ProbeAfter is how long a bound holds before it is raised by one;
-	// default 30 s.
+	// ProbeAfter is how long a bound holds, the engine at it and not
+	// queueing, before it is raised by one; default 10 s.
 	ProbeAfter time.Duration
 	workers    map[uint32]*engineBound
 }
 
 type engineBound struct {
-	seqs  int       // the bound; 0: none known
-	at    time.Time // when it was last set or raised
-	lastR time.Time // the latest reading applied
+	seqs    int       // the bound; 0: none known
+	at      time.Time // when it was last set or raised
+	lastR   time.Time // the latest reading applied
+	short   bool      // that reading showed requests waiting below the bound
+	shortAt int       // what the engine ran then
 }
 
 // Observe applies a reading; a reading older than or as old as the last
@@ -58,21 +64,33 @@ func (c *Capacity) Observe(r Reading) {
 		return
 	}
 	b.lastR = r.At
-	full := c.KVFull
-	if full <= 0 {
-		full = 0.95
-	}
+	running := int(r.Running)
+	short := r.Waiting > 0 && running < b.seqs
 	switch {
-	case r.Waiting > 0 || r.KVUsage >= full:
-		b.seqs, b.at = max(int(r.Running), 1), r.At
-	case b.seqs > 0 && int(r.Running) >= b.seqs && r.At.Sub(b.at) >= c.probeAfter():
-		b.seqs, b.at = b.seqs+1, r.At
+	case r.KVUsage >= c.kvFull() || r.Waiting > 0 && b.seqs == 0:
+		b.set(max(running, 1), r.At)
+	case running > b.seqs && b.seqs > 0:
+		b.set(running, r.At)
+	case short && b.short:
+		b.set(max(running, b.shortAt, 1), r.At)
+	case r.Waiting == 0 && b.seqs > 0 && running >= b.seqs && r.At.Sub(b.at) >= c.probeAfter():
+		b.set(b.seqs+1, r.At)
 	}
+	b.short, b.shortAt = short, running
+}
+
+func (b *engineBound) set(n int, at time.Time) { b.seqs, b.at = n, at }
+
+func (c *Capacity) kvFull() float64 {
+	if c.KVFull <= 0 {
+		return 0.95
+	}
+	return c.KVFull
 }
 
 func (c *Capacity) probeAfter() time.Duration {
 	if c.ProbeAfter <= 0 {
-		return 30 * time.Second
+		return 10 * time.Second
 	}
 	return c.ProbeAfter
 }

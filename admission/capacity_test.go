@@ -45,4 +45,25 @@ func TestABoundIsRaisedOnceItHeldForProbeAfter(t *testing.T) {
 	if n, _ := c.Of(1); n != 5 {
 		t.Fatal("a reading as old as the last applied changes nothing")
 	}
+	c.Observe(Reading{Worker: 1, At: t0.Add(12 * time.Second), Running: 7})
+	if n, _ := c.Of(1); n != 7 {
+		t.Fatalf("an engine running 7 has a bound of at least 7, not %d", n)
+	}
+}
+
+func TestARequestCaughtBetweenStepsDoesNotLowerTheBound(t *testing.T) {
+	var c Capacity
+	c.Observe(Reading{Worker: 1, At: t0, Running: 4, Waiting: 3})
+	// One request arrived since the engine's last step: it waits a moment.
+	c.Observe(Reading{Worker: 1, At: t0.Add(time.Second), Running: 3, Waiting: 1})
+	c.Observe(Reading{Worker: 1, At: t0.Add(2 * time.Second), Running: 4})
+	c.Observe(Reading{Worker: 1, At: t0.Add(3 * time.Second), Running: 2, Waiting: 1})
+	if n, _ := c.Of(1); n != 4 {
+		t.Fatalf("bound %d after readings caught between steps, want 4 kept", n)
+	}
+	// An engine that really runs fewer now (its KV is short) shows it twice.
+	c.Observe(Reading{Worker: 1, At: t0.Add(4 * time.Second), Running: 2, Waiting: 2})
+	if n, _ := c.Of(1); n != 2 {
+		t.Fatalf("bound %d after two readings in a row of 2 running and requests waiting, want 2", n)
+	}
 }
