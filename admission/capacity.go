@@ -23,9 +23,10 @@ type WorkerLoad struct {
 // Capacity learns how many requests each worker's engine runs at once from
 // what the engines report. An engine with requests waiting runs all it can,
 // so what it runs then is its bound, but a request that arrived since the
-// engine's last step waits too, for a moment: so a bound is lowered only
-// when two readings in a row show requests waiting while the engine runs
-// fewer than the bound, and raised at once when an engine runs more. A full
+// engine's last step waits too, for a moment: so a bound is set, or
+// lowered, only when two readings in a row show requests waiting while the
+// engine runs fewer than the bound (the more it ran of the two), and raised
+// at once when an engine runs more. A full
 // KV cache is a bound at once. An engine at its bound and not queueing for
 // ProbeAfter gets one more, so that an engine with more room than it showed
 // (a first reading taken at a moment of arrivals, a restart with more
@@ -36,7 +37,9 @@ type Capacity struct {
 	// full (--saturation-kv-usage, default 0.95).
 	KVFull float64
 	// ProbeAfter is how long a bound holds, the engine at it and not
-	// queueing, before it is raised by one; default 10 s.
+	// queueing, before it is raised by one; default 60 s: the bound comes
+	// from two readings of a full engine, so it is rarely short, and each
+	// probe may make one request wait at the engine.
 	ProbeAfter time.Duration
 	workers    map[uint32]*engineBound
 }
@@ -65,9 +68,9 @@ func (c *Capacity) Observe(r Reading) {
 	}
 	b.lastR = r.At
 	running := int(r.Running)
-	short := r.Waiting > 0 && running < b.seqs
+	short := r.Waiting > 0 && (running < b.seqs || b.seqs == 0)
 	switch {
-	case r.KVUsage >= c.kvFull() || r.Waiting > 0 && b.seqs == 0:
+	case r.KVUsage >= c.kvFull():
 		b.set(max(running, 1), r.At)
 	case running > b.seqs && b.seqs > 0:
 		b.set(running, r.At)
@@ -90,7 +93,7 @@ func (c *Capacity) kvFull() float64 {
 
 func (c *Capacity) probeAfter() time.Duration {
 	if c.ProbeAfter <= 0 {
-		return 10 * time.Second
+		return time.Minute
 	}
 	return c.ProbeAfter
 }

@@ -102,9 +102,10 @@ func TestABadTenantHeaderIsA400(t *testing.T) {
 	}
 }
 
-// saturated reports every worker's engine as full at one request.
+// saturated reports worker 1's engine as full at one request, a new
+// reading at every call.
 func saturated(dst []admission.Reading) []admission.Reading {
-	return append(dst, admission.Reading{Worker: 1, At: time.Unix(1, 0), Running: 1, Waiting: 1})
+	return append(dst, admission.Reading{Worker: 1, At: time.Now(), Running: 1, Waiting: 1})
 }
 
 func startSaturated(t *testing.T, cfg Config, w *fakeworker.Worker) *testRouter {
