@@ -272,6 +272,8 @@ func (c Config) Validate() error {
 		errs = append(errs, flagErr("rate-limit-tokens-per-second", "must not be negative"))
 	} else if a.Capacity > 0 && a.QueueSize > 0 && a.QueueTimeout <= 0 {
 		errs = append(errs, flagErr("queue-timeout-secs", "must be positive"))
+	} else if err := a.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Proxy.Retry.MaxAttempts < 1 {
 		errs = append(errs, flagErr("retry-max-retries", "must be at least 1 (the first attempt counts)"))

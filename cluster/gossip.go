@@ -85,6 +85,8 @@ func (r *Replica) newCore() error {
 			BootEpoch:     uint64(time.Now().UnixNano()),
 			ClusterConfig: rt.clusterConfig(),
 			Tags:          r.gossipTags(r.members.joined),
+			LocalQueues:   r.localQueues,
+			OnQueues:      r.remoteQueues,
 		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kvrouter/kvrouter/admission"
 )
 
 // Status is the answer of GET /cluster/status.
@@ -17,6 +19,8 @@ type Status struct {
 	Nonvoters []string     `json:"nonvoters"`
 	Peers     []PeerStatus `json:"peers"`
 	Workers   int          `json:"workers"`
+	// Admission is the door's queue: per class, and the busiest tenants.
+	Admission *admission.Stats `json:"admission,omitempty"`
 }
 
 // Member is one replica: a live gossip member, or a member of the Raft
@@ -65,6 +69,10 @@ func (r *Replica) status() Status {
 	}
 	st.Members = r.statusMembers(servers, suffrage)
 	st.Peers = r.peerStatus()
+	if r.proxy != nil {
+		a := r.proxy.AdmissionStats()
+		st.Admission = &a
+	}
 	return st
 }
 

@@ -160,6 +160,16 @@ type Config struct {
 	// held, so calls are ordered; it must be fast and must not call into
 	// State.
 	OnVerdicts func(origin string, verdicts []Verdict)
+	// LocalQueues appends this replica's admission queue depths (see
+	// QueueDepth) to dst and returns it. Called by Tick once per
+	// LoadInterval; at most MaxQueueDepths of them, the longest queues
+	// first, are sent. Must not call into State.
+	LocalQueues func(dst []QueueDepth) []QueueDepth
+	// OnQueues is called with every newer queue report of a peer, and with
+	// nil when the peer left, died or sent none for LoadTTL. It runs with
+	// the queue lock held, so calls are ordered; it must be fast, must not
+	// keep depths, and must not call into State.
+	OnQueues func(origin string, depths []QueueDepth)
 }
 
 func (c Config) withDefaults() Config {

@@ -20,7 +20,9 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	seeds := a.st.Tick(t0)
 	a.local.set(7, 3)
 	seeds = append(seeds, a.st.Tick(t0.Add(DefaultLoadInterval))...) // the full report again and a delta
-	return append(seeds, a.st.LocalState(true), a.st.Meta(), nil, []byte{msgLoad, protocolVersion, 0xff})
+	queues := appendQueueReport(nil, &queueReport{origin: "seed", epoch: 1, seq: 1,
+		depths: []QueueDepth{{Class: 2, Tenant: 1 << 63, Queued: 3, InFlight: 4, Tokens: 1 << 20}}})
+	return append(seeds, a.st.LocalState(true), a.st.Meta(), queues, nil, []byte{msgLoad, protocolVersion, 0xff})
 }
 
 func FuzzReceive(f *testing.F) {

@@ -46,6 +46,8 @@ type State struct {
 	verdictMu sync.Mutex
 	verdicts  verdictView // the peers' verdicts
 
+	queues queueGossip // admission queue reports, ours and the peers'
+
 	digestMu sync.Mutex
 	queue    factRing // facts waiting to be sent, oldest first
 	known    factSet  // facts recently sent or learned, kept once in the recent ring
@@ -74,6 +76,7 @@ func New(cfg Config) (*State, error) {
 		sent:     newFactSet(cfg.RecentSetFacts),
 		recent:   newFactRing(cfg.FullStateFacts),
 		verdicts: newVerdictView(cfg.LoadTTL, cfg.OnVerdicts),
+		queues:   newQueueGossip(cfg),
 	}
 	s.meta.Store(&meta)
 	return s, nil
@@ -84,13 +87,14 @@ func (s *State) Config() Config { return s.cfg }
 
 // Tick advances the state to now: it expires silent origins and, when a
 // report is due (every LoadInterval), returns this replica's load report,
-// its verdicts (while it holds any, and briefly after), then the pending
-// ownership digests. The caller sends every packet to every live peer.
+// its verdicts (while it holds any, and briefly after), its admission queue
+// report (likewise), then the pending ownership digests. The caller sends every packet to every live peer.
 // Calling Tick more often than LoadInterval is harmless: reports keep the
 // LoadInterval cadence on average. Digests flushed while there is no peer
 // are not lost to later joiners: LocalState carries them.
 func (s *State) Tick(now time.Time) [][]byte {
 	s.expireVerdicts(now)
+	s.queues.tick(now)
 	s.loadMu.Lock()
 	s.view.expire(now)
 	if !s.due(now) {
@@ -100,6 +104,7 @@ func (s *State) Tick(now time.Time) [][]byte {
 	pkts := s.loadReport(now)
 	pkts = append(pkts, s.verdictReport(now)...)
 	s.loadMu.Unlock()
+	pkts = append(pkts, s.queues.report(s.cfg.Origin, s.cfg.BootEpoch)...)
 	s.stats.reportsSent.Add(1)
 	return append(pkts, s.digests(now)...)
 }
@@ -221,6 +226,8 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveDigest(&r)
 		case msgVerdicts:
 			err = s.receiveVerdicts(&r, now)
+		case msgQueues:
+			err = s.receiveQueues(&r, now)
 		default:
 			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
 		}
@@ -294,6 +301,7 @@ func (s *State) accepted(ok bool, origin string, now time.Time) {
 // LoadTTL before now. Tick and Receive do this too.
 func (s *State) Expire(now time.Time) {
 	s.expireVerdicts(now)
+	s.queues.tick(now)
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
@@ -309,6 +317,7 @@ func (s *State) expireVerdicts(now time.Time) {
 // memberlist reports as left or dead. Its late packets are ignored; a newer
 // report (a peer wrongly declared dead, or restarted) brings it back.
 func (s *State) Forget(origin string) {
+	s.queues.forget(origin)
 	s.verdictMu.Lock()
 	s.verdicts.forget(origin)
 	s.verdictMu.Unlock()

@@ -19,6 +19,7 @@ const (
 	msgMeta      byte = 4 // node metadata: origin, epoch, cluster config, tags
 	msgVerdicts  byte = 5 // an origin's verdicts against workers
 	msgLoadDelta byte = 6 // the counts that changed since the origin's last full load report
+	msgQueues    byte = 7 // an origin's admission queue depths per class and tenant
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.

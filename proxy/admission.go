@@ -2,78 +2,327 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
-	"sync/atomic"
+	"strconv"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
-// Admission, as vllm-router does it: a token bucket of
-// --max-concurrent-requests tokens that refills at
-// --rate-limit-tokens-per-second (by default as many per second as it
-// holds). A request takes a token; when none is left it waits in a queue of
-// --queue-size places for one, and is answered 408 after
-// --queue-timeout-secs, or 429 at once when the queue is full. Tokens refill
-// with time, not when requests end: the bucket bounds the rate of
-// admissions, not the requests in flight.
-type admission struct {
-	limiter *rate.Limiter // nil: every request is admitted
-	queue   int64
-	timeout time.Duration
-	waiting atomic.Int64
-}
-
-// errQueueTimeout: a request waited --queue-timeout-secs for a token.
-var errQueueTimeout = errors.New("timed out in the admission queue")
-
-// Admission is what admission is configured with. A zero Capacity admits
-// everything.
+// Admission is what the door admits requests with (see the admission
+// package): vllm-router's bounds, and the classes, tenants and saturation
+// signal that decide the order within them. The zero value admits
+// everything at once.
 type Admission struct {
-	Capacity     int           // --max-concurrent-requests, default 32768
-	RefillPerSec float64       // --rate-limit-tokens-per-second; 0: Capacity per second
+	// Capacity bounds the requests in flight and is the burst of the rate
+	// bucket (--max-concurrent-requests, default 32768); 0: neither bound.
+	Capacity int
+	// RefillPerSec refills the bucket (--rate-limit-tokens-per-second);
+	// 0: Capacity per second.
+	RefillPerSec float64
 	QueueSize    int           // --queue-size, default 100; 0: no queue
 	QueueTimeout time.Duration // --queue-timeout-secs, default 60 s
+
+	// Classes, highest first (--priority-classes); empty: one class, and
+	// priority headers are ignored.
+	Classes []string
+	// DefaultClass is the class of a request that names none
+	// (--priority-default-class).
+	DefaultClass string
+	// Reserved are the slots per class that lower classes may not take
+	// (--priority-reserved).
+	Reserved map[string]int
+	// KeyClasses gives, per API key, the class of its requests that name
+	// none (--api-key-classes).
+	KeyClasses map[string]string
+	// TenantHeader names the header that says a request's tenant
+	// (--tenant-header); without one, or when a request lacks it, the
+	// tenant is its API key (a digest of it: the key never appears).
+	TenantHeader string
+	// TenantMaxInFlight is one tenant's ceiling (--tenant-max-inflight).
+	TenantMaxInFlight int
+	// TierFair makes the peers' queue reports count (--tier-fairness).
+	TierFair bool
+	// KVFull is the KV cache usage at which an engine counts as full
+	// (--saturation-kv-usage, default 0.95).
+	KVFull float64
 }
 
-func newAdmission(c Admission) *admission {
-	if c.Capacity <= 0 {
-		return &admission{}
-	}
-	refill := c.RefillPerSec
-	if refill <= 0 {
-		refill = float64(c.Capacity)
-	}
-	return &admission{limiter: rate.NewLimiter(rate.Limit(refill), c.Capacity), queue: int64(c.QueueSize), timeout: c.QueueTimeout}
-}
-
-// admit takes a token, waiting for one in the queue when none is left.
-func (a *admission) admit(ctx context.Context) error {
-	if a.limiter == nil {
-		return nil
-	}
-	r := a.limiter.Reserve()
-	d := r.Delay()
-	if d == 0 {
-		return nil
-	}
-	if a.waiting.Add(1) > a.queue {
-		a.waiting.Add(-1)
-		r.Cancel()
-		return errorf(ErrTooManyRequests, "the router's admission queue is full (--queue-size %d)", a.queue)
-	}
-	defer a.waiting.Add(-1)
-	t := time.NewTimer(min(d, a.timeout))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		if d > a.timeout {
-			r.Cancel()
-			return errorf(errQueueTimeout, "no admission within --queue-timeout-secs (%v)", a.timeout)
+// scheduler returns the admission package's config of a.
+func (a Admission) scheduler() admission.Config {
+	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
+		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair}
+	if a.Capacity > 0 {
+		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
+		if c.RatePerSec <= 0 {
+			c.RatePerSec = float64(a.Capacity)
 		}
-		return nil
-	case <-ctx.Done():
-		r.Cancel()
-		return ErrClientGone
+	}
+	return c
+}
+
+// Validate refuses settings out of range, naming the flag.
+func (a Admission) Validate() error {
+	if err := a.scheduler().Validate(); err != nil {
+		return err
+	}
+	cl := admission.NewClasses(a.scheduler())
+	for _, name := range a.KeyClasses {
+		if _, err := cl.Parse(name); err != nil || !cl.Enabled() {
+			return errors.New("--api-key-classes: " + name + " is not one of --priority-classes")
+		}
+	}
+	if a.TenantHeader != "" && !validHeaderName(a.TenantHeader) {
+		return errors.New("--tenant-header: " + a.TenantHeader + " is not a header name")
+	}
+	return nil
+}
+
+func validHeaderName(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// errQueueTimeout: a request waited --queue-timeout-secs in the admission
+// queue.
+var errQueueTimeout = errors.New("timed out in the admission queue")
+
+// priorityHeaders carry a request's class, ours first, then the spellings
+// of SGLang's gateway and of Dynamo.
+var priorityHeaders = []string{"x-priority", "x-smg-priority", "x-dynamo-request-priority"}
+
+// expectedOutputTokens is what a request is expected to generate, for its
+// cost: the door decides before reading the body, so max_tokens is not
+// known yet.
+const expectedOutputTokens = 256
+
+// maxTenantBytes bounds a tenant header's value.
+const maxTenantBytes = 64
+
+// admitter admits the proxy's requests through an admission.Scheduler.
+type admitter struct {
+	s        *admission.Scheduler
+	classes  admission.Classes
+	timeout  time.Duration
+	keyClass map[[32]byte]admission.Class
+	tenantHd string
+	capacity admission.Capacity // the refresher's alone
+	metrics  *admissionMetrics
+}
+
+func newAdmitter(a Admission, m *admissionMetrics) *admitter {
+	s := admission.New(a.scheduler())
+	if a.QueueTimeout <= 0 {
+		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
+	}
+	d := &admitter{s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
+		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m}
+	for key, name := range a.KeyClasses {
+		if c, err := d.classes.Parse(name); err == nil {
+			d.keyClass[sha256.Sum256([]byte(key))] = c
+		}
+	}
+	m.watch(s)
+	return d
+}
+
+// requestOf reads a request's class, tenant and cost from its headers. A
+// class that is not one of ours, a negative rank or a tenant header that
+// is too long or not printable is a 400.
+func (d *admitter) requestOf(h *fasthttp.RequestHeader) (admission.Request, error) {
+	key, hasKey := bytesCutBearer(h.Peek("Authorization"))
+	var digest [32]byte
+	if hasKey {
+		digest = sha256.Sum256(key)
+	}
+	req := admission.Request{Class: d.classes.Default(), Cost: int64(max(h.ContentLength(), 0))/4 + expectedOutputTokens}
+	if c, ok := d.keyClass[digest]; ok && hasKey {
+		req.Class = c
+	}
+	for _, name := range priorityHeaders {
+		if v := h.Peek(name); len(v) > 0 {
+			c, err := d.classes.Parse(string(v))
+			if err != nil {
+				return req, errorf(ErrBadRequest, "%s: %v", name, err)
+			}
+			req.Class = c
+			break
+		}
+	}
+	tenant, err := d.tenantOf(h, digest, hasKey)
+	req.Tenant = tenant
+	return req, err
+}
+
+// tenantOf is the tenant header's value, else "key:" and the start of the
+// API key's digest, else "anonymous".
+func (d *admitter) tenantOf(h *fasthttp.RequestHeader, digest [32]byte, hasKey bool) (string, error) {
+	if d.tenantHd != "" {
+		if v := h.Peek(d.tenantHd); len(v) > 0 {
+			if len(v) > maxTenantBytes || !printableLabel(v) {
+				return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", d.tenantHd,
+					maxTenantBytes)
+			}
+			return string(v), nil
+		}
+	}
+	if hasKey {
+		return "key:" + hex.EncodeToString(digest[:6]), nil
+	}
+	return "anonymous", nil
+}
+
+func printableLabel(v []byte) bool {
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func bytesCutBearer(v []byte) ([]byte, bool) {
+	const prefix = "Bearer "
+	if len(v) <= len(prefix) || string(v[:len(prefix)]) != prefix {
+		return nil, false
+	}
+	return v[len(prefix):], true
+}
+
+// admit decides rc's admission from its headers, waiting in the queue for
+// at most --queue-timeout-secs: the admitted request's ticket, or the error
+// to answer with (400 for a class or tenant it cannot read, 429 when the
+// queue is full or the request was shed for a higher class, 408 after the
+// timeout, each naming the class, the tenant and what held it). The
+// ticket's slot is released by release (Handler, or done for a stream).
+func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admission.Ticket, error) {
+	req, err := d.requestOf(&rc.Request.Header)
+	if err != nil {
+		return nil, err
+	}
+	tk := d.s.Arrive(req, time.Now())
+	select {
+	case <-tk.Ready():
+	default:
+		if !d.wait(ctx, tk) {
+			d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+			if tk.Err() == nil {
+				d.s.Done(tk, time.Now())
+			}
+			return nil, errorf(ErrNoWorker, "the replica is shutting down")
+		}
+	}
+	d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+	setQueueTime(&rc.Response.Header, tk)
+	var r *admission.Refusal
+	switch err := tk.Err(); {
+	case err == nil:
+		return tk, nil
+	case errors.As(err, &r) && r.Reason == admission.TimedOut:
+		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.timeout)
+	case errors.As(err, &r) && r.Reason == admission.Shed:
+		return nil, errorf(ErrTooManyRequests, "%v", err)
+	default:
+		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.s.Stats().QueueSize)
 	}
 }
+
+// setQueueTime tells the client how long its request waited for
+// admission, in x-admission-queue-ms.
+func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
+	if tk != nil {
+		h.Set("x-admission-queue-ms", strconv.FormatInt(tk.Waited().Milliseconds(), 10))
+	}
+}
+
+// wait holds a queued ticket until it is decided or its timeout passes,
+// and reports false when the proxy shut down meanwhile.
+func (d *admitter) wait(ctx context.Context, tk *admission.Ticket) bool {
+	t := time.NewTimer(d.timeout)
+	defer t.Stop()
+	live := true
+	select {
+	case <-tk.Ready():
+	case <-t.C:
+		d.s.Cancel(tk, admission.TimedOut, time.Now())
+	case <-ctx.Done():
+		d.s.Cancel(tk, admission.TimedOut, time.Now())
+		live = false
+	}
+	<-tk.Ready() // Cancel lost to an admission: it is admitted
+	return live
+}
+
+// release frees tk's slot; a ticket released already, or none, is left
+// alone.
+func (d *admitter) release(tk *admission.Ticket) {
+	if tk != nil {
+		d.s.Done(tk, time.Now())
+	}
+}
+
+// ticketKey is where Handler leaves a request's admission ticket for the
+// exchange that serves it (newExchange).
+type ticketKey struct{}
+
+// ticketOf is the admission ticket the door gave ctx's request, if any.
+func ticketOf(ctx *fasthttp.RequestCtx) *admission.Ticket {
+	tk, _ := ctx.UserValue(ticketKey{}).(*admission.Ticket)
+	return tk
+}
+
+// refreshEvery is how often the door reads the engines' saturation signal
+// and the tier's load, and lets the rate bucket's refills through.
+const refreshEvery = 50 * time.Millisecond
+
+// run refreshes the engines' limit until ctx ends. engines nil: no
+// saturation signal, the limit stays unknown.
+func (d *admitter) run(ctx context.Context, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading) {
+	t := time.NewTicker(refreshEvery)
+	defer t.Stop()
+	var readings []admission.Reading
+	var workers []admission.WorkerLoad
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if engines == nil {
+			d.s.Poll(now)
+			continue
+		}
+		readings = engines(readings[:0])
+		for _, r := range readings {
+			d.capacity.Observe(r)
+		}
+		workers = workers[:0]
+		loads.Each(func(l *affinity.Load) {
+			workers = append(workers, admission.WorkerLoad{Worker: uint32(l.ID()), Others: l.Merged() - l.Local()})
+		})
+		d.s.SetLimit(d.capacity.Limit(workers), now)
+	}
+}
+
+// AdmissionReport appends this replica's queue report for the tier.
+func (p *Proxy) AdmissionReport(dst []admission.PeerEntry) []admission.PeerEntry {
+	return p.admission.s.Report(dst)
+}
+
+// SetAdmissionPeer takes a peer's queue report; nil forgets the peer.
+func (p *Proxy) SetAdmissionPeer(origin string, entries []admission.PeerEntry) {
+	p.admission.s.SetPeer(origin, entries, time.Now())
+}
+
+// AdmissionStats is the door's queue, for /ui.
+func (p *Proxy) AdmissionStats() admission.Stats { return p.admission.s.Stats() }

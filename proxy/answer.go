@@ -99,6 +99,7 @@ func copyResponseHeader(x *exchange, src *fasthttp.ResponseHeader) {
 	delWorkerHeaders(&dst.Header)
 	dst.Header.Del("Content-Length")
 	dst.Header.SetBytesV("x-request-id", x.id)
+	setQueueTime(&dst.Header, x.ticket)
 	x.p.cors(x.ctx, false)
 }
 

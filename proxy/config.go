@@ -22,8 +22,9 @@ type Config struct {
 	// response, every attempt and backoff included (--request-timeout-secs,
 	// default 1800 s). No attempt starts after it.
 	RequestTimeout time.Duration
-	// Admission is the token bucket and queue requests are admitted
-	// through (--max-concurrent-requests and friends); see admission.go.
+	// Admission is how requests are admitted: vllm-router's bounds
+	// (--max-concurrent-requests and friends), priority classes, tenants
+	// and the engines' saturation signal; see admission.go.
 	Admission Admission
 	// Retry says when and how a failed attempt is retried.
 	Retry Retry
@@ -139,7 +140,7 @@ func DefaultConfig() Config {
 		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		DialTimeout:      10 * time.Second,
 		Edge:             DefaultEdge(),
-		Admission:        Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second},
+		Admission:        Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true},
 	}
 }
 

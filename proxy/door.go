@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/admission"
 )
 
 // The door is what every request outside the admin API passes before its
@@ -23,30 +25,39 @@ import (
 // headers, not its body (the connection then drains what the client still
 // sends, and closes).
 //
-// held is the body's share of the budget, which the caller gives back once
-// the request was served.
-func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (held int64, ok bool) {
-	if err := p.admitted(ctx, rt); err != nil {
+// What passed is the body's share of the budget, which the caller gives
+// back once the request was served, and its admission ticket, whose slot it
+// releases.
+func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
+	tk, err := p.admitted(ctx, rt)
+	if err != nil {
 		p.turnAway(ctx, rt, err)
-		return 0, false
+		return passed{}, false
 	}
 	held, err := p.readBody(ctx)
 	if err != nil {
+		p.admission.release(tk)
 		p.turnAway(ctx, rt, err)
-		return 0, false
+		return passed{}, false
 	}
-	return held, true
+	return passed{held: held, ticket: tk}, true
+}
+
+// passed is what a request that went through the door holds.
+type passed struct {
+	held   int64             // its body's share of the budget of bodies held
+	ticket *admission.Ticket // its admission slot; nil on routes that take none
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
-func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
+func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute) (*admission.Ticket, error) {
 	if err := p.headersAllow(ctx, rt); err != nil {
-		return err
+		return nil, err
 	}
 	if rt.admits {
-		return p.admission.admit(p.ctx)
+		return p.admission.admit(p.ctx, ctx)
 	}
-	return nil
+	return nil, nil
 }
 
 // headersAllow runs the steps decided on the headers: the key, then the

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -61,6 +62,7 @@ type exchange struct {
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
 
+	ticket      *admission.Ticket      // its admission slot, released by done
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
@@ -70,6 +72,7 @@ func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
 	start := time.Now()
 	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
 		body: ctx.PostBody(), uri: ctx.URI().RequestURI()}
+	x.ticket = ticketOf(ctx)
 	x.id = p.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
 	return x
@@ -251,6 +254,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		p.flights.remove(x)
 		x.life.end(nil)
 	}
+	p.admission.release(x.ticket)
 	errType := x.errType
 	switch {
 	case x.gone.Load():

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/kvrouter/kvrouter/admission"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -54,6 +55,11 @@ type Deps struct {
 	// Decider, when set, decides every leg and judges it by the engine's
 	// answer (the replica core); nil: the routers decide alone.
 	Decider Decider
+	// Engines, when set, appends the latest reading of every worker's
+	// engine (requests running and waiting, KV cache usage): the
+	// saturation signal admission bounds the requests in flight by. nil:
+	// no such bound.
+	Engines func([]admission.Reading) []admission.Reading
 }
 
 // Proxy serves the inference API of one replica.
@@ -63,7 +69,7 @@ type Proxy struct {
 	fleet     *Fleet
 	metrics   *Metrics
 	log       *slog.Logger
-	admission *admission
+	admission *admitter
 	pd        *disaggregation
 	routers   atomic.Pointer[routerSet] // the live routers: SetRouters
 	server    *fasthttp.Server
@@ -95,7 +101,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
-	p.admission = newAdmission(p.cfg.Admission)
+	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics))
 	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
 	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
@@ -128,10 +134,14 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
 	p.watcher = newWatcher()
-	p.wg.Add(2)
+	p.wg.Add(3)
 	go func() {
 		defer p.wg.Done()
 		p.discover(p.ctx)
+	}()
+	go func() {
+		defer p.wg.Done()
+		p.admission.run(p.ctx, deps.Loads, deps.Engines)
 	}()
 	go func() {
 		defer p.wg.Done()
@@ -232,12 +242,18 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rt := routeOf(ctx)
-	held, ok := p.door(ctx, rt)
+	pass, ok := p.door(ctx, rt)
 	if !ok {
 		return
 	}
-	defer p.bodies.give(held)
+	defer p.bodies.give(pass.held)
+	if pass.ticket != nil {
+		ctx.SetUserValue(ticketKey{}, pass.ticket)
+	}
 	rt.serve(p, ctx)
+	if !ctx.Response.IsBodyStream() {
+		p.admission.release(pass.ticket) // a stream's is released by done, at its end
+	}
 }
 
 // refuseConnection answers every request of a connection accepted past

@@ -11,7 +11,10 @@
 #      deltas (loadsync's TestGossipBudget, on virtual time)
 #   5. real processes: agentic sessions through one router replica and
 #      through a tier of four (scripts/realtier.sh)
-# Parts 4 and 5 are written before part 3's section.
+#   6. admission on real processes: an interactive stream under a bulk flood,
+#      two tenants through a tier of four, the saturation signal
+#      (scripts/prioritybench)
+# Parts 4, 5 and 6 are written before part 3's section.
 # Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part;
 # `scripts/bench.sh proxy` (make bench-proxy) reruns part 3 alone and
 # replaces its section of BENCHMARKS.md; `scripts/bench.sh gossip` and
@@ -102,6 +105,37 @@ else:
 open(out, "w").write(text)
 PY
 }
+# admission_bench OUT.md: part 6's sections, from real router and
+# workersim processes (bin/), scaled to two shared cores.
+admission_bench() {
+	local run="go run ./scripts/prioritybench priority tenants saturation"
+	[ "$quick" = 1 ] && run="go run ./scripts/prioritybench -quick priority tenants saturation"
+	{
+		printf '## Admission on real processes
+
+'
+		printf 'Measured on two cores shared with other work (the load average is given per run), so the
+'
+		printf 'engines are slowed down (workersim --time-scale) and the loads kept small enough that the
+'
+		printf 'router is not what is CPU-bound. Reproduce with:
+
+'
+		printf '```
+%s
+```
+
+' "$run"
+		eval "$run" | sed 's/^## /### /'
+	} >"$1"
+}
+admission_heading="## Admission on real processes"
+if [ "${1:-}" = admission ]; then
+	admission_bench "$tmp/admission.md"
+	splice "$tmp/admission.md" "$admission_heading"
+	echo "wrote the admission section of $out"
+	exit 0
+fi
 gossip_heading="## Gossip budget"
 realtier_heading="## Real processes: one replica against a tier of four"
 if [ "${1:-}" = gossip ]; then
@@ -321,6 +355,13 @@ if [ -x bin/router ] && [ -x bin/workersim ] && [ -x bin/loadgen ]; then
 	scripts/realtier.sh "$tmp/realtier.md"
 	printf '\n' >>"$out"
 	cat "$tmp/realtier.md" >>"$out"
+fi
+
+# 6. Admission on real processes ----------------------------------------------
+if [ -x bin/router ] && [ -x bin/workersim ]; then
+	admission_bench "$tmp/admission.md"
+	printf '\n' >>"$out"
+	cat "$tmp/admission.md" >>"$out"
 fi
 
 # 3. The proxy path against nginx and HAProxy ---------------------------------

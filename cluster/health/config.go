@@ -77,6 +77,13 @@ type Config struct {
 	// No flag.
 	EvalInterval time.Duration
 
+	// EngineScrapeInterval is how often the /metrics of a worker with
+	// attempts in flight is read for the saturation signal (requests
+	// waiting, KV cache usage), besides the reads the progress detector
+	// makes of silent workers (--engine-scrape-interval-secs). At most once per EvalInterval. 0 (the
+	// default here; the command line sets 1 s): only those reads.
+	EngineScrapeInterval time.Duration
+
 	// APIKey is the bearer token that recovery probes (POST /v1/completions)
 	// carry, as inference requests do (--api-key). Empty sends none.
 	APIKey string
@@ -132,17 +139,18 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // flagOf maps Config fields to the router flags that set them.
 var flagOf = map[string]string{
-	"Interval":           "--health-check-interval-secs",
-	"Timeout":            "--health-check-timeout-secs",
-	"FailureThreshold":   "--health-failure-threshold",
-	"SuccessThreshold":   "--health-success-threshold",
-	"Endpoint":           "--health-check-endpoint",
-	"CBFailureThreshold": "--cb-failure-threshold",
-	"CBSuccessThreshold": "--cb-success-threshold",
-	"CBTimeout":          "--cb-timeout-duration-secs",
-	"WedgeTimeout":       "--wedge-timeout",
-	"DegradeRatio":       "--degrade-ratio",
-	"DegradeWindow":      "--degrade-window",
+	"Interval":             "--health-check-interval-secs",
+	"Timeout":              "--health-check-timeout-secs",
+	"FailureThreshold":     "--health-failure-threshold",
+	"SuccessThreshold":     "--health-success-threshold",
+	"Endpoint":             "--health-check-endpoint",
+	"CBFailureThreshold":   "--cb-failure-threshold",
+	"CBSuccessThreshold":   "--cb-success-threshold",
+	"CBTimeout":            "--cb-timeout-duration-secs",
+	"WedgeTimeout":         "--wedge-timeout",
+	"DegradeRatio":         "--degrade-ratio",
+	"DegradeWindow":        "--degrade-window",
+	"EngineScrapeInterval": "--engine-scrape-interval-secs",
 }
 
 func invalid(field, reason string) error {
@@ -205,6 +213,8 @@ func validateProgress(c Config) error {
 		return invalid("DegradeMinSamples", "must be at least 1")
 	case c.EvalInterval <= 0:
 		return invalid("EvalInterval", "must be positive")
+	case c.EngineScrapeInterval < 0:
+		return invalid("EngineScrapeInterval", "must not be negative")
 	}
 	return nil
 }

@@ -35,6 +35,13 @@ var (
 	metricGenerationTokens = []byte("vllm:generation_tokens_total")
 	metricPromptTokens     = []byte("vllm:prompt_tokens_total")
 	metricRunning          = []byte("vllm:num_requests_running")
+	// The saturation signal: requests the engine holds back, and how full
+	// its KV cache is (0..1), as vLLM and SGLang name them.
+	metricWaiting       = []byte("vllm:num_requests_waiting")
+	metricKVUsage       = []byte("vllm:kv_cache_usage_perc")
+	metricSGLangRunning = []byte("sglang:num_running_reqs")
+	metricSGLangWaiting = []byte("sglang:num_queue_reqs")
+	metricSGLangKVUsage = []byte("sglang:token_usage")
 )
 
 // engineReading is what one scrape found, summed over label sets (one per
@@ -42,6 +49,8 @@ var (
 type engineReading struct {
 	tokens    float64 // generation plus prompt tokens so far
 	running   float64 // requests the engine is running
+	waiting   float64 // requests it holds back, for want of room
+	kvUsage   float64 // the fullest KV cache of its label sets, 0..1
 	hasTokens bool    // a token counter was on the page
 }
 
@@ -108,8 +117,12 @@ func (e *engineReading) add(line []byte) {
 	case bytes.Equal(name, metricGenerationTokens), bytes.Equal(name, metricPromptTokens):
 		e.tokens += value
 		e.hasTokens = true
-	case bytes.Equal(name, metricRunning):
+	case bytes.Equal(name, metricRunning), bytes.Equal(name, metricSGLangRunning):
 		e.running += value
+	case bytes.Equal(name, metricWaiting), bytes.Equal(name, metricSGLangWaiting):
+		e.waiting += value
+	case bytes.Equal(name, metricKVUsage), bytes.Equal(name, metricSGLangKVUsage):
+		e.kvUsage = max(e.kvUsage, value)
 	}
 }
 
@@ -185,6 +198,9 @@ func (m *Monitor) scrapeOne(ctx context.Context, w *worker) {
 		m.log.Debug("engine metrics unreadable", "worker", w.id, "url", w.url, "err", err)
 	}
 	w.mu.Lock()
+	if err == nil {
+		w.occupancy, w.occupancyAt, w.read = r, now, true
+	}
 	w.recordEngine(start, r, err == nil && r.hasTokens && !m.stallTouched(start, now), m.scrapeEvery())
 	w.mu.Unlock()
 }
@@ -213,10 +229,43 @@ func (w *worker) recordEngine(at int64, r engineReading, good bool, every int64)
 
 // needsScrape reports whether Tick should have w's engine read: some attempt
 // on it has heard nothing for a third of WedgeTimeout, and the last scrape
-// is at least scrapeEvery old. Caller holds mu.
+// is at least scrapeEvery old; or, for the saturation signal, it has
+// attempts in flight and the last scrape is EngineScrapeInterval old.
+// Caller holds mu.
 func (m *Monitor) needsScrape(w *worker, now, oldestSilence int64) bool {
-	if oldestSilence < m.cfg.WedgeTimeout.Nanoseconds()/3 || w.scraping.Load() {
+	if w.scraping.Load() {
+		return false
+	}
+	if every := m.cfg.EngineScrapeInterval.Nanoseconds(); every > 0 && w.inflight.Load() > 0 &&
+		(w.engine.last == 0 || now-w.engine.last >= every) {
+		return true
+	}
+	if oldestSilence < m.cfg.WedgeTimeout.Nanoseconds()/3 {
 		return false
 	}
 	return w.engine.last == 0 || now-w.engine.last >= m.scrapeEvery()
+}
+
+// EngineReading is the latest readable scrape of a worker's engine: what
+// the saturation signal is judged from.
+type EngineReading struct {
+	ID      WorkerID
+	At      time.Time // when it was read
+	Running float64   // vllm:num_requests_running
+	Waiting float64   // vllm:num_requests_waiting
+	KVUsage float64   // vllm:kv_cache_usage_perc, 0..1
+}
+
+// EngineReadings appends the latest reading of every watched worker whose
+// engine was read at least once.
+func (m *Monitor) EngineReadings(dst []EngineReading) []EngineReading {
+	for _, w := range m.workers.Load().list {
+		w.mu.Lock()
+		r, at, read := w.occupancy, w.occupancyAt, w.read
+		w.mu.Unlock()
+		if read {
+			dst = append(dst, EngineReading{ID: w.id, At: m.timeAt(at), Running: r.running, Waiting: r.waiting, KVUsage: r.kvUsage})
+		}
+	}
+	return dst
 }

@@ -29,7 +29,7 @@ vllm:generation_tokens_total
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := engineReading{tokens: 1000 + 234 + 5000, running: 7, hasTokens: true}
+	want := engineReading{tokens: 1000 + 234 + 5000, running: 7, waiting: 99, hasTokens: true}
 	if got != want {
 		t.Fatalf("parseEngineMetrics = %+v, want %+v", got, want)
 	}
@@ -142,4 +142,46 @@ func FuzzParseEngineMetrics(f *testing.F) {
 			t.Fatalf("NaN read from %q: %+v", page, got)
 		}
 	})
+}
+
+func TestParseEngineMetricsReadsTheSaturationSignal(t *testing.T) {
+	page := "vllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 3\n" +
+		"vllm:kv_cache_usage_perc{model_name=\"a\"} 0.4\nvllm:kv_cache_usage_perc{model_name=\"b\"} 0.9\n" +
+		"sglang:num_queue_reqs 1\nsglang:num_running_reqs 5\n"
+	got, err := parseEngineMetrics(strings.NewReader(page))
+	if err != nil || got.waiting != 6 || got.kvUsage != 0.9 || got.running != 5 {
+		t.Fatalf("parseEngineMetrics = %+v, %v; want 6 waiting (vLLM's and SGLang's), the fullest KV cache, 5 running", got, err)
+	}
+}
+
+func TestABusyWorkersEngineIsReadEveryEngineScrapeInterval(t *testing.T) {
+	fw := startFakeWorker(t)
+	cfg := wedgeConfig()
+	cfg.EngineScrapeInterval = 2 * time.Second
+	m, clock := newTestMonitor(t, cfg, Target{ID: 1, URL: fw.url})
+	second(m, clock)
+	if fw.scrapes.Load() != 0 || len(m.EngineReadings(nil)) != 0 {
+		t.Fatal("an idle worker is not read for the saturation signal")
+	}
+	a := begin(t, m, 1)
+	defer a.End(OutcomeSuccess)
+	fw.running.Store(4)
+	fw.queued.Store(3)
+	a.Progress(1) // it is not silent: only the saturation signal reads it
+	second(m, clock)
+	rs := m.EngineReadings(nil)
+	if fw.scrapes.Load() != 1 || len(rs) != 1 || rs[0].Running != 4 || rs[0].Waiting != 3 || rs[0].KVUsage != 0.5 {
+		t.Fatalf("after a second busy: %d scrapes, readings %+v; want one reading of 4 running, 3 waiting, KV 0.5",
+			fw.scrapes.Load(), rs)
+	}
+	a.Progress(1)
+	second(m, clock)
+	if fw.scrapes.Load() != 1 {
+		t.Fatal("read again before EngineScrapeInterval")
+	}
+	a.Progress(1)
+	second(m, clock)
+	if fw.scrapes.Load() != 2 {
+		t.Fatalf("%d scrapes after EngineScrapeInterval, want 2", fw.scrapes.Load())
+	}
 }

@@ -140,6 +140,7 @@ type fakeWorker struct {
 
 	tokens      atomic.Int64 // vllm:generation_tokens_total
 	running     atomic.Int64 // vllm:num_requests_running
+	queued      atomic.Int64 // vllm:num_requests_waiting
 	metricsCode atomic.Int32 // status /metrics answers
 	endless     atomic.Bool  // /metrics streams comment lines until the client leaves
 	scrapes     atomic.Int32 // requests seen on /metrics
@@ -237,8 +238,10 @@ func (fw *fakeWorker) metrics(ctx *fasthttp.RequestCtx) {
 		"vllm:num_requests_running{engine=\"0\",model_name=\"m {x}\"} %d\n"+
 		"# TYPE vllm:generation_tokens_total counter\n"+
 		"vllm:generation_tokens_total{engine=\"0\",model_name=\"m\"} %d\n"+
-		"vllm:generation_tokens_created{engine=\"0\",model_name=\"m\"} 1.7e+09\n",
-		fw.running.Load(), fw.tokens.Load())
+		"vllm:generation_tokens_created{engine=\"0\",model_name=\"m\"} 1.7e+09\n"+
+		"vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} %d\n"+
+		"vllm:kv_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.5\n",
+		fw.running.Load(), fw.tokens.Load(), fw.queued.Load())
 }
 
 func (fw *fakeWorker) generate(ctx *fasthttp.RequestCtx) {

@@ -22,7 +22,8 @@ type WorkerStatus struct {
 	RemoteOut          bool  // those verdicts take it out here (quorum, or this replica's evidence)
 	InFlight           int64 // attempts begun and not ended (not the router's load)
 	// EngineRunning is vllm:num_requests_running at the latest good scrape of
-	// the worker's /metrics (scraped only while its requests are silent), or -1.
+	// the worker's /metrics (scraped while its requests are silent, and every
+	// EngineScrapeInterval while it is busy), or -1.
 	EngineRunning float64
 	// LastProgress is the latest progress seen, or the start of the current busy
 	// period; the zero time if there has been neither.

@@ -74,6 +74,11 @@ type worker struct {
 	attempts attemptList
 	engine   engineState
 	recovery recovery
+	// occupancy is the latest readable scrape, taken at occupancyAt (when
+	// read is true), whatever its counters: the saturation signal.
+	occupancy   engineReading
+	occupancyAt int64
+	read        bool
 	// remoteWedged and remoteDegraded count the origins holding each kind of
 	// verdict; suspectWedged and suspectSlow are this replica's own evidence
 	// short of a verdict, as of the last Tick.

@@ -43,7 +43,7 @@ func durationFlag(name string, value string, usage string) *cli.StringFlag {
 // the meaning is the same, and every other flag of vllm-router accepted
 // (compatFlags).
 func serveFlags() []cli.Flag {
-	return append(append(ownFlags(), discoveryFlags()...), compatFlags()...)
+	return append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), compatFlags()...)
 }
 
 func ownFlags() []cli.Flag {
@@ -75,10 +75,10 @@ func ownFlags() []cli.Flag {
 		int64Flag("max-payload-size", 512<<20, "largest request body accepted, in bytes"),
 		int64Flag("max-response-size", 256<<20, "largest non-streamed worker answer buffered, in bytes; larger ones are a 502"),
 		intFlag("request-timeout-secs", 1800, "upper bound of a request, every attempt, backoff and the whole stream included"),
-		intFlag("max-concurrent-requests", 32768, "capacity of the admission token bucket; 0 admits everything"),
+		intFlag("max-concurrent-requests", 32768, "upper bound of the requests in flight, and capacity of the admission rate bucket; 0: neither bound"),
 		floatFlag("rate-limit-tokens-per-second", 0, "refill rate of the admission bucket, fractions allowed (default: --max-concurrent-requests per second)"),
-		intFlag("queue-size", 100, "requests that may wait for an admission token; past it 429"),
-		intFlag("queue-timeout-secs", 60, "seconds a request waits for an admission token before 408"),
+		intFlag("queue-size", 100, "requests that may wait for admission, over every class; past it the lowest class is shed, or 429"),
+		intFlag("queue-timeout-secs", 60, "seconds a request waits for admission before 408"),
 		sliceFlag("cors-allowed-origins", "browser origins that may call the API (default: any)"),
 		intFlag("retry-max-retries", 5, "attempts per request in total, the first included"),
 		intFlag("retry-initial-backoff-ms", 50, "backoff before the first retry"),

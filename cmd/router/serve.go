@@ -139,6 +139,9 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if err := edgeFrom(c, &cfg.Proxy); err != nil {
 		return cfg, err
 	}
+	if err := admissionFrom(c, &cfg.Proxy); err != nil {
+		return cfg, err
+	}
 	if cfg.Seeds, err = seedsFrom(c, cfg.Proxy.WorkerHosts); err != nil {
 		return cfg, err
 	}
@@ -327,6 +330,7 @@ func healthConfigFrom(c *cli.Context) health.Config {
 	h.DegradeRatio = c.Float64("degrade-ratio")
 	h.APIKey = c.String("api-key")
 	h.DisableCircuitBreaker = c.Bool("disable-circuit-breaker")
+	h.EngineScrapeInterval = engineScrapeFrom(c)
 	return h
 }
 

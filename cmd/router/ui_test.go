@@ -164,6 +164,11 @@ func TestStatusPageInHeadlessChromium(t *testing.T) {
 	if inked < 50 {
 		t.Errorf("the load chart has %d coloured pixels: no series drawn", inked)
 	}
+	classes, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`Array.from(document.querySelectorAll("#classes tbody tr")).map(r => r.innerText)`))
+	if err != nil || len(classes) != 4 || !strings.HasPrefix(classes[0], "system") || !strings.HasPrefix(classes[3], "bulk") {
+		t.Errorf("the admission table: %q, %v; want the four classes, system first", classes, err)
+	}
 	shot := filepath.Join(t.TempDir(), "ui.png")
 	if err := os.WriteFile(shot, png, 0o644); err != nil {
 		t.Fatal(err)

@@ -137,6 +137,27 @@ function renderWorkers(stats, r) {
   });
 }
 
+// renderAdmission shows the door's queue: per class, then the busiest
+// tenants (their names are the tenant header's or an API key's digest).
+function renderAdmission(a) {
+  const classes = document.querySelector("#classes tbody");
+  const tenants = document.querySelector("#tenants tbody");
+  classes.replaceChildren();
+  tenants.replaceChildren();
+  if (!a) return;
+  const limit = a.limit < 0 ? "no engine bound known" : "engines' bound " + a.limit;
+  document.getElementById("admission-summary").textContent =
+    a.in_flight + " in flight · " + a.queued + " of " + a.queue_size + " queued · " + limit + " · " + a.peers + " peers reporting";
+  for (const c of a.classes) {
+    classes.appendChild(row([el("td", c.name), el("td", String(c.in_flight), "num"), el("td", String(c.queued), c.queued > 0 ? "num warn" : "num"),
+      el("td", String(c.peer_queued), "num"), el("td", String(c.reserved), "num")]));
+  }
+  for (const t of a.tenants || []) {
+    tenants.appendChild(row([el("td", t.class), el("td", t.tenant), el("td", String(t.in_flight), "num"), el("td", String(t.queued), "num"),
+      el("td", String(t.tokens), "num"), el("td", String(t.peer_tokens), "num")]));
+  }
+}
+
 function remember(stats, now, r) {
   const load = {};
   for (const w of stats.workers) load[w.id] = w.load;
@@ -219,6 +240,7 @@ async function poll() {
     const r = rates(now);
     remember(stats, now, r);
     renderReplicas(status);
+    renderAdmission(status.admission);
     renderWorkers(stats, r);
     renderCharts(stats);
     error.hidden = true;

@@ -1,0 +1,220 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultClasses are the classes of a Config that names none, highest
+// first: the spellings of SGLang's gateway, so that its clients' headers
+// mean the same here.
+var DefaultClasses = []string{"system", "interactive", "default", "bulk"}
+
+// DefaultClass is the class of a request that names none.
+const DefaultClass = "default"
+
+// Class is a class's rank: 0 is the highest.
+type Class uint8
+
+// MaxClasses bounds how many classes a Config may name.
+const MaxClasses = 16
+
+// Config is what a Scheduler is built with. The zero value admits
+// everything at once: no limit, no queue.
+type Config struct {
+	// Classes are the class names, highest first (--priority-classes).
+	// Empty: one class, DefaultClass, and priority headers are ignored.
+	Classes []string
+	// Default is the class of a request that names none
+	// (--priority-default-class); it must be one of Classes. Empty: DefaultClass if
+	// Classes holds it, else the lowest class.
+	Default string
+	// Reserved holds, per class name, the in-flight slots that lower
+	// classes may not take while the class leaves them unused
+	// (--priority-reserved).
+	Reserved map[string]int
+	// MaxInFlight bounds the requests admitted and not done
+	// (--max-concurrent-requests); 0: no bound of its own.
+	MaxInFlight int
+	// RatePerSec and Burst are the rate bucket admissions take from
+	// (--rate-limit-tokens-per-second, burst --max-concurrent-requests);
+	// RatePerSec 0: no bucket.
+	RatePerSec float64
+	Burst      int
+	// QueueSize bounds the requests waiting, over every class (--queue-size);
+	// 0: a request that cannot be admitted at once is refused.
+	QueueSize int
+	// QueueTimeout is how long a request may wait (--queue-timeout-secs),
+	// for the caller to enforce; Stats reports it.
+	QueueTimeout time.Duration
+	// TenantMaxInFlight bounds one tenant's requests in flight, across the
+	// tier when peers report (--tenant-max-inflight); 0: no ceiling.
+	TenantMaxInFlight int
+	// Quantum is the tokens a tenant's deficit grows by per round of deficit
+	// round robin. Default 4096: about one typical request, so that rounds
+	// stay short.
+	Quantum int64
+	// TierFair makes the peers' reports count (--tier-fairness); without it
+	// each replica judges only its own requests.
+	TierFair bool
+}
+
+// ErrConfig is wrapped by every error Validate returns.
+var ErrConfig = errors.New("invalid admission config")
+
+func configError(flag, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrConfig, flag, fmt.Sprintf(format, args...))
+}
+
+// withDefaults fills the defaults documented on each field.
+func (c Config) withDefaults() Config {
+	if len(c.Classes) == 0 {
+		c.Classes = []string{DefaultClass}
+	}
+	if c.Default == "" {
+		c.Default = c.Classes[len(c.Classes)-1]
+		for _, n := range c.Classes {
+			if n == DefaultClass {
+				c.Default = n
+			}
+		}
+	}
+	if c.Quantum <= 0 {
+		c.Quantum = 4096
+	}
+	return c
+}
+
+// Validate reports the first setting out of range, naming its flag.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if len(c.Classes) > MaxClasses {
+		return configError("--priority-classes", "%d classes, at most %d", len(c.Classes), MaxClasses)
+	}
+	seen := map[string]bool{}
+	for _, n := range c.Classes {
+		if !validName(n) {
+			return configError("--priority-classes", "%q is not a class name (letters, digits, - and _)", n)
+		}
+		if seen[n] {
+			return configError("--priority-classes", "%q is named twice", n)
+		}
+		seen[n] = true
+	}
+	if !seen[c.Default] {
+		return configError("--priority-default-class", "%q is not one of --priority-classes", c.Default)
+	}
+	for n, slots := range c.Reserved {
+		if !seen[n] {
+			return configError("--priority-reserved", "%q is not one of --priority-classes", n)
+		}
+		if slots < 0 {
+			return configError("--priority-reserved", "%s=%d is negative", n, slots)
+		}
+	}
+	switch {
+	case c.MaxInFlight < 0:
+		return configError("--max-concurrent-requests", "must not be negative")
+	case c.QueueSize < 0:
+		return configError("--queue-size", "must not be negative")
+	case c.TenantMaxInFlight < 0:
+		return configError("--tenant-max-inflight", "must not be negative")
+	case c.RatePerSec < 0:
+		return configError("--rate-limit-tokens-per-second", "must not be negative")
+	}
+	return nil
+}
+
+func validName(n string) bool {
+	if n == "" || len(n) > 32 {
+		return false
+	}
+	for _, r := range n {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseReserved reads --priority-reserved: "class=slots,class=slots".
+func ParseReserved(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, v, ok := strings.Cut(part, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if !ok || err != nil {
+			return nil, configError("--priority-reserved", "%q is not class=slots", part)
+		}
+		out[strings.TrimSpace(name)] = n
+	}
+	return out, nil
+}
+
+// ErrUnknownClass: a request named a class this replica does not have.
+var ErrUnknownClass = errors.New("unknown priority class")
+
+// Classes resolves the class a request names.
+type Classes struct {
+	names []string
+	def   Class
+	// enabled is false with a single class: priority headers then mean
+	// nothing and are ignored.
+	enabled bool
+}
+
+// NewClasses returns the resolver of c's classes. c must be valid.
+func NewClasses(c Config) Classes {
+	c = c.withDefaults()
+	cl := Classes{names: c.Classes, enabled: len(c.Classes) > 1}
+	for i, n := range c.Classes {
+		if n == c.Default {
+			cl.def = Class(i)
+		}
+	}
+	return cl
+}
+
+// Default is the class of a request that names none.
+func (c Classes) Default() Class { return c.def }
+
+// Len is the number of classes.
+func (c Classes) Len() int { return len(c.names) }
+
+// Name is class k's name.
+func (c Classes) Name(k Class) string { return c.names[k] }
+
+// Enabled reports whether there is more than one class to choose from.
+func (c Classes) Enabled() bool { return c.enabled }
+
+// Parse resolves a header's value: a class name (any case), or a rank
+// 0..Len()-1 (0 the highest). An empty value, or any value while classes
+// are disabled, is the default class. A negative rank, one past the lowest
+// class or an unknown name wraps ErrUnknownClass, so that a typo is a 400
+// and never a silent top priority.
+func (c Classes) Parse(v string) (Class, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || !c.enabled {
+		return c.def, nil
+	}
+	for i, n := range c.names {
+		if strings.EqualFold(n, v) {
+			return Class(i), nil
+		}
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n < 0 || n >= len(c.names) {
+			return 0, fmt.Errorf("%w: rank %d, the ranks are 0 (%s) to %d (%s)", ErrUnknownClass, n, c.names[0],
+				len(c.names)-1, c.names[len(c.names)-1])
+		}
+		return Class(n), nil
+	}
+	return 0, fmt.Errorf("%w: %.40q, the classes are %s", ErrUnknownClass, v, strings.Join(c.names, ", "))
+}

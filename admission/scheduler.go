@@ -1,0 +1,383 @@
+package admission
+
+import (
+	"hash/fnv"
+	"sync"
+	"time"
+)
+
+// Request is what admission knows of a request: from its headers, before
+// its body is read.
+type Request struct {
+	Class  Class
+	Tenant string // "" is a tenant like any other
+	// Cost is the request's tokens, prompt plus expected output (at least 1).
+	Cost int64
+}
+
+// Ticket is one request's place in admission, from Arrive to Done.
+type Ticket struct {
+	req     Request
+	t       *tenant
+	arrived time.Time
+	state   ticketState
+	ready   chan struct{} // closed once admitted or refused
+	refusal *Refusal
+	waited  time.Duration
+}
+
+type ticketState uint8
+
+const (
+	waiting ticketState = iota
+	admitted
+	refused
+	released
+)
+
+// Ready is closed when a queued ticket is admitted or refused (Err tells
+// which). It is closed already for a ticket Arrive admitted or refused.
+func (tk *Ticket) Ready() <-chan struct{} { return tk.ready }
+
+// Err is nil for an admitted ticket and the *Refusal of one that was not;
+// read it after Ready is closed.
+func (tk *Ticket) Err() error {
+	if tk.refusal == nil {
+		return nil
+	}
+	return tk.refusal
+}
+
+// Waited is how long the ticket waited before it was admitted or refused;
+// read it after Ready is closed.
+func (tk *Ticket) Waited() time.Duration { return tk.waited }
+
+// Request is what the ticket was issued for.
+func (tk *Ticket) Request() Request { return tk.req }
+
+// Scheduler admits requests; see the package doc.
+type Scheduler struct {
+	mu       sync.Mutex
+	cfg      Config
+	classes  Classes
+	reserved []int // per class
+	bucket   bucket
+	// limit is the engines' room for this replica's requests, from
+	// SetLimit; negative: unknown, no bound.
+	limit      int
+	inflight   int
+	inflightBy []int // per class
+	queued     int
+	queuedBy   []int // per class
+	bands      []band
+	// tenants holds every (class, tenant) with requests queued or in
+	// flight here, and loads every tenant's in flight over its classes.
+	tenants map[tenantKey]*tenant
+	loads   map[string]int
+	byID    map[peerKey]*tenant // tenants by their tier name
+	peers   peerView
+}
+
+type tenantKey struct {
+	class Class
+	name  string
+}
+
+// New builds a Scheduler from a valid Config.
+func New(cfg Config) *Scheduler {
+	cfg = cfg.withDefaults()
+	cl := NewClasses(cfg)
+	s := &Scheduler{cfg: cfg, classes: cl, reserved: make([]int, cl.Len()), bucket: newBucket(cfg.RatePerSec, cfg.Burst),
+		limit: -1, inflightBy: make([]int, cl.Len()), queuedBy: make([]int, cl.Len()), bands: make([]band, cl.Len()),
+		tenants: map[tenantKey]*tenant{}, loads: map[string]int{}, byID: map[peerKey]*tenant{}, peers: newPeerView()}
+	for name, n := range cfg.Reserved {
+		for i, c := range cfg.Classes {
+			if c == name {
+				s.reserved[i] = n
+			}
+		}
+	}
+	return s
+}
+
+// Classes is the resolver of the Scheduler's classes.
+func (s *Scheduler) Classes() Classes { return s.classes }
+
+// Arrive issues the ticket of a request arriving at now. It is admitted at
+// once when nothing of its class or above waits and there is room, queued
+// otherwise, or refused when the queue is full and holds nothing of a lower
+// class to shed for it.
+func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
+	req.Cost = max(req.Cost, 1)
+	if int(req.Class) >= len(s.bands) {
+		req.Class = s.classes.def
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tenantOf(req)
+	tk := &Ticket{req: req, t: t, arrived: now, ready: make(chan struct{})}
+	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now) == HeldByNothing {
+		s.admit(tk, now)
+		return tk
+	}
+	if s.queued >= s.cfg.QueueSize && !s.shedBelow(req.Class, now) {
+		s.refuse(tk, QueueFull, now)
+		s.dropIfIdle(t)
+		return tk
+	}
+	s.enqueue(tk)
+	s.dispatch(now)
+	return tk
+}
+
+// Cancel takes a queued ticket out of the queue, refused for reason (the
+// caller's timeout or its client leaving), and reports true; it reports
+// false for a ticket already admitted or refused, which the caller then
+// owns as before.
+func (s *Scheduler) Cancel(tk *Ticket, reason Reason, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tk.state != waiting {
+		return false
+	}
+	s.unqueue(tk)
+	s.refuse(tk, reason, now)
+	s.dropIfIdle(tk.t)
+	s.dispatch(now)
+	return true
+}
+
+// Done ends an admitted ticket: its slot goes to the next request. Calls
+// after the first, and on a ticket not admitted, do nothing.
+func (s *Scheduler) Done(tk *Ticket, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tk.state != admitted {
+		return
+	}
+	tk.state = released
+	t := tk.t
+	s.inflight--
+	s.inflightBy[t.key.class]--
+	t.inflight--
+	t.tokens -= tk.req.Cost
+	if s.loads[t.key.name]--; s.loads[t.key.name] <= 0 {
+		delete(s.loads, t.key.name)
+	}
+	s.dropIfIdle(t)
+	s.dispatch(now)
+}
+
+// SetLimit sets how many requests this replica may have in flight by the
+// engines' account (see Capacity.Limit): the engines' bounds less what the
+// peers run on them; negative: no bound. The room left is shared with the
+// peers that report requests waiting: this replica takes its share of it
+// (rounded up) until the next SetLimit, since the peers, seeing the same
+// room, take theirs at the same time and each learns of the others' only
+// from their next report. Requests it lets go are admitted at once.
+func (s *Scheduler) SetLimit(n int, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = n
+	if free := n - s.inflight; n >= 0 && free > 0 {
+		competing := 1 + s.peers.waitingOrigins()
+		s.limit = s.inflight + (free+competing-1)/competing
+	}
+	s.dispatch(now)
+}
+
+// Poll admits what time alone lets go (the rate bucket refilling); call it
+// now and then while requests wait.
+func (s *Scheduler) Poll(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dispatch(now)
+}
+
+func (s *Scheduler) tenantOf(req Request) *tenant {
+	k := tenantKey{req.Class, req.Tenant}
+	t := s.tenants[k]
+	if t == nil {
+		t = &tenant{key: k, id: TenantID(req.Tenant)}
+		s.tenants[k] = t
+		s.byID[peerKey{k.class, t.id}] = t
+	}
+	return t
+}
+
+// TenantID is the tenant's name as the tier knows it: a hash, so that an
+// API key never leaves the replica.
+func TenantID(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64()
+}
+
+func (s *Scheduler) dropIfIdle(t *tenant) {
+	if t.inflight == 0 && len(t.queue) == 0 {
+		delete(s.tenants, t.key)
+		delete(s.byID, peerKey{t.key.class, t.id})
+	}
+}
+
+func (s *Scheduler) enqueue(tk *Ticket) {
+	c := tk.req.Class
+	tk.t.queue = append(tk.t.queue, tk)
+	s.queued++
+	s.queuedBy[c]++
+	s.bands[c].join(tk.t)
+}
+
+func (s *Scheduler) unqueue(tk *Ticket) {
+	t := tk.t
+	for i, q := range t.queue {
+		if q == tk {
+			t.queue = append(t.queue[:i], t.queue[i+1:]...)
+			break
+		}
+	}
+	s.queued--
+	s.queuedBy[tk.req.Class]--
+	if len(t.queue) == 0 {
+		s.bands[t.key.class].leave(t)
+	}
+}
+
+func (s *Scheduler) admit(tk *Ticket, now time.Time) {
+	t := tk.t
+	s.bucket.take()
+	tk.state, tk.waited = admitted, now.Sub(tk.arrived)
+	s.inflight++
+	s.inflightBy[t.key.class]++
+	t.inflight++
+	t.tokens += tk.req.Cost
+	s.loads[t.key.name]++
+	close(tk.ready)
+}
+
+func (s *Scheduler) refuse(tk *Ticket, reason Reason, now time.Time) {
+	tk.state, tk.waited = refused, now.Sub(tk.arrived)
+	tk.refusal = &Refusal{Reason: reason, Hold: s.hold(tk.t, tk.req.Cost, now), Class: s.classes.Name(tk.req.Class),
+		Tenant: tk.req.Tenant}
+	close(tk.ready)
+}
+
+// waitingAbove counts the requests queued in class c or above.
+func (s *Scheduler) waitingAbove(c Class) int {
+	n := 0
+	for k := 0; k <= int(c); k++ {
+		n += s.queuedBy[k]
+	}
+	return n
+}
+
+// shedBelow refuses the newest request of the lowest class below c that
+// has any queued, from its tenant with the most queued, to make room for
+// one of class c; false when there is none.
+func (s *Scheduler) shedBelow(c Class, now time.Time) bool {
+	for k := len(s.bands) - 1; k > int(c); k-- {
+		if t := s.bands[k].longest(); t != nil {
+			tk := t.queue[len(t.queue)-1]
+			s.unqueue(tk)
+			s.refuse(tk, Shed, now)
+			tk.refusal.Hold = HeldByClass
+			s.dropIfIdle(t)
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch admits queued requests while there is room: the highest class
+// first, tenants of a class by deficit round robin.
+func (s *Scheduler) dispatch(now time.Time) {
+	for s.queued > 0 {
+		t := s.pick(now)
+		if t == nil {
+			return
+		}
+		tk := t.queue[0]
+		s.unqueue(tk)
+		t.deficit -= tk.req.Cost
+		s.admit(tk, now)
+	}
+}
+
+// pick chooses the tenant whose head request goes next, or nil.
+func (s *Scheduler) pick(now time.Time) *tenant {
+	if !s.bucket.ready(now) || s.roomHold() != HeldByNothing {
+		return nil
+	}
+	for c := range s.bands {
+		if s.queuedBy[c] == 0 {
+			continue
+		}
+		if !s.classHasRoom(Class(c)) {
+			return nil // lower classes see even less room
+		}
+		w := s.waitingMin(Class(c))
+		if t := s.bands[c].pick(s.cfg.Quantum, func(t *tenant) bool {
+			return s.tenantHold(t, t.queue[0].req.Cost, w) == HeldByNothing
+		}); t != nil {
+			return t
+		}
+	}
+	return nil
+}
+
+// roomHold says what bound, if any, leaves no room at all.
+func (s *Scheduler) roomHold() Hold {
+	switch {
+	case s.limit >= 0 && s.inflight >= s.limit:
+		return HeldBySaturation
+	case s.cfg.MaxInFlight > 0 && s.inflight >= s.cfg.MaxInFlight:
+		return HeldByLimit
+	}
+	return HeldByNothing
+}
+
+// classHasRoom reports whether class c may take a slot: one is left after
+// the unused reservations of the classes above it.
+func (s *Scheduler) classHasRoom(c Class) bool {
+	held := 0
+	for k := 0; k < int(c); k++ {
+		held += max(0, s.reserved[k]-s.inflightBy[k])
+	}
+	room := -1
+	if s.limit >= 0 {
+		room = s.limit
+	}
+	if s.cfg.MaxInFlight > 0 && (room < 0 || s.cfg.MaxInFlight < room) {
+		room = s.cfg.MaxInFlight
+	}
+	return room < 0 || s.inflight+held < room
+}
+
+// hold says what keeps a request of t costing cost from going at now.
+func (s *Scheduler) hold(t *tenant, cost int64, now time.Time) Hold {
+	if h := s.roomHold(); h != HeldByNothing {
+		return h
+	}
+	if !s.bucket.ready(now) {
+		return HeldByRate
+	}
+	if !s.classHasRoom(t.key.class) {
+		return HeldByClass
+	}
+	return s.tenantHold(t, cost, s.waitingMin(t.key.class))
+}
+
+// tenantHold says whether t's ceiling or its share holds it.
+func (s *Scheduler) tenantHold(t *tenant, cost int64, w waitingMin) Hold {
+	if c := s.cfg.TenantMaxInFlight; c > 0 && s.loads[t.key.name]+s.peers.remoteInFlight(t.id, s.cfg.TierFair) >= c {
+		return HeldByTenantCeiling
+	}
+	if !s.cfg.TierFair {
+		return HeldByNothing
+	}
+	mine := t.tokens + s.peers.remoteTokens(t.key.class, t.id)
+	if other, ok := w.without(t.id); ok && mine-other >= cost {
+		return HeldByFairShare
+	}
+	return HeldByNothing
+}

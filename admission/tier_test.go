@@ -1,0 +1,126 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// tierRun simulates a tier of replicas sharing engines of capacity slots:
+// closed-loop clients of two tenants, every request holding a slot for
+// hold steps; light's clients spread over the replicas, heavy's all at
+// replica 0 when pinned. Each step every replica's limit is the capacity
+// less what the others have in flight, and every replica hears every
+// other's report. It returns the tokens each tenant was admitted after a
+// warm-up.
+func tierRun(t *testing.T, tier bool, pinned bool, replicas, slots, light, heavy, hold, steps int) map[string]int64 {
+	t.Helper()
+	ss := make([]*Scheduler, replicas)
+	for i := range ss {
+		ss[i] = New(Config{Classes: DefaultClasses, QueueSize: 1000, TierFair: tier})
+	}
+	type running struct {
+		tk     *Ticket
+		s      *Scheduler
+		client int
+		until  int
+	}
+	var flying []running
+	var waiting []running // queued tickets, with the replica they wait at
+	now := t0
+	rng := rand.New(rand.NewPCG(1, 2))
+	tenantOf := func(client int) string {
+		if client < light {
+			return "light"
+		}
+		return "heavy"
+	}
+	// Each client sends to a replica drawn at random, heavy's to replica
+	// 0 when pinned.
+	arrive := func(client int) {
+		r := rng.IntN(replicas)
+		if tenantOf(client) == "heavy" && pinned {
+			r = 0
+		}
+		tk := ss[r].Arrive(Request{Class: 2, Tenant: tenantOf(client), Cost: 320}, now)
+		waiting = append(waiting, running{tk: tk, s: ss[r], client: client})
+	}
+	for c := range light + heavy {
+		arrive(c)
+	}
+	served := map[string]int64{}
+	for step := range steps {
+		now = now.Add(10 * time.Millisecond)
+		// Requests that finish free their slot; their clients send again.
+		kept := flying[:0]
+		for _, f := range flying {
+			if step < f.until {
+				kept = append(kept, f)
+				continue
+			}
+			f.s.Done(f.tk, now)
+			arrive(f.client)
+		}
+		flying = kept
+		// The replicas act in a random order: none always sees freed room
+		// first.
+		for _, i := range rng.Perm(replicas) {
+			s := ss[i]
+			others := 0
+			for j, o := range ss {
+				if j != i {
+					others += o.Stats().InFlight
+				}
+			}
+			s.SetLimit(max(0, slots-others), now)
+			for j, o := range ss {
+				if j != i {
+					o.SetPeer(fmt.Sprint(i), s.Report(nil), now)
+				}
+			}
+		}
+		still := waiting[:0]
+		for _, w := range waiting {
+			if isWaiting(w.tk) {
+				still = append(still, w)
+				continue
+			}
+			if w.tk.Err() != nil {
+				t.Fatalf("refused: %v", w.tk.Err())
+			}
+			flying = append(flying, running{tk: w.tk, s: w.s, client: w.client, until: step + hold})
+			if step > steps/5 {
+				served[w.tk.Request().Tenant] += w.tk.Request().Cost
+			}
+		}
+		waiting = still
+	}
+	return served
+}
+
+func share(served map[string]int64, tenant string) float64 {
+	return float64(served[tenant]) / (float64(served["light"]+served["heavy"]) / 2)
+}
+
+func TestTwoTenantsGetTheirFairShareAcrossATierWhereverTheirRequestsGo(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		got := tierRun(t, true, pinned, 4, 16, 12, 120, 50, 3000)
+		for _, tenant := range []string{"light", "heavy"} {
+			if sh := share(got, tenant); sh < 0.9 {
+				t.Errorf("pinned %v: %s got %.2f of its fair share (%v), want at least 0.9", pinned, tenant, sh, got)
+			}
+		}
+	}
+}
+
+func TestWithoutTheTierViewAShareDependsOnWhereTheRequestsGo(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		got := tierRun(t, false, pinned, 4, 16, 12, 120, 50, 3000)
+		if sh := share(got, "light"); sh >= 0.9 {
+			t.Fatalf("each replica alone, pinned %v: light got %.2f of its share (%v); the tier view would not be needed", pinned, sh, got)
+		}
+		t.Logf("each replica alone, heavy pinned %v: light %.2f, heavy %.2f of their fair shares", pinned,
+			share(got, "light"), share(got, "heavy"))
+	}
+}

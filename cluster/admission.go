@@ -1,0 +1,52 @@
+package cluster
+
+import (
+	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/loadsync"
+)
+
+// The replica's side of admission: the engines' readings that the door
+// judges saturation from, and the queue reports that make its fairness
+// tier-wide. Kept apart from the rest of the gossip wiring so that it moves
+// as one piece.
+
+// engineReadings hands the door the monitor's latest engine readings.
+func (r *Replica) engineReadings(dst []admission.Reading) []admission.Reading {
+	for _, e := range r.monitor.EngineReadings(nil) {
+		dst = append(dst, admission.Reading{Worker: uint32(e.ID), At: e.At, Running: e.Running, Waiting: e.Waiting,
+			KVUsage: e.KVUsage})
+	}
+	return dst
+}
+
+// localQueues reports the door's queue to the gossip.
+func (r *Replica) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
+	p := r.proxy
+	if p == nil {
+		return dst
+	}
+	for _, e := range p.AdmissionReport(nil) {
+		dst = append(dst, loadsync.QueueDepth{Class: uint8(e.Class), Tenant: e.Tenant, Queued: e.Queued,
+			InFlight: e.InFlight, Tokens: e.Tokens})
+	}
+	return dst
+}
+
+// remoteQueues hands a peer's queue report to the door; nil forgets the
+// peer.
+func (r *Replica) remoteQueues(origin string, ds []loadsync.QueueDepth) {
+	p := r.proxy
+	if p == nil {
+		return
+	}
+	if ds == nil {
+		p.SetAdmissionPeer(origin, nil)
+		return
+	}
+	entries := make([]admission.PeerEntry, 0, len(ds))
+	for _, d := range ds {
+		entries = append(entries, admission.PeerEntry{Class: admission.Class(d.Class), Tenant: d.Tenant,
+			Queued: d.Queued, InFlight: d.InFlight, Tokens: d.Tokens})
+	}
+	p.SetAdmissionPeer(origin, entries)
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/proxy"
+)
+
+// admissionFlags are the flags of priority classes, tenants and the
+// saturation signal (vllm-router's bounds are among serveFlags).
+func admissionFlags() []cli.Flag {
+	return []cli.Flag{
+		stringFlag("priority-classes", strings.Join(admission.DefaultClasses, ","),
+			"admission classes, highest first; empty: one class, and priority headers are ignored"),
+		stringFlag("priority-default-class", admission.DefaultClass, "class of a request that names none"),
+		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
+		sliceFlag("api-key-classes", "default class of an API key's requests, as KEY=class (repeatable)"),
+		stringFlag("tenant-header", "", "header naming a request's tenant (default: its API key)"),
+		intFlag("tenant-max-inflight", 0, "ceiling of one tenant's requests in flight across the tier; 0: none"),
+		boolFlag("disable-tier-fairness", "share the engines between tenants by this replica's own requests only, ignoring the peers' queue reports"),
+		floatFlag("saturation-kv-usage", 0.95, "KV cache usage (0..1) at which an engine counts as full"),
+		intFlag("engine-scrape-interval-secs", 1, "seconds between reads of a busy worker's /metrics for the saturation signal; 0: only the progress detector's reads"),
+	}
+}
+
+// admissionFrom fills the admission settings of p from the flags.
+func admissionFrom(c *cli.Context, p *proxy.Config) error {
+	a := &p.Admission
+	a.Classes = nil
+	for _, name := range strings.Split(c.String("priority-classes"), ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			a.Classes = append(a.Classes, name)
+		}
+	}
+	a.DefaultClass = c.String("priority-default-class")
+	if len(a.Classes) == 0 && !c.IsSet("priority-default-class") {
+		a.DefaultClass = ""
+	}
+	var err error
+	if a.Reserved, err = admission.ParseReserved(c.String("priority-reserved")); err != nil {
+		return err
+	}
+	a.KeyClasses = map[string]string{}
+	for _, kv := range c.StringSlice("api-key-classes") {
+		key, class, ok := strings.Cut(kv, "=")
+		if !ok || key == "" {
+			return fmt.Errorf("--api-key-classes: want KEY=class")
+		}
+		a.KeyClasses[key] = class
+	}
+	a.TenantHeader = c.String("tenant-header")
+	a.TenantMaxInFlight = c.Int("tenant-max-inflight")
+	a.TierFair = !c.Bool("disable-tier-fairness")
+	a.KVFull = c.Float64("saturation-kv-usage")
+	if !(a.KVFull > 0 && a.KVFull <= 1) {
+		return fmt.Errorf("--saturation-kv-usage: want a share in (0, 1], got %v", a.KVFull)
+	}
+	return a.Validate()
+}
+
+// engineScrapeFrom reads --engine-scrape-interval-secs.
+func engineScrapeFrom(c *cli.Context) time.Duration {
+	return time.Duration(c.Int("engine-scrape-interval-secs")) * time.Second
+}

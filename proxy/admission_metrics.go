@@ -1,0 +1,100 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/admission"
+)
+
+// maxTenantSeries bounds the tenants that get series of their own; the
+// others share tenant="other", so that a stranger's made-up tenants cannot
+// grow the metrics.
+const maxTenantSeries = 32
+
+// admissionMetrics are the vllm_router_admission_* families: per class
+// gauges of what waits and runs, and per class and tenant counters of what
+// was admitted or refused and how long it waited.
+type admissionMetrics struct {
+	set     *metrics.Set
+	mu      sync.Mutex
+	tenants map[string]bool
+	series  map[admissionKey]*admissionSeries
+}
+
+type admissionKey struct{ class, tenant string }
+
+type admissionSeries struct {
+	labels    string // class and tenant, as the series carry them
+	admitted  *metrics.Counter
+	queueTime *metrics.PrometheusHistogram
+	refused   map[string]*metrics.Counter // by reason
+}
+
+func newAdmissionMetrics(set *metrics.Set) *admissionMetrics {
+	return &admissionMetrics{set: set, tenants: map[string]bool{}, series: map[admissionKey]*admissionSeries{}}
+}
+
+// watch registers the gauges read from s's stats at each scrape.
+func (m *admissionMetrics) watch(s *admission.Scheduler) {
+	m.set.NewGauge("vllm_router_admission_limit", func() float64 { return float64(s.Stats().Limit) })
+	for i := range s.Classes().Len() {
+		name := s.Classes().Name(admission.Class(i))
+		class := func(f func(admission.ClassStats) int) func() float64 {
+			return func() float64 { return float64(f(s.Stats().Classes[i])) }
+		}
+		m.set.NewGauge(fmt.Sprintf(`vllm_router_admission_queued{class=%q}`, name),
+			class(func(c admission.ClassStats) int { return c.Queued }))
+		m.set.NewGauge(fmt.Sprintf(`vllm_router_admission_in_flight{class=%q}`, name),
+			class(func(c admission.ClassStats) int { return c.InFlight }))
+		m.set.NewGauge(fmt.Sprintf(`vllm_router_admission_peer_queued{class=%q}`, name),
+			class(func(c admission.ClassStats) int { return c.PeerQueued }))
+	}
+}
+
+// decided counts a ticket's outcome under its class and tenant.
+func (m *admissionMetrics) decided(class, tenant string, tk *admission.Ticket) {
+	s := m.seriesOf(class, tenant)
+	s.queueTime.Update(tk.Waited().Seconds())
+	var r *admission.Refusal
+	if err := tk.Err(); err == nil {
+		s.admitted.Inc()
+	} else if errors.As(err, &r) {
+		m.refused(s, r.Reason.String()).Inc()
+	}
+}
+
+func (m *admissionMetrics) seriesOf(class, tenant string) *admissionSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.tenants[tenant] {
+		if len(m.tenants) >= maxTenantSeries {
+			tenant = "other"
+		}
+		m.tenants[tenant] = true
+	}
+	k := admissionKey{class, tenant}
+	s := m.series[k]
+	if s == nil {
+		labels := fmt.Sprintf(`{class=%q,tenant=%q}`, class, tenant)
+		s = &admissionSeries{labels: labels, admitted: m.set.NewCounter("vllm_router_admission_admitted_total" + labels),
+			queueTime: m.set.NewPrometheusHistogramExt("vllm_router_admission_queue_seconds"+labels, durationBuckets),
+			refused:   map[string]*metrics.Counter{}}
+		m.series[k] = s
+	}
+	return s
+}
+
+func (m *admissionMetrics) refused(s *admissionSeries, reason string) *metrics.Counter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := s.refused[reason]
+	if c == nil {
+		c = m.set.NewCounter(fmt.Sprintf(`vllm_router_admission_refused_total%s,reason=%q}`, s.labels[:len(s.labels)-1], reason))
+		s.refused[reason] = c
+	}
+	return c
+}
