@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -115,7 +113,7 @@ func startSaturated(t *testing.T, cfg Config, w *fakeworker.Worker) *testRouter 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return serveProxy(t, p)
+	return serveRouter(t, p)
 }
 
 func TestASaturatedEngineMakesRequestsWaitAtTheRouterAndTheRefusalSaysWhy(t *testing.T) {
@@ -188,22 +186,12 @@ func TestAnInteractiveRequestOvertakesQueuedBulk(t *testing.T) {
 	}
 }
 
-// serveProxy serves p on a loopback port until the test ends.
-func serveProxy(t *testing.T, p *Proxy) *testRouter {
+// serveRouter serves p on a loopback port until the test ends, as a
+// testRouter.
+func serveRouter(t *testing.T, p *Proxy) *testRouter {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-		<-done
-	})
-	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: "http://" + ln.Addr().String(), set: p.deps.Metrics}
+	url := serveProxy(t, p)
+	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: url, set: p.deps.Metrics}
 }
 
 func metricsText(r *testRouter) string {
