@@ -139,14 +139,23 @@ func (r *relay) setWriting(w bool) {
 }
 
 // writeDeadline is when the next write to the client must be done: the
-// sooner of the write timeout and the request's deadline.
+// sooner of the write timeout and the request's deadline. The error event
+// of a stream that failed (the deadline passing among other causes) gets
+// errorEventWriteTimeout of its own, so the client learns why it ends.
 func (r *relay) writeDeadline() time.Time {
-	d := time.Now().Add(r.p.cfg.Edge.WriteTimeout)
+	now := time.Now()
+	if r.failed != nil {
+		return now.Add(min(r.p.cfg.Edge.WriteTimeout, errorEventWriteTimeout))
+	}
+	d := now.Add(r.p.cfg.Edge.WriteTimeout)
 	if r.x.deadline.Before(d) {
 		return r.x.deadline
 	}
 	return d
 }
+
+// errorEventWriteTimeout bounds writing a failed stream's error event.
+const errorEventWriteTimeout = time.Second
 
 // cutByDeadline reports whether werr, the error that ended the writing, is
 // the request's deadline passing while a write waited on the client: the
