@@ -66,7 +66,7 @@ type clusterPort struct {
 	// replication goroutines before it closes the transport.
 	unheld     chan struct{}
 	unheldOnce sync.Once
-	wg                  sync.WaitGroup
+	wg         sync.WaitGroup
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // in their handshake; closed by Close

@@ -47,8 +47,8 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 const contactBase = time.Second
 
 // checkOne probes w once and applies the answer. A failure that may be this
-// replica's own doing (the probe overlapped a stall of this replica) is not
-// counted.
+// replica's own doing (the probe overlapped a stall of this replica, or came
+// while it heard no peer and no worker) is not counted.
 func (m *Monitor) checkOne(ctx context.Context, w *worker) {
 	start := m.now()
 	err := m.probe.probe(ctx, w.target)
@@ -58,6 +58,13 @@ func (m *Monitor) checkOne(ctx context.Context, w *worker) {
 	now := m.now()
 	if err != nil && m.stallTouched(start, now) {
 		return
+	}
+	if err != nil && m.isolated(start, now) {
+		m.noteCutOff()
+		return
+	}
+	if err == nil {
+		m.noteAnswer(now)
 	}
 	if err != nil {
 		m.log.Debug("health probe failed", "worker", w.id, "url", w.url, "err", err)
@@ -101,6 +108,7 @@ func (m *Monitor) checkLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-m.isolation.recheck:
 		}
 	}
 }
@@ -116,6 +124,7 @@ func (m *Monitor) evalLoop(ctx context.Context, wg *sync.WaitGroup, sem chan str
 			return
 		case <-ticker.C:
 			m.beat()
+			m.checkContact()
 			m.Tick()
 		case <-m.wake:
 			m.deliver()
