@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -201,6 +202,13 @@ func (m *Monitor) applyRecovery(w *worker, now int64, res probeResult) change {
 		m.log.Warn("worker refuses recovery probes; its circuit recovers after --cb-timeout-duration-secs",
 			"worker", w.id, "url", w.url, "err", res.err)
 		return 0
+	case res.err != nil && timedOut(res.err):
+		// It waited its whole bound in the engine's queue: the worker is
+		// still wedged, and the next probe goes at once, so that one is
+		// always waiting when the engine moves again. Backing off here
+		// left the worker out for up to the ceiling after it recovered.
+		w.recovery.next.reset()
+		return 0
 	case res.err != nil:
 		w.recovery.next.failed(now, base, ceiling)
 		return 0
@@ -219,6 +227,14 @@ func (m *Monitor) applyRecovery(w *worker, now int64, res probeResult) change {
 		return ch | circuitMoved(w.breaker.halfOpen(now))
 	}
 	return ch | circuitMoved(w.breaker.close(now))
+}
+
+// timedOut reports whether a recovery probe failed by waiting out its
+// bound, rather than by a refusal, a reset or an error status.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 func circuitMoved(moved bool) change {
