@@ -1,6 +1,7 @@
 package health
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -25,18 +26,42 @@ import (
 type PeerContact func() (silent time.Duration, expected bool)
 
 // isolation is what the Monitor knows of this replica's contact with the
-// world. Lock-free.
+// world: the latest window in which it heard no peer, on the Monitor's
+// timeline. Its atomics are lock-free; mu guards the window.
 type isolation struct {
 	peers      atomic.Pointer[PeerContact]
 	lastAnswer atomic.Int64 // when a worker last answered a probe, or notSet
 	cutOff     atomic.Bool  // a failure was not counted because of it, and nothing was heard since
 	recheck    chan struct{}
+
+	mu     sync.Mutex
+	goneAt int64 // when the peers went quiet, or notSet
+	backAt int64 // when one was heard again, or notSet while they are quiet
 }
 
 func newIsolation() *isolation {
-	i := &isolation{recheck: make(chan struct{}, 1)}
+	i := &isolation{recheck: make(chan struct{}, 1), goneAt: notSet, backAt: notSet}
 	i.lastAnswer.Store(notSet)
 	return i
+}
+
+// observe asks after the peers at now and updates the window; it returns
+// the window, with back notSet while the peers are quiet.
+func (i *isolation) observe(now int64) (gone, back int64, ok bool) {
+	f := i.peers.Load()
+	if f == nil {
+		return notSet, notSet, false
+	}
+	silent, expected := (*f)()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	switch quiet := expected && silent > 0; {
+	case quiet && (i.goneAt == notSet || i.backAt != notSet):
+		i.goneAt, i.backAt = now-silent.Nanoseconds(), notSet
+	case !quiet && i.goneAt != notSet && i.backAt == notSet:
+		i.backAt = now
+	}
+	return i.goneAt, i.backAt, true
 }
 
 // SetPeerContact tells the Monitor how to learn whether this replica hears
@@ -49,20 +74,19 @@ func (m *Monitor) SetPeerContact(f PeerContact) { m.isolation.peers.Store(&f) }
 func (m *Monitor) CutOff() bool { return m.isolation.cutOff.Load() }
 
 // isolated reports whether a failure seen over [from, now] may be this
-// replica's own isolation: no peer was heard during the whole of it, and no
-// worker answered a probe in the round before either (since an Interval and
-// a half before from). The first round that fails counts, then: the
-// failures of a replica cut off stop there, while a worker that dies
-// beside others that answer is counted in every round, whatever the order
-// in which a round's answers arrive.
+// replica's own isolation: it began while no peer was heard (a probe that
+// outlasts the isolation fails all the same, on the replica's side), and
+// no worker answered a probe in the round before either (since an
+// Interval and a half before from). The first round that fails counts,
+// then: the failures of a replica cut off stop there, while a worker that
+// dies beside others that answer is counted in every round, whatever the
+// order in which a round's answers arrive.
 func (m *Monitor) isolated(from, now int64) bool {
-	f := m.isolation.peers.Load()
-	if f == nil {
+	gone, back, ok := m.isolation.observe(now)
+	if !ok || gone == notSet || from < gone || back != notSet && from >= back {
 		return false
 	}
-	silent, expected := (*f)()
-	return expected && silent > 0 && silent.Nanoseconds() >= now-from &&
-		m.isolation.lastAnswer.Load() < from-3*m.cfg.Interval.Nanoseconds()/2
+	return m.isolation.lastAnswer.Load() < from-3*m.cfg.Interval.Nanoseconds()/2
 }
 
 // noteCutOff records a failure not counted because of isolation.
@@ -84,11 +108,8 @@ func (m *Monitor) noteAnswer(now int64) {
 // while no probe fails, and ends an isolation once a peer is heard from
 // again.
 func (m *Monitor) checkContact() {
-	f := m.isolation.peers.Load()
-	if f == nil {
-		return
-	}
-	if silent, expected := (*f)(); m.isolation.cutOff.Load() && (!expected || silent == 0) {
+	_, back, ok := m.isolation.observe(m.now())
+	if ok && back != notSet && m.isolation.cutOff.Load() {
 		m.endCutOff("a peer was heard from")
 	}
 }
