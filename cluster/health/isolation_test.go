@@ -108,3 +108,26 @@ func TestRequestFailuresWhileCutOffDoNotOpenTheCircuit(t *testing.T) {
 		t.Fatalf("after %d failed requests while cut off: %+v, want eligible", m.cfg.CBFailureThreshold+1, st)
 	}
 }
+
+// TestAFailureBegunWhileCutOffIsNotCountedWhenItEndsAfterContactReturns: a
+// probe that started while no peer was heard and failed just after one was
+// heard again failed on this replica's side (a lookup or a connect that
+// hung meanwhile); one that started after contact returned counts.
+func TestAFailureBegunWhileCutOffIsNotCountedWhenItEndsAfterContactReturns(t *testing.T) {
+	w1 := startFakeWorker(t)
+	m, clock, p := isolationMonitor(t, w1)
+	clock.Advance(2 * m.cfg.Interval) // the last answer is a round and more behind
+	p.silent.Store(int64(time.Second))
+	m.checkContact() // the peers went quiet a second ago
+	began := m.now()
+	clock.Advance(time.Second)
+	p.silent.Store(0)
+	m.checkContact() // a peer is heard again
+	clock.Advance(time.Millisecond)
+	if !m.isolated(began, m.now()) {
+		t.Fatal("a failure begun while cut off, ending after contact returned, was counted")
+	}
+	if m.isolated(m.now(), m.now()+int64(time.Millisecond)) {
+		t.Fatal("a failure begun after contact returned was not counted")
+	}
+}
