@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,41 +16,37 @@ import (
 )
 
 // TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack: Raft's dial to a peer
-// whose port refuses connections does not fail at once (each failure
-// doubles hashicorp/raft's backoff, up to ~10 s that nothing wakes); it
-// tries again until the peer listens, and connects then.
+// that cannot be reached (here its port hangs up on every connection, so
+// the TLS handshake fails) does not fail at once (each failure doubles
+// hashicorp/raft's backoff, up to ~10 s that nothing wakes); it tries again
+// until the peer answers, and connects then.
 func TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack(t *testing.T) {
-	port, err := openClusterPort("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler))
+	dir := certDir(t, "r0", "r1")
+	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer port.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // the peer is down: its port refuses connections
-	if c, err := net.Dial("tcp", addr); err == nil {
-		c.Close()
-		t.Skip("the port was taken again before the test could use it")
-	}
+	peer := startFlakyPeer(t, theirs)
 	type dialed struct {
 		conn net.Conn
 		err  error
 	}
 	done := make(chan dialed, 1)
 	go func() {
-		conn, err := raftLayer{port}.Dial(raft.ServerAddress(addr), time.Second)
+		conn, err := raftLayer{port}.Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- dialed{conn, err}
 	}()
-	// The peer comes back once the dial has been refused a few times.
 	waitUntil(t, "the dial to be refused and tried again", func() bool { return redials(port) >= 3 })
-	back, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("the peer's port could not be listened on again: %v", err)
-	}
-	defer back.Close()
+	peer.up.Store(true) // the peer is back
 	select {
 	case d := <-done:
 		if d.err != nil {
@@ -56,24 +54,68 @@ func TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack(t *testing.T) {
 		}
 		d.conn.Close()
 	case <-time.After(testDeadline):
-		t.Fatal("the dial did not connect once the peer listened again")
+		t.Fatal("the dial did not connect once the peer answered again")
 	}
+}
+
+// flakyPeer is a cluster port that hangs up on every connection until up,
+// then completes the TLS handshake and takes the link.
+type flakyPeer struct {
+	addr string
+	up   atomic.Bool
+}
+
+func startFlakyPeer(t *testing.T, tlsState *clusterTLS) *flakyPeer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &flakyPeer{addr: ln.Addr().String()}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if !p.up.Load() {
+				conn.Close()
+				continue
+			}
+			tc := tls.Server(conn, tlsState.serverConfig())
+			_ = tc.SetDeadline(time.Now().Add(testDeadline))
+			var link [1]byte
+			_, _ = io.ReadFull(tc, link[:]) // the handshake, then the link byte
+			tc.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-served })
+	return p
 }
 
 // TestARaftDialHeldAtShutdownEndsAtOnce: a held dial never keeps Raft's
 // shutdown waiting.
 func TestARaftDialHeldAtShutdownEndsAtOnce(t *testing.T) {
-	port, err := openClusterPort("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler))
+	dir := certDir(t, "r0", "r1")
+	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer port.Close()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
+	peer := startFlakyPeer(t, theirs) // never up
 	done := make(chan error, 1)
 	go func() {
-		_, err := raftLayer{port}.Dial(raft.ServerAddress(addr), time.Second)
+		_, err := raftLayer{port}.Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- err
 	}()
 	waitUntil(t, "the dial to hold", func() bool { return redials(port) >= 1 })
@@ -81,7 +123,7 @@ func TestARaftDialHeldAtShutdownEndsAtOnce(t *testing.T) {
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Fatal("a dial to a closed port succeeded")
+			t.Fatal("a dial to a peer that hangs up succeeded")
 		}
 	case <-time.After(testDeadline):
 		t.Fatal("the held dial outlived stopHolding")
