@@ -31,8 +31,11 @@ type PeerContact func() (silent time.Duration, expected bool)
 type isolation struct {
 	peers      atomic.Pointer[PeerContact]
 	lastAnswer atomic.Int64 // when a worker last answered a probe, or notSet
-	cutOff     atomic.Bool  // a failure was not counted because of it, and nothing was heard since
-	recheck    chan struct{}
+	// round counts CheckNow's rounds; answeredRound is the latest in which
+	// a worker answered.
+	round, answeredRound atomic.Uint64
+	cutOff               atomic.Bool // a failure was not counted because of it, and nothing was heard since
+	recheck              chan struct{}
 
 	mu     sync.Mutex
 	goneAt int64 // when the peers went quiet, or notSet
@@ -73,20 +76,29 @@ func (m *Monitor) SetPeerContact(f PeerContact) { m.isolation.peers.Store(&f) }
 // heard from since.
 func (m *Monitor) CutOff() bool { return m.isolation.cutOff.Load() }
 
-// isolated reports whether a failure seen over [from, now] may be this
-// replica's own isolation: it began while no peer was heard (a probe that
-// outlasts the isolation fails all the same, on the replica's side), and
-// no worker answered a probe in the round before either (since an
-// Interval and a half before from). The first round that fails counts,
-// then: the failures of a replica cut off stop there, while a worker that
-// dies beside others that answer is counted in every round, whatever the
-// order in which a round's answers arrive.
+// isolated reports whether a request's failure seen over [from, now] may
+// be this replica's own isolation: it began while no peer was heard (one
+// that outlasts the isolation fails all the same, on the replica's side),
+// and no worker answered a probe since an Interval and a half before from.
 func (m *Monitor) isolated(from, now int64) bool {
+	return m.peersQuietAt(from, now) &&
+		m.isolation.lastAnswer.Load() < from-3*m.cfg.Interval.Nanoseconds()/2
+}
+
+// probeIsolated is isolated for a probe of the given round (CheckNow's):
+// no worker answered in this round or the one before either. The first
+// round that fails counts, then: the failures of a replica cut off stop
+// there, while a worker that dies beside others that answer is counted in
+// every round, whatever the order in which a round's answers arrive and
+// however the rounds bunch up on a busy replica.
+func (m *Monitor) probeIsolated(from, now int64, round uint64) bool {
+	return m.peersQuietAt(from, now) && m.isolation.answeredRound.Load()+2 <= round
+}
+
+// peersQuietAt reports whether [from, now] began while no peer was heard.
+func (m *Monitor) peersQuietAt(from, now int64) bool {
 	gone, back, ok := m.isolation.observe(now)
-	if !ok || gone == notSet || from < gone || back != notSet && from >= back {
-		return false
-	}
-	return m.isolation.lastAnswer.Load() < from-3*m.cfg.Interval.Nanoseconds()/2
+	return ok && gone != notSet && from >= gone && (back == notSet || from < back)
 }
 
 // noteCutOff records a failure not counted because of isolation.
@@ -96,10 +108,16 @@ func (m *Monitor) noteCutOff() {
 	}
 }
 
-// noteAnswer records a worker's answer to a probe at now; an isolation it
-// ends asks for every worker to be probed again at once.
-func (m *Monitor) noteAnswer(now int64) {
+// noteAnswer records a worker's answer to a probe of round at now; an
+// isolation it ends asks for every worker to be probed again at once.
+func (m *Monitor) noteAnswer(now int64, round uint64) {
 	m.isolation.lastAnswer.Store(now)
+	for {
+		seen := m.isolation.answeredRound.Load()
+		if seen >= round || m.isolation.answeredRound.CompareAndSwap(seen, round) {
+			break
+		}
+	}
 	m.endCutOff("a worker answered")
 }
 
