@@ -319,15 +319,26 @@ func (f figures) row() string {
 
 const reportHeader = "| scenario | converged after healing | requests | retried by the client | streams cut visibly | cut silently | failed | hit rate before | hit rate after |\n|---|---|---|---|---|---|---|---|---|"
 
-// TestMain prints the figures of every scenario that ran, as a table, and
+// TestMain prints the figures of every scenario that ran, as tables, and
 // writes it to $CHAOS_REPORT when set.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if len(report) > 0 {
+	if len(report) > 0 || len(recoveries) > 0 {
 		var b strings.Builder
-		b.WriteString(reportHeader + "\n")
-		for _, f := range report {
-			b.WriteString(f.row() + "\n")
+		if len(report) > 0 {
+			b.WriteString(reportHeader + "\n")
+			for _, f := range report {
+				b.WriteString(f.row() + "\n")
+			}
+		}
+		if len(recoveries) > 0 {
+			if len(report) > 0 {
+				b.WriteString("\n")
+			}
+			b.WriteString(recoveryHeader + "\n")
+			for _, r := range recoveries {
+				b.WriteString(r.row() + "\n")
+			}
 		}
 		fmt.Print("\nchaos figures:\n" + b.String())
 		if path := os.Getenv("CHAOS_REPORT"); path != "" {

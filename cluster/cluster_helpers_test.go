@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,7 @@ type fakeWorker struct {
 	mu     sync.Mutex
 	gate   chan struct{}
 	wedged bool
+	down   atomic.Bool // every request answered 503, health checks included
 }
 
 func startFakeWorker(t *testing.T, name string) *fakeWorker {
@@ -49,6 +51,10 @@ func startFakeWorker(t *testing.T, name string) *fakeWorker {
 }
 
 func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
+	if w.down.Load() {
+		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+		return
+	}
 	w.mu.Lock()
 	gate, wedged := w.gate, w.wedged
 	w.mu.Unlock()

@@ -32,6 +32,9 @@ const (
 	// beyond either, new connections are closed at once.
 	maxPendingLinks   = 1024
 	maxPendingPerHost = 16
+	// connectTimeout bounds the TCP connect of a dial to a peer (the TLS
+	// handshake and the link byte have the rest of the dial's bound).
+	connectTimeout = time.Second
 )
 
 // ErrPortClosed is what the cluster port's listeners return once closed. It
@@ -59,7 +62,11 @@ type clusterPort struct {
 	raftConns, rpcConns chan net.Conn
 	done                chan struct{}
 	closeOnce           sync.Once
-	wg                  sync.WaitGroup
+	// unheld ends every held dial (see raftLayer.Dial): Raft waits for its
+	// replication goroutines before it closes the transport.
+	unheld     chan struct{}
+	unheldOnce sync.Once
+	wg         sync.WaitGroup
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // in their handshake; closed by Close
@@ -70,6 +77,7 @@ type clusterPort struct {
 
 	refused      atomic.Uint64
 	lastRefusalW atomic.Int64 // unix nanos of the last refusal logged at WARN
+	redials      atomic.Int64 // tries of held raft dials after a first failed one
 }
 
 func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.Logger) (*clusterPort, error) {
@@ -78,7 +86,7 @@ func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.L
 		return nil, err
 	}
 	p := &clusterPort{ln: ln, advertise: advertise, tls: t, log: log,
-		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}),
+		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}), unheld: make(chan struct{}),
 		pending: map[net.Conn]struct{}{}, perHost: map[string]int{},
 		maxPending: maxPendingLinks, maxPerHost: maxPendingPerHost}
 	p.wg.Add(1)
@@ -93,6 +101,10 @@ func (p *clusterPort) Addr() net.Addr {
 	}
 	return p.ln.Addr()
 }
+
+// stopHolding ends the held dials and makes later ones fail at once, for a
+// Raft that is shutting down. Safe to call more than once.
+func (p *clusterPort) stopHolding() { p.unheldOnce.Do(func() { close(p.unheld) }) }
 
 // Refused counts connections dropped before they were admitted: failed
 // handshakes, unknown link bytes, too many pending.
@@ -244,7 +256,10 @@ func (p *clusterPort) refuse(conn net.Conn, why error) {
 // handshake (when the cluster has TLS) and the link byte, all bounded by
 // ctx.
 func (p *clusterPort) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
-	var d net.Dialer
+	// A peer's kernel answers a SYN in milliseconds; one that was dropped
+	// is sent again only after a second, so a try of a held dial is cut
+	// there and the next one sends a fresh SYN.
+	d := net.Dialer{Timeout: connectTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -289,7 +304,53 @@ func (l raftLayer) Accept() (net.Conn, error) { return l.p.acceptFrom(l.p.raftCo
 func (l raftLayer) Close() error              { return l.p.Close() }
 func (l raftLayer) Addr() net.Addr            { return l.p.Addr() }
 
+// Raft's dials to a peer it cannot reach hold and try again, rather than
+// fail at once. hashicorp/raft sleeps after every failed RPC to a
+// follower, doubling up to ~10 s, in a sleep nothing wakes: a follower cut
+// off for a few seconds, its RPCs failing as fast as the network refuses
+// them, stayed stale for up to 10 s after the network healed. A dial that
+// holds costs Raft one failure per maxDialHold instead, its backoff stays
+// at a few milliseconds, and the follower is reached within a redial of
+// the network healing.
+const (
+	// redialEvery is the pause between two tries of a held dial.
+	redialEvery = 250 * time.Millisecond
+	// maxDialHold bounds a held dial. A peer away longer than the reap
+	// timeout (30 s) is removed and, back, replicated to afresh anyway.
+	maxDialHold = 30 * time.Second
+)
+
+// Dial connects to a peer's cluster port for Raft, each try bounded by
+// timeout, holding and trying again every redialEvery while the peer
+// cannot be reached, for up to maxDialHold or until the port closes.
 func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	giveUp := time.Now().Add(maxDialHold)
+	for {
+		conn, err := l.dialOnce(addr, timeout)
+		if err == nil || !time.Now().Add(redialEvery).Before(giveUp) || l.p.holdingStopped() {
+			return conn, err
+		}
+		select {
+		case <-l.p.done:
+			return nil, ErrPortClosed
+		case <-l.p.unheld:
+			return nil, err
+		case <-time.After(redialEvery):
+		}
+		l.p.redials.Add(1)
+	}
+}
+
+func (p *clusterPort) holdingStopped() bool {
+	select {
+	case <-p.unheld:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l raftLayer) dialOnce(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return l.p.dial(ctx, string(addr), linkRaft)

@@ -74,7 +74,7 @@ func (f *forwarder) forward(ctx context.Context, leader *NotLeaderError, cmd sto
 	if err != nil {
 		return store.Result{}, err
 	}
-	status, data, err := f.rpc.call(ctx, http.MethodPost, leader.LeaderAddr, applyPath, body)
+	status, data, err := f.rpc.callHeard(ctx, http.MethodPost, leader.LeaderAddr, applyPath, body, rpcReachTimeout)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("%w: %s at %s: %w", ErrLeaderUnreachable, leader.LeaderID, leader.LeaderAddr, err)
 	}

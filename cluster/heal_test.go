@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -260,5 +262,94 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	}
 	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
 		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	}
+}
+
+// TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt: the
+// leader's cluster port completes the TLS handshake (a connection pooled
+// before its process froze) and then reads and answers nothing, as a
+// SIGSTOPped replica's kernel does. The forward gives up within the reach
+// bound, long before the write's own deadline, with 503 "no leader
+// reachable"; and the write's body never went out, so the leader cannot
+// apply it when it wakes.
+func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T) {
+	dir := certDir(t, "r0", "r1")
+	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderTLS, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer port.Close()
+	frozen := startFrozenPeer(t, leaderTLS)
+	rpc := newRPCClient(port)
+	defer rpc.close()
+	f := newForwarder(nil, rpc)
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultAdminApplyTimeout)
+	defer cancel()
+	cmd := store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3/frozen-leader-body"})
+	start := time.Now()
+	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: frozen.addr}, cmd)
+	t.Logf("the forward failed after %v: %v", time.Since(start), err)
+	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	}
+	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	}
+	rpc.close()
+	got := frozen.received(t)
+	if !strings.Contains(got, applyPath) {
+		t.Fatalf("the frozen leader's socket got %q, want the request's head", got)
+	}
+	if strings.Contains(got, "frozen-leader-body") {
+		t.Fatalf("the write's body reached the frozen leader's socket: it would apply when it wakes\n%s", got)
+	}
+}
+
+// frozenPeer is a cluster port that completes the TLS handshake and then
+// never writes: what a replica stopped after its connection was pooled
+// looks like from the network. It keeps what arrives.
+type frozenPeer struct {
+	addr string
+	got  chan string
+}
+
+func startFrozenPeer(t *testing.T, tlsState *clusterTLS) *frozenPeer {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsState.serverConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p := &frozenPeer{addr: ln.Addr().String(), got: make(chan string, 1)}
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			p.got <- err.Error()
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(time.Minute))
+		b, _ := io.ReadAll(conn) // until the forwarder hangs up
+		p.got <- string(b)
+	}()
+	return p
+}
+
+// received is what the peer read before the forwarder hung up.
+func (p *frozenPeer) received(t *testing.T) string {
+	select {
+	case s := <-p.got:
+		return s
+	case <-time.After(time.Minute):
+		t.Fatal("the forwarder never hung up on the frozen leader")
+		return ""
 	}
 }

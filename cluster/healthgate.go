@@ -14,6 +14,12 @@ var _ proxy.Health = healthGate{}
 
 func (g healthGate) Eligible(id affinity.WorkerID) bool { return g.m.Eligible(health.WorkerID(id)) }
 
+var _ proxy.CutOffReporter = healthGate{}
+
+// CutOff reports whether this replica hears no peer and no worker: it is the
+// one cut off, and its readiness says so.
+func (g healthGate) CutOff() bool { return g.m.CutOff() }
+
 func (g healthGate) Begin(id affinity.WorkerID) (proxy.Attempt, error) {
 	a, err := g.m.Begin(health.WorkerID(id))
 	if err != nil {

@@ -116,6 +116,19 @@ func (m *membership) departedAs(name string) (state, addr string) {
 	return "unknown", m.seen[name]
 }
 
+// expectsPeers reports whether this replica has peers to hear from: one
+// it saw in the gossip, other than self, that did not leave.
+func (m *membership) expectsPeers(self string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.seen {
+		if d, gone := m.departed[name]; name != self && (!gone || d.state != "left") {
+			return true
+		}
+	}
+	return false
+}
+
 // departedCount is how many departed replicas are remembered.
 func (m *membership) departedCount() int {
 	m.mu.Lock()

@@ -655,6 +655,9 @@ func (n *RaftNode) Close() error {
 		n.closed = true
 		n.mu.Unlock()
 		var err error
+		if n.links != nil {
+			n.links.stopHolding() // or Shutdown waits on Raft's held dials
+		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()
 			n.raft.DeregisterObserver(n.observer)

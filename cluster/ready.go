@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"time"
+
+	"github.com/kvrouter/kvrouter/loadsync"
 )
 
 // A replica is ready once its registry is the cluster's and the workers in
@@ -50,4 +52,32 @@ func (r *Replica) becomeReady() {
 // Every registry of a formed cluster holds the seed, in one entry.
 func (r *Replica) registryIsTheClusters() bool {
 	return r.raft.CaughtUp() && r.fsm.View().Seeded()
+}
+
+// peerSilence is how long no load report from any peer means that this
+// replica is out of touch with them all: every replica reports every
+// loadsync.DefaultLoadInterval (100 ms), so this is twenty missed reports.
+// An origin unheard for its TTL (half a second) is dropped, so peerContact,
+// which learns of the last report from the origins still listed, must be
+// asked more often than that: the health monitor asks every EvalInterval.
+const peerSilence = 20 * loadsync.DefaultLoadInterval
+
+// peerContact is the health monitor's PeerContact: how long this replica
+// has been out of touch with every peer (no load report for peerSilence; 0
+// while one is heard), and whether it has peers to hear from (a replica it
+// saw in the gossip that has not left). A replica that hears neither a peer
+// nor a worker is the one cut off, and its failed probes do not count
+// against the workers.
+func (r *Replica) peerContact() (time.Duration, bool) {
+	now := time.Now()
+	for _, o := range r.sync.Origins(now) {
+		if heard := now.Add(-o.Age).UnixNano(); heard > r.peerHeard.Load() {
+			r.peerHeard.Store(heard)
+		}
+	}
+	last := r.peerHeard.Load()
+	if last == 0 || !r.members.expectsPeers(r.cfg.NodeName) {
+		return 0, false
+	}
+	return max(now.Sub(time.Unix(0, last))-peerSilence, 0), true
 }

@@ -63,6 +63,7 @@ type Replica struct {
 	debugLn       net.Listener  // --debug-addr, nil when off
 	apiAddr       string        // where peers reach ln
 	loaded        atomic.Bool   // the registry is the cluster's: see ready.go
+	peerHeard     atomic.Int64  // unix nanos of the latest peer report seen (peerContact)
 	ready         chan struct{} // closed when loaded and the workers probed
 
 	serving bool // the proxy took over ln; Stop shuts it down
@@ -165,6 +166,7 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.monitor.OnChange(r.healthChanged)
+	r.monitor.SetPeerContact(r.peerContact)
 	r.registerClusterMetrics()
 	return r.startGossip()
 }

@@ -3,10 +3,13 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -30,7 +33,17 @@ const (
 	// and a write forwarded to it should fail over to 503 at once rather
 	// than wait for the whole write's deadline.
 	rpcConnectTimeout = time.Second
+	// rpcReachTimeout bounds reaching a peer for a write (callHeard):
+	// connecting, the TLS handshake, sending the request's head and hearing
+	// the peer's 100 Continue, all together. A frozen peer (SIGSTOP, a
+	// swapped-out host) still accepts connections in its kernel and keeps
+	// the ones pooled before, so bounding the connect alone is not enough.
+	rpcReachTimeout = time.Second
 )
+
+// errPeerSilent: the peer did not ask for a write's body within
+// rpcReachTimeout, so the body was never sent.
+var errPeerSilent = errors.New("the peer did not answer within the reach bound")
 
 // serveRPC answers the peers' HTTP on the cluster port until ctx ends.
 // routes maps a path to its handler; other paths are 404.
@@ -93,6 +106,10 @@ func newRPCClient(port *clusterPort) *rpcClient {
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: rpcTimeout,
+		// Longer than any reach bound: callHeard decides when to give up
+		// on a peer's 100 Continue, never the transport (which would then
+		// send the body anyway).
+		ExpectContinueTimeout: rpcTimeout,
 	}
 	return &rpcClient{http: &http.Client{Transport: transport}}
 }
@@ -105,6 +122,11 @@ func (c *rpcClient) call(ctx context.Context, method, addr, path string, body []
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	return c.do(req)
+}
+
+// do sends req and reads the status and body of the answer.
+func (c *rpcClient) do(req *http.Request) (int, []byte, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -116,6 +138,77 @@ func (c *rpcClient) call(ctx context.Context, method, addr, path string, body []
 	}
 	return resp.StatusCode, data, nil
 }
+
+// callHeard is call for a write that must reach a live peer: the request
+// goes out with Expect: 100-continue, and its body only once the peer
+// answered 100 Continue (fasthttp's server does before reading a body).
+// A peer that does not within reach (dead, cut off, or frozen with its
+// socket still open) never gets the body, so the write cannot apply there
+// when it wakes, and the call fails at once with errPeerSilent. Once the
+// peer asked for the body, its answer is bounded by ctx alone.
+func (c *rpcClient) callHeard(ctx context.Context, method, addr, path string, body []byte, reach time.Duration) (int, []byte, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	gate := &bodyGate{}
+	timer := time.AfterFunc(reach, func() {
+		if gate.abandon() {
+			cancel(errPeerSilent)
+		}
+	})
+	defer timer.Stop()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got100Continue: gate.open})
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Body, req.ContentLength = gate.body(body), int64(len(body))
+	// A pooled connection that failed before a byte was written may be
+	// retried on a fresh one, behind the same gate.
+	req.GetBody = func() (io.ReadCloser, error) { return gate.body(body), nil }
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	status, data, err := c.do(req)
+	if errors.Is(context.Cause(ctx), errPeerSilent) {
+		return 0, nil, fmt.Errorf("%w (%v)", errPeerSilent, reach)
+	}
+	return status, data, err
+}
+
+// bodyGate holds a request's body until the peer asks for it, or for ever
+// once the caller gave up on the peer: whichever comes first wins, so a
+// body is either sent to a peer that asked in time or not at all.
+type bodyGate struct{ state atomic.Int32 }
+
+const (
+	gateWaiting int32 = iota
+	gateOpen
+	gateAbandoned
+)
+
+// open: the peer answered 100 Continue in time.
+func (g *bodyGate) open() { g.state.CompareAndSwap(gateWaiting, gateOpen) }
+
+// abandon gives up on the peer unless it asked already; true if it had not.
+func (g *bodyGate) abandon() bool { return g.state.CompareAndSwap(gateWaiting, gateAbandoned) }
+
+func (g *bodyGate) body(b []byte) io.ReadCloser { return &gatedBody{gate: g, r: bytes.NewReader(b)} }
+
+type gatedBody struct {
+	gate *bodyGate
+	r    *bytes.Reader
+}
+
+// Read hands out the body unless the caller gave up on the peer. A peer
+// that answered without asking (a refusal with a final status) is open.
+func (b *gatedBody) Read(p []byte) (int, error) {
+	b.gate.open()
+	if b.gate.state.Load() != gateOpen {
+		return 0, errPeerSilent
+	}
+	return b.r.Read(p)
+}
+
+func (b *gatedBody) Close() error { return nil }
 
 // close drops the idle connections to the peers.
 func (c *rpcClient) close() { c.http.CloseIdleConnections() }

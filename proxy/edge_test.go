@@ -94,6 +94,27 @@ func TestAClientThatStopsReadingAStreamIsCutAndItsSlotFreed(t *testing.T) {
 	}
 }
 
+// TestAStreamsDeadlineCutsAClientThatStopsReading: a write that waits on a
+// client past --request-timeout-secs is cut then, not at the (here much
+// longer) write timeout, and counted as the router's timeout, not as a
+// client that left.
+func TestAStreamsDeadlineCutsAClientThatStopsReading(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.StreamForever())
+	r := startRouter(t, Config{RequestTimeout: 500 * time.Millisecond, Edge: Edge{WriteTimeout: time.Hour}}, w)
+	c := dialRouter(t, r)
+	c.(*net.TCPConn).SetReadBuffer(4 << 10)
+	body := completion("x", true)
+	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	waitFor(t, "the stream to be cut upstream", func() bool { return w.HungUp.Load() == 1 })
+	waitFor(t, "the worker slot to be freed", func() bool { return r.totalLoad() == 0 })
+	timedOut := `vllm_router_request_errors_total{route="/v1/completions",status="504",error_type="request_timeout"}`
+	waitFor(t, "the cut counted as the request's timeout", func() bool { return metric(t, r, timedOut) == 1 })
+	if n := metric(t, r, "vllm_router_client_disconnects_total"); n != 0 {
+		t.Fatalf("client disconnects %v: the router's own cut was blamed on the client", n)
+	}
+}
+
 // TestAReadingClientKeepsAStreamLongerThanTheWriteTimeout: the write
 // timeout bounds each write, not the stream.
 func TestAReadingClientKeepsAStreamLongerThanTheWriteTimeout(t *testing.T) {

@@ -265,13 +265,25 @@ func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
 }
 
+// CutOffReporter is a Health that can tell when this replica, not its
+// workers, is cut off (it hears no peer and no worker); readiness then says
+// so.
+type CutOffReporter interface {
+	CutOff() bool
+}
+
 func (p *Proxy) serveReadiness(ctx *fasthttp.RequestCtx) {
 	loaded := p.deps.RegistryLoaded == nil || p.deps.RegistryLoaded()
 	accepting := p.accepting()
-	if !loaded || !accepting || p.fleet.view().eligible == 0 {
+	cutOff := false
+	if c, ok := p.deps.Health.(CutOffReporter); ok {
+		cutOff = c.CutOff()
+	}
+	if !loaded || !accepting || cutOff || p.fleet.view().eligible == 0 {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		ctx.SetContentType("application/json")
-		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `,"accepting":` + boolJSON(accepting) + `}`)
+		ctx.SetBodyString(`{"status":"not ready","registry_loaded":` + boolJSON(loaded) + `,"accepting":` + boolJSON(accepting) +
+			`,"cut_off":` + boolJSON(cutOff) + `}`)
 		return
 	}
 	ctx.SetContentType("application/json")

@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -120,8 +124,9 @@ func (r *relay) Read(b []byte) (int, error) {
 // setWriting records whether fasthttp may be writing. The first Read comes
 // before the headers are flushed: fasthttp is writing until the second.
 // When fasthttp is about to write, the client has --write-timeout-secs for
-// this chunk: a client that stops reading is cut, whatever the stream's
-// length.
+// this chunk, and never past the request's deadline: a client that stops
+// reading is cut, whatever the stream's length, and one that reads slowly
+// holds its worker no longer than --request-timeout-secs.
 func (r *relay) setWriting(w bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -131,8 +136,34 @@ func (r *relay) setWriting(w bool) {
 	}
 	r.writing = w
 	if w {
-		_ = r.x.ctx.Conn().SetWriteDeadline(time.Now().Add(r.p.cfg.Edge.WriteTimeout))
+		_ = r.x.ctx.Conn().SetWriteDeadline(r.writeDeadline())
 	}
+}
+
+// writeDeadline is when the next write to the client must be done: the
+// sooner of the write timeout and the request's deadline. The error event
+// of a stream that failed (the deadline passing among other causes) gets
+// errorEventWriteTimeout of its own, so the client learns why it ends.
+func (r *relay) writeDeadline() time.Time {
+	now := time.Now()
+	if r.failed != nil {
+		return now.Add(min(r.p.cfg.Edge.WriteTimeout, errorEventWriteTimeout))
+	}
+	d := now.Add(r.p.cfg.Edge.WriteTimeout)
+	if r.x.deadline.Before(d) {
+		return r.x.deadline
+	}
+	return d
+}
+
+// errorEventWriteTimeout bounds writing a failed stream's error event.
+const errorEventWriteTimeout = time.Second
+
+// cutByDeadline reports whether werr, the error that ended the writing, is
+// the request's deadline passing while a write waited on the client: the
+// router cut the stream, the client did not leave.
+func (r *relay) cutByDeadline(werr error) bool {
+	return errors.Is(werr, os.ErrDeadlineExceeded) && !time.Now().Before(r.x.deadline)
 }
 
 func (r *relay) read(b []byte) (int, error) {
@@ -359,6 +390,11 @@ func (r *relay) CloseWithError(werr error) error {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
 		r.p.done(r.x, r.status, false)
+	case r.cutByDeadline(werr):
+		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
+		r.p.metrics.streamErrors.Inc()
+		r.x.errType = "request_timeout"
+		r.p.done(r.x, fasthttp.StatusGatewayTimeout, false)
 	default: // the client went away before the stream ended
 		r.x.clientGone()
 		o := Canceled

@@ -148,7 +148,7 @@ func (a *Attempt) End(o Outcome) {
 	m, w := a.m, a.w
 	now := m.now()
 	touched := m.stallTouched(a.begunAt, now)
-	if o == OutcomeFailure && touched {
+	if o == OutcomeFailure && (touched || m.isolated(a.begunAt, now)) {
 		o = OutcomeCanceled
 	}
 	rate, sampled := a.rate(now)

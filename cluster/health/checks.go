@@ -23,6 +23,7 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer m.deliver()
 	defer wg.Wait()
+	round := m.isolation.round.Add(1)
 	for _, w := range m.workers.Load().list {
 		select {
 		case slots <- struct{}{}:
@@ -35,7 +36,7 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 		}
 		wg.Go(func() {
 			defer func() { w.checking.Store(false); <-slots }()
-			m.checkOne(ctx, w)
+			m.checkOne(ctx, w, round)
 		})
 	}
 	wg.Wait()
@@ -46,10 +47,11 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 // answered its health endpoint; the wait doubles up to Interval.
 const contactBase = time.Second
 
-// checkOne probes w once and applies the answer. A failure that may be this
-// replica's own doing (the probe overlapped a stall of this replica) is not
-// counted.
-func (m *Monitor) checkOne(ctx context.Context, w *worker) {
+// checkOne probes w once, in CheckNow's round (or, for a first contact,
+// the latest round), and applies the answer. A failure that may be this
+// replica's own doing (the probe overlapped a stall of this replica, or came
+// while it heard no peer and no worker) is not counted.
+func (m *Monitor) checkOne(ctx context.Context, w *worker, round uint64) {
 	start := m.now()
 	err := m.probe.probe(ctx, w.target)
 	if ctx.Err() != nil {
@@ -58,6 +60,13 @@ func (m *Monitor) checkOne(ctx context.Context, w *worker) {
 	now := m.now()
 	if err != nil && m.stallTouched(start, now) {
 		return
+	}
+	if err != nil && m.probeIsolated(start, now, round) {
+		m.noteCutOff()
+		return
+	}
+	if err == nil {
+		m.noteAnswer(now, round)
 	}
 	if err != nil {
 		m.log.Debug("health probe failed", "worker", w.id, "url", w.url, "err", err)
@@ -101,6 +110,7 @@ func (m *Monitor) checkLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case <-m.isolation.recheck:
 		}
 	}
 }
@@ -116,6 +126,7 @@ func (m *Monitor) evalLoop(ctx context.Context, wg *sync.WaitGroup, sem chan str
 			return
 		case <-ticker.C:
 			m.beat()
+			m.checkContact()
 			m.Tick()
 		case <-m.wake:
 			m.deliver()

@@ -22,7 +22,9 @@ type Monitor struct {
 	policy breakerPolicy
 	probe  prober
 	stalls *stallLog // when this replica itself was stalled
-	probed probeNews // wakes AwaitProbed
+	// isolation: whether this replica, not its workers, is cut off
+	isolation *isolation
+	probed    probeNews // wakes AwaitProbed
 
 	workers atomic.Pointer[workerSet]
 	live    atomic.Int32 // live replicas, this one included (SetLiveReplicas)
@@ -64,7 +66,7 @@ func New(cfg Config, clock Clock, logger *slog.Logger) (*Monitor, error) {
 			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,
 		},
 		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey, dialer: cfg.Dialer},
-		stalls: newStallLog(),
+		stalls: newStallLog(), isolation: newIsolation(),
 		remote: make(map[string][]Verdict),
 		wake:   make(chan struct{}, 1),
 	}

@@ -37,6 +37,10 @@ const (
 // credentials we lack). Recovery then falls back to CBTimeout and trials.
 var errProbeRefused = errors.New("recovery probe refused")
 
+// errProbeTimedOut: the recovery probe waited out its whole bound without an
+// answer, as one does in a wedged engine's queue.
+var errProbeTimedOut = errors.New("no answer within the probe's bound")
+
 // recovery is the state of the probes that bring a worker back from a
 // verdict. Guarded by the worker's mutex.
 type recovery struct {
@@ -67,6 +71,11 @@ func (p prober) generate(ctx context.Context, t probeTarget, model string, timeo
 	req.SetConnectionClose()
 	start := time.Now()
 	if err := hc.DoTimeout(req, resp, timeout); err != nil {
+		if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Either timer may fire first: fasthttp's, or ctx's, which
+			// closes the connection under the read.
+			return 0, fmt.Errorf("recovery probe: %w: %w", errProbeTimedOut, err)
+		}
 		return 0, fmt.Errorf("recovery probe: %w", err)
 	}
 	took := time.Since(start)
@@ -200,6 +209,13 @@ func (m *Monitor) applyRecovery(w *worker, now int64, res probeResult) change {
 		w.recovery.refused = true
 		m.log.Warn("worker refuses recovery probes; its circuit recovers after --cb-timeout-duration-secs",
 			"worker", w.id, "url", w.url, "err", res.err)
+		return 0
+	case errors.Is(res.err, errProbeTimedOut):
+		// It waited its whole bound in the engine's queue: the worker is
+		// still wedged, and the next probe goes at once, so that one is
+		// always waiting when the engine moves again. Backing off here
+		// left the worker out for up to the ceiling after it recovered.
+		w.recovery.next.reset()
 		return 0
 	case res.err != nil:
 		w.recovery.next.failed(now, base, ceiling)

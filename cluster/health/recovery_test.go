@@ -131,3 +131,31 @@ func TestProgressHalfOpensAndTheProbeCloses(t *testing.T) {
 		t.Fatalf("after the half-open probe answered: circuit %v after %d probes, want closed", got, fw.generated.Load())
 	}
 }
+
+// TestARecoveryProbeThatTimesOutIsFollowedAtOnce: against a wedge, each
+// recovery probe waits its whole bound in the engine's queue. The next one
+// goes at once rather than after a growing backoff, so one is always
+// waiting when the engine moves again: a wedge that clears while the
+// backoff ran left the worker out for up to 30 s.
+func TestARecoveryProbeThatTimesOutIsFollowedAtOnce(t *testing.T) {
+	cfg := recoveryConfig()
+	cfg.WedgeTimeout = 200 * time.Millisecond // the probe's bound, in real time
+	m, _, fw, stuck := wedgedWorker(t, cfg)
+	release := fw.wedge()
+	for round := 1; round <= 3; round++ {
+		tasksRound(m) // the probe times out against the wedge
+		m.Tick()      // no time passes on the monitor's clock
+		if got := fw.generated.Load(); got != int32(round) {
+			t.Fatalf("round %d: %d probes sent, want one per round: a timed-out probe is followed at once", round, got)
+		}
+	}
+	stuck.End(OutcomeCanceled)
+	round := make(chan struct{})
+	go func() { defer close(round); tasksRound(m) }()
+	<-fw.genHeld
+	release()
+	<-round
+	if st := status(t, m, 1); st.Wedged || st.Circuit != CircuitClosed || !m.Eligible(1) {
+		t.Fatalf("after the waiting probe answered: %+v, want closed and eligible at once", st)
+	}
+}

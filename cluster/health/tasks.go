@@ -15,7 +15,7 @@ func (m *Monitor) launch(ctx context.Context, wg *sync.WaitGroup, sem chan struc
 	now := m.now()
 	for _, w := range m.workers.Load().list {
 		if m.contactDue(w, now) {
-			start(wg, sem, &w.checking, func() { m.checkOne(ctx, w) })
+			start(wg, sem, &w.checking, func() { m.checkOne(ctx, w, m.isolation.round.Load()) })
 		}
 		if w.wantScrape.Load() {
 			start(wg, sem, &w.scraping, func() { m.scrapeOne(ctx, w) })

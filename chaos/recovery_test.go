@@ -1,0 +1,177 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The recovery scenarios time what a fault costs after it, where the
+// scenarios of TestChaos check invariants: how soon an admin write commits
+// after the leader froze, how soon one made after a heal is on every
+// replica, and how many requests a replica whose network came back refuses.
+
+// recovery is one figure of a recovery scenario.
+type recovery struct {
+	scenario, figure, value string
+}
+
+var recoveries []recovery
+
+const recoveryHeader = "| scenario | figure | value |\n|---|---|---|"
+
+func (r recovery) row() string { return fmt.Sprintf("| %s | %s | %s |", r.scenario, r.figure, r.value) }
+
+func noteRecovery(t *testing.T, scenario, figure, value string) {
+	t.Logf("figure: %s: %s", figure, value)
+	recoveries = append(recoveries, recovery{scenario, figure, value})
+}
+
+func TestChaosRecovery(t *testing.T) {
+	t.Run("leader-frozen-sigstop", leaderFrozen)
+	t.Run("heal-after-25s-netdisconnect", healedWrite)
+	t.Run("network-back-after-20s-netdisconnect", networkBack)
+}
+
+// leaderFrozen stops the Raft leader's process (SIGSTOP: its kernel still
+// accepts connections, and the follower's pooled connection to it stays
+// open) and writes through a follower: the first write must fail fast with
+// 503, and a write commits once the others elected a new leader.
+func leaderFrozen(t *testing.T) {
+	const sc = "leader-frozen-sigstop"
+	clusterFormed(t)
+	leader := leaderName(t)
+	via := followerOf(leader)
+	setState(t, via, drainedWorker, "drain") // pools the follower's connection to the leader
+	setState(t, via, drainedWorker, "activate")
+	id := containerID(t, leader)
+	docker(t, "kill", "-s", "STOP", id)
+	frozen := time.Now()
+	code, body, err := post(fmt.Sprintf("%s/workers/%d/drain", replicas[via], drainedWorker), "{}")
+	first := time.Since(frozen)
+	noteRecovery(t, sc, "first write through a follower", fmt.Sprintf("%d after %.2f s", code, first.Seconds()))
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader reachable") || first > 2*time.Second {
+		t.Errorf("the first write after the leader froze: %d %q %v after %v, want 503 \"no leader reachable\" within 2 s", code, body, err, first)
+	}
+	took := eventually(t, "a write to commit with the leader frozen", 60*time.Second, func() error {
+		code, body, err := post(fmt.Sprintf("%s/workers/%d/drain", replicas[via], drainedWorker), "{}")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	noteRecovery(t, sc, "time to a committed write", fmt.Sprintf("%.1f s", (took + first).Seconds()))
+	docker(t, "kill", "-s", "CONT", id)
+	eventually(t, "membership to converge after the leader woke", 90*time.Second, converged)
+	setState(t, via, drainedWorker, "activate")
+	everyoneSees(t, drainedWorker, "active")
+	registryIdentical(t)
+}
+
+// healedWrite cuts r3 off the network for 25 s, long enough for Raft's
+// backoff to a follower it cannot reach to grow to its ceiling, heals it,
+// and at once drains a worker through r1, which stayed connected: the time
+// from the heal to that write being on every replica, r3 included, is how
+// soon the leader replicates to the healed follower again. Then the worker
+// is activated through r3 itself, whose forward to the leader must first
+// find it again (resolving its name included).
+func healedWrite(t *testing.T) {
+	const sc = "heal-after-25s-netdisconnect"
+	clusterFormed(t)
+	heal := disconnect("r3")(t)
+	time.Sleep(25 * time.Second)
+	heal(t)
+	healed := time.Now()
+	setState(t, "r1", drainedWorker, "drain")
+	everyoneSees(t, drainedWorker, "draining")
+	everywhere := time.Since(healed)
+	noteRecovery(t, sc, "a write through r1 after the heal, on every replica", fmt.Sprintf("%.1f s after the heal", everywhere.Seconds()))
+	if everywhere > 2*time.Second {
+		t.Errorf("a write made after the heal was on every replica %.1f s after it, want within 2 s", everywhere.Seconds())
+	}
+	eventually(t, "an activation through the healed r3", 30*time.Second, func() error {
+		code, body, err := post(fmt.Sprintf("%s/workers/%d/activate", replicas["r3"], drainedWorker), "{}")
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%d %s", code, body)
+		}
+		if err != nil {
+			t.Logf("%.2f s after the heal: %v", time.Since(healed).Seconds(), err)
+		}
+		return err
+	})
+	committed := time.Since(healed)
+	everyoneSees(t, drainedWorker, "active")
+	noteRecovery(t, sc, "then a write through r3, committed / on every replica",
+		fmt.Sprintf("%.1f s / %.1f s after the heal", committed.Seconds(), time.Since(healed).Seconds()))
+	eventually(t, "membership to converge after healing", 90*time.Second, converged)
+	registryIdentical(t)
+}
+
+// networkBack cuts r3 off its network for 20 s (workers and peers all
+// unreachable at once) and sends requests to r3 alone from the moment it
+// is back: the requests it answered 503 are counted.
+func networkBack(t *testing.T) {
+	const sc = "network-back-after-20s-netdisconnect"
+	clusterFormed(t)
+	heal := disconnect("r3")(t)
+	time.Sleep(20 * time.Second)
+	heal(t)
+	healed := time.Now()
+	var answered, refused, other int
+	var firstOK time.Duration = -1
+	for time.Since(healed) < 5*time.Second {
+		code, err := completeAt(replicas["r3"], fmt.Sprintf("network back %d", answered+refused+other))
+		switch {
+		case err == nil && code == http.StatusOK:
+			answered++
+			if firstOK < 0 {
+				firstOK = time.Since(healed)
+			}
+		case err == nil && code == http.StatusServiceUnavailable:
+			refused++
+		default:
+			other++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	noteRecovery(t, sc, "r3's answers in the 5 s after its network came back",
+		fmt.Sprintf("%d answered, %d refused 503, %d other (connection errors)", answered, refused, other))
+	noteRecovery(t, sc, "r3's first 200 after the heal", fmt.Sprintf("%.1f s", firstOK.Seconds()))
+	if refused != 0 {
+		t.Errorf("r3 answered %d requests 503 after its network came back, want none", refused)
+	}
+	eventually(t, "membership to converge after healing", 90*time.Second, converged)
+}
+
+// completeAt sends one short completion to base and returns its status.
+func completeAt(base, prompt string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body := fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":4}`, prompt)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := chaosHTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// followerOf is a replica other than leader.
+func followerOf(leader string) string {
+	for _, n := range replicaNames {
+		if n != leader {
+			return n
+		}
+	}
+	return ""
+}

@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers: a replica that
+// hears none of its peers (its gossip is cut) while every worker fails is
+// the one cut off: its failed probes do not take the workers out, its
+// readiness says it is cut off, and once a worker answers again it is in
+// contact at once. Its peers, which still hear each other, take the failing
+// workers out as before.
+func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
+	quick := func(cfg *Config) {
+		cfg.Health.Interval = 200 * time.Millisecond
+		cfg.Health.Timeout = 200 * time.Millisecond
+		cfg.Health.FailureThreshold = 2
+		cfg.ReapTimeout = time.Hour
+	}
+	c := newTestCluster(t, 2)
+	c.startN(3, quick)
+	c.waitReady()
+	cut := c.follower()
+	var others []*Replica
+	for _, r := range c.replicas {
+		if r != cut {
+			others = append(others, r)
+		}
+	}
+	reopen := cutGossip(t, cut)
+	waitUntil(t, "the cut replica to hear no peer for a second", func() bool {
+		silent, expected := cut.peerContact()
+		return expected && silent > 0
+	})
+	for _, w := range c.workers {
+		w.down.Store(true)
+	}
+	waitUntil(t, "the replicas that hear each other to take the failing workers out", func() bool {
+		for _, r := range others {
+			for _, w := range r.fsm.View().Workers() {
+				if r.monitor.Eligible(healthID(w.ID)) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// Its peers judged; give the cut replica as many rounds again.
+	rounds := cut.cfg.Health.Interval * time.Duration(2*cut.cfg.Health.FailureThreshold)
+	deadline := time.Now().Add(rounds)
+	for time.Now().Before(deadline) {
+		for _, w := range cut.fsm.View().Workers() {
+			if !cut.monitor.Eligible(healthID(w.ID)) {
+				t.Fatalf("the cut-off replica took worker %d out: its own isolation was counted against the workers", w.ID)
+			}
+		}
+		time.Sleep(cut.cfg.Health.Interval / 4)
+	}
+	if !cut.monitor.CutOff() {
+		t.Fatal("CutOff() = false on a replica that hears no peer and no worker")
+	}
+	if rep := c.get(cut, "/readiness"); rep.status != http.StatusServiceUnavailable || !strings.Contains(rep.body, `"cut_off":true`) {
+		t.Fatalf("readiness %d %s, want 503 saying it is cut off", rep.status, rep.body)
+	}
+	for _, w := range c.workers {
+		w.down.Store(false)
+	}
+	reopen()
+	waitUntil(t, "the replica back in contact", func() bool { return !cut.monitor.CutOff() })
+	c.waitReady()
+}
+
+func healthID(id store.WorkerID) health.WorkerID { return health.WorkerID(id) }
