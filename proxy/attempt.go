@@ -188,11 +188,10 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	if a.conn != nil {
 		intact := a.x.guard.detach(a.conn)
-		now := a.x.start // about the time for an answer read whole
-		if a.streamed {
-			now = time.Now()
-		}
-		a.m.up.release(a.conn, reusable && intact, now)
+		// The connection's idle time starts now, at the end of its answer,
+		// not at the exchange's start: a long answer read whole is as
+		// reusable as a short one.
+		a.m.up.release(a.conn, reusable && intact, time.Now())
 		if o != Canceled && a.m.counters != nil {
 			a.m.counters.processed.Inc() // the worker answered this one
 		}

@@ -82,7 +82,8 @@ type Fleet struct {
 	eligible    func(affinity.WorkerID) bool
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
-	maxIdle     int // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
+	idleTimeout time.Duration // how long a pooled connection may stay idle; 0 keeps the upstream's default
+	maxIdle     int           // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
 	hosts       workerurl.HostPolicy
 	log         *slog.Logger
 
@@ -203,6 +204,9 @@ func (f *Fleet) syncUpstreams() {
 		keep[w.ID] = true
 		if f.ups[w.ID] == nil {
 			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.hosts)
+			if f.idleTimeout > 0 {
+				f.ups[w.ID].idleTimeout = f.idleTimeout
+			}
 		}
 	}
 	for id, up := range f.ups {

@@ -98,6 +98,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		}
 	}
 	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, p.log)
+	p.fleet.idleTimeout = p.cfg.WorkerIdleTimeout
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	policies := p.policyNames()
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
