@@ -198,14 +198,17 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		p.refuseConnection(ctx, ec)
 		return
 	}
-	if p.deps.Admin != nil && p.deps.Admin(ctx) {
+	path := ctx.Path()
+	ep := endpointAt(path)
+	// The admin API owns no inference path: an inference request does not
+	// go through its route table.
+	if ep == nil && p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
 	if p.cors(ctx, true) {
 		return
 	}
-	path := ctx.Path()
-	if ep := endpointAt(path); ep != nil && ctx.IsPost() {
+	if ep != nil && ctx.IsPost() {
 		p.serveInference(ctx, ep)
 		return
 	}
