@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -238,6 +239,10 @@ func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Res
 	if err != nil {
 		return n > 0, err
 	}
+	// The answer cannot be there yet: a read now would find nothing (EAGAIN)
+	// and wait in the poller. Other goroutines run first, so that on a busy
+	// router the answer has usually arrived when it is read.
+	runtime.Gosched()
 	return true, readHead(c.br, resp)
 }
 
