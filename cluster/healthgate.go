@@ -37,6 +37,9 @@ func (t attempt) Progress(tokens int) { t.a.Progress(tokens) }
 // that has sent no byte to the client cancels it and retries elsewhere.
 func (t attempt) Stuck() <-chan struct{} { return t.a.Stuck() }
 
+// OnStuck runs f when Stuck closes, so the proxy waits on no channel.
+func (t attempt) OnStuck(f func()) { t.a.OnStuck(f) }
+
 func (t attempt) End(o proxy.Outcome) {
 	switch o {
 	case proxy.Succeeded:

@@ -88,22 +88,30 @@ func (x *exchange) newAttempt(m *member, dec affinity.Decision, guard *affinity.
 	}
 	x.firstTaken = true
 	*a = attempt{x: x, m: m, dec: dec, guard: guard, track: track}
-	if stuck := track.Stuck(); stuck != nil {
+	if n, ok := track.(stuckNotifier); ok {
+		n.OnStuck(a.abandon) // no goroutine per attempt: health starts one if it is ever stuck
+	} else if stuck := track.Stuck(); stuck != nil {
 		a.over = make(chan struct{})
 		go a.abandonWhen(stuck)
 	}
 	return a
 }
 
-// abandonWhen cuts the attempt's connection when stuck closes, unless the
-// attempt ends first.
+// abandonWhen abandons the attempt when stuck closes, unless the attempt
+// ends first.
 func (a *attempt) abandonWhen(stuck <-chan struct{}) {
 	select {
 	case <-stuck:
-		a.stuck.Store(true)
-		a.x.guard.cutAttempt(a)
+		a.abandon()
 	case <-a.over:
 	}
+}
+
+// abandon cuts the attempt's connection: health judged it stuck. An attempt
+// that already ended owns no connection any more, and nothing is cut.
+func (a *attempt) abandon() {
+	a.stuck.Store(true)
+	a.x.guard.cutAttempt(a)
 }
 
 // send writes the request and reads the response headers.
@@ -188,11 +196,10 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	}
 	if a.conn != nil {
 		intact := a.x.guard.detach(a.conn)
-		now := a.x.start // about the time for an answer read whole
-		if a.streamed {
-			now = time.Now()
-		}
-		a.m.up.release(a.conn, reusable && intact, now)
+		// The connection's idle time starts now, at the end of its answer,
+		// not at the exchange's start: a long answer read whole is as
+		// reusable as a short one.
+		a.m.up.release(a.conn, reusable && intact, time.Now())
 		if o != Canceled && a.m.counters != nil {
 			a.m.counters.processed.Inc() // the worker answered this one
 		}

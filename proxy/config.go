@@ -36,6 +36,12 @@ type Config struct {
 	APIKey string
 	// DialTimeout bounds connecting to a worker (default 10 s).
 	DialTimeout time.Duration
+	// WorkerIdleTimeout is how long a pooled connection to a worker may stay
+	// idle and still be reused (--worker-idle-timeout, default 4 s). It
+	// should be below the worker's own keep-alive timeout (5 s in uvicorn,
+	// which vLLM and SGLang serve with), so that the router retires a
+	// connection before the worker closes it under a request in flight.
+	WorkerIdleTimeout time.Duration
 	// BlockSize is the index's block size in bytes (--block-size), to turn a
 	// worker's KV capacity into its index budget; 0 leaves budgets alone.
 	BlockSize int
@@ -133,14 +139,15 @@ type Retry struct {
 // DefaultConfig returns the reference routers' defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxPayloadSize:   512 << 20,
-		MaxResponseSize:  256 << 20,
-		RequestTimeout:   1800 * time.Second,
-		Retry:            Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
-		RequestIDHeaders: []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
-		DialTimeout:      10 * time.Second,
-		Edge:             DefaultEdge(),
-		Admission:        Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true},
+		MaxPayloadSize:    512 << 20,
+		MaxResponseSize:   256 << 20,
+		RequestTimeout:    1800 * time.Second,
+		Retry:             Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
+		RequestIDHeaders:  []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
+		DialTimeout:       10 * time.Second,
+		WorkerIdleTimeout: defaultWorkerIdleTimeout,
+		Edge:              DefaultEdge(),
+		Admission:         Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true},
 	}
 }
 
@@ -169,6 +176,9 @@ func withDefaults(c Config) Config {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = d.DialTimeout
+	}
+	if c.WorkerIdleTimeout <= 0 {
+		c.WorkerIdleTimeout = d.WorkerIdleTimeout
 	}
 	c.Edge = c.Edge.withDefaults()
 	return c

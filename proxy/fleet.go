@@ -82,6 +82,7 @@ type Fleet struct {
 	eligible    func(affinity.WorkerID) bool
 	onRemove    func(affinity.WorkerID)
 	dialTimeout time.Duration
+	idleTimeout time.Duration        // how long a pooled connection may stay idle; 0 keeps the upstream's default
 	maxIdle     int                  // idle connections kept per worker: 256, so a burst of that many in flight redials nothing
 	hosts       workerurl.HostPolicy // checked on each worker's URL
 	dialer      *workerurl.Dialer    // dials every connection to a worker
@@ -204,6 +205,9 @@ func (f *Fleet) syncUpstreams() {
 		keep[w.ID] = true
 		if f.ups[w.ID] == nil {
 			f.ups[w.ID] = newUpstream(u.Addr(), u.TLS(), f.dialTimeout, f.maxIdle, f.dialer)
+			if f.idleTimeout > 0 {
+				f.ups[w.ID].idleTimeout = f.idleTimeout
+			}
 		}
 	}
 	for id, up := range f.ups {

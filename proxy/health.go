@@ -25,6 +25,13 @@ type Attempt interface {
 	Stuck() <-chan struct{}
 }
 
+// stuckNotifier is an Attempt that runs a function when it becomes stuck,
+// on a goroutine of its own: the proxy then keeps no goroutine per attempt
+// waiting on Stuck.
+type stuckNotifier interface {
+	OnStuck(f func())
+}
+
 // Outcome is how an attempt ended, as the circuit breaker should see it.
 type Outcome int
 

@@ -122,6 +122,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		p.deps.Dialer = deps.Dialer
 	}
 	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, deps.Dialer, p.log)
+	p.fleet.idleTimeout = p.cfg.WorkerIdleTimeout
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	policies := p.policyNames()
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
@@ -235,7 +236,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		p.refuseConnection(ctx, ec)
 		return
 	}
-	if p.deps.Admin != nil && p.deps.Admin(ctx) {
+	path := ctx.Path()
+	ep := endpointAt(path)
+	// The admin API owns no inference path: an inference request does not
+	// go through its route table.
+	if ep == nil && p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
 	if p.cors(ctx, true) {

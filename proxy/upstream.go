@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -55,8 +56,11 @@ type upConn struct {
 	reused   bool
 }
 
+// defaultWorkerIdleTimeout is Config.WorkerIdleTimeout's default.
+const defaultWorkerIdleTimeout = 4 * time.Second
+
 func newUpstream(addr string, useTLS bool, dialTimeout time.Duration, maxIdle int, dialer *workerurl.Dialer) *upstream {
-	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: 90 * time.Second, maxIdle: maxIdle, dialer: dialer}
+	return &upstream{addr: addr, tls: useTLS, dialTimeout: dialTimeout, idleTimeout: defaultWorkerIdleTimeout, maxIdle: maxIdle, dialer: dialer}
 }
 
 // acquire returns a quiet idle connection, or dials a new one; now is
@@ -197,7 +201,7 @@ func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Requ
 			c.Close()
 			return nil, causeOr(ctx, net.ErrClosed)
 		}
-		err = roundTrip(c, req, body, resp, deadline)
+		sent, err := roundTrip(c, req, body, resp, deadline)
 		if err == nil {
 			return c, nil
 		}
@@ -206,38 +210,50 @@ func (u *upstream) exchange(ctx context.Context, lc liveConn, req *fasthttp.Requ
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		if c.reused && staleConn(err) {
-			continue // the worker closed an idle connection: nothing was processed
+		if c.reused && !sent && staleConn(err) {
+			// The worker had closed the idle connection and not a byte of
+			// the request left: it cannot have been processed. Once any
+			// byte left, the worker may be acting on it, and only the
+			// retry policy (counted, and aware of what may be repeated)
+			// decides whether it is sent again.
+			continue
 		}
 		return nil, err
 	}
 }
 
-func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) error {
+// roundTrip writes the request and reads the head of its answer; sent
+// reports whether any byte of the request was written.
+func roundTrip(c *upConn, req *fasthttp.Request, body []byte, resp *fasthttp.Response, deadline time.Time) (sent bool, err error) {
 	if !deadline.Equal(c.deadline) {
 		if err := c.SetDeadline(deadline); err != nil {
-			return err
+			return false, err
 		}
 		c.deadline = deadline
 	}
-	if err := c.writeRequest(req, body); err != nil {
-		return err
+	n, err := c.writeRequest(req, body)
+	if err != nil {
+		return n > 0, err
 	}
-	return readHead(c.br, resp)
+	// The answer cannot be there yet: a read now would find nothing (EAGAIN)
+	// and wait in the poller. Other goroutines run first, so that on a busy
+	// router the answer has usually arrived when it is read.
+	runtime.Gosched()
+	return true, readHead(c.br, resp)
 }
 
 // writeRequest writes the head of req and body with one writev, without
-// copying the body.
-func (c *upConn) writeRequest(req *fasthttp.Request, body []byte) error {
+// copying the body, and returns how many bytes were written.
+func (c *upConn) writeRequest(req *fasthttp.Request, body []byte) (int64, error) {
 	if len(body) > 0 || !req.Header.IsGet() {
 		req.Header.SetContentLength(len(body))
 	}
 	c.head = req.Header.AppendBytes(c.head[:0])
 	c.iov = [2][]byte{c.head, body}
 	c.bufs = c.iov[:]
-	_, err := c.bufs.WriteTo(c.Conn)
+	n, err := c.bufs.WriteTo(c.Conn)
 	c.iov[1] = nil // the body is the client's
-	return err
+	return n, err
 }
 
 // maxInterim is how many interim (1xx) responses are skipped before the

@@ -4,8 +4,10 @@
 #   1. selection cost per request at 16/256/2048 workers (go test -bench)
 #   2. fleet simulations (fleetsim) on the shared trace, agentic sessions and
 #      the prefill/decode seed scenario
-#   3. the proxy path against nginx and HAProxy: throughput, tail latency
-#      and streaming relay behind an instant upstream (scripts/proxybench)
+#   3. the proxy path against nginx, HAProxy and fasthttp's own HostClient:
+#      throughput, tail latency and streaming relay behind an instant
+#      upstream, and the syscalls and allocations per request
+#      (scripts/proxybench, budget.sh)
 #   4. the gossip budget: bytes per replica, merged-load lag and memory at
 #      8/32/64 replicas x 16/256/1024 workers, every report full against
 #      deltas (loadsync's TestGossipBudget, on virtual time)

@@ -53,8 +53,9 @@ type Attempt struct {
 	// Guarded by w.mu.
 	prev, next  *Attempt // in w.attempts while in flight
 	stuckClosed bool
-	sliceAt     int64 // start of the rate slice Tick measures next, or notSet
-	sliceTokens int64 // tokens at sliceAt
+	onStuck     func() // run, on a goroutine of its own, when Stuck closes
+	sliceAt     int64  // start of the rate slice Tick measures next, or notSet
+	sliceTokens int64  // tokens at sliceAt
 }
 
 // Begin admits one request to worker id and returns its Attempt. It fails with
@@ -190,11 +191,31 @@ func (a *Attempt) rate(now int64) (float64, bool) {
 	return float64(n) / (float64(now-first) / 1e9), true
 }
 
-// closeStuck closes the Stuck channel once. Caller holds w.mu.
+// closeStuck closes the Stuck channel once, and starts the OnStuck function.
+// Caller holds w.mu.
 func (a *Attempt) closeStuck() {
 	if !a.stuckClosed {
 		a.stuckClosed = true
 		close(a.stuck)
+		if a.onStuck != nil {
+			go a.onStuck()
+		}
+	}
+}
+
+// OnStuck makes f run, on a goroutine of its own, when the Stuck channel
+// closes (at once if it is closed already): a proxy need not keep a
+// goroutine per attempt waiting on the channel. f may still run after End,
+// when the two cross. A nil Attempt never runs f.
+func (a *Attempt) OnStuck(f func()) {
+	if a == nil {
+		return
+	}
+	a.w.mu.Lock()
+	defer a.w.mu.Unlock()
+	a.onStuck = f
+	if a.stuckClosed {
+		go f()
 	}
 }
 

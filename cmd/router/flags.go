@@ -146,5 +146,6 @@ func ownFlags() []cli.Flag {
 		durationFlag("reap-timeout", "30s", "how long a replica may be out of the gossip, and silent, before the leader removes it from Raft"),
 		durationFlag("join-timeout", "30s", "how long a starting replica keeps trying --join before it gives up"),
 		durationFlag("worker-connect-timeout", "10s", "bound on connecting to a worker"),
+		durationFlag("worker-idle-timeout", "4s", "how long a pooled connection to a worker may stay idle and be reused; keep it below the workers' own keep-alive timeout (5s in vLLM and SGLang)"),
 	}
 }

@@ -166,6 +166,7 @@ func clusterTimingsFrom(c *cli.Context, cfg *cluster.Config) error {
 		"raft-heartbeat-timeout": &cfg.RaftTimings.Heartbeat, "raft-election-timeout": &cfg.RaftTimings.Election,
 		"raft-leader-lease-timeout": &cfg.RaftTimings.LeaderLease, "raft-commit-timeout": &cfg.RaftTimings.Commit,
 		"reap-timeout": &cfg.ReapTimeout, "join-timeout": &cfg.JoinTimeout, "worker-connect-timeout": &cfg.Proxy.DialTimeout,
+		"worker-idle-timeout": &cfg.Proxy.WorkerIdleTimeout,
 	} {
 		d, err := time.ParseDuration(c.String(flag))
 		if err != nil || d <= 0 {

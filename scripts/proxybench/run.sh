@@ -2,7 +2,8 @@
 # The proxy path against nginx and HAProxy on this machine, side by side:
 #   1. wrk (1 thread, 64 connections) POSTs a 4 KiB and a 64 KiB chat body
 #      directly to an instant upstream (nginx returning a fixed completion),
-#      and through nginx (1 worker), HAProxy (nbthread 1) and the router
+#      and through nginx (1 worker), HAProxy (nbthread 1), fasthttp's own
+#      HostClient (fastproxy: the floor of a fasthttp proxy) and the router
 #      (cache_aware with GOMAXPROCS=2 and =1, round_robin);
 #   2. ssebench streams 1,000 SSE events written as fast as the upstream can,
 #      directly and through each proxy.
@@ -23,13 +24,14 @@ duration=${BENCH_DURATION:-10s}
 rounds=${BENCH_ROUNDS:-2}
 stream_duration=${BENCH_STREAM_DURATION:-5s}
 sizes="4 64"
-targets="direct nginx haproxy router router_1cpu router_rr"
+targets="direct nginx haproxy fasthttp router router_1cpu router_rr"
 stream_targets="direct nginx haproxy router router_1cpu"
 
 need_tools
 cp /proc/loadavg "$tmp/load-start" # the machine may be shared: the table says how busy it was
 [ -x bin/router ] || make build
 go build -o "$tmp/ssebench" ./scripts/proxybench/ssebench
+go build -o "$tmp/fastproxy" ./scripts/proxybench/fastproxy
 python3 "$here/bodies.py" "$tmp" $sizes
 declare -A port
 for name in upstream $targets; do port[$name]=$(free_port); done
@@ -42,10 +44,11 @@ start_proxies() {
 	start nginx nginx -c "$tmp/nginx-proxy.conf" -g 'daemon off;'
 	haproxy_proxy "${port[haproxy]}" "$up" >"$tmp/haproxy.cfg"
 	start haproxy haproxy -f "$tmp/haproxy.cfg"
+	GOMAXPROCS=2 start fasthttp "$tmp/fastproxy" --addr "127.0.0.1:${port[fasthttp]}" --upstream "127.0.0.1:$up"
 	start_router router "$up" 2 cache_aware
 	start_router router_1cpu "$up" 1 cache_aware
 	start_router router_rr "$up" 2 round_robin
-	for name in nginx haproxy; do wait_http "http://127.0.0.1:${port[$name]}/"; done
+	for name in nginx haproxy fasthttp; do wait_http "http://127.0.0.1:${port[$name]}/"; done
 	for name in router router_1cpu router_rr; do wait_http "http://127.0.0.1:${port[$name]}/readiness" -f; done
 }
 
@@ -57,7 +60,7 @@ start_router() {
 		--worker-urls "http://127.0.0.1:$2"
 }
 
-stop_proxies() { for name in nginx haproxy router router_1cpu router_rr; do stop "$name"; done; }
+stop_proxies() { for name in nginx haproxy fasthttp router router_1cpu router_rr; do stop "$name"; done; }
 
 # measure NAME CMD...: runs CMD, the JSON line it prints extended with the
 # CPU time the target's process spent meanwhile.
@@ -112,3 +115,9 @@ stop_proxies
 
 cp /proc/loadavg "$tmp/load-end"
 python3 "$here/table.py" "$tmp" "$rounds" "$duration" "$stream_duration" >"$out"
+
+# 3. Per-request budget: syscalls and allocations, under strace ------------
+stop_all
+"$here/budget.sh" "$tmp/budget.md"
+printf '\n' >>"$out"
+cat "$tmp/budget.md" >>"$out"

@@ -12,6 +12,7 @@ NAMES = {
     "direct": "direct to the upstream",
     "nginx": "nginx (1 worker, keepalive 256, proxy_buffering off)",
     "haproxy": "HAProxy (nbthread 1, http-reuse always)",
+    "fasthttp": "fasthttp HostClient, no routing (GOMAXPROCS=2)",
     "router": "router, cache_aware (GOMAXPROCS=2)",
     "router_1cpu": "router, cache_aware (GOMAXPROCS=1)",
     "router_rr": "router, round_robin (GOMAXPROCS=2)",
@@ -36,7 +37,7 @@ def ratios(per_round):
 
 
 def requests_table(size):
-    targets = ["direct", "nginx", "haproxy", "router", "router_1cpu", "router_rr"]
+    targets = ["direct", "nginx", "haproxy", "fasthttp", "router", "router_1cpu", "router_rr"]
     runs = {t: [load("req", size, t, r) for r in ROUNDS] for t in targets}
     print("### %s KiB chat body\n" % size)
     print("| path | req/s | p50 ms | p99 ms | p99.9 ms | proxy CPU µs/req | req/s vs nginx (per round) "
@@ -56,8 +57,10 @@ def requests_table(size):
     print()
     r, n, h = (mean([rps(d) for d in runs[t]]) for t in ("router", "nginx", "haproxy"))
     r1 = mean([rps(d) for d in runs["router_1cpu"]])
+    f = mean([rps(d) for d in runs["fasthttp"]])
     print("Router / nginx throughput: %.2f with both cores, %.2f on one core (GOMAXPROCS=1 against one "
-          "nginx worker); router / HAProxy: %.2f and %.2f.\n" % (r / n, r1 / n, r / h, r1 / h))
+          "nginx worker); router / HAProxy: %.2f and %.2f; router / fasthttp's HostClient: %.2f.\n"
+          % (r / n, r1 / n, r / h, r1 / h, r / f))
 
 
 def streams_table(streams):
