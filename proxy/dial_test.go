@@ -2,54 +2,16 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/dialtest"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
-
-// namedResolver maps names to addresses; nothing is looked up for real.
-type namedResolver map[string]string
-
-func (r namedResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
-	if a, ok := r[host]; ok {
-		return []netip.Addr{netip.MustParseAddr(a)}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
-// dialLog records every connection attempt, and makes only those to
-// loopback: no packet leaves the machine, whatever the code under test
-// asks for.
-type dialLog struct {
-	mu    sync.Mutex
-	tried []string
-}
-
-func (l *dialLog) connect(ctx context.Context, network, address string) (net.Conn, error) {
-	l.mu.Lock()
-	l.tried = append(l.tried, address)
-	l.mu.Unlock()
-	if !strings.HasPrefix(address, "127.0.0.1:") {
-		return nil, errors.New("the test connects to loopback only") // recorded, never sent
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, address)
-}
-
-func (l *dialLog) attempts() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.tried...)
-}
 
 // TestADialToARefusedAddressIsRefused: workers registered by names that
 // resolve to a metadata and a link-local address are never connected to,
@@ -60,8 +22,8 @@ func TestADialToARefusedAddressIsRefused(t *testing.T) {
 	good := startFake(t, "good")
 	good.SetModels("m")
 	_, port, _ := net.SplitHostPort(good.Addr)
-	var log dialLog
-	dialer := &workerurl.Dialer{Connect: log.connect, Resolver: namedResolver{
+	var log dialtest.Log
+	dialer := &workerurl.Dialer{Connect: log.Connect, Resolver: dialtest.Resolver{
 		"metadata.internal": "169.254.169.254", "linklocal.internal": "fe80::1", "good.internal": "127.0.0.1"}}
 	ws := []Worker{{ID: 1, URL: "http://metadata.internal:" + port, Role: RoleRegular},
 		{ID: 2, URL: "http://linklocal.internal:" + port, Role: RoleRegular},
@@ -83,7 +45,7 @@ func TestADialToARefusedAddressIsRefused(t *testing.T) {
 		_ = p.flush(context.Background(), w)
 	}
 	_, _ = callKey(t, "GET", url+"/v1/responses/resp_x", "", "")
-	tried := log.attempts()
+	tried := log.Attempts()
 	if len(tried) == 0 {
 		t.Fatal("no connection went through the dialer")
 	}
@@ -92,22 +54,4 @@ func TestADialToARefusedAddressIsRefused(t *testing.T) {
 			t.Fatalf("a connection was attempted to %s", a)
 		}
 	}
-}
-
-// serveProxy serves p on a loopback port until the test ends.
-func serveProxy(t *testing.T, p *Proxy) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-		<-done
-	})
-	return "http://" + ln.Addr().String()
 }

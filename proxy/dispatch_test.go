@@ -1,11 +1,8 @@
 package proxy
 
 import (
-	"context"
-	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -31,19 +28,7 @@ func TestInferenceRequestsSkipTheAdminRouteTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-		<-done
-	})
-	url := "http://" + ln.Addr().String()
+	url := serveProxy(t, p)
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 		body := completion("x", false)
 		if path == "/v1/chat/completions" {

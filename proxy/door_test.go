@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -39,19 +38,7 @@ func serveProxyWith(t *testing.T, cfg Config, adjust func(*Deps), workers ...*fa
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = p.Shutdown(ctx)
-		<-done
-	})
-	return p, "http://" + ln.Addr().String()
+	return p, serveProxy(t, p)
 }
 
 // sendSample sends a route's sample request, with authorization when it

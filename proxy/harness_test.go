@@ -85,6 +85,13 @@ func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 	if err != nil {
 		t.Fatal(err)
 	}
+	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: serveProxy(t, p), set: p.deps.Metrics}
+}
+
+// serveProxy serves p on a loopback port until the test ends, and returns
+// its base URL.
+func serveProxy(t *testing.T, p *Proxy) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +104,7 @@ func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 		_ = p.Shutdown(ctx)
 		<-done
 	})
-	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: "http://" + ln.Addr().String(), set: p.deps.Metrics}
+	return "http://" + ln.Addr().String()
 }
 
 // buildProxy makes a proxy with its own counters, index and metrics, routing
