@@ -71,6 +71,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
 
+		&cli.StringFlag{Name: "balance", Value: "random", Usage: "load balancer in front of the replicas: random (each request to a random replica) or session (every turn of an agentic session to the same one)"},
 		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (load balancer, policies, loss, agentic draws)"},
 		&cli.StringFlag{Name: "json", Usage: `also write {"runs":[...]} to this file`},
 		&cli.IntFlag{Name: "parallel", Value: 1, Usage: "runs simulated at once (each run is single-threaded)"},
@@ -208,6 +209,10 @@ func readGossip(c *cli.Context, p *plan) error {
 	p.base.NoPeerShare = !c.Bool("peer-share")
 	p.base.NoDemotion = !c.Bool("demote-superseded")
 	p.base.Seed = c.Int64("seed")
+	p.base.StickySessions = c.String("balance") == "session"
+	if b := c.String("balance"); b != "random" && b != "session" {
+		return badFlag("balance", "random or session", b)
+	}
 	if p.base.GossipDelay == 0 {
 		p.base.GossipDelay = -1 // fleet's "none"; its zero means the default
 	}

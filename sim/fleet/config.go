@@ -107,6 +107,12 @@ type Config struct {
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
 
+	// StickySessions makes the load balancer session-sticky: every turn of
+	// a closed-loop session reaches the same replica (the session's number
+	// modulo the replicas), the control of a tier measurement. Arrivals of
+	// no session (a trace) still go to a random replica.
+	StickySessions bool
+
 	// Seed drives every random choice: the load balancer, the policies'
 	// randomness and gossip loss.
 	Seed int64
