@@ -9,8 +9,8 @@
 #   4. the gossip budget: bytes per replica, merged-load lag and memory at
 #      8/32/64 replicas x 16/256/1024 workers, every report full against
 #      deltas (loadsync's TestGossipBudget, on virtual time)
-#   5. real processes: agentic sessions through one router replica and
-#      through a tier of four (scripts/realtier.sh)
+#   5. real processes: the tier sweep (1, 4 and 8 replicas against one, with
+#      fleetsim beside it) and a burst sharing one prefix (scripts/realtier.sh)
 # Parts 4 and 5 are written before part 3's section.
 # Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part;
 # `scripts/bench.sh proxy` (make bench-proxy) reruns part 3 alone and
@@ -103,7 +103,7 @@ open(out, "w").write(text)
 PY
 }
 gossip_heading="## Gossip budget"
-realtier_heading="## Real processes: one replica against a tier of four"
+realtier_heading="## Real processes: the tier against one replica"
 if [ "${1:-}" = gossip ]; then
 	gossip_budget "$tmp/gossip.md"
 	splice "$tmp/gossip.md" "$gossip_heading"
@@ -316,7 +316,7 @@ fi
 gossip_budget "$tmp/gossip.md"
 cat "$tmp/gossip.md" >>"$out"
 
-# 5. Real processes: one replica against a tier of four ------------------------
+# 5. Real processes: the tier against one replica -------------------------------
 if [ -x bin/router ] && [ -x bin/workersim ] && [ -x bin/loadgen ]; then
 	scripts/realtier.sh "$tmp/realtier.md"
 	printf '\n' >>"$out"
