@@ -9,6 +9,8 @@
 #      configurations beside it (scripts/realtier.py sweep)
 #   2. a burst of requests sharing one long prefix through 1 and 4 replicas,
 #      with and without hot-prefix spreading (scripts/realtier.py burst)
+#   2. a burst of requests sharing one long prefix through 1 and 4 replicas,
+#      with and without hot-prefix spreading (scripts/realtier.py burst)
 # The grid is chosen by REALTIER_* variables (see scripts/realtier.py); a
 # subset runs quickly, e.g. REALTIER_REPLICAS=4 REALTIER_THINK="0.1 0.3".
 # BENCH_QUICK=1 runs a small grid once.
@@ -23,7 +25,7 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvrouter-realtier-out.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 python3 scripts/realtier.py sweep "$tmp/sweep.md"
-BURST_VARIANTS=${BURST_VARIANTS:-"default="}
+BURST_VARIANTS=${BURST_VARIANTS:-"hot=;off=--hot-prefix-load 0"}
 REALTIER_VARIANTS=$BURST_VARIANTS python3 scripts/realtier.py burst "$tmp/burst.md"
 cat "$tmp/sweep.md" >"$out"
 printf '\n' >>"$out"

@@ -253,7 +253,7 @@ func syncNames() string {
 }
 
 func validThresholds(t affinity.Thresholds) bool {
-	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel} {
+	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel, t.HotLoad} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return false
 		}
