@@ -9,8 +9,6 @@
 #      configurations beside it (scripts/realtier.py sweep)
 #   2. a burst of requests sharing one long prefix through 1 and 4 replicas,
 #      with and without hot-prefix spreading (scripts/realtier.py burst)
-#   2. a burst of requests sharing one long prefix through 1 and 4 replicas,
-#      with and without hot-prefix spreading (scripts/realtier.py burst)
 # The grid is chosen by REALTIER_* variables (see scripts/realtier.py); a
 # subset runs quickly, e.g. REALTIER_REPLICAS=4 REALTIER_THINK="0.1 0.3".
 # BENCH_QUICK=1 runs a small grid once.
