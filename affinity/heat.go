@@ -9,9 +9,10 @@ import (
 // task, or every session's first turn on one system prompt. Affinity sends
 // them all to the prefix's owner, and under the balance thresholds (64
 // requests above the least loaded) they queue there while the rest of the
-// fleet idles. A hot prefix instead spreads to a second owner, then a third
-// (Thresholds.HotLoad, HotOwners): the next workers in the rendezvous order
-// of its block, so every replica picks the same ones. Its heat is how many
+// fleet idles. A hot prefix instead spreads to a second owner, a third and
+// so on while they are all loaded (Thresholds.HotLoad, HotOwners): the next
+// workers in the rendezvous order of its block, so every replica picks the
+// same ones. Its heat is how many
 // hits it had lately; a worker that is merely busy with other prefixes does
 // not make a conversation hot, so sessions are not moved off their caches.
 

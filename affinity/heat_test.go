@@ -31,7 +31,10 @@ func releaseAll(guards []*Guard) {
 
 func TestAHotPrefixSpreadsToASecondOwnerEveryReplicaAgreesOn(t *testing.T) {
 	prefix := text("a long system prompt shared by forty rollouts", 400)
-	a, b := newFleet(t, 8, Settings{}), newFleet(t, 8, Settings{})
+	const owners = 3 // at most, so that both replicas reach the cap
+	th := DefaultThresholds()
+	th.HotOwners = owners
+	a, b := newFleet(t, 8, Settings{Thresholds: th}), newFleet(t, 8, Settings{Thresholds: th})
 	owner := a.route(t, prefix).Worker
 	// b has heard of the owner from a, as a replica of the tier would, and
 	// the two see the other workers' loads differently (their views of the
@@ -50,14 +53,14 @@ func TestAHotPrefixSpreadsToASecondOwnerEveryReplicaAgreesOn(t *testing.T) {
 	defer releaseAll(guardsA)
 	defer releaseAll(guardsB)
 	workersA, workersB := slices.Sorted(maps.Keys(tookA)), slices.Sorted(maps.Keys(tookB))
-	if len(workersA) != DefaultHotOwners || !slices.Equal(workersA, workersB) {
-		t.Fatalf("replica a spread the burst over %v, b over %v: want the same %d workers", tookA, tookB, DefaultHotOwners)
+	if len(workersA) != owners || !slices.Equal(workersA, workersB) {
+		t.Fatalf("replica a spread the burst over %v, b over %v: want the same %d workers", tookA, tookB, owners)
 	}
 	if tookA[owner] >= 40 || tookA[owner] < 8 {
 		t.Fatalf("the owner %d took %d of 40 (%v): want it to keep its share and give the rest away", owner, tookA[owner], tookA)
 	}
 	for w, n := range tookA {
-		if n > 40/DefaultHotOwners+2*DefaultHotLoad {
+		if n > 40/owners+2*DefaultHotLoad {
 			t.Fatalf("worker %d took %d of 40 (%v): the burst is not spread", w, n, tookA)
 		}
 	}
@@ -146,5 +149,17 @@ func TestSpreadingIsOffAtHotLoadZero(t *testing.T) {
 	defer releaseAll(guards)
 	if len(took) != 1 {
 		t.Fatalf("the burst went to %v with spreading off: want one worker", took)
+	}
+}
+
+func TestAHotPrefixSpreadsOnlyAsFarAsItsLoadAsks(t *testing.T) {
+	f := newFleet(t, 16, Settings{})
+	prefix := text("a system prompt every session starts with", 400)
+	f.route(t, prefix)
+	took, guards := burstOn(t, f, prefix, 40)
+	defer releaseAll(guards)
+	// 40 requests, a new owner whenever all hold 8: five owners of 8.
+	if len(took) != 5 {
+		t.Fatalf("40 requests went to %v: want five owners of about 8 each", took)
 	}
 }
