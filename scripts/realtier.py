@@ -351,10 +351,12 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "replicas) at seeds 1.."
              f"{cfg['rounds']}, one per round; its ratio is to its own one-replica run.\n")
     L.append("```\nscripts/bench.sh realtier   # this section; make bench runs it\n"
-             + " ".join(f"REALTIER_{k.upper()}={' '.join(map(str, v)) if isinstance(v, list) else v}"
+             + " ".join(f"REALTIER_{k.upper()}=" + (f"'{' '.join(map(str, v))}'" if isinstance(v, list) and len(v) > 1
+                                                     else str(v[0] if isinstance(v, list) else v))
                         for k, v in cfg.items() if k in ("replicas", "think", "balance", "sessions", "turns",
                                                          "rounds", "workers", "kv", "time_scale"))
-             + "\n```\n")
+             + (f" REALTIER_VARIANTS='{os.environ['REALTIER_VARIANTS']}'" if "REALTIER_VARIANTS" in os.environ else "")
+             + " scripts/realtier.py sweep OUT.md\n```\n")
     L.append(f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}. The sweep took "
              f"{elapsed / 60:.1f} min ({len(runs)} real runs). Each row's load average is the 1-minute figure at "
              "the end of each of its runs (the machine has 2 cores, shared).\n")
@@ -403,7 +405,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                         if max(p50) > want_ttft or max(p99) > want_ttft:
                             missed.append(f"TTFT {max(max(p50), max(p99)):.2f}x > {want_ttft}x")
                         if min(thr) < want_thr:
-                            missed.append(f"throughput {min(thr):.2f}x < {want_thr}x")
+                            missed.append(f"throughput {min(thr):.3f}x < {want_thr}x")
                         if gap is not None and abs(gap) > 0.03:
                             missed.append(f"fleetsim off by {gap:+.3f}")
                         verdict = "met" if not missed else "not met: " + "; ".join(missed)
