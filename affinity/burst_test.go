@@ -8,13 +8,14 @@ import (
 
 // TestThePeerShareSpreadsABurstBeforeThePeersReport: a replica with 7 peers
 // counts each of its own recent reservations 8 times, so a burst of hits on
-// one owner sheds once 8 of them exceed 64, after 9 instead of 65.
+// one owner sheds once 8 of them exceed 64, after 9 instead of 65. Hot-prefix
+// spreading is off: this pins the overload rule alone.
 func TestThePeerShareSpreadsABurstBeforeThePeersReport(t *testing.T) {
 	for _, tc := range []struct {
 		peers   int
 		atOwner int
 	}{{0, 31}, {7, 10}} {
-		f := newFleet(t, 8, Settings{})
+		f := newFleet(t, 8, Settings{Thresholds: withoutHotSpread()})
 		f.loads.SetPeerShare(tc.peers, 100*time.Millisecond, f.clock)
 		s := text("system prompt shared by every session", 200)
 		owner := f.route(t, s).Worker
@@ -108,4 +109,11 @@ func TestReplicasOfATierPlaceANewPrefixAlike(t *testing.T) {
 			t.Errorf("alone, both replicas placed all 50 alike: least load was not used")
 		}
 	}
+}
+
+// withoutHotSpread is the default thresholds with hot-prefix spreading off.
+func withoutHotSpread() Thresholds {
+	t := DefaultThresholds()
+	t.HotLoad = 0
+	return t
 }

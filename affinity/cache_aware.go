@@ -1,5 +1,7 @@
 package affinity
 
+import "slices"
+
 // CacheAware sends a request to the worker that owns its longest known
 // prefix, unless that worker is itself overloaded compared with the least
 // loaded candidate; misses are placed by least load or by rendezvous hashing.
@@ -15,6 +17,7 @@ type CacheAware struct {
 	fleetGate  bool
 	// overloadOnReports: Settings.OverloadOnReports.
 	overloadOnReports bool
+	heat              heat // recent hits per prefix, for hot-prefix spreading
 }
 
 var _ Policy = (*CacheAware)(nil)
@@ -29,6 +32,13 @@ func (p *CacheAware) Name() string {
 
 func (*CacheAware) recordsOwnership() {}
 
+// routed counts a reserved decision's hit in its prefix's heat.
+func (p *CacheAware) routed(c Choice) {
+	if c.prefixKnown && p.thresholds.HotLoad > 0 {
+		p.heat.note(c.prefix, p.index.clock.Now())
+	}
+}
+
 // Select implements the per-request overload check of the cache-aware policy.
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	sp := pool.spread(req.burst)
@@ -42,9 +52,19 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	}
 	shed := false
 	if hit {
+		key := req.Hashes[depth]
 		c := leastLoaded(pool, owners, req.burst)
+		owner := true
+		if p.isHot(key, c.Load.selectLoad(c.Seen, req.burst), sp.min, req.burst) {
+			var more [8]WorkerID
+			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst)
+			owner = slices.Contains(owners, c.Load.id)
+		}
+		c.prefix, c.prefixKnown = key, true
 		if !p.overloaded(c, pool, sp, req.burst) {
-			c.Hit, c.Matched = true, matched
+			// A request sent to a hot prefix's new owner is a miss there: it
+			// brings the prefix with it.
+			c.Hit, c.Matched = owner, matched
 			return c
 		}
 		shed = true
@@ -61,6 +81,55 @@ func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView
 		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}).min)
 	}
 	return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burst), sp.min)
+}
+
+// isHot reports whether the prefix ending in block key, whose least-loaded
+// owner holds load, should gain an owner: the owner holds HotLoad requests
+// more than the least-loaded candidate (min), and the prefix had at least
+// HotLoad hits lately across the tier. A replica sees its share of the
+// tier's requests, so its own count is scaled by the live replicas (the peer
+// share's count, plus itself).
+func (p *CacheAware) isHot(key uint64, load, min int64, v burstView) bool {
+	if !p.thresholds.hot(load, min) {
+		return false
+	}
+	return p.heat.of(key, p.index.clock.Now())*float64(v.peers+1) >= p.thresholds.HotLoad
+}
+
+// hotCandidates widens a hot prefix's owners: while every candidate holds
+// HotLoad requests more than the least-loaded worker and there are fewer than
+// HotOwners, the next worker in the rendezvous order of the prefix's deepest
+// matched block joins them. The order depends on the block and the pool
+// alone, so every replica that knows the prefix as deep spreads it to the
+// same workers without a word, and the requests those workers take record
+// them as owners, so the prefix's next requests find its cache there. When
+// the burst passes, the owners drop under the bound and the prefix gains no
+// more. The result is owners followed by the new candidates, in dst.
+func (p *CacheAware) hotCandidates(key uint64, pool *Pool, sp spread, v burstView, owners, dst []WorkerID) []WorkerID {
+	dst = append(dst, owners...)
+	least := int64(-1) // the least load among the candidates
+	for _, w := range owners {
+		m := pool.At(pool.position(w))
+		if l := m.selectLoad(m.local.Load(), v); least < 0 || l < least {
+			least = l
+		}
+	}
+	for len(dst) < p.thresholds.HotOwners && p.thresholds.hot(least, sp.min) {
+		next, nextScore := -1, uint64(0)
+		for i := range pool.Len() {
+			m := pool.At(i)
+			if s := rendezvousScore(key, m.id); (next < 0 || s > nextScore) && !slices.Contains(dst, m.id) {
+				next, nextScore = i, s
+			}
+		}
+		if next < 0 {
+			break // every candidate is an owner already
+		}
+		m := pool.At(next)
+		dst = append(dst, m.id)
+		least = min(least, m.selectLoad(m.local.Load(), v))
+	}
+	return dst
 }
 
 // placeMiss chooses a worker for a request that goes where nothing of it is

@@ -35,6 +35,10 @@ type Choice struct {
 	Hit     bool
 	Matched int  // bytes of the routing text matched in the index
 	Shed    bool // a hit whose owner was overloaded: affinity paid for balance
+	// prefix is the deepest matched block of a request whose prefix the
+	// index knew (prefixKnown), the key of its heat.
+	prefix      uint64
+	prefixKnown bool
 }
 
 // Policy picks a worker from a non-empty pool. Select must not change any
@@ -47,6 +51,10 @@ type Policy interface {
 // prefixAware policies want the chosen worker recorded as the owner of the
 // request's blocks.
 type prefixAware interface{ recordsOwnership() }
+
+// routedObserver policies hear every reserved choice, once per request
+// (Select may run more than once before a reservation succeeds).
+type routedObserver interface{ routed(Choice) }
 
 // Policy names accepted by --policy.
 const (

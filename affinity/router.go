@@ -71,6 +71,9 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 	}
 	c, g := r.selectAndReserve(req, pool)
 	c.Load.processed.Add(1)
+	if o, ok := r.policy.(routedObserver); ok {
+		o.routed(c)
+	}
 	w := c.Load.id
 	if _, ok := r.policy.(prefixAware); ok && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)

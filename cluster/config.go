@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/proxy"
+	"github.com/kvrouter/kvrouter/store"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -244,6 +245,12 @@ func validThresholds(prefix string, t affinity.Thresholds) error {
 	}
 	if t.BalanceRel < 1 {
 		errs = append(errs, flagErr(prefix+"balance-rel-threshold", "must be at least 1 (got %v)", t.BalanceRel))
+	}
+	if prefix == "" && !(t.HotLoad >= 0) {
+		errs = append(errs, flagErr("hot-prefix-load", "must not be negative (got %v)", t.HotLoad))
+	}
+	if prefix == "" && (t.HotOwners < 1 || t.HotOwners > store.MaxHotPrefixOwners) {
+		errs = append(errs, flagErr("hot-prefix-owners", "must be in 1..%d (got %d)", store.MaxHotPrefixOwners, t.HotOwners))
 	}
 	return errors.Join(errs...)
 }

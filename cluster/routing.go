@@ -40,7 +40,8 @@ func (r *Replica) routingFromFlags() store.RoutingConfig {
 	rt := r.cfg.Routing
 	c := store.RoutingConfig{BlockSize: rt.BlockSize, Policy: rt.Policy, MissPlacement: rt.MissPlacement,
 		CacheThreshold: rt.Thresholds.CacheThreshold, BalanceAbsThreshold: rt.Thresholds.BalanceAbs,
-		BalanceRelThreshold: rt.Thresholds.BalanceRel}
+		BalanceRelThreshold: rt.Thresholds.BalanceRel,
+		HotPrefixLoad:       rt.Thresholds.HotLoad, HotPrefixOwners: rt.Thresholds.HotOwners}
 	if rt.PD != "" {
 		c.Prefill = roleRouting(rt.PrefillPolicy, rt.PrefillMissPlacement, rt.PrefillThresholds)
 		c.Decode = roleRouting(rt.DecodePolicy, affinity.PlaceLeastLoad, rt.DecodeThresholds)
@@ -70,6 +71,10 @@ func (r *Replica) routingOf(c store.RoutingConfig) Routing {
 		rt.DecodePolicy = d.Policy
 		rt.DecodeThresholds = affinity.Thresholds{CacheThreshold: d.CacheThreshold, BalanceAbs: d.BalanceAbsThreshold,
 			BalanceRel: d.BalanceRelThreshold}
+	}
+	// Hot-prefix spreading is one setting of the tier, for every role.
+	for _, th := range []*affinity.Thresholds{&rt.Thresholds, &rt.PrefillThresholds, &rt.DecodeThresholds} {
+		th.HotLoad, th.HotOwners = c.HotPrefixLoad, c.HotPrefixOwners
 	}
 	return rt
 }

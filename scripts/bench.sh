@@ -11,8 +11,8 @@
 #   4. the gossip budget: bytes per replica, merged-load lag and memory at
 #      8/32/64 replicas x 16/256/1024 workers, every report full against
 #      deltas (loadsync's TestGossipBudget, on virtual time)
-#   5. real processes: agentic sessions through one router replica and
-#      through a tier of four (scripts/realtier.sh)
+#   5. real processes: the tier sweep (1, 4 and 8 replicas against one, with
+#      fleetsim beside it) and a burst sharing one prefix (scripts/realtier.sh)
 #   6. admission on real processes: an interactive stream under a bulk flood,
 #      two tenants through a tier of four, the saturation signal
 #      (scripts/prioritybench)
@@ -139,7 +139,7 @@ if [ "${1:-}" = admission ]; then
 	exit 0
 fi
 gossip_heading="## Gossip budget"
-realtier_heading="## Real processes: one replica against a tier of four"
+realtier_heading="## Real processes: the tier against one replica"
 if [ "${1:-}" = gossip ]; then
 	gossip_budget "$tmp/gossip.md"
 	splice "$tmp/gossip.md" "$gossip_heading"
@@ -352,7 +352,7 @@ fi
 gossip_budget "$tmp/gossip.md"
 cat "$tmp/gossip.md" >>"$out"
 
-# 5. Real processes: one replica against a tier of four ------------------------
+# 5. Real processes: the tier against one replica -------------------------------
 if [ -x bin/router ] && [ -x bin/workersim ] && [ -x bin/loadgen ]; then
 	scripts/realtier.sh "$tmp/realtier.md"
 	printf '\n' >>"$out"

@@ -29,6 +29,11 @@ type RoutingConfig struct {
 	BalanceAbsThreshold float64 `json:"balance_abs_threshold"`
 	// BalanceRelThreshold is the relative overload factor (load > min * rel).
 	BalanceRelThreshold float64 `json:"balance_rel_threshold"`
+	// HotPrefixLoad and HotPrefixOwners spread a hot prefix over more
+	// owners (--hot-prefix-load, --hot-prefix-owners). A config written
+	// before they existed has both zero: spreading off.
+	HotPrefixLoad   float64 `json:"hot_prefix_load,omitempty"`
+	HotPrefixOwners int     `json:"hot_prefix_owners,omitempty"`
 	// Prefill and Decode, when set, route the roles of prefill/decode
 	// disaggregation; nil leaves a role to its replica's flags.
 	Prefill *RoleRouting `json:"prefill,omitempty"`
@@ -67,6 +72,10 @@ func (c RoutingConfig) clone() RoutingConfig {
 // maxBlockSize bounds BlockSize to something a prompt could plausibly fill.
 const maxBlockSize = 1 << 20
 
+// MaxHotPrefixOwners bounds HotPrefixOwners: a prefix spread wider is no
+// longer an affinity.
+const MaxHotPrefixOwners = 64
+
 // maxNameBytes bounds the policy and miss placement names.
 const maxNameBytes = 64
 
@@ -85,7 +94,18 @@ func (c RoutingConfig) fields() []configField {
 		// config without them is the one earlier versions computed.
 		{"prefill", c.Prefill.text()},
 		{"decode", c.Decode.text()},
+		// Unset (zero) like the roles, for the same reason.
+		{"hot_prefix_load", noneIfZero(formatFloat(c.HotPrefixLoad))},
+		{"hot_prefix_owners", noneIfZero(strconv.Itoa(c.HotPrefixOwners))},
 	}
+}
+
+// noneIfZero is a field's text, "none" (left out of the fingerprint) for 0.
+func noneIfZero(v string) string {
+	if v == "0" {
+		return "none"
+	}
+	return v
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -140,6 +160,12 @@ func (c RoutingConfig) Validate() error {
 	}
 	if bad(c.BalanceRelThreshold) || c.BalanceRelThreshold < 0 {
 		return fieldError("config.balance_rel_threshold", "%v must be >= 0", c.BalanceRelThreshold)
+	}
+	if bad(c.HotPrefixLoad) || c.HotPrefixLoad < 0 {
+		return fieldError("config.hot_prefix_load", "%v must be >= 0", c.HotPrefixLoad)
+	}
+	if c.HotPrefixOwners < 0 || c.HotPrefixOwners > MaxHotPrefixOwners {
+		return fieldError("config.hot_prefix_owners", "%d is not in 0..%d", c.HotPrefixOwners, MaxHotPrefixOwners)
 	}
 	for name, r := range map[string]*RoleRouting{"prefill": c.Prefill, "decode": c.Decode} {
 		if err := r.validate("config." + name); err != nil {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +19,8 @@ func TestDiffNamesTheFirstDifferingField(t *testing.T) {
 		"cache_threshold":       func(c *RoutingConfig) { c.CacheThreshold = 0.5 },
 		"balance_abs_threshold": func(c *RoutingConfig) { c.BalanceAbsThreshold = 32 },
 		"balance_rel_threshold": func(c *RoutingConfig) { c.BalanceRelThreshold = 2 },
+		"hot_prefix_load":       func(c *RoutingConfig) { c.HotPrefixLoad = 8 },
+		"hot_prefix_owners":     func(c *RoutingConfig) { c.HotPrefixOwners = 3 },
 	}
 	for field, change := range changes {
 		other := baseConfig()
@@ -43,5 +46,23 @@ func TestFingerprintIsStableAndFixedWidth(t *testing.T) {
 	}
 	if (RoutingConfig{}).Fingerprint() == a {
 		t.Fatal("zero config has the same fingerprint as a configured one")
+	}
+}
+
+func TestValidateRefusesHotPrefixSettingsOutOfRange(t *testing.T) {
+	for field, change := range map[string]func(*RoutingConfig){
+		"hot_prefix_load":   func(c *RoutingConfig) { c.HotPrefixLoad = -1 },
+		"hot_prefix_owners": func(c *RoutingConfig) { c.HotPrefixOwners = MaxHotPrefixOwners + 1 },
+	} {
+		c := baseConfig()
+		change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s out of range: Validate = %v, want an error naming it", field, err)
+		}
+	}
+	c := baseConfig()
+	c.HotPrefixLoad, c.HotPrefixOwners = 8, 3
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the defaults: %v", err)
 	}
 }

@@ -175,6 +175,7 @@ func TestBadFlagsAreRefusedNamingTheFlag(t *testing.T) {
 		"observation-spread": with(small, "--observation-spread", "-1"),
 		"json":               with(small, "--json", "/nonexistent/dir/out.json"),
 		"parallel":           with(small, "--parallel", "0"),
+		"balance":            with(small, "--balance", "sticky"),
 		"kv-capacity-tokens": with(small, "--kv-capacity-tokens", "-5"),
 	} {
 		_, err := runApp(t, args...)

@@ -59,6 +59,8 @@ func flags() []cli.Flag {
 		&cli.Float64Flag{Name: "cache-threshold", Value: t.CacheThreshold, Usage: "share of the routing text a match must exceed to count as a hit"},
 		&cli.Float64Flag{Name: "balance-abs-threshold", Value: t.BalanceAbs, Usage: "in-flight requests above the least loaded before a worker can be overloaded"},
 		&cli.Float64Flag{Name: "balance-rel-threshold", Value: t.BalanceRel, Usage: "factor over the least loaded before a worker can be overloaded"},
+		&cli.Float64Flag{Name: "hot-prefix-load", Value: t.HotLoad, Usage: "in-flight requests above the least loaded on every owner of a prefix with as many recent hits before it spreads to another owner; 0 = never"},
+		&cli.IntFlag{Name: "hot-prefix-owners", Value: t.HotOwners, Usage: "most workers a hot prefix spreads over"},
 		&cli.IntFlag{Name: "block-size", Value: affinity.DefaultBlockSize, Usage: "router hash block, in bytes of routing text"},
 
 		&cli.IntFlag{Name: "kv-capacity-tokens", Value: sim.DefaultKVCapacityTokens, Usage: "each worker's KV cache, in tokens"},
@@ -73,6 +75,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
 
+		&cli.StringFlag{Name: "balance", Value: "random", Usage: "load balancer in front of the replicas: random (each request to a random replica) or session (every turn of an agentic session to the same one)"},
 		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (load balancer, policies, loss, agentic draws)"},
 		&cli.StringFlag{Name: "json", Usage: `also write {"runs":[...]} to this file`},
 		&cli.IntFlag{Name: "parallel", Value: 1, Usage: "runs simulated at once (each run is single-threaded)"},
@@ -185,12 +188,15 @@ func readRouting(c *cli.Context, p *plan) error {
 	p.base.Thresholds = affinity.Thresholds{
 		CacheThreshold: c.Float64("cache-threshold"),
 		BalanceAbs:     c.Float64("balance-abs-threshold"), BalanceRel: c.Float64("balance-rel-threshold"),
+		HotLoad: c.Float64("hot-prefix-load"), HotOwners: c.Int("hot-prefix-owners"),
 	}
 	if err := firstBad([]check{
 		{"block-size", p.base.BlockSize <= 0, "> 0", p.base.BlockSize},
 		{"cache-threshold", !finiteNonNegative(p.base.Thresholds.CacheThreshold), "a finite number >= 0", p.base.Thresholds.CacheThreshold},
 		{"balance-abs-threshold", !finiteNonNegative(p.base.Thresholds.BalanceAbs), "a finite number >= 0", p.base.Thresholds.BalanceAbs},
 		{"balance-rel-threshold", !finiteNonNegative(p.base.Thresholds.BalanceRel), "a finite number >= 0", p.base.Thresholds.BalanceRel},
+		{"hot-prefix-load", !finiteNonNegative(p.base.Thresholds.HotLoad), "a finite number >= 0", p.base.Thresholds.HotLoad},
+		{"hot-prefix-owners", p.base.Thresholds.HotOwners < 1, ">= 1", p.base.Thresholds.HotOwners},
 	}); err != nil {
 		return err
 	}
@@ -212,6 +218,10 @@ func readGossip(c *cli.Context, p *plan) error {
 	p.base.OverloadOnReports = !c.Bool("share-in-overload")
 	p.base.NoCalibration = !c.Bool("calibrate-index")
 	p.base.Seed = c.Int64("seed")
+	p.base.StickySessions = c.String("balance") == "session"
+	if b := c.String("balance"); b != "random" && b != "session" {
+		return badFlag("balance", "random or session", b)
+	}
 	if p.base.GossipDelay == 0 {
 		p.base.GossipDelay = -1 // fleet's "none"; its zero means the default
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -40,9 +41,10 @@ const readBufferSize = 32 << 10
 // readers pools the stream read buffers, so that a request allocates none.
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBufferSize) }}
 
-// client streams completion requests to its targets, each request to a random one; a request
-// whose target refuses or drops the connection before answering goes to another target, as a
-// load balancer in front of them would (see failsOver).
+// client streams completion requests to its targets, each request to a random one (or, with
+// sticky set, every request of one session to the same one); a request whose target refuses or
+// drops the connection before answering goes to another target, as a load balancer in front of
+// them would (see failsOver).
 //
 // It is built on net/http rather than fasthttp's client: cancelling a request that is blocked in
 // a read (Ctrl-C, --duration, --request-timeout) must close its connection at once, which
@@ -64,6 +66,9 @@ type client struct {
 	timeout     time.Duration // per request, from sending to the end of the stream
 	transport   *http.Transport
 	http        *http.Client
+	// sticky sends every request carrying the same X-Session-ID to the same target, as a
+	// session-sticky load balancer would; requests without one still go to a random target.
+	sticky bool
 	// failovers counts attempts that went to another target after a connection error.
 	failovers atomic.Int64
 }
@@ -75,7 +80,14 @@ type clientConfig struct {
 	systemBytes int
 	apiKey      string
 	timeout     time.Duration
+	balance     string // balanceRandom (default) or balanceSession
 }
+
+// Load balancing over the targets (--balance).
+const (
+	balanceRandom  = "random"
+	balanceSession = "session"
+)
 
 // newClient returns a client for cfg's targets.
 func newClient(cfg clientConfig, clock Clock) (*client, error) {
@@ -96,6 +108,7 @@ func newClient(cfg clientConfig, clock Clock) (*client, error) {
 	return &client{
 		urls: urls, chat: cfg.endpoint == endpointChat, systemBytes: cfg.systemBytes, apiKey: cfg.apiKey,
 		clock: clock, timeout: cfg.timeout, transport: transport, http: &http.Client{Transport: transport},
+		sticky: cfg.balance == balanceSession,
 	}, nil
 }
 
@@ -167,14 +180,11 @@ func (c *client) do(ctx context.Context, req workload.Request, header http.Heade
 	return res
 }
 
-// send posts body to a random target and returns its response, trying the other targets in
-// turn while the connection fails before any answer (failsOver). res.target is set to the index
-// of the target that answered, or that failed last.
+// send posts body to the request's target (firstTarget) and returns its response, trying the
+// other targets in turn while the connection fails before any answer (failsOver). res.target is
+// set to the index of the target that answered, or that failed last.
 func (c *client) send(ctx context.Context, body []byte, header http.Header, res *result) (*http.Response, error) {
-	first := 0
-	if len(c.urls) > 1 {
-		first = rand.IntN(len(c.urls))
-	}
+	first := c.firstTarget(header)
 	for attempt := range len(c.urls) {
 		res.target = (first + attempt) % len(c.urls)
 		httpReq, err := c.newRequest(ctx, c.urls[res.target], body, header)
@@ -188,6 +198,20 @@ func (c *client) send(ctx context.Context, body []byte, header http.Header, res 
 		c.failovers.Add(1)
 	}
 	panic("unreachable: the last attempt returns")
+}
+
+// firstTarget is the index of the target a request tries first: a random one, or with sticky
+// the one its session hashes to, so that every turn of a session reaches the same replica.
+func (c *client) firstTarget(header http.Header) int {
+	if len(c.urls) == 1 {
+		return 0
+	}
+	if session := header.Get(sessionHeader); c.sticky && session != "" {
+		h := fnv.New64a()
+		h.Write([]byte(session))
+		return int(h.Sum64() % uint64(len(c.urls)))
+	}
+	return rand.IntN(len(c.urls))
 }
 
 // failsOver reports whether err, from a request that got no response, means the target could

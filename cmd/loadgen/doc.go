@@ -1,6 +1,7 @@
 // Loadgen drives an OpenAI-compatible server (a router replica or a single worker), or several
-// of them as a load balancer would (--target repeated: a random one per request, the next when
-// the connection is refused or dropped before an answer), and reports what it did, honestly:
+// of them as a load balancer would (--target repeated: a random one per request, or with
+// --balance session every turn of a session through the same one; the next when the connection
+// is refused or dropped before an answer), and reports what it did, honestly:
 // every request streams over /v1/completions, or /v1/chat/completions with --endpoint chat,
 // and the report gives
 // requests, errors by kind, TTFT and latency percentiles, throughput, the share of prompt tokens

@@ -30,6 +30,7 @@ const (
 func commonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker), repeatable: each request goes to a random one, and to another when its connection fails; the endpoint's path is appended"},
+		&cli.StringFlag{Name: "balance", Value: balanceRandom, Usage: "how requests spread over the targets: random (each request to a random one) or session (every turn of an agentic session to the same one, as a session-sticky load balancer)"},
 		&cli.StringFlag{Name: "endpoint", Value: endpointCompletions, Usage: "API to call: completions (/v1/completions, prompt) or chat (/v1/chat/completions, messages)"},
 		&cli.StringFlag{Name: "model", Value: "sim-model", Usage: `"model" of every request (workersim serves sim-model by default); empty leaves it out`},
 		&cli.StringFlag{Name: "api-key", EnvVars: []string{"LOADGEN_API_KEY"}, Usage: "bearer token sent with every request"},
@@ -70,6 +71,7 @@ func agenticFlags() []cli.Flag {
 type commonConfig struct {
 	targets                           []string
 	endpoint, model, apiKey, jsonPath string
+	balance                           string
 	duration, requestTimeout          time.Duration
 }
 
@@ -78,7 +80,10 @@ func readCommon(c *cli.Context) (commonConfig, error) {
 	cfg := commonConfig{
 		targets: c.StringSlice("target"), endpoint: c.String("endpoint"), model: c.String("model"),
 		apiKey: c.String("api-key"), jsonPath: c.String("json"), duration: c.Duration("duration"),
-		requestTimeout: c.Duration("request-timeout"),
+		requestTimeout: c.Duration("request-timeout"), balance: c.String("balance"),
+	}
+	if cfg.balance != balanceRandom && cfg.balance != balanceSession {
+		return cfg, badFlag("balance", "random or session", cfg.balance)
 	}
 	if cfg.endpoint != endpointCompletions && cfg.endpoint != endpointChat {
 		return cfg, badFlag("endpoint", "completions or chat", cfg.endpoint)

@@ -97,7 +97,7 @@ func execute(ctx context.Context, env environment, common commonConfig, mode str
 	drive func(*run, context.Context, time.Time)) error {
 	client, err := newClient(clientConfig{
 		targets: common.targets, endpoint: common.endpoint, systemBytes: systemBytes,
-		apiKey: common.apiKey, timeout: common.requestTimeout,
+		apiKey: common.apiKey, timeout: common.requestTimeout, balance: common.balance,
 	}, env.clock)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -218,4 +219,45 @@ func (f *fakeServer) cachedSum() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.cached
+}
+
+func TestSessionBalanceSendsEveryTurnOfASessionThroughOneTarget(t *testing.T) {
+	servers := []*fakeServer{newFakeServer(t, 1), newFakeServer(t, 1), newFakeServer(t, 1)}
+	args := []string{"agentic", "--balance", "session", "--endpoint", "chat", "--sessions", "24", "--turns", "5",
+		"--system-prompt-tokens", "16", "--task-tokens", "8", "--observation-tokens", "8", "--answer-tokens", "2", "--think-time", "0s"}
+	for _, s := range servers {
+		args = append(args, "--target", s.url)
+	}
+	if table, err := runApp(t, args...); err != nil {
+		t.Fatalf("%v\n%s", err, table)
+	}
+	home := map[string]int{} // session -> the server that took its first turn seen
+	perServer := make([]int, len(servers))
+	for i, s := range servers {
+		for _, r := range s.requests() {
+			if r.session == "" {
+				t.Fatalf("server %d saw a turn without X-Session-ID", i)
+			}
+			if h, ok := home[r.session]; ok && h != i {
+				t.Fatalf("session %s went to servers %d and %d: not sticky", r.session, h, i)
+			}
+			home[r.session] = i
+			perServer[i]++
+		}
+	}
+	if len(home) != 24 || perServer[0]+perServer[1]+perServer[2] != 24*5 {
+		t.Fatalf("saw %d sessions and %v turns per server, want 24 sessions of 5 turns", len(home), perServer)
+	}
+	for i, n := range perServer {
+		if n == 0 {
+			t.Fatalf("server %d took no session: sessions are not spread over the targets (%v)", i, perServer)
+		}
+	}
+}
+
+func TestBalanceRefusesAnUnknownMode(t *testing.T) {
+	_, err := runApp(t, "agentic", "--balance", "sticky", "--target", "http://127.0.0.1:1")
+	if !errors.Is(err, errBadFlag) || !strings.Contains(err.Error(), "--balance") {
+		t.Fatalf("err %v, want a bad --balance", err)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // env is the environment variable that also sets a flag: ROUTER_<NAME>.
@@ -56,6 +58,8 @@ func ownFlags() []cli.Flag {
 		floatFlag("cache-threshold", 0.3, "share of the routing text that must be cached for a hit (strictly above)"),
 		floatFlag("balance-abs-threshold", 64, "in-flight requests above the least-loaded candidate before a worker can be overloaded"),
 		floatFlag("balance-rel-threshold", 1.5, "factor over the least-loaded candidate before a worker can be overloaded"),
+		floatFlag("hot-prefix-load", affinity.DefaultHotLoad, "in-flight requests above the least-loaded candidate on every owner of a prefix with as many hits in the last second before it spreads to another owner; 0 = never"),
+		intFlag("hot-prefix-owners", affinity.DefaultHotOwners, "most workers a hot prefix spreads over, its owners included"),
 		&cli.IntFlag{Name: "eviction-interval", Aliases: []string{"eviction-interval-secs"}, Value: 120,
 			Usage: "seconds between sweeps of the prefix ownership index", EnvVars: env("eviction-interval")},
 		int64Flag("max-tree-size", 1<<26, "per-worker budget of the prefix ownership index, in bytes of prefix"),

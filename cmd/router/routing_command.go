@@ -24,6 +24,8 @@ func routingCommand() *cli.Command {
 		&cli.Float64Flag{Name: "cache-threshold", Usage: "share of the routing text that must be cached for a hit"},
 		&cli.Float64Flag{Name: "balance-abs-threshold", Usage: "in-flight requests above the least loaded before a worker can be overloaded"},
 		&cli.Float64Flag{Name: "balance-rel-threshold", Usage: "factor over the least loaded before a worker can be overloaded"},
+		&cli.Float64Flag{Name: "hot-prefix-load", Usage: "load above the least loaded, and hits in the last second, before a prefix spreads to another owner; 0 = never"},
+		&cli.IntFlag{Name: "hot-prefix-owners", Usage: "most workers a hot prefix spreads over"},
 	)
 	return &cli.Command{
 		Name:   "routing",
@@ -65,8 +67,12 @@ func editRouting(c *cli.Context, cfg *store.RoutingConfig) bool {
 	if c.IsSet("miss-placement") {
 		cfg.MissPlacement, changed = c.String("miss-placement"), true
 	}
+	if c.IsSet("hot-prefix-owners") {
+		cfg.HotPrefixOwners, changed = c.Int("hot-prefix-owners"), true
+	}
 	for flag, dst := range map[string]*float64{"cache-threshold": &cfg.CacheThreshold,
-		"balance-abs-threshold": &cfg.BalanceAbsThreshold, "balance-rel-threshold": &cfg.BalanceRelThreshold} {
+		"balance-abs-threshold": &cfg.BalanceAbsThreshold, "balance-rel-threshold": &cfg.BalanceRelThreshold,
+		"hot-prefix-load": &cfg.HotPrefixLoad} {
 		if c.IsSet(flag) {
 			*dst, changed = c.Float64(flag), true
 		}
@@ -83,6 +89,7 @@ func printRouting(c *cli.Context, v cluster.RoutingView) error {
 	fmt.Fprintf(tw, "miss placement\t%s\n", cfg.MissPlacement)
 	fmt.Fprintf(tw, "cache threshold\t%v\n", cfg.CacheThreshold)
 	fmt.Fprintf(tw, "balance thresholds\tabs %v, rel %v\n", cfg.BalanceAbsThreshold, cfg.BalanceRelThreshold)
+	fmt.Fprintf(tw, "hot prefixes\tload %v, owners %d\n", cfg.HotPrefixLoad, cfg.HotPrefixOwners)
 	for _, role := range []struct {
 		name string
 		r    *store.RoleRouting

@@ -210,6 +210,8 @@ func routingFrom(c *cli.Context) cluster.Routing {
 	r.Thresholds.CacheThreshold = c.Float64("cache-threshold")
 	r.Thresholds.BalanceAbs = c.Float64("balance-abs-threshold")
 	r.Thresholds.BalanceRel = c.Float64("balance-rel-threshold")
+	r.Thresholds.HotLoad = c.Float64("hot-prefix-load")
+	r.Thresholds.HotOwners = c.Int("hot-prefix-owners")
 	r.BlockSize = c.Int("block-size")
 	r.MaxTreeSize = c.Int64("max-tree-size")
 	r.EvictionInterval = time.Duration(c.Int("eviction-interval")) * time.Second

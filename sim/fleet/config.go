@@ -113,6 +113,12 @@ type Config struct {
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
 
+	// StickySessions makes the load balancer session-sticky: every turn of
+	// a closed-loop session reaches the same replica (the session's number
+	// modulo the replicas), the control of a tier measurement. Arrivals of
+	// no session (a trace) still go to a random replica.
+	StickySessions bool
+
 	// Seed drives every random choice: the load balancer, the policies'
 	// randomness and gossip loss.
 	Seed int64
@@ -253,7 +259,7 @@ func syncNames() string {
 }
 
 func validThresholds(t affinity.Thresholds) bool {
-	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel} {
+	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel, t.HotLoad} {
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 			return false
 		}

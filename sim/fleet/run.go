@@ -135,13 +135,22 @@ func (s *simulation) handle(e event) {
 	}
 }
 
+// balance is the load balancer in front of the replicas: a replica picked
+// uniformly at random, or with StickySessions the session's own.
+func (s *simulation) balance(a Arrival) *replica {
+	if s.cfg.StickySessions && a.Session >= 0 {
+		return s.replicas[a.Session%len(s.replicas)]
+	}
+	return s.replicas[s.balancer.IntN(len(s.replicas))]
+}
+
 // schedule puts an arrival on the agenda.
 func (s *simulation) schedule(a Arrival) {
 	s.pending++
 	s.agenda.push(event{at: max(a.At, s.clock.Elapsed()), kind: evArrival, req: &request{arrival: a}})
 }
 
-// arrive routes a request on a replica picked uniformly at random and
+// arrive routes a request on a replica picked by the load balancer and
 // submits it to the chosen worker. A split fleet routes both phases at once,
 // as the proxy does, so the decode guard is held from dispatch.
 func (s *simulation) arrive(req *request) {
@@ -153,7 +162,7 @@ func (s *simulation) arrive(req *request) {
 	s.nextID++
 	req.id = s.nextID
 	s.inflight[req.id] = req
-	r := s.replicas[s.balancer.IntN(len(s.replicas))]
+	r := s.balance(req.arrival)
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
 	owner, oracleHit := s.oracle.wouldHit(areq)
 	decided, guard, err := r.core.Decide(r.router, areq, r.pool)

@@ -259,3 +259,20 @@ func TestARefusedGossipPacketFailsTheRun(t *testing.T) {
 		t.Error("the run went on after a refused packet")
 	}
 }
+
+// With replicas that share nothing, only a session-sticky balancer lets each
+// replica see every turn of its sessions, so it keeps their hits.
+func TestStickySessionsKeepEachSessionOnTheReplicaThatKnowsIt(t *testing.T) {
+	random := run(t, smallFleet(affinity.PolicyCacheAware, 4, SyncNone), smallSessions())
+	cfg := smallFleet(affinity.PolicyCacheAware, 4, SyncNone)
+	cfg.StickySessions = true
+	sticky := run(t, cfg, smallSessions())
+	one := run(t, smallFleet(affinity.PolicyCacheAware, 1, SyncNone), smallSessions())
+	t.Logf("hit rate: one replica %.3f, 4 sticky %.3f, 4 random %.3f", one.HitRate, sticky.HitRate, random.HitRate)
+	if sticky.HitRate < random.HitRate+0.1 {
+		t.Errorf("4 independent replicas: sticky hit rate %.3f, random %.3f: want sticky ahead by 0.1", sticky.HitRate, random.HitRate)
+	}
+	if sticky.HitRate < 0.9*one.HitRate {
+		t.Errorf("4 independent sticky replicas keep %.3f against one replica's %.3f: want at least 0.9 of it", sticky.HitRate, one.HitRate)
+	}
+}

@@ -1,0 +1,41 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// The flags seed the registry's routing config, and every replica routes with
+// the registry's: hot-prefix spreading must survive the trip, for every role.
+func TestHotPrefixSettingsTravelThroughTheRegistrysConfig(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	cfg.Routing.Thresholds.HotLoad, cfg.Routing.Thresholds.HotOwners = 5, 2
+	cfg.Routing.PD = "vllm"
+	r := &Replica{cfg: cfg}
+	seeded := r.routingFromFlags()
+	if seeded.HotPrefixLoad != 5 || seeded.HotPrefixOwners != 2 {
+		t.Fatalf("the seeded config has hot prefix load %v, owners %d; want 5 and 2", seeded.HotPrefixLoad, seeded.HotPrefixOwners)
+	}
+	rt := r.routingOf(seeded)
+	for role, th := range map[string]Thresholds{"regular": rt.Thresholds, "prefill": rt.PrefillThresholds, "decode": rt.DecodeThresholds} {
+		if th.HotLoad != 5 || th.HotOwners != 2 {
+			t.Errorf("%s routes with hot prefix load %v, owners %d; want 5 and 2", role, th.HotLoad, th.HotOwners)
+		}
+	}
+}
+
+func TestBadHotPrefixFlagsAreRefusedNamingTheFlag(t *testing.T) {
+	for flag, change := range map[string]func(*Config){
+		"hot-prefix-load":   func(c *Config) { c.Routing.Thresholds.HotLoad = -1 },
+		"hot-prefix-owners": func(c *Config) { c.Routing.Thresholds.HotOwners = 0 },
+	} {
+		cfg := testConfig(t, t.TempDir())
+		change(&cfg)
+		_, err := Start(context.Background(), cfg)
+		var fe *FlagError
+		if !errors.As(err, &fe) || fe.Flag != flag {
+			t.Errorf("%s: err = %v, want one naming the flag", flag, err)
+		}
+	}
+}

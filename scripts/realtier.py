@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""The real-process tier sweep: router replicas from bin/ with real memberlist
+and Raft in front of workersims, all on 127.0.0.1, against one replica, and
+fleetsim on the same configurations beside it.
+
+    scripts/realtier.py sweep OUT.md   # the agentic grid (make bench runs it)
+    scripts/realtier.py burst OUT.md   # concurrent requests sharing one long prefix
+
+Every run starts fresh workersims (empty caches) and fresh replicas (empty
+indexes, registries and data dirs). A round runs every point of the grid once,
+one replica first, so the tier's figures are ratios to the one-replica run of
+the same round: the machine's load moves both alike. The grid and the fleet
+come from environment variables (defaults in brackets):
+
+    REALTIER_REPLICAS    tier sizes besides the one-replica baseline [4 8]
+    REALTIER_THINK       mean think time between turns, seconds [0.1 0.3 1 3]
+    REALTIER_BALANCE     random (every turn to a random replica) and/or
+                         session (a session-sticky balancer) [random session]
+    REALTIER_SESSIONS    concurrent sessions; "128 64" adds the half-rate run [128]
+    REALTIER_TURNS       turns per session [10]
+    REALTIER_ROUNDS      rounds per point [3]
+    REALTIER_WORKERS     workersims [8]
+    REALTIER_KV          each workersim's --kv-capacity-tokens [65536]
+    REALTIER_TIME_SCALE  each workersim's --time-scale; fleetsim's think time
+                         and gossip interval are scaled to match [1]
+    REALTIER_VARIANTS    router flag sets, name=flags;... ["default="]; e.g.
+                         "default=;nohot=--hot-prefix-load 0"
+    REALTIER_FLEETSIM    0 skips the fleetsim side [1]
+    BURST_REQUESTS, BURST_PREFIX_TOKENS, BURST_OWN_TOKENS, BURST_ROUNDS,
+    BURST_REPLICAS       the burst: requests, shared prefix and each one's
+                         own part in tokens, rounds, tiers [40 4096 2048 3 "1 4"]
+
+After each run the sweep scrapes every replica's /metrics and sums the
+attribution families vllm_router_false_hits_total and
+vllm_router_lost_hits_total (by cause); it says "not exported" when a router
+does not have them.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+BIN = "bin"
+AGENTIC = ["--system-prompt-tokens", "2048", "--task-tokens", "512", "--observation-tokens", "512",
+           "--answer-tokens", "32", "--seed", "11"]
+ATTRIBUTION = ("vllm_router_false_hits_total", "vllm_router_lost_hits_total")
+GOSSIP_INTERVAL_S = 0.1  # the router's default load report interval
+
+
+def env_list(name, default):
+    return os.environ.get(name, default).split()
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def free_ports(n):
+    """n loopback ports free for TCP and UDP now (the machine is shared)."""
+    held, ports = [], []
+    while len(ports) < n:
+        t = socket.socket()
+        t.bind(("127.0.0.1", 0))
+        port = t.getsockname()[1]
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.bind(("127.0.0.1", port))
+        except OSError:
+            t.close()
+            continue
+        held += [t, u]
+        ports.append(port)
+    for s in held:
+        s.close()
+    return ports
+
+
+def get(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def scrape(url):
+    """Every sample of a Prometheus text page: {(name, labels): value}."""
+    out = {}
+    for line in get(url + "/metrics", timeout=10).splitlines():
+        if not line or line[0] == "#":
+            continue
+        series, _, value = line.rpartition(" ")
+        name, _, labels = series.partition("{")
+        try:
+            out[(name, labels.rstrip("}"))] = float(value)
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(what, cond, deadline_s=120.0):
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            if cond():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} never happened within {deadline_s:.0f} s")
+
+
+class Fleet:
+    """Workersims and router replicas of one run; stop() ends every process it started."""
+
+    def __init__(self, tmp, tag):
+        self.tmp, self.tag, self.procs = tmp, tag, []
+
+    def start(self, args, log):
+        f = open(os.path.join(self.tmp, log), "w")
+        self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT))
+
+    def workers(self, n, kv, time_scale):
+        urls = []
+        for i, port in enumerate(free_ports(n)):
+            self.start([f"{BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", f"w{i + 1}",
+                        "--model", "sim-model", "--time-scale", str(time_scale), "--kv-capacity-tokens", str(kv)],
+                       f"{self.tag}-workersim-{i + 1}.log")
+            urls.append(f"http://127.0.0.1:{port}")
+        for u in urls:
+            wait_for(f"workersim {u}", lambda u=u: get(u + "/health") is not None)
+        return urls
+
+    def tier(self, n, worker_urls, extra):
+        ports = free_ports(3 * n)
+        apis = []
+        for i in range(n):
+            api, gossip, raft = ports[3 * i:3 * i + 3]
+            join = ["--join", f"127.0.0.1:{ports[1]}"] if i else []
+            self.start([f"{BIN}/router", "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
+                        "--node-name", f"{self.tag}-{i}", "--data-dir", os.path.join(self.tmp, f"data-{self.tag}-{i}"),
+                        "--gossip-bind", f"127.0.0.1:{gossip}", "--raft-bind", f"127.0.0.1:{raft}",
+                        "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *extra],
+                       f"{self.tag}-router-{i}.log")
+            apis.append(f"http://127.0.0.1:{api}")
+
+        def formed(api):
+            m = scrape(api)
+            return (m.get(("vllm_router_cluster_members", ""), 1 if n == 1 else 0) >= n and
+                    m.get(("vllm_router_cluster_registry_workers", ""), 0) >= len(worker_urls))
+        for api in apis:
+            wait_for(f"replica {api} in a cluster of {n} with {len(worker_urls)} workers", lambda a=api: formed(a))
+        return apis
+
+    def stop(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
+def attribution(apis):
+    """The attribution families summed over the replicas: {"false_hits": n, "lost:<cause>": n},
+    or None when no replica exports them."""
+    total, seen = {}, False
+    for api in apis:
+        for (name, labels), v in scrape(api).items():
+            if name == ATTRIBUTION[0]:
+                seen = True
+                total["false_hits"] = total.get("false_hits", 0) + v
+            elif name == ATTRIBUTION[1]:
+                seen = True
+                cause = "all"
+                for part in labels.split(","):
+                    k, _, val = part.partition("=")
+                    if k == "cause":
+                        cause = val.strip('"')
+                total["lost:" + cause] = total.get("lost:" + cause, 0) + v
+    return total if seen else None
+
+
+def router_counts(apis):
+    """Decisions the replicas predicted as hits, and hits shed for balance, summed."""
+    hits = misses = shed = 0.0
+    for api in apis:
+        for (name, _), v in scrape(api).items():
+            hits += v if name == "vllm_router_cache_hits_total" else 0
+            misses += v if name == "vllm_router_cache_misses_total" else 0
+            shed += v if name == "vllm_router_load_balancing_events_total" else 0
+    return {"router_hit_rate": hits / (hits + misses) if hits + misses else 0.0, "shed": shed}
+
+
+def loadgen(apis, balance, sessions, turns, think_s, agentic, out_json, log):
+    args = [f"{BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
+            "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
+            "--endpoint", "chat", "--duration", "20m", "--json", out_json]
+    with open(log, "w") as f:
+        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+    with open(out_json) as f:
+        return json.load(f)
+
+
+def real_run(tmp, tag, cfg, replicas, balance, sessions, think_s, extra, agentic=AGENTIC, turns=None):
+    """One run on real processes: the loadgen report, the attribution, and the load average."""
+    fleet = Fleet(tmp, tag)
+    try:
+        urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"])
+        apis = fleet.tier(replicas, urls, extra)
+        start = time.monotonic()
+        rep = loadgen(apis, balance, sessions, turns or cfg["turns"], think_s, agentic,
+                      os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        rep["wall_s"] = time.monotonic() - start
+        rep["loadavg"] = loadavg()
+        rep["attribution"] = attribution(apis)
+        rep.update(router_counts(apis))
+        return rep
+    finally:
+        fleet.stop()
+
+
+def fleetsim_runs(tmp, cfg, replicas, balance, sessions, think_s, seed, extra):
+    """fleetsim on the same configuration: {replicas: run}. Virtual time runs at the engine's
+    pace, so the think time and gossip interval, wall-clock on real processes, are scaled by the
+    workers' time scale."""
+    ts = cfg["time_scale"]
+    out = os.path.join(tmp, f"fleetsim-{balance}-{sessions}-{think_s}-{seed}.json")
+    args = [f"{BIN}/fleetsim", "--agentic", "--sessions", str(sessions), "--turns", str(cfg["turns"]),
+            *AGENTIC[:-2], "--think-time", f"{think_s * ts}s", "--workers", str(cfg["workers"]),
+            "--kv-capacity-tokens", str(cfg["kv"]), "--replicas", ",".join(map(str, replicas)), "--sync", "gossip",
+            "--policies", "cache_aware", "--balance", balance, "--gossip-interval", f"{GOSSIP_INTERVAL_S * ts}s",
+            "--seed", str(seed), "--parallel", "2", *extra, "--json", out]
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    with open(out) as f:
+        return {r["replicas"]: r for r in json.load(f)["runs"]}
+
+
+def variants():
+    out = []
+    for part in os.environ.get("REALTIER_VARIANTS", "default=").split(";"):
+        name, _, flags = part.partition("=")
+        out.append((name.strip(), flags.split()))
+    return out
+
+
+def config():
+    return {
+        "replicas": [int(x) for x in env_list("REALTIER_REPLICAS", "4 8")],
+        "think": [float(x) for x in env_list("REALTIER_THINK", "0.1 0.3 1 3")],
+        "balance": env_list("REALTIER_BALANCE", "random session"),
+        "sessions": [int(x) for x in env_list("REALTIER_SESSIONS", "128")],
+        "turns": int(os.environ.get("REALTIER_TURNS", "10")),
+        "rounds": int(os.environ.get("REALTIER_ROUNDS", "3")),
+        "workers": int(os.environ.get("REALTIER_WORKERS", "8")),
+        "kv": int(os.environ.get("REALTIER_KV", "65536")),
+        "time_scale": float(os.environ.get("REALTIER_TIME_SCALE", "1")),
+        "fleetsim": os.environ.get("REALTIER_FLEETSIM", "1") != "0",
+        "variants": variants(),
+    }
+
+
+def fleetsim_flags(router_flags):
+    """The router flags fleetsim also has (the policy's knobs), passed through."""
+    out, i = [], 0
+    while i < len(router_flags):
+        flag = router_flags[i]
+        if flag.split("=")[0] in ("--hot-prefix-load", "--hot-prefix-owners", "--balance-abs-threshold",
+                                  "--balance-rel-threshold", "--cache-threshold"):
+            out.append(flag)
+            if "=" not in flag and i + 1 < len(router_flags):
+                out.append(router_flags[i + 1])
+                i += 1
+        i += 1
+    return out
+
+
+def sweep(out_md):
+    cfg = config()
+    tmp = tempfile.mkdtemp(prefix="kvrouter-realtier.")
+    runs = []  # dicts: variant, sessions, think, replicas, balance, round, real
+    sims = {}  # (variant, sessions, think, balance, round) -> {replicas: run}
+    started, load_before = time.monotonic(), loadavg()
+    try:
+        for rnd in range(1, cfg["rounds"] + 1):
+            for vname, vflags in cfg["variants"]:
+                for sessions in cfg["sessions"]:
+                    for think in cfg["think"]:
+                        points = [(1, "random")] + [(n, b) for n in cfg["replicas"] for b in cfg["balance"]]
+                        for n, balance in points:
+                            tag = f"{vname}-s{sessions}-t{think}-n{n}-{balance}-r{rnd}"
+                            rep = real_run(tmp, tag, cfg, n, balance, sessions, think, vflags)
+                            runs.append({"variant": vname, "sessions": sessions, "think": think, "replicas": n,
+                                         "balance": balance, "round": rnd, "real": rep})
+                            print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} "
+                                  f"TTFT p50 {rep['ttft_p50_ms']:.0f} p99 {rep['ttft_p99_ms']:.0f} ms "
+                                  f"{rep['throughput_rps']:.1f} req/s, load {rep['loadavg']}", file=sys.stderr)
+                        if cfg["fleetsim"]:
+                            for balance in cfg["balance"]:
+                                sims[(vname, sessions, think, balance, rnd)] = fleetsim_runs(
+                                    tmp, cfg, [1] + cfg["replicas"], balance, sessions, think, rnd, fleetsim_flags(vflags))
+    except Exception:
+        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp, keep)
+        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        raise
+    elapsed = time.monotonic() - started
+    with open(out_md, "w") as f:
+        f.write(render_sweep(cfg, runs, sims, load_before, loadavg(), elapsed))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def targets(think):
+    """The acceptance's bounds at a think time: cached ratio >=, TTFT ratios <=, throughput >=."""
+    return (0.98, 1.1, 0.95) if think >= 0.3 else (0.95, 1.3, 0.95)
+
+
+def fmt_attr(reps):
+    attrs = [r["attribution"] for r in reps]
+    if any(a is None for a in attrs):
+        return "not exported"
+    keys = sorted({k for a in attrs for k in a})
+    return ", ".join(f"{k} {statistics.mean(a.get(k, 0) for a in attrs):.0f}" for k in keys) or "0"
+
+
+def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
+    by = {(r["variant"], r["sessions"], r["think"], r["replicas"], r["balance"], r["round"]): r["real"] for r in runs}
+    rounds = range(1, cfg["rounds"] + 1)
+    L = []
+    L.append("## Real processes: the tier against one replica\n")
+    L.append(f"{cfg['workers']} workersims (--kv-capacity-tokens {cfg['kv']}, small enough to evict; --time-scale "
+             f"{cfg['time_scale']:g}) behind router replicas started from bin/ on 127.0.0.1, each with its own "
+             "memberlist and Raft (a tier waits until every replica sees all its members and workers). loadgen runs "
+             f"agentic chat sessions ({cfg['turns']} turns, 2048-token shared system prompt, 512-token task, "
+             "512-token observations, 32-token answers) with every turn to a random replica (random) or every turn "
+             "of a session through the same replica (session, the sticky control). Fresh workers and replicas "
+             "for every run; each round runs one replica first, and every ratio is the tier's run over the "
+             "one-replica run of the same round. Cached tokens are the workers' "
+             "usage.prompt_tokens_details.cached_tokens. fleetsim runs the same configuration (workers, KV "
+             "capacity, sessions, turns, think time and gossip interval scaled by the time scale, balancer, "
+             "replicas) at seeds 1.."
+             f"{cfg['rounds']}, one per round; its ratio is to its own one-replica run.\n")
+    L.append("```\nscripts/bench.sh realtier   # this section; make bench runs it\n"
+             + " ".join(f"REALTIER_{k.upper()}=" + (f"'{' '.join(map(str, v))}'" if isinstance(v, list) and len(v) > 1
+                                                     else str(v[0] if isinstance(v, list) else v))
+                        for k, v in cfg.items() if k in ("replicas", "think", "balance", "sessions", "turns",
+                                                         "rounds", "workers", "kv", "time_scale"))
+             + (f" REALTIER_VARIANTS='{os.environ['REALTIER_VARIANTS']}'" if "REALTIER_VARIANTS" in os.environ else "")
+             + " scripts/realtier.py sweep OUT.md\n```\n")
+    L.append(f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}. The sweep took "
+             f"{elapsed / 60:.1f} min ({len(runs)} real runs). Each row's load average is the 1-minute figure at "
+             "the end of each of its runs (the machine has 2 cores, shared).\n")
+    L.append("Targets: think time >= 0.3 s: worst round >= 0.98 of one replica's cached-token ratio, TTFT p50 and "
+             "p99 <= 1.1x, throughput >= 0.95x; 0.1 s: >= 0.95 and <= 1.3x. fleetsim within 0.03 of the real "
+             "ratio.\n")
+    L.append("| variant | sessions | think s | replicas | balance | cached-token ratio | vs 1: mean / worst | "
+             "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | "
+             "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
+             "false / lost hits (mean per run) | load avg per round | verdict |")
+    L.append("|" + "---|" * 18)
+    for vname, _ in cfg["variants"]:
+        for sessions in cfg["sessions"]:
+            for think in cfg["think"]:
+                ones = [by[(vname, sessions, think, 1, "random", k)] for k in rounds]
+                one_ratio = statistics.mean(o["cached_token_ratio"] for o in ones)
+                L.append(f"| {vname} | {sessions} | {think:g} | 1 | - | {one_ratio:.3f} | "
+                         f"TTFT p50 {statistics.mean(o['ttft_p50_ms'] for o in ones):.0f} ms, p99 "
+                         f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | "
+                         f"{statistics.mean(o['throughput_rps'] for o in ones):.1f} req/s | | "
+                         f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | "
+                         f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | "
+                         f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
+                for n in cfg["replicas"]:
+                    for balance in cfg["balance"]:
+                        reps = [by[(vname, sessions, think, n, balance, k)] for k in rounds]
+                        cached = [r["cached_token_ratio"] / o["cached_token_ratio"] for r, o in zip(reps, ones)]
+                        p50 = [r["ttft_p50_ms"] / o["ttft_p50_ms"] for r, o in zip(reps, ones)]
+                        p99 = [r["ttft_p99_ms"] / o["ttft_p99_ms"] for r, o in zip(reps, ones)]
+                        thr = [r["throughput_rps"] / o["throughput_rps"] for r, o in zip(reps, ones)]
+                        sim_cols, gap = "| not run | | ", None
+                        if cfg["fleetsim"]:
+                            s = [sims[(vname, sessions, think, balance, k)] for k in rounds]
+                            sc = [x[n]["hit_rate"] / x[1]["hit_rate"] for x in s]
+                            gap = statistics.mean(sc) - statistics.mean(cached)
+                            sim_cols = (f"| {statistics.mean(sc):.3f} / {min(sc):.3f} | {gap:+.3f} | ")
+                            sim_tail = (f"{statistics.mean(x[n]['ttft_p50_ms'] / x[1]['ttft_p50_ms'] for x in s):.2f} / "
+                                        f"{statistics.mean(x[n]['ttft_p99_ms'] / x[1]['ttft_p99_ms'] for x in s):.2f} / "
+                                        f"{statistics.mean(x[n]['throughput_rps'] / x[1]['throughput_rps'] for x in s):.2f}")
+                        else:
+                            sim_tail = ""
+                        want_cached, want_ttft, want_thr = targets(think)
+                        missed = []
+                        if min(cached) < want_cached:
+                            missed.append(f"cached {min(cached):.3f} < {want_cached}")
+                        if max(p50) > want_ttft or max(p99) > want_ttft:
+                            missed.append(f"TTFT {max(max(p50), max(p99)):.2f}x > {want_ttft}x")
+                        if min(thr) < want_thr:
+                            missed.append(f"throughput {min(thr):.3f}x < {want_thr}x")
+                        if gap is not None and abs(gap) > 0.03:
+                            missed.append(f"fleetsim off by {gap:+.3f}")
+                        verdict = "met" if not missed else "not met: " + "; ".join(missed)
+                        L.append(f"| {vname} | {sessions} | {think:g} | {n} | {balance} | "
+                                 f"{statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
+                                 f"{statistics.mean(cached):.3f} / {min(cached):.3f} {sim_cols}"
+                                 f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
+                                 f"{statistics.mean(thr):.2f} / {min(thr):.2f} | {sim_tail} | "
+                                 f"{statistics.mean(r['router_hit_rate'] for r in reps):.3f} | "
+                                 f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | "
+                                 f"{' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
+    return "\n".join(L) + "\n"
+
+
+def burst(out_md):
+    """Concurrent requests sharing one long prefix, on a cold fleet, through 1 and 4 replicas,
+    with each router variant: how long the burst waits (TTFT) and how many workers take it."""
+    cfg = config()
+    requests = int(os.environ.get("BURST_REQUESTS", "40"))
+    prefix = int(os.environ.get("BURST_PREFIX_TOKENS", "4096"))
+    own = int(os.environ.get("BURST_OWN_TOKENS", "2048"))
+    rounds = int(os.environ.get("BURST_ROUNDS", "3"))
+    tiers = [int(x) for x in env_list("BURST_REPLICAS", "1 4")]
+    agentic = ["--system-prompt-tokens", str(prefix), "--task-tokens", str(own), "--observation-tokens", "64",
+               "--answer-tokens", "64", "--seed", "11"]
+    tmp = tempfile.mkdtemp(prefix="kvrouter-burst.")
+    rows, load_before, started = {}, loadavg(), time.monotonic()
+    try:
+        for rnd in range(1, rounds + 1):
+            for vname, vflags in cfg["variants"]:
+                for n in tiers:
+                    tag = f"burst-{vname}-n{n}-r{rnd}"
+                    rep = real_run(tmp, tag, cfg, n, "random", requests, 0, vflags, agentic=agentic, turns=1)
+                    rows.setdefault((vname, n), []).append(rep)
+                    print(f"realtier: {tag}: TTFT p50 {rep['ttft_p50_ms']:.0f} p99 {rep['ttft_p99_ms']:.0f} ms, "
+                          f"workers {rep['per_worker']}, load {rep['loadavg']}", file=sys.stderr)
+    except Exception:
+        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp, keep)
+        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        raise
+    L = ["### A burst sharing one long prefix\n",
+         f"{requests} requests at once, each a {prefix}-token shared prefix (the system message) and its own "
+         f"{own}-token part, 64 answer tokens, on {cfg['workers']} fresh workersims (--kv-capacity-tokens {cfg['kv']}, "
+         f"--time-scale {cfg['time_scale']:g}) behind 1 and 4 fresh replicas, every request to a random replica. "
+         "TTFT is how long a request waited for its first token: queueing behind the others on its worker "
+         "plus its prefill.\n",
+         "```\nscripts/realtier.py burst OUT.md\n"
+         f"REALTIER_VARIANTS='{os.environ.get('REALTIER_VARIANTS', 'default=')}' BURST_REQUESTS={requests} "
+         f"BURST_PREFIX_TOKENS={prefix} BURST_OWN_TOKENS={own} BURST_ROUNDS={rounds}\n```\n",
+         f"Load average before: {load_before}; after: {loadavg()}; {(time.monotonic() - started) / 60:.1f} min.\n",
+         "| variant | replicas | TTFT p50 ms: mean / worst | TTFT p99 ms: mean / worst | latency p99 ms | "
+         "cached ratio | workers that took the burst (per round) | load avg per round |",
+         "|---|---|---|---|---|---|---|---|"]
+    for (vname, n), reps in rows.items():
+        L.append(f"| {vname} | {n} | {statistics.mean(r['ttft_p50_ms'] for r in reps):.0f} / "
+                 f"{max(r['ttft_p50_ms'] for r in reps):.0f} | {statistics.mean(r['ttft_p99_ms'] for r in reps):.0f} / "
+                 f"{max(r['ttft_p99_ms'] for r in reps):.0f} | {statistics.mean(r['latency_p99_ms'] for r in reps):.0f} | "
+                 f"{statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
+                 f"{' / '.join(str(len(r['per_worker'])) for r in reps)} | "
+                 f"{' / '.join(r['loadavg'].split()[0] for r in reps)} |")
+    with open(out_md, "w") as f:
+        f.write("\n".join(L) + "\n")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if len(sys.argv) != 3 or sys.argv[1] not in ("sweep", "burst"):
+        sys.exit("usage: scripts/realtier.py sweep|burst OUT.md")
+    {"sweep": sweep, "burst": burst}[sys.argv[1]](sys.argv[2])
