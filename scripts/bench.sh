@@ -157,6 +157,10 @@ trace=${TRACE:-../shared/data/traces/mooncake_conversation_trace.jsonl}
 section() { printf '\n## %s\n\n' "$1" >>"$out"; }
 cmdline() { printf '```\n%s\n```\n\n' "$*" >>"$out"; }
 
+# The sections this script does not write (the chaos suite's, fleetsim's
+# claims over seeds, the runs behind a default) are kept from the old file
+# and put back at the end.
+[ -f "$out" ] && cp "$out" "$tmp/previous.md"
 {
 	echo "# Benchmarks"
 	echo
@@ -369,4 +373,18 @@ fi
 # 3. The proxy path against nginx and HAProxy ---------------------------------
 scripts/proxybench/run.sh "$tmp/proxy.md"
 cat "$tmp/proxy.md" >>"$out"
+
+# The old file's sections this run did not write.
+if [ -f "$tmp/previous.md" ]; then
+	python3 - "$out" "$tmp/previous.md" <<'PY'
+import re, sys
+out, old = sys.argv[1], open(sys.argv[2]).read()
+new = open(out).read()
+written = set(re.findall(r"^## (.*)$", new, re.M))
+kept = [s for s in re.split(r"(?m)^(?=## )", old) if s.startswith("## ") and s.splitlines()[0][3:] not in written]
+if kept:
+    with open(out, "a") as f:
+        f.write("\n" + "".join(kept))
+PY
+fi
 echo "wrote $out"
