@@ -36,7 +36,7 @@ func TestThePeerShareSpreadsABurstBeforeThePeersReport(t *testing.T) {
 // OverloadOnReports the same burst of hits stays on the owner, as a lone
 // replica's does, while a miss is still placed counting the share.
 func TestAnOverloadCheckOnReportsLetsABurstStayOnItsOwner(t *testing.T) {
-	f := newFleet(t, 8, Settings{OverloadOnReports: true})
+	f := newFleet(t, 8, Settings{OverloadOnReports: true, Thresholds: withoutHotSpread()}) // the overload rule alone
 	f.loads.SetPeerShare(7, 100*time.Millisecond, f.clock)
 	s := text("system prompt shared by every session", 200)
 	owner := f.route(t, s).Worker
