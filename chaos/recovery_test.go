@@ -68,7 +68,7 @@ func leaderFrozen(t *testing.T) {
 		}
 		return nil
 	})
-	noteRecovery(t, sc, "time to a committed write", fmt.Sprintf("%.1f s", (took + first).Seconds()))
+	noteRecovery(t, sc, "time to a committed write", fmt.Sprintf("%.1f s", (took+first).Seconds()))
 	docker(t, "kill", "-s", "CONT", id)
 	eventually(t, "membership to converge after the leader woke", 90*time.Second, converged)
 	setState(t, via, drainedWorker, "activate")

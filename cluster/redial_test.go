@@ -21,20 +21,7 @@ import (
 // hashicorp/raft's backoff, up to ~10 s that nothing wakes); it tries again
 // until the peer answers, and connects then.
 func TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack(t *testing.T) {
-	dir := certDir(t, "r0", "r1")
-	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer port.Close()
+	port, theirs := openPortAndPeerTLS(t)
 	peer := startFlakyPeer(t, theirs)
 	type dialed struct {
 		conn net.Conn
@@ -98,20 +85,7 @@ func startFlakyPeer(t *testing.T, tlsState *clusterTLS) *flakyPeer {
 // TestARaftDialHeldAtShutdownEndsAtOnce: a held dial never keeps Raft's
 // shutdown waiting.
 func TestARaftDialHeldAtShutdownEndsAtOnce(t *testing.T) {
-	dir := certDir(t, "r0", "r1")
-	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer port.Close()
+	port, theirs := openPortAndPeerTLS(t)
 	peer := startFlakyPeer(t, theirs) // never up
 	done := make(chan error, 1)
 	go func() {
@@ -187,3 +161,24 @@ func (h *messageCounter) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *messageCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *messageCounter) WithGroup(string) slog.Handler      { return h }
+
+// openPortAndPeerTLS opens r0's cluster port on loopback, closed when the
+// test ends, and returns it with r1's cluster TLS, for a peer to dial it.
+func openPortAndPeerTLS(t *testing.T) (*clusterPort, *clusterTLS) {
+	t.Helper()
+	dir := certDir(t, "r0", "r1")
+	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { port.Close() })
+	return port, theirs
+}
