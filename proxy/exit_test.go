@@ -176,7 +176,8 @@ func regular(ws ...*fakeworker.Worker) []Worker {
 // spent, the admission queue full or timed out, an Expect: 100-continue
 // refused on its headers), refused later (a malformed body, no eligible
 // worker, a stored response no worker holds), answered whole, streamed,
-// cut mid-stream, or disaggregated, it leaves exactly one request-log line
+// cut mid-stream, pinned to the worker that holds a stored response (whole
+// or streamed), or disaggregated, it leaves exactly one request-log line
 // and one request span, saying how it ended.
 func TestEveryRequestEndsOnceWithOneLogLineAndOneSpan(t *testing.T) {
 	const body = `{"model":"m","prompt":"hello"}`
@@ -234,6 +235,17 @@ func TestEveryRequestEndsOnceWithOneLogLineAndOneSpan(t *testing.T) {
 			r.send(t, "worker-400", "POST", "/v1/completions", body, 400, "worker_client_error")
 			w.Set(fakeworker.StreamThenCut(2))
 			r.send(t, "cut", "POST", "/v1/completions", completion("hello", true), 200, "stream_cut")
+		}},
+		{name: "stored response", run: func(t *testing.T, r *exitRig, w *fakeworker.Worker) {
+			w.SetEvery(func(e *fakeworker.Exchange) {
+				if e.Req.URL.Query().Get("stream") == "true" {
+					fakeworker.Stream(2)(e)
+					return
+				}
+				e.JSON(200, `{"id":"resp_1","object":"response"}`)
+			})
+			r.send(t, "stored", "GET", "/v1/responses/resp_1", "", 200, "")
+			r.send(t, "stored-streamed", "GET", "/v1/responses/resp_1?stream=true", "", 200, "")
 		}},
 		{name: "disaggregated sequential", pdMode: PDVLLM, run: func(t *testing.T, r *exitRig, w *fakeworker.Worker) {
 			r.send(t, "pd", "POST", "/v1/completions", body, 200, "")
