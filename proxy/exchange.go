@@ -41,7 +41,7 @@ type exchange struct {
 
 	// life ends when the client leaves (cause ErrClientGone), when the
 	// router gives up on the request (an abortError) or shuts down, or when
-	// it is done. abort ends it and cuts the upstream connection.
+	// it finishes. abort ends it and cuts the upstream connection.
 	life  exchangeCtx
 	begun bool      // begin ran: finish has its attempts' state to end
 	guard connGuard // the upstream connection of the attempt under way

@@ -316,3 +316,20 @@ func sendExpecting(t *testing.T, r *exitRig, id string, status int, errType stri
 	}
 	r.expect(id, status, errType)
 }
+
+// TestARouteThatAdmitsIsAnExchange: a route's requests are exchanges, with
+// a plan and their end in finish (which releases the admission ticket),
+// exactly when the route is metered; a route that admits must be one, or
+// its tickets would never be released.
+func TestARouteThatAdmitsIsAnExchange(t *testing.T) {
+	for _, rt := range append(routes, noRoute) {
+		metered := rt.metered != nil
+		if rt.admits && !metered {
+			t.Errorf("%s takes an admission ticket but is not metered", rt.name)
+		}
+		if metered != (rt.plan != nil) || metered == (rt.serve != nil) {
+			t.Errorf("%s: metered %v, with a plan %v, with serve %v: a metered route has a plan, any other serve",
+				rt.name, metered, rt.plan != nil, rt.serve != nil)
+		}
+	}
+}

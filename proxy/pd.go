@@ -222,7 +222,7 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 
 var phasePrefill = RolePrefill
 
-// countFailure counts, when the request is done, the failure of a
+// countFailure counts, when the request finishes, the failure of a
 // disaggregated request in its phase: the one that failed first, else the
 // decode whose answer the client got. A client that left is no failure.
 func (d *disaggregation) countFailure(x *exchange, status int, cut bool) {
