@@ -39,6 +39,7 @@ type sentRequest struct {
 	id      string
 	status  int
 	errType string
+	minSpan time.Duration // the least its span lasts
 }
 
 func startExitRig(t *testing.T, cfg Config, pdMode string, ws []Worker) *exitRig {
@@ -107,6 +108,14 @@ func (r *exitRig) send(t *testing.T, id, method, path, body string, wantStatus i
 	r.expect(id, wantStatus, wantErr)
 }
 
+// lastSpansAtLeast says that the span of the request sent last lasts at
+// least d.
+func (r *exitRig) lastSpansAtLeast(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sent[len(r.sent)-1].minSpan = d
+}
+
 func (r *exitRig) expect(id string, status int, errType string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -147,6 +156,9 @@ func (r *exitRig) check(t *testing.T) {
 		}
 		if st := spanStatus(ss[0]); st != s.status {
 			t.Errorf("%s: span status %d, want %d", s.id, st, s.status)
+		}
+		if d := ss[0].EndTime.Sub(ss[0].StartTime); d < s.minSpan {
+			t.Errorf("%s: its span lasts %v, less than the %v it waited", s.id, d, s.minSpan)
 		}
 	}
 	if n := len(r.log.lines(t)); n != len(r.sent) {
@@ -212,7 +224,10 @@ func TestEveryRequestEndsOnceWithOneLogLineAndOneSpan(t *testing.T) {
 			}},
 		{name: "admission queue timeout", cfg: Config{Admission: Admission{Capacity: 1, QueueSize: 1, QueueTimeout: 20 * time.Millisecond}},
 			run: func(t *testing.T, r *exitRig, w *fakeworker.Worker) {
-				holding(t, r, w, func() { r.send(t, "queue-timeout", "POST", "/v1/completions", body, 408, "queue_timeout") })
+				holding(t, r, w, func() {
+					r.send(t, "queue-timeout", "POST", "/v1/completions", body, 408, "queue_timeout")
+					r.lastSpansAtLeast(20 * time.Millisecond) // traced from its arrival, queueing included
+				})
 			}},
 		{name: "expect 100-continue without a key", cfg: Config{APIKeys: []string{"k1"}},
 			run: func(t *testing.T, r *exitRig, _ *fakeworker.Worker) {
