@@ -422,3 +422,27 @@ func TestUnknownPolicyAndPlacementAreRefused(t *testing.T) {
 		t.Fatal("unknown miss placement accepted")
 	}
 }
+
+// TestEachPolicySaysWhatItRoutesBy: callers ask a policy what it places
+// requests by, never its name; the answers are pinned here, the one place
+// that knows which policy is which.
+func TestEachPolicySaysWhatItRoutesBy(t *testing.T) {
+	byPrefix := map[string]bool{PolicyCacheAware: true, PolicyFleetGate: true}
+	bySession := map[string]bool{PolicyConsistentHash: true}
+	for _, name := range PolicyNames {
+		p, err := NewPolicy(Settings{Policy: name, MissPlacement: PlaceLeastLoad, BlockSize: 8}, NewIndex(SystemClock{}, 16))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := RoutesByPrefix(p); got != byPrefix[name] {
+			t.Errorf("%s: RoutesByPrefix %v, want %v", name, got, byPrefix[name])
+		}
+		if got := UsesSessionKey(p); got != bySession[name] {
+			t.Errorf("%s: UsesSessionKey %v, want %v", name, got, bySession[name])
+		}
+		r := NewRouter(p, NewLoadTable(nil), NewIndex(SystemClock{}, 16), 8, nil)
+		if r.RoutesByPrefix() != byPrefix[name] || r.UsesSessionKey() != bySession[name] {
+			t.Errorf("%s: the router answers otherwise than its policy", name)
+		}
+	}
+}

@@ -48,9 +48,29 @@ type Policy interface {
 	Select(req *Request, pool *Pool) Choice
 }
 
-// prefixAware policies want the chosen worker recorded as the owner of the
-// request's blocks.
+// prefixAware policies place requests by the prefixes they record: they
+// want the chosen worker recorded as the owner of the request's blocks, and
+// only their decisions predict a cache hit or miss.
 type prefixAware interface{ recordsOwnership() }
+
+// sessionKeyed policies place a request by its SessionKey.
+type sessionKeyed interface{ hashesSession() }
+
+// RoutesByPrefix reports whether p places requests by the prefixes it
+// records, so that each of its decisions is a cache hit or a miss. Callers
+// ask this, never the policy's name.
+func RoutesByPrefix(p Policy) bool {
+	_, ok := p.(prefixAware)
+	return ok
+}
+
+// UsesSessionKey reports whether p places requests by Request.SessionKey:
+// callers derive the key (hashing a header, or a whole body) for such a
+// policy only.
+func UsesSessionKey(p Policy) bool {
+	_, ok := p.(sessionKeyed)
+	return ok
+}
 
 // routedObserver policies hear every reserved choice, once per request
 // (Select may run more than once before a reservation succeeds).
@@ -188,6 +208,8 @@ type ConsistentHash struct{}
 var _ Policy = ConsistentHash{}
 
 func (ConsistentHash) Name() string { return PolicyConsistentHash }
+
+func (ConsistentHash) hashesSession() {}
 
 func (ConsistentHash) Select(req *Request, pool *Pool) Choice {
 	best, bestScore := 0, uint64(0)

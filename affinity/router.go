@@ -75,7 +75,7 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 		o.routed(c)
 	}
 	w := c.Load.id
-	if _, ok := r.policy.(prefixAware); ok && len(req.Hashes) > 0 {
+	if RoutesByPrefix(r.policy) && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
 		r.announce(req, c, w)
 	}
@@ -128,7 +128,8 @@ func (r *Router) noteReservation(req *Request) {
 
 // RoutesByPrefix reports whether the router's policy places requests by the
 // prefixes it records: only its decisions predict a cache hit or miss.
-func (r *Router) RoutesByPrefix() bool {
-	_, ok := r.policy.(prefixAware)
-	return ok
-}
+func (r *Router) RoutesByPrefix() bool { return RoutesByPrefix(r.policy) }
+
+// UsesSessionKey reports whether the router's policy places requests by
+// their session key, the argument of Prepare that only it reads.
+func (r *Router) UsesSessionKey() bool { return UsesSessionKey(r.policy) }

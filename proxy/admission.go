@@ -203,7 +203,7 @@ func bytesCutBearer(v []byte) ([]byte, bool) {
 // to answer with (400 for a class or tenant it cannot read, 429 when the
 // queue is full or the request was shed for a higher class, 408 after the
 // timeout, each naming the class, the tenant and what held it). The
-// ticket's slot is released by release (Handler, or done for a stream).
+// ticket's slot is released by release (the exchange's finish).
 func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admission.Ticket, error) {
 	req, err := d.requestOf(&rc.Request.Header)
 	if err != nil {
@@ -268,16 +268,6 @@ func (d *admitter) release(tk *admission.Ticket) {
 	if tk != nil {
 		d.s.Done(tk, time.Now())
 	}
-}
-
-// ticketKey is where Handler leaves a request's admission ticket for the
-// exchange that serves it (newExchange).
-type ticketKey struct{}
-
-// ticketOf is the admission ticket the door gave ctx's request, if any.
-func ticketOf(ctx *fasthttp.RequestCtx) *admission.Ticket {
-	tk, _ := ctx.UserValue(ticketKey{}).(*admission.Ticket)
-	return tk
 }
 
 // refreshEvery is how often the door reads the engines' saturation signal

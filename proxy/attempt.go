@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -127,6 +128,41 @@ func (a *attempt) send(body []byte) error {
 	a.framed = a.resp.Header.ContentLength() != -2
 	a.track.Progress(0)
 	return nil
+}
+
+// goLive reads the first bytes of a's streamed body. A failure before any
+// byte is a failed attempt like any other; an empty body is a whole answer.
+func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
+	if err := a.startStream(); err != nil {
+		o, e := a.failure(err)
+		a.end(o, false)
+		return nil, nil, e
+	}
+	buf := firstReads.Get().(*[]byte)
+	n, err := readSome(a.resp.BodyStream(), *buf)
+	switch {
+	case n == 0 && err == io.EOF:
+		firstReads.Put(buf)
+		return nil, p.emptyAnswer(a), nil
+	case err != nil && err != io.EOF:
+		firstReads.Put(buf)
+		o, e := a.failure(err)
+		a.end(o, false)
+		return nil, nil, e
+	}
+	a.first, a.firstBuf = (*buf)[:n], buf
+	a.x.firstByte = time.Now()
+	return a, nil, nil
+}
+
+// readSome reads at least one byte from r, or fails.
+func readSome(r io.Reader, b []byte) (int, error) {
+	for {
+		n, err := r.Read(b)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
 }
 
 // status is the worker's answer status; valid after send.

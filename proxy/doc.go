@@ -5,6 +5,12 @@
 // that keep load counts honest on every path (success, error, retry, client
 // disconnect).
 //
+// Every request of the inference API is an exchange (exchange.go) from the
+// moment the door (door.go) decides on it, and ends in one function,
+// exchange.finish, whichever way it went: refused at the door or later,
+// answered whole, streamed (the relay reports its end), or cut. The metrics,
+// the request log, the trace and the admission slot are settled there, once.
+//
 // The proxy knows workers through a Fleet view that the cluster layer
 // refreshes when the registry or a worker's health changes; the request path
 // only loads that immutable view.

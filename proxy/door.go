@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync/atomic"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -31,13 +32,12 @@ import (
 func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 	tk, err := p.admitted(ctx, rt)
 	if err != nil {
-		p.turnAway(ctx, rt, err)
+		p.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
 	}
 	held, err := p.readBody(ctx)
 	if err != nil {
-		p.admission.release(tk)
-		p.turnAway(ctx, rt, err)
+		p.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
 	return passed{held: held, ticket: tk}, true
@@ -72,10 +72,12 @@ func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
 	return nil
 }
 
-// turnAway answers a request the door refused. What the client may still
-// be sending is drained, on a connection that then closes, so that it reads
-// the answer rather than a reset.
-func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error) {
+// turnAway answers a request the door refused, and ends it: a request of a
+// metered route is an exchange from its arrival, since, and ends in finish,
+// which releases tk, the admission a request whose body was refused holds.
+// What the client may still be sending is drained, on a connection that
+// then closes, so that it reads the answer rather than a reset.
+func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *admission.Ticket, since time.Time) {
 	if bodyLeft(ctx) {
 		if ec := edgeOf(ctx.Conn()); ec != nil {
 			ec.lingerOnClose()
@@ -93,9 +95,8 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error) {
 	}
 	writeError(ctx, err)
 	if rt.metered != nil {
-		ep := rt.metered(ctx.Path())
-		ctx.Response.Header.SetBytesV("x-request-id", p.requestID(ctx, nil))
-		p.metrics.request(ep, ctx.Response.StatusCode(), errorType(err), ctx.Time())
+		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
+		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 )
 
 // exchange is one client request on its way through the proxy, from the
-// handler to the last byte of its response.
+// door to the last byte of its response. Every exchange ends in finish,
+// once, whichever way it went.
 type exchange struct {
 	p        *Proxy
 	ctx      *fasthttp.RequestCtx
@@ -23,7 +24,7 @@ type exchange struct {
 	start    time.Time
 	deadline time.Time // no attempt starts after it (--request-timeout-secs)
 	body     []byte    // the client's body, as received
-	text     *[]byte   // the buffer of in.text, from textBuffers; returned when done
+	text     *[]byte   // the buffer of in.text, from textBuffers; returned by finish
 	// up is the request every worker is sent, from fasthttp's pool: the
 	// client's headers less hop-by-hop ones, x-request-id and the default
 	// API key set; each attempt sets its worker's host and path and its
@@ -40,9 +41,9 @@ type exchange struct {
 
 	// life ends when the client leaves (cause ErrClientGone), when the
 	// router gives up on the request (an abortError) or shuts down, or when
-	// it is done. abort ends it and cuts the upstream connection.
+	// it finishes. abort ends it and cuts the upstream connection.
 	life  exchangeCtx
-	begun bool      // begin ran: done has its attempts' state to end
+	begun bool      // begin ran: finish has its attempts' state to end
 	guard connGuard // the upstream connection of the attempt under way
 	// first is the first attempt, final the answer delivered from the
 	// response: they live here to save allocations.
@@ -57,41 +58,62 @@ type exchange struct {
 	reqWatch clientWatch
 	gone     atomic.Bool // the client left; counted once
 
-	errType   string        // why the router refused or failed the request, for the metrics
 	route     route         // how it was routed, for the request log
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
 
-	ticket      *admission.Ticket      // its admission slot, released by done
+	ticket      *admission.Ticket      // its admission slot, released by finish
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
 
-// newExchange starts the exchange of ctx's request.
-func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint) *exchange {
-	start := time.Now()
+// newExchange starts the exchange of ctx's request to endpoint ep, at
+// start: when the door let it in, or when it came to the door that refused
+// it. tk is its admission, nil when it took none; finish releases it. The
+// body is not read here: a request refused at the door keeps what it did
+// not send.
+func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint, start time.Time, tk *admission.Ticket) *exchange {
 	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
-		body: ctx.PostBody(), uri: ctx.URI().RequestURI()}
-	x.ticket = ticketOf(ctx)
+		uri: ctx.URI().RequestURI(), ticket: tk}
 	x.id = p.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
+	p.startTrace(x)
 	return x
 }
 
-// serveInference handles the inference endpoints.
-func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
-	x := p.newExchange(ctx, ep) // the door let it in: key, size, admission, body
-	streaming := false
-	defer func() {
-		if !streaming {
-			p.done(x, x.ctx.Response.StatusCode(), false)
-		}
-	}()
+// plan says where an exchange that passed the door goes: the leg whose
+// answer is the client's, or the error to refuse it with. A plan that
+// returns neither has answered the client itself (the prefill worker's own
+// answer, when a disaggregated request's prefill failed). A plan that
+// returns a leg has begun the exchange.
+type plan func(p *Proxy, x *exchange) (*leg, error)
+
+// serveExchange is the one skeleton of every exchange the door let in,
+// whatever its route (a regular, disaggregated or continued inference
+// request, a request about a stored response, one about the engine): its
+// plan, then its leg, and its end, in finish, on every path.
+func (p *Proxy) serveExchange(x *exchange, planned plan) {
+	x.body = x.ctx.PostBody() // read by the door, whole
+	l, err := planned(p, x)
+	switch {
+	case err != nil:
+		x.refuse(err)
+	case l == nil:
+		x.finish(ending{status: x.ctx.Response.StatusCode()})
+	default:
+		p.serveLeg(x, l)
+	}
+}
+
+// planInference is the plan of the inference endpoints: the body parsed,
+// the replica ready, then the leg of a regular request, the decode leg of a
+// disaggregated one, or the leg to the worker that holds the response a
+// Responses API request continues.
+func (p *Proxy) planInference(x *exchange) (*leg, error) {
 	x.text = textBuffers.Get().(*[]byte)
-	in, err := parseInference(ep, x.body, (*x.text)[:0])
+	in, err := parseInference(x.ep, x.body, (*x.text)[:0])
 	if err != nil {
-		p.refuse(x, err)
-		return
+		return nil, err
 	}
 	*x.text = in.text // keep what the buffer grew to
 	if p.pd != nil {
@@ -100,41 +122,34 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 		in.text = bytes.Clone(in.text)
 	}
 	x.in = in
-	if ep == responses && p.keys.enabled() {
+	if x.ep == responses && p.keys.enabled() {
 		// The engine stores the key's fingerprint with the response, so
 		// that every replica can tell whose it is (stored.go).
-		if x.body, err = stampOwner(x.body, p.callerKey(ctx)); err != nil {
-			p.refuse(x, err)
-			return
+		if x.body, err = stampOwner(x.body, p.callerKey(x.ctx)); err != nil {
+			return nil, err
 		}
 	}
 	if err := p.awaitReady(x); err != nil {
-		p.refuse(x, err)
-		return
+		return nil, err
 	}
-	disaggregated := p.pd != nil && ep.pd
+	disaggregated := p.pd != nil && x.ep.pd
 	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
 	if err != nil {
-		p.refuse(x, err)
-		return
+		return nil, err
 	}
 	p.begin(x)
-	var key uint64 // hashing a large body is wasted on every policy but consistent_hash
+	var key uint64 // hashing a large body is wasted on every policy but those that place by session
 	if p.usesSessionKey() {
-		key = sessionKey(ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
+		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
 	}
-	if disaggregated {
-		streaming = p.pd.serve(x, pool, key)
-		return
-	}
-	if in.previous != "" {
-		streaming = p.continueResponse(x)
-		return
+	switch {
+	case disaggregated:
+		return p.pd.plan(x, pool, key)
+	case in.previous != "":
+		return p.continuedLeg(x)
 	}
 	router := p.finalRouter()
-	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool, decider: p.deps.Decider,
-		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
-	streaming = p.serveLeg(x, l)
+	return p.newLeg(x, "", router, router.Prepare(in.model, in.text, key), pool), nil
 }
 
 // maxReadyWait bounds how long a request that arrives before the replica is
@@ -173,20 +188,19 @@ func (p *Proxy) finalRouter() *affinity.Router {
 }
 
 // begin readies x for attempts: the upstream request, the context that
-// aborts them, its span when tracing, and the watch for a client that
-// leaves.
+// aborts them, and the watch for a client that leaves.
 func (p *Proxy) begin(x *exchange) {
 	x.up = p.upstreamRequest(x)
 	x.begun = true
-	p.startTrace(x)
 	p.flights.add(x) // shutdown aborts it
 	x.watch = &x.reqWatch
 	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), x, x.start)
 }
 
-// serveLeg runs the leg whose answer is the client's, and reports whether
-// the response is streamed (it then ends later, in the stream's Close).
-func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
+// serveLeg runs the leg whose answer is the client's, and ends x: now, with
+// a whole answer or the router's error, or, with a streamed answer, when
+// its relay closes.
+func (p *Proxy) serveLeg(x *exchange, l *leg) {
 	live, ans, err := p.try(x, l)
 	switch {
 	case live != nil:
@@ -194,31 +208,28 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) (streaming bool) {
 			p.learnOwner(x, live.m.ID, live.first)
 		}
 		p.stream(x, live, l)
-		return true
 	case ans != nil:
 		ans.deliver(x)
-		x.route.tokens = completionTokens(x.ctx.Response.Body())
-		l.judge(ans.status, usageOf(x.ctx.Response.Body()))
-		if x.ep == responses && ans.status/100 == 2 {
-			p.learnOwner(x, ans.worker, x.ctx.Response.Body())
-		}
+		body := x.ctx.Response.Body()
+		l.judge(ans.status, usageOf(body))
+		p.ownersHear(x, ans.worker, ans.status, body)
+		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: completionTokens(body)})
 	default:
-		p.refuse(x, err)
+		x.refuse(err)
 	}
-	return false
 }
 
-// refuse answers the client with the router's own error; a client that
-// left gets nothing (the 499 keeps the metrics honest).
-func (p *Proxy) refuse(x *exchange, err error) {
-	x.errType = errorType(err)
+// refuse answers the client with the router's own error, and ends x; a
+// client that left gets nothing (the 499 keeps the metrics honest).
+func (x *exchange) refuse(err error) {
 	if isGone(err) {
 		x.ctx.SetConnectionClose()
 		x.ctx.Response.ResetBody()
 		x.ctx.SetStatusCode(statusClientGone)
-		return
+	} else {
+		writeError(x.ctx, err)
 	}
-	writeError(x.ctx, err)
+	x.finish(ending{status: x.ctx.Response.StatusCode(), errType: errorType(err)})
 }
 
 // statusClientGone is what the metrics record for a client that left.
@@ -240,9 +251,22 @@ func (x *exchange) abort(cause error) {
 	x.guard.abort()
 }
 
-// done ends the exchange: the watch, what is left of its attempts, its
-// admission slot, and its count in the metrics, as the client saw it.
-func (p *Proxy) done(x *exchange, status int, cut bool) {
+// ending is how an exchange ended, as the client saw it: what finish
+// records.
+type ending struct {
+	status  int
+	errType string // why the router refused or failed it; "" when a worker's answer was passed on
+	cut     bool   // a stream the router cut after its first byte
+	tokens  int    // generated tokens, as the whole answer or the stream said
+}
+
+// finish is the one end of every exchange, refused at the door, refused
+// later, answered whole or streamed, and runs exactly once: it ends the
+// watch and what is left of the attempts, releases the admission slot, and
+// records the request as the client saw it, in the metrics, the request
+// log, the worker's tally and the trace.
+func (x *exchange) finish(e ending) {
+	p := x.p
 	x.watch.stop()
 	releaseText(x.text)
 	x.text = nil
@@ -255,15 +279,16 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 		x.life.end(nil)
 	}
 	p.admission.release(x.ticket)
-	errType := x.errType
+	status, errType := e.status, e.errType
 	switch {
 	case x.gone.Load():
 		status, errType = statusClientGone, "client_disconnected"
-	case cut:
+	case e.cut:
 		errType = "stream_cut"
 	case errType == "" && status >= 400:
 		errType = workerErrorType(status)
 	}
+	x.route.tokens = e.tokens
 	p.metrics.request(x.ep, status, errType, x.start)
 	p.logRequest(x, status, errType)
 	countTokens(x)
@@ -273,7 +298,7 @@ func (p *Proxy) done(x *exchange, status int, cut bool) {
 	}
 	if x.pd {
 		p.metrics.pdDuration.UpdateDuration(x.start)
-		p.pd.countFailure(x, status, cut)
+		p.pd.countFailure(x, status, e.cut)
 	}
 }
 
@@ -288,13 +313,13 @@ func workerErrorType(status int) string {
 	return "worker_client_error"
 }
 
-// usesSessionKey reports whether any policy of the request path hashes a
-// session key (consistent_hash).
+// usesSessionKey reports whether any policy of the request path places
+// requests by a session key.
 func (p *Proxy) usesSessionKey() bool {
 	if p.pd != nil {
 		return p.pd.usesSessionKey()
 	}
-	return p.routers.Load().regular.Policy().Name() == affinity.PolicyConsistentHash
+	return p.routers.Load().regular.UsesSessionKey()
 }
 
 // hopHeaders are connection-level headers that never cross the proxy.

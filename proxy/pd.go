@@ -62,8 +62,7 @@ func newDisaggregation(p *Proxy, cfg PD) *disaggregation {
 // usesSessionKey reports whether a role's policy hashes a session key.
 func (d *disaggregation) usesSessionKey() bool {
 	rs := d.p.routers.Load().pd
-	return rs.Prefill.Policy().Name() == affinity.PolicyConsistentHash ||
-		rs.Decode.Policy().Name() == affinity.PolicyConsistentHash
+	return rs.Prefill.UsesSessionKey() || rs.Decode.UsesSessionKey()
 }
 
 // finalRole is the role of the worker whose answer the client gets.
@@ -74,19 +73,21 @@ func (p *Proxy) finalRole() string {
 	return RoleRegular
 }
 
-// serve runs one disaggregated request whose decode candidates are dpool.
-func (d *disaggregation) serve(x *exchange, dpool *affinity.Pool, key uint64) (streaming bool) {
+// plan is the plan of a disaggregated request whose decode candidates are
+// dpool, up to its decode leg, whose answer is the client's: the sequential
+// protocol's prefill runs here, the concurrent one's starts here. When the
+// prefill failed with an answer of its own, the client has it, and there is
+// no leg.
+func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*leg, error) {
 	d.requests.Inc()
 	x.pd = true
 	ppool, err := d.p.fleet.view().pool(RolePrefill, x.in.model)
 	if err != nil {
-		d.p.refuse(x, err)
-		return false
+		return nil, err
 	}
 	pre, dec, err := d.legs(x, ppool, dpool, key)
 	if err != nil {
-		d.p.refuse(x, err)
-		return false
+		return nil, err
 	}
 	if d.cfg.Mode == PDSGLang {
 		return d.concurrent(x, pre, dec)
@@ -97,17 +98,14 @@ func (d *disaggregation) serve(x *exchange, dpool *affinity.Pool, key uint64) (s
 // legs chooses the prefill and the decode worker together and returns the
 // two legs that start on them.
 func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint64) (pre, dec *leg, err error) {
-	attempts := d.p.cfg.Retry.MaxAttempts
 	rs := d.p.routers.Load().pd
-	pre = &leg{phase: RolePrefill, router: rs.Prefill, req: rs.Prefill.Prepare(x.in.model, x.in.text, key),
-		pool: ppool, attempts: attempts, decider: d.p.deps.Decider}
-	dec = &leg{phase: RoleDecode, router: rs.Decode, req: rs.Decode.Prepare(x.in.model, x.in.text, key),
-		pool: dpool, attempts: attempts, stream: true, toClient: true}
+	pre = d.p.newLeg(x, RolePrefill, rs.Prefill, rs.Prefill.Prepare(x.in.model, x.in.text, key), ppool)
+	dec = d.p.newLeg(x, RoleDecode, rs.Decode, rs.Decode.Prepare(x.in.model, x.in.text, key), dpool)
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
 		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
 	}
-	ddec, dguard, err := dec.router.Route(dec.req, dpool)
+	ddec, dguard, err := dec.route(dpool)
 	if err != nil {
 		pguard.Release()
 		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.model)
@@ -117,14 +115,16 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 }
 
 // sequential is the vLLM protocol: the prefill leg, whose answer carries
-// the kv_transfer_params, then the decode leg with them.
-func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
+// the kv_transfer_params, then the decode leg with them. A prefill that
+// failed is answered with the prefill worker's own answer when there is one
+// (a 4xx is the client's mistake, a 429 or 5xx what the worker said after
+// every retry), else with the router's error.
+func (d *disaggregation) sequential(x *exchange, pre, dec *leg) (*leg, error) {
 	var err error
 	if pre.body, err = prefillRequestBody(x.body); err != nil {
 		pre.release()
 		dec.release()
-		d.p.refuse(x, err)
-		return false
+		return nil, err
 	}
 	d.prefills.Inc()
 	_, ans, err := d.p.try(x, pre)
@@ -137,30 +137,21 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) bool {
 	if err != nil || ans.status/100 != 2 {
 		dec.release() // no decode call for a request whose prefill failed or whose client left
 		x.failedPhase.Store(&phasePrefill)
-		d.prefillFailed(x, ans, err)
-		return false
+		if err != nil {
+			return nil, err
+		}
+		ans.deliver(x)
+		return nil, nil
 	}
 	d.decodes.Inc()
-	return d.p.serveLeg(x, dec)
-}
-
-// prefillFailed answers the client of a request whose prefill failed: with
-// the prefill worker's own answer when there is one (a 4xx is the client's
-// mistake, a 429 or 5xx what the worker said after every retry), else with
-// the router's error.
-func (d *disaggregation) prefillFailed(x *exchange, ans *answer, err error) {
-	if err != nil {
-		d.p.refuse(x, err)
-		return
-	}
-	ans.deliver(x)
+	return dec, nil
 }
 
 // concurrent is the SGLang protocol: prefill and decode at once, tied by the
 // bootstrap fields, the decode answer to the client. A failed prefill
 // aborts the decode. Neither half is retried: a retry would need a new
 // bootstrap room on both.
-func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
+func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
 	px, end := d.detached(x) // before the decode half uses x's request
 	// The prefill worker is picked, through its circuit, before the body
 	// that names it is written: a worker whose circuit refuses is replaced
@@ -169,16 +160,14 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
 	if err != nil {
 		end()
 		dec.release()
-		d.p.refuse(x, err)
-		return false
+		return nil, err
 	}
 	body, err := bootstrapBody(x.body, a.m)
 	if err != nil {
 		a.end(Canceled, false)
 		end()
 		dec.release()
-		d.p.refuse(x, err)
-		return false
+		return nil, err
 	}
 	pre.body, dec.body = body, body
 	pre.attempts, dec.attempts = 1, 1
@@ -191,7 +180,7 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) bool {
 		defer end()
 		d.concurrentPrefill(x, px, pre)
 	}()
-	return d.p.serveLeg(x, dec)
+	return dec, nil
 }
 
 // concurrentPrefill runs the prefill half of a concurrent request as px;
@@ -233,7 +222,7 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 
 var phasePrefill = RolePrefill
 
-// countFailure counts, when the request is done, the failure of a
+// countFailure counts, when the request finishes, the failure of a
 // disaggregated request in its phase: the one that failed first, else the
 // decode whose answer the client got. A client that left is no failure.
 func (d *disaggregation) countFailure(x *exchange, status int, cut bool) {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -252,13 +253,12 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer p.bodies.give(pass.held)
-	if pass.ticket != nil {
-		ctx.SetUserValue(ticketKey{}, pass.ticket)
+	if rt.metered == nil {
+		rt.serve(p, ctx)
+		return
 	}
-	rt.serve(p, ctx)
-	if !ctx.Response.IsBodyStream() {
-		p.admission.release(pass.ticket) // a stream's is released by done, at its end
-	}
+	x := p.newExchange(ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
+	p.serveExchange(x, rt.plan)
 }
 
 // refuseConnection answers every request of a connection accepted past
@@ -340,7 +340,7 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 		rt = &apiRoute{access: open} // perhaps the admin API's: only the size
 	}
 	if err := p.headersAllow(ctx, rt); err != nil {
-		p.turnAway(ctx, rt, err)
+		p.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
 		return ctx.Response.StatusCode()
 	}
 	return fasthttp.StatusContinue

@@ -57,41 +57,6 @@ type relay struct {
 // replaced by another one, with the client none the wiser.
 var firstReads = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// goLive reads the first bytes of a's streamed body. A failure before any
-// byte is a failed attempt like any other; an empty body is a whole answer.
-func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
-	if err := a.startStream(); err != nil {
-		o, e := a.failure(err)
-		a.end(o, false)
-		return nil, nil, e
-	}
-	buf := firstReads.Get().(*[]byte)
-	n, err := readSome(a.resp.BodyStream(), *buf)
-	switch {
-	case n == 0 && err == io.EOF:
-		firstReads.Put(buf)
-		return nil, p.emptyAnswer(a), nil
-	case err != nil && err != io.EOF:
-		firstReads.Put(buf)
-		o, e := a.failure(err)
-		a.end(o, false)
-		return nil, nil, e
-	}
-	a.first, a.firstBuf = (*buf)[:n], buf
-	a.x.firstByte = time.Now()
-	return a, nil, nil
-}
-
-// readSome reads at least one byte from r, or fails.
-func readSome(r io.Reader, b []byte) (int, error) {
-	for {
-		n, err := r.Read(b)
-		if n > 0 || err != nil {
-			return n, err
-		}
-	}
-}
-
 // stream hands the live attempt a to the client as a streamed response.
 func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	x.watch.stop() // from now on only the response writes to the client
@@ -374,6 +339,13 @@ func (r *relay) CloseWithError(werr error) error {
 		firstReads.Put(r.buf)
 		r.buf = nil
 	}
+	r.x.finish(r.end(werr))
+	return nil
+}
+
+// end ends the stream's attempt as the stream ended, and reports to the
+// exchange how it ended for the client.
+func (r *relay) end(werr error) ending {
 	switch {
 	case r.failed != nil:
 		r.a.end(r.outcome, false)
@@ -381,20 +353,18 @@ func (r *relay) CloseWithError(werr error) error {
 		if cut {
 			r.p.metrics.streamErrors.Inc()
 		}
-		r.p.done(r.x, r.status, cut)
+		return ending{status: r.status, cut: cut}
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
-		r.x.route.tokens = r.tokens()
 		r.l.judge(r.status, usageOf(r.usage.bytes()))
 		if events := r.events.n; events > 2 {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
-		r.p.done(r.x, r.status, false)
+		return ending{status: r.status, tokens: r.tokens()}
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
 		r.p.metrics.streamErrors.Inc()
-		r.x.errType = "request_timeout"
-		r.p.done(r.x, fasthttp.StatusGatewayTimeout, false)
+		return ending{status: fasthttp.StatusGatewayTimeout, errType: "request_timeout"}
 	default: // the client went away before the stream ended
 		r.x.clientGone()
 		o := Canceled
@@ -402,9 +372,8 @@ func (r *relay) CloseWithError(werr error) error {
 			o = outcomeOf(r.status)
 		}
 		r.a.end(o, false)
-		r.p.done(r.x, r.status, false)
+		return ending{status: r.status}
 	}
-	return nil
 }
 
 // keepaliveChunk is an SSE comment in one chunk of chunked framing: SSE

@@ -29,9 +29,14 @@ type apiRoute struct {
 	match  func(method, path []byte) bool
 	access access
 	admits bool // takes an admission token (429 or 408) before its body is read
-	// metered names the endpoint its refusals count under, if any.
+	// metered names the endpoint a request of the route counts under, and
+	// makes each one an exchange (exchange.go): refused at the door or
+	// served by plan, it ends in finish, with its line in the request log
+	// and its span. Every route that admits is metered.
 	metered func(path []byte) *endpoint
-	serve   func(p *Proxy, ctx *fasthttp.RequestCtx)
+	plan    plan
+	// serve answers a request of a route that is not metered.
+	serve func(p *Proxy, ctx *fasthttp.RequestCtx)
 }
 
 // routes is the table. A route is added here or nowhere: the door gives a
@@ -39,11 +44,7 @@ type apiRoute struct {
 var routes = append(inferenceRoutes(), []*apiRoute{
 	{name: "/v1/responses/{id}", sample: "GET /v1/responses/resp_1",
 		match:  func(_, path []byte) bool { _, ok := storedResponseID(path); return ok },
-		access: keyed, admits: true, metered: func([]byte) *endpoint { return storedResponses },
-		serve: func(p *Proxy, ctx *fasthttp.RequestCtx) {
-			id, _ := storedResponseID(ctx.Path())
-			p.serveStoredResponse(ctx, id)
-		}},
+		access: keyed, admits: true, metered: func([]byte) *endpoint { return storedResponses }, plan: (*Proxy).planStored},
 	{name: "/v1/models", sample: "GET /v1/models", match: pathIs("/v1/models"), access: keyed, serve: (*Proxy).serveModels},
 	workerInfoRoute("/get_model_info"),
 	workerInfoRoute("/get_server_info"),
@@ -63,8 +64,7 @@ func inferenceRoutes() []*apiRoute {
 		}
 		rs = append(rs, &apiRoute{name: "POST " + ep.path, sample: "POST " + ep.path,
 			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.path },
-			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep },
-			serve: func(p *Proxy, ctx *fasthttp.RequestCtx) { p.serveInference(ctx, ep) }})
+			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep }, plan: (*Proxy).planInference})
 	}
 	return rs
 }
@@ -72,7 +72,7 @@ func inferenceRoutes() []*apiRoute {
 // workerInfoRoute is a request about the engine, sent to any worker.
 func workerInfoRoute(path string) *apiRoute {
 	return &apiRoute{name: path, sample: "GET " + path, match: pathIs(path), access: keyed, admits: true,
-		metered: func([]byte) *endpoint { return workerInfo }, serve: (*Proxy).serveAnyWorker}
+		metered: func([]byte) *endpoint { return workerInfo }, plan: (*Proxy).planAnyWorker}
 }
 
 // noRoute answers what the table does not hold, behind the key like any

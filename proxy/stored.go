@@ -262,77 +262,68 @@ func storedResponseID(path []byte) (string, bool) {
 	return "", false
 }
 
-// serveStoredResponse forwards a request about a stored response to the
-// worker that holds it for the caller's key, whole and as it is. The search
+// planStored is the plan of a request about a stored response: whole and
+// as it is, to the worker that holds it for the caller's key. The search
 // for it comes after admission (at the door) and ends when the client
 // leaves.
-func (p *Proxy) serveStoredResponse(ctx *fasthttp.RequestCtx, id string) {
-	x := p.newExchange(ctx, storedResponses)
-	defer func() { p.done(x, x.ctx.Response.StatusCode(), false) }() // a stored response is never streamed
+func (p *Proxy) planStored(x *exchange) (*leg, error) {
+	id, _ := storedResponseID(x.ctx.Path())
 	p.begin(x)
-	owner, ok := p.ownerOf(&x.life, id, p.callerKey(ctx))
+	owner, ok := p.ownerOf(&x.life, id, p.callerKey(x.ctx))
 	switch {
 	case x.life.why() != nil:
-		p.refuse(x, x.life.why())
-		return
+		return nil, x.life.why()
 	case !ok:
-		x.errType = "not_found"
-		writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error", "no worker holds a response with id "+id)
+		return nil, errorf(ErrNotFound, "no worker holds a response with id %s", id)
+	}
+	return p.pinnedLeg(x, owner), nil
+}
+
+// ownersHear keeps the owners of stored responses up to date with a
+// worker's whole answer: the response a POST /v1/responses made is
+// learned, the one a DELETE removed forgotten.
+func (p *Proxy) ownersHear(x *exchange, w affinity.WorkerID, status int, answer []byte) {
+	if status/100 != 2 {
 		return
 	}
-	p.servePinnedLeg(x, owner)
-	if ctx.IsDelete() && ctx.Response.StatusCode()/100 == 2 {
+	switch {
+	case x.ep == responses:
+		p.learnOwner(x, w, answer)
+	case x.ep == storedResponses && x.ctx.IsDelete():
+		id, _ := storedResponseID(x.ctx.Path())
 		p.owners.forget(id)
 	}
 }
 
-// servePinned sends x, whole, to worker w only: one attempt, no choice.
-// Its admission was taken at the door.
-func (p *Proxy) servePinned(x *exchange, w affinity.WorkerID) {
-	streaming := false
-	defer func() {
-		if !streaming {
-			p.done(x, x.ctx.Response.StatusCode(), false)
-		}
-	}()
-	p.begin(x)
-	streaming = p.servePinnedLeg(x, w)
-}
-
-// servePinnedLeg runs x's one attempt on worker w; x has begun.
-func (p *Proxy) servePinnedLeg(x *exchange, w affinity.WorkerID) bool {
+// pinnedLeg is the leg that sends x, whole, to worker w only: one attempt,
+// no choice. x has begun.
+func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
 	load := p.deps.Loads.Get(w)
-	l := &leg{router: p.finalRouter(), pool: affinity.NewPool([]*affinity.Load{load}), body: x.body, attempts: 1,
-		stream: true, toClient: true, pinned: true,
-		first: &routed{dec: affinity.Decision{Worker: w}, guard: p.deps.Loads.Acquire(load)}}
-	return p.serveLeg(x, l)
+	l := p.newLeg(x, "", p.finalRouter(), nil, affinity.NewPool([]*affinity.Load{load}))
+	l.pin(&routed{dec: affinity.Decision{Worker: w}, guard: p.deps.Loads.Acquire(load)})
+	return l
 }
 
-// continueResponse sends a Responses API request that continues a stored
-// response (previous_response_id) to the worker that holds it for the
-// caller's key: no other worker could answer it.
-func (p *Proxy) continueResponse(x *exchange) bool {
+// continuedLeg is the leg of a Responses API request that continues a
+// stored response (previous_response_id): to the worker that holds it for
+// the caller's key, since no other worker could answer it.
+func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
 	owner, ok := p.ownerOf(&x.life, x.in.previous, p.callerKey(x.ctx))
 	if !ok {
 		if why := x.life.why(); why != nil {
-			p.refuse(x, why)
-			return false
+			return nil, why
 		}
-		p.refuse(x, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.previous))
-		return false
+		return nil, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.previous)
 	}
-	return p.servePinnedLeg(x, owner)
+	return p.pinnedLeg(x, owner), nil
 }
 
-// serveAnyWorker forwards a request about the engine (get_model_info,
-// get_server_info, health_generate) to the least loaded eligible worker.
-func (p *Proxy) serveAnyWorker(ctx *fasthttp.RequestCtx) {
-	x := p.newExchange(ctx, workerInfo)
+// planAnyWorker is the plan of a request about the engine (get_model_info,
+// get_server_info, health_generate): to the least loaded eligible worker.
+func (p *Proxy) planAnyWorker(x *exchange) (*leg, error) {
 	pool, err := p.fleet.view().pool(p.finalRole(), "")
 	if err != nil {
-		p.refuse(x, err)
-		p.metrics.request(x.ep, ctx.Response.StatusCode(), x.errType, x.start)
-		return
+		return nil, err
 	}
 	least := pool.At(0)
 	for i := range pool.Len() {
@@ -340,5 +331,6 @@ func (p *Proxy) serveAnyWorker(ctx *fasthttp.RequestCtx) {
 			least = l
 		}
 	}
-	p.servePinned(x, least.ID())
+	p.begin(x)
+	return p.pinnedLeg(x, least.ID()), nil
 }

@@ -28,13 +28,14 @@ type requestTrace struct {
 	span   trace.Span
 }
 
-// startTrace opens x's request span.
+// startTrace opens x's request span, from x's start (a request the door
+// refused is traced from its arrival).
 func (p *Proxy) startTrace(x *exchange) {
 	if p.deps.Tracer == nil {
 		return
 	}
 	parent := propagator.Extract(context.Background(), requestCarrier{&x.ctx.Request.Header})
-	ctx, span := p.deps.Tracer.Start(parent, x.ep.path, trace.WithSpanKind(trace.SpanKindServer),
+	ctx, span := p.deps.Tracer.Start(parent, x.ep.path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
 		trace.WithAttributes(attribute.String("http.route", x.ep.path), attribute.String("kvrouter.request_id", string(x.id))))
 	x.trace = &requestTrace{tracer: p.deps.Tracer, ctx: ctx, span: span}
 }
