@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/proxy"
@@ -117,6 +119,35 @@ const (
 	// DefaultJoinTimeout is Config.JoinTimeout when unset.
 	DefaultJoinTimeout = 30 * time.Second
 )
+
+// DefaultConfig returns what `router serve` runs with when no flag is
+// given, and the flags take their defaults from it: each field's documented
+// default, the proxy's, the health monitor's and the routing's included,
+// with the settings the command line turns on by default (priority classes,
+// engine scrapes, the extra metrics listener). Node name, data dir, seeds
+// and secrets have none. A test that starts from it picks its own ports.
+func DefaultConfig() Config {
+	c := Config{
+		HTTPAddr:          "127.0.0.1:30000",
+		MetricsAddr:       "127.0.0.1:29000",
+		RaftBind:          "127.0.0.1:7947",
+		GossipBind:        "127.0.0.1:7946",
+		BootstrapExpect:   1,
+		ReapTimeout:       DefaultReapTimeout,
+		ReconcileInterval: DefaultReconcileInterval,
+		JoinTimeout:       DefaultJoinTimeout,
+		RaftTimings: RaftTimings{Heartbeat: DefaultRaftHeartbeatTimeout, Election: DefaultRaftElectionTimeout,
+			LeaderLease: DefaultRaftLeaderLeaseTimeout, Commit: DefaultRaftCommitTimeout},
+		Routing: DefaultRouting(),
+		Proxy:   proxy.DefaultConfig(),
+		Health:  health.DefaultConfig(),
+	}
+	c.Proxy.BlockSize = c.Routing.BlockSize
+	c.Proxy.Admission.Classes = slices.Clone(admission.DefaultClasses)
+	c.Proxy.Admission.DefaultClass = admission.DefaultClass
+	c.Health.EngineScrapeInterval = health.DefaultEngineScrapeInterval
+	return c
+}
 
 func (c Config) withDefaults() Config {
 	if c.ReapTimeout <= 0 {
