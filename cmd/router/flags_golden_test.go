@@ -346,3 +346,29 @@ func TestTheREADMEFlagTableListsEveryFlagAndNoOther(t *testing.T) {
 		}
 	}
 }
+
+// A value the flag parser itself refuses (a duration without its unit, a
+// word for a number), on the command line or in ROUTER_*, is refused
+// naming the flag as --name, as the refusals after parsing are.
+func TestAValueTheParserRefusesNamesItsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+		flag string
+	}{
+		{args: []string{"--wedge-timeout", "60"}, flag: "--wedge-timeout"},
+		{args: []string{"--queue-timeout-secs", "1m"}, flag: "--queue-timeout-secs"},
+		{env: "ROUTER_REAP_TIMEOUT", flag: "--reap-timeout"},
+	} {
+		if tc.env != "" {
+			t.Setenv(tc.env, "soon")
+		}
+		_, err := parseServe(t, tc.args...)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.flag+": ") {
+			t.Errorf("%v %s: %v, want a refusal that starts with %s", tc.args, tc.env, err, tc.flag)
+		}
+		if tc.env != "" {
+			os.Unsetenv(tc.env)
+		}
+	}
+}
