@@ -34,7 +34,7 @@ type WorkerLoad struct {
 // safe for concurrent use.
 type Capacity struct {
 	// KVFull is the KV cache usage at or above which an engine counts as
-	// full (--saturation-kv-usage, default 0.95).
+	// full (--saturation-kv-usage, default DefaultKVFull).
 	KVFull float64
 	// ProbeAfter is how long a bound holds, the engine at it and not
 	// queueing, before it is raised by one; default 60 s: the bound comes
@@ -86,7 +86,7 @@ func (b *engineBound) set(n int, at time.Time) { b.seqs, b.at = n, at }
 
 func (c *Capacity) kvFull() float64 {
 	if c.KVFull <= 0 {
-		return 0.95
+		return DefaultKVFull
 	}
 	return c.KVFull
 }

@@ -16,6 +16,10 @@ var DefaultClasses = []string{"system", "interactive", "default", "bulk"}
 // DefaultClass is the class of a request that names none.
 const DefaultClass = "default"
 
+// DefaultKVFull is Capacity.KVFull when unset: the KV cache usage, a
+// share in (0, 1], at which an engine counts as full.
+const DefaultKVFull = 0.95
+
 // Class is a class's rank: 0 is the highest.
 type Class uint8
 

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/proxy"
@@ -118,6 +120,35 @@ const (
 	DefaultJoinTimeout = 30 * time.Second
 )
 
+// DefaultConfig returns what `router serve` runs with when no flag is
+// given, and the flags take their defaults from it: each field's documented
+// default, the proxy's, the health monitor's and the routing's included,
+// with the settings the command line turns on by default (priority classes,
+// engine scrapes, the extra metrics listener). Node name, data dir, seeds
+// and secrets have none. A test that starts from it picks its own ports.
+func DefaultConfig() Config {
+	c := Config{
+		HTTPAddr:          "127.0.0.1:30000",
+		MetricsAddr:       "127.0.0.1:29000",
+		RaftBind:          "127.0.0.1:7947",
+		GossipBind:        "127.0.0.1:7946",
+		BootstrapExpect:   1,
+		ReapTimeout:       DefaultReapTimeout,
+		ReconcileInterval: DefaultReconcileInterval,
+		JoinTimeout:       DefaultJoinTimeout,
+		RaftTimings: RaftTimings{Heartbeat: DefaultRaftHeartbeatTimeout, Election: DefaultRaftElectionTimeout,
+			LeaderLease: DefaultRaftLeaderLeaseTimeout, Commit: DefaultRaftCommitTimeout},
+		Routing: DefaultRouting(),
+		Proxy:   proxy.DefaultConfig(),
+		Health:  health.DefaultConfig(),
+	}
+	c.Proxy.BlockSize = c.Routing.BlockSize
+	c.Proxy.Admission.Classes = slices.Clone(admission.DefaultClasses)
+	c.Proxy.Admission.DefaultClass = admission.DefaultClass
+	c.Health.EngineScrapeInterval = health.DefaultEngineScrapeInterval
+	return c
+}
+
 func (c Config) withDefaults() Config {
 	if c.ReapTimeout <= 0 {
 		c.ReapTimeout = DefaultReapTimeout
@@ -194,8 +225,8 @@ func flagErr(flag, format string, args ...any) error {
 // Validate checks the routing settings.
 func (r Routing) Validate() error {
 	var errs []error
-	if r.BlockSize < 16 || r.BlockSize > 1<<20 {
-		errs = append(errs, flagErr("block-size", "must be between 16 and 1048576 bytes (got %d)", r.BlockSize))
+	if err := store.CheckBlockSize(r.BlockSize); err != nil {
+		errs = append(errs, flagErr("block-size", "%v", err))
 	}
 	if r.MaxTreeSize < int64(r.BlockSize) {
 		errs = append(errs, flagErr("max-tree-size", "must hold at least one block of %d bytes (got %d)", r.BlockSize, r.MaxTreeSize))
@@ -235,24 +266,41 @@ func validPlacement(flag, name string) error {
 	return nil
 }
 
+// validThresholds checks a role's thresholds with the routing config's
+// checks of the same fields (store.Check*), naming the flags.
 func validThresholds(prefix string, t affinity.Thresholds) error {
+	checks := []flagCheck{
+		{prefix + "cache-threshold", store.CheckCacheThreshold(t.CacheThreshold)},
+		{prefix + "balance-abs-threshold", store.CheckBalanceAbs(t.BalanceAbs)},
+		{prefix + "balance-rel-threshold", store.CheckBalanceRel(t.BalanceRel)},
+	}
+	if prefix == "" {
+		checks = append(checks, flagCheck{"hot-prefix-load", store.CheckHotPrefixLoad(t.HotLoad)},
+			flagCheck{"hot-prefix-owners", validHotOwners(t.HotOwners)})
+	}
 	var errs []error
-	if t.CacheThreshold < 0 || t.CacheThreshold > 1 {
-		errs = append(errs, flagErr(prefix+"cache-threshold", "must be between 0 and 1 (got %v)", t.CacheThreshold))
-	}
-	if t.BalanceAbs < 0 {
-		errs = append(errs, flagErr(prefix+"balance-abs-threshold", "must not be negative (got %v)", t.BalanceAbs))
-	}
-	if t.BalanceRel < 1 {
-		errs = append(errs, flagErr(prefix+"balance-rel-threshold", "must be at least 1 (got %v)", t.BalanceRel))
-	}
-	if prefix == "" && !(t.HotLoad >= 0) {
-		errs = append(errs, flagErr("hot-prefix-load", "must not be negative (got %v)", t.HotLoad))
-	}
-	if prefix == "" && (t.HotOwners < 1 || t.HotOwners > store.MaxHotPrefixOwners) {
-		errs = append(errs, flagErr("hot-prefix-owners", "must be in 1..%d (got %d)", store.MaxHotPrefixOwners, t.HotOwners))
+	for _, c := range checks {
+		if c.err != nil {
+			errs = append(errs, flagErr(c.flag, "%v", c.err))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// flagCheck is a flag and the check of its value.
+type flagCheck struct {
+	flag string
+	err  error
+}
+
+// validHotOwners is the routing config's check of the owners, but for 0:
+// in a stored config 0 is one written before the field existed, while the
+// flag has no such past and asks for at least 1.
+func validHotOwners(n int) error {
+	if n == 0 {
+		return fmt.Errorf("must be in 1..%d (got 0)", store.MaxHotPrefixOwners)
+	}
+	return store.CheckHotPrefixOwners(n)
 }
 
 // Thresholds are the cache-aware knobs of one role.

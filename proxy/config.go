@@ -3,6 +3,7 @@ package proxy
 import (
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
@@ -147,7 +148,8 @@ func DefaultConfig() Config {
 		DialTimeout:       10 * time.Second,
 		WorkerIdleTimeout: defaultWorkerIdleTimeout,
 		Edge:              DefaultEdge(),
-		Admission:         Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true},
+		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
+			KVFull: admission.DefaultKVFull},
 	}
 }
 

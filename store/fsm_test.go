@@ -103,7 +103,7 @@ func TestRoutingConfigIsNilUntilSet(t *testing.T) {
 	if c := a.fsm.View().RoutingConfig(); c != nil {
 		t.Fatalf("fresh registry has routing config %+v", c)
 	}
-	want := RoutingConfig{BlockSize: 64, Policy: "cache_aware", CacheThreshold: 0.5}
+	want := RoutingConfig{BlockSize: 64, Policy: "cache_aware", CacheThreshold: 0.5, BalanceRelThreshold: 1.5}
 	a.apply(NewSetRoutingConfig(want))
 	if c := a.fsm.View().RoutingConfig(); c == nil || *c != want {
 		t.Fatalf("routing config = %+v, want %+v", c, want)

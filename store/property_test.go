@@ -31,7 +31,7 @@ func randomEntry(rng *rand.Rand) []byte {
 	case 6, 7:
 		cmd = NewSetWorkerState(id, states[rng.IntN(3)])
 	case 8:
-		cmd = NewSetRoutingConfig(RoutingConfig{BlockSize: rng.IntN(3) * 128, CacheThreshold: 0.3})
+		cmd = NewSetRoutingConfig(RoutingConfig{BlockSize: rng.IntN(3) * 128, CacheThreshold: 0.3, BalanceRelThreshold: 1.5})
 	default:
 		return []byte(`{"v":1,"kind":"garbage"`)
 	}

@@ -69,8 +69,17 @@ func (c RoutingConfig) clone() RoutingConfig {
 	return c
 }
 
-// maxBlockSize bounds BlockSize to something a prompt could plausibly fill.
-const maxBlockSize = 1 << 20
+// Bounds of BlockSize: below MinBlockSize a block is shorter than a word of
+// the text and the index holds a node per few bytes; MaxBlockSize is
+// something a prompt could plausibly fill.
+const (
+	MinBlockSize = 16
+	MaxBlockSize = 1 << 20
+)
+
+// MinBalanceRel is the least BalanceRelThreshold: a factor below 1 would
+// count the least-loaded candidate itself as overloaded.
+const MinBalanceRel = 1
 
 // MaxHotPrefixOwners bounds HotPrefixOwners: a prefix spread wider is no
 // longer an affinity.
@@ -140,35 +149,100 @@ func (c RoutingConfig) Diff(other RoutingConfig) error {
 	return nil
 }
 
+// The checks of the routing fields, one per field. A stored config
+// (Validate) and a replica's flags (cluster.Routing.Validate) are checked
+// with the same ones; each caller names the field its own way.
+
+// CheckBlockSize refuses a block size out of MinBlockSize..MaxBlockSize.
+func CheckBlockSize(n int) error {
+	if n < MinBlockSize || n > MaxBlockSize {
+		return fmt.Errorf("%d is not in %d..%d bytes", n, MinBlockSize, MaxBlockSize)
+	}
+	return nil
+}
+
+// CheckCacheThreshold refuses a cache threshold out of [0, 1].
+func CheckCacheThreshold(f float64) error {
+	if bad(f) || f < 0 || f > 1 {
+		return fmt.Errorf("%v is not in [0, 1]", f)
+	}
+	return nil
+}
+
+// CheckBalanceAbs refuses a negative absolute overload margin.
+func CheckBalanceAbs(f float64) error {
+	if bad(f) || f < 0 {
+		return fmt.Errorf("%v must be >= 0", f)
+	}
+	return nil
+}
+
+// CheckBalanceRel refuses a relative overload factor below MinBalanceRel.
+func CheckBalanceRel(f float64) error {
+	if bad(f) || f < MinBalanceRel {
+		return fmt.Errorf("%v must be >= %d", f, MinBalanceRel)
+	}
+	return nil
+}
+
+// CheckHotPrefixLoad refuses a negative hot-prefix load.
+func CheckHotPrefixLoad(f float64) error {
+	if bad(f) || f < 0 {
+		return fmt.Errorf("%v must be >= 0", f)
+	}
+	return nil
+}
+
+// CheckHotPrefixOwners refuses more hot-prefix owners than
+// MaxHotPrefixOwners. 0 is a config written before the field existed
+// (spreading off); a replica's flag asks for at least 1.
+func CheckHotPrefixOwners(n int) error {
+	if n < 0 || n > MaxHotPrefixOwners {
+		return fmt.Errorf("%d is not in 0..%d", n, MaxHotPrefixOwners)
+	}
+	return nil
+}
+
+func checkName(s string) error {
+	if len(s) > maxNameBytes {
+		return fmt.Errorf("longer than %d bytes", maxNameBytes)
+	}
+	return nil
+}
+
+// fieldCheck is one field of a config and the check of its value.
+type fieldCheck struct {
+	field string
+	err   error
+}
+
+// firstBad is the first failed check, as a *FieldError under prefix.
+func firstBad(prefix string, checks []fieldCheck) error {
+	for _, c := range checks {
+		if c.err != nil {
+			return &FieldError{Field: prefix + c.field, Problem: c.err.Error()}
+		}
+	}
+	return nil
+}
+
 // Validate checks the ranges every policy relies on. Policy names are not
 // checked here: the routing packages own that list and check it at start.
 func (c RoutingConfig) Validate() error {
-	if c.BlockSize < 1 || c.BlockSize > maxBlockSize {
-		return fieldError("config.block_size", "%d is not in 1..%d", c.BlockSize, maxBlockSize)
-	}
-	if len(c.Policy) > maxNameBytes {
-		return fieldError("config.policy", "longer than %d bytes", maxNameBytes)
-	}
-	if len(c.MissPlacement) > maxNameBytes {
-		return fieldError("config.miss_placement", "longer than %d bytes", maxNameBytes)
-	}
-	if bad(c.CacheThreshold) || c.CacheThreshold < 0 || c.CacheThreshold > 1 {
-		return fieldError("config.cache_threshold", "%v is not in [0, 1]", c.CacheThreshold)
-	}
-	if bad(c.BalanceAbsThreshold) || c.BalanceAbsThreshold < 0 {
-		return fieldError("config.balance_abs_threshold", "%v must be >= 0", c.BalanceAbsThreshold)
-	}
-	if bad(c.BalanceRelThreshold) || c.BalanceRelThreshold < 0 {
-		return fieldError("config.balance_rel_threshold", "%v must be >= 0", c.BalanceRelThreshold)
-	}
-	if bad(c.HotPrefixLoad) || c.HotPrefixLoad < 0 {
-		return fieldError("config.hot_prefix_load", "%v must be >= 0", c.HotPrefixLoad)
-	}
-	if c.HotPrefixOwners < 0 || c.HotPrefixOwners > MaxHotPrefixOwners {
-		return fieldError("config.hot_prefix_owners", "%d is not in 0..%d", c.HotPrefixOwners, MaxHotPrefixOwners)
+	if err := firstBad("config.", []fieldCheck{
+		{"block_size", CheckBlockSize(c.BlockSize)},
+		{"policy", checkName(c.Policy)},
+		{"miss_placement", checkName(c.MissPlacement)},
+		{"cache_threshold", CheckCacheThreshold(c.CacheThreshold)},
+		{"balance_abs_threshold", CheckBalanceAbs(c.BalanceAbsThreshold)},
+		{"balance_rel_threshold", CheckBalanceRel(c.BalanceRelThreshold)},
+		{"hot_prefix_load", CheckHotPrefixLoad(c.HotPrefixLoad)},
+		{"hot_prefix_owners", CheckHotPrefixOwners(c.HotPrefixOwners)},
+	}); err != nil {
+		return err
 	}
 	for name, r := range map[string]*RoleRouting{"prefill": c.Prefill, "decode": c.Decode} {
-		if err := r.validate("config." + name); err != nil {
+		if err := r.validate("config." + name + "."); err != nil {
 			return err
 		}
 	}
@@ -176,21 +250,16 @@ func (c RoutingConfig) Validate() error {
 }
 
 func (r *RoleRouting) validate(prefix string) error {
-	switch {
-	case r == nil:
+	if r == nil {
 		return nil
-	case len(r.Policy) > maxNameBytes:
-		return fieldError(prefix+".policy", "longer than %d bytes", maxNameBytes)
-	case len(r.MissPlacement) > maxNameBytes:
-		return fieldError(prefix+".miss_placement", "longer than %d bytes", maxNameBytes)
-	case bad(r.CacheThreshold) || r.CacheThreshold < 0 || r.CacheThreshold > 1:
-		return fieldError(prefix+".cache_threshold", "%v is not in [0, 1]", r.CacheThreshold)
-	case bad(r.BalanceAbsThreshold) || r.BalanceAbsThreshold < 0:
-		return fieldError(prefix+".balance_abs_threshold", "%v must be >= 0", r.BalanceAbsThreshold)
-	case bad(r.BalanceRelThreshold) || r.BalanceRelThreshold < 0:
-		return fieldError(prefix+".balance_rel_threshold", "%v must be >= 0", r.BalanceRelThreshold)
 	}
-	return nil
+	return firstBad(prefix, []fieldCheck{
+		{"policy", checkName(r.Policy)},
+		{"miss_placement", checkName(r.MissPlacement)},
+		{"cache_threshold", CheckCacheThreshold(r.CacheThreshold)},
+		{"balance_abs_threshold", CheckBalanceAbs(r.BalanceAbsThreshold)},
+		{"balance_rel_threshold", CheckBalanceRel(r.BalanceRelThreshold)},
+	})
 }
 
 func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }

@@ -66,3 +66,26 @@ func TestValidateRefusesHotPrefixSettingsOutOfRange(t *testing.T) {
 		t.Fatalf("the defaults: %v", err)
 	}
 }
+
+// The stored config is held to the bounds the flags are held to
+// (cluster.Routing.Validate calls the same checks): a block of 8 bytes or a
+// relative threshold below 1 is refused, for the roles as well.
+func TestValidateHoldsTheFieldsToTheFlagsBounds(t *testing.T) {
+	for field, change := range map[string]func(*RoutingConfig){
+		"config.block_size":                    func(c *RoutingConfig) { c.BlockSize = 8 },
+		"config.balance_rel_threshold":         func(c *RoutingConfig) { c.BalanceRelThreshold = 0.5 },
+		"config.prefill.balance_rel_threshold": func(c *RoutingConfig) { c.Prefill = &RoleRouting{BalanceRelThreshold: 0.5} },
+	} {
+		c := baseConfig()
+		change(&c)
+		var fe *FieldError
+		if err := c.Validate(); !errors.As(err, &fe) || fe.Field != field {
+			t.Errorf("%s out of the flags' bounds: Validate = %v, want a refusal naming it", field, err)
+		}
+	}
+	c := baseConfig()
+	c.BlockSize, c.BalanceRelThreshold = MinBlockSize, MinBalanceRel
+	if err := c.Validate(); err != nil {
+		t.Fatalf("the least block and relative threshold the flags take: %v", err)
+	}
+}

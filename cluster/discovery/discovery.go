@@ -31,6 +31,10 @@ const (
 // DefaultInterval is Config.Interval when unset.
 const DefaultInterval = 5 * time.Second
 
+// DefaultPort is the workers' port the command line discovers them at
+// (--service-discovery-port), vllm-router's default; Config.Port has none.
+const DefaultPort = 80
+
 // RoleSelector picks the pods of one worker role.
 type RoleSelector struct {
 	Role     store.Role

@@ -81,7 +81,7 @@ type Config struct {
 	// attempts in flight is read for the saturation signal (requests
 	// waiting, KV cache usage), besides the reads the progress detector
 	// makes of silent workers (--engine-scrape-interval-secs). At most once per EvalInterval. 0 (the
-	// default here; the command line sets 1 s): only those reads.
+	// default here; the command line sets DefaultEngineScrapeInterval): only those reads.
 	EngineScrapeInterval time.Duration
 
 	// APIKey is the bearer token that recovery probes (POST /v1/completions)
@@ -94,6 +94,10 @@ type Config struct {
 	// link-local and metadata addresses are refused even so.
 	Dialer *workerurl.Dialer
 }
+
+// DefaultEngineScrapeInterval is the EngineScrapeInterval the command line
+// runs with (--engine-scrape-interval-secs); a Config's own default is 0.
+const DefaultEngineScrapeInterval = time.Second
 
 // DefaultConfig returns the defaults documented on each Config field.
 func DefaultConfig() Config {

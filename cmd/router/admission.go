@@ -3,28 +3,30 @@ package main
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/proxy"
 )
 
 // admissionFlags are the flags of priority classes, tenants and the
 // saturation signal (vllm-router's bounds are among serveFlags).
 func admissionFlags() []cli.Flag {
+	d := cluster.DefaultConfig()
+	a := d.Proxy.Admission
 	return []cli.Flag{
-		stringFlag("priority-classes", strings.Join(admission.DefaultClasses, ","),
+		stringFlag("priority-classes", strings.Join(a.Classes, ","),
 			"admission classes, highest first; empty: one class, and priority headers are ignored"),
-		stringFlag("priority-default-class", admission.DefaultClass, "class of a request that names none"),
+		stringFlag("priority-default-class", a.DefaultClass, "class of a request that names none"),
 		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
 		sliceFlag("api-key-classes", "default class of an API key's requests, as KEY=class (repeatable)"),
-		stringFlag("tenant-header", "", "header naming a request's tenant (default: its API key)"),
-		intFlag("tenant-max-inflight", 0, "ceiling of one tenant's requests in flight across the tier; 0: none"),
+		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant (default: its API key)"),
+		intFlag("tenant-max-inflight", a.TenantMaxInFlight, "ceiling of one tenant's requests in flight across the tier; 0: none"),
 		boolFlag("disable-tier-fairness", "share the engines between tenants by this replica's own requests only, ignoring the peers' queue reports"),
-		floatFlag("saturation-kv-usage", 0.95, "KV cache usage (0..1) at which an engine counts as full"),
-		intFlag("engine-scrape-interval-secs", 1, "seconds between reads of a busy worker's /metrics for the saturation signal; 0: only the progress detector's reads"),
+		floatFlag("saturation-kv-usage", a.KVFull, "KV cache usage (0..1) at which an engine counts as full"),
+		secondsFlag("engine-scrape-interval-secs", d.Health.EngineScrapeInterval, "seconds between reads of a busy worker's /metrics for the saturation signal; 0: only the progress detector's reads"),
 	}
 }
 
@@ -61,9 +63,4 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 		return fmt.Errorf("--saturation-kv-usage: want a share in (0, 1], got %v", a.KVFull)
 	}
 	return a.Validate()
-}
-
-// engineScrapeFrom reads --engine-scrape-interval-secs.
-func engineScrapeFrom(c *cli.Context) time.Duration {
-	return time.Duration(c.Int("engine-scrape-interval-secs")) * time.Second
 }

@@ -30,7 +30,7 @@ func discoveryFlags() []cli.Flag {
 		sliceFlag("selector", "label selector of worker pods (key=value, repeatable; any Kubernetes selector)"),
 		sliceFlag("prefill-selector", "with disaggregation: label selector of prefill pods"),
 		sliceFlag("decode-selector", "with disaggregation: label selector of decode pods"),
-		intFlag("service-discovery-port", 80, "port of discovered workers on their pod IP"),
+		intFlag("service-discovery-port", discovery.DefaultPort, "port of discovered workers on their pod IP"),
 		stringFlag("service-discovery-namespace", "", "namespace whose pods are watched (default: this pod's namespace)"),
 	}
 }

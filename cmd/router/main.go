@@ -15,7 +15,15 @@ var version = "dev"
 
 func main() {
 	metrics.ExposeMetadata(true) // # TYPE lines, so Prometheus reads histograms as histograms
-	app := &cli.App{
+	if err := newApp().Run(normalizeArgs(os.Args)); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}
+
+// newApp is the command line: `router serve` and the admin commands.
+func newApp() *cli.App {
+	return &cli.App{
 		Name:  "router",
 		Usage: "a cache-aware router for LLM inference fleets that runs as a cluster of replicas",
 		Commands: append([]*cli.Command{serveCommand(), {
@@ -26,9 +34,5 @@ func main() {
 				return nil
 			},
 		}}, append(adminCommands(), tlsCommand())...),
-	}
-	if err := app.Run(normalizeArgs(os.Args)); err != nil {
-		fmt.Fprintln(os.Stderr, "router:", err)
-		os.Exit(1)
 	}
 }

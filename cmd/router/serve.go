@@ -28,11 +28,31 @@ import (
 
 func serveCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "serve",
-		Usage:  "run a router replica",
-		Flags:  serveFlags(),
-		Action: serve,
+		Name:         "serve",
+		Usage:        "run a router replica",
+		Flags:        serveFlags(),
+		Action:       serve,
+		OnUsageError: nameTheFlag,
 	}
+}
+
+// flagInParseError finds the flag named by the parser's errors: Go's flag
+// package says "invalid value %q for flag -name: ...", urfave/cli says
+// "could not parse %q as ... for flag name: ..." of an environment variable.
+var flagInParseError = regexp.MustCompile(`for flag -?([A-Za-z0-9][A-Za-z0-9-]*)`)
+
+// nameTheFlag makes a value the parser refused (a duration without its
+// unit, a word for a number) name its flag as every other refusal does,
+// "--name: ...", and shows the command's usage as the parser would.
+func nameTheFlag(c *cli.Context, err error, _ bool) error {
+	if m := flagInParseError.FindStringSubmatch(err.Error()); m != nil {
+		err = fmt.Errorf("--%s: %w", m[1], err)
+	}
+	fmt.Fprintf(c.App.Writer, "Incorrect Usage: %v\n\n", err)
+	if c.Command != nil {
+		_ = cli.ShowCommandHelp(c, c.Command.Name)
+	}
+	return err
 }
 
 func serve(c *cli.Context) error {
@@ -160,7 +180,8 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 }
 
 // clusterTimingsFrom reads the Raft, reap, join and worker connect
-// timeouts, refusing one that is not a positive duration, naming its flag.
+// timeouts, refusing one that is not positive, naming its flag: in the
+// config 0 means the default, on the command line it is a mistake.
 func clusterTimingsFrom(c *cli.Context, cfg *cluster.Config) error {
 	for flag, dst := range map[string]*time.Duration{
 		"raft-heartbeat-timeout": &cfg.RaftTimings.Heartbeat, "raft-election-timeout": &cfg.RaftTimings.Election,
@@ -168,11 +189,9 @@ func clusterTimingsFrom(c *cli.Context, cfg *cluster.Config) error {
 		"reap-timeout": &cfg.ReapTimeout, "join-timeout": &cfg.JoinTimeout, "worker-connect-timeout": &cfg.Proxy.DialTimeout,
 		"worker-idle-timeout": &cfg.Proxy.WorkerIdleTimeout,
 	} {
-		d, err := time.ParseDuration(c.String(flag))
-		if err != nil || d <= 0 {
-			return fmt.Errorf("--%s: want a positive duration such as 2s (got %q)", flag, c.String(flag))
+		if *dst = c.Duration(flag); *dst <= 0 {
+			return fmt.Errorf("--%s: want a positive duration such as 2s (got %v)", flag, *dst)
 		}
-		*dst = d
 	}
 	return nil
 }
@@ -214,8 +233,8 @@ func routingFrom(c *cli.Context) cluster.Routing {
 	r.Thresholds.HotOwners = c.Int("hot-prefix-owners")
 	r.BlockSize = c.Int("block-size")
 	r.MaxTreeSize = c.Int64("max-tree-size")
-	r.EvictionInterval = time.Duration(c.Int("eviction-interval")) * time.Second
-	r.PrefixTTL, _ = time.ParseDuration(c.String("prefix-ttl"))
+	r.EvictionInterval = seconds(c, "eviction-interval")
+	r.PrefixTTL = c.Duration("prefix-ttl")
 	switch {
 	case c.Bool("vllm-pd-disaggregation"):
 		r.PD = "vllm"
@@ -226,7 +245,7 @@ func routingFrom(c *cli.Context) cluster.Routing {
 	// Role thresholds default to the global ones, whatever policy the role uses.
 	r.PrefillThresholds = overrideThresholds(r.Thresholds, c.Float64("prefill-cache-threshold"),
 		c.Float64("prefill-balance-abs-threshold"), c.Float64("prefill-balance-rel-threshold"))
-	r.DecodeThresholds = overrideThresholds(r.Thresholds, -1,
+	r.DecodeThresholds = overrideThresholds(r.Thresholds, notGiven,
 		c.Float64("decode-balance-abs-threshold"), c.Float64("decode-balance-rel-threshold"))
 	r.PrefillMissPlacement = r.MissPlacement
 	return r
@@ -242,7 +261,7 @@ func policyName(name string) string {
 }
 
 // overrideThresholds returns base with the role's values where they were
-// given (a negative value means "not given").
+// given (a negative value, such as notGiven, means "not given").
 func overrideThresholds(base cluster.Thresholds, cache, abs, rel float64) cluster.Thresholds {
 	if cache >= 0 {
 		base.CacheThreshold = cache
@@ -260,16 +279,16 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p := proxy.DefaultConfig()
 	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
 	p.MaxResponseSize = int(c.Int64("max-response-size"))
-	p.RequestTimeout = time.Duration(c.Int("request-timeout-secs")) * time.Second
+	p.RequestTimeout = seconds(c, "request-timeout-secs")
 	p.Admission = proxy.Admission{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
-		RefillPerSec: c.Float64("rate-limit-tokens-per-second"), QueueTimeout: time.Duration(c.Int("queue-timeout-secs")) * time.Second}
+		RefillPerSec: c.Float64("rate-limit-tokens-per-second"), QueueTimeout: seconds(c, "queue-timeout-secs")}
 	p.CORSOrigins = c.StringSlice("cors-allowed-origins")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")
 	if c.Bool("disable-retries") {
 		p.Retry.MaxAttempts = 1
 	}
-	p.Retry.InitialBackoff = time.Duration(c.Int("retry-initial-backoff-ms")) * time.Millisecond
-	p.Retry.MaxBackoff = time.Duration(c.Int("retry-max-backoff-ms")) * time.Millisecond
+	p.Retry.InitialBackoff = millis(c, "retry-initial-backoff-ms")
+	p.Retry.MaxBackoff = millis(c, "retry-max-backoff-ms")
 	p.Retry.Multiplier = c.Float64("retry-backoff-multiplier")
 	p.Retry.Jitter = c.Float64("retry-jitter-factor")
 	if h := c.StringSlice("request-id-headers"); len(h) > 0 {
@@ -278,9 +297,8 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.APIKey = c.String("api-key")
 	p.BlockSize = c.Int("block-size")
 	p.TLSCertPath, p.TLSKeyPath = c.String("tls-cert-path"), c.String("tls-key-path")
-	secs := func(name string) time.Duration { return time.Duration(c.Int(name)) * time.Second }
-	p.Edge = proxy.Edge{HeaderReadTimeout: secs("header-read-timeout-secs"), BodyReadTimeout: secs("body-read-timeout-secs"),
-		WriteTimeout: secs("write-timeout-secs"), IdleTimeout: secs("idle-timeout-secs"),
+	p.Edge = proxy.Edge{HeaderReadTimeout: seconds(c, "header-read-timeout-secs"), BodyReadTimeout: seconds(c, "body-read-timeout-secs"),
+		WriteTimeout: seconds(c, "write-timeout-secs"), IdleTimeout: seconds(c, "idle-timeout-secs"),
 		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size"),
 		MaxBufferedBodyBytes: c.Int64("max-buffered-body-bytes")}
 	return p
@@ -316,8 +334,8 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 
 func healthConfigFrom(c *cli.Context) health.Config {
 	h := health.DefaultConfig()
-	h.Interval = time.Duration(c.Int("health-check-interval-secs")) * time.Second
-	h.Timeout = time.Duration(c.Int("health-check-timeout-secs")) * time.Second
+	h.Interval = seconds(c, "health-check-interval-secs")
+	h.Timeout = seconds(c, "health-check-timeout-secs")
 	if !c.IsSet("health-check-timeout-secs") {
 		// The default timeout fits any interval: a short interval alone is no error.
 		h.Timeout = min(h.Timeout, h.Interval)
@@ -327,13 +345,13 @@ func healthConfigFrom(c *cli.Context) health.Config {
 	h.Endpoint = c.String("health-check-endpoint")
 	h.CBFailureThreshold = c.Int("cb-failure-threshold")
 	h.CBSuccessThreshold = c.Int("cb-success-threshold")
-	h.CBTimeout = time.Duration(c.Int("cb-timeout-duration-secs")) * time.Second
-	h.WedgeTimeout, _ = time.ParseDuration(c.String("wedge-timeout"))
-	h.DegradeWindow, _ = time.ParseDuration(c.String("degrade-window"))
+	h.CBTimeout = seconds(c, "cb-timeout-duration-secs")
+	h.WedgeTimeout = c.Duration("wedge-timeout")
+	h.DegradeWindow = c.Duration("degrade-window")
 	h.DegradeRatio = c.Float64("degrade-ratio")
 	h.APIKey = c.String("api-key")
 	h.DisableCircuitBreaker = c.Bool("disable-circuit-breaker")
-	h.EngineScrapeInterval = engineScrapeFrom(c)
+	h.EngineScrapeInterval = seconds(c, "engine-scrape-interval-secs")
 	return h
 }
 
@@ -405,20 +423,14 @@ func validate(c *cli.Context, cfg cluster.Config) error {
 	if p := c.Int("port"); p < 0 || p > 65535 {
 		return fmt.Errorf("--port: %d is not a port", p)
 	}
-	if _, err := time.ParseDuration(c.String("prefix-ttl")); err != nil {
-		return fmt.Errorf("--prefix-ttl: %w", err)
-	}
-	if d, err := time.ParseDuration(c.String("wedge-timeout")); err != nil || d <= 0 {
-		return fmt.Errorf("--wedge-timeout: want a positive duration such as 60s")
-	}
-	if d, err := time.ParseDuration(c.String("degrade-window")); err != nil || d <= 0 {
-		return fmt.Errorf("--degrade-window: want a positive duration such as 10s")
-	}
 	if c.Bool("vllm-pd-disaggregation") && c.Bool("pd-disaggregation") {
 		return fmt.Errorf("--vllm-pd-disaggregation and --pd-disaggregation exclude each other")
 	}
 	return cfg.Validate()
 }
+
+// defaultLogLevel is --log-level's default, vllm-router's.
+const defaultLogLevel = "info"
 
 // logLevels maps vllm-router's Python spellings onto slog's.
 var logLevels = map[string]string{"warning": "warn", "critical": "error"}

@@ -14,6 +14,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
+// defaultSamplingRatio is --otel-sampling-ratio's default, vllm-router's:
+// every new trace is sampled.
+const defaultSamplingRatio = 1.0
+
 // tracerFrom builds the tracer of --enable-trace / --otlp-traces-endpoint:
 // spans batched and sent by OTLP over HTTP, sampled by --otel-sampling-ratio
 // (a client's sampled traceparent is followed). Without either flag it

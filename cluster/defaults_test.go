@@ -1,0 +1,22 @@
+package cluster
+
+import "testing"
+
+// DefaultConfig is what `router serve` runs with when no flag is given: it
+// must pass Validate as it is (once the node name and data dir, which have
+// no default, are set), and its timings must be the ones a zero field means.
+func TestDefaultConfigIsValidAndMatchesTheZeroFieldsDefaults(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.DataDir = "n1", t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("DefaultConfig does not validate: %v", err)
+	}
+	if got, want := cfg.RaftTimings, (RaftTimings{}).withDefaults(); got != want {
+		t.Errorf("RaftTimings %+v, want what zero fields mean %+v", got, want)
+	}
+	zero := Config{}.withDefaults()
+	if cfg.ReapTimeout != zero.ReapTimeout || cfg.ReconcileInterval != zero.ReconcileInterval || cfg.JoinTimeout != zero.JoinTimeout {
+		t.Errorf("reap %v, reconcile %v, join %v; want what zero fields mean: %v, %v, %v", cfg.ReapTimeout,
+			cfg.ReconcileInterval, cfg.JoinTimeout, zero.ReapTimeout, zero.ReconcileInterval, zero.JoinTimeout)
+	}
+}
