@@ -276,7 +276,7 @@ func validThresholds(prefix string, t affinity.Thresholds) error {
 	}
 	if prefix == "" {
 		checks = append(checks, flagCheck{"hot-prefix-load", store.CheckHotPrefixLoad(t.HotLoad)},
-			flagCheck{"hot-prefix-owners", validHotOwners(t.HotOwners)})
+			flagCheck{"hot-prefix-owners", validHotOwners(t.HotLoad, t.HotOwners)})
 	}
 	var errs []error
 	for _, c := range checks {
@@ -293,11 +293,12 @@ type flagCheck struct {
 	err  error
 }
 
-// validHotOwners is the routing config's check of the owners, but for 0:
-// in a stored config 0 is one written before the field existed, while the
-// flag has no such past and asks for at least 1.
-func validHotOwners(n int) error {
-	if n == 0 {
+// validHotOwners is the routing config's check of the owners, but for 0
+// while spreading is on: a stored config written before the fields existed
+// has both zero (spreading off) and routes as it always did, while a flag
+// that turns spreading on needs at least one owner to spread to.
+func validHotOwners(load float64, n int) error {
+	if n == 0 && load > 0 {
 		return fmt.Errorf("must be in 1..%d (got 0)", store.MaxHotPrefixOwners)
 	}
 	return store.CheckHotPrefixOwners(n)

@@ -39,3 +39,19 @@ func TestBadHotPrefixFlagsAreRefusedNamingTheFlag(t *testing.T) {
 		}
 	}
 }
+
+// A routing config stored before hot-prefix spreading existed has both of its
+// fields zero. A replica must still route with it (spreading off), not log it
+// as unusable and keep its own flags.
+func TestAConfigStoredBeforeHotPrefixesIsStillFollowed(t *testing.T) {
+	cfg := testConfig(t, t.TempDir())
+	r := &Replica{cfg: cfg}
+	old := r.routingFromFlags()
+	old.HotPrefixLoad, old.HotPrefixOwners = 0, 0
+	if err := r.checkRouting(old); err != nil {
+		t.Fatalf("a config stored before hot prefixes is refused: %v", err)
+	}
+	if th := r.routingOf(old).Thresholds; th.HotLoad != 0 {
+		t.Errorf("it routes with hot prefix load %v, want 0 (spreading off)", th.HotLoad)
+	}
+}
