@@ -19,23 +19,10 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/statuspage"
 	"github.com/kvrouter/kvrouter/store"
 )
-
-// WorkerLoad is one worker's row in GET /get_loads: its registry entry, its
-// merged in-flight load (this replica's plus the peers' latest reports), this
-// replica's own share, and this replica's health verdict.
-type WorkerLoad struct {
-	ID        store.WorkerID `json:"id"`
-	Worker    string         `json:"worker"` // the URL, under vllm-router's name
-	URL       string         `json:"url"`
-	Role      string         `json:"role"`
-	Load      int64          `json:"load"`
-	LocalLoad int64          `json:"local_load"`
-	Healthy   bool           `json:"healthy"`
-	State     string         `json:"state"`
-}
 
 // AdminConfig wires the admin API to the rest of a replica.
 type AdminConfig struct {
@@ -53,9 +40,9 @@ type AdminConfig struct {
 	ApplyLocal func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// Keyring applies a gossip keyring operation on every live replica
 	// (keyring.go); nil answers the keyring endpoints with 404.
-	Keyring func(ctx context.Context, op KeyringOp, key []byte) ([]NodeKeyring, error)
+	Keyring func(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error)
 	// Loads returns the merged per-worker loads; nil serves an empty list.
-	Loads func() []WorkerLoad
+	Loads func() []adminapi.WorkerLoad
 	// Status returns the cluster status served as JSON; nil serves {}.
 	Status func() any
 	// WorkerStats returns this replica's per-worker figures for GET
@@ -74,8 +61,8 @@ type AdminConfig struct {
 	FlushCache func(ctx *fasthttp.RequestCtx)
 	// Routing and SetRouting serve GET and PUT /cluster/routing, the
 	// tier's routing config; nil answers 404.
-	Routing    func() RoutingView
-	SetRouting func(ctx context.Context, v RoutingView) (RoutingView, error)
+	Routing    func() adminapi.RoutingView
+	SetRouting func(ctx context.Context, v adminapi.RoutingView) (adminapi.RoutingView, error)
 }
 
 // DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
@@ -438,11 +425,11 @@ func (a *Admin) setState(ctx *fasthttp.RequestCtx, id store.WorkerID, state stor
 }
 
 func (a *Admin) getLoads(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	var loads []WorkerLoad
+	var loads []adminapi.WorkerLoad
 	if a.cfg.Loads != nil {
 		loads = a.cfg.Loads()
 	}
-	writeJSON(ctx, http.StatusOK, map[string][]WorkerLoad{"workers": nonNil(loads)})
+	writeJSON(ctx, http.StatusOK, map[string][]adminapi.WorkerLoad{"workers": nonNil(loads)})
 }
 
 func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -485,7 +472,7 @@ func (a *Admin) putRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
 		return
 	}
-	var v RoutingView
+	var v adminapi.RoutingView
 	if err := decodeBody(ctx.PostBody(), &v); err != nil {
 		writeError(ctx, err)
 		return
@@ -647,23 +634,13 @@ func errorMessage(status int, err error) string {
 	return err.Error()
 }
 
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    int    `json:"code"`
-}
-
 // writeError answers with an OpenAI-style error body.
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, typ := errorStatus(err)
 	if status == http.StatusServiceUnavailable {
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
 	}
-	writeJSON(ctx, status, errorBody{errorDetail{Message: errorMessage(status, err), Type: typ, Code: status}})
+	writeJSON(ctx, status, adminapi.ErrorBody{Error: adminapi.ErrorDetail{Message: errorMessage(status, err), Type: typ, Code: status}})
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {

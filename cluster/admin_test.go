@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -101,9 +102,9 @@ func (r reply) worker(t *testing.T) store.Worker {
 }
 
 // apiError decodes an OpenAI-style error body.
-func (r reply) apiError(t *testing.T) errorDetail {
+func (r reply) apiError(t *testing.T) adminapi.ErrorDetail {
 	t.Helper()
-	var b errorBody
+	var b adminapi.ErrorBody
 	if err := json.Unmarshal([]byte(r.body), &b); err != nil || b.Error.Code != r.status {
 		t.Fatalf("error body %q (status %d) is not OpenAI-style: %v", r.body, r.status, err)
 	}
@@ -196,11 +197,11 @@ func TestAdminRefusesInvalidRequestsWith400NamingTheField(t *testing.T) {
 // API does: encoding/json would apply the last of them.
 func TestAdminRefusesDuplicateKeys(t *testing.T) {
 	c := fakeAdmin(t, AdminConfig{
-		SetRouting: func(context.Context, RoutingView) (RoutingView, error) {
+		SetRouting: func(context.Context, adminapi.RoutingView) (adminapi.RoutingView, error) {
 			t.Error("a routing change with a key given twice was applied")
-			return RoutingView{}, nil
+			return adminapi.RoutingView{}, nil
 		},
-		Keyring: func(context.Context, KeyringOp, []byte) ([]NodeKeyring, error) {
+		Keyring: func(context.Context, adminapi.KeyringOp, []byte) ([]adminapi.NodeKeyring, error) {
 			t.Error("a keyring change with a key given twice was applied")
 			return nil, nil
 		}}, nil)
@@ -348,9 +349,9 @@ func TestAdminWithoutATokenServesOnlyLoopbackClients(t *testing.T) {
 }
 
 func TestAdminServesLoadsAndStatusInTheirShapes(t *testing.T) {
-	loads := []WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
+	loads := []adminapi.WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
 	c := fakeAdmin(t, AdminConfig{
-		Loads:  func() []WorkerLoad { return loads },
+		Loads:  func() []adminapi.WorkerLoad { return loads },
 		Status: func() any { return map[string]any{"leader": "n1", "term": 4} },
 	}, nil)
 	want := `{"workers":[{"id":3,"worker":"http://127.0.0.1:1","url":"http://127.0.0.1:1","role":"regular","load":7,"local_load":2,"healthy":true,"state":"active"}]}`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -36,7 +37,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 	t.Run("the first replicas are the voters and the registry converges", func(t *testing.T) {
 		c.t = t
 		lead := c.leader()
-		var st Status
+		var st adminapi.Status
 		if err := json.Unmarshal([]byte(c.get(lead, "/cluster/status").body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -377,7 +378,7 @@ func (c *testCluster) workerByName(name string) *fakeWorker {
 
 // allLoadsZero reads r's /get_loads.
 func (c *testCluster) allLoadsZero(r *Replica) bool {
-	var loads struct{ Workers []WorkerLoad }
+	var loads struct{ Workers []adminapi.WorkerLoad }
 	if err := json.Unmarshal([]byte(c.get(r, "/get_loads").body), &loads); err != nil {
 		c.t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -92,9 +93,9 @@ func decodeApplied(status int, data []byte, leader string) (store.Result, error)
 		}
 		return store.Result{ID: a.ID, Created: a.Created, Index: a.Index}, nil
 	}
-	var eb errorBody
+	var eb adminapi.ErrorBody
 	if err := json.Unmarshal(data, &eb); err != nil || eb.Error.Message == "" {
-		eb.Error = errorDetail{Message: fmt.Sprintf("status %d", status), Type: "server_error"}
+		eb.Error = adminapi.ErrorDetail{Message: fmt.Sprintf("status %d", status), Type: "server_error"}
 	}
 	fe := &forwardedError{status: status, typ: eb.Error.Type, msg: eb.Error.Message, leader: leader}
 	return store.Result{}, fe

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -127,7 +128,7 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	c.startN(3)
 	c.waitReady()
 	f := c.follower()
-	var v RoutingView
+	var v adminapi.RoutingView
 	decodeInto(t, c.get(f, "/cluster/routing").body, &v)
 	if v.Source != "registry" || v.Index == 0 || v.Config.Policy != "cache_aware" {
 		t.Fatalf("GET /cluster/routing = %+v, want the seeded cache_aware config", v)
@@ -138,7 +139,7 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	if rep.status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", rep.status, rep.body)
 	}
-	var after RoutingView
+	var after adminapi.RoutingView
 	decodeInto(t, rep.body, &after)
 	stale.Config.CacheThreshold = 0.9
 	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict ||

@@ -16,6 +16,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -32,29 +33,9 @@ import (
 // live peer to change its own over the cluster port (keyringPath), where
 // mutual TLS keeps the key private. Keys are shown only as fingerprints.
 
-// KeyringOp is one step of a rotation.
-type KeyringOp string
-
-// Keyring operations.
-const (
-	KeyringList    KeyringOp = "list"
-	KeyringInstall KeyringOp = "install"
-	KeyringUse     KeyringOp = "use"
-	KeyringRemove  KeyringOp = "remove"
-)
-
 // keyringPath is the cluster-port endpoint that changes (or lists) one
-// replica's own keyring: POST keyringRequest, answer NodeKeyring.
+// replica's own keyring: POST keyringRequest, answer adminapi.NodeKeyring.
 const keyringPath = "/cluster/keyring/local"
-
-// NodeKeyring is one replica's keyring after an operation, or why the
-// operation failed there. Keys are fingerprints (KeyFingerprint).
-type NodeKeyring struct {
-	Node    string   `json:"node"`
-	Primary string   `json:"primary,omitempty"`
-	Keys    []string `json:"keys,omitempty"`
-	Error   string   `json:"error,omitempty"`
-}
 
 // KeyFingerprint names a gossip key without revealing it: the first 8
 // bytes of its SHA-256, in hex. `printf %s "$KEY" | base64 -d | sha256sum`
@@ -66,19 +47,19 @@ func KeyFingerprint(key []byte) string {
 
 // keyringRequest is the body of the keyring endpoints.
 type keyringRequest struct {
-	Op  KeyringOp `json:"op,omitempty"` // the cluster port's only
-	Key string    `json:"key"`
+	Op  adminapi.KeyringOp `json:"op,omitempty"` // the cluster port's only
+	Key string             `json:"key"`
 }
 
 // keyringAdminOps maps the admin paths to their operation.
-var keyringAdminOps = map[string]KeyringOp{
-	"/cluster/keyring/install": KeyringInstall,
-	"/cluster/keyring/use":     KeyringUse,
-	"/cluster/keyring/remove":  KeyringRemove,
+var keyringAdminOps = map[string]adminapi.KeyringOp{
+	"/cluster/keyring/install": adminapi.KeyringInstall,
+	"/cluster/keyring/use":     adminapi.KeyringUse,
+	"/cluster/keyring/remove":  adminapi.KeyringRemove,
 }
 
 func (a *Admin) listKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	a.runKeyring(ctx, KeyringList, nil)
+	a.runKeyring(ctx, adminapi.KeyringList, nil)
 }
 
 func (a *Admin) changeKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -112,7 +93,7 @@ func parseGossipKey(text string) ([]byte, error) {
 // runKeyring applies op everywhere and answers 200 with every replica's
 // keyring, or 502 naming the replicas where it failed (with the keyrings
 // of all, so the operator sees where each one stands).
-func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op KeyringOp, key []byte) {
+func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op adminapi.KeyringOp, key []byte) {
 	if a.cfg.Keyring == nil {
 		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no gossip keyring"})
 		return
@@ -131,25 +112,25 @@ func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op KeyringOp, key []byte) {
 		}
 	}
 	if len(failed) == 0 {
-		writeJSON(ctx, http.StatusOK, map[string][]NodeKeyring{"nodes": nodes})
+		writeJSON(ctx, http.StatusOK, map[string][]adminapi.NodeKeyring{"nodes": nodes})
 		return
 	}
 	msg := fmt.Sprintf("keyring %s failed on %d of %d replicas: %s", op, len(failed), len(nodes), strings.Join(failed, "; "))
 	writeJSON(ctx, http.StatusBadGateway, struct {
-		Error errorDetail   `json:"error"`
-		Nodes []NodeKeyring `json:"nodes"`
-	}{errorDetail{Message: msg, Type: "server_error", Code: http.StatusBadGateway}, nodes})
+		Error adminapi.ErrorDetail   `json:"error"`
+		Nodes []adminapi.NodeKeyring `json:"nodes"`
+	}{adminapi.ErrorDetail{Message: msg, Type: "server_error", Code: http.StatusBadGateway}, nodes})
 }
 
 // keyringEverywhere applies op to this replica's keyring and, in parallel,
 // to every live peer's, and returns each replica's answer sorted by name.
 // A replica without a keyring refuses before asking anyone.
-func (r *Replica) keyringEverywhere(ctx context.Context, op KeyringOp, key []byte) ([]NodeKeyring, error) {
+func (r *Replica) keyringEverywhere(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
 	if _, err := r.gossiper().Keyring(); err != nil {
 		return nil, &statusError{http.StatusConflict, "conflict_error", err.Error()}
 	}
 	members := r.gossiper().Members()
-	out := make([]NodeKeyring, len(members))
+	out := make([]adminapi.NodeKeyring, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
 		wg.Add(1)
@@ -163,26 +144,26 @@ func (r *Replica) keyringEverywhere(ctx context.Context, op KeyringOp, key []byt
 		}()
 	}
 	wg.Wait()
-	slices.SortFunc(out, func(a, b NodeKeyring) int { return strings.Compare(a.Node, b.Node) })
+	slices.SortFunc(out, func(a, b adminapi.NodeKeyring) int { return strings.Compare(a.Node, b.Node) })
 	return out, nil
 }
 
 // localKeyring applies op to this replica's keyring.
-func (r *Replica) localKeyring(op KeyringOp, key []byte) NodeKeyring {
-	n := NodeKeyring{Node: r.cfg.NodeName}
+func (r *Replica) localKeyring(op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
+	n := adminapi.NodeKeyring{Node: r.cfg.NodeName}
 	var err error
 	switch op {
-	case KeyringList:
-	case KeyringInstall:
+	case adminapi.KeyringList:
+	case adminapi.KeyringInstall:
 		err = r.gossiper().InstallKey(key)
-	case KeyringUse:
+	case adminapi.KeyringUse:
 		err = r.gossiper().UseKey(key)
-	case KeyringRemove:
+	case adminapi.KeyringRemove:
 		err = r.gossiper().RemoveKey(key)
 	default:
 		err = fmt.Errorf("unknown keyring operation %q", op)
 	}
-	if err == nil && op != KeyringList {
+	if err == nil && op != adminapi.KeyringList {
 		r.log.Info("gossip keyring changed", "op", op, "key", KeyFingerprint(key))
 	}
 	kr, listErr := r.gossiper().Keyring()
@@ -207,8 +188,8 @@ func fingerprintOrEmpty(key []byte) string {
 }
 
 // peerKeyring asks member m to apply op over its cluster port.
-func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op KeyringOp, key []byte) NodeKeyring {
-	failed := func(err error) NodeKeyring { return NodeKeyring{Node: m.Name, Error: err.Error()} }
+func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
+	failed := func(err error) adminapi.NodeKeyring { return adminapi.NodeKeyring{Node: m.Name, Error: err.Error()} }
 	addr := m.Tags[tagRaft]
 	if addr == "" {
 		return failed(errors.New("announces no cluster port"))
@@ -218,7 +199,7 @@ func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op Keyring
 	if err != nil {
 		return failed(fmt.Errorf("unreachable at %s: %w", addr, err))
 	}
-	var n NodeKeyring
+	var n adminapi.NodeKeyring
 	if err := json.Unmarshal(data, &n); err != nil || status != http.StatusOK {
 		return failed(fmt.Errorf("answered %d: %s", status, bytes.TrimSpace(data)))
 	}
@@ -234,7 +215,7 @@ func (r *Replica) serveLocalKeyring(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var key []byte
-	if req.Op != KeyringList {
+	if req.Op != adminapi.KeyringList {
 		var err error
 		if key, err = parseGossipKey(req.Key); err != nil {
 			writeError(ctx, err)

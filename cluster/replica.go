@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
@@ -578,13 +579,13 @@ func (r *Replica) sweepIndex() {
 
 // workerLoads is the /get_loads view: merged and local in-flight counts with
 // health and drain state.
-func (r *Replica) workerLoads() []WorkerLoad {
+func (r *Replica) workerLoads() []adminapi.WorkerLoad {
 	reg := r.fsm.View()
-	out := make([]WorkerLoad, 0, reg.Len())
+	out := make([]adminapi.WorkerLoad, 0, reg.Len())
 	for _, w := range reg.Workers() {
 		l := r.loads.Get(affinity.WorkerID(w.ID))
 		st, _ := r.monitor.Status(health.WorkerID(w.ID))
-		out = append(out, WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
+		out = append(out, adminapi.WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
 			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -17,17 +18,6 @@ import (
 // block size is a replica's own (it hashes with it) and cannot change at
 // run time: a replica whose --block-size differs from the registry's is
 // refused.
-
-// RoutingView is the answer of GET /cluster/routing and the body of PUT:
-// the config and the Raft index it was set at, which a PUT names to
-// replace it (compare-and-set; 0 when no config was ever set).
-type RoutingView struct {
-	Index  uint64              `json:"index"`
-	Config store.RoutingConfig `json:"config"`
-	// Source is "registry", or "flags" while the registry has no config
-	// yet (this replica's flags, which will seed it).
-	Source string `json:"source,omitempty"`
-}
 
 // ErrBlockSizeFixed: a routing change or a replica whose block size
 // differs from the registry's. Hashes of another block size mean nothing to
@@ -133,22 +123,22 @@ func (r *Replica) useRouting(rt Routing) error {
 }
 
 // routingView is GET /cluster/routing.
-func (r *Replica) routingView() RoutingView {
+func (r *Replica) routingView() adminapi.RoutingView {
 	reg := r.fsm.View()
 	if c := reg.RoutingConfig(); c != nil {
-		return RoutingView{Index: reg.RoutingIndex(), Config: *c, Source: "registry"}
+		return adminapi.RoutingView{Index: reg.RoutingIndex(), Config: *c, Source: "registry"}
 	}
-	return RoutingView{Config: r.routingFromFlags(), Source: "flags"}
+	return adminapi.RoutingView{Config: r.routingFromFlags(), Source: "flags"}
 }
 
 // setRouting is PUT /cluster/routing: replace the config set at index v.Index.
-func (r *Replica) setRouting(ctx context.Context, v RoutingView) (RoutingView, error) {
+func (r *Replica) setRouting(ctx context.Context, v adminapi.RoutingView) (adminapi.RoutingView, error) {
 	if err := r.checkRouting(v.Config); err != nil {
-		return RoutingView{}, err
+		return adminapi.RoutingView{}, err
 	}
 	res, err := r.apply(ctx, store.NewCompareAndSetRoutingConfig(v.Config, v.Index))
 	if err != nil {
-		return RoutingView{}, err
+		return adminapi.RoutingView{}, err
 	}
-	return RoutingView{Index: res.Index, Config: v.Config, Source: "registry"}, nil
+	return adminapi.RoutingView{Index: res.Index, Config: v.Config, Source: "registry"}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -83,7 +84,7 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 			t.Fatalf("the same prompt went to %s, then %s", first, got)
 		}
 	}
-	var stats WorkerStats
+	var stats adminapi.WorkerStats
 	reply := c.get(r, "/cluster/workers")
 	expectStatus(t, reply, http.StatusOK)
 	if err := json.Unmarshal([]byte(reply.body), &stats); err != nil {
@@ -97,7 +98,7 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 	for _, w := range stats.Workers {
 		got = append(got, fmt.Sprintf("%d: hits %d misses %d tokens %d processed %d circuit %s probed %v",
 			w.ID, w.Hits, w.Misses, w.Tokens, w.Processed, w.Circuit, w.Probed))
-		want := WorkerStat{Circuit: "closed"}
+		want := adminapi.WorkerStat{Circuit: "closed"}
 		if uint32(w.ID) == uint32(owner) {
 			want.Hits, want.Misses, want.Tokens, want.Processed = 3, 1, 4, 4
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -146,13 +147,13 @@ func TestKeyringCommandsStepEveryReplica(t *testing.T) {
 	var ops []string
 	admin := cluster.NewAdmin(cluster.AdminConfig{Registry: store.NewFSM().View,
 		Apply: func(context.Context, store.Command) (store.Result, error) { return store.Result{}, nil },
-		Keyring: func(_ context.Context, op cluster.KeyringOp, key []byte) ([]cluster.NodeKeyring, error) {
+		Keyring: func(_ context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			ops = append(ops, fmt.Sprintf("%s %s", op, key))
-			nodes := []cluster.NodeKeyring{{Node: "r1", Primary: "aaaa", Keys: []string{"aaaa", "bbbb"}}}
-			if op == cluster.KeyringRemove {
-				nodes = append(nodes, cluster.NodeKeyring{Node: "r2", Error: "unreachable"})
+			nodes := []adminapi.NodeKeyring{{Node: "r1", Primary: "aaaa", Keys: []string{"aaaa", "bbbb"}}}
+			if op == adminapi.KeyringRemove {
+				nodes = append(nodes, adminapi.NodeKeyring{Node: "r2", Error: "unreachable"})
 			}
 			return nodes, nil
 		}})
