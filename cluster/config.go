@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/utils/clock"
 )
 
 // Config is everything a replica is started with. The command line fills it;
@@ -75,6 +76,14 @@ type Config struct {
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration
+	// Stabilization is how long a non-voter must have been live at its
+	// address before the leader promotes it to refill the voters. Zero is
+	// membership.DefaultStabilization (10 s); no flag sets it.
+	Stabilization time.Duration
+	// Clock is the time the replica's own loops read (membership, rejoin,
+	// seeding, readiness, the sweeps); nil is the real clock. For tests;
+	// no flag sets it.
+	Clock clock.WithTicker
 	// JoinTimeout is how long Start keeps trying --join while none of its
 	// addresses answers (replicas of a new cluster start in any order)
 	// before it gives up with an error (--join-timeout). Default

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
@@ -17,10 +18,10 @@ import (
 // join: they say where to reach the replica and how far it is in forming
 // the Raft cluster.
 const (
-	tagRaft   = "raft"   // Raft address peers dial
-	tagAPI    = "api"    // HTTP API address peers dial (admin forwarding)
-	tagExpect = "expect" // its --bootstrap-expect
-	tagJoined = "joined" // "1" once it holds Raft state
+	tagRaft   = membership.TagRaft   // Raft address peers dial
+	tagAPI    = "api"                // HTTP API address peers dial (admin forwarding)
+	tagExpect = membership.TagExpect // its --bootstrap-expect
+	tagJoined = membership.TagJoined // "1" once it holds Raft state
 )
 
 // hashScheme names how blocks are hashed (xxh3, chained, seeded by the
@@ -84,7 +85,7 @@ func (r *Replica) newCore() error {
 			Origin:        r.cfg.NodeName,
 			BootEpoch:     uint64(time.Now().UnixNano()),
 			ClusterConfig: rt.clusterConfig(),
-			Tags:          r.gossipTags(r.members.joined),
+			Tags:          r.gossipTags(r.members.Joined()),
 			LocalQueues:   r.localQueues,
 			OnQueues:      r.remoteQueues,
 		},
@@ -109,7 +110,7 @@ func (r *Replica) startGossip() error {
 		BindAddr:      r.cfg.GossipBind,
 		AdvertiseAddr: unlessPortZero(r.cfg.GossipAdvertise),
 		SecretKey:     r.cfg.GossipKey,
-		OnMember:      r.memberChanged,
+		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
 	}
 	g, err := loadsync.Start(cfg, r.sync, loadsync.SystemClock{})

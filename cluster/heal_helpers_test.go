@@ -27,7 +27,7 @@ func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 	return func() {
 		t.Helper()
 		g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: addr, SecretKey: r.cfg.GossipKey,
-			OnMember: r.memberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
+			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
 		if err != nil {
 			t.Fatalf("reopening %s's gossip at %s: %v", r.cfg.NodeName, addr, err)
 		}

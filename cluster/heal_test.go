@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
-	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -78,46 +77,6 @@ func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
 		d, okD := memberNamed(st, "r3")
 		return okL && okD && l.State == "left" && l.Address == leftAddr && d.State == "dead" && d.Address == diedAddr
 	})
-}
-
-func TestTheDepartedAreBounded(t *testing.T) {
-	m := newMembership(true)
-	start := time.Unix(1000, 0)
-	for i := range 3 * maxDeparted {
-		ev := loadsync.MemberEvent{Kind: loadsync.MemberLeft, Member: loadsync.Member{Name: fmt.Sprintf("pod-%d", i), Addr: fmt.Sprintf("10.0.0.%d:7946", i%250)}}
-		m.note(ev, start.Add(time.Duration(i)*time.Second))
-	}
-	if n := m.departedCount(); n != maxDeparted {
-		t.Fatalf("%d departed remembered, want %d", n, maxDeparted)
-	}
-	if st, _ := m.departedAs(fmt.Sprintf("pod-%d", 3*maxDeparted-1)); st != "dead" {
-		t.Fatalf("the latest departure is %q, want dead", st)
-	}
-	if st, addr := m.departedAs("pod-0"); st != "unknown" || addr != "" {
-		t.Fatalf("the oldest departure is still known: %q at %q", st, addr)
-	}
-	if len(m.seen) > maxDeparted {
-		t.Fatalf("%d addresses remembered, want at most %d", len(m.seen), maxDeparted)
-	}
-}
-
-// TestTheLeaderDoesNotReapAReplicaThatStillGossips: a server memberlist
-// declared dead whose load reports still arrive is not counted missing,
-// and its clock starts again once they stop.
-func TestTheLeaderDoesNotReapAReplicaThatStillGossips(t *testing.T) {
-	servers := []RaftServer{{ID: "a", Addr: "A", Suffrage: "voter"}, {ID: "b", Addr: "B", Suffrage: "voter"},
-		{ID: "c", Addr: "C", Suffrage: "voter"}}
-	live := map[string]string{"a": "A"}
-	t1, t2 := time.Unix(1, 0), time.Unix(100, 0)
-	missing := trackMissing(nil, "a", servers, live, map[string]bool{"b": true}, t1)
-	if _, ok := missing["b"]; ok || !missing["c"].Equal(t1) {
-		t.Fatalf("missing = %v, want only c", missing)
-	}
-	missing = trackMissing(missing, "a", servers, live, nil, t2)
-	plan := planMembership("a", 3, servers, live, missing, t2.Add(time.Second), 30*time.Second)
-	if len(plan) != 1 || plan[0].op != opRemove || plan[0].id != "c" {
-		t.Fatalf("plan = %+v, want only c removed (b's clock started at %v)", plan, t2)
-	}
 }
 
 // TestRoutingConfigChangesForTheWholeTier changes the policy through one

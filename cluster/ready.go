@@ -76,7 +76,7 @@ func (r *Replica) peerContact() (time.Duration, bool) {
 		}
 	}
 	last := r.peerHeard.Load()
-	if last == 0 || !r.members.expectsPeers(r.cfg.NodeName) {
+	if last == 0 || !r.members.ExpectsPeers() {
 		return 0, false
 	}
 	return max(now.Sub(time.Unix(0, last))-peerSilence, 0), true

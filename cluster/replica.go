@@ -13,10 +13,12 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -49,7 +51,7 @@ type Replica struct {
 	gossip atomic.Pointer[loadsync.Gossip]
 	// gossipAddr is the gossip's address, read once at start.
 	gossipAddr string
-	members    *membership
+	members    *membership.Membership
 	writes     *forwarder
 	rpc        *rpcClient // to the peers' cluster ports
 	reloads    reloaders
@@ -77,6 +79,8 @@ type Replica struct {
 	// history is the last minutes of this replica's worker figures, for
 	// the status page (history.go).
 	history *sampleRing
+	// clock is the time the replica's loops read (Config.Clock).
+	clock clock.WithTicker
 }
 
 // Start builds a replica from cfg and starts serving. It returns once the
@@ -91,6 +95,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1),
 		ready: make(chan struct{}), history: newSampleRing(int(historySpan / historyEvery))}
+	r.clock = cfg.Clock
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -174,7 +182,7 @@ func (r *Replica) build() error {
 
 // openRaft opens the Raft node. A replica with neither --join nor
 // --bootstrap-expect > 1 bootstraps a one-node cluster on a fresh data dir;
-// the others wait for the gossip to gather the cluster (runMembership).
+// the others wait for the gossip to gather the cluster (membership.Run).
 func (r *Replica) openRaft() error {
 	cfg := r.cfg
 	var err error
@@ -184,13 +192,13 @@ func (r *Replica) openRaft() error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, membershipTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, membership.Timeout)
 	defer cancel()
 	servers, err := r.raft.Servers(ctx)
 	if err != nil {
 		return fmt.Errorf("raft: reading the configuration: %w", err)
 	}
-	r.members = newMembership(len(servers) > 0)
+	r.members = r.newMembership(len(servers) > 0)
 	r.rpc = newRPCClient(r.raft.links)
 	r.writes = newForwarder(r.raft, r.rpc)
 	if t := r.raft.links.tls; t != nil {
@@ -288,8 +296,8 @@ func (r *Replica) serve() {
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
-	r.goRun(r.runMembership)
-	r.goRun(r.runRejoin)
+	r.goRun(func() { r.members.Run(r.ctx) })
+	r.goRun(func() { r.members.RunRejoin(r.ctx, r.gossipAddr) })
 	r.goRun(r.recordHistory)
 }
 
@@ -370,8 +378,8 @@ func (r *Replica) stopGossip(leave bool) error {
 	}
 	// Say that this is a leave, not a death, so that the peers' status
 	// pages tell the truth (memberlist's events do not).
-	tags := r.gossipTags(r.members.joined)
-	tags[tagLeaving] = "1"
+	tags := r.gossipTags(r.members.Joined())
+	tags[membership.TagLeaving] = "1"
 	if err := r.gossiper().SetTags(tags); err != nil {
 		r.log.Debug("announcing the leave", "err", err)
 	}
@@ -416,7 +424,7 @@ const seedTimeout = 30 * time.Second
 // registry's routing config is found to differ, or the replica stops.
 func (r *Replica) seedInBackground() {
 	for {
-		err := r.seedNow(r.ctx, membershipTimeout)
+		err := r.seedNow(r.ctx, membership.Timeout)
 		switch {
 		case err == nil:
 			return

@@ -45,7 +45,7 @@ func (r *Replica) statusMembers(servers []RaftServer, suffrage map[string]RaftSe
 	}
 	for _, s := range servers {
 		if !live[s.ID] {
-			state, addr := r.members.departedAs(s.ID)
+			state, addr := r.members.DepartedAs(s.ID)
 			out = append(out, adminapi.Member{Name: s.ID, Address: addr, State: state, RaftAddress: s.Addr, Suffrage: s.Suffrage})
 		}
 	}
