@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 	"go.opentelemetry.io/otel/trace"
@@ -56,7 +57,7 @@ type Config struct {
 	// forwarded writes, on the --raft-bind port) mutual TLS with the
 	// cluster CA (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca).
 	// The files are read again at Reload (SIGHUP).
-	ClusterTLS TLSFiles
+	ClusterTLS link.TLSFiles
 	// InsecureCluster lets a replica whose gossip, Raft or API bind is not
 	// loopback start without GossipKey or ClusterTLS (--insecure-cluster):
 	// the operator trusts everyone on the network.
@@ -188,13 +189,9 @@ func DefaultRouting() Routing {
 	}
 }
 
-// FlagError is a configuration error that names the flag at fault.
-type FlagError struct {
-	Flag string
-	Msg  string
-}
-
-func (e *FlagError) Error() string { return fmt.Sprintf("--%s: %s", e.Flag, e.Msg) }
+// FlagError is a configuration error that names the flag at fault; the
+// cluster TLS files' errors are of the same type.
+type FlagError = link.FlagError
 
 func flagErr(flag, format string, args ...any) error {
 	return &FlagError{Flag: flag, Msg: fmt.Sprintf(format, args...)}
@@ -331,7 +328,7 @@ func (c Config) Validate() error {
 	if len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32 {
 		errs = append(errs, flagErr("gossip-key", "want 16, 24 or 32 bytes (got %d)", len(c.GossipKey)))
 	}
-	errs = append(errs, c.ClusterTLS.validate(), c.validateExposure(), validMetricsAddr(c.MetricsAddr))
+	errs = append(errs, c.ClusterTLS.Validate(), c.validateExposure(), validMetricsAddr(c.MetricsAddr))
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			errs = append(errs, flagErr("join", "want host:port (got %q)", j))

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -33,10 +34,10 @@ var ErrLeaderUnreachable = errors.New("the raft leader's cluster port is unreach
 // private. Safe for concurrent use.
 type forwarder struct {
 	raft *RaftNode
-	rpc  *rpcClient
+	rpc  *link.Client
 }
 
-func newForwarder(raft *RaftNode, rpc *rpcClient) *forwarder {
+func newForwarder(raft *RaftNode, rpc *link.Client) *forwarder {
 	return &forwarder{raft: raft, rpc: rpc}
 }
 
@@ -75,7 +76,7 @@ func (f *forwarder) forward(ctx context.Context, leader *NotLeaderError, cmd sto
 	if err != nil {
 		return store.Result{}, err
 	}
-	status, data, err := f.rpc.callHeard(ctx, http.MethodPost, leader.LeaderAddr, applyPath, body, rpcReachTimeout)
+	status, data, err := f.rpc.CallHeard(ctx, http.MethodPost, leader.LeaderAddr, applyPath, body, link.ReachTimeout)
 	if err != nil {
 		return store.Result{}, fmt.Errorf("%w: %s at %s: %w", ErrLeaderUnreachable, leader.LeaderID, leader.LeaderAddr, err)
 	}

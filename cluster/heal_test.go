@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -196,11 +197,11 @@ func TestADataDirReusedUnderANewNodeNameStarts(t *testing.T) {
 // reachable".
 func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	dir := certDir(t, "r0")
-	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	tlsState, err := link.LoadTLS(link.NodeTLSFiles(dir, "r0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	port, err := link.Open("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +211,8 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	rpc := newRPCClient(port)
-	defer rpc.close()
+	rpc := link.NewClient(port, rpcTimeout)
+	defer rpc.Close()
 	f := newForwarder(nil, rpc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -234,22 +235,22 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 // apply it when it wakes.
 func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T) {
 	dir := certDir(t, "r0", "r1")
-	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	tlsState, err := link.LoadTLS(link.NodeTLSFiles(dir, "r0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaderTLS, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	leaderTLS, err := link.LoadTLS(link.NodeTLSFiles(dir, "r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	port, err := link.Open("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer port.Close()
 	frozen := startFrozenPeer(t, leaderTLS)
-	rpc := newRPCClient(port)
-	defer rpc.close()
+	rpc := link.NewClient(port, rpcTimeout)
+	defer rpc.Close()
 	f := newForwarder(nil, rpc)
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultAdminApplyTimeout)
 	defer cancel()
@@ -263,7 +264,7 @@ func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T
 	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
 		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
 	}
-	rpc.close()
+	rpc.Close()
 	got := frozen.received(t)
 	if !strings.Contains(got, applyPath) {
 		t.Fatalf("the frozen leader's socket got %q, want the request's head", got)
@@ -281,9 +282,9 @@ type frozenPeer struct {
 	got  chan string
 }
 
-func startFrozenPeer(t *testing.T, tlsState *clusterTLS) *frozenPeer {
+func startFrozenPeer(t *testing.T, tlsState *link.TLS) *frozenPeer {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsState.serverConfig())
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsState.ServerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

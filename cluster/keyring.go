@@ -195,7 +195,7 @@ func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminap
 		return failed(errors.New("announces no cluster port"))
 	}
 	body, _ := json.Marshal(keyringRequest{Op: op, Key: base64.StdEncoding.EncodeToString(key)})
-	status, data, err := r.rpc.call(ctx, http.MethodPost, addr, keyringPath, body)
+	status, data, err := r.rpc.Call(ctx, http.MethodPost, addr, keyringPath, body)
 	if err != nil {
 		return failed(fmt.Errorf("unreachable at %s: %w", addr, err))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -23,7 +24,7 @@ import (
 func certDir(t *testing.T, nodes ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := WriteCerts(dir, nodes, CertOptions{}); err != nil {
+	if _, err := link.WriteCerts(dir, nodes, link.CertOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -31,7 +32,7 @@ func certDir(t *testing.T, nodes ...string) string {
 
 // withTLS gives each replica the certificate of its node name from dir.
 func withTLS(dir string) clusterOptions {
-	return func(cfg *Config) { cfg.ClusterTLS = NodeTLSFiles(dir, cfg.NodeName) }
+	return func(cfg *Config) { cfg.ClusterTLS = link.NodeTLSFiles(dir, cfg.NodeName) }
 }
 
 // withKey gives each replica the gossip key.
@@ -42,7 +43,7 @@ func withKey(key []byte) clusterOptions {
 // presenting is a TLS client configuration that presents the certificate
 // of files (none when files is zero) and accepts any server, as an
 // attacker would.
-func presenting(t *testing.T, files TLSFiles) *tls.Config {
+func presenting(t *testing.T, files link.TLSFiles) *tls.Config {
 	t.Helper()
 	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
 	if files.CertFile != "" {
@@ -89,11 +90,11 @@ func (in intruder) dial(ctx context.Context, addr string) (net.Conn, error) {
 // intruders are the ways a stranger tries the cluster port of a replica
 // with cluster TLS. otherCA holds a certificate of another CA, named
 // "intruder".
-func intruders(t *testing.T, otherCA string, link byte) map[string]intruder {
+func intruders(t *testing.T, otherCA string, kind byte) map[string]intruder {
 	return map[string]intruder{
-		"plain TCP announcing the link":     {link: int(link)},
-		"TLS without a client certificate":  {tls: presenting(t, TLSFiles{}), link: int(link)},
-		"TLS with another CA's certificate": {tls: presenting(t, NodeTLSFiles(otherCA, "intruder")), link: int(link)},
+		"plain TCP announcing the link":     {link: int(kind)},
+		"TLS without a client certificate":  {tls: presenting(t, link.TLSFiles{}), link: int(kind)},
+		"TLS with another CA's certificate": {tls: presenting(t, link.NodeTLSFiles(otherCA, "intruder")), link: int(kind)},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -34,7 +35,7 @@ const attackerWorker = "http://127.0.0.1:9/attacker"
 func securedVictim(t *testing.T, certs string) *Replica {
 	cfg := testConfig(t, t.TempDir(), echoWorker(t, "w1"))
 	cfg.NodeName = "victim"
-	cfg.ClusterTLS = NodeTLSFiles(certs, "victim")
+	cfg.ClusterTLS = link.NodeTLSFiles(certs, "victim")
 	cfg.GossipKey = []byte("0123456789abcdef")
 	cfg.AdminToken = "s3cret"
 	return startReplica(t, cfg)
@@ -42,7 +43,7 @@ func securedVictim(t *testing.T, certs string) *Replica {
 
 func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 	victim := securedVictim(t, certDir(t, "victim"))
-	ways := intruders(t, certDir(t, "intruder"), linkRaft)
+	ways := intruders(t, certDir(t, "intruder"), link.KindRaft)
 	ways["hashicorp/raft's own TCP transport"] = intruder{link: -1}
 	target := raft.ServerAddress(victim.RaftAddr())
 	for name, in := range ways {
@@ -78,7 +79,7 @@ func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 // TestForgeriesTakeOverAReplicaWithoutClusterTLS is why cluster TLS exists,
 // and the proof that the forgeries above are well-formed.
 func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
-	plain := intruder{link: int(linkRaft)}
+	plain := intruder{link: int(link.KindRaft)}
 	t.Run("AppendEntries", func(t *testing.T) {
 		victim := startReplica(t, testConfig(t, t.TempDir(), echoWorker(t, "w1")))
 		var resp raft.AppendEntriesResponse
@@ -107,7 +108,7 @@ func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
 func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
-	for name, in := range intruders(t, certDir(t, "intruder"), linkRPC) {
+	for name, in := range intruders(t, certDir(t, "intruder"), link.KindRPC) {
 		t.Run(name, func(t *testing.T) {
 			before := victim.raft.links.Refused()
 			if status := forwardedWrite(t, victim.RaftAddr(), in, attackerWorker); status != 0 {
@@ -135,7 +136,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 		}
 	})
 	t.Run("a replica's certificate is let in", func(t *testing.T) {
-		peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
+		peer := intruder{tls: presenting(t, link.NodeTLSFiles(certs, "peer")), link: int(link.KindRPC)}
 		if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 			t.Fatalf("a forwarded write with a cluster certificate: status %d", status)
 		}
@@ -155,13 +156,13 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 
 	// What a peer sees of the leader's cluster port: TLS 1.3, and a
 	// certificate of the cluster CA naming the leader.
-	conn, err := tls.Dial("tcp", lead.RaftAddr(), presenting(t, NodeTLSFiles(certs, "operator")))
+	conn, err := tls.Dial("tcp", lead.RaftAddr(), presenting(t, link.NodeTLSFiles(certs, "operator")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	st := conn.ConnectionState()
-	caPEM, _ := os.ReadFile(NodeTLSFiles(certs, "r0").CAFile)
+	caPEM, _ := os.ReadFile(link.NodeTLSFiles(certs, "r0").CAFile)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	leaf := st.PeerCertificates[0]
@@ -171,7 +172,7 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 	if st.Version != tls.VersionTLS13 || leaf.Subject.CommonName != lead.cfg.NodeName {
 		t.Fatalf("TLS version %#x, certificate of %q; want TLS 1.3 from %s", st.Version, leaf.Subject.CommonName, lead.cfg.NodeName)
 	}
-	old := presenting(t, NodeTLSFiles(certs, "operator"))
+	old := presenting(t, link.NodeTLSFiles(certs, "operator"))
 	old.MaxVersion = tls.VersionTLS12
 	if conn, err := tls.Dial("tcp", lead.RaftAddr(), old); err == nil {
 		conn.Close()
@@ -205,15 +206,15 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 	certs := certDir(t, "n1")
 	other := certDir(t, "n1")
 	cases := map[string]struct {
-		files   TLSFiles
+		files   link.TLSFiles
 		mention string
 	}{
-		"a missing key": {TLSFiles{CertFile: NodeTLSFiles(certs, "n1").CertFile, KeyFile: certs + "/nope.pem",
-			CAFile: NodeTLSFiles(certs, "n1").CAFile}, "--cluster-tls-cert"},
-		"a certificate of another CA": {TLSFiles{CertFile: NodeTLSFiles(other, "n1").CertFile,
-			KeyFile: NodeTLSFiles(other, "n1").KeyFile, CAFile: NodeTLSFiles(certs, "n1").CAFile}, "not signed by the CA"},
-		"a CA file without a certificate": {TLSFiles{CertFile: NodeTLSFiles(certs, "n1").CertFile,
-			KeyFile: NodeTLSFiles(certs, "n1").KeyFile, CAFile: NodeTLSFiles(certs, "n1").KeyFile}, "--cluster-tls-ca"},
+		"a missing key": {link.TLSFiles{CertFile: link.NodeTLSFiles(certs, "n1").CertFile, KeyFile: certs + "/nope.pem",
+			CAFile: link.NodeTLSFiles(certs, "n1").CAFile}, "--cluster-tls-cert"},
+		"a certificate of another CA": {link.TLSFiles{CertFile: link.NodeTLSFiles(other, "n1").CertFile,
+			KeyFile: link.NodeTLSFiles(other, "n1").KeyFile, CAFile: link.NodeTLSFiles(certs, "n1").CAFile}, "not signed by the CA"},
+		"a CA file without a certificate": {link.TLSFiles{CertFile: link.NodeTLSFiles(certs, "n1").CertFile,
+			KeyFile: link.NodeTLSFiles(certs, "n1").KeyFile, CAFile: link.NodeTLSFiles(certs, "n1").KeyFile}, "--cluster-tls-ca"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -238,9 +239,7 @@ func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
 	port := victim.raft.links
-	port.mu.Lock()
-	port.maxPending, port.maxPerHost = 8, 2 // scaled down from 1024 and 16
-	port.mu.Unlock()
+	port.SetPendingLimits(8, 2) // scaled down from 1024 and 16
 	before := port.Refused()
 	stranger := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	var silent []net.Conn
@@ -254,7 +253,7 @@ func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	}
 	// The port takes connections in order: by the time it takes the
 	// peer's, it has held two of the strangers' and dropped the others.
-	peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
+	peer := intruder{tls: presenting(t, link.NodeTLSFiles(certs, "peer")), link: int(link.KindRPC)}
 	if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 		t.Fatalf("a peer among silent strangers: status %d", status)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
@@ -186,5 +187,5 @@ func serveMetrics(ctx context.Context, ln net.Listener, set *metrics.Set) {
 		c.SetContentType("text/plain; version=0.0.4")
 		exposition.Write(c, set)
 	}}
-	serveUntil(ctx, srv, ln)
+	link.ServeUntil(ctx, srv, ln)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -85,7 +86,7 @@ type RaftConfig struct {
 	AdvertiseAddr string
 	// TLS, when set, makes every connection to and from this node's port
 	// mutual TLS with the cluster CA (--cluster-tls-*).
-	TLS TLSFiles
+	TLS link.TLSFiles
 	// Bootstrap, when the data dir holds no Raft state, makes this node a
 	// one-node cluster with itself as the only voter. Ignored on restart.
 	Bootstrap bool
@@ -199,7 +200,7 @@ type RaftNode struct {
 	transport *raft.NetworkTransport
 	// links is the cluster port the transport runs over, which also
 	// carries the replicas' HTTP (forwarded writes, keyring changes).
-	links    *clusterPort
+	links    *link.Port
 	observer *raft.Observer
 	// lastAtOpen is the last index of the log on disk when the node opened.
 	lastAtOpen uint64
@@ -268,21 +269,21 @@ func (n *RaftNode) start() error {
 
 // newTransport opens the cluster port on --raft-bind (with the cluster TLS,
 // if any) and runs Raft's network transport over it.
-func newTransport(cfg RaftConfig) (*raft.NetworkTransport, *clusterPort, error) {
+func newTransport(cfg RaftConfig) (*raft.NetworkTransport, *link.Port, error) {
 	advertise, err := advertiseAddr(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := loadClusterTLS(cfg.TLS)
+	t, err := link.LoadTLS(cfg.TLS)
 	if err != nil {
 		return nil, nil, err
 	}
-	port, err := openClusterPort(cfg.BindAddr, advertise, t, cfg.Logger)
+	port, err := link.Open(cfg.BindAddr, advertise, t, cfg.Logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raft: listen on --raft-bind %q: %w", cfg.BindAddr, err)
 	}
 	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  raftLayer{port},
+		Stream:  port.RaftLayer(),
 		Logger:  newHclogAdapter(cfg.Logger, "raft-net"),
 		MaxPool: transportMaxPool,
 		Timeout: transportTimeout,
@@ -656,7 +657,7 @@ func (n *RaftNode) Close() error {
 		n.mu.Unlock()
 		var err error
 		if n.links != nil {
-			n.links.stopHolding() // or Shutdown waits on Raft's held dials
+			n.links.StopHolding() // or Shutdown waits on Raft's held dials
 		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()

@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
@@ -53,7 +54,7 @@ type Replica struct {
 	gossipAddr string
 	members    *membership.Membership
 	writes     *forwarder
-	rpc        *rpcClient // to the peers' cluster ports
+	rpc        *link.Client // to the peers' cluster ports
 	reloads    reloaders
 
 	// routingMu guards routingInUse, the fingerprint of the registry's
@@ -199,9 +200,9 @@ func (r *Replica) openRaft() error {
 		return fmt.Errorf("raft: reading the configuration: %w", err)
 	}
 	r.members = r.newMembership(len(servers) > 0)
-	r.rpc = newRPCClient(r.raft.links)
+	r.rpc = link.NewClient(r.raft.links, rpcTimeout)
 	r.writes = newForwarder(r.raft, r.rpc)
-	if t := r.raft.links.tls; t != nil {
+	if t := r.raft.links.TLS(); t != nil {
 		r.reloads.add("cluster TLS", t.Reload)
 	}
 	return nil
@@ -288,7 +289,7 @@ func (r *Replica) serve() {
 	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
-	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
+	r.goRun(func() { serveRPC(r.ctx, r.raft.links, r.rpcRoutes()) })
 	if r.debugLn != nil {
 		r.goRun(func() { serveDebug(r.ctx, r.debugLn) })
 	}
@@ -397,7 +398,7 @@ func (r *Replica) closeParts() error {
 		}
 	}
 	if r.rpc != nil {
-		r.rpc.close()
+		r.rpc.Close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())

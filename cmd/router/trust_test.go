@@ -21,6 +21,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -85,13 +86,13 @@ func TestTLSInitWritesWhatServeReadsAndSIGHUPReloadsIt(t *testing.T) {
 	if err != nil || !strings.Contains(out, "--cluster-tls-cert "+filepath.Join(dir, "n1.pem")) {
 		t.Fatalf("tls init: %v\n%s", err, out)
 	}
-	files := cluster.NodeTLSFiles(dir, "n1")
+	files := link.NodeTLSFiles(dir, "n1")
 	raftAddr := freeLoopbackAddr(t)
 	p := start(t, router, "serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", raftAddr, "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "n1", "--cluster-tls-cert", files.CertFile,
 		"--cluster-tls-key", files.KeyFile, "--cluster-tls-ca", files.CAFile)
 	p.await(t, `(router ready)`)
-	peer := clientPresenting(t, cluster.NodeTLSFiles(dir, "peer"))
+	peer := clientPresenting(t, link.NodeTLSFiles(dir, "peer"))
 	first := servedSerial(t, raftAddr, peer)
 
 	for _, f := range []string{files.CertFile, files.KeyFile} {
@@ -122,7 +123,7 @@ func freeLoopbackAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func clientPresenting(t *testing.T, files cluster.TLSFiles) *tls.Config {
+func clientPresenting(t *testing.T, files link.TLSFiles) *tls.Config {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
 	if err != nil {
