@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/cluster/statuspage"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -512,7 +513,7 @@ func (a *Admin) applyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		writeError(ctx, err)
 		return
 	}
-	writeJSON(ctx, http.StatusOK, appliedResult{ID: res.ID, Created: res.Created, Index: res.Index})
+	writeJSON(ctx, http.StatusOK, raftnode.AppliedResult{ID: res.ID, Created: res.Created, Index: res.Index})
 }
 
 // The vllm-router compatible endpoints answer as vllm-router does: plain
@@ -596,23 +597,23 @@ func (e *statusError) Error() string { return e.msg }
 // the one place that decides statuses for the admin API.
 func errorStatus(err error) (int, string) {
 	var se *statusError
-	var fe *forwardedError
-	var nle *NotLeaderError
+	var fe *raftnode.ForwardedError
+	var nle *raftnode.NotLeaderError
 	switch {
 	case errors.As(err, &se):
 		return se.status, se.typ
 	case errors.As(err, &fe):
-		return fe.status, fe.typ
+		return fe.HTTPStatus(), fe.ErrorType()
 	case errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, store.ErrUnknownWorker):
 		return http.StatusNotFound, "not_found_error"
 	case errors.Is(err, store.ErrConflict):
 		return http.StatusConflict, "conflict_error"
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout_error"
-	case errors.As(err, &nle), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClosed),
-		errors.Is(err, ErrLeaderUnreachable):
+	case errors.As(err, &nle), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrClosed),
+		errors.Is(err, raftnode.ErrLeaderUnreachable):
 		return http.StatusServiceUnavailable, "service_unavailable_error"
 	}
 	return http.StatusInternalServerError, "server_error"
@@ -621,7 +622,7 @@ func errorStatus(err error) (int, string) {
 // errorMessage explains err to an operator. A leader's answer relayed by a
 // follower was explained by the leader already.
 func errorMessage(status int, err error) string {
-	var fe *forwardedError
+	var fe *raftnode.ForwardedError
 	if errors.As(err, &fe) {
 		return err.Error()
 	}

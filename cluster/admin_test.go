@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -277,12 +278,14 @@ func TestAdminAnswers503WithoutALeaderAnd504OnTimeout(t *testing.T) {
 		status  int
 		mention string
 	}{
-		{"no leader", func(context.Context) error { return ErrNoLeader }, http.StatusServiceUnavailable, "no raft leader"},
-		{"follower", func(context.Context) error { return &NotLeaderError{LeaderID: "n2", LeaderAddr: "127.0.0.1:7001"} },
+		{"no leader", func(context.Context) error { return raftnode.ErrNoLeader }, http.StatusServiceUnavailable, "no raft leader"},
+		{"follower", func(context.Context) error {
+			return &raftnode.NotLeaderError{LeaderID: "n2", LeaderAddr: "127.0.0.1:7001"}
+		},
 			http.StatusServiceUnavailable, "n2 at 127.0.0.1:7001"},
-		{"closed", func(context.Context) error { return ErrClosed }, http.StatusServiceUnavailable, "closed"},
+		{"closed", func(context.Context) error { return raftnode.ErrClosed }, http.StatusServiceUnavailable, "closed"},
 		{"deadline", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, http.StatusGatewayTimeout, "in time"},
-		{"raft timeout", func(context.Context) error { return ErrTimeout }, http.StatusGatewayTimeout, "timed out"},
+		{"raft timeout", func(context.Context) error { return raftnode.ErrTimeout }, http.StatusGatewayTimeout, "timed out"},
 		{"unexpected", func(context.Context) error { return fmt.Errorf("disk on fire") }, http.StatusInternalServerError, "disk on fire"},
 	}
 	for _, tc := range cases {

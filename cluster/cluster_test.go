@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -409,7 +410,7 @@ func raftAddrOf(t *testing.T, r *Replica, node string) string {
 	return ""
 }
 
-func raftServers(t *testing.T, r *Replica) []RaftServer {
+func raftServers(t *testing.T, r *Replica) []raftnode.Server {
 	servers, err := r.raft.Servers(testContext(t))
 	if err != nil {
 		t.Logf("raft servers: %v", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 	"go.opentelemetry.io/otel/trace"
@@ -95,7 +96,7 @@ type Config struct {
 	// RaftTimings are Raft's timeouts (--raft-heartbeat-timeout,
 	// --raft-election-timeout, --raft-leader-lease-timeout,
 	// --raft-commit-timeout); zero fields take the defaults.
-	RaftTimings RaftTimings
+	RaftTimings raftnode.Timings
 	// GossipLocal uses memberlist's timings for one host or a fast local
 	// network: failures are detected in about 3 s instead of about 10 s,
 	// at the cost of more probe traffic. For tests and demos.
@@ -315,7 +316,7 @@ func (c Config) Validate() error {
 	if c.Proxy.DialTimeout < 0 {
 		errs = append(errs, flagErr("worker-connect-timeout", "must not be negative"))
 	}
-	errs = append(errs, c.RaftTimings.validate())
+	errs = append(errs, c.RaftTimings.Validate())
 	for flag, addr := range map[string]string{"raft-bind": c.RaftBind, "raft-advertise": c.RaftAdvertise,
 		"gossip-bind": c.GossipBind, "gossip-advertise": c.GossipAdvertise} {
 		if addr == "" && strings.HasSuffix(flag, "-advertise") {

@@ -53,7 +53,7 @@ func (r *Replica) gossipTags(joined bool) map[string]string {
 
 // advertisedAPIAddr is the address peers reach this replica's HTTP API at:
 // the listener's, with a wildcard host replaced by the host of the Raft
-// address (which OpenRaft made sure peers can dial).
+// address (which raftnode.Open made sure peers can dial).
 func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 	host, port, err := net.SplitHostPort(ln.String())
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -193,7 +194,7 @@ func TestADataDirReusedUnderANewNodeNameStarts(t *testing.T) {
 // cluster port accepts the connection and never answers the TLS handshake
 // (a stopped process, a black hole): the forward gives up after the
 // connect bound, long before the write's own deadline, as
-// ErrLeaderUnreachable, which the admin API answers 503 "no leader
+// raftnode.ErrLeaderUnreachable, which the admin API answers 503 "no leader
 // reachable".
 func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	dir := certDir(t, "r0")
@@ -213,13 +214,13 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	defer silent.Close()
 	rpc := link.NewClient(port, rpcTimeout)
 	defer rpc.Close()
-	f := newForwarder(nil, rpc)
+	f := raftnode.NewForwarder(nil, rpc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: silent.Addr().String()},
+	_, err = f.Forward(ctx, &raftnode.NotLeaderError{LeaderID: "r1", LeaderAddr: silent.Addr().String()},
 		store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3"}))
-	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
-		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
 	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
 		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
@@ -251,22 +252,22 @@ func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T
 	frozen := startFrozenPeer(t, leaderTLS)
 	rpc := link.NewClient(port, rpcTimeout)
 	defer rpc.Close()
-	f := newForwarder(nil, rpc)
+	f := raftnode.NewForwarder(nil, rpc)
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultAdminApplyTimeout)
 	defer cancel()
 	cmd := store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3/frozen-leader-body"})
 	start := time.Now()
-	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: frozen.addr}, cmd)
+	_, err = f.Forward(ctx, &raftnode.NotLeaderError{LeaderID: "r1", LeaderAddr: frozen.addr}, cmd)
 	t.Logf("the forward failed after %v: %v", time.Since(start), err)
-	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
-		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
 	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
 		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
 	}
 	rpc.Close()
 	got := frozen.received(t)
-	if !strings.Contains(got, applyPath) {
+	if !strings.Contains(got, raftnode.ApplyPath) {
 		t.Fatalf("the frozen leader's socket got %q, want the request's head", got)
 	}
 	if strings.Contains(got, "frozen-leader-body") {
@@ -310,7 +311,7 @@ func (p *frozenPeer) received(t *testing.T) string {
 	case s := <-p.got:
 		return s
 	case <-time.After(time.Minute):
-		t.Fatal("the forwarder never hung up on the frozen leader")
+		t.Fatal("the raftnode.Forwarder never hung up on the frozen leader")
 		return ""
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -142,16 +143,15 @@ func forgedAppendEntries(t *testing.T, victim *Replica, url string) *raft.Append
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := victim.raft.raft.LastIndex()
-	var prev raft.Log
-	if err := victim.raft.stores.Log.GetLog(last, &prev); err != nil {
+	last, prevTerm, err := victim.raft.LastLog()
+	if err != nil {
 		t.Fatal(err)
 	}
 	term := victim.raft.Term() + 10
 	return &raft.AppendEntriesRequest{
 		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("attacker"), Addr: []byte("127.0.0.1:1")},
 		Term:         term,
-		PrevLogEntry: last, PrevLogTerm: prev.Term,
+		PrevLogEntry: last, PrevLogTerm: prevTerm,
 		Entries:           []*raft.Log{{Index: last + 1, Term: term, Type: raft.LogCommand, Data: data}},
 		LeaderCommitIndex: last + 1,
 	}
@@ -176,7 +176,7 @@ func forgedSnapshot(t *testing.T, victim *Replica, url string) (*raft.InstallSna
 		t.Fatal(err)
 	}
 	term := victim.raft.Term() + 10
-	index := victim.raft.raft.LastIndex() + 100
+	index := victim.raft.LastIndex() + 100
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(victim.cfg.NodeName),
 		Address: raft.ServerAddress(victim.RaftAddr())}}}
 	return &raft.InstallSnapshotRequest{
@@ -206,7 +206,7 @@ func forwardedWrite(t *testing.T, addr string, in intruder, url string) int {
 	}
 	client := &http.Client{Timeout: testDeadline, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return in.dial(ctx, addr) }}}
-	resp, err := client.Post("http://"+addr+applyPath, "application/json", bytes.NewReader(body))
+	resp, err := client.Post("http://"+addr+raftnode.ApplyPath, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0
 	}
@@ -225,7 +225,7 @@ func registryHolds(r *Replica, url string) bool {
 // waitRefusals waits until r's cluster port has refused more than before.
 func waitRefusals(t *testing.T, r *Replica, before uint64) {
 	t.Helper()
-	waitUntil(t, "the cluster port refuses the connection", func() bool { return r.raft.links.Refused() > before })
+	waitUntil(t, "the cluster port refuses the connection", func() bool { return r.raft.Port().Refused() > before })
 }
 
 // jsonBody marshals v for a request body.

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -48,7 +49,7 @@ func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 	target := raft.ServerAddress(victim.RaftAddr())
 	for name, in := range ways {
 		t.Run(name+" sends AppendEntries", func(t *testing.T) {
-			before, term := victim.raft.links.Refused(), victim.raft.Term()
+			before, term := victim.raft.Port().Refused(), victim.raft.Term()
 			var resp raft.AppendEntriesResponse
 			err := raftClient(t, in).AppendEntries("victim", target, forgedAppendEntries(t, victim, attackerWorker), &resp)
 			if err == nil {
@@ -61,7 +62,7 @@ func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 			}
 		})
 		t.Run(name+" sends InstallSnapshot", func(t *testing.T) {
-			before, term := victim.raft.links.Refused(), victim.raft.Term()
+			before, term := victim.raft.Port().Refused(), victim.raft.Term()
 			req, data := forgedSnapshot(t, victim, attackerWorker)
 			var resp raft.InstallSnapshotResponse
 			err := raftClient(t, in).InstallSnapshot("victim", target, req, &resp, strings.NewReader(string(data)))
@@ -110,7 +111,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 	victim := securedVictim(t, certs)
 	for name, in := range intruders(t, certDir(t, "intruder"), link.KindRPC) {
 		t.Run(name, func(t *testing.T) {
-			before := victim.raft.links.Refused()
+			before := victim.raft.Port().Refused()
 			if status := forwardedWrite(t, victim.RaftAddr(), in, attackerWorker); status != 0 {
 				t.Fatalf("the forged write was answered %d", status)
 			}
@@ -122,7 +123,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 	}
 	t.Run("the API port takes no forwarded writes, even with the admin token", func(t *testing.T) {
 		body, _ := store.NewAddWorker(store.AddWorker{URL: attackerWorker}).Encode()
-		req, _ := http.NewRequest(http.MethodPost, "http://"+victim.HTTPAddr()+applyPath, strings.NewReader(string(body)))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+victim.HTTPAddr()+raftnode.ApplyPath, strings.NewReader(string(body)))
 		req.Header.Set("Authorization", "Bearer s3cret")
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -132,7 +133,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 		resp.Body.Close()
 		http.DefaultClient.CloseIdleConnections()
 		if resp.StatusCode != http.StatusNotFound || registryHolds(victim, attackerWorker) {
-			t.Fatalf("POST %s on the API port: %d, applied %v", applyPath, resp.StatusCode, registryHolds(victim, attackerWorker))
+			t.Fatalf("POST %s on the API port: %d, applied %v", raftnode.ApplyPath, resp.StatusCode, registryHolds(victim, attackerWorker))
 		}
 	})
 	t.Run("a replica's certificate is let in", func(t *testing.T) {
@@ -187,7 +188,7 @@ func TestAReplicaWithAnotherCAsCertificateIsRefused(t *testing.T) {
 	// The gossip lets it in (no gossip key here), so the leader adds it to
 	// Raft and tries to replicate to it: every handshake fails.
 	waitUntil(t, "the leader adds r1 and their handshakes fail", func() bool {
-		return suffrageOf(t, first, "r1") == "nonvoter" && stranger.raft.links.Refused() > 0
+		return suffrageOf(t, first, "r1") == "nonvoter" && stranger.raft.Port().Refused() > 0
 	})
 	if n := stranger.fsm.View().Len(); n != 0 {
 		t.Fatalf("r1 received a registry of %d workers over a link it should not have", n)
@@ -238,7 +239,7 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
-	port := victim.raft.links
+	port := victim.raft.Port()
 	port.SetPendingLimits(8, 2) // scaled down from 1024 and 16
 	before := port.Refused()
 	stranger := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/membership"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -19,7 +20,7 @@ func (r *Replica) newMembership(joined bool) *membership.Membership {
 }
 
 // raftMembers is the Raft node as membership sees it.
-type raftMembers struct{ n *RaftNode }
+type raftMembers struct{ n *raftnode.Node }
 
 var _ membership.Raft = raftMembers{}
 
@@ -49,11 +50,11 @@ func (m raftMembers) LeaderChanges() <-chan struct{} { return m.n.LeaderChanges(
 // Bootstrap is BootstrapCluster; a node that holds state already has
 // nothing to do.
 func (m raftMembers) Bootstrap(ctx context.Context, voters []membership.Server) error {
-	servers := make([]RaftServer, len(voters))
+	servers := make([]raftnode.Server, len(voters))
 	for i, v := range voters {
-		servers[i] = RaftServer{ID: v.ID, Addr: v.Addr, Suffrage: v.Suffrage}
+		servers[i] = raftnode.Server{ID: v.ID, Addr: v.Addr, Suffrage: v.Suffrage}
 	}
-	if err := m.n.BootstrapCluster(ctx, servers); err != nil && !errors.Is(err, ErrAlreadyBootstrapped) {
+	if err := m.n.BootstrapCluster(ctx, servers); err != nil && !errors.Is(err, raftnode.ErrAlreadyBootstrapped) {
 		return err
 	}
 	return nil

@@ -32,7 +32,7 @@ func (r *Replica) registerClusterMetrics() {
 	r.metrics.NewGauge("vllm_router_cluster_registry_loaded", func() float64 { return boolGauge(r.loaded.Load()) })
 	r.metrics.RegisterMetricsWriter(r.writeVoters)
 	r.metrics.RegisterMetricsWriter(func(w io.Writer) {
-		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
+		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.Port().Refused())
 	})
 	r.metrics.RegisterMetricsWriter(r.writeCircuitTransitions)
 	r.metrics.RegisterMetricsWriter(r.writeAttribution)

@@ -20,6 +20,7 @@ import (
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/membership"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -35,7 +36,7 @@ type Replica struct {
 	cfg     Config
 	log     *slog.Logger
 	fsm     *store.FSM
-	raft    *RaftNode
+	raft    *raftnode.Node
 	monitor *health.Monitor
 	dialer  *workerurl.Dialer // every connection to a worker
 	// core is the replica's routing state (core): loads, index and
@@ -53,7 +54,7 @@ type Replica struct {
 	// gossipAddr is the gossip's address, read once at start.
 	gossipAddr string
 	members    *membership.Membership
-	writes     *forwarder
+	writes     *raftnode.Forwarder
 	rpc        *link.Client // to the peers' cluster ports
 	reloads    reloaders
 
@@ -187,7 +188,7 @@ func (r *Replica) build() error {
 func (r *Replica) openRaft() error {
 	cfg := r.cfg
 	var err error
-	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
+	r.raft, err = raftnode.Open(raftnode.Config{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
 		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), TLS: cfg.ClusterTLS, Bootstrap: r.bootstrapsAlone(),
 		Timings: cfg.RaftTimings, Logger: r.log}, r.fsm)
 	if err != nil {
@@ -200,9 +201,9 @@ func (r *Replica) openRaft() error {
 		return fmt.Errorf("raft: reading the configuration: %w", err)
 	}
 	r.members = r.newMembership(len(servers) > 0)
-	r.rpc = link.NewClient(r.raft.links, rpcTimeout)
-	r.writes = newForwarder(r.raft, r.rpc)
-	if t := r.raft.links.TLS(); t != nil {
+	r.rpc = link.NewClient(r.raft.Port(), rpcTimeout)
+	r.writes = raftnode.NewForwarder(r.raft, r.rpc)
+	if t := r.raft.Port().TLS(); t != nil {
 		r.reloads.add("cluster TLS", t.Reload)
 	}
 	return nil
@@ -289,7 +290,7 @@ func (r *Replica) serve() {
 	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
-	r.goRun(func() { serveRPC(r.ctx, r.raft.links, r.rpcRoutes()) })
+	r.goRun(func() { serveRPC(r.ctx, r.raft.Port(), r.rpcRoutes()) })
 	if r.debugLn != nil {
 		r.goRun(func() { serveDebug(r.ctx, r.debugLn) })
 	}

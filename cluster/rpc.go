@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 )
 
 // rpcTimeout bounds reading a request and writing an answer on the cluster
@@ -32,8 +33,8 @@ func serveRPC(ctx context.Context, port *link.Port, routes map[string]fasthttp.R
 // rpcRoutes are the endpoints of the cluster port's HTTP, all POST.
 func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
 	return map[string]fasthttp.RequestHandler{
-		applyPath:   postOnly(func(c *fasthttp.RequestCtx) { r.admin.applyForwarded(c, 0) }),
-		keyringPath: postOnly(r.serveLocalKeyring),
+		raftnode.ApplyPath: postOnly(func(c *fasthttp.RequestCtx) { r.admin.applyForwarded(c, 0) }),
+		keyringPath:        postOnly(r.serveLocalKeyring),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 )
 
 func (r *Replica) status() adminapi.Status {
@@ -16,7 +17,7 @@ func (r *Replica) status() adminapi.Status {
 	st := adminapi.Status{Node: r.cfg.NodeName, Leader: leader, Term: r.raft.Term(), Workers: r.fsm.View().Len(),
 		Members: []adminapi.Member{}, Voters: []string{}, Nonvoters: []string{}, Peers: []adminapi.PeerStatus{}}
 	servers, _ := r.raft.Servers(ctx)
-	suffrage := make(map[string]RaftServer, len(servers))
+	suffrage := make(map[string]raftnode.Server, len(servers))
 	for _, s := range servers {
 		suffrage[s.ID] = s
 		if s.Suffrage == "voter" {
@@ -35,7 +36,7 @@ func (r *Replica) status() adminapi.Status {
 }
 
 // statusMembers merges the live gossip members with the Raft servers.
-func (r *Replica) statusMembers(servers []RaftServer, suffrage map[string]RaftServer) []adminapi.Member {
+func (r *Replica) statusMembers(servers []raftnode.Server, suffrage map[string]raftnode.Server) []adminapi.Member {
 	var out []adminapi.Member
 	live := map[string]bool{}
 	for _, m := range r.gossiper().Members() {
