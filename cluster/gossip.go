@@ -130,11 +130,11 @@ func (r *Replica) startGossip() error {
 // join retries --join with backoff until a peer answers, the join is
 // refused, or JoinTimeout passes.
 func (r *Replica) join() error {
-	deadline := time.Now().Add(r.cfg.JoinTimeout)
+	deadline := r.clock.Now().Add(r.cfg.JoinTimeout)
 	wait := 200 * time.Millisecond
 	for {
 		err := r.gossiper().Join(r.cfg.Join)
-		if err == nil || !errors.Is(err, loadsync.ErrJoin) || time.Now().Add(wait).After(deadline) {
+		if err == nil || !errors.Is(err, loadsync.ErrJoin) || r.clock.Now().Add(wait).After(deadline) {
 			if err != nil {
 				return fmt.Errorf("gossip: %w", err)
 			}
@@ -144,7 +144,7 @@ func (r *Replica) join() error {
 		select {
 		case <-r.ctx.Done():
 			return r.ctx.Err()
-		case <-time.After(wait):
+		case <-r.clock.After(wait):
 		}
 		wait = min(wait*2, 5*time.Second)
 	}

@@ -61,14 +61,14 @@ func sampleOf(stats adminapi.WorkerStats) adminapi.Sample {
 // recordHistory samples this replica's worker figures every historyEvery
 // until the replica stops.
 func (r *Replica) recordHistory() {
-	t := time.NewTicker(historyEvery)
+	t := r.clock.NewTicker(historyEvery)
 	defer t.Stop()
 	for {
 		r.history.add(sampleOf(r.workerStats()))
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }

@@ -440,7 +440,7 @@ func (r *Replica) seedInBackground() {
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-r.clock.After(time.Second):
 		}
 	}
 }
@@ -558,14 +558,14 @@ func (r *Replica) healthChanged() {
 // quorum behind it, and the load table, so that selection counts the peers'
 // expected share of a burst (affinity.LoadTable.SetPeerShare).
 func (r *Replica) countLiveReplicas() {
-	t := time.NewTicker(time.Second)
+	t := r.clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		live := len(r.gossiper().Members())
 		r.monitor.SetLiveReplicas(live)
 		r.core.SetPeers(live-1, loadsync.DefaultLoadInterval)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-r.ctx.Done():
 			return
 		}
@@ -575,11 +575,11 @@ func (r *Replica) countLiveReplicas() {
 // sweepIndex expires idle ownership facts every --eviction-interval when
 // --prefix-ttl is set.
 func (r *Replica) sweepIndex() {
-	t := time.NewTicker(r.cfg.Routing.EvictionInterval)
+	t := r.clock.NewTicker(r.cfg.Routing.EvictionInterval)
 	defer t.Stop()
 	for {
 		select {
-		case now := <-t.C:
+		case now := <-t.C():
 			r.core.Expire(now)
 		case <-r.ctx.Done():
 			return

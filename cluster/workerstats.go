@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"time"
-
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
@@ -14,7 +12,7 @@ func (r *Replica) workerStats() adminapi.WorkerStats {
 	reg := r.fsm.View()
 	tallies := r.proxy.WorkerTallies()
 	peers := r.sync.PeerLoads()
-	out := adminapi.WorkerStats{Node: r.cfg.NodeName, At: float64(time.Now().UnixMicro()) / 1e6,
+	out := adminapi.WorkerStats{Node: r.cfg.NodeName, At: float64(r.clock.Now().UnixMicro()) / 1e6,
 		Workers: make([]adminapi.WorkerStat, 0, reg.Len())}
 	for _, w := range reg.Workers() {
 		out.Workers = append(out.Workers, r.workerStat(w, tallies[affinity.WorkerID(w.ID)], peers))
