@@ -19,7 +19,7 @@ import (
 // the Raft cluster.
 const (
 	tagRaft   = membership.TagRaft   // Raft address peers dial
-	tagAPI    = "api"                // HTTP API address peers dial (admin forwarding)
+	tagAPI    = "api"                // HTTP API address, for the status page (writes are forwarded over the cluster port)
 	tagExpect = membership.TagExpect // its --bootstrap-expect
 	tagJoined = membership.TagJoined // "1" once it holds Raft state
 )

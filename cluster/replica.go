@@ -49,7 +49,7 @@ type Replica struct {
 	admin   *Admin
 	metrics *metrics.Set
 	// gossip is the memberlist side; a pointer swapped only by tests that
-	// cut a replica off the gossip and reopen it (partition_test.go).
+	// cut a replica off the gossip and reopen it (cutGossip, heal_helpers_test.go).
 	gossip atomic.Pointer[loadsync.Gossip]
 	// gossipAddr is the gossip's address, read once at start.
 	gossipAddr string
