@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
@@ -222,8 +223,8 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
 		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
-	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
-		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	if status, _ := admin.ErrorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(admin.ErrorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, admin.ErrorMessage(status, err))
 	}
 }
 
@@ -253,7 +254,7 @@ func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T
 	rpc := link.NewClient(port, rpcTimeout)
 	defer rpc.Close()
 	f := raftnode.NewForwarder(nil, rpc)
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultAdminApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), admin.DefaultApplyTimeout)
 	defer cancel()
 	cmd := store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3/frozen-leader-body"})
 	start := time.Now()
@@ -262,8 +263,8 @@ func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T
 	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
 		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
-	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
-		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	if status, _ := admin.ErrorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(admin.ErrorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, admin.ErrorMessage(status, err))
 	}
 	rpc.Close()
 	got := frozen.received(t)

@@ -3,9 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,118 +14,22 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
-	"github.com/kvrouter/kvrouter/store"
 )
 
-// Gossip key rotation without a restart, as Consul does it: through any
-// replica's admin API, each step applied to every live replica at once.
-//
-//	POST /cluster/keyring/install {"key": NEW}   every replica accepts NEW
-//	POST /cluster/keyring/use     {"key": NEW}   every replica sends with NEW
-//	POST /cluster/keyring/remove  {"key": OLD}   OLD is no longer accepted
-//	GET  /cluster/keyring                        each replica's keys
-//
-// The replica that takes the request changes its own keyring and asks each
-// live peer to change its own over the cluster port (keyringPath), where
-// mutual TLS keeps the key private. Keys are shown only as fingerprints.
-
 // keyringPath is the cluster-port endpoint that changes (or lists) one
-// replica's own keyring: POST keyringRequest, answer adminapi.NodeKeyring.
+// replica's own keyring: POST admin.KeyringRequest, answer
+// adminapi.NodeKeyring.
 const keyringPath = "/cluster/keyring/local"
-
-// KeyFingerprint names a gossip key without revealing it: the first 8
-// bytes of its SHA-256, in hex. `printf %s "$KEY" | base64 -d | sha256sum`
-// starts with the same 16 digits.
-func KeyFingerprint(key []byte) string {
-	sum := sha256.Sum256(key)
-	return hex.EncodeToString(sum[:8])
-}
-
-// keyringRequest is the body of the keyring endpoints.
-type keyringRequest struct {
-	Op  adminapi.KeyringOp `json:"op,omitempty"` // the cluster port's only
-	Key string             `json:"key"`
-}
-
-// keyringAdminOps maps the admin paths to their operation.
-var keyringAdminOps = map[string]adminapi.KeyringOp{
-	"/cluster/keyring/install": adminapi.KeyringInstall,
-	"/cluster/keyring/use":     adminapi.KeyringUse,
-	"/cluster/keyring/remove":  adminapi.KeyringRemove,
-}
-
-func (a *Admin) listKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	a.runKeyring(ctx, adminapi.KeyringList, nil)
-}
-
-func (a *Admin) changeKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	op := keyringAdminOps[string(ctx.Path())]
-	key, err := decodeKeyringKey(ctx.PostBody())
-	if err != nil {
-		writeError(ctx, err)
-		return
-	}
-	a.runKeyring(ctx, op, key)
-}
-
-// decodeKeyringKey reads {"key": base64} and checks it is an AES key.
-func decodeKeyringKey(body []byte) ([]byte, error) {
-	var req keyringRequest
-	if err := decodeBody(body, &req); err != nil {
-		return nil, err
-	}
-	return parseGossipKey(req.Key)
-}
-
-func parseGossipKey(text string) ([]byte, error) {
-	key, err := base64.StdEncoding.DecodeString(text)
-	if err != nil || len(key) != 16 && len(key) != 24 && len(key) != 32 {
-		return nil, &statusError{http.StatusBadRequest, "invalid_request_error",
-			"key: want the base64 of a 16, 24 or 32 byte AES key"}
-	}
-	return key, nil
-}
-
-// runKeyring applies op everywhere and answers 200 with every replica's
-// keyring, or 502 naming the replicas where it failed (with the keyrings
-// of all, so the operator sees where each one stands).
-func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op adminapi.KeyringOp, key []byte) {
-	if a.cfg.Keyring == nil {
-		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no gossip keyring"})
-		return
-	}
-	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
-	defer cancel()
-	nodes, err := a.cfg.Keyring(apply, op, key)
-	if err != nil {
-		writeError(ctx, err)
-		return
-	}
-	var failed []string
-	for _, n := range nodes {
-		if n.Error != "" {
-			failed = append(failed, n.Node+": "+n.Error)
-		}
-	}
-	if len(failed) == 0 {
-		writeJSON(ctx, http.StatusOK, map[string][]adminapi.NodeKeyring{"nodes": nodes})
-		return
-	}
-	msg := fmt.Sprintf("keyring %s failed on %d of %d replicas: %s", op, len(failed), len(nodes), strings.Join(failed, "; "))
-	writeJSON(ctx, http.StatusBadGateway, struct {
-		Error adminapi.ErrorDetail   `json:"error"`
-		Nodes []adminapi.NodeKeyring `json:"nodes"`
-	}{adminapi.ErrorDetail{Message: msg, Type: "server_error", Code: http.StatusBadGateway}, nodes})
-}
 
 // keyringEverywhere applies op to this replica's keyring and, in parallel,
 // to every live peer's, and returns each replica's answer sorted by name.
 // A replica without a keyring refuses before asking anyone.
 func (r *Replica) keyringEverywhere(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
 	if _, err := r.gossiper().Keyring(); err != nil {
-		return nil, &statusError{http.StatusConflict, "conflict_error", err.Error()}
+		return nil, admin.Refusal(http.StatusConflict, "conflict_error", err.Error())
 	}
 	members := r.gossiper().Members()
 	out := make([]adminapi.NodeKeyring, len(members))
@@ -164,7 +66,7 @@ func (r *Replica) localKeyring(op adminapi.KeyringOp, key []byte) adminapi.NodeK
 		err = fmt.Errorf("unknown keyring operation %q", op)
 	}
 	if err == nil && op != adminapi.KeyringList {
-		r.log.Info("gossip keyring changed", "op", op, "key", KeyFingerprint(key))
+		r.log.Info("gossip keyring changed", "op", op, "key", admin.KeyFingerprint(key))
 	}
 	kr, listErr := r.gossiper().Keyring()
 	if err == nil {
@@ -175,7 +77,7 @@ func (r *Replica) localKeyring(op adminapi.KeyringOp, key []byte) adminapi.NodeK
 	}
 	n.Primary = fingerprintOrEmpty(kr.Primary)
 	for _, k := range kr.Keys {
-		n.Keys = append(n.Keys, KeyFingerprint(k))
+		n.Keys = append(n.Keys, admin.KeyFingerprint(k))
 	}
 	return n
 }
@@ -184,7 +86,7 @@ func fingerprintOrEmpty(key []byte) string {
 	if key == nil {
 		return ""
 	}
-	return KeyFingerprint(key)
+	return admin.KeyFingerprint(key)
 }
 
 // peerKeyring asks member m to apply op over its cluster port.
@@ -194,7 +96,7 @@ func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminap
 	if addr == "" {
 		return failed(errors.New("announces no cluster port"))
 	}
-	body, _ := json.Marshal(keyringRequest{Op: op, Key: base64.StdEncoding.EncodeToString(key)})
+	body, _ := json.Marshal(admin.KeyringRequest{Op: op, Key: base64.StdEncoding.EncodeToString(key)})
 	status, data, err := r.rpc.Call(ctx, http.MethodPost, addr, keyringPath, body)
 	if err != nil {
 		return failed(fmt.Errorf("unreachable at %s: %w", addr, err))
@@ -209,18 +111,18 @@ func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminap
 // serveLocalKeyring is keyringPath on the cluster port: a peer relays one
 // step of a rotation to this replica.
 func (r *Replica) serveLocalKeyring(ctx *fasthttp.RequestCtx) {
-	var req keyringRequest
+	var req admin.KeyringRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
-		writeError(ctx, badJSON(err))
+		admin.WriteError(ctx, admin.BadJSON(err))
 		return
 	}
 	var key []byte
 	if req.Op != adminapi.KeyringList {
 		var err error
-		if key, err = parseGossipKey(req.Key); err != nil {
-			writeError(ctx, err)
+		if key, err = admin.ParseGossipKey(req.Key); err != nil {
+			admin.WriteError(ctx, err)
 			return
 		}
 	}
-	writeJSON(ctx, http.StatusOK, r.localKeyring(req.Op, key))
+	admin.WriteJSON(ctx, http.StatusOK, r.localKeyring(req.Op, key))
 }

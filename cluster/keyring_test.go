@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
@@ -33,16 +34,16 @@ func expectKeyrings(t *testing.T, nodes []adminapi.NodeKeyring, names []string, 
 	t.Helper()
 	var want []string
 	for _, k := range installed {
-		want = append(want, KeyFingerprint(k))
+		want = append(want, admin.KeyFingerprint(k))
 	}
 	slices.Sort(want)
 	var got []string
 	for _, n := range nodes {
 		got = append(got, n.Node)
 		keys := slices.Sorted(slices.Values(n.Keys))
-		if n.Error != "" || n.Primary != KeyFingerprint(primary) || !slices.Equal(keys, want) {
+		if n.Error != "" || n.Primary != admin.KeyFingerprint(primary) || !slices.Equal(keys, want) {
 			t.Errorf("%s: primary %s, keys %v, error %q; want primary %s, keys %v", n.Node, n.Primary, keys, n.Error,
-				KeyFingerprint(primary), want)
+				admin.KeyFingerprint(primary), want)
 		}
 	}
 	if !slices.Equal(got, names) {

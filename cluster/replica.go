@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/link"
@@ -46,7 +47,7 @@ type Replica struct {
 	index   *affinity.Index
 	sync    *loadsync.State
 	proxy   *proxy.Proxy
-	admin   *Admin
+	admin   *admin.Admin
 	metrics *metrics.Set
 	// gossip is the memberlist side; a pointer swapped only by tests that
 	// cut a replica off the gossip and reopen it (cutGossip, heal_helpers_test.go).
@@ -243,7 +244,7 @@ func (r *Replica) buildFrontEnd() error {
 	if err != nil {
 		return err
 	}
-	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
+	r.admin = admin.New(admin.Config{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
 		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
 		Routing: r.routingView, SetRouting: r.setRouting,

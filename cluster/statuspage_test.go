@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -20,11 +21,11 @@ import (
 // must not be a way around their rules.
 func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 	fsm := store.NewFSM()
-	open := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
-	locked := NewAdmin(AdminConfig{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
+	open := admin.New(admin.Config{Registry: fsm.View, Apply: directApply(fsm)})
+	locked := admin.New(admin.Config{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
 	cases := []struct {
 		name        string
-		admin       *Admin
+		admin       *admin.Admin
 		method, uri string
 		host, token string
 		want        int
@@ -53,7 +54,7 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 }
 
 func TestStatusPageForbidsFramingAndForeignScripts(t *testing.T) {
-	c := serveAdmin(t, NewAdmin(AdminConfig{Registry: store.NewFSM().View, Apply: directApply(store.NewFSM())}))
+	c := serveAdmin(t, admin.New(admin.Config{Registry: store.NewFSM().View, Apply: directApply(store.NewFSM())}))
 	r := c.do(http.MethodGet, "/ui/", "")
 	expectStatus(t, r, http.StatusOK)
 	if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") ||

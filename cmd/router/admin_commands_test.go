@@ -18,7 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -60,7 +60,7 @@ func startReplica(t *testing.T, token string, status func() any) *fakeReplica {
 	t.Helper()
 	verifyNoLeaks(t)
 	f := &fakeReplica{fsm: store.NewFSM()}
-	admin := cluster.NewAdmin(cluster.AdminConfig{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
+	admin := admin.New(admin.Config{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
@@ -146,7 +146,7 @@ func TestKeyringCommandsStepEveryReplica(t *testing.T) {
 	verifyNoLeaks(t)
 	var mu sync.Mutex // the server's goroutine writes, the test reads
 	var ops []string
-	admin := cluster.NewAdmin(cluster.AdminConfig{Registry: store.NewFSM().View,
+	admin := admin.New(admin.Config{Registry: store.NewFSM().View,
 		Apply: func(context.Context, store.Command) (store.Result, error) { return store.Result{}, nil },
 		Keyring: func(_ context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
 			mu.Lock()
@@ -179,7 +179,7 @@ func TestKeyringCommandsStepEveryReplica(t *testing.T) {
 }
 
 // serveAdminOnly serves admin on loopback and returns its base URL.
-func serveAdminOnly(t *testing.T, admin *cluster.Admin) string {
+func serveAdminOnly(t *testing.T, admin *admin.Admin) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
