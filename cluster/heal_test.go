@@ -117,9 +117,9 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	want := after.Config.Fingerprint()
 	for name, r := range c.replicas {
 		waitUntil(t, name+" routing with the new config", func() bool {
-			r.routingMu.Lock()
-			defer r.routingMu.Unlock()
-			return r.routingInUse == want
+			r.routing.mu.Lock()
+			defer r.routing.mu.Unlock()
+			return r.routing.inUse == want
 		})
 		// One prompt, sent again and again: cache_aware would keep it on
 		// one worker, round_robin spreads it.
@@ -148,9 +148,9 @@ func TestARestartWithOtherThresholdsRoutesWithTheRegistrys(t *testing.T) {
 		t.Fatalf("registry's cache threshold %v after a restart with 0.8, want the seeded 0.3", got.CacheThreshold)
 	}
 	waitUntil(t, "routing with the registry's config", func() bool {
-		r.routingMu.Lock()
-		defer r.routingMu.Unlock()
-		return r.routingInUse == seeded
+		r.routing.mu.Lock()
+		defer r.routing.mu.Unlock()
+		return r.routing.inUse == seeded
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -24,14 +26,24 @@ import (
 // adminapi.NodeKeyring.
 const keyringPath = "/cluster/keyring/local"
 
-// keyringEverywhere applies op to this replica's keyring and, in parallel,
+// keyringFanout applies a keyring step to this replica's gossip keyring
+// and, over the cluster port, to every live peer's; it also answers a
+// peer's step (serveLocal). Safe for concurrent use.
+type keyringFanout struct {
+	node   string
+	gossip func() *loadsync.Gossip
+	rpc    *link.Client
+	log    *slog.Logger
+}
+
+// everywhere applies op to this replica's keyring and, in parallel,
 // to every live peer's, and returns each replica's answer sorted by name.
 // A replica without a keyring refuses before asking anyone.
-func (r *Replica) keyringEverywhere(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
-	if _, err := r.gossiper().Keyring(); err != nil {
+func (k keyringFanout) everywhere(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
+	if _, err := k.gossip().Keyring(); err != nil {
 		return nil, admin.Refusal(http.StatusConflict, "conflict_error", err.Error())
 	}
-	members := r.gossiper().Members()
+	members := k.gossip().Members()
 	out := make([]adminapi.NodeKeyring, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -39,9 +51,9 @@ func (r *Replica) keyringEverywhere(ctx context.Context, op adminapi.KeyringOp, 
 		go func() {
 			defer wg.Done()
 			if m.Self {
-				out[i] = r.localKeyring(op, key)
+				out[i] = k.local(op, key)
 			} else {
-				out[i] = r.peerKeyring(ctx, m, op, key)
+				out[i] = k.peer(ctx, m, op, key)
 			}
 		}()
 	}
@@ -50,25 +62,25 @@ func (r *Replica) keyringEverywhere(ctx context.Context, op adminapi.KeyringOp, 
 	return out, nil
 }
 
-// localKeyring applies op to this replica's keyring.
-func (r *Replica) localKeyring(op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
-	n := adminapi.NodeKeyring{Node: r.cfg.NodeName}
+// local applies op to this replica's keyring.
+func (k keyringFanout) local(op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
+	n := adminapi.NodeKeyring{Node: k.node}
 	var err error
 	switch op {
 	case adminapi.KeyringList:
 	case adminapi.KeyringInstall:
-		err = r.gossiper().InstallKey(key)
+		err = k.gossip().InstallKey(key)
 	case adminapi.KeyringUse:
-		err = r.gossiper().UseKey(key)
+		err = k.gossip().UseKey(key)
 	case adminapi.KeyringRemove:
-		err = r.gossiper().RemoveKey(key)
+		err = k.gossip().RemoveKey(key)
 	default:
 		err = fmt.Errorf("unknown keyring operation %q", op)
 	}
 	if err == nil && op != adminapi.KeyringList {
-		r.log.Info("gossip keyring changed", "op", op, "key", admin.KeyFingerprint(key))
+		k.log.Info("gossip keyring changed", "op", op, "key", admin.KeyFingerprint(key))
 	}
-	kr, listErr := r.gossiper().Keyring()
+	kr, listErr := k.gossip().Keyring()
 	if err == nil {
 		err = listErr
 	}
@@ -89,15 +101,15 @@ func fingerprintOrEmpty(key []byte) string {
 	return admin.KeyFingerprint(key)
 }
 
-// peerKeyring asks member m to apply op over its cluster port.
-func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
+// peer asks member m to apply op over its cluster port.
+func (k keyringFanout) peer(ctx context.Context, m loadsync.Member, op adminapi.KeyringOp, key []byte) adminapi.NodeKeyring {
 	failed := func(err error) adminapi.NodeKeyring { return adminapi.NodeKeyring{Node: m.Name, Error: err.Error()} }
 	addr := m.Tags[tagRaft]
 	if addr == "" {
 		return failed(errors.New("announces no cluster port"))
 	}
 	body, _ := json.Marshal(admin.KeyringRequest{Op: op, Key: base64.StdEncoding.EncodeToString(key)})
-	status, data, err := r.rpc.Call(ctx, http.MethodPost, addr, keyringPath, body)
+	status, data, err := k.rpc.Call(ctx, http.MethodPost, addr, keyringPath, body)
 	if err != nil {
 		return failed(fmt.Errorf("unreachable at %s: %w", addr, err))
 	}
@@ -108,9 +120,9 @@ func (r *Replica) peerKeyring(ctx context.Context, m loadsync.Member, op adminap
 	return n
 }
 
-// serveLocalKeyring is keyringPath on the cluster port: a peer relays one
+// serveLocal is keyringPath on the cluster port: a peer relays one
 // step of a rotation to this replica.
-func (r *Replica) serveLocalKeyring(ctx *fasthttp.RequestCtx) {
+func (k keyringFanout) serveLocal(ctx *fasthttp.RequestCtx) {
 	var req admin.KeyringRequest
 	if err := json.Unmarshal(ctx.PostBody(), &req); err != nil {
 		admin.WriteError(ctx, admin.BadJSON(err))
@@ -124,5 +136,5 @@ func (r *Replica) serveLocalKeyring(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	admin.WriteJSON(ctx, http.StatusOK, r.localKeyring(req.Op, key))
+	admin.WriteJSON(ctx, http.StatusOK, k.local(req.Op, key))
 }

@@ -57,13 +57,12 @@ type Replica struct {
 	members    *membership.Membership
 	writes     *raftnode.Forwarder
 	rpc        *link.Client // to the peers' cluster ports
+	keyrings   keyringFanout
 	reloads    reloaders
 
-	// routingMu guards routingInUse, the fingerprint of the registry's
-	// routing config the proxy routes with ("" while it routes with the
-	// flags): see routing.go.
-	routingMu    sync.Mutex
-	routingInUse string
+	// routing builds the routers and follows the registry's routing
+	// config (routing.go).
+	routing *routingFollower
 
 	ln, metricsLn net.Listener
 	debugLn       net.Listener  // --debug-addr, nil when off
@@ -203,6 +202,7 @@ func (r *Replica) openRaft() error {
 	}
 	r.members = r.newMembership(len(servers) > 0)
 	r.rpc = link.NewClient(r.raft.Port(), rpcTimeout)
+	r.keyrings = keyringFanout{node: cfg.NodeName, gossip: r.gossiper, rpc: r.rpc, log: r.log}
 	r.writes = raftnode.NewForwarder(r.raft, r.rpc)
 	if t := r.raft.Port().TLS(); t != nil {
 		r.reloads.add("cluster TLS", t.Reload)
@@ -236,51 +236,30 @@ func (r *Replica) bootstrapsAlone() bool { return len(r.cfg.Join) == 0 && r.cfg.
 // buildFrontEnd creates the routers, the admin API and the proxy.
 func (r *Replica) buildFrontEnd() error {
 	cfg := r.cfg
-	router, err := r.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
+	r.routing = &routingFollower{flags: cfg.Routing, core: r.core, fsm: r.fsm, apply: r.apply, log: r.log}
+	router, err := r.routing.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
 	if err != nil {
 		return err
 	}
-	pd, err := r.disaggregationOf(cfg.Routing)
+	pd, err := r.routing.disaggregationOf(cfg.Routing)
 	if err != nil {
 		return err
 	}
 	r.admin = admin.New(admin.Config{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
 		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
-		Routing: r.routingView, SetRouting: r.setRouting,
-		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
+		Routing: r.routing.view, SetRouting: r.routing.set,
+		Keyring: r.keyrings.everywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
 		Dialer: r.dialer, Decider: r.core, Engines: r.engineReadings})
+	r.routing.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
 	return err
-}
-
-// newRouter binds a policy to this replica's core.
-func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement string) (*affinity.Router, error) {
-	return r.core.NewRouter(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement})
-}
-
-// disaggregationOf builds the per-role routers of prefill/decode mode, nil
-// when it is off. Role thresholds were defaulted to the global ones by the
-// command line, so they hold whichever policy each role uses.
-func (r *Replica) disaggregationOf(rt Routing) (*proxy.PD, error) {
-	if rt.PD == "" {
-		return nil, nil
-	}
-	prefill, err := r.newRouter(rt.PrefillPolicy, rt.PrefillThresholds, rt.PrefillMissPlacement)
-	if err != nil {
-		return nil, err
-	}
-	decode, err := r.newRouter(rt.DecodePolicy, rt.DecodeThresholds, affinity.PlaceLeastLoad)
-	if err != nil {
-		return nil, err
-	}
-	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
 }
 
 // serve starts serving on the bound listeners, the peers' HTTP on the
@@ -452,7 +431,7 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	if _, _, err := r.raft.WaitForLeader(wait); err != nil {
 		return fmt.Errorf("no raft leader to register workers with: %w", err)
 	}
-	routing := r.routingFromFlags()
+	routing := r.routing.fromFlags()
 	seed := store.Seed{Routing: &routing}
 	for _, s := range r.cfg.Seeds {
 		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
@@ -467,7 +446,7 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	if err := r.awaitApplied(wait, res.Index); err != nil {
 		return err
 	}
-	return r.sameBlockSize()
+	return r.routing.registryBlockSize()
 }
 
 // awaitApplied waits until this replica's registry reflects log index
@@ -485,17 +464,6 @@ func (r *Replica) awaitApplied(ctx context.Context, index uint64) error {
 			return fmt.Errorf("waiting for the registry to reach index %d: %w", index, ctx.Err())
 		}
 	}
-}
-
-// sameBlockSize refuses to run with another block size than the
-// registry's: this replica's hashes would mean nothing to the others.
-func (r *Replica) sameBlockSize() error {
-	c := r.fsm.View().RoutingConfig()
-	if c == nil || c.BlockSize == r.cfg.Routing.BlockSize {
-		return nil
-	}
-	return fmt.Errorf("--block-size: %w", &store.ConfigMismatchError{Field: "block_size",
-		Local: fmt.Sprint(r.cfg.Routing.BlockSize), Remote: fmt.Sprint(c.BlockSize)})
 }
 
 // apply writes a command through Raft, forwarding it to the leader when
@@ -537,7 +505,7 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	}
 	r.proxy.Fleet().SetWorkers(ws)
 	r.gauges.sync(r.metrics, workers, r.monitor)
-	r.followRouting(reg)
+	r.routing.follow(reg)
 }
 
 // healthChanged tells the core which workers failed their health checks

@@ -35,7 +35,7 @@ func serveRPC(ctx context.Context, port *link.Port, routes map[string]fasthttp.R
 func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
 	return map[string]fasthttp.RequestHandler{
 		raftnode.ApplyPath: postOnly(func(c *fasthttp.RequestCtx) { r.admin.ApplyForwarded(c, 0) }),
-		keyringPath:        postOnly(r.serveLocalKeyring),
+		keyringPath:        postOnly(r.keyrings.serveLocal),
 	}
 }
 
