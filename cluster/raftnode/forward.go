@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -94,12 +93,23 @@ func decodeApplied(status int, data []byte, leader string) (store.Result, error)
 		}
 		return store.Result{ID: a.ID, Created: a.Created, Index: a.Index}, nil
 	}
-	var eb adminapi.ErrorBody
+	var eb refusalBody
 	if err := json.Unmarshal(data, &eb); err != nil || eb.Error.Message == "" {
-		eb.Error = adminapi.ErrorDetail{Message: fmt.Sprintf("status %d", status), Type: "server_error"}
+		eb.Error = refusalDetail{Message: fmt.Sprintf("status %d", status), Type: "server_error"}
 	}
 	fe := &ForwardedError{status: status, typ: eb.Error.Type, msg: eb.Error.Message, leader: leader}
 	return store.Result{}, fe
+}
+
+// refusalBody is the part of the leader's OpenAI-style error body
+// (adminapi.ErrorBody) a forwarded write's refusal is relayed from.
+type refusalBody struct {
+	Error refusalDetail `json:"error"`
+}
+
+type refusalDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
 }
 
 // ForwardedError is the leader's refusal of a forwarded write, relayed as
