@@ -63,6 +63,8 @@ type Replica struct {
 	// routing builds the routers and follows the registry's routing
 	// config (routing.go).
 	routing *routingFollower
+	// admission bridges the door, the monitor and the gossip (admission.go).
+	admission *admissionBridge
 
 	ln, metricsLn net.Listener
 	debugLn       net.Listener  // --debug-addr, nil when off
@@ -170,6 +172,7 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
+	r.admission = &admissionBridge{monitor: r.monitor}
 	if err := r.newCore(); err != nil {
 		return err
 	}
@@ -254,8 +257,9 @@ func (r *Replica) buildFrontEnd() error {
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: r.core, Engines: r.engineReadings})
+		Dialer: r.dialer, Decider: r.core, Engines: r.admission.engineReadings})
 	r.routing.proxy = r.proxy
+	r.admission.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
