@@ -181,7 +181,8 @@ func (r *Replica) build() error {
 	}
 	r.monitor.OnChange(r.healthChanged)
 	r.monitor.SetPeerContact(r.peerContact)
-	r.registerClusterMetrics()
+	clusterFamilies{ctx: r.ctx, raft: r.raft, fsm: r.fsm, monitor: r.monitor, sync: r.sync, core: r.core, index: r.index,
+		gossip: r.gossiper, loaded: r.loaded.Load}.register(r.metrics)
 	return r.startGossip()
 }
 
