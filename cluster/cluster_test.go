@@ -50,7 +50,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		}
 		for name, r := range c.replicas {
 			waitUntil(t, name+" hears every peer's load reports", func() bool {
-				peers := r.peerStatus()
+				peers := r.views.peerStatus()
 				return len(peers) == 2 && peers[0].LastReportAge >= 0 && peers[1].LastReportAge >= 0
 			})
 		}
@@ -419,7 +419,7 @@ func raftServers(t *testing.T, r *Replica) []raftnode.Server {
 }
 
 func memberState(t *testing.T, r *Replica, node string) string {
-	for _, m := range r.status().Members {
+	for _, m := range r.views.status().Members {
 		if m.Name == node {
 			return m.State
 		}

@@ -60,20 +60,20 @@ func sampleOf(stats adminapi.WorkerStats) adminapi.Sample {
 
 // recordHistory samples this replica's worker figures every historyEvery
 // until the replica stops.
-func (r *Replica) recordHistory() {
-	t := r.clock.NewTicker(historyEvery)
+func (v *adminViews) recordHistory() {
+	t := v.clock.NewTicker(historyEvery)
 	defer t.Stop()
 	for {
-		r.history.add(sampleOf(r.workerStats()))
+		v.history.add(sampleOf(v.workerStats()))
 		select {
-		case <-r.ctx.Done():
+		case <-v.ctx.Done():
 			return
 		case <-t.C():
 		}
 	}
 }
 
-func (r *Replica) historyView() adminapi.History {
-	return adminapi.History{Node: r.cfg.NodeName, EverySeconds: historyEvery.Seconds(), SpanSeconds: historySpan.Seconds(),
-		Samples: r.history.samples()}
+func (v *adminViews) historyView() adminapi.History {
+	return adminapi.History{Node: v.node, EverySeconds: historyEvery.Seconds(), SpanSeconds: historySpan.Seconds(),
+		Samples: v.history.samples()}
 }

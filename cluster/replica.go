@@ -17,7 +17,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/admin"
-	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/membership"
@@ -65,6 +64,9 @@ type Replica struct {
 	routing *routingFollower
 	// admission bridges the door, the monitor and the gossip (admission.go).
 	admission *admissionBridge
+	// views answer the admin API's reads (status.go, workerstats.go,
+	// history.go).
+	views *adminViews
 
 	ln, metricsLn net.Listener
 	debugLn       net.Listener  // --debug-addr, nil when off
@@ -249,9 +251,11 @@ func (r *Replica) buildFrontEnd() error {
 	if err != nil {
 		return err
 	}
+	r.views = &adminViews{ctx: r.ctx, node: cfg.NodeName, raft: r.raft, fsm: r.fsm, gossip: r.gossiper, members: r.members,
+		sync: r.sync, loads: r.loads, monitor: r.monitor, clock: r.clock, history: r.history}
 	r.admin = admin.New(admin.Config{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
-		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
+		ApplyLocal: r.raft.Apply, Loads: r.views.workerLoads, Status: func() any { return r.views.status() },
+		WorkerStats: func() any { return r.views.workerStats() }, History: func() any { return r.views.historyView() },
 		Routing: r.routing.view, SetRouting: r.routing.set,
 		Keyring: r.keyrings.everywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
@@ -261,6 +265,7 @@ func (r *Replica) buildFrontEnd() error {
 		Dialer: r.dialer, Decider: r.core, Engines: r.admission.engineReadings})
 	r.routing.proxy = r.proxy
 	r.admission.proxy = r.proxy
+	r.views.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
@@ -285,7 +290,7 @@ func (r *Replica) serve() {
 	r.goRun(r.sweepIndex)
 	r.goRun(func() { r.members.Run(r.ctx) })
 	r.goRun(func() { r.members.RunRejoin(r.ctx, r.gossipAddr) })
-	r.goRun(r.recordHistory)
+	r.goRun(r.views.recordHistory)
 }
 
 // serveAPI serves the HTTP API until Stop. A listener that fails for good
@@ -559,18 +564,4 @@ func (r *Replica) sweepIndex() {
 			return
 		}
 	}
-}
-
-// workerLoads is the /get_loads view: merged and local in-flight counts with
-// health and drain state.
-func (r *Replica) workerLoads() []adminapi.WorkerLoad {
-	reg := r.fsm.View()
-	out := make([]adminapi.WorkerLoad, 0, reg.Len())
-	for _, w := range reg.Workers() {
-		l := r.loads.Get(affinity.WorkerID(w.ID))
-		st, _ := r.monitor.Status(health.WorkerID(w.ID))
-		out = append(out, adminapi.WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
-			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
-	}
-	return out
 }

@@ -10,13 +10,13 @@ import (
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
 )
 
-func (r *Replica) status() adminapi.Status {
-	ctx, cancel := context.WithTimeout(r.ctx, 2*time.Second)
+func (v *adminViews) status() adminapi.Status {
+	ctx, cancel := context.WithTimeout(v.ctx, 2*time.Second)
 	defer cancel()
-	leader, _ := r.raft.Leader()
-	st := adminapi.Status{Node: r.cfg.NodeName, Leader: leader, Term: r.raft.Term(), Workers: r.fsm.View().Len(),
+	leader, _ := v.raft.Leader()
+	st := adminapi.Status{Node: v.node, Leader: leader, Term: v.raft.Term(), Workers: v.fsm.View().Len(),
 		Members: []adminapi.Member{}, Voters: []string{}, Nonvoters: []string{}, Peers: []adminapi.PeerStatus{}}
-	servers, _ := r.raft.Servers(ctx)
+	servers, _ := v.raft.Servers(ctx)
 	suffrage := make(map[string]raftnode.Server, len(servers))
 	for _, s := range servers {
 		suffrage[s.ID] = s
@@ -26,27 +26,27 @@ func (r *Replica) status() adminapi.Status {
 			st.Nonvoters = append(st.Nonvoters, s.ID)
 		}
 	}
-	st.Members = r.statusMembers(servers, suffrage)
-	st.Peers = r.peerStatus()
-	if r.proxy != nil {
-		a := r.proxy.AdmissionStats()
+	st.Members = v.statusMembers(servers, suffrage)
+	st.Peers = v.peerStatus()
+	if v.proxy != nil {
+		a := v.proxy.AdmissionStats()
 		st.Admission = &a
 	}
 	return st
 }
 
 // statusMembers merges the live gossip members with the Raft servers.
-func (r *Replica) statusMembers(servers []raftnode.Server, suffrage map[string]raftnode.Server) []adminapi.Member {
+func (v *adminViews) statusMembers(servers []raftnode.Server, suffrage map[string]raftnode.Server) []adminapi.Member {
 	var out []adminapi.Member
 	live := map[string]bool{}
-	for _, m := range r.gossiper().Members() {
+	for _, m := range v.gossip().Members() {
 		live[m.Name] = true
 		out = append(out, adminapi.Member{Name: m.Name, Address: m.Addr, State: "alive", RaftAddress: m.Tags[tagRaft],
 			APIAddress: m.Tags[tagAPI], Suffrage: suffrage[m.Name].Suffrage})
 	}
 	for _, s := range servers {
 		if !live[s.ID] {
-			state, addr := r.members.DepartedAs(s.ID)
+			state, addr := v.members.DepartedAs(s.ID)
 			out = append(out, adminapi.Member{Name: s.ID, Address: addr, State: state, RaftAddress: s.Addr, Suffrage: s.Suffrage})
 		}
 	}
@@ -56,13 +56,13 @@ func (r *Replica) statusMembers(servers []raftnode.Server, suffrage map[string]r
 
 // peerStatus lists every other live member with the freshness of its load
 // reports.
-func (r *Replica) peerStatus() []adminapi.PeerStatus {
+func (v *adminViews) peerStatus() []adminapi.PeerStatus {
 	reports := map[string]adminapi.PeerStatus{}
-	for _, o := range r.sync.Origins(time.Now()) {
+	for _, o := range v.sync.Origins(time.Now()) {
 		reports[o.Origin] = adminapi.PeerStatus{Name: o.Origin, LastReportAge: o.Age.Seconds(), LastLag: o.LastLag.Seconds()}
 	}
 	out := []adminapi.PeerStatus{}
-	for _, m := range r.gossiper().Members() {
+	for _, m := range v.gossip().Members() {
 		if m.Self {
 			continue
 		}
