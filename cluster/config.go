@@ -91,7 +91,7 @@ type Config struct {
 	// before it gives up with an error (--join-timeout). Default
 	// DefaultJoinTimeout (30 s). Once started, a replica that sees fewer
 	// members than the Raft configuration holds keeps re-joining, without
-	// end (rejoin.go).
+	// end (membership.RunRejoin).
 	JoinTimeout time.Duration
 	// RaftTimings are Raft's timeouts (--raft-heartbeat-timeout,
 	// --raft-election-timeout, --raft-leader-lease-timeout,

@@ -6,10 +6,10 @@
 // (package link), the planner that keeps the Raft configuration in step
 // with the gossip membership (package membership), worker health (package
 // health), the routing state (package core), the fasthttp proxy, the admin
-// API (admin.go, whose answers are the wire types of package adminapi), and
-// the memberlist gossip that shares each replica's in-flight counts,
-// ownership facts and health verdicts with the others (gossip.go, over
-// package loadsync).
+// API (package admin, whose answers are the wire types of package
+// adminapi), and the memberlist gossip that shares each replica's
+// in-flight counts, ownership facts and health verdicts with the others
+// (gossip.go, over package loadsync).
 //
 // The two layers divide the work. Gossip carries soft state and liveness:
 // a replica's view of its peers' loads lags by about one load interval, and

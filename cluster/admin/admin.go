@@ -36,7 +36,7 @@ type Config struct {
 	// or a wrapper that forwards to the leader.
 	Apply func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// ApplyLocal applies a write that another replica forwarded here
-	// (POST /cluster/apply on the cluster port, see rpc.go), on this node
+	// (POST /cluster/apply on the cluster port, which the wiring routes here), on this node
 	// only: it must not forward again. nil answers that endpoint with 404.
 	ApplyLocal func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// Keyring applies a gossip keyring operation on every live replica

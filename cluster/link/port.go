@@ -48,7 +48,7 @@ var ErrPortClosed = fmt.Errorf("cluster port: %w", net.ErrClosed)
 // changes). With cluster TLS, a connection must complete a mutual TLS
 // handshake with a certificate the cluster CA signed before a single byte
 // of it reaches Raft or the HTTP handler; without it, links are plain TCP
-// and only loopback or --insecure-cluster allow that (see exposure.go).
+// and only loopback or --insecure-cluster allow that (the wiring checks).
 //
 // One goroutine accepts; each new connection does its handshake on its
 // own goroutine, bounded by linkHandshakeTimeout, maxPendingLinks and
