@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/proxy"
 )
 
 // The replica's side of admission: the engines' readings that the door
@@ -10,9 +12,18 @@ import (
 // tier-wide. Kept apart from the rest of the gossip wiring so that it moves
 // as one piece.
 
+// admissionBridge carries readings and queue reports between the monitor,
+// the door (the proxy's admission) and the gossip. proxy is set once the
+// proxy is built, before the gossip starts; until then the queues are
+// empty.
+type admissionBridge struct {
+	monitor *health.Monitor
+	proxy   *proxy.Proxy
+}
+
 // engineReadings hands the door the monitor's latest engine readings.
-func (r *Replica) engineReadings(dst []admission.Reading) []admission.Reading {
-	for _, e := range r.monitor.EngineReadings(nil) {
+func (b *admissionBridge) engineReadings(dst []admission.Reading) []admission.Reading {
+	for _, e := range b.monitor.EngineReadings(nil) {
 		dst = append(dst, admission.Reading{Worker: uint32(e.ID), At: e.At, Running: e.Running, Waiting: e.Waiting,
 			KVUsage: e.KVUsage})
 	}
@@ -20,8 +31,8 @@ func (r *Replica) engineReadings(dst []admission.Reading) []admission.Reading {
 }
 
 // localQueues reports the door's queue to the gossip.
-func (r *Replica) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
-	p := r.proxy
+func (b *admissionBridge) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
+	p := b.proxy
 	if p == nil {
 		return dst
 	}
@@ -34,8 +45,8 @@ func (r *Replica) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
 
 // remoteQueues hands a peer's queue report to the door; nil forgets the
 // peer.
-func (r *Replica) remoteQueues(origin string, ds []loadsync.QueueDepth) {
-	p := r.proxy
+func (b *admissionBridge) remoteQueues(origin string, ds []loadsync.QueueDepth) {
+	p := b.proxy
 	if p == nil {
 		return
 	}

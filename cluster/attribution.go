@@ -62,8 +62,8 @@ func attributionHelp() map[string]string {
 }
 
 // writeAttribution writes the attribution counters.
-func (r *Replica) writeAttribution(w io.Writer) {
-	a := r.core.Attribution()
+func (f clusterFamilies) writeAttribution(w io.Writer) {
+	a := f.core.Attribution()
 	for _, f := range attributionFamilies {
 		metrics.WriteCounterUint64(w, f.name, f.value(a))
 	}
@@ -75,18 +75,18 @@ func (r *Replica) writeAttribution(w io.Writer) {
 	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
 	}
-	r.writeBudgetScales(w)
+	f.writeBudgetScales(w)
 }
 
 // writeBudgetScales writes every registered worker's calibrated budget
 // scale.
-func (r *Replica) writeBudgetScales(w io.Writer) {
-	workers := r.fsm.View().Workers()
+func (f clusterFamilies) writeBudgetScales(w io.Writer) {
+	workers := f.fsm.View().Workers()
 	if len(workers) == 0 {
 		return
 	}
 	metrics.WriteMetadataIfNeeded(w, scaleFamily, "gauge")
 	for _, wk := range workers {
-		fmt.Fprintf(w, "%s{worker=%q} %g\n", scaleFamily, wk.URL, r.index.Scale(affinity.WorkerID(wk.ID)))
+		fmt.Fprintf(w, "%s{worker=%q} %g\n", scaleFamily, wk.URL, f.index.Scale(affinity.WorkerID(wk.ID)))
 	}
 }

@@ -139,6 +139,7 @@ func (c *testCluster) config(name string, expect int, join []string, opts ...clu
 	cfg.RaftAdvertise, cfg.GossipAdvertise = "", ""
 	cfg.GossipLocal = true
 	cfg.ReapTimeout = 3 * time.Second
+	cfg.Stabilization = time.Second // promotions as prompt as the reaping
 	cfg.JoinTimeout = time.Second
 	cfg.ReconcileInterval = 100 * time.Millisecond
 	for _, o := range append(slices.Clone(c.opts), opts...) {

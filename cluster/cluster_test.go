@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -36,7 +38,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 	t.Run("the first replicas are the voters and the registry converges", func(t *testing.T) {
 		c.t = t
 		lead := c.leader()
-		var st Status
+		var st adminapi.Status
 		if err := json.Unmarshal([]byte(c.get(lead, "/cluster/status").body), &st); err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +50,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		}
 		for name, r := range c.replicas {
 			waitUntil(t, name+" hears every peer's load reports", func() bool {
-				peers := r.peerStatus()
+				peers := r.views.peerStatus()
 				return len(peers) == 2 && peers[0].LastReportAge >= 0 && peers[1].LastReportAge >= 0
 			})
 		}
@@ -377,7 +379,7 @@ func (c *testCluster) workerByName(name string) *fakeWorker {
 
 // allLoadsZero reads r's /get_loads.
 func (c *testCluster) allLoadsZero(r *Replica) bool {
-	var loads struct{ Workers []WorkerLoad }
+	var loads struct{ Workers []adminapi.WorkerLoad }
 	if err := json.Unmarshal([]byte(c.get(r, "/get_loads").body), &loads); err != nil {
 		c.t.Fatal(err)
 	}
@@ -408,7 +410,7 @@ func raftAddrOf(t *testing.T, r *Replica, node string) string {
 	return ""
 }
 
-func raftServers(t *testing.T, r *Replica) []RaftServer {
+func raftServers(t *testing.T, r *Replica) []raftnode.Server {
 	servers, err := r.raft.Servers(testContext(t))
 	if err != nil {
 		t.Logf("raft servers: %v", err)
@@ -417,7 +419,7 @@ func raftServers(t *testing.T, r *Replica) []RaftServer {
 }
 
 func memberState(t *testing.T, r *Replica, node string) string {
-	for _, m := range r.status().Members {
+	for _, m := range r.views.status().Members {
 		if m.Name == node {
 			return m.State
 		}

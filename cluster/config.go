@@ -13,9 +13,12 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 	"go.opentelemetry.io/otel/trace"
+	"k8s.io/utils/clock"
 )
 
 // Config is everything a replica is started with. The command line fills it;
@@ -57,7 +60,7 @@ type Config struct {
 	// forwarded writes, on the --raft-bind port) mutual TLS with the
 	// cluster CA (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca).
 	// The files are read again at Reload (SIGHUP).
-	ClusterTLS TLSFiles
+	ClusterTLS link.TLSFiles
 	// InsecureCluster lets a replica whose gossip, Raft or API bind is not
 	// loopback start without GossipKey or ClusterTLS (--insecure-cluster):
 	// the operator trusts everyone on the network.
@@ -77,17 +80,25 @@ type Config struct {
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration
+	// Stabilization is how long a non-voter must have been live at its
+	// address before the leader promotes it to refill the voters. Zero is
+	// membership.DefaultStabilization (10 s); no flag sets it.
+	Stabilization time.Duration
+	// Clock is the time the replica's own loops read (membership, rejoin,
+	// seeding, readiness, the sweeps); nil is the real clock. For tests;
+	// no flag sets it.
+	Clock clock.WithTicker
 	// JoinTimeout is how long Start keeps trying --join while none of its
 	// addresses answers (replicas of a new cluster start in any order)
 	// before it gives up with an error (--join-timeout). Default
 	// DefaultJoinTimeout (30 s). Once started, a replica that sees fewer
 	// members than the Raft configuration holds keeps re-joining, without
-	// end (rejoin.go).
+	// end (membership.RunRejoin).
 	JoinTimeout time.Duration
 	// RaftTimings are Raft's timeouts (--raft-heartbeat-timeout,
 	// --raft-election-timeout, --raft-leader-lease-timeout,
 	// --raft-commit-timeout); zero fields take the defaults.
-	RaftTimings RaftTimings
+	RaftTimings raftnode.Timings
 	// GossipLocal uses memberlist's timings for one host or a fast local
 	// network: failures are detected in about 3 s instead of about 10 s,
 	// at the cost of more probe traffic. For tests and demos.
@@ -210,13 +221,9 @@ func DefaultRouting() Routing {
 	}
 }
 
-// FlagError is a configuration error that names the flag at fault.
-type FlagError struct {
-	Flag string
-	Msg  string
-}
-
-func (e *FlagError) Error() string { return fmt.Sprintf("--%s: %s", e.Flag, e.Msg) }
+// FlagError is a configuration error that names the flag at fault; the
+// cluster TLS files' errors are of the same type.
+type FlagError = link.FlagError
 
 func flagErr(flag, format string, args ...any) error {
 	return &FlagError{Flag: flag, Msg: fmt.Sprintf(format, args...)}
@@ -358,7 +365,7 @@ func (c Config) Validate() error {
 	if c.Proxy.DialTimeout < 0 {
 		errs = append(errs, flagErr("worker-connect-timeout", "must not be negative"))
 	}
-	errs = append(errs, c.RaftTimings.validate())
+	errs = append(errs, c.RaftTimings.Validate())
 	for flag, addr := range map[string]string{"raft-bind": c.RaftBind, "raft-advertise": c.RaftAdvertise,
 		"gossip-bind": c.GossipBind, "gossip-advertise": c.GossipAdvertise} {
 		if addr == "" && strings.HasSuffix(flag, "-advertise") {
@@ -371,7 +378,7 @@ func (c Config) Validate() error {
 	if len(c.GossipKey) != 0 && len(c.GossipKey) != 16 && len(c.GossipKey) != 24 && len(c.GossipKey) != 32 {
 		errs = append(errs, flagErr("gossip-key", "want 16, 24 or 32 bytes (got %d)", len(c.GossipKey)))
 	}
-	errs = append(errs, c.ClusterTLS.validate(), c.validateExposure(), validMetricsAddr(c.MetricsAddr))
+	errs = append(errs, c.ClusterTLS.Validate(), c.validateExposure(), validMetricsAddr(c.MetricsAddr))
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			errs = append(errs, flagErr("join", "want host:port (got %q)", j))

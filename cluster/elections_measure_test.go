@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 )
 
 // TestMeasureElections runs a 3-replica cluster on a host kept busy by four
@@ -26,10 +28,10 @@ func TestMeasureElections(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		timings RaftTimings
+		timings raftnode.Timings
 	}{
 		{"old 500/500/250/20 ms", loopbackRaft},
-		{"defaults 1s/2s/1s/50ms", RaftTimings{}},
+		{"defaults 1s/2s/1s/50ms", raftnode.Timings{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			stopLoad := burnCPU(t, 4)

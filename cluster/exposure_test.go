@@ -4,12 +4,14 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/cluster/link"
 )
 
 // Checked on the configuration alone: nothing here binds beyond loopback.
 func TestAReplicaBeyondLoopbackNeedsAGossipKeyAndClusterTLS(t *testing.T) {
 	key := []byte("0123456789abcdef")
-	files := TLSFiles{CertFile: "n1.pem", KeyFile: "n1-key.pem", CAFile: "ca.pem"}
+	files := link.TLSFiles{CertFile: "n1.pem", KeyFile: "n1-key.pem", CAFile: "ca.pem"}
 	cases := map[string]struct {
 		adjust  func(*Config)
 		mention []string // empty: accepted
@@ -60,7 +62,7 @@ func TestAReplicaBeyondLoopbackNeedsAGossipKeyAndClusterTLS(t *testing.T) {
 
 func TestClusterTLSFlagsComeTogether(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	cfg.ClusterTLS = TLSFiles{CertFile: "n1.pem"}
+	cfg.ClusterTLS = link.TLSFiles{CertFile: "n1.pem"}
 	err := cfg.Validate()
 	if err == nil || !strings.Contains(err.Error(), "--cluster-tls-key") || !strings.Contains(err.Error(), "--cluster-tls-ca") ||
 		strings.Contains(err.Error(), "--cluster-tls-cert:") {

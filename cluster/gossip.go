@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
@@ -17,10 +18,10 @@ import (
 // join: they say where to reach the replica and how far it is in forming
 // the Raft cluster.
 const (
-	tagRaft   = "raft"   // Raft address peers dial
-	tagAPI    = "api"    // HTTP API address peers dial (admin forwarding)
-	tagExpect = "expect" // its --bootstrap-expect
-	tagJoined = "joined" // "1" once it holds Raft state
+	tagRaft   = membership.TagRaft   // Raft address peers dial
+	tagAPI    = "api"                // HTTP API address, for the status page (writes are forwarded over the cluster port)
+	tagExpect = membership.TagExpect // its --bootstrap-expect
+	tagJoined = membership.TagJoined // "1" once it holds Raft state
 )
 
 // hashScheme names how blocks are hashed (xxh3, chained, seeded by the
@@ -52,7 +53,7 @@ func (r *Replica) gossipTags(joined bool) map[string]string {
 
 // advertisedAPIAddr is the address peers reach this replica's HTTP API at:
 // the listener's, with a wildcard host replaced by the host of the Raft
-// address (which OpenRaft made sure peers can dial).
+// address (which raftnode.Open made sure peers can dial).
 func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 	host, port, err := net.SplitHostPort(ln.String())
 	if err != nil {
@@ -84,9 +85,9 @@ func (r *Replica) newCore() error {
 			Origin:        r.cfg.NodeName,
 			BootEpoch:     uint64(time.Now().UnixNano()),
 			ClusterConfig: rt.clusterConfig(),
-			Tags:          r.gossipTags(r.members.joined),
-			LocalQueues:   r.localQueues,
-			OnQueues:      r.remoteQueues,
+			Tags:          r.gossipTags(r.members.Joined()),
+			LocalQueues:   r.admission.localQueues,
+			OnQueues:      r.admission.remoteQueues,
 		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
@@ -109,7 +110,7 @@ func (r *Replica) startGossip() error {
 		BindAddr:      r.cfg.GossipBind,
 		AdvertiseAddr: unlessPortZero(r.cfg.GossipAdvertise),
 		SecretKey:     r.cfg.GossipKey,
-		OnMember:      r.memberChanged,
+		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
 	}
 	g, err := loadsync.Start(cfg, r.sync, loadsync.SystemClock{})
@@ -129,11 +130,11 @@ func (r *Replica) startGossip() error {
 // join retries --join with backoff until a peer answers, the join is
 // refused, or JoinTimeout passes.
 func (r *Replica) join() error {
-	deadline := time.Now().Add(r.cfg.JoinTimeout)
+	deadline := r.clock.Now().Add(r.cfg.JoinTimeout)
 	wait := 200 * time.Millisecond
 	for {
 		err := r.gossiper().Join(r.cfg.Join)
-		if err == nil || !errors.Is(err, loadsync.ErrJoin) || time.Now().Add(wait).After(deadline) {
+		if err == nil || !errors.Is(err, loadsync.ErrJoin) || r.clock.Now().Add(wait).After(deadline) {
 			if err != nil {
 				return fmt.Errorf("gossip: %w", err)
 			}
@@ -143,7 +144,7 @@ func (r *Replica) join() error {
 		select {
 		case <-r.ctx.Done():
 			return r.ctx.Err()
-		case <-time.After(wait):
+		case <-r.clock.After(wait):
 		}
 		wait = min(wait*2, 5*time.Second)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -26,7 +27,7 @@ func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 	return func() {
 		t.Helper()
 		g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: addr, SecretKey: r.cfg.GossipKey,
-			OnMember: r.memberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
+			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
 		if err != nil {
 			t.Fatalf("reopening %s's gossip at %s: %v", r.cfg.NodeName, addr, err)
 		}
@@ -64,9 +65,9 @@ func (c *testCluster) waitConverged(what string) {
 }
 
 // statusOf is r's /cluster/status.
-func (c *testCluster) statusOf(r *Replica) Status {
+func (c *testCluster) statusOf(r *Replica) adminapi.Status {
 	c.t.Helper()
-	var st Status
+	var st adminapi.Status
 	rep := c.get(r, "/cluster/status")
 	if rep.status != http.StatusOK {
 		c.t.Fatalf("status: %d %s", rep.status, rep.body)
@@ -75,13 +76,13 @@ func (c *testCluster) statusOf(r *Replica) Status {
 	return st
 }
 
-func memberNamed(st Status, name string) (Member, bool) {
+func memberNamed(st adminapi.Status, name string) (adminapi.Member, bool) {
 	for _, m := range st.Members {
 		if m.Name == name {
 			return m, true
 		}
 	}
-	return Member{}, false
+	return adminapi.Member{}, false
 }
 
 func decodeInto(t *testing.T, body string, v any) {

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -79,46 +82,6 @@ func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
 	})
 }
 
-func TestTheDepartedAreBounded(t *testing.T) {
-	m := newMembership(true)
-	start := time.Unix(1000, 0)
-	for i := range 3 * maxDeparted {
-		ev := loadsync.MemberEvent{Kind: loadsync.MemberLeft, Member: loadsync.Member{Name: fmt.Sprintf("pod-%d", i), Addr: fmt.Sprintf("10.0.0.%d:7946", i%250)}}
-		m.note(ev, start.Add(time.Duration(i)*time.Second))
-	}
-	if n := m.departedCount(); n != maxDeparted {
-		t.Fatalf("%d departed remembered, want %d", n, maxDeparted)
-	}
-	if st, _ := m.departedAs(fmt.Sprintf("pod-%d", 3*maxDeparted-1)); st != "dead" {
-		t.Fatalf("the latest departure is %q, want dead", st)
-	}
-	if st, addr := m.departedAs("pod-0"); st != "unknown" || addr != "" {
-		t.Fatalf("the oldest departure is still known: %q at %q", st, addr)
-	}
-	if len(m.seen) > maxDeparted {
-		t.Fatalf("%d addresses remembered, want at most %d", len(m.seen), maxDeparted)
-	}
-}
-
-// TestTheLeaderDoesNotReapAReplicaThatStillGossips: a server memberlist
-// declared dead whose load reports still arrive is not counted missing,
-// and its clock starts again once they stop.
-func TestTheLeaderDoesNotReapAReplicaThatStillGossips(t *testing.T) {
-	servers := []RaftServer{{ID: "a", Addr: "A", Suffrage: "voter"}, {ID: "b", Addr: "B", Suffrage: "voter"},
-		{ID: "c", Addr: "C", Suffrage: "voter"}}
-	live := map[string]string{"a": "A"}
-	t1, t2 := time.Unix(1, 0), time.Unix(100, 0)
-	missing := trackMissing(nil, "a", servers, live, map[string]bool{"b": true}, t1)
-	if _, ok := missing["b"]; ok || !missing["c"].Equal(t1) {
-		t.Fatalf("missing = %v, want only c", missing)
-	}
-	missing = trackMissing(missing, "a", servers, live, nil, t2)
-	plan := planMembership("a", 3, servers, live, missing, t2.Add(time.Second), 30*time.Second)
-	if len(plan) != 1 || plan[0].op != opRemove || plan[0].id != "c" {
-		t.Fatalf("plan = %+v, want only c removed (b's clock started at %v)", plan, t2)
-	}
-}
-
 // TestRoutingConfigChangesForTheWholeTier changes the policy through one
 // follower with a compare-and-set: every replica routes with the new one, a
 // stale index is refused with 409, and a block size change with 400.
@@ -127,7 +90,7 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	c.startN(3)
 	c.waitReady()
 	f := c.follower()
-	var v RoutingView
+	var v adminapi.RoutingView
 	decodeInto(t, c.get(f, "/cluster/routing").body, &v)
 	if v.Source != "registry" || v.Index == 0 || v.Config.Policy != "cache_aware" {
 		t.Fatalf("GET /cluster/routing = %+v, want the seeded cache_aware config", v)
@@ -138,7 +101,7 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	if rep.status != http.StatusOK {
 		t.Fatalf("PUT: %d %s", rep.status, rep.body)
 	}
-	var after RoutingView
+	var after adminapi.RoutingView
 	decodeInto(t, rep.body, &after)
 	stale.Config.CacheThreshold = 0.9
 	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict ||
@@ -154,9 +117,9 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	want := after.Config.Fingerprint()
 	for name, r := range c.replicas {
 		waitUntil(t, name+" routing with the new config", func() bool {
-			r.routingMu.Lock()
-			defer r.routingMu.Unlock()
-			return r.routingInUse == want
+			r.routing.mu.Lock()
+			defer r.routing.mu.Unlock()
+			return r.routing.inUse == want
 		})
 		// One prompt, sent again and again: cache_aware would keep it on
 		// one worker, round_robin spreads it.
@@ -185,9 +148,9 @@ func TestARestartWithOtherThresholdsRoutesWithTheRegistrys(t *testing.T) {
 		t.Fatalf("registry's cache threshold %v after a restart with 0.8, want the seeded 0.3", got.CacheThreshold)
 	}
 	waitUntil(t, "routing with the registry's config", func() bool {
-		r.routingMu.Lock()
-		defer r.routingMu.Unlock()
-		return r.routingInUse == seeded
+		r.routing.mu.Lock()
+		defer r.routing.mu.Unlock()
+		return r.routing.inUse == seeded
 	})
 }
 
@@ -232,15 +195,15 @@ func TestADataDirReusedUnderANewNodeNameStarts(t *testing.T) {
 // cluster port accepts the connection and never answers the TLS handshake
 // (a stopped process, a black hole): the forward gives up after the
 // connect bound, long before the write's own deadline, as
-// ErrLeaderUnreachable, which the admin API answers 503 "no leader
+// raftnode.ErrLeaderUnreachable, which the admin API answers 503 "no leader
 // reachable".
 func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 	dir := certDir(t, "r0")
-	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	tlsState, err := link.LoadTLS(link.NodeTLSFiles(dir, "r0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	port, err := link.Open("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,18 +213,18 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	rpc := newRPCClient(port)
-	defer rpc.close()
-	f := newForwarder(nil, rpc)
+	rpc := link.NewClient(port, rpcTimeout)
+	defer rpc.Close()
+	f := raftnode.NewForwarder(nil, rpc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: silent.Addr().String()},
+	_, err = f.Forward(ctx, &raftnode.NotLeaderError{LeaderID: "r1", LeaderAddr: silent.Addr().String()},
 		store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3"}))
-	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
-		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
-	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
-		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	if status, _ := admin.ErrorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(admin.ErrorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, admin.ErrorMessage(status, err))
 	}
 }
 
@@ -274,38 +237,38 @@ func TestAWriteForwardedToALeaderThatNeverAnswersFailsAtOnce(t *testing.T) {
 // apply it when it wakes.
 func TestAWriteForwardedToAFrozenLeaderFailsAtOnceAndNeverReachesIt(t *testing.T) {
 	dir := certDir(t, "r0", "r1")
-	tlsState, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	tlsState, err := link.LoadTLS(link.NodeTLSFiles(dir, "r0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaderTLS, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	leaderTLS, err := link.LoadTLS(link.NodeTLSFiles(dir, "r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := openClusterPort("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
+	port, err := link.Open("127.0.0.1:0", nil, tlsState, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer port.Close()
 	frozen := startFrozenPeer(t, leaderTLS)
-	rpc := newRPCClient(port)
-	defer rpc.close()
-	f := newForwarder(nil, rpc)
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultAdminApplyTimeout)
+	rpc := link.NewClient(port, rpcTimeout)
+	defer rpc.Close()
+	f := raftnode.NewForwarder(nil, rpc)
+	ctx, cancel := context.WithTimeout(context.Background(), admin.DefaultApplyTimeout)
 	defer cancel()
 	cmd := store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:3/frozen-leader-body"})
 	start := time.Now()
-	_, err = f.forward(ctx, &NotLeaderError{LeaderID: "r1", LeaderAddr: frozen.addr}, cmd)
+	_, err = f.Forward(ctx, &raftnode.NotLeaderError{LeaderID: "r1", LeaderAddr: frozen.addr}, cmd)
 	t.Logf("the forward failed after %v: %v", time.Since(start), err)
-	if !errors.Is(err, ErrLeaderUnreachable) || ctx.Err() != nil {
-		t.Fatalf("forward = %v (ctx %v), want ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
+	if !errors.Is(err, raftnode.ErrLeaderUnreachable) || ctx.Err() != nil {
+		t.Fatalf("forward = %v (ctx %v), want raftnode.ErrLeaderUnreachable before the write's deadline", err, ctx.Err())
 	}
-	if status, _ := errorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(errorMessage(status, err), "no leader reachable") {
-		t.Fatalf("answered %d %q, want 503 no leader reachable", status, errorMessage(status, err))
+	if status, _ := admin.ErrorStatus(err); status != http.StatusServiceUnavailable || !strings.HasPrefix(admin.ErrorMessage(status, err), "no leader reachable") {
+		t.Fatalf("answered %d %q, want 503 no leader reachable", status, admin.ErrorMessage(status, err))
 	}
-	rpc.close()
+	rpc.Close()
 	got := frozen.received(t)
-	if !strings.Contains(got, applyPath) {
+	if !strings.Contains(got, raftnode.ApplyPath) {
 		t.Fatalf("the frozen leader's socket got %q, want the request's head", got)
 	}
 	if strings.Contains(got, "frozen-leader-body") {
@@ -321,9 +284,9 @@ type frozenPeer struct {
 	got  chan string
 }
 
-func startFrozenPeer(t *testing.T, tlsState *clusterTLS) *frozenPeer {
+func startFrozenPeer(t *testing.T, tlsState *link.TLS) *frozenPeer {
 	t.Helper()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsState.serverConfig())
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", tlsState.ServerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +312,7 @@ func (p *frozenPeer) received(t *testing.T) string {
 	case s := <-p.got:
 		return s
 	case <-time.After(time.Minute):
-		t.Fatal("the forwarder never hung up on the frozen leader")
+		t.Fatal("the raftnode.Forwarder never hung up on the frozen leader")
 		return ""
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kvrouter/kvrouter/store"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 )
 
 // A replica keeps the last minutes of its per-worker figures so that the
@@ -18,48 +18,20 @@ const historyEvery = 2 * time.Second
 // historySpan is how far back the samples reach: the charts' 5-minute axis.
 const historySpan = 5 * time.Minute
 
-// History is the answer of GET /cluster/history: this replica's samples,
-// oldest first, one every EverySeconds over the last SpanSeconds.
-type History struct {
-	Node         string   `json:"node"`
-	EverySeconds float64  `json:"every_seconds"`
-	SpanSeconds  float64  `json:"span_seconds"`
-	Samples      []Sample `json:"samples"`
-}
-
-// Sample is the figures of every registered worker at one moment, with the
-// field names of /cluster/workers.
-type Sample struct {
-	// At is when the figures were read, in Unix seconds.
-	At      float64        `json:"at"`
-	Workers []WorkerSample `json:"workers"`
-}
-
-// WorkerSample is one worker's part of a sample: its merged load, and its
-// counters since this replica first routed to it (cumulative; a reader
-// takes rates from two samples).
-type WorkerSample struct {
-	ID     store.WorkerID `json:"id"`
-	Load   int64          `json:"load"`
-	Hits   uint64         `json:"hits"`
-	Misses uint64         `json:"misses"`
-	Tokens uint64         `json:"tokens"`
-}
-
 // sampleRing keeps the latest samples, at most its capacity: a new one
 // overwrites the oldest. Safe for concurrent use.
 type sampleRing struct {
 	mu   sync.Mutex
-	buf  []Sample
+	buf  []adminapi.Sample
 	next int  // where the next sample goes
 	full bool // every slot holds a sample
 }
 
 func newSampleRing(capacity int) *sampleRing {
-	return &sampleRing{buf: make([]Sample, max(capacity, 1))}
+	return &sampleRing{buf: make([]adminapi.Sample, max(capacity, 1))}
 }
 
-func (r *sampleRing) add(s Sample) {
+func (r *sampleRing) add(s adminapi.Sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.buf[r.next] = s
@@ -68,40 +40,40 @@ func (r *sampleRing) add(s Sample) {
 }
 
 // samples returns the samples held, oldest first.
-func (r *sampleRing) samples() []Sample {
+func (r *sampleRing) samples() []adminapi.Sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.full {
-		return append([]Sample(nil), r.buf[:r.next]...)
+		return append([]adminapi.Sample(nil), r.buf[:r.next]...)
 	}
-	return append(append(make([]Sample, 0, len(r.buf)), r.buf[r.next:]...), r.buf[:r.next]...)
+	return append(append(make([]adminapi.Sample, 0, len(r.buf)), r.buf[r.next:]...), r.buf[:r.next]...)
 }
 
 // sampleOf keeps of stats what the page's charts draw.
-func sampleOf(stats WorkerStats) Sample {
-	s := Sample{At: stats.At, Workers: make([]WorkerSample, 0, len(stats.Workers))}
+func sampleOf(stats adminapi.WorkerStats) adminapi.Sample {
+	s := adminapi.Sample{At: stats.At, Workers: make([]adminapi.WorkerSample, 0, len(stats.Workers))}
 	for _, w := range stats.Workers {
-		s.Workers = append(s.Workers, WorkerSample{ID: w.ID, Load: w.Load, Hits: w.Hits, Misses: w.Misses, Tokens: w.Tokens})
+		s.Workers = append(s.Workers, adminapi.WorkerSample{ID: w.ID, Load: w.Load, Hits: w.Hits, Misses: w.Misses, Tokens: w.Tokens})
 	}
 	return s
 }
 
 // recordHistory samples this replica's worker figures every historyEvery
 // until the replica stops.
-func (r *Replica) recordHistory() {
-	t := time.NewTicker(historyEvery)
+func (v *adminViews) recordHistory() {
+	t := v.clock.NewTicker(historyEvery)
 	defer t.Stop()
 	for {
-		r.history.add(sampleOf(r.workerStats()))
+		v.history.add(sampleOf(v.workerStats()))
 		select {
-		case <-r.ctx.Done():
+		case <-v.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 }
 
-func (r *Replica) historyView() History {
-	return History{Node: r.cfg.NodeName, EverySeconds: historyEvery.Seconds(), SpanSeconds: historySpan.Seconds(),
-		Samples: r.history.samples()}
+func (v *adminViews) historyView() adminapi.History {
+	return adminapi.History{Node: v.node, EverySeconds: historyEvery.Seconds(), SpanSeconds: historySpan.Seconds(),
+		Samples: v.history.samples()}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 )
 
 func TestSampleRingKeepsTheLatestOldestFirst(t *testing.T) {
@@ -12,7 +14,7 @@ func TestSampleRingKeepsTheLatestOldestFirst(t *testing.T) {
 	if got := r.samples(); len(got) != 0 {
 		t.Fatalf("a new ring holds %v", got)
 	}
-	at := func(s []Sample) []float64 {
+	at := func(s []adminapi.Sample) []float64 {
 		var out []float64
 		for _, x := range s {
 			out = append(out, x.At)
@@ -20,7 +22,7 @@ func TestSampleRingKeepsTheLatestOldestFirst(t *testing.T) {
 		return out
 	}
 	for i, want := range [][]float64{{1}, {1, 2}, {1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5, 6}, {5, 6, 7}} {
-		r.add(Sample{At: float64(i + 1)})
+		r.add(adminapi.Sample{At: float64(i + 1)})
 		if got := at(r.samples()); !equalFloats(got, want) {
 			t.Fatalf("after %d samples: %v, want %v", i+1, got, want)
 		}
@@ -56,7 +58,7 @@ func TestClusterHistoryServesTheRecentSamples(t *testing.T) {
 	for range 4 {
 		c.complete(r, p)
 	}
-	var h History
+	var h adminapi.History
 	waitUntilWithin(t, 30*time.Second, "two samples after the traffic", func() bool {
 		reply := c.get(r, "/cluster/history")
 		expectStatus(t, reply, http.StatusOK)
@@ -83,7 +85,7 @@ func TestClusterHistoryServesTheRecentSamples(t *testing.T) {
 }
 
 // decided counts the routing decisions of a sample, over its workers.
-func decided(s Sample) uint64 {
+func decided(s adminapi.Sample) uint64 {
 	var n uint64
 	for _, w := range s.Workers {
 		n += w.Hits + w.Misses

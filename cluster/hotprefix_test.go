@@ -12,12 +12,12 @@ func TestHotPrefixSettingsTravelThroughTheRegistrysConfig(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
 	cfg.Routing.Thresholds.HotLoad, cfg.Routing.Thresholds.HotOwners = 5, 2
 	cfg.Routing.PD = "vllm"
-	r := &Replica{cfg: cfg}
-	seeded := r.routingFromFlags()
+	r := &routingFollower{flags: cfg.Routing}
+	seeded := r.fromFlags()
 	if seeded.HotPrefixLoad != 5 || seeded.HotPrefixOwners != 2 {
 		t.Fatalf("the seeded config has hot prefix load %v, owners %d; want 5 and 2", seeded.HotPrefixLoad, seeded.HotPrefixOwners)
 	}
-	rt := r.routingOf(seeded)
+	rt := r.of(seeded)
 	for role, th := range map[string]Thresholds{"regular": rt.Thresholds, "prefill": rt.PrefillThresholds, "decode": rt.DecodeThresholds} {
 		if th.HotLoad != 5 || th.HotOwners != 2 {
 			t.Errorf("%s routes with hot prefix load %v, owners %d; want 5 and 2", role, th.HotLoad, th.HotOwners)

@@ -10,16 +10,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
 // keyringStep posts one rotation step to r's admin API and returns the
 // status and every replica's keyring.
-func (c *testCluster) keyringStep(r *Replica, op string, key []byte) (int, []NodeKeyring) {
+func (c *testCluster) keyringStep(r *Replica, op string, key []byte) (int, []adminapi.NodeKeyring) {
 	c.t.Helper()
 	reply := c.do(r, http.MethodPost, "/cluster/keyring/"+op,
 		jsonBody(c.t, map[string]string{"key": base64.StdEncoding.EncodeToString(key)}))
-	var body struct{ Nodes []NodeKeyring }
+	var body struct{ Nodes []adminapi.NodeKeyring }
 	if err := json.Unmarshal([]byte(reply.body), &body); err != nil {
 		c.t.Fatalf("keyring %s: %d %s", op, reply.status, reply.body)
 	}
@@ -28,20 +30,20 @@ func (c *testCluster) keyringStep(r *Replica, op string, key []byte) (int, []Nod
 
 // expectKeyrings checks that every one of names reports primary and
 // exactly installed (as fingerprints of the keys), without error.
-func expectKeyrings(t *testing.T, nodes []NodeKeyring, names []string, primary []byte, installed ...[]byte) {
+func expectKeyrings(t *testing.T, nodes []adminapi.NodeKeyring, names []string, primary []byte, installed ...[]byte) {
 	t.Helper()
 	var want []string
 	for _, k := range installed {
-		want = append(want, KeyFingerprint(k))
+		want = append(want, admin.KeyFingerprint(k))
 	}
 	slices.Sort(want)
 	var got []string
 	for _, n := range nodes {
 		got = append(got, n.Node)
 		keys := slices.Sorted(slices.Values(n.Keys))
-		if n.Error != "" || n.Primary != KeyFingerprint(primary) || !slices.Equal(keys, want) {
+		if n.Error != "" || n.Primary != admin.KeyFingerprint(primary) || !slices.Equal(keys, want) {
 			t.Errorf("%s: primary %s, keys %v, error %q; want primary %s, keys %v", n.Node, n.Primary, keys, n.Error,
-				KeyFingerprint(primary), want)
+				admin.KeyFingerprint(primary), want)
 		}
 	}
 	if !slices.Equal(got, names) {
@@ -66,7 +68,7 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 		if status != http.StatusBadGateway || len(nodes) != 3 || !strings.Contains(nodes[0].Error, "primary") {
 			t.Fatalf("removing the key in use: %d %+v", status, nodes)
 		}
-		expectKeyrings(t, []NodeKeyring{{Node: "r0", Primary: nodes[0].Primary, Keys: nodes[0].Keys}}, []string{"r0"}, old, old, next)
+		expectKeyrings(t, []adminapi.NodeKeyring{{Node: "r0", Primary: nodes[0].Primary, Keys: nodes[0].Keys}}, []string{"r0"}, old, old, next)
 	})
 
 	status, nodes = c.keyringStep(via, "use", next)
@@ -76,7 +78,7 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	expectStatus(t, reply{status: status}, http.StatusOK)
 	expectKeyrings(t, nodes, all, next, next)
 
-	var listed struct{ Nodes []NodeKeyring }
+	var listed struct{ Nodes []adminapi.NodeKeyring }
 	if err := json.Unmarshal([]byte(c.get(c.replicas["r2"], "/cluster/keyring").body), &listed); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -23,7 +25,7 @@ import (
 func certDir(t *testing.T, nodes ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := WriteCerts(dir, nodes, CertOptions{}); err != nil {
+	if _, err := link.WriteCerts(dir, nodes, link.CertOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -31,7 +33,7 @@ func certDir(t *testing.T, nodes ...string) string {
 
 // withTLS gives each replica the certificate of its node name from dir.
 func withTLS(dir string) clusterOptions {
-	return func(cfg *Config) { cfg.ClusterTLS = NodeTLSFiles(dir, cfg.NodeName) }
+	return func(cfg *Config) { cfg.ClusterTLS = link.NodeTLSFiles(dir, cfg.NodeName) }
 }
 
 // withKey gives each replica the gossip key.
@@ -42,7 +44,7 @@ func withKey(key []byte) clusterOptions {
 // presenting is a TLS client configuration that presents the certificate
 // of files (none when files is zero) and accepts any server, as an
 // attacker would.
-func presenting(t *testing.T, files TLSFiles) *tls.Config {
+func presenting(t *testing.T, files link.TLSFiles) *tls.Config {
 	t.Helper()
 	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
 	if files.CertFile != "" {
@@ -89,11 +91,11 @@ func (in intruder) dial(ctx context.Context, addr string) (net.Conn, error) {
 // intruders are the ways a stranger tries the cluster port of a replica
 // with cluster TLS. otherCA holds a certificate of another CA, named
 // "intruder".
-func intruders(t *testing.T, otherCA string, link byte) map[string]intruder {
+func intruders(t *testing.T, otherCA string, kind byte) map[string]intruder {
 	return map[string]intruder{
-		"plain TCP announcing the link":     {link: int(link)},
-		"TLS without a client certificate":  {tls: presenting(t, TLSFiles{}), link: int(link)},
-		"TLS with another CA's certificate": {tls: presenting(t, NodeTLSFiles(otherCA, "intruder")), link: int(link)},
+		"plain TCP announcing the link":     {link: int(kind)},
+		"TLS without a client certificate":  {tls: presenting(t, link.TLSFiles{}), link: int(kind)},
+		"TLS with another CA's certificate": {tls: presenting(t, link.NodeTLSFiles(otherCA, "intruder")), link: int(kind)},
 	}
 }
 
@@ -141,16 +143,15 @@ func forgedAppendEntries(t *testing.T, victim *Replica, url string) *raft.Append
 	if err != nil {
 		t.Fatal(err)
 	}
-	last := victim.raft.raft.LastIndex()
-	var prev raft.Log
-	if err := victim.raft.stores.Log.GetLog(last, &prev); err != nil {
+	last, prevTerm, err := victim.raft.LastLog()
+	if err != nil {
 		t.Fatal(err)
 	}
 	term := victim.raft.Term() + 10
 	return &raft.AppendEntriesRequest{
 		RPCHeader:    raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("attacker"), Addr: []byte("127.0.0.1:1")},
 		Term:         term,
-		PrevLogEntry: last, PrevLogTerm: prev.Term,
+		PrevLogEntry: last, PrevLogTerm: prevTerm,
 		Entries:           []*raft.Log{{Index: last + 1, Term: term, Type: raft.LogCommand, Data: data}},
 		LeaderCommitIndex: last + 1,
 	}
@@ -175,7 +176,7 @@ func forgedSnapshot(t *testing.T, victim *Replica, url string) (*raft.InstallSna
 		t.Fatal(err)
 	}
 	term := victim.raft.Term() + 10
-	index := victim.raft.raft.LastIndex() + 100
+	index := victim.raft.LastIndex() + 100
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(victim.cfg.NodeName),
 		Address: raft.ServerAddress(victim.RaftAddr())}}}
 	return &raft.InstallSnapshotRequest{
@@ -205,7 +206,7 @@ func forwardedWrite(t *testing.T, addr string, in intruder, url string) int {
 	}
 	client := &http.Client{Timeout: testDeadline, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return in.dial(ctx, addr) }}}
-	resp, err := client.Post("http://"+addr+applyPath, "application/json", bytes.NewReader(body))
+	resp, err := client.Post("http://"+addr+raftnode.ApplyPath, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0
 	}
@@ -224,7 +225,7 @@ func registryHolds(r *Replica, url string) bool {
 // waitRefusals waits until r's cluster port has refused more than before.
 func waitRefusals(t *testing.T, r *Replica, before uint64) {
 	t.Helper()
-	waitUntil(t, "the cluster port refuses the connection", func() bool { return r.raft.links.Refused() > before })
+	waitUntil(t, "the cluster port refuses the connection", func() bool { return r.raft.Port().Refused() > before })
 }
 
 // jsonBody marshals v for a request body.

@@ -14,6 +14,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -34,7 +36,7 @@ const attackerWorker = "http://127.0.0.1:9/attacker"
 func securedVictim(t *testing.T, certs string) *Replica {
 	cfg := testConfig(t, t.TempDir(), echoWorker(t, "w1"))
 	cfg.NodeName = "victim"
-	cfg.ClusterTLS = NodeTLSFiles(certs, "victim")
+	cfg.ClusterTLS = link.NodeTLSFiles(certs, "victim")
 	cfg.GossipKey = []byte("0123456789abcdef")
 	cfg.AdminToken = "s3cret"
 	return startReplica(t, cfg)
@@ -42,12 +44,12 @@ func securedVictim(t *testing.T, certs string) *Replica {
 
 func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 	victim := securedVictim(t, certDir(t, "victim"))
-	ways := intruders(t, certDir(t, "intruder"), linkRaft)
+	ways := intruders(t, certDir(t, "intruder"), link.KindRaft)
 	ways["hashicorp/raft's own TCP transport"] = intruder{link: -1}
 	target := raft.ServerAddress(victim.RaftAddr())
 	for name, in := range ways {
 		t.Run(name+" sends AppendEntries", func(t *testing.T) {
-			before, term := victim.raft.links.Refused(), victim.raft.Term()
+			before, term := victim.raft.Port().Refused(), victim.raft.Term()
 			var resp raft.AppendEntriesResponse
 			err := raftClient(t, in).AppendEntries("victim", target, forgedAppendEntries(t, victim, attackerWorker), &resp)
 			if err == nil {
@@ -60,7 +62,7 @@ func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 			}
 		})
 		t.Run(name+" sends InstallSnapshot", func(t *testing.T) {
-			before, term := victim.raft.links.Refused(), victim.raft.Term()
+			before, term := victim.raft.Port().Refused(), victim.raft.Term()
 			req, data := forgedSnapshot(t, victim, attackerWorker)
 			var resp raft.InstallSnapshotResponse
 			err := raftClient(t, in).InstallSnapshot("victim", target, req, &resp, strings.NewReader(string(data)))
@@ -78,7 +80,7 @@ func TestForgedRaftRPCsDoNotChangeTheRegistry(t *testing.T) {
 // TestForgeriesTakeOverAReplicaWithoutClusterTLS is why cluster TLS exists,
 // and the proof that the forgeries above are well-formed.
 func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
-	plain := intruder{link: int(linkRaft)}
+	plain := intruder{link: int(link.KindRaft)}
 	t.Run("AppendEntries", func(t *testing.T) {
 		victim := startReplica(t, testConfig(t, t.TempDir(), echoWorker(t, "w1")))
 		var resp raft.AppendEntriesResponse
@@ -107,9 +109,9 @@ func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
 func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
-	for name, in := range intruders(t, certDir(t, "intruder"), linkRPC) {
+	for name, in := range intruders(t, certDir(t, "intruder"), link.KindRPC) {
 		t.Run(name, func(t *testing.T) {
-			before := victim.raft.links.Refused()
+			before := victim.raft.Port().Refused()
 			if status := forwardedWrite(t, victim.RaftAddr(), in, attackerWorker); status != 0 {
 				t.Fatalf("the forged write was answered %d", status)
 			}
@@ -121,7 +123,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 	}
 	t.Run("the API port takes no forwarded writes, even with the admin token", func(t *testing.T) {
 		body, _ := store.NewAddWorker(store.AddWorker{URL: attackerWorker}).Encode()
-		req, _ := http.NewRequest(http.MethodPost, "http://"+victim.HTTPAddr()+applyPath, strings.NewReader(string(body)))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+victim.HTTPAddr()+raftnode.ApplyPath, strings.NewReader(string(body)))
 		req.Header.Set("Authorization", "Bearer s3cret")
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -131,11 +133,11 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 		resp.Body.Close()
 		http.DefaultClient.CloseIdleConnections()
 		if resp.StatusCode != http.StatusNotFound || registryHolds(victim, attackerWorker) {
-			t.Fatalf("POST %s on the API port: %d, applied %v", applyPath, resp.StatusCode, registryHolds(victim, attackerWorker))
+			t.Fatalf("POST %s on the API port: %d, applied %v", raftnode.ApplyPath, resp.StatusCode, registryHolds(victim, attackerWorker))
 		}
 	})
 	t.Run("a replica's certificate is let in", func(t *testing.T) {
-		peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
+		peer := intruder{tls: presenting(t, link.NodeTLSFiles(certs, "peer")), link: int(link.KindRPC)}
 		if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 			t.Fatalf("a forwarded write with a cluster certificate: status %d", status)
 		}
@@ -155,13 +157,13 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 
 	// What a peer sees of the leader's cluster port: TLS 1.3, and a
 	// certificate of the cluster CA naming the leader.
-	conn, err := tls.Dial("tcp", lead.RaftAddr(), presenting(t, NodeTLSFiles(certs, "operator")))
+	conn, err := tls.Dial("tcp", lead.RaftAddr(), presenting(t, link.NodeTLSFiles(certs, "operator")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	st := conn.ConnectionState()
-	caPEM, _ := os.ReadFile(NodeTLSFiles(certs, "r0").CAFile)
+	caPEM, _ := os.ReadFile(link.NodeTLSFiles(certs, "r0").CAFile)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	leaf := st.PeerCertificates[0]
@@ -171,7 +173,7 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 	if st.Version != tls.VersionTLS13 || leaf.Subject.CommonName != lead.cfg.NodeName {
 		t.Fatalf("TLS version %#x, certificate of %q; want TLS 1.3 from %s", st.Version, leaf.Subject.CommonName, lead.cfg.NodeName)
 	}
-	old := presenting(t, NodeTLSFiles(certs, "operator"))
+	old := presenting(t, link.NodeTLSFiles(certs, "operator"))
 	old.MaxVersion = tls.VersionTLS12
 	if conn, err := tls.Dial("tcp", lead.RaftAddr(), old); err == nil {
 		conn.Close()
@@ -186,7 +188,7 @@ func TestAReplicaWithAnotherCAsCertificateIsRefused(t *testing.T) {
 	// The gossip lets it in (no gossip key here), so the leader adds it to
 	// Raft and tries to replicate to it: every handshake fails.
 	waitUntil(t, "the leader adds r1 and their handshakes fail", func() bool {
-		return suffrageOf(t, first, "r1") == "nonvoter" && stranger.raft.links.Refused() > 0
+		return suffrageOf(t, first, "r1") == "nonvoter" && stranger.raft.Port().Refused() > 0
 	})
 	if n := stranger.fsm.View().Len(); n != 0 {
 		t.Fatalf("r1 received a registry of %d workers over a link it should not have", n)
@@ -205,15 +207,15 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 	certs := certDir(t, "n1")
 	other := certDir(t, "n1")
 	cases := map[string]struct {
-		files   TLSFiles
+		files   link.TLSFiles
 		mention string
 	}{
-		"a missing key": {TLSFiles{CertFile: NodeTLSFiles(certs, "n1").CertFile, KeyFile: certs + "/nope.pem",
-			CAFile: NodeTLSFiles(certs, "n1").CAFile}, "--cluster-tls-cert"},
-		"a certificate of another CA": {TLSFiles{CertFile: NodeTLSFiles(other, "n1").CertFile,
-			KeyFile: NodeTLSFiles(other, "n1").KeyFile, CAFile: NodeTLSFiles(certs, "n1").CAFile}, "not signed by the CA"},
-		"a CA file without a certificate": {TLSFiles{CertFile: NodeTLSFiles(certs, "n1").CertFile,
-			KeyFile: NodeTLSFiles(certs, "n1").KeyFile, CAFile: NodeTLSFiles(certs, "n1").KeyFile}, "--cluster-tls-ca"},
+		"a missing key": {link.TLSFiles{CertFile: link.NodeTLSFiles(certs, "n1").CertFile, KeyFile: certs + "/nope.pem",
+			CAFile: link.NodeTLSFiles(certs, "n1").CAFile}, "--cluster-tls-cert"},
+		"a certificate of another CA": {link.TLSFiles{CertFile: link.NodeTLSFiles(other, "n1").CertFile,
+			KeyFile: link.NodeTLSFiles(other, "n1").KeyFile, CAFile: link.NodeTLSFiles(certs, "n1").CAFile}, "not signed by the CA"},
+		"a CA file without a certificate": {link.TLSFiles{CertFile: link.NodeTLSFiles(certs, "n1").CertFile,
+			KeyFile: link.NodeTLSFiles(certs, "n1").KeyFile, CAFile: link.NodeTLSFiles(certs, "n1").KeyFile}, "--cluster-tls-ca"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -237,10 +239,8 @@ func TestStartRefusesClusterTLSFilesThatDoNotMakeAnIdentity(t *testing.T) {
 func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	certs := certDir(t, "victim", "peer")
 	victim := securedVictim(t, certs)
-	port := victim.raft.links
-	port.mu.Lock()
-	port.maxPending, port.maxPerHost = 8, 2 // scaled down from 1024 and 16
-	port.mu.Unlock()
+	port := victim.raft.Port()
+	port.SetPendingLimits(8, 2) // scaled down from 1024 and 16
 	before := port.Refused()
 	stranger := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
 	var silent []net.Conn
@@ -254,7 +254,7 @@ func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 	}
 	// The port takes connections in order: by the time it takes the
 	// peer's, it has held two of the strangers' and dropped the others.
-	peer := intruder{tls: presenting(t, NodeTLSFiles(certs, "peer")), link: int(linkRPC)}
+	peer := intruder{tls: presenting(t, link.NodeTLSFiles(certs, "peer")), link: int(link.KindRPC)}
 	if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 		t.Fatalf("a peer among silent strangers: status %d", status)
 	}

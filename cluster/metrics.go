@@ -11,39 +11,59 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// registerClusterMetrics exports Raft's and the gossip's view of the cluster.
-func (r *Replica) registerClusterMetrics() {
-	r.metrics.RegisterMetricsWriter(r.writeGossipMetrics)
-	r.metrics.NewGauge("vllm_router_cluster_raft_term", func() float64 { return float64(r.raft.Term()) })
-	r.metrics.NewGauge("vllm_router_cluster_raft_leader", func() float64 {
-		if r.raft.IsLeader() {
+// clusterFamilies are the metric families a replica writes at scrape time
+// from Raft, the registry, the gossip, the monitor and the core, read from
+// their single sources rather than copied into metric objects. Its fields
+// are set once the parts are built, before register.
+type clusterFamilies struct {
+	ctx     context.Context
+	raft    *raftnode.Node
+	fsm     *store.FSM
+	monitor *health.Monitor
+	sync    *loadsync.State
+	core    *core.Replica
+	index   *affinity.Index
+	gossip  func() *loadsync.Gossip
+	loaded  func() bool
+}
+
+// register exports Raft's and the gossip's view of the cluster.
+func (f clusterFamilies) register(set *metrics.Set) {
+	set.RegisterMetricsWriter(f.writeGossipMetrics)
+	set.NewGauge("vllm_router_cluster_raft_term", func() float64 { return float64(f.raft.Term()) })
+	set.NewGauge("vllm_router_cluster_raft_leader", func() float64 {
+		if f.raft.IsLeader() {
 			return 1
 		}
 		return 0
 	})
-	r.metrics.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(r.fsm.View().Len()) })
-	r.metrics.NewGauge("vllm_router_cluster_registry_loaded", func() float64 { return boolGauge(r.loaded.Load()) })
-	r.metrics.RegisterMetricsWriter(r.writeVoters)
-	r.metrics.RegisterMetricsWriter(func(w io.Writer) {
-		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", r.raft.links.Refused())
+	set.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(f.fsm.View().Len()) })
+	set.NewGauge("vllm_router_cluster_registry_loaded", func() float64 { return boolGauge(f.loaded()) })
+	set.RegisterMetricsWriter(f.writeVoters)
+	set.RegisterMetricsWriter(func(w io.Writer) {
+		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", f.raft.Port().Refused())
 	})
-	r.metrics.RegisterMetricsWriter(r.writeCircuitTransitions)
-	r.metrics.RegisterMetricsWriter(r.writeAttribution)
+	set.RegisterMetricsWriter(f.writeCircuitTransitions)
+	set.RegisterMetricsWriter(f.writeAttribution)
 }
 
 // writeCircuitTransitions writes, per registered worker, how often its
 // circuit moved into each state.
-func (r *Replica) writeCircuitTransitions(w io.Writer) {
+func (f clusterFamilies) writeCircuitTransitions(w io.Writer) {
 	const family = "vllm_router_cb_state_transitions_total"
 	typed := false
-	for _, wk := range r.fsm.View().Workers() {
-		st, ok := r.monitor.Status(health.WorkerID(wk.ID))
+	for _, wk := range f.fsm.View().Workers() {
+		st, ok := f.monitor.Status(health.WorkerID(wk.ID))
 		if !ok {
 			continue
 		}
@@ -74,12 +94,12 @@ func writePerOrigin(w io.Writer, family string, origins []loadsync.OriginStatus,
 // scrape time, read from their single source rather than copied into
 // metric objects. Peer names label the lag gauges: the label's values are
 // bounded by the number of replicas.
-func (r *Replica) writeGossipMetrics(w io.Writer) {
-	if r.gossiper() == nil {
+func (f clusterFamilies) writeGossipMetrics(w io.Writer) {
+	if f.gossip() == nil {
 		return
 	}
-	st := r.gossiper().Stats()
-	metrics.WriteGaugeUint64(w, "vllm_router_cluster_members", uint64(len(r.gossiper().Members())))
+	st := f.gossip().Stats()
+	metrics.WriteGaugeUint64(w, "vllm_router_cluster_members", uint64(len(f.gossip().Members())))
 	for _, c := range []struct {
 		name  string
 		value uint64
@@ -103,10 +123,10 @@ func (r *Replica) writeGossipMetrics(w io.Writer) {
 	} {
 		metrics.WriteCounterUint64(w, c.name, c.value)
 	}
-	lag := r.sync.Lag()
+	lag := f.sync.Lag()
 	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p50_seconds", lag.P50.Seconds())
 	metrics.WriteGaugeFloat64(w, "vllm_router_cluster_gossip_lag_p99_seconds", lag.P99.Seconds())
-	origins := r.sync.Origins(time.Now())
+	origins := f.sync.Origins(time.Now())
 	writePerOrigin(w, "vllm_router_cluster_gossip_lag_seconds", origins,
 		func(o loadsync.OriginStatus) float64 { return o.LastLag.Seconds() })
 	writePerOrigin(w, "vllm_router_cluster_gossip_report_age_seconds", origins,
@@ -116,10 +136,10 @@ func (r *Replica) writeGossipMetrics(w io.Writer) {
 // writeVoters writes how many voters the latest Raft configuration holds,
 // to compare with the live members; nothing when Raft does not answer
 // within a second (the scrape goes on without it).
-func (r *Replica) writeVoters(w io.Writer) {
-	ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+func (f clusterFamilies) writeVoters(w io.Writer) {
+	ctx, cancel := context.WithTimeout(f.ctx, time.Second)
 	defer cancel()
-	servers, err := r.raft.Servers(ctx)
+	servers, err := f.raft.Servers(ctx)
 	if err != nil {
 		return
 	}
@@ -186,5 +206,5 @@ func serveMetrics(ctx context.Context, ln net.Listener, set *metrics.Set) {
 		c.SetContentType("text/plain; version=0.0.4")
 		exposition.Write(c, set)
 	}}
-	serveUntil(ctx, srv, ln)
+	link.ServeUntil(ctx, srv, ln)
 }

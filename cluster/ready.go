@@ -25,21 +25,21 @@ const leaderlessGrace = 5 * time.Second
 // becomeReady waits until the registry is loaded, then for the first health
 // checks of its workers, and opens the ready gate.
 func (r *Replica) becomeReady() {
-	start := time.Now()
-	t := time.NewTicker(readyPoll)
+	start := r.clock.Now()
+	t := r.clock.NewTicker(readyPoll)
 	defer t.Stop()
-	for !r.registryIsTheClusters() && !(r.raft.Replayed() && time.Since(start) >= leaderlessGrace) {
+	for !r.registryIsTheClusters() && !(r.raft.Replayed() && r.clock.Since(start) >= leaderlessGrace) {
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 	}
 	r.useRegistry(r.fsm.View())
 	r.awaitFirstProbes(r.ctx)
 	r.loaded.Store(true)
 	close(r.ready)
-	r.log.Info("registry loaded; serving inference", "workers", r.fsm.View().Len(), "took", time.Since(start).Round(time.Millisecond))
+	r.log.Info("registry loaded; serving inference", "workers", r.fsm.View().Len(), "took", r.clock.Since(start).Round(time.Millisecond))
 }
 
 // registryIsTheClusters reports whether this replica applied what the
@@ -76,7 +76,7 @@ func (r *Replica) peerContact() (time.Duration, bool) {
 		}
 	}
 	last := r.peerHeard.Load()
-	if last == 0 || !r.members.expectsPeers(r.cfg.NodeName) {
+	if last == 0 || !r.members.ExpectsPeers() {
 		return 0, false
 	}
 	return max(now.Sub(time.Unix(0, last))-peerSilence, 0), true

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/kvrouter/kvrouter/cluster/link"
 )
 
 // TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack: Raft's dial to a peer
@@ -29,7 +31,7 @@ func TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack(t *testing.T) {
 	}
 	done := make(chan dialed, 1)
 	go func() {
-		conn, err := raftLayer{port}.Dial(raft.ServerAddress(peer.addr), time.Second)
+		conn, err := port.RaftLayer().Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- dialed{conn, err}
 	}()
 	waitUntil(t, "the dial to be refused and tried again", func() bool { return redials(port) >= 3 })
@@ -52,7 +54,7 @@ type flakyPeer struct {
 	up   atomic.Bool
 }
 
-func startFlakyPeer(t *testing.T, tlsState *clusterTLS) *flakyPeer {
+func startFlakyPeer(t *testing.T, tlsState *link.TLS) *flakyPeer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +73,7 @@ func startFlakyPeer(t *testing.T, tlsState *clusterTLS) *flakyPeer {
 				conn.Close()
 				continue
 			}
-			tc := tls.Server(conn, tlsState.serverConfig())
+			tc := tls.Server(conn, tlsState.ServerConfig())
 			_ = tc.SetDeadline(time.Now().Add(testDeadline))
 			var link [1]byte
 			_, _ = io.ReadFull(tc, link[:]) // the handshake, then the link byte
@@ -89,11 +91,11 @@ func TestARaftDialHeldAtShutdownEndsAtOnce(t *testing.T) {
 	peer := startFlakyPeer(t, theirs) // never up
 	done := make(chan error, 1)
 	go func() {
-		_, err := raftLayer{port}.Dial(raft.ServerAddress(peer.addr), time.Second)
+		_, err := port.RaftLayer().Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- err
 	}()
 	waitUntil(t, "the dial to hold", func() bool { return redials(port) >= 1 })
-	port.stopHolding()
+	port.StopHolding()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -143,7 +145,7 @@ func TestALeaderDoesNotBackOffFromAFollowerThatIsDown(t *testing.T) {
 }
 
 // redials is how many tries held raft dials on port have made.
-func redials(p *clusterPort) int64 { return p.redials.Load() }
+func redials(p *link.Port) int64 { return p.Redials() }
 
 // messageCounter is a slog handler that counts the records whose message
 // contains match.
@@ -164,18 +166,18 @@ func (h *messageCounter) WithGroup(string) slog.Handler      { return h }
 
 // openPortAndPeerTLS opens r0's cluster port on loopback, closed when the
 // test ends, and returns it with r1's cluster TLS, for a peer to dial it.
-func openPortAndPeerTLS(t *testing.T) (*clusterPort, *clusterTLS) {
+func openPortAndPeerTLS(t *testing.T) (*link.Port, *link.TLS) {
 	t.Helper()
 	dir := certDir(t, "r0", "r1")
-	ours, err := loadClusterTLS(NodeTLSFiles(dir, "r0"))
+	ours, err := link.LoadTLS(link.NodeTLSFiles(dir, "r0"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := loadClusterTLS(NodeTLSFiles(dir, "r1"))
+	theirs, err := link.LoadTLS(link.NodeTLSFiles(dir, "r1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	port, err := openClusterPort("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
+	port, err := link.Open("127.0.0.1:0", nil, ours, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

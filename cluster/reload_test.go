@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/cluster/link"
 )
 
 // servedSerial is the serial of the certificate r's cluster port presents.
@@ -22,9 +24,9 @@ func servedSerial(t *testing.T, r *Replica, client *tls.Config) *big.Int {
 func TestReloadSwapsTheClusterCertificate(t *testing.T) {
 	certs := certDir(t, "n1", "peer")
 	cfg := testConfig(t, t.TempDir())
-	cfg.ClusterTLS = NodeTLSFiles(certs, "n1")
+	cfg.ClusterTLS = link.NodeTLSFiles(certs, "n1")
 	r := startReplica(t, cfg)
-	peer := presenting(t, NodeTLSFiles(certs, "peer"))
+	peer := presenting(t, link.NodeTLSFiles(certs, "peer"))
 	first := servedSerial(t, r, peer)
 
 	// A new certificate from the same CA, written where the old one was.
@@ -33,7 +35,7 @@ func TestReloadSwapsTheClusterCertificate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := WriteCerts(certs, []string{"n1"}, CertOptions{}); err != nil {
+	if _, err := link.WriteCerts(certs, []string{"n1"}, link.CertOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Reload(); err != nil {

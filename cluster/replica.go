@@ -13,9 +13,14 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/cluster/membership"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -31,7 +36,7 @@ type Replica struct {
 	cfg     Config
 	log     *slog.Logger
 	fsm     *store.FSM
-	raft    *RaftNode
+	raft    *raftnode.Node
 	monitor *health.Monitor
 	dialer  *workerurl.Dialer // every connection to a worker
 	// core is the replica's routing state (core): loads, index and
@@ -41,23 +46,27 @@ type Replica struct {
 	index   *affinity.Index
 	sync    *loadsync.State
 	proxy   *proxy.Proxy
-	admin   *Admin
+	admin   *admin.Admin
 	metrics *metrics.Set
 	// gossip is the memberlist side; a pointer swapped only by tests that
-	// cut a replica off the gossip and reopen it (partition_test.go).
+	// cut a replica off the gossip and reopen it (cutGossip, heal_helpers_test.go).
 	gossip atomic.Pointer[loadsync.Gossip]
 	// gossipAddr is the gossip's address, read once at start.
 	gossipAddr string
-	members    *membership
-	writes     *forwarder
-	rpc        *rpcClient // to the peers' cluster ports
+	members    *membership.Membership
+	writes     *raftnode.Forwarder
+	rpc        *link.Client // to the peers' cluster ports
+	keyrings   keyringFanout
 	reloads    reloaders
 
-	// routingMu guards routingInUse, the fingerprint of the registry's
-	// routing config the proxy routes with ("" while it routes with the
-	// flags): see routing.go.
-	routingMu    sync.Mutex
-	routingInUse string
+	// routing builds the routers and follows the registry's routing
+	// config (routing.go).
+	routing *routingFollower
+	// admission bridges the door, the monitor and the gossip (admission.go).
+	admission *admissionBridge
+	// views answer the admin API's reads (status.go, workerstats.go,
+	// history.go).
+	views *adminViews
 
 	ln, metricsLn net.Listener
 	debugLn       net.Listener  // --debug-addr, nil when off
@@ -76,6 +85,8 @@ type Replica struct {
 	// history is the last minutes of this replica's worker figures, for
 	// the status page (history.go).
 	history *sampleRing
+	// clock is the time the replica's loops read (Config.Clock).
+	clock clock.WithTicker
 }
 
 // Start builds a replica from cfg and starts serving. It returns once the
@@ -90,6 +101,10 @@ func Start(ctx context.Context, cfg Config) (*Replica, error) {
 	}
 	r := &Replica{cfg: cfg, log: cfg.Logger, fsm: store.NewFSM(), metrics: metrics.NewSet(), failed: make(chan error, 1),
 		ready: make(chan struct{}), history: newSampleRing(int(historySpan / historyEvery))}
+	r.clock = cfg.Clock
+	if r.clock == nil {
+		r.clock = clock.RealClock{}
+	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	// Until Start returns, the caller's ctx (a signal, say) ends what
 	// Start waits for: a --join that nobody answers yet, the seeding.
@@ -159,6 +174,7 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
+	r.admission = &admissionBridge{monitor: r.monitor}
 	if err := r.newCore(); err != nil {
 		return err
 	}
@@ -167,32 +183,34 @@ func (r *Replica) build() error {
 	}
 	r.monitor.OnChange(r.healthChanged)
 	r.monitor.SetPeerContact(r.peerContact)
-	r.registerClusterMetrics()
+	clusterFamilies{ctx: r.ctx, raft: r.raft, fsm: r.fsm, monitor: r.monitor, sync: r.sync, core: r.core, index: r.index,
+		gossip: r.gossiper, loaded: r.loaded.Load}.register(r.metrics)
 	return r.startGossip()
 }
 
 // openRaft opens the Raft node. A replica with neither --join nor
 // --bootstrap-expect > 1 bootstraps a one-node cluster on a fresh data dir;
-// the others wait for the gossip to gather the cluster (runMembership).
+// the others wait for the gossip to gather the cluster (membership.Run).
 func (r *Replica) openRaft() error {
 	cfg := r.cfg
 	var err error
-	r.raft, err = OpenRaft(RaftConfig{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
+	r.raft, err = raftnode.Open(raftnode.Config{NodeID: cfg.NodeName, DataDir: cfg.DataDir, BindAddr: cfg.RaftBind,
 		AdvertiseAddr: unlessPortZero(cfg.RaftAdvertise), TLS: cfg.ClusterTLS, Bootstrap: r.bootstrapsAlone(),
 		Timings: cfg.RaftTimings, Logger: r.log}, r.fsm)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, membershipTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, membership.Timeout)
 	defer cancel()
 	servers, err := r.raft.Servers(ctx)
 	if err != nil {
 		return fmt.Errorf("raft: reading the configuration: %w", err)
 	}
-	r.members = newMembership(len(servers) > 0)
-	r.rpc = newRPCClient(r.raft.links)
-	r.writes = newForwarder(r.raft, r.rpc)
-	if t := r.raft.links.tls; t != nil {
+	r.members = r.newMembership(len(servers) > 0)
+	r.rpc = link.NewClient(r.raft.Port(), rpcTimeout)
+	r.keyrings = keyringFanout{node: cfg.NodeName, gossip: r.gossiper, rpc: r.rpc, log: r.log}
+	r.writes = raftnode.NewForwarder(r.raft, r.rpc)
+	if t := r.raft.Port().TLS(); t != nil {
 		r.reloads.add("cluster TLS", t.Reload)
 	}
 	return nil
@@ -224,51 +242,34 @@ func (r *Replica) bootstrapsAlone() bool { return len(r.cfg.Join) == 0 && r.cfg.
 // buildFrontEnd creates the routers, the admin API and the proxy.
 func (r *Replica) buildFrontEnd() error {
 	cfg := r.cfg
-	router, err := r.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
+	r.routing = &routingFollower{flags: cfg.Routing, core: r.core, fsm: r.fsm, apply: r.apply, log: r.log}
+	router, err := r.routing.newRouter(cfg.Routing.Policy, cfg.Routing.Thresholds, cfg.Routing.MissPlacement)
 	if err != nil {
 		return err
 	}
-	pd, err := r.disaggregationOf(cfg.Routing)
+	pd, err := r.routing.disaggregationOf(cfg.Routing)
 	if err != nil {
 		return err
 	}
-	r.admin = NewAdmin(AdminConfig{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
-		ApplyLocal: r.raft.Apply, Loads: r.workerLoads, Status: func() any { return r.status() },
-		WorkerStats: func() any { return r.workerStats() }, History: func() any { return r.historyView() },
-		Routing: r.routingView, SetRouting: r.setRouting,
-		Keyring: r.keyringEverywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
+	r.views = &adminViews{ctx: r.ctx, node: cfg.NodeName, raft: r.raft, fsm: r.fsm, gossip: r.gossiper, members: r.members,
+		sync: r.sync, loads: r.loads, monitor: r.monitor, clock: r.clock, history: r.history}
+	r.admin = admin.New(admin.Config{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
+		ApplyLocal: r.raft.Apply, Loads: r.views.workerLoads, Status: func() any { return r.views.status() },
+		WorkerStats: func() any { return r.views.workerStats() }, History: func() any { return r.views.historyView() },
+		Routing: r.routing.view, SetRouting: r.routing.set,
+		Keyring: r.keyrings.everywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: r.core, Engines: r.engineReadings})
+		Dialer: r.dialer, Decider: r.core, Engines: r.admission.engineReadings})
+	r.routing.proxy = r.proxy
+	r.admission.proxy = r.proxy
+	r.views.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
 	return err
-}
-
-// newRouter binds a policy to this replica's core.
-func (r *Replica) newRouter(policy string, th affinity.Thresholds, placement string) (*affinity.Router, error) {
-	return r.core.NewRouter(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement})
-}
-
-// disaggregationOf builds the per-role routers of prefill/decode mode, nil
-// when it is off. Role thresholds were defaulted to the global ones by the
-// command line, so they hold whichever policy each role uses.
-func (r *Replica) disaggregationOf(rt Routing) (*proxy.PD, error) {
-	if rt.PD == "" {
-		return nil, nil
-	}
-	prefill, err := r.newRouter(rt.PrefillPolicy, rt.PrefillThresholds, rt.PrefillMissPlacement)
-	if err != nil {
-		return nil, err
-	}
-	decode, err := r.newRouter(rt.DecodePolicy, rt.DecodeThresholds, affinity.PlaceLeastLoad)
-	if err != nil {
-		return nil, err
-	}
-	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
 }
 
 // serve starts serving on the bound listeners, the peers' HTTP on the
@@ -279,7 +280,7 @@ func (r *Replica) serve() {
 	if r.metricsLn != nil {
 		r.goRun(func() { serveMetrics(r.ctx, r.metricsLn, r.metrics) })
 	}
-	r.goRun(func() { serveRPC(r.ctx, r.raft.links.rpcListener(), r.rpcRoutes()) })
+	r.goRun(func() { serveRPC(r.ctx, r.raft.Port(), r.rpcRoutes()) })
 	if r.debugLn != nil {
 		r.goRun(func() { serveDebug(r.ctx, r.debugLn) })
 	}
@@ -287,9 +288,9 @@ func (r *Replica) serve() {
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
-	r.goRun(r.runMembership)
-	r.goRun(r.runRejoin)
-	r.goRun(r.recordHistory)
+	r.goRun(func() { r.members.Run(r.ctx) })
+	r.goRun(func() { r.members.RunRejoin(r.ctx, r.gossipAddr) })
+	r.goRun(r.views.recordHistory)
 }
 
 // serveAPI serves the HTTP API until Stop. A listener that fails for good
@@ -369,8 +370,8 @@ func (r *Replica) stopGossip(leave bool) error {
 	}
 	// Say that this is a leave, not a death, so that the peers' status
 	// pages tell the truth (memberlist's events do not).
-	tags := r.gossipTags(r.members.joined)
-	tags[tagLeaving] = "1"
+	tags := r.gossipTags(r.members.Joined())
+	tags[membership.TagLeaving] = "1"
 	if err := r.gossiper().SetTags(tags); err != nil {
 		r.log.Debug("announcing the leave", "err", err)
 	}
@@ -388,7 +389,7 @@ func (r *Replica) closeParts() error {
 		}
 	}
 	if r.rpc != nil {
-		r.rpc.close()
+		r.rpc.Close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())
@@ -415,7 +416,7 @@ const seedTimeout = 30 * time.Second
 // registry's routing config is found to differ, or the replica stops.
 func (r *Replica) seedInBackground() {
 	for {
-		err := r.seedNow(r.ctx, membershipTimeout)
+		err := r.seedNow(r.ctx, membership.Timeout)
 		switch {
 		case err == nil:
 			return
@@ -429,7 +430,7 @@ func (r *Replica) seedInBackground() {
 		select {
 		case <-r.ctx.Done():
 			return
-		case <-time.After(time.Second):
+		case <-r.clock.After(time.Second):
 		}
 	}
 }
@@ -440,7 +441,7 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	if _, _, err := r.raft.WaitForLeader(wait); err != nil {
 		return fmt.Errorf("no raft leader to register workers with: %w", err)
 	}
-	routing := r.routingFromFlags()
+	routing := r.routing.fromFlags()
 	seed := store.Seed{Routing: &routing}
 	for _, s := range r.cfg.Seeds {
 		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
@@ -455,7 +456,7 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	if err := r.awaitApplied(wait, res.Index); err != nil {
 		return err
 	}
-	return r.sameBlockSize()
+	return r.routing.registryBlockSize()
 }
 
 // awaitApplied waits until this replica's registry reflects log index
@@ -473,17 +474,6 @@ func (r *Replica) awaitApplied(ctx context.Context, index uint64) error {
 			return fmt.Errorf("waiting for the registry to reach index %d: %w", index, ctx.Err())
 		}
 	}
-}
-
-// sameBlockSize refuses to run with another block size than the
-// registry's: this replica's hashes would mean nothing to the others.
-func (r *Replica) sameBlockSize() error {
-	c := r.fsm.View().RoutingConfig()
-	if c == nil || c.BlockSize == r.cfg.Routing.BlockSize {
-		return nil
-	}
-	return fmt.Errorf("--block-size: %w", &store.ConfigMismatchError{Field: "block_size",
-		Local: fmt.Sprint(r.cfg.Routing.BlockSize), Remote: fmt.Sprint(c.BlockSize)})
 }
 
 // apply writes a command through Raft, forwarding it to the leader when
@@ -525,7 +515,7 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 	}
 	r.proxy.Fleet().SetWorkers(ws)
 	r.gauges.sync(r.metrics, workers, r.monitor)
-	r.followRouting(reg)
+	r.routing.follow(reg)
 }
 
 // healthChanged tells the core which workers failed their health checks
@@ -547,14 +537,14 @@ func (r *Replica) healthChanged() {
 // quorum behind it, and the load table, so that selection counts the peers'
 // expected share of a burst (affinity.LoadTable.SetPeerShare).
 func (r *Replica) countLiveReplicas() {
-	t := time.NewTicker(time.Second)
+	t := r.clock.NewTicker(time.Second)
 	defer t.Stop()
 	for {
 		live := len(r.gossiper().Members())
 		r.monitor.SetLiveReplicas(live)
 		r.core.SetPeers(live-1, loadsync.DefaultLoadInterval)
 		select {
-		case <-t.C:
+		case <-t.C():
 		case <-r.ctx.Done():
 			return
 		}
@@ -564,28 +554,14 @@ func (r *Replica) countLiveReplicas() {
 // sweepIndex expires idle ownership facts every --eviction-interval when
 // --prefix-ttl is set.
 func (r *Replica) sweepIndex() {
-	t := time.NewTicker(r.cfg.Routing.EvictionInterval)
+	t := r.clock.NewTicker(r.cfg.Routing.EvictionInterval)
 	defer t.Stop()
 	for {
 		select {
-		case now := <-t.C:
+		case now := <-t.C():
 			r.core.Expire(now)
 		case <-r.ctx.Done():
 			return
 		}
 	}
-}
-
-// workerLoads is the /get_loads view: merged and local in-flight counts with
-// health and drain state.
-func (r *Replica) workerLoads() []WorkerLoad {
-	reg := r.fsm.View()
-	out := make([]WorkerLoad, 0, reg.Len())
-	for _, w := range reg.Workers() {
-		l := r.loads.Get(affinity.WorkerID(w.ID))
-		st, _ := r.monitor.Status(health.WorkerID(w.ID))
-		out = append(out, WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
-			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
-	}
-	return out
 }

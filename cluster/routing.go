@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -18,26 +23,81 @@ import (
 // run time: a replica whose --block-size differs from the registry's is
 // refused.
 
-// RoutingView is the answer of GET /cluster/routing and the body of PUT:
-// the config and the Raft index it was set at, which a PUT names to
-// replace it (compare-and-set; 0 when no config was ever set).
-type RoutingView struct {
-	Index  uint64              `json:"index"`
-	Config store.RoutingConfig `json:"config"`
-	// Source is "registry", or "flags" while the registry has no config
-	// yet (this replica's flags, which will seed it).
-	Source string `json:"source,omitempty"`
-}
-
 // ErrBlockSizeFixed: a routing change or a replica whose block size
 // differs from the registry's. Hashes of another block size mean nothing to
 // the other replicas.
 var ErrBlockSizeFixed = errors.New("the block size cannot change at run time")
 
-// routingFromFlags is the routing config this replica's flags describe,
+// routingFollower builds the replica's routers and makes the proxy route
+// with the registry's routing config once there is one; flags are the
+// replica's own settings, which seed a fresh registry. Its methods are safe
+// from any goroutine once proxy is set.
+type routingFollower struct {
+	flags Routing
+	core  *core.Replica
+	fsm   *store.FSM
+	proxy *proxy.Proxy // set once built, after the routers it starts with
+	apply func(ctx context.Context, cmd store.Command) (store.Result, error)
+	log   *slog.Logger
+
+	// mu guards inUse, the fingerprint of the registry's routing config the
+	// proxy routes with ("" while it routes with the flags).
+	mu    sync.Mutex
+	inUse string
+}
+
+// newRouter binds a policy to this replica's core.
+func (f *routingFollower) newRouter(policy string, th affinity.Thresholds, placement string) (*affinity.Router, error) {
+	return f.core.NewRouter(affinity.Settings{Policy: policy, Thresholds: th, MissPlacement: placement})
+}
+
+// disaggregationOf builds the per-role routers of prefill/decode mode, nil
+// when it is off. Role thresholds were defaulted to the global ones by the
+// command line, so they hold whichever policy each role uses.
+func (f *routingFollower) disaggregationOf(rt Routing) (*proxy.PD, error) {
+	if rt.PD == "" {
+		return nil, nil
+	}
+	prefill, err := f.newRouter(rt.PrefillPolicy, rt.PrefillThresholds, rt.PrefillMissPlacement)
+	if err != nil {
+		return nil, err
+	}
+	decode, err := f.newRouter(rt.DecodePolicy, rt.DecodeThresholds, affinity.PlaceLeastLoad)
+	if err != nil {
+		return nil, err
+	}
+	return &proxy.PD{Mode: rt.PD, Prefill: prefill, Decode: decode}, nil
+}
+
+// sameBlockSize is the block-size invariant, checked here alone: a replica
+// hashes with its own --block-size, so a registry config of another block
+// size (seeded by another replica, or written through the admin API) is
+// one its hashes would mean nothing under. The gossip compares the block
+// size of replicas at join (Routing.clusterConfig).
+func (f *routingFollower) sameBlockSize(c store.RoutingConfig) error {
+	if c.BlockSize == f.flags.BlockSize {
+		return nil
+	}
+	return &store.ConfigMismatchError{Field: "block_size", Local: fmt.Sprint(f.flags.BlockSize), Remote: fmt.Sprint(c.BlockSize)}
+}
+
+// registryBlockSize refuses to run with another block size than the
+// registry's.
+func (f *routingFollower) registryBlockSize() error {
+	c := f.fsm.View().RoutingConfig()
+	if c == nil {
+		return nil
+	}
+	if err := f.sameBlockSize(*c); err != nil {
+		return fmt.Errorf("--block-size: %w", err)
+	}
+	return nil
+}
+
+// fromFlags is the routing config this replica's flags describe,
 // what it seeds a fresh registry with.
-func (r *Replica) routingFromFlags() store.RoutingConfig {
-	rt := r.cfg.Routing
+func (f *routingFollower) fromFlags() store.RoutingConfig {
+	rt := f.flags
 	c := store.RoutingConfig{BlockSize: rt.BlockSize, Policy: rt.Policy, MissPlacement: rt.MissPlacement,
 		CacheThreshold: rt.Thresholds.CacheThreshold, BalanceAbsThreshold: rt.Thresholds.BalanceAbs,
 		BalanceRelThreshold: rt.Thresholds.BalanceRel,
@@ -54,11 +114,11 @@ func roleRouting(policy, placement string, th affinity.Thresholds) *store.RoleRo
 		BalanceAbsThreshold: th.BalanceAbs, BalanceRelThreshold: th.BalanceRel}
 }
 
-// routingOf is the Routing a replica runs with under the registry's config
+// of is the Routing a replica runs with under the registry's config
 // c: the flags' settings with c's policies, placements and thresholds. A
 // role c leaves unset keeps the flags'.
-func (r *Replica) routingOf(c store.RoutingConfig) Routing {
-	rt := r.cfg.Routing
+func (f *routingFollower) of(c store.RoutingConfig) Routing {
+	rt := f.flags
 	rt.Policy, rt.MissPlacement = c.Policy, c.MissPlacement
 	rt.Thresholds = affinity.Thresholds{CacheThreshold: c.CacheThreshold, BalanceAbs: c.BalanceAbsThreshold,
 		BalanceRel: c.BalanceRelThreshold}
@@ -79,76 +139,76 @@ func (r *Replica) routingOf(c store.RoutingConfig) Routing {
 	return rt
 }
 
-// checkRouting refuses a config this replica could not route with, as a
+// check refuses a config this replica could not route with, as a
 // 400 naming the field.
-func (r *Replica) checkRouting(c store.RoutingConfig) error {
-	if c.BlockSize != r.cfg.Routing.BlockSize {
+func (f *routingFollower) check(c store.RoutingConfig) error {
+	if f.sameBlockSize(c) != nil {
 		return &store.FieldError{Field: "config.block_size", Problem: fmt.Sprintf("%v: it is %d (--block-size), not %d",
-			ErrBlockSizeFixed, r.cfg.Routing.BlockSize, c.BlockSize)}
+			ErrBlockSizeFixed, f.flags.BlockSize, c.BlockSize)}
 	}
-	if err := r.routingOf(c).Validate(); err != nil {
+	if err := f.of(c).Validate(); err != nil {
 		return &store.FieldError{Field: "config", Problem: err.Error()}
 	}
 	return nil
 }
 
-// followRouting makes the proxy route with the registry's routing config
+// follow makes the proxy route with the registry's routing config
 // when it differs from the one in use. Safe from any goroutine.
-func (r *Replica) followRouting(reg *store.Registry) {
-	r.routingMu.Lock()
-	defer r.routingMu.Unlock()
+func (f *routingFollower) follow(reg *store.Registry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	c := reg.RoutingConfig()
-	if c == nil || c.Fingerprint() == r.routingInUse {
+	if c == nil || c.Fingerprint() == f.inUse {
 		return
 	}
-	if err := r.checkRouting(*c); err != nil {
-		r.log.Error("the registry's routing config cannot be used here; routing as before", "err", err)
-		r.routingInUse = c.Fingerprint()
+	if err := f.check(*c); err != nil {
+		f.log.Error("the registry's routing config cannot be used here; routing as before", "err", err)
+		f.inUse = c.Fingerprint()
 		return
 	}
-	if err := r.useRouting(r.routingOf(*c)); err != nil {
-		r.log.Error("building routers from the registry's routing config; routing as before", "err", err)
+	if err := f.use(f.of(*c)); err != nil {
+		f.log.Error("building routers from the registry's routing config; routing as before", "err", err)
 		return
 	}
-	r.routingInUse = c.Fingerprint()
-	r.log.Info("routing with the registry's config", "policy", c.Policy, "miss_placement", c.MissPlacement,
+	f.inUse = c.Fingerprint()
+	f.log.Info("routing with the registry's config", "policy", c.Policy, "miss_placement", c.MissPlacement,
 		"cache_threshold", c.CacheThreshold, "index", reg.RoutingIndex())
 }
 
-// useRouting builds the routers of rt and hands them to the proxy.
-func (r *Replica) useRouting(rt Routing) error {
-	router, err := r.newRouter(rt.Policy, rt.Thresholds, rt.MissPlacement)
+// use builds the routers of rt and hands them to the proxy.
+func (f *routingFollower) use(rt Routing) error {
+	router, err := f.newRouter(rt.Policy, rt.Thresholds, rt.MissPlacement)
 	if err != nil {
 		return err
 	}
-	pd, err := r.disaggregationOf(rt)
+	pd, err := f.disaggregationOf(rt)
 	if err != nil {
 		return err
 	}
-	if err := r.proxy.SetRouters(router, pd); err != nil {
+	if err := f.proxy.SetRouters(router, pd); err != nil {
 		return err
 	}
-	r.core.SetThresholds(rt.Thresholds)
+	f.core.SetThresholds(rt.Thresholds)
 	return nil
 }
 
-// routingView is GET /cluster/routing.
-func (r *Replica) routingView() RoutingView {
-	reg := r.fsm.View()
+// view is GET /cluster/routing.
+func (f *routingFollower) view() adminapi.RoutingView {
+	reg := f.fsm.View()
 	if c := reg.RoutingConfig(); c != nil {
-		return RoutingView{Index: reg.RoutingIndex(), Config: *c, Source: "registry"}
+		return adminapi.RoutingView{Index: reg.RoutingIndex(), Config: *c, Source: "registry"}
 	}
-	return RoutingView{Config: r.routingFromFlags(), Source: "flags"}
+	return adminapi.RoutingView{Config: f.fromFlags(), Source: "flags"}
 }
 
-// setRouting is PUT /cluster/routing: replace the config set at index v.Index.
-func (r *Replica) setRouting(ctx context.Context, v RoutingView) (RoutingView, error) {
-	if err := r.checkRouting(v.Config); err != nil {
-		return RoutingView{}, err
+// set is PUT /cluster/routing: replace the config set at index v.Index.
+func (f *routingFollower) set(ctx context.Context, v adminapi.RoutingView) (adminapi.RoutingView, error) {
+	if err := f.check(v.Config); err != nil {
+		return adminapi.RoutingView{}, err
 	}
-	res, err := r.apply(ctx, store.NewCompareAndSetRoutingConfig(v.Config, v.Index))
+	res, err := f.apply(ctx, store.NewCompareAndSetRoutingConfig(v.Config, v.Index))
 	if err != nil {
-		return RoutingView{}, err
+		return adminapi.RoutingView{}, err
 	}
-	return RoutingView{Index: res.Index, Config: v.Config, Source: "registry"}, nil
+	return adminapi.RoutingView{Index: res.Index, Config: v.Config, Source: "registry"}, nil
 }

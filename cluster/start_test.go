@@ -14,6 +14,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -59,7 +60,7 @@ func TestServeUntilEndsWhenStoppedBeforeServing(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			serveUntil(ctx, &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}, MaxIdleWorkerDuration: time.Millisecond}, ln)
+			link.ServeUntil(ctx, &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) {}, MaxIdleWorkerDuration: time.Millisecond}, ln)
 		}()
 		select {
 		case <-done:

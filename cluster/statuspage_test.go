@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -19,11 +21,11 @@ import (
 // must not be a way around their rules.
 func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 	fsm := store.NewFSM()
-	open := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
-	locked := NewAdmin(AdminConfig{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
+	open := admin.New(admin.Config{Registry: fsm.View, Apply: directApply(fsm)})
+	locked := admin.New(admin.Config{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
 	cases := []struct {
 		name        string
-		admin       *Admin
+		admin       *admin.Admin
 		method, uri string
 		host, token string
 		want        int
@@ -52,7 +54,7 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 }
 
 func TestStatusPageForbidsFramingAndForeignScripts(t *testing.T) {
-	c := serveAdmin(t, NewAdmin(AdminConfig{Registry: store.NewFSM().View, Apply: directApply(store.NewFSM())}))
+	c := serveAdmin(t, admin.New(admin.Config{Registry: store.NewFSM().View, Apply: directApply(store.NewFSM())}))
 	r := c.do(http.MethodGet, "/ui/", "")
 	expectStatus(t, r, http.StatusOK)
 	if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") ||
@@ -83,7 +85,7 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 			t.Fatalf("the same prompt went to %s, then %s", first, got)
 		}
 	}
-	var stats WorkerStats
+	var stats adminapi.WorkerStats
 	reply := c.get(r, "/cluster/workers")
 	expectStatus(t, reply, http.StatusOK)
 	if err := json.Unmarshal([]byte(reply.body), &stats); err != nil {
@@ -97,7 +99,7 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 	for _, w := range stats.Workers {
 		got = append(got, fmt.Sprintf("%d: hits %d misses %d tokens %d processed %d circuit %s probed %v",
 			w.ID, w.Hits, w.Misses, w.Tokens, w.Processed, w.Circuit, w.Probed))
-		want := WorkerStat{Circuit: "closed"}
+		want := adminapi.WorkerStat{Circuit: "closed"}
 		if uint32(w.ID) == uint32(owner) {
 			want.Hits, want.Misses, want.Tokens, want.Processed = 3, 1, 4, 4
 		}

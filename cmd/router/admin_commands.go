@@ -16,7 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -216,15 +216,15 @@ func listWorkers(c *cli.Context) error {
 	if c.Bool("json") {
 		return printRaw(c, raw)
 	}
-	var loads struct{ Workers []cluster.WorkerLoad }
+	var loads struct{ Workers []adminapi.WorkerLoad }
 	if _, err := client.getJSON("/get_loads", &loads); err != nil {
 		loads.Workers = nil // the registry alone is still worth printing
 	}
 	return printWorkers(c.App.Writer, list.Workers, loads.Workers)
 }
 
-func printWorkers(w io.Writer, workers []store.Worker, loads []cluster.WorkerLoad) error {
-	byID := make(map[store.WorkerID]cluster.WorkerLoad, len(loads))
+func printWorkers(w io.Writer, workers []store.Worker, loads []adminapi.WorkerLoad) error {
+	byID := make(map[store.WorkerID]adminapi.WorkerLoad, len(loads))
 	for _, l := range loads {
 		byID[l.ID] = l
 	}
@@ -368,7 +368,7 @@ func printRaw(c *cli.Context, data []byte) error {
 }
 
 func clusterStatus(c *cli.Context) error {
-	var st cluster.Status
+	var st adminapi.Status
 	raw, err := newAdminClient(c, adminRequestTimeout).getJSON("/cluster/status", &st)
 	if err != nil {
 		return err
@@ -379,7 +379,7 @@ func clusterStatus(c *cli.Context) error {
 	return printStatus(c.App.Writer, st)
 }
 
-func printStatus(w io.Writer, st cluster.Status) error {
+func printStatus(w io.Writer, st adminapi.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "node:\t%s\n", orDash(st.Node, "-"))
 	fmt.Fprintf(tw, "raft leader:\t%s\n", orDash(st.Leader, "(none known)"))

@@ -18,7 +18,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.uber.org/goleak"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -59,7 +60,7 @@ func startReplica(t *testing.T, token string, status func() any) *fakeReplica {
 	t.Helper()
 	verifyNoLeaks(t)
 	f := &fakeReplica{fsm: store.NewFSM()}
-	admin := cluster.NewAdmin(cluster.AdminConfig{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
+	admin := admin.New(admin.Config{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -193,10 +194,10 @@ func TestAdminTokenComesFromTheFlagOrTheEnvironment(t *testing.T) {
 }
 
 func TestClusterStatusPrintsLeaderTermVotersAndPeers(t *testing.T) {
-	st := cluster.Status{Node: "n1", Leader: "n2", Term: 7, Voters: []string{"n1", "n2", "n3"},
+	st := adminapi.Status{Node: "n1", Leader: "n2", Term: 7, Voters: []string{"n1", "n2", "n3"},
 		Nonvoters: []string{"n4"}, Workers: 5,
-		Members: []cluster.Member{{Name: "n1", Address: "10.0.0.1:7946", State: "alive"}},
-		Peers:   []cluster.PeerStatus{{Name: "n2", LastReportAge: 0.25}, {Name: "n3", LastReportAge: -1}}}
+		Members: []adminapi.Member{{Name: "n1", Address: "10.0.0.1:7946", State: "alive"}},
+		Peers:   []adminapi.PeerStatus{{Name: "n2", LastReportAge: 0.25}, {Name: "n3", LastReportAge: -1}}}
 	r := startReplica(t, "", func() any { return st })
 	out := mustRun(t, "cluster", "status", "--addr", r.addr)
 	for _, want := range []string{"n2", "7", "n1, n2, n3", "n4", "10.0.0.1:7946", "250ms ago", "never"} {
@@ -205,7 +206,7 @@ func TestClusterStatusPrintsLeaderTermVotersAndPeers(t *testing.T) {
 		}
 	}
 	raw := mustRun(t, "cluster", "status", "--json", "--addr", r.addr)
-	var back cluster.Status
+	var back adminapi.Status
 	if err := json.Unmarshal([]byte(raw), &back); err != nil || back.Term != 7 || back.Leader != "n2" {
 		t.Fatalf("--json printed %q (%v)", raw, err)
 	}

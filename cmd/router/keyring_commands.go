@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 )
 
 // keyringCommand rotates the gossip key of a running cluster through any
@@ -34,7 +34,7 @@ func keyringCommand() *cli.Command {
 }
 
 type keyringReply struct {
-	Nodes []cluster.NodeKeyring `json:"nodes"`
+	Nodes []adminapi.NodeKeyring `json:"nodes"`
 }
 
 func keyringList(c *cli.Context) error {
@@ -71,7 +71,7 @@ func keyringChange(op string) cli.ActionFunc {
 	}
 }
 
-func printKeyrings(w io.Writer, nodes []cluster.NodeKeyring) error {
+func printKeyrings(w io.Writer, nodes []adminapi.NodeKeyring) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICA\tPRIMARY\tINSTALLED\tERROR")
 	for _, n := range nodes {

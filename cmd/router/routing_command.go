@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -37,7 +37,7 @@ func routingCommand() *cli.Command {
 
 func routing(c *cli.Context) error {
 	client := newAdminClient(c, adminRequestTimeout)
-	var v cluster.RoutingView
+	var v adminapi.RoutingView
 	raw, err := client.getJSON("/cluster/routing", &v)
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func editRouting(c *cli.Context, cfg *store.RoutingConfig) bool {
 	return changed
 }
 
-func printRouting(c *cli.Context, v cluster.RoutingView) error {
+func printRouting(c *cli.Context, v adminapi.RoutingView) error {
 	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
 	cfg := v.Config
 	fmt.Fprintf(tw, "index\t%d (%s)\n", v.Index, v.Source)

@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/cluster/discovery"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy"
 )
@@ -137,7 +138,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		Join:            c.StringSlice("join"),
 		BootstrapExpect: c.Int("bootstrap-expect"),
 		AdminToken:      c.String("admin-token"),
-		ClusterTLS: cluster.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
+		ClusterTLS: link.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
 			CAFile: c.String("cluster-tls-ca")},
 		InsecureCluster: c.Bool("insecure-cluster"),
 		DebugAddr:       c.String("debug-addr"),

@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/link"
 )
 
 // tlsCommand makes the cluster's TLS material: `router tls init DIR NODE...`.
@@ -24,7 +24,7 @@ func tlsCommand() *cli.Command {
 				"--cluster-tls-key DIR/NODE-key.pem --cluster-tls-ca DIR/ca.pem. Keep ca-key.pem away from the replicas.",
 			ArgsUsage: "DIR NODE [NODE...]",
 			Flags: []cli.Flag{
-				&cli.DurationFlag{Name: "valid-for", Value: cluster.DefaultCertValidity,
+				&cli.DurationFlag{Name: "valid-for", Value: link.DefaultCertValidity,
 					Usage: "how long the node certificates are valid"},
 				&cli.StringSliceFlag{Name: "san", Usage: "extra host name or IP address in every node certificate (repeatable)"},
 			},
@@ -42,7 +42,7 @@ func tlsInit(c *cli.Context) error {
 	if valid < time.Hour {
 		return fmt.Errorf("--valid-for: %s is too short to be useful", valid)
 	}
-	written, err := cluster.WriteCerts(dir, c.Args().Tail(), cluster.CertOptions{ValidFor: valid, SANs: c.StringSlice("san")})
+	written, err := link.WriteCerts(dir, c.Args().Tail(), link.CertOptions{ValidFor: valid, SANs: c.StringSlice("san")})
 	for _, f := range written {
 		fmt.Fprintln(c.App.Writer, "wrote", f)
 	}
@@ -50,7 +50,7 @@ func tlsInit(c *cli.Context) error {
 		return err
 	}
 	node := c.Args().Tail()[0]
-	files := cluster.NodeTLSFiles(dir, node)
+	files := link.NodeTLSFiles(dir, node)
 	_, err = fmt.Fprintf(c.App.Writer, "start %s with: --cluster-tls-cert %s --cluster-tls-key %s --cluster-tls-ca %s\n",
 		node, files.CertFile, files.KeyFile, filepath.Join(dir, "ca.pem"))
 	return err

@@ -19,7 +19,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/kvrouter/kvrouter/cluster"
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -84,13 +86,13 @@ func TestTLSInitWritesWhatServeReadsAndSIGHUPReloadsIt(t *testing.T) {
 	if err != nil || !strings.Contains(out, "--cluster-tls-cert "+filepath.Join(dir, "n1.pem")) {
 		t.Fatalf("tls init: %v\n%s", err, out)
 	}
-	files := cluster.NodeTLSFiles(dir, "n1")
+	files := link.NodeTLSFiles(dir, "n1")
 	raftAddr := freeLoopbackAddr(t)
 	p := start(t, router, "serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", raftAddr, "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "n1", "--cluster-tls-cert", files.CertFile,
 		"--cluster-tls-key", files.KeyFile, "--cluster-tls-ca", files.CAFile)
 	p.await(t, `(router ready)`)
-	peer := clientPresenting(t, cluster.NodeTLSFiles(dir, "peer"))
+	peer := clientPresenting(t, link.NodeTLSFiles(dir, "peer"))
 	first := servedSerial(t, raftAddr, peer)
 
 	for _, f := range []string{files.CertFile, files.KeyFile} {
@@ -121,7 +123,7 @@ func freeLoopbackAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func clientPresenting(t *testing.T, files cluster.TLSFiles) *tls.Config {
+func clientPresenting(t *testing.T, files link.TLSFiles) *tls.Config {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
 	if err != nil {
@@ -144,15 +146,15 @@ func TestKeyringCommandsStepEveryReplica(t *testing.T) {
 	verifyNoLeaks(t)
 	var mu sync.Mutex // the server's goroutine writes, the test reads
 	var ops []string
-	admin := cluster.NewAdmin(cluster.AdminConfig{Registry: store.NewFSM().View,
+	admin := admin.New(admin.Config{Registry: store.NewFSM().View,
 		Apply: func(context.Context, store.Command) (store.Result, error) { return store.Result{}, nil },
-		Keyring: func(_ context.Context, op cluster.KeyringOp, key []byte) ([]cluster.NodeKeyring, error) {
+		Keyring: func(_ context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			ops = append(ops, fmt.Sprintf("%s %s", op, key))
-			nodes := []cluster.NodeKeyring{{Node: "r1", Primary: "aaaa", Keys: []string{"aaaa", "bbbb"}}}
-			if op == cluster.KeyringRemove {
-				nodes = append(nodes, cluster.NodeKeyring{Node: "r2", Error: "unreachable"})
+			nodes := []adminapi.NodeKeyring{{Node: "r1", Primary: "aaaa", Keys: []string{"aaaa", "bbbb"}}}
+			if op == adminapi.KeyringRemove {
+				nodes = append(nodes, adminapi.NodeKeyring{Node: "r2", Error: "unreachable"})
 			}
 			return nodes, nil
 		}})
@@ -177,7 +179,7 @@ func TestKeyringCommandsStepEveryReplica(t *testing.T) {
 }
 
 // serveAdminOnly serves admin on loopback and returns its base URL.
-func serveAdminOnly(t *testing.T, admin *cluster.Admin) string {
+func serveAdminOnly(t *testing.T, admin *admin.Admin) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

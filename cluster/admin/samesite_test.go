@@ -1,4 +1,4 @@
-package cluster
+package admin
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ func adminRequest(admin *Admin, method, uri, host, contentType, token, body stri
 // The browser marks it (Sec-Fetch-Site, Origin); curl and scripts do not.
 func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 	fsm := store.NewFSM()
-	admin := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
+	admin := New(Config{Registry: fsm.View, Apply: directApply(fsm)})
 	add := `{"url":"http://127.0.0.1:9/from-a-page"}`
 	page := "http://evil.example"
 	cases := []struct {
@@ -101,7 +101,7 @@ func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 
 func TestAdminWithATokenNeedsNoContentType(t *testing.T) {
 	fsm := store.NewFSM()
-	admin := NewAdmin(AdminConfig{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
+	admin := New(Config{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
 	if got := adminRequest(admin, "POST", "/add_worker?url=http://127.0.0.1:9/x", "router.example", "", "s3cret", ""); got != http.StatusOK {
 		t.Fatalf("status %d", got)
 	}

@@ -1,4 +1,4 @@
-package cluster
+package raftnode
 
 import (
 	"context"
@@ -12,10 +12,11 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// Raft timing defaults (RaftTimings, the --raft-*-timeout flags). The old
+// Raft timing defaults (Timings, the --raft-*-timeout flags). The old
 // values (500, 500, 250 and 20 ms) churned on a loaded 2-core host: a
 // leader whose heartbeats were late by a quarter second stepped down, and
 // followers that missed half a second of them started elections. These
@@ -24,10 +25,10 @@ import (
 // itself 1-2 s after start. Registry writes are rare, so the slower commit
 // timeout costs nothing that matters.
 const (
-	DefaultRaftHeartbeatTimeout   = time.Second
-	DefaultRaftElectionTimeout    = 2 * time.Second
-	DefaultRaftLeaderLeaseTimeout = time.Second
-	DefaultRaftCommitTimeout      = 50 * time.Millisecond
+	DefaultHeartbeatTimeout   = time.Second
+	DefaultElectionTimeout    = 2 * time.Second
+	DefaultLeaderLeaseTimeout = time.Second
+	DefaultCommitTimeout      = 50 * time.Millisecond
 )
 
 // Other Raft settings, without flags.
@@ -39,7 +40,7 @@ const (
 	// transportTimeout bounds one RPC's network I/O (and a dial).
 	transportTimeout = 3 * time.Second
 	transportMaxPool = 3
-	// DefaultApplyTimeout is RaftConfig.ApplyTimeout when unset.
+	// DefaultApplyTimeout is Config.ApplyTimeout when unset.
 	DefaultApplyTimeout = 5 * time.Second
 )
 
@@ -70,8 +71,8 @@ func (e *NotLeaderError) Error() string {
 	return fmt.Sprintf("not the raft leader; the leader is %s at %s", e.LeaderID, e.LeaderAddr)
 }
 
-// RaftConfig configures OpenRaft. NodeID, DataDir and BindAddr are required.
-type RaftConfig struct {
+// Config configures Open. NodeID, DataDir and BindAddr are required.
+type Config struct {
 	// NodeID names this replica in the Raft configuration (--node-name);
 	// it must be stable across restarts and unique in the cluster.
 	NodeID string
@@ -85,7 +86,7 @@ type RaftConfig struct {
 	AdvertiseAddr string
 	// TLS, when set, makes every connection to and from this node's port
 	// mutual TLS with the cluster CA (--cluster-tls-*).
-	TLS TLSFiles
+	TLS link.TLSFiles
 	// Bootstrap, when the data dir holds no Raft state, makes this node a
 	// one-node cluster with itself as the only voter. Ignored on restart.
 	Bootstrap bool
@@ -93,12 +94,12 @@ type RaftConfig struct {
 	// DefaultApplyTimeout (5 s).
 	ApplyTimeout time.Duration
 	// Timings are Raft's timeouts; zero fields take the defaults.
-	Timings RaftTimings
+	Timings Timings
 	// Logger receives Raft's logs; default slog.Default().
 	Logger *slog.Logger
 }
 
-func (c RaftConfig) withDefaults() (RaftConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.NodeID == "":
 		return c, errors.New("raft: node id (--node-name) is required")
@@ -108,7 +109,7 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 		return c, errors.New("raft: --raft-bind is required")
 	}
 	if c.ApplyTimeout <= 0 {
-		c.ApplyTimeout = DefaultApplyTimeout
+		c.ApplyTimeout = DefaultConfig().ApplyTimeout
 	}
 	c.Timings = c.Timings.withDefaults()
 	if c.Logger == nil {
@@ -117,38 +118,52 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	return c, nil
 }
 
-// RaftTimings are Raft's timeouts (the --raft-*-timeout flags).
-type RaftTimings struct {
+// Timings are Raft's timeouts (the --raft-*-timeout flags).
+type Timings struct {
 	// Heartbeat is how long a follower goes without hearing from the
 	// leader before it stands for election (randomised up to twice that).
-	// Default DefaultRaftHeartbeatTimeout.
+	// Default DefaultHeartbeatTimeout.
 	Heartbeat time.Duration
 	// Election is how long a candidate waits for votes before it tries
-	// again (randomised likewise). Default DefaultRaftElectionTimeout.
+	// again (randomised likewise). Default DefaultElectionTimeout.
 	Election time.Duration
 	// LeaderLease is how long a leader goes without a quorum's answers
 	// before it steps down; at most Heartbeat. Default
-	// DefaultRaftLeaderLeaseTimeout.
+	// DefaultLeaderLeaseTimeout.
 	LeaderLease time.Duration
 	// Commit is how long the leader waits before it sends entries it has
-	// not batched yet. Default DefaultRaftCommitTimeout.
+	// not batched yet. Default DefaultCommitTimeout.
 	Commit time.Duration
 }
 
-func (t RaftTimings) withDefaults() RaftTimings {
+// DefaultTimings are Raft's timeouts when the --raft-*-timeout flags leave
+// them unset.
+func DefaultTimings() Timings {
+	return Timings{Heartbeat: DefaultHeartbeatTimeout, Election: DefaultElectionTimeout,
+		LeaderLease: DefaultLeaderLeaseTimeout, Commit: DefaultCommitTimeout}
+}
+
+// DefaultConfig is the Config of every default: ApplyTimeout and Timings.
+// NodeID, DataDir and BindAddr have none.
+func DefaultConfig() Config {
+	return Config{ApplyTimeout: DefaultApplyTimeout, Timings: DefaultTimings()}
+}
+
+func (t Timings) withDefaults() Timings {
 	or := func(d, def time.Duration) time.Duration {
 		if d <= 0 {
 			return def
 		}
 		return d
 	}
-	return RaftTimings{Heartbeat: or(t.Heartbeat, DefaultRaftHeartbeatTimeout), Election: or(t.Election, DefaultRaftElectionTimeout),
-		LeaderLease: or(t.LeaderLease, DefaultRaftLeaderLeaseTimeout), Commit: or(t.Commit, DefaultRaftCommitTimeout)}
+	def := DefaultTimings()
+	return Timings{Heartbeat: or(t.Heartbeat, def.Heartbeat), Election: or(t.Election, def.Election),
+		LeaderLease: or(t.LeaderLease, def.LeaderLease), Commit: or(t.Commit, def.Commit)}
 }
 
 // validate refuses timings Raft would refuse, naming the flag. Zero fields
 // are the defaults.
-func (t RaftTimings) validate() error {
+func (t Timings) Validate() error {
 	var errs []error
 	for flag, d := range map[string]time.Duration{"raft-heartbeat-timeout": t.Heartbeat, "raft-election-timeout": t.Election,
 		"raft-leader-lease-timeout": t.LeaderLease, "raft-commit-timeout": t.Commit} {
@@ -162,8 +177,8 @@ func (t RaftTimings) validate() error {
 	return errors.Join(errs...)
 }
 
-// RaftServer is one member of the Raft configuration.
-type RaftServer struct {
+// Server is one member of the Raft configuration.
+type Server struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
 	// Suffrage is "voter", "nonvoter" or "staging".
@@ -172,34 +187,34 @@ type RaftServer struct {
 	Leader bool `json:"leader"`
 }
 
-// RaftStatus is a node's view of the Raft cluster, for /cluster/status.
-type RaftStatus struct {
+// Status is a node's view of the Raft cluster, for /cluster/status.
+type Status struct {
 	NodeID string `json:"node_id"`
 	Addr   string `json:"addr"`
 	// State is "follower", "candidate", "leader" or "shutdown".
-	State        string       `json:"state"`
-	LeaderID     string       `json:"leader_id"`
-	LeaderAddr   string       `json:"leader_addr"`
-	Term         uint64       `json:"term"`
-	LastIndex    uint64       `json:"last_index"`
-	CommitIndex  uint64       `json:"commit_index"`
-	AppliedIndex uint64       `json:"applied_index"`
-	Servers      []RaftServer `json:"servers"`
+	State        string   `json:"state"`
+	LeaderID     string   `json:"leader_id"`
+	LeaderAddr   string   `json:"leader_addr"`
+	Term         uint64   `json:"term"`
+	LastIndex    uint64   `json:"last_index"`
+	CommitIndex  uint64   `json:"commit_index"`
+	AppliedIndex uint64   `json:"applied_index"`
+	Servers      []Server `json:"servers"`
 }
 
-// RaftNode is this replica's member of the Raft cluster that replicates the
+// Node is this replica's member of the Raft cluster that replicates the
 // worker registry: a hashicorp/raft instance over TCP with bbolt stores,
 // applying commands to a store.FSM. All methods are safe for concurrent use.
 // Writes must go to the leader; reads come from the FSM, never from here.
-type RaftNode struct {
-	cfg       RaftConfig
+type Node struct {
+	cfg       Config
 	raft      *raft.Raft
 	fsm       *store.FSM
 	stores    *store.Stores
 	transport *raft.NetworkTransport
 	// links is the cluster port the transport runs over, which also
 	// carries the replicas' HTTP (forwarded writes, keyring changes).
-	links    *clusterPort
+	links    *link.Port
 	observer *raft.Observer
 	// lastAtOpen is the last index of the log on disk when the node opened.
 	lastAtOpen uint64
@@ -219,12 +234,12 @@ type RaftNode struct {
 	closeErr  error
 }
 
-// OpenRaft opens the stores under cfg.DataDir, starts the TCP transport and
+// Open opens the stores under cfg.DataDir, starts the TCP transport and
 // the Raft node applying to fsm, and bootstraps a one-node cluster when
 // cfg.Bootstrap is set and the data dir is new. A restart recovers the
 // registry from the snapshot and the log once a leader commits (for a
 // one-node cluster, after it elects itself). Close releases everything.
-func OpenRaft(cfg RaftConfig, fsm *store.FSM) (*RaftNode, error) {
+func Open(cfg Config, fsm *store.FSM) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -233,7 +248,7 @@ func OpenRaft(cfg RaftConfig, fsm *store.FSM) (*RaftNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &RaftNode{cfg: cfg, fsm: fsm, stores: stores,
+	n := &Node{cfg: cfg, fsm: fsm, stores: stores,
 		leaderChanged: make(chan struct{}), stop: make(chan struct{})}
 	if err := n.start(); err != nil {
 		return nil, errors.Join(err, n.closeParts())
@@ -241,7 +256,7 @@ func OpenRaft(cfg RaftConfig, fsm *store.FSM) (*RaftNode, error) {
 	return n, nil
 }
 
-func (n *RaftNode) start() error {
+func (n *Node) start() error {
 	var err error
 	if n.transport, n.links, err = newTransport(n.cfg); err != nil {
 		return err
@@ -268,21 +283,21 @@ func (n *RaftNode) start() error {
 
 // newTransport opens the cluster port on --raft-bind (with the cluster TLS,
 // if any) and runs Raft's network transport over it.
-func newTransport(cfg RaftConfig) (*raft.NetworkTransport, *clusterPort, error) {
+func newTransport(cfg Config) (*raft.NetworkTransport, *link.Port, error) {
 	advertise, err := advertiseAddr(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := loadClusterTLS(cfg.TLS)
+	t, err := link.LoadTLS(cfg.TLS)
 	if err != nil {
 		return nil, nil, err
 	}
-	port, err := openClusterPort(cfg.BindAddr, advertise, t, cfg.Logger)
+	port, err := link.Open(cfg.BindAddr, advertise, t, cfg.Logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raft: listen on --raft-bind %q: %w", cfg.BindAddr, err)
 	}
 	transport := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  raftLayer{port},
+		Stream:  port.RaftLayer(),
 		Logger:  newHclogAdapter(cfg.Logger, "raft-net"),
 		MaxPool: transportMaxPool,
 		Timeout: transportTimeout,
@@ -292,7 +307,7 @@ func newTransport(cfg RaftConfig) (*raft.NetworkTransport, *clusterPort, error) 
 
 // advertiseAddr resolves --raft-advertise; nil means "the bound address",
 // which peers cannot dial when it is a wildcard.
-func advertiseAddr(cfg RaftConfig) (net.Addr, error) {
+func advertiseAddr(cfg Config) (net.Addr, error) {
 	if cfg.AdvertiseAddr == "" {
 		host, _, err := net.SplitHostPort(cfg.BindAddr)
 		if ip := net.ParseIP(host); err == nil && (host == "" || ip != nil && ip.IsUnspecified()) {
@@ -323,7 +338,7 @@ type namedAddr string
 func (a namedAddr) Network() string { return "tcp" }
 func (a namedAddr) String() string  { return string(a) }
 
-func (n *RaftNode) raftConfig() *raft.Config {
+func (n *Node) raftConfig() *raft.Config {
 	c := raft.DefaultConfig()
 	c.LocalID = raft.ServerID(n.cfg.NodeID)
 	t := n.cfg.Timings
@@ -341,7 +356,7 @@ func (n *RaftNode) raftConfig() *raft.Config {
 
 // bootstrapIfNew writes a one-voter configuration before raft starts, so a
 // fresh single node needs nobody else; a data dir with state is left alone.
-func (n *RaftNode) bootstrapIfNew(conf *raft.Config) error {
+func (n *Node) bootstrapIfNew(conf *raft.Config) error {
 	has, err := n.stores.HasState()
 	if err != nil || has {
 		return err
@@ -359,7 +374,7 @@ func (n *RaftNode) bootstrapIfNew(conf *raft.Config) error {
 // configuration without it (the data dir of a replica started before under
 // another --node-name) the only voter of that state, keeping its registry.
 // Without it the node would wait forever for a leader it can never be.
-func (n *RaftNode) adoptIfRenamed(conf *raft.Config) error {
+func (n *Node) adoptIfRenamed(conf *raft.Config) error {
 	probe := *conf // GetConfiguration marks the config it is given
 	current, err := raft.GetConfiguration(&probe, store.NewFSM(), n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
 	if err != nil {
@@ -386,7 +401,7 @@ func (n *RaftNode) adoptIfRenamed(conf *raft.Config) error {
 // holds no state (the --bootstrap-expect path: every expected replica calls
 // it with the same list once all have been discovered). A node with state
 // returns ErrAlreadyBootstrapped. voters must include this node.
-func (n *RaftNode) BootstrapCluster(ctx context.Context, voters []RaftServer) error {
+func (n *Node) BootstrapCluster(ctx context.Context, voters []Server) error {
 	servers := make([]raft.Server, len(voters))
 	for i, v := range voters {
 		servers[i] = raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.Addr)}
@@ -404,7 +419,7 @@ func (n *RaftNode) BootstrapCluster(ctx context.Context, voters []RaftServer) er
 // not the leader, ErrTimeout after ApplyTimeout or ctx's deadline, ErrClosed,
 // or, when the command was applied but refused, Result.Err (ErrConflict,
 // ErrUnknownWorker, ...). Never blocks past ctx or ApplyTimeout.
-func (n *RaftNode) Apply(ctx context.Context, cmd store.Command) (store.Result, error) {
+func (n *Node) Apply(ctx context.Context, cmd store.Command) (store.Result, error) {
 	data, err := cmd.Encode()
 	if err != nil {
 		return store.Result{}, err
@@ -435,7 +450,7 @@ func remaining(ctx context.Context) time.Duration {
 // await waits for f bounded by ctx and ApplyTimeout and maps raft's errors
 // to ours. The waiting goroutine is counted in n.waiters: it ends when raft
 // resolves the future, which raft guarantees by Shutdown at the latest.
-func (n *RaftNode) await(ctx context.Context, f raft.Future) error {
+func (n *Node) await(ctx context.Context, f raft.Future) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 	defer cancel()
 	if !n.addWaiter() {
@@ -457,7 +472,7 @@ func (n *RaftNode) await(ctx context.Context, f raft.Future) error {
 	}
 }
 
-func (n *RaftNode) addWaiter() bool {
+func (n *Node) addWaiter() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -467,7 +482,7 @@ func (n *RaftNode) addWaiter() bool {
 	return true
 }
 
-func (n *RaftNode) mapError(err error) error {
+func (n *Node) mapError(err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -484,7 +499,7 @@ func (n *RaftNode) mapError(err error) error {
 
 // notLeader is the error for a write this node cannot take: who to ask
 // instead, if anyone is known.
-func (n *RaftNode) notLeader() error {
+func (n *Node) notLeader() error {
 	id, addr := n.Leader()
 	if addr == "" || id == n.cfg.NodeID {
 		return ErrNoLeader
@@ -494,52 +509,52 @@ func (n *RaftNode) notLeader() error {
 
 // Barrier waits until every write committed before it has been applied to
 // this node's FSM (leader only): after it, the registry is current.
-func (n *RaftNode) Barrier(ctx context.Context) error {
+func (n *Node) Barrier(ctx context.Context) error {
 	return n.await(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
 }
 
 // Snapshot makes Raft snapshot the FSM now and compact the log.
-func (n *RaftNode) Snapshot(ctx context.Context) error {
+func (n *Node) Snapshot(ctx context.Context) error {
 	return n.await(ctx, n.raft.Snapshot())
 }
 
 // AddVoter adds (or promotes) a voting member. Leader only.
-func (n *RaftNode) AddVoter(ctx context.Context, id, addr string) error {
+func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 	f := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.ApplyTimeout)
 	return n.await(ctx, f)
 }
 
 // AddNonvoter adds a member that receives the log but does not vote, so
 // the tier can grow without growing the quorum. Leader only.
-func (n *RaftNode) AddNonvoter(ctx context.Context, id, addr string) error {
+func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 	f := n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, n.cfg.ApplyTimeout)
 	return n.await(ctx, f)
 }
 
 // RemoveServer removes a member. Leader only.
-func (n *RaftNode) RemoveServer(ctx context.Context, id string) error {
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
 	return n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout))
 }
 
 // ID is this node's id.
-func (n *RaftNode) ID() string { return n.cfg.NodeID }
+func (n *Node) ID() string { return n.cfg.NodeID }
 
 // Addr is the address peers reach this node's transport at.
-func (n *RaftNode) Addr() string { return string(n.transport.LocalAddr()) }
+func (n *Node) Addr() string { return string(n.transport.LocalAddr()) }
 
 // IsLeader reports whether this node is the leader right now.
-func (n *RaftNode) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // Leader returns the id and address of the leader this node knows, or two
 // empty strings when it knows none.
-func (n *RaftNode) Leader() (id, addr string) {
+func (n *Node) Leader() (id, addr string) {
 	a, i := n.raft.LeaderWithID()
 	return string(i), string(a)
 }
 
 // CaughtUp reports whether this node knows a leader and has applied every
 // entry it knows to be committed: its registry is then the cluster's.
-func (n *RaftNode) CaughtUp() bool {
+func (n *Node) CaughtUp() bool {
 	_, id := n.raft.LeaderWithID()
 	commit := n.raft.CommitIndex()
 	return id != "" && commit > 0 && n.raft.AppliedIndex() >= commit
@@ -548,33 +563,33 @@ func (n *RaftNode) CaughtUp() bool {
 // Replayed reports whether this node has applied the whole log it had on
 // disk when it opened, and had one: a restarted replica then has its last
 // registry, leader or none.
-func (n *RaftNode) Replayed() bool {
+func (n *Node) Replayed() bool {
 	return n.lastAtOpen > 0 && n.raft.AppliedIndex() >= n.lastAtOpen
 }
 
 // Term is the current Raft term.
-func (n *RaftNode) Term() uint64 { return n.raft.CurrentTerm() }
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
 
 // Servers returns the members of the latest Raft configuration.
-func (n *RaftNode) Servers(ctx context.Context) ([]RaftServer, error) {
+func (n *Node) Servers(ctx context.Context) ([]Server, error) {
 	f := n.raft.GetConfiguration()
 	if err := n.await(ctx, f); err != nil {
 		return nil, err
 	}
 	_, leaderID := n.raft.LeaderWithID()
-	var out []RaftServer
+	var out []Server
 	for _, s := range f.Configuration().Servers {
-		out = append(out, RaftServer{ID: string(s.ID), Addr: string(s.Address),
+		out = append(out, Server{ID: string(s.ID), Addr: string(s.Address),
 			Suffrage: strings.ToLower(s.Suffrage.String()), Leader: s.ID == leaderID})
 	}
 	return out, nil
 }
 
 // Status returns this node's view of the cluster.
-func (n *RaftNode) Status(ctx context.Context) (RaftStatus, error) {
+func (n *Node) Status(ctx context.Context) (Status, error) {
 	servers, err := n.Servers(ctx)
 	leaderID, leaderAddr := n.Leader()
-	return RaftStatus{
+	return Status{
 		NodeID: n.cfg.NodeID, Addr: n.Addr(), State: strings.ToLower(n.raft.State().String()),
 		LeaderID: leaderID, LeaderAddr: leaderAddr, Term: n.raft.CurrentTerm(),
 		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(),
@@ -585,7 +600,7 @@ func (n *RaftNode) Status(ctx context.Context) (RaftStatus, error) {
 // LeaderChanges returns a channel closed at the next change of the known
 // leader or of this node's Raft state. Call it again after it fires, then
 // read IsLeader or Leader: changes coalesce. Safe from any goroutine.
-func (n *RaftNode) LeaderChanges() <-chan struct{} {
+func (n *Node) LeaderChanges() <-chan struct{} {
 	n.leaderMu.Lock()
 	defer n.leaderMu.Unlock()
 	return n.leaderChanged
@@ -593,7 +608,7 @@ func (n *RaftNode) LeaderChanges() <-chan struct{} {
 
 // WaitForLeader blocks until this node knows a leader (possibly itself) and
 // returns it, or returns ctx's error.
-func (n *RaftNode) WaitForLeader(ctx context.Context) (id, addr string, err error) {
+func (n *Node) WaitForLeader(ctx context.Context) (id, addr string, err error) {
 	for {
 		changed := n.LeaderChanges() // before the check: no change is missed
 		if id, addr = n.Leader(); addr != "" {
@@ -611,7 +626,7 @@ func (n *RaftNode) WaitForLeader(ctx context.Context) (id, addr string, err erro
 
 // watchLeadership starts the goroutine that turns raft's leader and state
 // observations into LeaderChanges notifications. It ends at Close.
-func (n *RaftNode) watchLeadership() {
+func (n *Node) watchLeadership() {
 	ch := make(chan raft.Observation, 16)
 	n.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
@@ -638,7 +653,7 @@ func (n *RaftNode) watchLeadership() {
 // notifyLeaderChange wakes every LeaderChanges waiter. Observations dropped
 // because ch was full lose nothing: a pending one still wakes the waiters,
 // and they read the live state.
-func (n *RaftNode) notifyLeaderChange() {
+func (n *Node) notifyLeaderChange() {
 	n.leaderMu.Lock()
 	defer n.leaderMu.Unlock()
 	close(n.leaderChanged)
@@ -649,14 +664,14 @@ func (n *RaftNode) notifyLeaderChange() {
 // pending writes with ErrClosed), the observer, the transport and the
 // stores. It does not hand leadership over first; a leader's peers elect a
 // new one within about a second. Safe to call more than once.
-func (n *RaftNode) Close() error {
+func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.mu.Lock()
 		n.closed = true
 		n.mu.Unlock()
 		var err error
 		if n.links != nil {
-			n.links.stopHolding() // or Shutdown waits on Raft's held dials
+			n.links.StopHolding() // or Shutdown waits on Raft's held dials
 		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()
@@ -670,7 +685,7 @@ func (n *RaftNode) Close() error {
 }
 
 // closeParts closes the transport and the stores, whichever are open.
-func (n *RaftNode) closeParts() error {
+func (n *Node) closeParts() error {
 	var err error
 	if n.transport != nil {
 		n.transport.CloseStreams()
@@ -678,3 +693,26 @@ func (n *RaftNode) closeParts() error {
 	}
 	return errors.Join(err, n.stores.Close())
 }
+
+// flagErr is a configuration error naming the flag at fault, of the type
+// the replica's other configuration errors are.
+func flagErr(flag, format string, args ...any) error {
+	return &link.FlagError{Flag: flag, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Port is the cluster port the transport runs over, which also carries the
+// replicas' HTTP (forwarded writes, keyring changes).
+func (n *Node) Port() *link.Port { return n.links }
+
+// LastLog is the index and term of the last entry of this node's log.
+func (n *Node) LastLog() (index, term uint64, err error) {
+	index = n.raft.LastIndex()
+	var l raft.Log
+	if err := n.stores.Log.GetLog(index, &l); err != nil {
+		return index, 0, fmt.Errorf("raft: reading log entry %d: %w", index, err)
+	}
+	return index, l.Term, nil
+}
+
+// LastIndex is the index of the last entry of this node's log.
+func (n *Node) LastIndex() uint64 { return n.raft.LastIndex() }

@@ -1,4 +1,4 @@
-package cluster
+package link
 
 import (
 	"crypto/tls"
@@ -21,7 +21,7 @@ type TLSFiles struct {
 func (f TLSFiles) Enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" }
 
 // validate names the flags of the files that are missing when some are set.
-func (f TLSFiles) validate() error {
+func (f TLSFiles) Validate() error {
 	if !f.Enabled() {
 		return nil
 	}
@@ -35,7 +35,7 @@ func (f TLSFiles) validate() error {
 	return errors.Join(errs...)
 }
 
-// clusterTLS is the mutual TLS of the links between replicas: every replica
+// TLS is the mutual TLS of the links between replicas: every replica
 // presents its certificate, signed by the cluster CA, and accepts a peer
 // only if the peer's certificate is signed by that CA too. Any certificate
 // the CA signed is a member of the cluster, whatever names it carries, so
@@ -43,7 +43,7 @@ func (f TLSFiles) validate() error {
 // makes). The files are read at start and again at Reload; handshakes
 // always use the latest material that loaded, so a bad reload leaves the
 // old one in place. Safe for concurrent use.
-type clusterTLS struct {
+type TLS struct {
 	files   TLSFiles
 	current atomic.Pointer[tlsMaterial]
 }
@@ -54,12 +54,12 @@ type tlsMaterial struct {
 	pool *x509.CertPool
 }
 
-// loadClusterTLS reads files; nil, nil when none are set.
-func loadClusterTLS(files TLSFiles) (*clusterTLS, error) {
+// LoadTLS reads files; nil, nil when none are set.
+func LoadTLS(files TLSFiles) (*TLS, error) {
 	if !files.Enabled() {
 		return nil, nil
 	}
-	t := &clusterTLS{files: files}
+	t := &TLS{files: files}
 	if err := t.Reload(); err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func loadClusterTLS(files TLSFiles) (*clusterTLS, error) {
 
 // Reload reads the files again and, if they make a valid identity, uses
 // them for every later handshake. Connections already open keep theirs.
-func (t *clusterTLS) Reload() error {
+func (t *TLS) Reload() error {
 	m, err := readTLSMaterial(t.files)
 	if err != nil {
 		return err
@@ -127,9 +127,9 @@ func (m *tlsMaterial) verify(leaf *x509.Certificate, intermediates [][]byte) err
 // minTLSVersion: every replica is this program, so nothing older is needed.
 const minTLSVersion = tls.VersionTLS13
 
-// serverConfig is the configuration the cluster port accepts with: a peer
+// ServerConfig is the configuration the cluster port accepts with: a peer
 // must present a certificate the CA signed.
-func (t *clusterTLS) serverConfig() *tls.Config {
+func (t *TLS) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: minTLSVersion,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -140,10 +140,10 @@ func (t *clusterTLS) serverConfig() *tls.Config {
 	}
 }
 
-// clientConfig is the configuration a replica dials its peers with. The
+// ClientConfig is the configuration a replica dials its peers with. The
 // peer's certificate is checked against the CA only, not against the
-// address dialled (see clusterTLS).
-func (t *clusterTLS) clientConfig() *tls.Config {
+// address dialled (see TLS).
+func (t *TLS) ClientConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: minTLSVersion,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {

@@ -1,4 +1,4 @@
-package cluster
+package admin
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -101,9 +103,9 @@ func (r reply) worker(t *testing.T) store.Worker {
 }
 
 // apiError decodes an OpenAI-style error body.
-func (r reply) apiError(t *testing.T) errorDetail {
+func (r reply) apiError(t *testing.T) adminapi.ErrorDetail {
 	t.Helper()
-	var b errorBody
+	var b adminapi.ErrorBody
 	if err := json.Unmarshal([]byte(r.body), &b); err != nil || b.Error.Code != r.status {
 		t.Fatalf("error body %q (status %d) is not OpenAI-style: %v", r.body, r.status, err)
 	}
@@ -122,7 +124,7 @@ func raftAdmin(t *testing.T) (*adminClient, *testNode) {
 	t.Helper()
 	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
 	waitLeader(t, n)
-	admin := NewAdmin(AdminConfig{Registry: n.fsm.View, Apply: n.Apply})
+	admin := New(Config{Registry: n.fsm.View, Apply: n.Apply})
 	return serveAdmin(t, admin), n
 }
 
@@ -195,12 +197,12 @@ func TestAdminRefusesInvalidRequestsWith400NamingTheField(t *testing.T) {
 // The admin API refuses a key named twice in its bodies, as the inference
 // API does: encoding/json would apply the last of them.
 func TestAdminRefusesDuplicateKeys(t *testing.T) {
-	c := fakeAdmin(t, AdminConfig{
-		SetRouting: func(context.Context, RoutingView) (RoutingView, error) {
+	c := fakeAdmin(t, Config{
+		SetRouting: func(context.Context, adminapi.RoutingView) (adminapi.RoutingView, error) {
 			t.Error("a routing change with a key given twice was applied")
-			return RoutingView{}, nil
+			return adminapi.RoutingView{}, nil
 		},
-		Keyring: func(context.Context, KeyringOp, []byte) ([]NodeKeyring, error) {
+		Keyring: func(context.Context, adminapi.KeyringOp, []byte) ([]adminapi.NodeKeyring, error) {
 			t.Error("a keyring change with a key given twice was applied")
 			return nil, nil
 		}}, nil)
@@ -256,7 +258,7 @@ func TestAdminLegacyEndpointsAnswerLikeVllmRouter(t *testing.T) {
 
 // fakeAdmin serves an Admin whose Apply is fn (nil: writes fail the test),
 // over an empty registry.
-func fakeAdmin(t *testing.T, cfg AdminConfig, fn func(context.Context, store.Command) (store.Result, error)) *adminClient {
+func fakeAdmin(t *testing.T, cfg Config, fn func(context.Context, store.Command) (store.Result, error)) *adminClient {
 	t.Helper()
 	cfg.Registry = store.NewFSM().View
 	cfg.Apply = fn
@@ -266,7 +268,7 @@ func fakeAdmin(t *testing.T, cfg AdminConfig, fn func(context.Context, store.Com
 			return store.Result{}, nil
 		}
 	}
-	return serveAdmin(t, NewAdmin(cfg))
+	return serveAdmin(t, New(cfg))
 }
 
 func TestAdminAnswers503WithoutALeaderAnd504OnTimeout(t *testing.T) {
@@ -276,17 +278,19 @@ func TestAdminAnswers503WithoutALeaderAnd504OnTimeout(t *testing.T) {
 		status  int
 		mention string
 	}{
-		{"no leader", func(context.Context) error { return ErrNoLeader }, http.StatusServiceUnavailable, "no raft leader"},
-		{"follower", func(context.Context) error { return &NotLeaderError{LeaderID: "n2", LeaderAddr: "127.0.0.1:7001"} },
+		{"no leader", func(context.Context) error { return raftnode.ErrNoLeader }, http.StatusServiceUnavailable, "no raft leader"},
+		{"follower", func(context.Context) error {
+			return &raftnode.NotLeaderError{LeaderID: "n2", LeaderAddr: "127.0.0.1:7001"}
+		},
 			http.StatusServiceUnavailable, "n2 at 127.0.0.1:7001"},
-		{"closed", func(context.Context) error { return ErrClosed }, http.StatusServiceUnavailable, "closed"},
+		{"closed", func(context.Context) error { return raftnode.ErrClosed }, http.StatusServiceUnavailable, "closed"},
 		{"deadline", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, http.StatusGatewayTimeout, "in time"},
-		{"raft timeout", func(context.Context) error { return ErrTimeout }, http.StatusGatewayTimeout, "timed out"},
+		{"raft timeout", func(context.Context) error { return raftnode.ErrTimeout }, http.StatusGatewayTimeout, "timed out"},
 		{"unexpected", func(context.Context) error { return fmt.Errorf("disk on fire") }, http.StatusInternalServerError, "disk on fire"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fakeAdmin(t, AdminConfig{ApplyTimeout: 50 * time.Millisecond},
+			c := fakeAdmin(t, Config{ApplyTimeout: 50 * time.Millisecond},
 				func(ctx context.Context, _ store.Command) (store.Result, error) { return store.Result{}, tc.err(ctx) })
 			r := c.do("POST", "/workers", `{"url":"http://w:1"}`)
 			expectStatus(t, r, tc.status)
@@ -302,7 +306,7 @@ func TestAdminAnswers503WithoutALeaderAnd504OnTimeout(t *testing.T) {
 
 func TestAdminRequiresTheBearerTokenWhenOneIsSet(t *testing.T) {
 	applied := false
-	c := fakeAdmin(t, AdminConfig{Token: "s3cret"}, func(context.Context, store.Command) (store.Result, error) {
+	c := fakeAdmin(t, Config{Token: "s3cret"}, func(context.Context, store.Command) (store.Result, error) {
 		applied = true
 		return store.Result{ID: 1, Created: true}, nil
 	})
@@ -323,7 +327,7 @@ func TestAdminRequiresTheBearerTokenWhenOneIsSet(t *testing.T) {
 }
 
 func TestAdminWithoutATokenServesOnlyLoopbackClients(t *testing.T) {
-	admin := NewAdmin(AdminConfig{Registry: store.NewFSM().View,
+	admin := New(Config{Registry: store.NewFSM().View,
 		Apply: func(context.Context, store.Command) (store.Result, error) { return store.Result{}, nil }})
 	cases := map[string]struct {
 		ip   string
@@ -348,9 +352,9 @@ func TestAdminWithoutATokenServesOnlyLoopbackClients(t *testing.T) {
 }
 
 func TestAdminServesLoadsAndStatusInTheirShapes(t *testing.T) {
-	loads := []WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
-	c := fakeAdmin(t, AdminConfig{
-		Loads:  func() []WorkerLoad { return loads },
+	loads := []adminapi.WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
+	c := fakeAdmin(t, Config{
+		Loads:  func() []adminapi.WorkerLoad { return loads },
 		Status: func() any { return map[string]any{"leader": "n1", "term": 4} },
 	}, nil)
 	want := `{"workers":[{"id":3,"worker":"http://127.0.0.1:1","url":"http://127.0.0.1:1","role":"regular","load":7,"local_load":2,"healthy":true,"state":"active"}]}`
@@ -361,14 +365,14 @@ func TestAdminServesLoadsAndStatusInTheirShapes(t *testing.T) {
 		t.Fatalf("cluster/status = %s", r.body)
 	}
 
-	bare := fakeAdmin(t, AdminConfig{}, nil)
+	bare := fakeAdmin(t, Config{}, nil)
 	if r := bare.do("GET", "/get_loads", ""); r.body != `{"workers":[]}` {
 		t.Fatalf("get_loads without loads = %s", r.body)
 	}
 }
 
 func TestAdminClaimsOnlyItsOwnPaths(t *testing.T) {
-	c := fakeAdmin(t, AdminConfig{}, nil)
+	c := fakeAdmin(t, Config{}, nil)
 	for _, path := range []string{"/v1/completions", "/health", "/workersx", "/metrics"} {
 		if r := c.do("GET", path, ""); r.status != http.StatusTeapot {
 			t.Errorf("GET %s: status %d, want the fallback's 418", path, r.status)
@@ -392,7 +396,7 @@ func FuzzAdminCreateWorker(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fsm := store.NewFSM()
-		admin := NewAdmin(AdminConfig{Registry: fsm.View, Apply: directApply(fsm)})
+		admin := New(Config{Registry: fsm.View, Apply: directApply(fsm)})
 		var req fasthttp.Request
 		req.Header.SetMethod(http.MethodPost)
 		req.Header.SetContentType("application/json")
@@ -438,7 +442,7 @@ func directApply(fsm *store.FSM) func(context.Context, store.Command) (store.Res
 func TestAdminRefusesARefusedWorkerDestination(t *testing.T) {
 	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
 	waitLeader(t, n)
-	c := serveAdmin(t, NewAdmin(AdminConfig{Registry: n.fsm.View, Apply: n.Apply, AllowWorker: workerurl.HostPolicy{}.Allows}))
+	c := serveAdmin(t, New(Config{Registry: n.fsm.View, Apply: n.Apply, AllowWorker: workerurl.HostPolicy{}.Allows}))
 	r := c.do("POST", "/workers", `{"url":"http://169.254.169.254:80"}`)
 	expectStatus(t, r, http.StatusBadRequest)
 	if e := r.apiError(t); !strings.Contains(e.Message, "url") || !strings.Contains(e.Message, "metadata") {

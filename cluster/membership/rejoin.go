@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"context"
@@ -21,28 +21,28 @@ const (
 	rejoinMax   = 4 * time.Second
 )
 
-// runRejoin is the goroutine that keeps this replica's gossip whole. It
-// ends at Stop.
-func (r *Replica) runRejoin() {
+// RunRejoin keeps this replica's gossip whole until ctx ends. selfAddr is
+// this replica's own gossip address, never joined.
+func (m *Membership) RunRejoin(ctx context.Context, selfAddr string) {
 	wait := rejoinFirst
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-m.cfg.Clock.After(wait):
 		}
-		missing := r.missingMembers()
+		missing := m.missingMembers(ctx)
 		if len(missing) == 0 {
 			wait = rejoinFirst
 			continue
 		}
-		addrs := r.rejoinAddrs(missing)
-		if err := r.gossiper().Join(addrs); err != nil {
-			r.log.Debug("rejoin: no address answered; will retry", "missing", missing, "addrs", addrs, "in", wait, "err", err)
+		addrs := m.rejoinAddrs(missing, selfAddr)
+		if err := m.gossip.Join(addrs); err != nil {
+			m.cfg.Logger.Debug("rejoin: no address answered; will retry", "missing", missing, "addrs", addrs, "in", wait, "err", err)
 			wait = min(wait*2, rejoinMax)
 			continue
 		}
-		r.log.Info("rejoin: joined the gossip again", "missing", missing, "addrs", addrs)
+		m.cfg.Logger.Info("rejoin: joined the gossip again", "missing", missing, "addrs", addrs)
 		wait = rejoinFirst
 	}
 }
@@ -51,20 +51,20 @@ func (r *Replica) runRejoin() {
 // live gossip members here. A replica outside any Raft configuration yet
 // (it has not been bootstrapped or added) misses nobody: Start's --join
 // brings it in.
-func (r *Replica) missingMembers() []string {
-	ctx, cancel := context.WithTimeout(r.ctx, membershipTimeout)
+func (m *Membership) missingMembers(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	servers, err := r.raft.Servers(ctx)
+	servers, err := m.raft.Servers(ctx)
 	if err != nil {
 		return nil
 	}
 	live := map[string]bool{}
-	for _, m := range r.gossiper().Members() {
-		live[m.Name] = true
+	for _, mb := range m.gossip.Members() {
+		live[mb.Name] = true
 	}
 	var missing []string
 	for _, s := range servers {
-		if !live[s.ID] && s.ID != r.cfg.NodeName {
+		if !live[s.ID] && s.ID != m.cfg.Self {
 			missing = append(missing, s.ID)
 		}
 	}
@@ -73,10 +73,9 @@ func (r *Replica) missingMembers() []string {
 
 // rejoinAddrs is where to look for the missing members: their last known
 // gossip addresses, then the --join addresses, without this replica's own.
-func (r *Replica) rejoinAddrs(missing []string) []string {
-	self := r.gossipAddr
+func (m *Membership) rejoinAddrs(missing []string, self string) []string {
 	var out []string
-	for _, a := range append(r.members.lastAddrs(missing), r.cfg.Join...) {
+	for _, a := range append(m.lastAddrs(missing), m.cfg.Join...) {
 		if a != self && !slices.Contains(out, a) {
 			out = append(out, a)
 		}

@@ -1,4 +1,4 @@
-package cluster
+package admin
 
 import (
 	"bytes"
@@ -19,26 +19,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/cluster/statuspage"
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// WorkerLoad is one worker's row in GET /get_loads: its registry entry, its
-// merged in-flight load (this replica's plus the peers' latest reports), this
-// replica's own share, and this replica's health verdict.
-type WorkerLoad struct {
-	ID        store.WorkerID `json:"id"`
-	Worker    string         `json:"worker"` // the URL, under vllm-router's name
-	URL       string         `json:"url"`
-	Role      string         `json:"role"`
-	Load      int64          `json:"load"`
-	LocalLoad int64          `json:"local_load"`
-	Healthy   bool           `json:"healthy"`
-	State     string         `json:"state"`
-}
-
-// AdminConfig wires the admin API to the rest of a replica.
-type AdminConfig struct {
+// Config wires the admin API to the rest of a replica.
+type Config struct {
 	// Token, when set, is the bearer token every admin request must carry
 	// (--admin-token). When empty, only loopback clients are served.
 	Token string
@@ -48,14 +36,14 @@ type AdminConfig struct {
 	// or a wrapper that forwards to the leader.
 	Apply func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// ApplyLocal applies a write that another replica forwarded here
-	// (POST /cluster/apply on the cluster port, see rpc.go), on this node
+	// (POST /cluster/apply on the cluster port, which the wiring routes here), on this node
 	// only: it must not forward again. nil answers that endpoint with 404.
 	ApplyLocal func(ctx context.Context, cmd store.Command) (store.Result, error)
 	// Keyring applies a gossip keyring operation on every live replica
 	// (keyring.go); nil answers the keyring endpoints with 404.
-	Keyring func(ctx context.Context, op KeyringOp, key []byte) ([]NodeKeyring, error)
+	Keyring func(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error)
 	// Loads returns the merged per-worker loads; nil serves an empty list.
-	Loads func() []WorkerLoad
+	Loads func() []adminapi.WorkerLoad
 	// Status returns the cluster status served as JSON; nil serves {}.
 	Status func() any
 	// WorkerStats returns this replica's per-worker figures for GET
@@ -74,32 +62,32 @@ type AdminConfig struct {
 	FlushCache func(ctx *fasthttp.RequestCtx)
 	// Routing and SetRouting serve GET and PUT /cluster/routing, the
 	// tier's routing config; nil answers 404.
-	Routing    func() RoutingView
-	SetRouting func(ctx context.Context, v RoutingView) (RoutingView, error)
+	Routing    func() adminapi.RoutingView
+	SetRouting func(ctx context.Context, v adminapi.RoutingView) (adminapi.RoutingView, error)
 }
 
-// DefaultAdminApplyTimeout is AdminConfig.ApplyTimeout when unset.
-const DefaultAdminApplyTimeout = 10 * time.Second
+// DefaultApplyTimeout is Config.ApplyTimeout when unset.
+const DefaultApplyTimeout = 10 * time.Second
 
-// maxAdminBody bounds a POST /workers body.
-const maxAdminBody = store.MaxCommandBytes
+// MaxBody bounds a POST /workers body.
+const MaxBody = store.MaxCommandBytes
 
 // Admin serves the admin API of a replica: worker registry reads and writes
 // (writes go through Raft), merged loads, cluster status, and vllm-router's
 // legacy worker endpoints. Safe for concurrent use by fasthttp's handlers.
 type Admin struct {
-	cfg       AdminConfig
+	cfg       Config
 	tokenHash [sha256.Size]byte
 }
 
-// NewAdmin returns the admin API. Registry and Apply are required: a nil
+// New returns the admin API. Registry and Apply are required: a nil
 // one is a programming error and panics here rather than on a request.
-func NewAdmin(cfg AdminConfig) *Admin {
+func New(cfg Config) *Admin {
 	if cfg.Registry == nil || cfg.Apply == nil {
-		panic("cluster.NewAdmin: AdminConfig.Registry and AdminConfig.Apply are required")
+		panic("admin.New: Config.Registry and Config.Apply are required")
 	}
 	if cfg.ApplyTimeout <= 0 {
-		cfg.ApplyTimeout = DefaultAdminApplyTimeout
+		cfg.ApplyTimeout = DefaultApplyTimeout
 	}
 	return &Admin{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token))}
 }
@@ -157,21 +145,21 @@ func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	if err := a.authorize(ctx); err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return true
 	}
 	if routeErr != nil {
-		writeError(ctx, routeErr)
+		WriteError(ctx, routeErr)
 		return true
 	}
-	if err := boundBody(ctx, maxAdminBody); err != nil {
-		writeError(ctx, err)
+	if err := boundBody(ctx, MaxBody); err != nil {
+		WriteError(ctx, err)
 		return true
 	}
 	h, allowed := ep[string(ctx.Method())]
 	if !allowed {
 		ctx.Response.Header.Set("Allow", strings.Join(slices.Sorted(maps.Keys(ep)), ", "))
-		writeError(ctx, &statusError{http.StatusMethodNotAllowed, "invalid_request_error",
+		WriteError(ctx, &statusError{http.StatusMethodNotAllowed, "invalid_request_error",
 			fmt.Sprintf("method %s not allowed on %s", ctx.Method(), ctx.Path())})
 		return true
 	}
@@ -188,7 +176,7 @@ func (a *Admin) Serve(ctx *fasthttp.RequestCtx) bool {
 func (a *Admin) servePage(ctx *fasthttp.RequestCtx) {
 	if a.cfg.Token == "" {
 		if err := a.authorize(ctx); err != nil {
-			writeError(ctx, err)
+			WriteError(ctx, err)
 			return
 		}
 	}
@@ -288,7 +276,7 @@ func boundBody(ctx *fasthttp.RequestCtx, limit int) error {
 
 func tooLargeBody(n int) error {
 	return &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
-		fmt.Sprintf("body of %d bytes exceeds %d", n, maxAdminBody)}
+		fmt.Sprintf("body of %d bytes exceeds %d", n, MaxBody)}
 }
 
 func bearerToken(header []byte) ([]byte, bool) {
@@ -307,16 +295,16 @@ func (a *Admin) apply(cmd store.Command) (store.Result, error) {
 }
 
 func (a *Admin) listWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	writeJSON(ctx, http.StatusOK, map[string][]store.Worker{"workers": nonNil(a.cfg.Registry().Workers())})
+	WriteJSON(ctx, http.StatusOK, map[string][]store.Worker{"workers": nonNil(a.cfg.Registry().Workers())})
 }
 
 func (a *Admin) getWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 	w, ok := a.cfg.Registry().Worker(id)
 	if !ok {
-		writeError(ctx, fmt.Errorf("%w: no worker with id %d", store.ErrUnknownWorker, id))
+		WriteError(ctx, fmt.Errorf("%w: no worker with id %d", store.ErrUnknownWorker, id))
 		return
 	}
-	writeJSON(ctx, http.StatusOK, w)
+	WriteJSON(ctx, http.StatusOK, w)
 }
 
 // workerRequest is the body of POST /workers.
@@ -331,39 +319,39 @@ type workerRequest struct {
 func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	req, err := decodeWorkerRequest(ctx.PostBody())
 	if err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
 		BootstrapPort: req.BootstrapPort, Labels: req.Labels}
 	if err := a.allowWorker(req.URL); err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	res, err := a.apply(store.NewAddWorker(add))
 	if err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	status := http.StatusOK
 	if res.Created {
 		status = http.StatusCreated
 	}
-	writeJSON(ctx, status, a.workerOr(res.ID, addedWorker(res.ID, add)))
+	WriteJSON(ctx, status, a.workerOr(res.ID, addedWorker(res.ID, add)))
 }
 
 func decodeWorkerRequest(body []byte) (workerRequest, error) {
 	var req workerRequest
-	if len(body) > maxAdminBody {
+	if len(body) > MaxBody {
 		return req, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
-			fmt.Sprintf("body of %d bytes exceeds %d", len(body), maxAdminBody)}
+			fmt.Sprintf("body of %d bytes exceeds %d", len(body), MaxBody)}
 	}
 	return req, decodeBody(body, &req)
 }
 
-// badJSON turns a decoding error into a 400 that names the field when the
+// BadJSON turns a decoding error into a 400 that names the field when the
 // decoder knows it.
-func badJSON(err error) error {
+func BadJSON(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
 		return &store.FieldError{Field: typeErr.Field, Problem: "must be a JSON " + typeErr.Type.Kind().String()}
@@ -409,13 +397,13 @@ func (a *Admin) workerOr(id store.WorkerID, fallback store.Worker) store.Worker 
 func (a *Admin) deleteWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 	before, known := a.cfg.Registry().Worker(id)
 	if _, err := a.apply(store.NewRemoveWorker(id)); err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	if !known {
 		before = store.Worker{ID: id}
 	}
-	writeJSON(ctx, http.StatusOK, before)
+	WriteJSON(ctx, http.StatusOK, before)
 }
 
 func (a *Admin) drainWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
@@ -429,20 +417,20 @@ func (a *Admin) activateWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 func (a *Admin) setState(ctx *fasthttp.RequestCtx, id store.WorkerID, state store.WorkerState) {
 	before, _ := a.cfg.Registry().Worker(id)
 	if _, err := a.apply(store.NewSetWorkerState(id, state)); err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	after := a.workerOr(id, before)
 	after.ID, after.State = id, state
-	writeJSON(ctx, http.StatusOK, after)
+	WriteJSON(ctx, http.StatusOK, after)
 }
 
 func (a *Admin) getLoads(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	var loads []WorkerLoad
+	var loads []adminapi.WorkerLoad
 	if a.cfg.Loads != nil {
 		loads = a.cfg.Loads()
 	}
-	writeJSON(ctx, http.StatusOK, map[string][]WorkerLoad{"workers": nonNil(loads)})
+	WriteJSON(ctx, http.StatusOK, map[string][]adminapi.WorkerLoad{"workers": nonNil(loads)})
 }
 
 func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -450,7 +438,7 @@ func (a *Admin) clusterStatus(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.Status != nil {
 		status = a.cfg.Status()
 	}
-	writeJSON(ctx, http.StatusOK, status)
+	WriteJSON(ctx, http.StatusOK, status)
 }
 
 func (a *Admin) clusterWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -458,7 +446,7 @@ func (a *Admin) clusterWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.WorkerStats != nil {
 		stats = a.cfg.WorkerStats()
 	}
-	writeJSON(ctx, http.StatusOK, stats)
+	WriteJSON(ctx, http.StatusOK, stats)
 }
 
 func (a *Admin) clusterHistory(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -466,15 +454,15 @@ func (a *Admin) clusterHistory(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.History != nil {
 		history = a.cfg.History()
 	}
-	writeJSON(ctx, http.StatusOK, history)
+	WriteJSON(ctx, http.StatusOK, history)
 }
 
 func (a *Admin) getRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.Routing == nil {
-		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
+		WriteError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
 		return
 	}
-	writeJSON(ctx, http.StatusOK, a.cfg.Routing())
+	WriteJSON(ctx, http.StatusOK, a.cfg.Routing())
 }
 
 // putRouting replaces the tier's routing config if it is still the one
@@ -482,50 +470,50 @@ func (a *Admin) getRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 // again), 400 naming a bad field.
 func (a *Admin) putRouting(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.SetRouting == nil {
-		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
+		WriteError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no routing config"})
 		return
 	}
-	var v RoutingView
+	var v adminapi.RoutingView
 	if err := decodeBody(ctx.PostBody(), &v); err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
 	defer cancel()
 	out, err := a.cfg.SetRouting(apply, v)
 	if err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
-	writeJSON(ctx, http.StatusOK, out)
+	WriteJSON(ctx, http.StatusOK, out)
 }
 
-// applyForwarded applies a registry write forwarded by a follower. It
+// ApplyForwarded applies a registry write forwarded by a follower. It
 // answers like every admin write: the result, or an OpenAI-style error
 // whose type the follower maps back to the sentinel.
-func (a *Admin) applyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+func (a *Admin) ApplyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.ApplyLocal == nil {
-		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica takes no forwarded writes"})
+		WriteError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica takes no forwarded writes"})
 		return
 	}
-	if len(ctx.PostBody()) > maxAdminBody {
-		writeError(ctx, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
-			fmt.Sprintf("body of %d bytes exceeds %d", len(ctx.PostBody()), maxAdminBody)})
+	if len(ctx.PostBody()) > MaxBody {
+		WriteError(ctx, &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
+			fmt.Sprintf("body of %d bytes exceeds %d", len(ctx.PostBody()), MaxBody)})
 		return
 	}
 	cmd, err := store.Decode(ctx.PostBody())
 	if err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
 	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
 	defer cancel()
 	res, err := a.cfg.ApplyLocal(apply, cmd)
 	if err != nil {
-		writeError(ctx, err)
+		WriteError(ctx, err)
 		return
 	}
-	writeJSON(ctx, http.StatusOK, appliedResult{ID: res.ID, Created: res.Created, Index: res.Index})
+	WriteJSON(ctx, http.StatusOK, raftnode.AppliedResult{ID: res.ID, Created: res.Created, Index: res.Index})
 }
 
 // The vllm-router compatible endpoints answer as vllm-router does: plain
@@ -534,7 +522,7 @@ func (a *Admin) applyForwarded(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 
 func (a *Admin) flushCache(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if a.cfg.FlushCache == nil {
-		writeError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica flushes no cache"})
+		WriteError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica flushes no cache"})
 		return
 	}
 	a.cfg.FlushCache(ctx)
@@ -554,7 +542,7 @@ func (a *Admin) legacyAddWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	if _, err := a.apply(store.NewAddWorker(store.AddWorker{URL: url})); err != nil {
-		status, _ := errorStatus(err)
+		status, _ := ErrorStatus(err)
 		writeText(ctx, status, err.Error())
 		return
 	}
@@ -569,7 +557,7 @@ func (a *Admin) legacyRemoveWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	if w, exists := a.cfg.Registry().WorkerByURL(url); exists {
 		_, err := a.apply(store.NewRemoveWorker(w.ID))
 		if err != nil && !errors.Is(err, store.ErrUnknownWorker) {
-			status, _ := errorStatus(err)
+			status, _ := ErrorStatus(err)
 			writeText(ctx, status, err.Error())
 			return
 		}
@@ -593,7 +581,7 @@ func (a *Admin) legacyListWorkers(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	for i, w := range workers {
 		urls[i] = w.URL
 	}
-	writeJSON(ctx, http.StatusOK, map[string][]string{"urls": urls})
+	WriteJSON(ctx, http.StatusOK, map[string][]string{"urls": urls})
 }
 
 // statusError is an error the admin API answers with a fixed status.
@@ -605,36 +593,40 @@ type statusError struct {
 
 func (e *statusError) Error() string { return e.msg }
 
-// errorStatus maps an error to its HTTP status and OpenAI error type. It is
+// Refusal is an error answered with status and the OpenAI error type typ,
+// as WriteError answers it.
+func Refusal(status int, typ, msg string) error { return &statusError{status, typ, msg} }
+
+// ErrorStatus maps an error to its HTTP status and OpenAI error type. It is
 // the one place that decides statuses for the admin API.
-func errorStatus(err error) (int, string) {
+func ErrorStatus(err error) (int, string) {
 	var se *statusError
-	var fe *forwardedError
-	var nle *NotLeaderError
+	var fe *raftnode.ForwardedError
+	var nle *raftnode.NotLeaderError
 	switch {
 	case errors.As(err, &se):
 		return se.status, se.typ
 	case errors.As(err, &fe):
-		return fe.status, fe.typ
+		return fe.HTTPStatus(), fe.ErrorType()
 	case errors.Is(err, store.ErrInvalid):
 		return http.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, store.ErrUnknownWorker):
 		return http.StatusNotFound, "not_found_error"
 	case errors.Is(err, store.ErrConflict):
 		return http.StatusConflict, "conflict_error"
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, raftnode.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout, "timeout_error"
-	case errors.As(err, &nle), errors.Is(err, ErrNoLeader), errors.Is(err, ErrClosed),
-		errors.Is(err, ErrLeaderUnreachable):
+	case errors.As(err, &nle), errors.Is(err, raftnode.ErrNoLeader), errors.Is(err, raftnode.ErrClosed),
+		errors.Is(err, raftnode.ErrLeaderUnreachable):
 		return http.StatusServiceUnavailable, "service_unavailable_error"
 	}
 	return http.StatusInternalServerError, "server_error"
 }
 
-// errorMessage explains err to an operator. A leader's answer relayed by a
+// ErrorMessage explains err to an operator. A leader's answer relayed by a
 // follower was explained by the leader already.
-func errorMessage(status int, err error) string {
-	var fe *forwardedError
+func ErrorMessage(status int, err error) string {
+	var fe *raftnode.ForwardedError
 	if errors.As(err, &fe) {
 		return err.Error()
 	}
@@ -647,26 +639,16 @@ func errorMessage(status int, err error) string {
 	return err.Error()
 }
 
-type errorBody struct {
-	Error errorDetail `json:"error"`
-}
-
-type errorDetail struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    int    `json:"code"`
-}
-
-// writeError answers with an OpenAI-style error body.
-func writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, typ := errorStatus(err)
+// WriteError answers with an OpenAI-style error body.
+func WriteError(ctx *fasthttp.RequestCtx, err error) {
+	status, typ := ErrorStatus(err)
 	if status == http.StatusServiceUnavailable {
 		ctx.Response.Header.Set(fasthttp.HeaderRetryAfter, "1")
 	}
-	writeJSON(ctx, status, errorBody{errorDetail{Message: errorMessage(status, err), Type: typ, Code: status}})
+	WriteJSON(ctx, status, adminapi.ErrorBody{Error: adminapi.ErrorDetail{Message: ErrorMessage(status, err), Type: typ, Code: status}})
 }
 
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+func WriteJSON(ctx *fasthttp.RequestCtx, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError

@@ -1,4 +1,4 @@
-package cluster
+package admin
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ func decodeBody(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badJSON(err)
+		return BadJSON(err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cluster
+package link
 
 import (
 	"context"
@@ -18,14 +18,15 @@ import (
 // Kinds of link a connection to the cluster port carries, announced by its
 // first byte (sent inside TLS when the cluster has TLS).
 const (
-	linkRaft byte = 'R' // hashicorp/raft's RPCs
-	linkRPC  byte = 'H' // HTTP between replicas: forwarded writes, keyring changes
+	KindRaft byte = 'R' // hashicorp/raft's RPCs
+	KindRPC  byte = 'H' // HTTP between replicas: forwarded writes, keyring changes
 )
 
 // Limits of the cluster port against peers that connect and say nothing.
 const (
-	// linkHandshakeTimeout bounds the TLS handshake and the link byte.
-	linkHandshakeTimeout = transportTimeout
+	// linkHandshakeTimeout bounds the TLS handshake and the link byte: as
+	// long as Raft's transport gives one RPC's network I/O.
+	linkHandshakeTimeout = 3 * time.Second
 	// maxPendingLinks bounds the connections in their handshake at once,
 	// and maxPendingPerHost those from one address, so that a stranger
 	// holding connections open without a word cannot crowd out the peers;
@@ -42,21 +43,21 @@ const (
 // listener closed on purpose from a failing one.
 var ErrPortClosed = fmt.Errorf("cluster port: %w", net.ErrClosed)
 
-// clusterPort is the listener on --raft-bind that carries every link
+// Port is the listener on --raft-bind that carries every link
 // between replicas: Raft and the replicas' HTTP (forwarded writes, keyring
 // changes). With cluster TLS, a connection must complete a mutual TLS
 // handshake with a certificate the cluster CA signed before a single byte
 // of it reaches Raft or the HTTP handler; without it, links are plain TCP
-// and only loopback or --insecure-cluster allow that (see exposure.go).
+// and only loopback or --insecure-cluster allow that (the wiring checks).
 //
 // One goroutine accepts; each new connection does its handshake on its
 // own goroutine, bounded by linkHandshakeTimeout, maxPendingLinks and
 // maxPendingPerHost, so a stranger that never finishes one holds up no
 // peer. Close ends them all.
-type clusterPort struct {
+type Port struct {
 	ln        net.Listener
 	advertise net.Addr // nil: the bound address
-	tls       *clusterTLS
+	tls       *TLS
 	log       *slog.Logger
 
 	raftConns, rpcConns chan net.Conn
@@ -80,12 +81,12 @@ type clusterPort struct {
 	redials      atomic.Int64 // tries of held raft dials after a first failed one
 }
 
-func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.Logger) (*clusterPort, error) {
+func Open(bind string, advertise net.Addr, t *TLS, log *slog.Logger) (*Port, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
 	}
-	p := &clusterPort{ln: ln, advertise: advertise, tls: t, log: log,
+	p := &Port{ln: ln, advertise: advertise, tls: t, log: log,
 		raftConns: make(chan net.Conn), rpcConns: make(chan net.Conn), done: make(chan struct{}), unheld: make(chan struct{}),
 		pending: map[net.Conn]struct{}{}, perHost: map[string]int{},
 		maxPending: maxPendingLinks, maxPerHost: maxPendingPerHost}
@@ -95,25 +96,43 @@ func openClusterPort(bind string, advertise net.Addr, t *clusterTLS, log *slog.L
 }
 
 // Addr is the address peers dial: the advertised one, else the bound one.
-func (p *clusterPort) Addr() net.Addr {
+func (p *Port) Addr() net.Addr {
 	if p.advertise != nil {
 		return p.advertise
 	}
 	return p.ln.Addr()
 }
 
-// stopHolding ends the held dials and makes later ones fail at once, for a
+// StopHolding ends the held dials and makes later ones fail at once, for a
 // Raft that is shutting down. Safe to call more than once.
-func (p *clusterPort) stopHolding() { p.unheldOnce.Do(func() { close(p.unheld) }) }
+func (p *Port) StopHolding() { p.unheldOnce.Do(func() { close(p.unheld) }) }
+
+// TLS is the port's mutual TLS, nil when the cluster runs without.
+func (p *Port) TLS() *TLS { return p.tls }
+
+// RaftLayer is the port as Raft's stream layer: the connections of kind
+// KindRaft, and dials that announce it.
+func (p *Port) RaftLayer() raft.StreamLayer { return raftLayer{p} }
+
+// SetPendingLimits lowers maxPendingLinks and maxPendingPerHost, for tests
+// that fill them.
+func (p *Port) SetPendingLimits(total, perHost int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.maxPending, p.maxPerHost = total, perHost
+}
+
+// Redials counts the tries of held Raft dials after a first failed one.
+func (p *Port) Redials() int64 { return p.redials.Load() }
 
 // Refused counts connections dropped before they were admitted: failed
 // handshakes, unknown link bytes, too many pending.
-func (p *clusterPort) Refused() uint64 { return p.refused.Load() }
+func (p *Port) Refused() uint64 { return p.refused.Load() }
 
 // Close stops accepting, closes the connections in their handshake and
 // waits for the port's goroutines. Admitted connections belong to Raft or
 // the HTTP server, which close their own. Safe to call more than once.
-func (p *clusterPort) Close() error {
+func (p *Port) Close() error {
 	var err error
 	p.closeOnce.Do(func() {
 		close(p.done)
@@ -128,7 +147,7 @@ func (p *clusterPort) Close() error {
 	return err
 }
 
-func (p *clusterPort) acceptLoop() {
+func (p *Port) acceptLoop() {
 	defer p.wg.Done()
 	backoff := 5 * time.Millisecond
 	for {
@@ -150,7 +169,7 @@ func (p *clusterPort) acceptLoop() {
 }
 
 // admit starts conn's handshake, or closes it when too many are pending.
-func (p *clusterPort) admit(conn net.Conn) {
+func (p *Port) admit(conn net.Conn) {
 	host := remoteHost(conn)
 	if err := p.hold(conn, host); err != nil {
 		p.refuse(conn, err)
@@ -170,7 +189,7 @@ func (p *clusterPort) admit(conn net.Conn) {
 }
 
 // hold counts conn as pending, unless that would pass a limit.
-func (p *clusterPort) hold(conn net.Conn, host string) error {
+func (p *Port) hold(conn net.Conn, host string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
@@ -184,7 +203,7 @@ func (p *clusterPort) hold(conn net.Conn, host string) error {
 	return nil
 }
 
-func (p *clusterPort) release(conn net.Conn, host string) {
+func (p *Port) release(conn net.Conn, host string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.pending, conn)
@@ -203,11 +222,11 @@ func remoteHost(conn net.Conn) string {
 }
 
 // handshake runs the TLS handshake, if any, and reads the link byte.
-func (p *clusterPort) handshake(conn net.Conn) (net.Conn, byte, error) {
+func (p *Port) handshake(conn net.Conn) (net.Conn, byte, error) {
 	_ = conn.SetDeadline(time.Now().Add(linkHandshakeTimeout))
 	link := conn
 	if p.tls != nil {
-		tc := tls.Server(conn, p.tls.serverConfig())
+		tc := tls.Server(conn, p.tls.ServerConfig())
 		if err := tc.Handshake(); err != nil {
 			return nil, 0, fmt.Errorf("tls handshake: %w", err)
 		}
@@ -217,7 +236,7 @@ func (p *clusterPort) handshake(conn net.Conn) (net.Conn, byte, error) {
 	if _, err := io.ReadFull(link, kind[:]); err != nil {
 		return nil, 0, fmt.Errorf("reading the link kind: %w", err)
 	}
-	if kind[0] != linkRaft && kind[0] != linkRPC {
+	if kind[0] != KindRaft && kind[0] != KindRPC {
 		return nil, 0, fmt.Errorf("unknown link kind %#x (a peer of another version, or not a replica)", kind[0])
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -225,9 +244,9 @@ func (p *clusterPort) handshake(conn net.Conn) (net.Conn, byte, error) {
 }
 
 // deliver hands an admitted connection to Raft or to the HTTP server.
-func (p *clusterPort) deliver(conn net.Conn, kind byte) {
+func (p *Port) deliver(conn net.Conn, kind byte) {
 	ch := p.raftConns
-	if kind == linkRPC {
+	if kind == KindRPC {
 		ch = p.rpcConns
 	}
 	select {
@@ -239,7 +258,7 @@ func (p *clusterPort) deliver(conn net.Conn, kind byte) {
 
 // refuse closes a connection that was not admitted, counts it and says so
 // now and then: a stranger knocking is worth a line, not a line a packet.
-func (p *clusterPort) refuse(conn net.Conn, why error) {
+func (p *Port) refuse(conn net.Conn, why error) {
 	p.refused.Add(1)
 	remote := conn.RemoteAddr().String()
 	_ = conn.Close()
@@ -255,7 +274,7 @@ func (p *clusterPort) refuse(conn net.Conn, why error) {
 // dial opens a link of kind to the cluster port at addr: TCP, the TLS
 // handshake (when the cluster has TLS) and the link byte, all bounded by
 // ctx.
-func (p *clusterPort) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+func (p *Port) Dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
 	// A peer's kernel answers a SYN in milliseconds; one that was dropped
 	// is sent again only after a second, so a try of a held dial is cut
 	// there and the next one sends a fresh SYN.
@@ -269,7 +288,7 @@ func (p *clusterPort) dial(ctx context.Context, addr string, kind byte) (net.Con
 	}
 	link := conn
 	if p.tls != nil {
-		tc := tls.Client(conn, p.tls.clientConfig())
+		tc := tls.Client(conn, p.tls.ClientConfig())
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = conn.Close()
 			return nil, fmt.Errorf("cluster tls handshake with %s: %w", addr, err)
@@ -285,7 +304,7 @@ func (p *clusterPort) dial(ctx context.Context, addr string, kind byte) (net.Con
 }
 
 // acceptFrom returns the next admitted connection of ch, or ErrPortClosed.
-func (p *clusterPort) acceptFrom(ch chan net.Conn) (net.Conn, error) {
+func (p *Port) acceptFrom(ch chan net.Conn) (net.Conn, error) {
 	select {
 	case c := <-ch:
 		return c, nil
@@ -296,7 +315,7 @@ func (p *clusterPort) acceptFrom(ch chan net.Conn) (net.Conn, error) {
 
 // raftLayer is the cluster port as Raft's stream layer. Raft closes it at
 // shutdown, which closes the whole port.
-type raftLayer struct{ p *clusterPort }
+type raftLayer struct{ p *Port }
 
 var _ raft.StreamLayer = raftLayer{}
 
@@ -341,7 +360,7 @@ func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 	}
 }
 
-func (p *clusterPort) holdingStopped() bool {
+func (p *Port) holdingStopped() bool {
 	select {
 	case <-p.unheld:
 		return true
@@ -353,18 +372,18 @@ func (p *clusterPort) holdingStopped() bool {
 func (l raftLayer) dialOnce(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return l.p.dial(ctx, string(addr), linkRaft)
+	return l.p.Dial(ctx, string(addr), KindRaft)
 }
 
 // rpcListener is the cluster port as the replicas' HTTP server's listener.
 // Closing it does not close the port (Raft owns that).
 type rpcListener struct {
-	p      *clusterPort
+	p      *Port
 	closed chan struct{}
 	once   sync.Once
 }
 
-func (p *clusterPort) rpcListener() *rpcListener {
+func (p *Port) RPCListener() *rpcListener {
 	return &rpcListener{p: p, closed: make(chan struct{})}
 }
 

@@ -1,4 +1,4 @@
-package cluster
+package raftnode
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { leaktest.Main(m) }
 const testDeadline = 20 * time.Second
 
 type testNode struct {
-	*RaftNode
+	*Node
 	fsm *store.FSM
 	dir string
 }
@@ -30,19 +30,19 @@ type testNode struct {
 // so a lost leader is replaced in a second or two, and still slow enough
 // that a test run sharing two cores with other packages' tests does not
 // hold elections the test did not cause.
-var loopbackRaft = RaftTimings{Heartbeat: 500 * time.Millisecond, Election: time.Second,
+var loopbackRaft = Timings{Heartbeat: 500 * time.Millisecond, Election: time.Second,
 	LeaderLease: 500 * time.Millisecond, Commit: 20 * time.Millisecond}
 
 func openNode(t *testing.T, id, dir, bind string, bootstrap bool) *testNode {
 	t.Helper()
 	fsm := store.NewFSM()
-	n, err := OpenRaft(RaftConfig{NodeID: id, DataDir: dir, BindAddr: bind, Bootstrap: bootstrap,
+	n, err := Open(Config{NodeID: id, DataDir: dir, BindAddr: bind, Bootstrap: bootstrap,
 		Timings: loopbackRaft, Logger: slog.New(slog.DiscardHandler)}, fsm)
 	if err != nil {
 		t.Fatalf("open %s: %v", id, err)
 	}
 	t.Cleanup(func() { n.Close() })
-	return &testNode{RaftNode: n, fsm: fsm, dir: dir}
+	return &testNode{Node: n, fsm: fsm, dir: dir}
 }
 
 func testContext(t *testing.T) context.Context {
@@ -135,10 +135,10 @@ func TestOneNodeClusterRecoversRegistryAndIDCounterAfterRestart(t *testing.T) {
 func openCluster(t *testing.T) []*testNode {
 	t.Helper()
 	nodes := make([]*testNode, 3)
-	voters := make([]RaftServer, 3)
+	voters := make([]Server, 3)
 	for i := range nodes {
 		nodes[i] = openNode(t, fmt.Sprintf("n%d", i+1), t.TempDir(), "127.0.0.1:0", false)
-		voters[i] = RaftServer{ID: nodes[i].ID(), Addr: nodes[i].Addr()}
+		voters[i] = Server{ID: nodes[i].ID(), Addr: nodes[i].Addr()}
 	}
 	for _, n := range nodes {
 		if err := n.BootstrapCluster(testContext(t), voters); err != nil {
@@ -286,7 +286,7 @@ func TestNonvoterReplicatesAndCanBeRemoved(t *testing.T) {
 
 func TestBootstrapClusterRefusesANodeWithState(t *testing.T) {
 	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	err := n.BootstrapCluster(testContext(t), []RaftServer{{ID: "n1", Addr: n.Addr()}})
+	err := n.BootstrapCluster(testContext(t), []Server{{ID: "n1", Addr: n.Addr()}})
 	if !errors.Is(err, ErrAlreadyBootstrapped) {
 		t.Fatalf("err = %v, want ErrAlreadyBootstrapped", err)
 	}
@@ -321,20 +321,20 @@ func TestClosedNodeRefusesWrites(t *testing.T) {
 
 func TestOpenRaftRefusesConfigsPeersCouldNotUse(t *testing.T) {
 	cases := map[string]struct {
-		cfg     RaftConfig
+		cfg     Config
 		mention string
 	}{
-		"no node id":    {RaftConfig{DataDir: t.TempDir(), BindAddr: "127.0.0.1:0"}, "--node-name"},
-		"no data dir":   {RaftConfig{NodeID: "n1", BindAddr: "127.0.0.1:0"}, "--data-dir"},
-		"bad advertise": {RaftConfig{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", AdvertiseAddr: "nope"}, "--raft-advertise"},
-		"unusable bind": {RaftConfig{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:x"}, "--raft-bind"},
+		"no node id":    {Config{DataDir: t.TempDir(), BindAddr: "127.0.0.1:0"}, "--node-name"},
+		"no data dir":   {Config{NodeID: "n1", BindAddr: "127.0.0.1:0"}, "--data-dir"},
+		"bad advertise": {Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", AdvertiseAddr: "nope"}, "--raft-advertise"},
+		"unusable bind": {Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:x"}, "--raft-bind"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			n, err := OpenRaft(tc.cfg, store.NewFSM())
+			n, err := Open(tc.cfg, store.NewFSM())
 			if err == nil {
 				n.Close()
-				t.Fatal("OpenRaft succeeded")
+				t.Fatal("Open succeeded")
 			}
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Fatalf("err = %v, want it to mention %s", err, tc.mention)
@@ -346,19 +346,19 @@ func TestOpenRaftRefusesConfigsPeersCouldNotUse(t *testing.T) {
 func TestAWildcardBindNeedsAnAdvertiseAddress(t *testing.T) {
 	// Checked on the pure function: these addresses are never bound here.
 	for _, bind := range []string{"0.0.0.0:7000", ":7000", "[::]:7000"} {
-		if _, err := advertiseAddr(RaftConfig{BindAddr: bind}); err == nil || !strings.Contains(err.Error(), "--raft-advertise") {
+		if _, err := advertiseAddr(Config{BindAddr: bind}); err == nil || !strings.Contains(err.Error(), "--raft-advertise") {
 			t.Errorf("bind %s without advertise: err = %v", bind, err)
 		}
-		if addr, err := advertiseAddr(RaftConfig{BindAddr: bind, AdvertiseAddr: "127.0.0.1:7000"}); err != nil || addr.String() != "127.0.0.1:7000" {
+		if addr, err := advertiseAddr(Config{BindAddr: bind, AdvertiseAddr: "127.0.0.1:7000"}); err != nil || addr.String() != "127.0.0.1:7000" {
 			t.Errorf("bind %s with advertise: %v, %v", bind, addr, err)
 		}
 	}
 	// A name stays a name, so a replica that comes back at another IP keeps
 	// its Raft address.
-	if addr, err := advertiseAddr(RaftConfig{BindAddr: "0.0.0.0:7000", AdvertiseAddr: "localhost:7000"}); err != nil || addr.String() != "localhost:7000" {
+	if addr, err := advertiseAddr(Config{BindAddr: "0.0.0.0:7000", AdvertiseAddr: "localhost:7000"}); err != nil || addr.String() != "localhost:7000" {
 		t.Fatalf("advertising a name: %v %v, want localhost:7000", addr, err)
 	}
-	if addr, err := advertiseAddr(RaftConfig{BindAddr: "127.0.0.1:7000"}); err != nil || addr != nil {
+	if addr, err := advertiseAddr(Config{BindAddr: "127.0.0.1:7000"}); err != nil || addr != nil {
 		t.Errorf("loopback bind: %v, %v; want the bound address (nil)", addr, err)
 	}
 }
@@ -367,7 +367,7 @@ func TestAWildcardBindNeedsAnAdvertiseAddress(t *testing.T) {
 // encode, log append (a bbolt fsync), commit and FSM apply.
 func BenchmarkApplyOneNode(b *testing.B) {
 	fsm := store.NewFSM()
-	n, err := OpenRaft(RaftConfig{NodeID: "n1", DataDir: b.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
+	n, err := Open(Config{NodeID: "n1", DataDir: b.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
 		Logger: slog.New(slog.DiscardHandler)}, fsm)
 	if err != nil {
 		b.Fatal(err)
