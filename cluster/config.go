@@ -147,11 +147,10 @@ func DefaultConfig() Config {
 		ReapTimeout:       DefaultReapTimeout,
 		ReconcileInterval: DefaultReconcileInterval,
 		JoinTimeout:       DefaultJoinTimeout,
-		RaftTimings: RaftTimings{Heartbeat: DefaultRaftHeartbeatTimeout, Election: DefaultRaftElectionTimeout,
-			LeaderLease: DefaultRaftLeaderLeaseTimeout, Commit: DefaultRaftCommitTimeout},
-		Routing: DefaultRouting(),
-		Proxy:   proxy.DefaultConfig(),
-		Health:  health.DefaultConfig(),
+		RaftTimings:       raftnode.DefaultTimings(),
+		Routing:           DefaultRouting(),
+		Proxy:             proxy.DefaultConfig(),
+		Health:            health.DefaultConfig(),
 	}
 	c.Proxy.BlockSize = c.Routing.BlockSize
 	c.Proxy.Admission.Classes = slices.Clone(admission.DefaultClasses)

@@ -1,6 +1,10 @@
 package cluster
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
+)
 
 // DefaultConfig is what `router serve` runs with when no flag is given: it
 // must pass Validate as it is (once the node name and data dir, which have
@@ -11,8 +15,8 @@ func TestDefaultConfigIsValidAndMatchesTheZeroFieldsDefaults(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("DefaultConfig does not validate: %v", err)
 	}
-	if got, want := cfg.RaftTimings, (RaftTimings{}).withDefaults(); got != want {
-		t.Errorf("RaftTimings %+v, want what zero fields mean %+v", got, want)
+	if got, want := cfg.RaftTimings, raftnode.DefaultTimings(); got != want {
+		t.Errorf("RaftTimings %+v, want raftnode's defaults %+v", got, want)
 	}
 	zero := Config{}.withDefaults()
 	if cfg.ReapTimeout != zero.ReapTimeout || cfg.ReconcileInterval != zero.ReconcileInterval || cfg.JoinTimeout != zero.JoinTimeout {

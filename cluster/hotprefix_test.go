@@ -45,13 +45,13 @@ func TestBadHotPrefixFlagsAreRefusedNamingTheFlag(t *testing.T) {
 // as unusable and keep its own flags.
 func TestAConfigStoredBeforeHotPrefixesIsStillFollowed(t *testing.T) {
 	cfg := testConfig(t, t.TempDir())
-	r := &Replica{cfg: cfg}
-	old := r.routingFromFlags()
+	r := &routingFollower{flags: cfg.Routing}
+	old := r.fromFlags()
 	old.HotPrefixLoad, old.HotPrefixOwners = 0, 0
-	if err := r.checkRouting(old); err != nil {
+	if err := r.check(old); err != nil {
 		t.Fatalf("a config stored before hot prefixes is refused: %v", err)
 	}
-	if th := r.routingOf(old).Thresholds; th.HotLoad != 0 {
+	if th := r.of(old).Thresholds; th.HotLoad != 0 {
 		t.Errorf("it routes with hot prefix load %v, want 0 (spreading off)", th.HotLoad)
 	}
 }
