@@ -117,15 +117,16 @@ type admitter struct {
 	tenantHd string
 	capacity admission.Capacity // the refresher's alone
 	metrics  *admissionMetrics
+	watcher  *watcher // looks at the clients of queued requests
 }
 
-func newAdmitter(a Admission, m *admissionMetrics) *admitter {
+func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
 	s := admission.New(a.scheduler())
 	if a.QueueTimeout <= 0 {
 		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
 	}
 	d := &admitter{s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
-		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m}
+		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m, watcher: w}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[sha256.Sum256([]byte(key))] = c
@@ -213,7 +214,7 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admissi
 	select {
 	case <-tk.Ready():
 	default:
-		if !d.wait(ctx, tk) {
+		if !d.wait(ctx, rc, tk) {
 			d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
 			if tk.Err() == nil {
 				d.s.Done(tk, time.Now())
@@ -231,6 +232,8 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admissi
 		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.timeout)
 	case errors.As(err, &r) && r.Reason == admission.Shed:
 		return nil, errorf(ErrTooManyRequests, "%v", err)
+	case errors.As(err, &r) && r.Reason == admission.ClientGone:
+		return nil, errorf(ErrClientGone, "%v", err)
 	default:
 		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.s.Stats().QueueSize)
 	}
@@ -244,11 +247,20 @@ func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
 	}
 }
 
-// wait holds a queued ticket until it is decided or its timeout passes,
-// and reports false when the proxy shut down meanwhile.
-func (d *admitter) wait(ctx context.Context, tk *admission.Ticket) bool {
+// wait holds a queued ticket until it is decided, its timeout passes or
+// its client leaves, and reports false when the proxy shut down meanwhile.
+// The client is watched by the proxy's watcher (clientwatch.go), as a
+// request in flight is: a client that leaves is noticed within a look's
+// interval (at most watchMaxInterval, plus a probe's interval when it
+// left with a FIN), and its place in the queue goes to the next request.
+func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admission.Ticket) bool {
 	t := time.NewTimer(d.timeout)
 	defer t.Stop()
+	if d.watcher != nil {
+		q := &queuedClient{s: d.s, tk: tk}
+		d.watcher.startQueued(&q.watch, rc.Conn(), requestProber(rc.Request.Header.IsHTTP11()), q, time.Now())
+		defer q.watch.stop()
+	}
 	live := true
 	select {
 	case <-tk.Ready():
@@ -261,6 +273,16 @@ func (d *admitter) wait(ctx context.Context, tk *admission.Ticket) bool {
 	<-tk.Ready() // Cancel lost to an admission: it is admitted
 	return live
 }
+
+// queuedClient is the watch on the client of a queued request: a client
+// that leaves takes its ticket out of the queue.
+type queuedClient struct {
+	s     *admission.Scheduler
+	tk    *admission.Ticket
+	watch clientWatch
+}
+
+func (q *queuedClient) clientGone() { q.s.Cancel(q.tk, admission.ClientGone, time.Now()) }
 
 // release frees tk's slot; a ticket released already, or none, is left
 // alone.

@@ -199,3 +199,40 @@ func metricsText(r *testRouter) string {
 	r.set.WritePrometheus(&b)
 	return b.String()
 }
+
+// TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce: the only place in
+// the queue is held by a request whose client closes its connection; the
+// watcher notices while the slot is still taken (long before the queue's
+// minute), the place goes to the next request, which is admitted when the
+// slot frees, and the one that left never reaches the worker.
+func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	cfg := classesConfig()
+	cfg.Admission.QueueSize = 1
+	r := startSaturated(t, cfg, w)
+	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	first := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); first <- s }()
+	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	conn, _ := rawPost(t, r.url, "/v1/completions", completion("leaves", false))
+	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	conn.Close()
+	waitFor(t, "the queued request's place freed", func() bool { return r.proxy.AdmissionStats().Queued == 0 })
+	if n := metric(t, r, `vllm_router_admission_refused_total{class="default",tenant="anonymous",reason="client_gone"}`); n != 1 {
+		t.Fatalf("refused for client_gone %v, want 1", n)
+	}
+	next := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); next <- s }()
+	waitFor(t, "the next request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	w.Open()
+	if s := <-first; s != http.StatusOK {
+		t.Fatalf("the first request: %d", s)
+	}
+	if s := <-next; s != http.StatusOK {
+		t.Fatalf("the request queued after the one that left: %d, want 200", s)
+	}
+	if n := w.Inference.Load(); n != 2 {
+		t.Fatalf("%d requests reached the worker, want 2: the one that left never does", n)
+	}
+}

@@ -88,10 +88,13 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error) {
 	case errors.Is(err, errBodiesHeld):
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	if isGone(err) { // the proxy is shutting down
-		ctx.SetConnectionClose()
-	}
 	writeError(ctx, err)
+	if isGone(err) { // it left while queued: it gets nothing, the metrics a 499
+		ctx.SetConnectionClose()
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(statusClientGone)
+		p.metrics.disconnects.Inc()
+	}
 	if rt.metered != nil {
 		ep := rt.metered(ctx.Path())
 		ctx.Response.Header.SetBytesV("x-request-id", p.requestID(ctx, nil))
