@@ -1,14 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strconv"
 	"time"
+	"unicode"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
@@ -37,6 +40,14 @@ type Admission struct {
 	// Reserved are the slots per class that lower classes may not take
 	// (--priority-reserved).
 	Reserved map[string]int
+	// EnginePriority says the engines run vLLM's priority scheduling
+	// (--engine-priority): a completion's class goes on to the engine as
+	// its priority field (the class's rank, 0 the highest: vLLM serves lower
+	// first), replacing any the client sent, and lower classes borrow the
+	// reserved slots a class leaves unused, which the class takes back over
+	// the engines' limit, the engine preempting a borrower for it. Off: the
+	// body goes unchanged and a reserved slot stays idle while its class is.
+	EnginePriority bool
 	// KeyClasses gives, per API key, the class of its requests that name
 	// none (--api-key-classes).
 	KeyClasses map[string]string
@@ -56,7 +67,8 @@ type Admission struct {
 // scheduler returns the admission package's config of a.
 func (a Admission) scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
-		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair}
+		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
+		Lend: a.EnginePriority}
 	if a.Capacity > 0 {
 		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
 		if c.RatePerSec <= 0 {
@@ -118,6 +130,9 @@ type admitter struct {
 	capacity admission.Capacity // the refresher's alone
 	metrics  *admissionMetrics
 	watcher  *watcher // looks at the clients of queued requests
+	// stamp: pass the class on as the engine's priority field
+	// (EnginePriority, with classes enabled)
+	stamp bool
 }
 
 func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
@@ -126,7 +141,8 @@ func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
 		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
 	}
 	d := &admitter{s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
-		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m, watcher: w}
+		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m, watcher: w,
+		stamp: a.EnginePriority && s.Classes().Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[sha256.Sum256([]byte(key))] = c
@@ -272,6 +288,49 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 	}
 	<-tk.Ready() // Cancel lost to an admission: it is admitted
 	return live
+}
+
+// stampPriority passes an admitted completion's class on to the engine as
+// vLLM's priority field, once its body is read (see EnginePriority). A body
+// that is not a JSON object is left for the route to refuse.
+func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
+	if !d.stamp || tk == nil {
+		return
+	}
+	if p := rc.Path(); string(p) != "/v1/completions" && string(p) != "/v1/chat/completions" {
+		return
+	}
+	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {
+		rc.Request.SetBodyRaw(body)
+	}
+}
+
+// withPriority is body with its priority field set to rank: written after
+// the opening brace, or, when the body names one already, set by a parse.
+func withPriority(body []byte, rank int) ([]byte, bool) {
+	if bytes.Contains(body, []byte(`"priority"`)) {
+		var parser fastjson.Parser
+		v, err := parser.ParseBytes(body)
+		if err != nil || v.Type() != fastjson.TypeObject {
+			return nil, false
+		}
+		var a fastjson.Arena
+		v.Set("priority", a.NewNumberInt(rank))
+		return v.MarshalTo(nil), true
+	}
+	open := bytes.IndexFunc(body, func(r rune) bool { return !unicode.IsSpace(r) })
+	if open < 0 || body[open] != '{' {
+		return nil, false
+	}
+	rest := bytes.TrimLeftFunc(body[open+1:], unicode.IsSpace)
+	out := make([]byte, 0, len(body)+24)
+	out = append(out, body[:open+1]...)
+	out = append(out, `"priority":`...)
+	out = strconv.AppendInt(out, int64(rank), 10)
+	if len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[open+1:]...), true
 }
 
 // queuedClient is the watch on the client of a queued request: a client

@@ -236,3 +236,66 @@ func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
 		t.Fatalf("%d requests reached the worker, want 2: the one that left never does", n)
 	}
 }
+
+// TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority: a
+// completion's class rank is the body's priority field at the worker (0
+// the highest, as vLLM reads it), whatever priority the client sent; a
+// route other than completions, and a replica without --engine-priority,
+// pass the body unchanged.
+func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
+	w := startFake(t, "w1")
+	bodies := make(chan string, 8)
+	w.Set(func(e *fakeworker.Exchange) {
+		bodies <- string(e.Body)
+		fakeworker.Default()(e)
+	})
+	send := func(r *testRouter, path, body, class string) string {
+		req, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
+		req.Header.Set("x-priority", class)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return <-bodies
+	}
+	cfg := classesConfig()
+	cfg.Admission.EnginePriority = true
+	r := startRouter(t, cfg, w)
+	for _, c := range []struct{ body, class, want string }{
+		{`{"model":"m","prompt":"hi"}`, "interactive", `"priority":1`},
+		{`{"model":"m","prompt":"hi","priority":-7}`, "bulk", `"priority":3`},
+		{` {"model":"m","prompt":"hi"}`, "system", `"priority":0`},
+	} {
+		got := send(r, "/v1/completions", c.body, c.class)
+		if !strings.Contains(got, c.want) || strings.Count(got, `"priority"`) != 1 {
+			t.Errorf("%s as %s reached the worker as %s; want one %s", c.body, c.class, got, c.want)
+		}
+	}
+	if got := send(r, "/v1/embeddings", `{"model":"m","input":"hi"}`, "bulk"); strings.Contains(got, "priority") {
+		t.Errorf("an embeddings body was given a priority: %s", got)
+	}
+	plain := startRouter(t, classesConfig(), w)
+	if got := send(plain, "/v1/completions", `{"model":"m","prompt":"hi"}`, "bulk"); strings.Contains(got, "priority") {
+		t.Errorf("without --engine-priority the body changed: %s", got)
+	}
+}
+
+func TestWithPriorityWritesOneValidField(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:                    `{"priority":2}`,
+		` { }`:                  ` {"priority":2 }`,
+		`{"a":1}`:               `{"priority":2,"a":1}`,
+		`{"priority":-1,"a":1}`: `{"priority":2,"a":1}`,
+	} {
+		got, ok := withPriority([]byte(in), 2)
+		if !ok || string(got) != want {
+			t.Errorf("withPriority(%s) = %s, %v; want %s", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{`[1]`, ``, `{"priority":`, `"priority"`} {
+		if _, ok := withPriority([]byte(in), 2); ok {
+			t.Errorf("withPriority(%q) took a body that is not a JSON object", in)
+		}
+	}
+}

@@ -40,6 +40,7 @@ func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 		p.turnAway(ctx, rt, err)
 		return passed{}, false
 	}
+	p.admission.stampPriority(ctx, tk)
 	return passed{held: held, ticket: tk}, true
 }
 
