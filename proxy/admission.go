@@ -306,16 +306,23 @@ func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) 
 }
 
 // withPriority is body with its priority field set to rank: written after
-// the opening brace, or, when the body names one already, set by a parse.
+// the opening brace, or, when the body may name one already (it says
+// priority, or holds an escape that could spell it), set by a parse that
+// first deletes every priority the client sent, so that no parser, whether
+// the first or the last of duplicate keys wins, reads the client's.
 func withPriority(body []byte, rank int) ([]byte, bool) {
-	if bytes.Contains(body, []byte(`"priority"`)) {
+	if bytes.Contains(body, []byte("priority")) || bytes.IndexByte(body, '\\') >= 0 {
 		var parser fastjson.Parser
 		v, err := parser.ParseBytes(body)
 		if err != nil || v.Type() != fastjson.TypeObject {
 			return nil, false
 		}
+		o, _ := v.Object()
+		for o.Get("priority") != nil {
+			o.Del("priority")
+		}
 		var a fastjson.Arena
-		v.Set("priority", a.NewNumberInt(rank))
+		o.Set("priority", a.NewNumberInt(rank))
 		return v.MarshalTo(nil), true
 	}
 	open := bytes.IndexFunc(body, func(r rune) bool { return !unicode.IsSpace(r) })

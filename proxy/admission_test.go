@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -283,10 +285,11 @@ func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
 
 func TestWithPriorityWritesOneValidField(t *testing.T) {
 	for in, want := range map[string]string{
-		`{}`:                    `{"priority":2}`,
-		` { }`:                  ` {"priority":2 }`,
-		`{"a":1}`:               `{"priority":2,"a":1}`,
-		`{"priority":-1,"a":1}`: `{"priority":2,"a":1}`,
+		`{}`:                                 `{"priority":2}`,
+		` { }`:                               ` {"priority":2 }`,
+		`{"a":1}`:                            `{"priority":2,"a":1}`,
+		`{"priority":-1,"a":1}`:              `{"a":1,"priority":2}`,
+		`{"priority":-1,"pri\u006frity":-2}`: `{"priority":2}`,
 	} {
 		got, ok := withPriority([]byte(in), 2)
 		if !ok || string(got) != want {
@@ -298,4 +301,37 @@ func TestWithPriorityWritesOneValidField(t *testing.T) {
 			t.Errorf("withPriority(%q) took a body that is not a JSON object", in)
 		}
 	}
+}
+
+// FuzzWithPriority: whatever a client sends, a body withPriority takes
+// comes out a JSON object with one priority, the rank, and every other
+// field of a valid object as it was.
+func FuzzWithPriority(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a":1}`, `{"priority":"x","b":[1,{"priority":2}]}`, `{"a":"\"priority\""}`, `[`, `{`,
+		`{"pri\u006frity":-9}`, `{"priority":-1,"priority":-2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, ok := withPriority(body, 3)
+		if !ok {
+			return
+		}
+		var in, got map[string]any
+		inValid := json.Unmarshal(body, &in) == nil && in != nil
+		if err := json.Unmarshal(out, &got); err != nil {
+			if inValid {
+				t.Fatalf("%q became %q, not JSON: %v", body, out, err)
+			}
+			return // a malformed body stays malformed, for the route's 400
+		}
+		if got["priority"] != float64(3) {
+			t.Fatalf("%q became %q: priority %v", body, out, got["priority"])
+		}
+		if inValid {
+			in["priority"] = float64(3)
+			if a, b := fmt.Sprint(in), fmt.Sprint(got); a != b {
+				t.Fatalf("%q became %q: fields changed", body, out)
+			}
+		}
+	})
 }
