@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -334,4 +336,40 @@ func FuzzWithPriority(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAHalfClosedClientStaysQueued: a client that shuts down its sending
+// side after its request (a FIN) but still reads is probed while queued,
+// not dropped: it reads the probe's interim 100 Continue, then its answer
+// once the slot frees.
+func TestAHalfClosedClientStaysQueued(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	r := startSaturated(t, classesConfig(), w)
+	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	first := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); first <- s }()
+	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	conn, br := rawPost(t, r.url, "/v1/completions", completion("stays", false))
+	defer conn.Close()
+	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("read %q, %v; want the probe's interim response", line, err)
+	}
+	if q := r.proxy.AdmissionStats().Queued; q != 1 {
+		t.Fatalf("%d queued after the probe, want the half-closed client still queued", q)
+	}
+	w.Open()
+	if s := <-first; s != http.StatusOK {
+		t.Fatalf("the first request: %d", s)
+	}
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "HTTP/1.1 200") {
+		t.Fatalf("the half-closed client read %q after the probe, want its 200", rest)
+	}
 }
