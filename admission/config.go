@@ -38,8 +38,14 @@ type Config struct {
 	Default string
 	// Reserved holds, per class name, the in-flight slots that lower
 	// classes may not take while the class leaves them unused
-	// (--priority-reserved).
+	// (--priority-reserved), unless Lend.
 	Reserved map[string]int
+	// Lend lets lower classes borrow the reserved slots a class leaves
+	// unused, and lets the class take them back over the engines' limit:
+	// for engines that preempt the borrowers, as vLLM's priority scheduling
+	// does when it is told the class (--engine-priority). MaxInFlight stays
+	// a bound. Off: a reserved slot stays idle while its class is idle.
+	Lend bool
 	// MaxInFlight bounds the requests admitted and not done
 	// (--max-concurrent-requests); 0: no bound of its own.
 	MaxInFlight int

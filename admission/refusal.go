@@ -16,6 +16,8 @@ const (
 	Shed
 	// TimedOut: it waited QueueTimeout.
 	TimedOut
+	// ClientGone: its client went away while it waited.
+	ClientGone
 )
 
 func (r Reason) String() string {
@@ -26,6 +28,8 @@ func (r Reason) String() string {
 		return "shed"
 	case TimedOut:
 		return "queue_timeout"
+	case ClientGone:
+		return "client_gone"
 	}
 	return "unknown"
 }
@@ -71,7 +75,7 @@ type Refusal struct {
 
 func (r *Refusal) Error() string {
 	what := map[Reason]string{QueueFull: "the admission queue is full", Shed: "shed from the admission queue for a higher class",
-		TimedOut: "timed out in the admission queue"}[r.Reason]
+		TimedOut: "timed out in the admission queue", ClientGone: "the client went away while queued"}[r.Reason]
 	return fmt.Sprintf("%s (class %s, tenant %s, held by %s)", what, r.Class, r.Tenant, holdText(r.Hold))
 }
 

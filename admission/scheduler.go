@@ -305,15 +305,12 @@ func (s *Scheduler) dispatch(now time.Time) {
 
 // pick chooses the tenant whose head request goes next, or nil.
 func (s *Scheduler) pick(now time.Time) *tenant {
-	if !s.bucket.ready(now) || s.roomHold() != HeldByNothing {
+	if !s.bucket.ready(now) {
 		return nil
 	}
 	for c := range s.bands {
-		if s.queuedBy[c] == 0 {
-			continue
-		}
-		if !s.classHasRoom(Class(c)) {
-			return nil // lower classes see even less room
+		if s.queuedBy[c] == 0 || !s.classHasRoom(Class(c)) {
+			continue // a lower class may still take back what it lent
 		}
 		w := s.waitingMin(Class(c))
 		if t := s.bands[c].pick(s.cfg.Quantum, func(t *tenant) bool {
@@ -337,12 +334,25 @@ func (s *Scheduler) roomHold() Hold {
 }
 
 // classHasRoom reports whether class c may take a slot: one is left after
-// the unused reservations of the classes above it.
+// the unused reservations of the classes above it; with Lend, one is left
+// at all, or c takes back a reserved slot of its own that a lower class
+// borrowed.
 func (s *Scheduler) classHasRoom(c Class) bool {
-	held := 0
-	for k := 0; k < int(c); k++ {
-		held += max(0, s.reserved[k]-s.inflightBy[k])
+	room := s.room()
+	switch {
+	case room < 0:
+		return true
+	case !s.cfg.Lend:
+		return s.inflight+s.unusedAbove(c) < room
+	case s.inflight < room:
+		return true
 	}
+	return s.reclaims(c)
+}
+
+// room is the bound on requests in flight: the smaller of the engines'
+// limit and MaxInFlight, -1 for none.
+func (s *Scheduler) room() int {
 	room := -1
 	if s.limit >= 0 {
 		room = s.limit
@@ -350,19 +360,49 @@ func (s *Scheduler) classHasRoom(c Class) bool {
 	if s.cfg.MaxInFlight > 0 && (room < 0 || s.cfg.MaxInFlight < room) {
 		room = s.cfg.MaxInFlight
 	}
-	return room < 0 || s.inflight+held < room
+	return room
+}
+
+// unusedAbove counts the reserved slots the classes above c leave unused.
+func (s *Scheduler) unusedAbove(c Class) int {
+	held := 0
+	for k := 0; k < int(c); k++ {
+		held += max(0, s.reserved[k]-s.inflightBy[k])
+	}
+	return held
+}
+
+// reclaims reports whether class c, short of its reserved slots, may go
+// over the engines' limit by what the classes below it borrowed of the
+// slots reserved for c and above: the engines preempt a borrower for it.
+// MaxInFlight is never passed.
+func (s *Scheduler) reclaims(c Class) bool {
+	if s.limit < 0 || s.inflightBy[c] >= s.reserved[c] ||
+		s.cfg.MaxInFlight > 0 && s.inflight >= s.cfg.MaxInFlight {
+		return false
+	}
+	reservedUp, below := 0, 0
+	for k := range s.bands {
+		if k <= int(c) {
+			reservedUp += s.reserved[k]
+		} else {
+			below += s.inflightBy[k]
+		}
+	}
+	borrowed := below - max(0, s.limit-reservedUp)
+	return s.inflight < s.limit+borrowed
 }
 
 // hold says what keeps a request of t costing cost from going at now.
 func (s *Scheduler) hold(t *tenant, cost int64, now time.Time) Hold {
-	if h := s.roomHold(); h != HeldByNothing {
-		return h
+	if !s.classHasRoom(t.key.class) {
+		if h := s.roomHold(); h != HeldByNothing {
+			return h
+		}
+		return HeldByClass
 	}
 	if !s.bucket.ready(now) {
 		return HeldByRate
-	}
-	if !s.classHasRoom(t.key.class) {
-		return HeldByClass
 	}
 	return s.tenantHold(t, cost, s.waitingMin(t.key.class))
 }

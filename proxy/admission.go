@@ -1,14 +1,17 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"strconv"
 	"time"
+	"unicode"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
@@ -37,6 +40,14 @@ type Admission struct {
 	// Reserved are the slots per class that lower classes may not take
 	// (--priority-reserved).
 	Reserved map[string]int
+	// EnginePriority says the engines run vLLM's priority scheduling
+	// (--engine-priority): a completion's class goes on to the engine as
+	// its priority field (the class's rank, 0 the highest: vLLM serves lower
+	// first), replacing any the client sent, and lower classes borrow the
+	// reserved slots a class leaves unused, which the class takes back over
+	// the engines' limit, the engine preempting a borrower for it. Off: the
+	// body goes unchanged and a reserved slot stays idle while its class is.
+	EnginePriority bool
 	// KeyClasses gives, per API key, the class of its requests that name
 	// none (--api-key-classes).
 	KeyClasses map[string]string
@@ -56,7 +67,8 @@ type Admission struct {
 // scheduler returns the admission package's config of a.
 func (a Admission) scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
-		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair}
+		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
+		Lend: a.EnginePriority}
 	if a.Capacity > 0 {
 		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
 		if c.RatePerSec <= 0 {
@@ -117,15 +129,20 @@ type admitter struct {
 	tenantHd string
 	capacity admission.Capacity // the refresher's alone
 	metrics  *admissionMetrics
+	watcher  *watcher // looks at the clients of queued requests
+	// stamp: pass the class on as the engine's priority field
+	// (EnginePriority, with classes enabled)
+	stamp bool
 }
 
-func newAdmitter(a Admission, m *admissionMetrics) *admitter {
+func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
 	s := admission.New(a.scheduler())
 	if a.QueueTimeout <= 0 {
 		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
 	}
 	d := &admitter{s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
-		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m}
+		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m, watcher: w,
+		stamp: a.EnginePriority && s.Classes().Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[sha256.Sum256([]byte(key))] = c
@@ -213,7 +230,7 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admissi
 	select {
 	case <-tk.Ready():
 	default:
-		if !d.wait(ctx, tk) {
+		if !d.wait(ctx, rc, tk) {
 			d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
 			if tk.Err() == nil {
 				d.s.Done(tk, time.Now())
@@ -231,6 +248,8 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admissi
 		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.timeout)
 	case errors.As(err, &r) && r.Reason == admission.Shed:
 		return nil, errorf(ErrTooManyRequests, "%v", err)
+	case errors.As(err, &r) && r.Reason == admission.ClientGone:
+		return nil, errorf(ErrClientGone, "%v", err)
 	default:
 		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.s.Stats().QueueSize)
 	}
@@ -244,11 +263,20 @@ func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
 	}
 }
 
-// wait holds a queued ticket until it is decided or its timeout passes,
-// and reports false when the proxy shut down meanwhile.
-func (d *admitter) wait(ctx context.Context, tk *admission.Ticket) bool {
+// wait holds a queued ticket until it is decided, its timeout passes or
+// its client leaves, and reports false when the proxy shut down meanwhile.
+// The client is watched by the proxy's watcher (clientwatch.go), as a
+// request in flight is: a client that leaves is noticed within a look's
+// interval (at most watchMaxInterval, plus a probe's interval when it
+// left with a FIN), and its place in the queue goes to the next request.
+func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admission.Ticket) bool {
 	t := time.NewTimer(d.timeout)
 	defer t.Stop()
+	if d.watcher != nil {
+		q := &queuedClient{s: d.s, tk: tk}
+		d.watcher.startQueued(&q.watch, rc.Conn(), requestProber(rc.Request.Header.IsHTTP11()), q, time.Now())
+		defer q.watch.stop()
+	}
 	live := true
 	select {
 	case <-tk.Ready():
@@ -261,6 +289,66 @@ func (d *admitter) wait(ctx context.Context, tk *admission.Ticket) bool {
 	<-tk.Ready() // Cancel lost to an admission: it is admitted
 	return live
 }
+
+// stampPriority passes an admitted completion's class on to the engine as
+// vLLM's priority field, once its body is read (see EnginePriority). A body
+// that is not a JSON object is left for the route to refuse.
+func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
+	if !d.stamp || tk == nil {
+		return
+	}
+	if p := rc.Path(); string(p) != "/v1/completions" && string(p) != "/v1/chat/completions" {
+		return
+	}
+	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {
+		rc.Request.SetBodyRaw(body)
+	}
+}
+
+// withPriority is body with its priority field set to rank: written after
+// the opening brace, or, when the body may name one already (it says
+// priority, or holds an escape that could spell it), set by a parse that
+// first deletes every priority the client sent, so that no parser, whether
+// the first or the last of duplicate keys wins, reads the client's.
+func withPriority(body []byte, rank int) ([]byte, bool) {
+	if bytes.Contains(body, []byte("priority")) || bytes.IndexByte(body, '\\') >= 0 {
+		var parser fastjson.Parser
+		v, err := parser.ParseBytes(body)
+		if err != nil || v.Type() != fastjson.TypeObject {
+			return nil, false
+		}
+		o, _ := v.Object()
+		for o.Get("priority") != nil {
+			o.Del("priority")
+		}
+		var a fastjson.Arena
+		o.Set("priority", a.NewNumberInt(rank))
+		return v.MarshalTo(nil), true
+	}
+	open := bytes.IndexFunc(body, func(r rune) bool { return !unicode.IsSpace(r) })
+	if open < 0 || body[open] != '{' {
+		return nil, false
+	}
+	rest := bytes.TrimLeftFunc(body[open+1:], unicode.IsSpace)
+	out := make([]byte, 0, len(body)+24)
+	out = append(out, body[:open+1]...)
+	out = append(out, `"priority":`...)
+	out = strconv.AppendInt(out, int64(rank), 10)
+	if len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, body[open+1:]...), true
+}
+
+// queuedClient is the watch on the client of a queued request: a client
+// that leaves takes its ticket out of the queue.
+type queuedClient struct {
+	s     *admission.Scheduler
+	tk    *admission.Ticket
+	watch clientWatch
+}
+
+func (q *queuedClient) clientGone() { q.s.Cancel(q.tk, admission.ClientGone, time.Now()) }
 
 // release frees tk's slot; a ticket released already, or none, is left
 // alone.

@@ -9,6 +9,6 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_admission_in_flight":      "Requests admitted and not yet ended on this replica, by class.",
 	"vllm_router_admission_peer_queued":    "Requests waiting for admission at the peers, by class, from their queue reports.",
 	"vllm_router_admission_admitted_total": "Requests admitted, by class and tenant (the first 32 tenants seen; the others are other).",
-	"vllm_router_admission_refused_total":  "Requests refused at admission, by class, tenant and reason (queue_full, shed, queue_timeout).",
+	"vllm_router_admission_refused_total":  "Requests refused at admission, by class, tenant and reason (queue_full, shed, queue_timeout, client_gone: the client left while queued).",
 	"vllm_router_admission_queue_seconds":  "Time a request waited for admission, by class and tenant.",
 })

@@ -2,6 +2,10 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -198,4 +202,174 @@ func metricsText(r *testRouter) string {
 	var b bytes.Buffer
 	r.set.WritePrometheus(&b)
 	return b.String()
+}
+
+// TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce: the only place in
+// the queue is held by a request whose client closes its connection; the
+// watcher notices while the slot is still taken (long before the queue's
+// minute), the place goes to the next request, which is admitted when the
+// slot frees, and the one that left never reaches the worker.
+func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	cfg := classesConfig()
+	cfg.Admission.QueueSize = 1
+	r := startSaturated(t, cfg, w)
+	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	first := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); first <- s }()
+	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	conn, _ := rawPost(t, r.url, "/v1/completions", completion("leaves", false))
+	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	conn.Close()
+	waitFor(t, "the queued request's place freed", func() bool { return r.proxy.AdmissionStats().Queued == 0 })
+	if n := metric(t, r, `vllm_router_admission_refused_total{class="default",tenant="anonymous",reason="client_gone"}`); n != 1 {
+		t.Fatalf("refused for client_gone %v, want 1", n)
+	}
+	next := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); next <- s }()
+	waitFor(t, "the next request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	w.Open()
+	if s := <-first; s != http.StatusOK {
+		t.Fatalf("the first request: %d", s)
+	}
+	if s := <-next; s != http.StatusOK {
+		t.Fatalf("the request queued after the one that left: %d, want 200", s)
+	}
+	if n := w.Inference.Load(); n != 2 {
+		t.Fatalf("%d requests reached the worker, want 2: the one that left never does", n)
+	}
+}
+
+// TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority: a
+// completion's class rank is the body's priority field at the worker (0
+// the highest, as vLLM reads it), whatever priority the client sent; a
+// route other than completions, and a replica without --engine-priority,
+// pass the body unchanged.
+func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
+	w := startFake(t, "w1")
+	bodies := make(chan string, 8)
+	w.Set(func(e *fakeworker.Exchange) {
+		bodies <- string(e.Body)
+		fakeworker.Default()(e)
+	})
+	send := func(r *testRouter, path, body, class string) string {
+		req, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
+		req.Header.Set("x-priority", class)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return <-bodies
+	}
+	cfg := classesConfig()
+	cfg.Admission.EnginePriority = true
+	r := startRouter(t, cfg, w)
+	for _, c := range []struct{ body, class, want string }{
+		{`{"model":"m","prompt":"hi"}`, "interactive", `"priority":1`},
+		{`{"model":"m","prompt":"hi","priority":-7}`, "bulk", `"priority":3`},
+		{` {"model":"m","prompt":"hi"}`, "system", `"priority":0`},
+	} {
+		got := send(r, "/v1/completions", c.body, c.class)
+		if !strings.Contains(got, c.want) || strings.Count(got, `"priority"`) != 1 {
+			t.Errorf("%s as %s reached the worker as %s; want one %s", c.body, c.class, got, c.want)
+		}
+	}
+	if got := send(r, "/v1/embeddings", `{"model":"m","input":"hi"}`, "bulk"); strings.Contains(got, "priority") {
+		t.Errorf("an embeddings body was given a priority: %s", got)
+	}
+	plain := startRouter(t, classesConfig(), w)
+	if got := send(plain, "/v1/completions", `{"model":"m","prompt":"hi"}`, "bulk"); strings.Contains(got, "priority") {
+		t.Errorf("without --engine-priority the body changed: %s", got)
+	}
+}
+
+func TestWithPriorityWritesOneValidField(t *testing.T) {
+	for in, want := range map[string]string{
+		`{}`:                                 `{"priority":2}`,
+		` { }`:                               ` {"priority":2 }`,
+		`{"a":1}`:                            `{"priority":2,"a":1}`,
+		`{"priority":-1,"a":1}`:              `{"a":1,"priority":2}`,
+		`{"priority":-1,"pri\u006frity":-2}`: `{"priority":2}`,
+	} {
+		got, ok := withPriority([]byte(in), 2)
+		if !ok || string(got) != want {
+			t.Errorf("withPriority(%s) = %s, %v; want %s", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{`[1]`, ``, `{"priority":`, `"priority"`} {
+		if _, ok := withPriority([]byte(in), 2); ok {
+			t.Errorf("withPriority(%q) took a body that is not a JSON object", in)
+		}
+	}
+}
+
+// FuzzWithPriority: whatever a client sends, a body withPriority takes
+// comes out a JSON object with one priority, the rank, and every other
+// field of a valid object as it was.
+func FuzzWithPriority(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a":1}`, `{"priority":"x","b":[1,{"priority":2}]}`, `{"a":"\"priority\""}`, `[`, `{`,
+		`{"pri\u006frity":-9}`, `{"priority":-1,"priority":-2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, ok := withPriority(body, 3)
+		if !ok {
+			return
+		}
+		var in, got map[string]any
+		inValid := json.Unmarshal(body, &in) == nil && in != nil
+		if err := json.Unmarshal(out, &got); err != nil {
+			if inValid {
+				t.Fatalf("%q became %q, not JSON: %v", body, out, err)
+			}
+			return // a malformed body stays malformed, for the route's 400
+		}
+		if got["priority"] != float64(3) {
+			t.Fatalf("%q became %q: priority %v", body, out, got["priority"])
+		}
+		if inValid {
+			in["priority"] = float64(3)
+			if a, b := fmt.Sprint(in), fmt.Sprint(got); a != b {
+				t.Fatalf("%q became %q: fields changed", body, out)
+			}
+		}
+	})
+}
+
+// TestAHalfClosedClientStaysQueued: a client that shuts down its sending
+// side after its request (a FIN) but still reads is probed while queued,
+// not dropped: it reads the probe's interim 100 Continue, then its answer
+// once the slot frees.
+func TestAHalfClosedClientStaysQueued(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	r := startSaturated(t, classesConfig(), w)
+	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	first := make(chan int, 1)
+	go func() { s, _ := postWith(t, r.url); first <- s }()
+	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	conn, br := rawPost(t, r.url, "/v1/completions", completion("stays", false))
+	defer conn.Close()
+	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("read %q, %v; want the probe's interim response", line, err)
+	}
+	if q := r.proxy.AdmissionStats().Queued; q != 1 {
+		t.Fatalf("%d queued after the probe, want the half-closed client still queued", q)
+	}
+	w.Open()
+	if s := <-first; s != http.StatusOK {
+		t.Fatalf("the first request: %d", s)
+	}
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "HTTP/1.1 200") {
+		t.Fatalf("the half-closed client read %q after the probe, want its 200", rest)
+	}
 }

@@ -29,8 +29,11 @@ import (
 type clientWatch struct {
 	w     *watcher
 	conn  net.Conn
-	probe prober    // nil: a half-closed client cannot be probed
-	x     *exchange // told when the client is gone
+	probe prober // nil: a half-closed client cannot be probed
+	x     leaver // told when the client is gone
+	// queued: the request waits for admission, its body maybe unread, so
+	// the server's read deadline still bounds that body and must stay.
+	queued bool
 
 	// the watcher's list of watches, guarded by w.mu
 	prev, next *clientWatch
@@ -45,6 +48,12 @@ type clientWatch struct {
 	stopped bool
 	quit    chan struct{} // a probing goroutine's stop signal, nil if none
 	done    chan struct{} // closed when that goroutine returns
+}
+
+// leaver is told that the client of a watched request went away: the
+// exchange serving it, or the admission ticket it waits with.
+type leaver interface {
+	clientGone()
 }
 
 // prober writes to a half-closed client something it ignores, or nothing
@@ -93,7 +102,7 @@ func newWatcher() *watcher {
 // watch starts watching conn, the client of x, from now on; x.clientGone
 // is called, at most once and from the watcher's goroutine or the watch's
 // own, if the client leaves.
-func (w *watcher) watch(conn net.Conn, probe prober, x *exchange, now time.Time) *clientWatch {
+func (w *watcher) watch(conn net.Conn, probe prober, x leaver, now time.Time) *clientWatch {
 	c := &clientWatch{}
 	w.start(c, conn, probe, x, now)
 	return c
@@ -101,8 +110,23 @@ func (w *watcher) watch(conn net.Conn, probe prober, x *exchange, now time.Time)
 
 // start is watch on a clientWatch the caller provides (embedded in its
 // exchange, to save an allocation).
-func (w *watcher) start(c *clientWatch, conn net.Conn, probe prober, x *exchange, now time.Time) {
+func (w *watcher) start(c *clientWatch, conn net.Conn, probe prober, x leaver, now time.Time) {
 	*c = clientWatch{w: w, conn: conn, probe: probe, x: x, interval: watchFirstLook}
+	w.link(c, now)
+}
+
+// startQueued is start for a request that waits for admission before its
+// body is read. The watch keeps the connection's read deadline (it bounds
+// the body still to come), and stops, telling no one, when that deadline
+// passes or when bytes of the body wait in the socket: a client that left
+// is then found by the queue's timeout, as before.
+func (w *watcher) startQueued(c *clientWatch, conn net.Conn, probe prober, x leaver, now time.Time) {
+	*c = clientWatch{w: w, conn: conn, probe: probe, x: x, interval: watchFirstLook, queued: true}
+	w.link(c, now)
+}
+
+// link adds c to the watches, its first look due watchFirstLook from now.
+func (w *watcher) link(c *clientWatch, now time.Time) {
 	c.due = now.Add(watchFirstLook)
 	w.mu.Lock()
 	c.prev, c.linked = w.tail, true
@@ -208,13 +232,17 @@ func (c *clientWatch) look(w *watcher) bool {
 	if c.raw == nil {
 		// The request was read whole: its read deadline, if the server set
 		// one, means nothing now, and would fail the look.
-		_ = c.conn.SetReadDeadline(time.Time{})
+		if !c.queued {
+			_ = c.conn.SetReadDeadline(time.Time{})
+		}
 		if c.raw = rawConnOf(c.conn); c.raw == nil {
 			return false // nothing to look at
 		}
 	}
 	w.seen = peekError
-	_ = c.raw.Read(w.look)
+	if err := c.raw.Read(w.look); err != nil && c.queued {
+		return false // the body's read deadline passed: the body read will say so
+	}
 	switch w.seen {
 	case peekError:
 		c.x.clientGone()

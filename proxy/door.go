@@ -40,6 +40,7 @@ func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 		p.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
+	p.admission.stampPriority(ctx, tk)
 	return passed{held: held, ticket: tk}, true
 }
 
@@ -90,10 +91,13 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 	case errors.Is(err, errBodiesHeld):
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	if isGone(err) { // the proxy is shutting down
-		ctx.SetConnectionClose()
-	}
 	writeError(ctx, err)
+	if isGone(err) { // it left while queued: it gets nothing, the metrics a 499
+		ctx.SetConnectionClose()
+		ctx.Response.ResetBody()
+		ctx.SetStatusCode(statusClientGone)
+		p.metrics.disconnects.Inc()
+	}
 	if rt.metered != nil {
 		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
 		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})

@@ -102,7 +102,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
-	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics))
+	p.watcher = newWatcher()
+	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics), p.watcher)
 	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
 	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
@@ -135,7 +136,6 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		p.pd = newDisaggregation(p, *deps.PD)
 	}
 	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
-	p.watcher = newWatcher()
 	p.wg.Add(3)
 	go func() {
 		defer p.wg.Done()

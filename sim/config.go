@@ -41,6 +41,15 @@ type Config struct {
 	// times slower (the "degrade" fault). Default 1.
 	Slowdown float64
 
+	// PriorityScheduling is vLLM's --scheduling-policy priority: requests wait in order of
+	// [Request.Priority] (lower first), then of arrival, and a request that cannot be admitted
+	// for want of a sequence slot or KV preempts the running request of the lowest priority
+	// (the latest arrived among equals) when that priority is lower than its own. A preempted
+	// request gives back its KV and waits again; on readmission it recomputes its prompt and the
+	// tokens it had generated (vLLM's recompute preemption), and its stream resumes where it
+	// was. Off: first come, first served, and Priority is ignored.
+	PriorityScheduling bool
+
 	// CacheEvents makes the engine log every change of its prefix cache (blocks computed and
 	// cached, blocks evicted) for [Engine.TakeCacheEvents]: what vLLM publishes as KV events.
 	// Off by default, which keeps large simulations from holding prompts' tokens.

@@ -22,7 +22,7 @@ type Engine struct {
 	cache prefixCache
 	byID  map[RequestID]*sequence
 
-	waiting     []*sequence // FIFO; cancelled entries are skipped lazily
+	waiting     []*sequence // FIFO, or by priority; cancelled entries are skipped lazily
 	waitingHead int
 	waitingLen  int // live entries
 	running     []*sequence
@@ -41,6 +41,8 @@ type Engine struct {
 	computedTokens uint64
 	transferTokens uint64
 	generated      uint64
+	arrivals       uint64
+	preemptions    uint64
 }
 
 // NewEngine returns an idle engine with an empty cache. Zero fields of cfg take their defaults;
@@ -87,8 +89,9 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 			ErrRequestTooLarge, s.promptTokens, s.maxTokens, limit)
 	}
 	e.byID[r.ID] = s
-	e.waiting = append(e.waiting, s)
-	e.waitingLen++
+	e.arrivals++
+	s.arrival = e.arrivals
+	e.pushWaiting(s)
 	e.kick(now)
 	return nil
 }
@@ -173,6 +176,10 @@ func (e *Engine) ComputedTokens() uint64 { return e.computedTokens }
 // GeneratedTokens is the number of tokens generated so far, counted at every engine step,
 // cancelled requests' included (monotonic, vllm:generation_tokens_total).
 func (e *Engine) GeneratedTokens() uint64 { return e.generated }
+
+// Preemptions is the number of running requests preempted so far for a request of a higher
+// priority (monotonic, vllm:num_preemptions_total).
+func (e *Engine) Preemptions() uint64 { return e.preemptions }
 
 // TransferredTokens is the number of prompt tokens whose KV was fetched from a remote prefill
 // engine so far (monotonic), counted when the transfer starts.

@@ -19,6 +19,9 @@ type Request struct {
 	// StreamTokens asks for a [Token] event per generated token after the first; without it
 	// only [FirstToken] and [Done] are reported, which keeps large simulations cheap.
 	StreamTokens bool
+	// Priority orders requests under [Config.PriorityScheduling]: lower is served first, as
+	// vLLM's priority field; 0 by default, negative allowed.
+	Priority int
 	// RemotePrefillTokens is the number of prompt tokens whose KV arrives from a remote prefill
 	// engine (prefill/decode disaggregation): they cost [Config.TransferMsPerToken] each, paid
 	// alongside other work, instead of prefill compute. Tokens already cached locally are not

@@ -9,10 +9,13 @@ type sequence struct {
 	maxTokens    int
 	stream       bool
 	remote       int      // tokens the request says arrive by transfer
+	priority     int      // lower first, under priority scheduling
+	arrival      uint64   // submission order, the tie-break of priority
 	hashes       []uint64 // full prompt blocks; dropped at admission
 	tokens       []uint32 // the prompt's token IDs, kept only for cache events
 
 	admitted    bool
+	preempted   bool // admitted once and preempted since: it recomputes what it had
 	cancelled   bool
 	finished    bool
 	blocks      []int32 // indexed blocks referenced, prompt order
@@ -34,6 +37,7 @@ func newSequence(cfg Config, r Request) *sequence {
 		maxTokens:    max(r.MaxTokens, 1),
 		stream:       r.StreamTokens,
 		remote:       max(r.RemotePrefillTokens, 0),
+		priority:     r.Priority,
 		hashes:       cfg.AppendBlockHashes(nil, r.Prompt),
 		tokens:       promptTokens(cfg, r.Prompt),
 	}
@@ -48,6 +52,14 @@ func promptTokens(cfg Config, prompt []byte) []uint32 {
 
 func (s *sequence) usage() Usage {
 	return Usage{Prompt: s.promptTokens, Cached: s.cached, Completion: s.generated}
+}
+
+// before reports whether s goes before o under priority scheduling.
+func (s *sequence) before(o *sequence) bool {
+	if s.priority != o.priority {
+		return s.priority < o.priority
+	}
+	return s.arrival < o.arrival
 }
 
 // ready reports whether the sequence can compute at time at, absorbing a completed transfer.

@@ -8,6 +8,7 @@ import "time"
 // nothing to compute the engine idles, waking for the earliest pending KV transfer if any.
 func (e *Engine) startStep(at time.Duration) {
 	e.batch = e.batch[:0]
+	e.preemptForPriority()
 	usage := e.KVUsage()
 	decodes := e.scheduleDecodes(at)
 	budget := e.cfg.MaxBatchedTokens - decodes
@@ -62,7 +63,7 @@ func (e *Engine) addPrefill(s *sequence, budget int) int {
 	return s.chunk
 }
 
-// admitWaiting admits waiting sequences in arrival order and schedules those ready to compute.
+// admitWaiting admits waiting sequences in their order (arrival, or priority) and schedules those ready to compute.
 func (e *Engine) admitWaiting(at time.Duration, budget int) (tokens, decodes int) {
 	for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
 		s := e.peekWaiting()

@@ -42,6 +42,7 @@ type submission struct {
 	maxTokens    int
 	streamTokens bool
 	remoteTokens int
+	priority     int // vLLM's priority: lower first, under --scheduling-policy priority
 	// pooled marks a pooling pass (embeddings, rerank): the engine runs it
 	// as a one-token generation, but vLLM counts no generated token for it.
 	pooled bool
@@ -187,7 +188,7 @@ func (d *driver) submitAll(subs []submission) ([]*ticket, error) {
 func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	d.nextID++
 	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
-		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens}
+		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens, Priority: s.priority}
 	if err := d.engine.Submit(r, now); err != nil {
 		return nil, err
 	}
@@ -329,6 +330,7 @@ type engineStats struct {
 	prefixQueries, prefixHits   atomic.Uint64
 	computedTokens, transferred atomic.Uint64
 	generated                   atomic.Uint64
+	preemptions                 atomic.Uint64
 	numGPUBlocks                atomic.Int64
 }
 
@@ -343,12 +345,13 @@ func (d *driver) publish() {
 	d.stats.computedTokens.Store(t.computedTokens)
 	d.stats.transferred.Store(t.transferred)
 	d.stats.generated.Store(t.generated - d.pooled)
+	d.stats.preemptions.Store(t.preemptions)
 	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
 }
 
 // engineTotals are the engine's monotonic counters.
 type engineTotals struct {
-	prefixQueries, prefixHits, computedTokens, transferred, generated uint64
+	prefixQueries, prefixHits, computedTokens, transferred, generated, preemptions uint64
 }
 
 // totals are the counters since start, over every engine the driver ran.
@@ -360,6 +363,7 @@ func (d *driver) totals() engineTotals {
 		computedTokens: r.computedTokens + e.ComputedTokens(),
 		transferred:    r.transferred + e.TransferredTokens(),
 		generated:      r.generated + e.GeneratedTokens(),
+		preemptions:    r.preemptions + e.Preemptions(),
 	}
 }
 

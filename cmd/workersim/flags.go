@@ -32,6 +32,8 @@ func flags() []cli.Flag {
 			Usage: "sequences running at once; more wait in a queue"},
 		&cli.IntFlag{Name: "max-num-batched-tokens", Value: sim.DefaultMaxBatchedTokens,
 			EnvVars: env("max-num-batched-tokens"), Usage: "token budget of one engine step (chunked prefill)"},
+		&cli.StringFlag{Name: "scheduling-policy", Value: "fcfs", EnvVars: env("scheduling-policy"),
+			Usage: "fcfs, or priority: as vLLM's, requests go by their priority field (lower first) and preempt running requests of a lower one"},
 		&cli.Float64Flag{Name: "time-scale", Value: 1, EnvVars: env("time-scale"),
 			Usage: "speed-up of simulated time: 100 runs everything 100x faster"},
 		&cli.StringFlag{Name: "role", Value: string(roleBoth), EnvVars: env("role"),
@@ -62,6 +64,13 @@ func configFromCLI(c *cli.Context) (serverConfig, error) {
 	engine.KVCapacityTokens = c.Int("kv-capacity-tokens")
 	engine.MaxNumSeqs = c.Int("max-num-seqs")
 	engine.MaxBatchedTokens = c.Int("max-num-batched-tokens")
+	switch policy := c.String("scheduling-policy"); policy {
+	case "fcfs":
+	case "priority":
+		engine.PriorityScheduling = true
+	default:
+		return serverConfig{}, fmt.Errorf("%w --scheduling-policy: %q is not fcfs or priority", errBadFlag, policy)
+	}
 	cfg := serverConfig{
 		host:      c.String("host"),
 		port:      c.Int("port"),

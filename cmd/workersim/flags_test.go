@@ -64,6 +64,7 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 		"embedding-dimensions":    {"--embedding-dimensions", "0"},
 		"max-stored-responses":    {"--max-stored-responses", "0"},
 		"health-generate-timeout": {"--health-generate-timeout", "0s"},
+		"scheduling-policy":       {"--scheduling-policy", "lifo"},
 	}
 	for flag, args := range cases {
 		if _, err := parseArgs(t, args...); err == nil || !strings.Contains(err.Error(), flag) {

@@ -63,6 +63,7 @@ func (m *workerMetrics) registerEngineGauges(model string, blockTokens int, st *
 		// Counted at every engine step, as vLLM does, so a router sees a long non-streamed
 		// generation progress before it ends.
 		"vllm:generation_tokens_total": func() float64 { return float64(st.generated.Load()) },
+		"vllm:num_preemptions_total":   func() float64 { return float64(st.preemptions.Load()) },
 	}
 	for name, f := range gauges {
 		m.set.NewGauge(modelMetric(name, model, ""), f)

@@ -22,8 +22,13 @@ type servePlan struct {
 // computes the prompt and answers, the decode worker generates as if the prompt was transferred.
 func (s *server) plan(req inferenceRequest) (servePlan, error) {
 	p := servePlan{
-		sub:    submission{prompt: req.prompt, maxTokens: req.maxTokens, streamTokens: req.stream},
+		sub:    submission{prompt: req.prompt, maxTokens: req.maxTokens, streamTokens: req.stream, priority: req.priority},
 		stream: req.stream, includeUsage: req.includeUsage,
+	}
+	if req.priority != 0 && !s.cfg.engine.PriorityScheduling {
+		// vLLM refuses it too: the field means nothing to a first-come-first-served engine.
+		return p, fmt.Errorf("%w: got priority %d but priority scheduling is not enabled (--scheduling-policy priority)",
+			errBadRequest, req.priority)
 	}
 	kv := req.kv
 	switch {

@@ -22,6 +22,7 @@ type inferenceRequest struct {
 	stream       bool
 	includeUsage bool // stream_options.include_usage
 	maxTokens    int
+	priority     int               // vLLM's priority field: lower first; 0 when absent
 	prompt       []byte            // routing text, as the router renders it
 	kv           *kvTransferParams // vLLM P/D, nil when absent or null
 	bootstrap    bool              // SGLang P/D: bootstrap_room is set
@@ -46,7 +47,7 @@ func parseInference(p *fastjson.Parser, body []byte, chat bool) (inferenceReques
 	}
 	r := inferenceRequest{chat: chat}
 	steps := []func(*fastjson.Value) error{
-		r.readModel, r.readStream, r.readMaxTokens, r.readPrompt, r.readKVTransfer, r.readBootstrap,
+		r.readModel, r.readStream, r.readMaxTokens, r.readPriority, r.readPrompt, r.readKVTransfer, r.readBootstrap,
 	}
 	for _, step := range steps {
 		if err := step(v); err != nil {
@@ -99,6 +100,20 @@ func (r *inferenceRequest) readMaxTokens(v *fastjson.Value) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// readPriority takes vLLM's priority field, an integer (negative allowed), absent or null 0.
+func (r *inferenceRequest) readPriority(v *fastjson.Value) error {
+	f := v.Get("priority")
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil
+	}
+	n, err := f.Int()
+	if err != nil {
+		return fmt.Errorf("%w: priority must be an integer", errBadRequest)
+	}
+	r.priority = n
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 type sample struct {
 	start   time.Time
 	ttft    time.Duration // to the first token event
+	dur     time.Duration // to the end of the stream
 	queue   time.Duration // x-admission-queue-ms
 	tokens  int           // token events received
 	status  int
@@ -110,6 +111,7 @@ func (c *client) once(rng *rand.Rand) sample {
 		}
 		s.tokens++
 	}
+	s.dur = time.Since(s.start)
 	return s
 }
 

@@ -26,7 +26,10 @@ import (
 	"time"
 )
 
-var quick = flag.Bool("quick", false, "shorter runs")
+var (
+	quick  = flag.Bool("quick", false, "shorter runs")
+	rounds = flag.Int("rounds", 2, "rounds of the priority runs, each round every run once, one after the other")
+)
 
 func main() {
 	flag.Parse()

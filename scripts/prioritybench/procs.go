@@ -62,12 +62,14 @@ func (f *fleet) start(name string, bin string, args ...string) {
 	f.procs = append(f.procs, cmd)
 }
 
-// startWorkers starts n workersims running at most seqs sequences each.
-func (f *fleet) startWorkers(n, seqs int, timeScale float64) {
+// startWorkers starts n workersims running at most seqs sequences each,
+// each with extra flags.
+func (f *fleet) startWorkers(n, seqs int, timeScale float64, extra ...string) {
 	for i, port := range freePorts(n) {
-		f.start(fmt.Sprintf("workersim-%d", i), "bin/workersim", "--host", "127.0.0.1", "--port", fmt.Sprint(port),
+		args := []string{"--host", "127.0.0.1", "--port", fmt.Sprint(port),
 			"--worker-id", fmt.Sprintf("w%d", i), "--model", "sim-model", "--max-num-seqs", fmt.Sprint(seqs),
-			"--time-scale", fmt.Sprint(timeScale))
+			"--time-scale", fmt.Sprint(timeScale)}
+		f.start(fmt.Sprintf("workersim-%d", i), "bin/workersim", append(args, extra...)...)
 		f.workers = append(f.workers, fmt.Sprintf("http://127.0.0.1:%d", port))
 	}
 	for _, u := range f.workers {
