@@ -31,6 +31,9 @@ type Clock struct {
 
 	mu      sync.Mutex
 	waiters []*waiter
+	// pending is len(waiters), kept under mu and read without it: a clock with nothing to fire
+	// (the simulator's) moves without taking mu.
+	pending atomic.Int32
 }
 
 var _ clock.WithTickerAndDelayedExecution = (*Clock)(nil)
@@ -126,8 +129,9 @@ func (c *Clock) Waiters() int {
 // arm schedules w d from now; one due already fires at once.
 func (c *Clock) arm(w *waiter, d time.Duration) *timer {
 	c.mu.Lock()
-	w.at = c.Elapsed() + max(d, 0)
 	c.waiters = append(c.waiters, w)
+	c.pending.Store(int32(len(c.waiters))) // before reading the time: see advanceTo
+	w.at = c.Elapsed() + max(d, 0)
 	c.mu.Unlock()
 	if d <= 0 {
 		c.advanceTo(c.Elapsed(), nil)
@@ -139,6 +143,14 @@ func (c *Clock) arm(w *waiter, d time.Duration) *timer {
 // clock standing at each one's deadline while it fires. It stops early when ctx (if not nil) is
 // done after a firing.
 func (c *Clock) advanceTo(target time.Duration, ctx context.Context) {
+	if c.pending.Load() == 0 {
+		c.moveTo(target)
+		// A waiter armed meanwhile either read the time after the move (so is not overdue) or
+		// is counted by now, and then the loop below fires it.
+		if c.pending.Load() == 0 {
+			return
+		}
+	}
 	for {
 		c.mu.Lock()
 		w := c.nextDue(target)
@@ -162,10 +174,13 @@ func (c *Clock) advanceTo(target time.Duration, ctx context.Context) {
 	}
 }
 
-// moveTo sets the elapsed time to at unless that is in the past. Called with mu held.
+// moveTo sets the elapsed time to at unless that is in the past.
 func (c *Clock) moveTo(at time.Duration) {
-	if at > c.Elapsed() {
-		c.elapsed.Store(int64(at))
+	for {
+		cur := c.elapsed.Load()
+		if int64(at) <= cur || c.elapsed.CompareAndSwap(cur, int64(at)) {
+			return
+		}
 	}
 }
 
@@ -188,6 +203,7 @@ func (c *Clock) remove(w *waiter) bool {
 		return false
 	}
 	c.waiters = slices.Delete(c.waiters, i, i+1)
+	c.pending.Store(int32(len(c.waiters)))
 	return true
 }
 
