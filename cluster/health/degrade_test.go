@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-
 	testingclock "k8s.io/utils/clock/testing"
 )
 

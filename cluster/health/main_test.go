@@ -11,11 +11,10 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
-
-	testingclock "k8s.io/utils/clock/testing"
 )
 
 // TestMain fails the package if any goroutine outlives the tests.

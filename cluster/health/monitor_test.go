@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
-
 	testingclock "k8s.io/utils/clock/testing"
 )
 
