@@ -80,7 +80,7 @@ func TestRunCutsASilentRequestOnItsOwnTicks(t *testing.T) {
 		if isClosed(a.Stuck()) {
 			t.Fatalf("cut %v into a %v wedge timeout", cfg.WedgeTimeout-time.Second, cfg.WedgeTimeout)
 		}
-		time.Sleep(time.Second + 2*cfg.EvalInterval)
+		time.Sleep(time.Second + 2*cfg.EvalInterval) // the bubble's clock again
 		synctest.Wait()
 		if !isClosed(a.Stuck()) || m.Eligible(1) {
 			t.Fatalf("not cut (eligible %v) %v after the silent request began, with a %v wedge timeout",
