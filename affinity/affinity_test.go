@@ -4,19 +4,17 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type fakeClock struct{ now atomic.Int64 }
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+// newFakeClock returns a clock standing at the Unix epoch that moves only on Step.
+func newFakeClock() *testingclock.FakeClock { return testingclock.NewFakeClock(time.Unix(0, 0)) }
 
 // fleet is a replica's view of n workers with ids 1..n, all candidates.
 type fleet struct {
@@ -24,14 +22,14 @@ type fleet struct {
 	index  *Index
 	pool   *Pool
 	router *Router
-	clock  *fakeClock
+	clock  *testingclock.FakeClock
 }
 
 const testBlock = 8
 
 func newFleet(t testing.TB, n int, s Settings) *fleet {
 	t.Helper()
-	f := &fleet{loads: NewLoadTable(nil), clock: &fakeClock{}}
+	f := &fleet{loads: NewLoadTable(nil), clock: newFakeClock()}
 	f.index = NewIndex(f.clock, 1<<20)
 	var members []*Load
 	for i := 1; i <= n; i++ {

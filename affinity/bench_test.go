@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"k8s.io/utils/clock"
 )
 
 // BenchmarkSelect measures one routing decision (select, reserve, record
@@ -24,7 +26,7 @@ func BenchmarkSelect(b *testing.B) {
 
 func benchSelect(b *testing.B, policy string, workers int) {
 	loads := NewLoadTable(nil)
-	index := NewIndex(SystemClock{}, 1<<18)
+	index := NewIndex(clock.RealClock{}, 1<<18)
 	rng := rand.New(rand.NewPCG(7, 7))
 	members := make([]*Load, workers)
 	for i := range members {

@@ -3,6 +3,8 @@ package affinity
 import (
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // A replica learns its peers' in-flight counts only from their reports, one
@@ -26,7 +28,7 @@ import (
 type peerShare struct {
 	peers    int64
 	interval int64 // the window, half the report interval, in nanoseconds
-	clock    Clock
+	clock    clock.PassiveClock
 }
 
 // burstView is the peer share at one instant, read once per selection so
@@ -50,12 +52,12 @@ type recentReservations struct {
 // this replica's own reservations of the last half interval (see above);
 // interval is the peers' report interval. Call it when the number of live
 // peers changes; peers <= 0 turns it off.
-func (t *LoadTable) SetPeerShare(peers int, interval time.Duration, clock Clock) {
-	if peers <= 0 || interval <= 0 || clock == nil {
+func (t *LoadTable) SetPeerShare(peers int, interval time.Duration, clk clock.PassiveClock) {
+	if peers <= 0 || interval <= 0 || clk == nil {
 		t.share.Store(nil)
 		return
 	}
-	t.share.Store(&peerShare{peers: int64(peers), interval: int64(max(interval/2, 1)), clock: clock})
+	t.share.Store(&peerShare{peers: int64(peers), interval: int64(max(interval/2, 1)), clock: clk})
 }
 
 // burstNow reads the peer share's setting and the clock once.

@@ -19,7 +19,7 @@ func TestThePeerShareSpreadsABurstBeforeThePeersReport(t *testing.T) {
 		f.loads.SetPeerShare(tc.peers, 100*time.Millisecond, f.clock)
 		s := text("system prompt shared by every session", 200)
 		owner := f.route(t, s).Worker
-		f.clock.Advance(time.Second)
+		f.clock.Step(time.Second)
 		n := 0
 		for range 30 {
 			if d, _ := f.hold(t, s); d.Worker == owner {
@@ -40,7 +40,7 @@ func TestAnOverloadCheckOnReportsLetsABurstStayOnItsOwner(t *testing.T) {
 	f.loads.SetPeerShare(7, 100*time.Millisecond, f.clock)
 	s := text("system prompt shared by every session", 200)
 	owner := f.route(t, s).Worker
-	f.clock.Advance(time.Second)
+	f.clock.Step(time.Second)
 	n := 0
 	for range 30 {
 		if d, _ := f.hold(t, s); d.Worker == owner {
@@ -68,11 +68,11 @@ func TestThePeerShareFadesWithinOneInterval(t *testing.T) {
 	if got := l.recent.expected(v); got != 35 {
 		t.Fatalf("expected share %d right after 5 reservations, want 7*5", got)
 	}
-	f.clock.Advance(60 * time.Millisecond)
+	f.clock.Step(60 * time.Millisecond)
 	if got := l.recent.expected(f.loads.burstNow()); got == 0 || got >= 35 {
 		t.Fatalf("share %d 60 ms later, want fading", got)
 	}
-	f.clock.Advance(50 * time.Millisecond)
+	f.clock.Step(50 * time.Millisecond)
 	if got := l.recent.expected(f.loads.burstNow()); got != 0 {
 		t.Fatalf("share %d 110 ms later, want 0", got)
 	}
@@ -99,8 +99,8 @@ func TestReplicasOfATierPlaceANewPrefixAlike(t *testing.T) {
 			if a.route(t, s).Worker == b.route(t, s).Worker {
 				same++
 			}
-			a.clock.Advance(time.Second) // let each reservation's share fade
-			b.clock.Advance(time.Second)
+			a.clock.Step(time.Second) // let each reservation's share fade
+			b.clock.Step(time.Second)
 		}
 		if peers > 0 && same != 50 {
 			t.Errorf("with a peer, %d of 50 new prefixes went to the same worker on both replicas, want all", same)

@@ -1,15 +1,9 @@
 package affinity
 
-import "time"
+import "k8s.io/utils/clock"
 
-// Clock tells the time. The router uses SystemClock; the fleet simulator and
-// the tests pass a virtual clock so that nothing here depends on wall time.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+// SystemClock is the wall clock, clock.RealClock under its old name.
+//
+// Deprecated: pass clock.RealClock{}. The alias stays only until the callers in cluster/ and
+// proxy/ (being rewritten elsewhere) switch over.
+type SystemClock = clock.RealClock

@@ -7,6 +7,6 @@
 // policies, among them cache_aware with the per-request overload check.
 //
 // The package imports nothing else of this project and reads time only from
-// an injected Clock, so the same code runs inside a router replica and inside
-// the fleet simulator on virtual time.
+// an injected k8s.io/utils/clock PassiveClock, so the same code runs inside a
+// router replica and inside the fleet simulator on virtual time.
 package affinity

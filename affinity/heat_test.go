@@ -78,7 +78,7 @@ func TestAHotPrefixStopsSpreadingWhenTheBurstPasses(t *testing.T) {
 		t.Fatalf("the burst went to %v: want two owners", took)
 	}
 	owners := slices.Sorted(maps.Keys(took))
-	f.clock.Advance(2 * hotWindow)
+	f.clock.Step(2 * hotWindow)
 	// The owners are busy with other work, as busy as during the burst; the
 	// prefix itself is cold now: its requests stay with the workers that hold
 	// it and go nowhere new.
@@ -90,7 +90,7 @@ func TestAHotPrefixStopsSpreadingWhenTheBurstPasses(t *testing.T) {
 		if !slices.Contains(owners, d.Worker) || !d.Hit {
 			t.Fatalf("request %d after the burst went to %d (hit %v): want one of the owners %v", i, d.Worker, d.Hit, owners)
 		}
-		f.clock.Advance(hotWindow)
+		f.clock.Step(hotWindow)
 	}
 }
 
@@ -101,7 +101,7 @@ func TestAColdPrefixKeepsOneOwner(t *testing.T) {
 		owner := f.route(t, prefix).Worker
 		f.setLoad(owner, 40) // far past the hot bound, short of the balance threshold
 		for turn := range 10 {
-			f.clock.Advance(hotWindow / 4)
+			f.clock.Step(hotWindow / 4)
 			if d := f.route(t, prefix+text("turn", 40+turn)); d.Worker != owner || !d.Hit {
 				t.Fatalf("turn %d went to %d (hit %v): want the owner %d", turn, d.Worker, d.Hit, owner)
 			}
@@ -124,7 +124,7 @@ func TestAReplicaOfATierCountsThePeersShareOfAPrefixsHeat(t *testing.T) {
 		f := newFleet(t, 8, Settings{})
 		f.loads.SetPeerShare(peers, 100*time.Millisecond, f.clock)
 		owner := f.route(t, prefix).Worker
-		f.clock.Advance(time.Second)
+		f.clock.Step(time.Second)
 		for i := range 40 {
 			d, g := f.hold(t, prefix+text(fmt.Sprint("rollout", i), 40))
 			defer g.Release()

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 const indexShards = 64
@@ -19,7 +21,7 @@ const indexShards = 64
 // Concurrency: Match takes only read locks of the shards it visits. Writers
 // hold the owner's lock, then each shard's lock in turn, in that order.
 type Index struct {
-	clock         Clock
+	clock         clock.PassiveClock
 	defaultBudget int // blocks per worker
 	// maxBudget is the largest budget any worker has had, in blocks.
 	maxBudget atomic.Int64
@@ -74,9 +76,10 @@ type Fact struct {
 }
 
 // NewIndex returns an empty index whose owners keep at most budgetBlocks
-// blocks each unless SetBudget says otherwise.
-func NewIndex(clock Clock, budgetBlocks int) *Index {
-	ix := &Index{clock: clock, defaultBudget: max(budgetBlocks, 1)}
+// blocks each unless SetBudget says otherwise. clk stamps the facts
+// (clock.RealClock{} in the router, virtual time in the simulator and tests).
+func NewIndex(clk clock.PassiveClock, budgetBlocks int) *Index {
+	ix := &Index{clock: clk, defaultBudget: max(budgetBlocks, 1)}
 	ix.maxBudget.Store(int64(ix.defaultBudget))
 	for i := range ix.shards {
 		ix.shards[i].m = make(map[uint64][]*ownerNode)

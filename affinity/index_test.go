@@ -32,7 +32,7 @@ func TestBlockHashesChainAndSeedByModel(t *testing.T) {
 }
 
 func TestIndexEvictsLeastRecentlyUsedWithinTheBudget(t *testing.T) {
-	clock := &fakeClock{}
+	clock := newFakeClock()
 	ix := NewIndex(clock, 10)
 	old, recent := chain("m", 6, "old"), chain("m", 6, "recent")
 	ix.Insert(old, 1)
@@ -51,7 +51,7 @@ func TestIndexEvictsLeastRecentlyUsedWithinTheBudget(t *testing.T) {
 }
 
 func TestIndexBudgetIsPerWorker(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 4)
+	ix := NewIndex(newFakeClock(), 4)
 	ix.Insert(chain("m", 4, "a"), 1)
 	ix.Insert(chain("m", 4, "b"), 2)
 	ix.SetBudget(2, 2)
@@ -61,7 +61,7 @@ func TestIndexBudgetIsPerWorker(t *testing.T) {
 }
 
 func TestSparseLearnedFactsStillMatchDeep(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	h := chain("m", 20, "conv")
 	ix.Learn(Fact{Hash: h[15], Worker: 3}) // only the deepest block of an earlier turn
 	pool := NewPool([]*Load{{id: 2}, {id: 3}})
@@ -72,7 +72,7 @@ func TestSparseLearnedFactsStillMatchDeep(t *testing.T) {
 }
 
 func TestMatchIgnoresOwnersOutsideThePool(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	h := chain("m", 8, "conv")
 	ix.Insert(h, 5)
 	ix.Insert(h[:3], 6)
@@ -83,10 +83,10 @@ func TestMatchIgnoresOwnersOutsideThePool(t *testing.T) {
 }
 
 func TestExpireDropsIdleFacts(t *testing.T) {
-	clock := &fakeClock{}
+	clock := newFakeClock()
 	ix := NewIndex(clock, 100)
 	ix.Insert(chain("m", 3, "idle"), 1)
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	ix.Insert(chain("m", 3, "busy"), 1)
 	ix.Expire(clock.Now().Add(-time.Minute))
 	if n := ix.Blocks(1); n != 3 {
@@ -95,7 +95,7 @@ func TestExpireDropsIdleFacts(t *testing.T) {
 }
 
 func TestRemovedWorkerIsNeverRecordedAgain(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	ix.Insert(chain("m", 3, "a"), 1)
 	ix.RemoveWorker(1)
 	ix.Insert(chain("m", 3, "b"), 1)
@@ -147,7 +147,7 @@ func naiveCharged(facts map[naiveFact]naiveUse, w WorkerID) int {
 func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	const budget = 40
-	ix := NewIndex(&fakeClock{}, budget)
+	ix := NewIndex(newFakeClock(), budget)
 	naive := map[naiveFact]naiveUse{}
 	tick := 0
 	var chains [][]uint64
@@ -206,7 +206,7 @@ func naiveMatch(facts map[naiveFact]naiveUse, c []uint64, pool *Pool) (int, map[
 }
 
 func TestLearnedFactIsChargedItsSpan(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 60)
+	ix := NewIndex(newFakeClock(), 60)
 	old := chain("m", 20, "old")
 	ix.Insert(old, 1)
 	learned := chain("m", 50, "learned")
@@ -228,7 +228,7 @@ func TestLearnedFactIsChargedItsSpan(t *testing.T) {
 // replica is charged once, and one demoted to a span of 1 (a deeper fact of
 // its conversation now stands for its stretch) frees the rest.
 func TestLearningAFactAgainTakesTheNewCharge(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	f := Fact{Hash: 7, Worker: 1, Span: 30}
 	ix.Learn(f)
 	ix.Learn(f)
@@ -248,7 +248,7 @@ func TestLearningAFactAgainTakesTheNewCharge(t *testing.T) {
 }
 
 func TestAnInsertedFactKeepsItsChargeOfOne(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	h := chain("m", 4, "conv")
 	ix.Insert(h, 1)
 	ix.Learn(Fact{Hash: h[3], Worker: 1, Span: 4})
@@ -258,7 +258,7 @@ func TestAnInsertedFactKeepsItsChargeOfOne(t *testing.T) {
 }
 
 func TestInsertChargesALearnedBlockAsItselfAlone(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	h := chain("m", 8, "conv")
 	ix.Learn(Fact{Hash: h[7], Worker: 1, Span: 8})
 	ix.Insert(h, 1) // the whole prefix is recorded block by block now
@@ -268,7 +268,7 @@ func TestInsertChargesALearnedBlockAsItselfAlone(t *testing.T) {
 }
 
 func TestLearnedChargeIsAtLeastOneAndAtMostTheBudget(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 10)
+	ix := NewIndex(newFakeClock(), 10)
 	ix.Learn(Fact{Hash: 1, Worker: 1}) // no span: one block
 	if n := ix.Blocks(1); n != 1 {
 		t.Fatalf("a fact without span charged %d, want 1", n)
@@ -284,7 +284,7 @@ func TestLearnedChargeIsAtLeastOneAndAtMostTheBudget(t *testing.T) {
 }
 
 func TestRecentCarriesTheCharges(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 100)
+	ix := NewIndex(newFakeClock(), 100)
 	ix.Insert([]uint64{1}, 1)
 	ix.Learn(Fact{Hash: 2, Worker: 1, Span: 12})
 	got := ix.Recent(10)
@@ -299,7 +299,7 @@ func TestRecentCarriesTheCharges(t *testing.T) {
 // least recently used facts at once, down to a tenth of its capacity; each
 // one it backed gives 1% of the capacity back, up to the capacity.
 func TestAnEngineThatDidNotHoldAHitShrinksItsWorkersBudget(t *testing.T) {
-	ix := NewIndex(&fakeClock{}, 1000)
+	ix := NewIndex(newFakeClock(), 1000)
 	hashes := make([]uint64, 1000)
 	for i := range hashes {
 		hashes[i] = uint64(i + 1)

@@ -8,7 +8,7 @@ import (
 // budget of budget blocks per worker.
 func newFleetWithBlock(t *testing.T, n, budget int) *fleet {
 	t.Helper()
-	f := &fleet{loads: NewLoadTable(nil), clock: &fakeClock{}}
+	f := &fleet{loads: NewLoadTable(nil), clock: newFakeClock()}
 	f.index = NewIndex(f.clock, budget)
 	var members []*Load
 	for i := 1; i <= n; i++ {

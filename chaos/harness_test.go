@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // replicas are the routers' published ports on loopback.
@@ -85,22 +87,6 @@ func networkOf(t *testing.T, service string) (network, ip string) {
 	out := inspect(t, service, `{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{$v.IPAddress}}{{end}}`)
 	network, ip, _ = strings.Cut(out, " ")
 	return network, ip
-}
-
-// eventually polls cond every 200 ms until it holds or timeout passes.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func getJSON(url string, v any) error {
@@ -178,20 +164,20 @@ func converged() error {
 
 func clusterFormed(t *testing.T) {
 	t.Helper()
-	eventually(t, "the cluster to form", 120*time.Second, converged)
+	testwait.EventuallyNil(t, 120*time.Second, converged, "the cluster to form")
 }
 
 func leaderName(t *testing.T) string {
 	t.Helper()
 	var s status
-	eventually(t, "a leader", 30*time.Second, func() error {
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
 		for _, n := range replicaNames {
 			if err := getJSON(replicas[n]+"/cluster/status", &s); err == nil && s.Leader != "" {
 				return nil
 			}
 		}
 		return fmt.Errorf("no replica knows a leader")
-	})
+	}, "a leader")
 	return s.Leader
 }
 
@@ -207,7 +193,7 @@ type loads struct {
 // once traffic stops, merged views included.
 func loadsDrain(t *testing.T) {
 	t.Helper()
-	eventually(t, "in-flight counts to return to zero", 30*time.Second, func() error {
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
 		for _, n := range replicaNames {
 			var l loads
 			if err := getJSON(replicas[n]+"/get_loads", &l); err != nil {
@@ -220,13 +206,13 @@ func loadsDrain(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}, "in-flight counts to return to zero")
 }
 
 // registryIdentical checks that every replica holds the same registry.
 func registryIdentical(t *testing.T) {
 	t.Helper()
-	eventually(t, "every replica to hold the same registry", 15*time.Second, func() error {
+	testwait.EventuallyNil(t, 15*time.Second, func() error {
 		var first []byte
 		for _, n := range replicaNames {
 			resp, err := client.Get(replicas[n] + "/workers")
@@ -242,7 +228,7 @@ func registryIdentical(t *testing.T) {
 			}
 		}
 		return nil
-	})
+	}, "every replica to hold the same registry")
 }
 
 // workerState is the state of worker id as replica n sees it.
@@ -263,7 +249,7 @@ func workerState(n string, id int) (string, error) {
 // no leader is reachable.
 func setState(t *testing.T, n string, id int, action string) {
 	t.Helper()
-	eventually(t, action+" worker "+fmt.Sprint(id)+" through "+n, 30*time.Second, func() error {
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
 		code, body, err := post(fmt.Sprintf("%s/workers/%d/%s", replicas[n], id, action), "{}")
 		if err != nil {
 			return err
@@ -272,13 +258,13 @@ func setState(t *testing.T, n string, id int, action string) {
 			return fmt.Errorf("%d %s", code, body)
 		}
 		return nil
-	})
+	}, "%s worker %d through %s", action, id, n)
 }
 
 // everyoneSees waits until every replica sees worker id in state.
 func everyoneSees(t *testing.T, id int, state string) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("every replica to see worker %d %s", id, state), 15*time.Second, func() error {
+	testwait.EventuallyNil(t, 15*time.Second, func() error {
 		for _, n := range replicaNames {
 			st, err := workerState(n, id)
 			if err != nil {
@@ -289,7 +275,7 @@ func everyoneSees(t *testing.T, id int, state string) {
 			}
 		}
 		return nil
-	})
+	}, "every replica to see worker %d %s", id, state)
 }
 
 // workerFault sets a workersim's fault through its admin API.

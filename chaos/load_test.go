@@ -68,7 +68,7 @@ func (l *load) client(i int) {
 		}
 		prompt := conv.next()
 		l.send(i, prompt, l.stream && turn%2 == 1)
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the client's think time between turns
 	}
 }
 
@@ -96,7 +96,7 @@ func (l *load) send(i int, prompt string, stream bool) {
 			return
 		}
 		l.counts.retried.Add(1)
-		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second))
+		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)) // the client's retry backoff
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // The recovery scenarios time what a fault costs after it, where the
@@ -58,7 +60,7 @@ func leaderFrozen(t *testing.T) {
 	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "no leader reachable") || first > 2*time.Second {
 		t.Errorf("the first write after the leader froze: %d %q %v after %v, want 503 \"no leader reachable\" within 2 s", code, body, err, first)
 	}
-	took := eventually(t, "a write to commit with the leader frozen", 60*time.Second, func() error {
+	took := testwait.EventuallyNil(t, 60*time.Second, func() error {
 		code, body, err := post(fmt.Sprintf("%s/workers/%d/drain", replicas[via], drainedWorker), "{}")
 		if err != nil {
 			return err
@@ -67,10 +69,10 @@ func leaderFrozen(t *testing.T) {
 			return fmt.Errorf("%d %s", code, body)
 		}
 		return nil
-	})
+	}, "a write to commit with the leader frozen")
 	noteRecovery(t, sc, "time to a committed write", fmt.Sprintf("%.1f s", (took+first).Seconds()))
 	docker(t, "kill", "-s", "CONT", id)
-	eventually(t, "membership to converge after the leader woke", 90*time.Second, converged)
+	testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after the leader woke")
 	setState(t, via, drainedWorker, "activate")
 	everyoneSees(t, drainedWorker, "active")
 	registryIdentical(t)
@@ -87,7 +89,7 @@ func healedWrite(t *testing.T) {
 	const sc = "heal-after-25s-netdisconnect"
 	clusterFormed(t)
 	heal := disconnect("r3")(t)
-	time.Sleep(25 * time.Second)
+	time.Sleep(25 * time.Second) // the partition the scenario holds, not a wait for a condition
 	heal(t)
 	healed := time.Now()
 	setState(t, "r1", drainedWorker, "drain")
@@ -97,7 +99,7 @@ func healedWrite(t *testing.T) {
 	if everywhere > 2*time.Second {
 		t.Errorf("a write made after the heal was on every replica %.1f s after it, want within 2 s", everywhere.Seconds())
 	}
-	eventually(t, "an activation through the healed r3", 30*time.Second, func() error {
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
 		code, body, err := post(fmt.Sprintf("%s/workers/%d/activate", replicas["r3"], drainedWorker), "{}")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("%d %s", code, body)
@@ -106,12 +108,12 @@ func healedWrite(t *testing.T) {
 			t.Logf("%.2f s after the heal: %v", time.Since(healed).Seconds(), err)
 		}
 		return err
-	})
+	}, "an activation through the healed r3")
 	committed := time.Since(healed)
 	everyoneSees(t, drainedWorker, "active")
 	noteRecovery(t, sc, "then a write through r3, committed / on every replica",
 		fmt.Sprintf("%.1f s / %.1f s after the heal", committed.Seconds(), time.Since(healed).Seconds()))
-	eventually(t, "membership to converge after healing", 90*time.Second, converged)
+	testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after healing")
 	registryIdentical(t)
 }
 
@@ -122,7 +124,7 @@ func networkBack(t *testing.T) {
 	const sc = "network-back-after-20s-netdisconnect"
 	clusterFormed(t)
 	heal := disconnect("r3")(t)
-	time.Sleep(20 * time.Second)
+	time.Sleep(20 * time.Second) // the outage the scenario holds, not a wait for a condition
 	heal(t)
 	healed := time.Now()
 	var answered, refused, other int
@@ -140,7 +142,7 @@ func networkBack(t *testing.T) {
 		default:
 			other++
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the client's pace over the measured window
 	}
 	noteRecovery(t, sc, "r3's answers in the 5 s after its network came back",
 		fmt.Sprintf("%d answered, %d refused 503, %d other (connection errors)", answered, refused, other))
@@ -148,7 +150,7 @@ func networkBack(t *testing.T) {
 	if refused != 0 {
 		t.Errorf("r3 answered %d requests 503 after its network came back, want none", refused)
 	}
-	eventually(t, "membership to converge after healing", 90*time.Second, converged)
+	testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after healing")
 }
 
 // completeAt sends one short completion to base and returns its status.

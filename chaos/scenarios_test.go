@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // scenario is one fault: inject it, keep it for hold, heal it. While it
@@ -37,7 +39,7 @@ func (sc scenario) run(t *testing.T) {
 		t.Fatalf("hit rate before: %v", err)
 	}
 	l := startLoad(16, sc.stream)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // traffic before the fault: part of the scenario
 	if sc.writeVia == "" {
 		setState(t, "r1", drainedWorker, "drain")
 	}
@@ -45,9 +47,9 @@ func (sc scenario) run(t *testing.T) {
 	if sc.writeVia != "" {
 		setState(t, sc.writeVia, drainedWorker, "drain")
 	}
-	time.Sleep(sc.hold)
+	time.Sleep(sc.hold) // the fault the scenario holds, not a wait for a condition
 	heal(t)
-	took := eventually(t, "membership to converge after healing", 90*time.Second, converged)
+	took := testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after healing")
 	time.Sleep(3 * time.Second) // traffic on the healed cluster
 	stats := l.end()
 	everyoneSees(t, drainedWorker, "draining")
@@ -151,7 +153,7 @@ func signal(replica, stop, cont string) func(t *testing.T) func(t *testing.T) {
 func rollingRestart(t *testing.T) func(t *testing.T) {
 	for _, n := range replicaNames {
 		compose(t, "restart", "-t", "20", n)
-		eventually(t, "the cluster to converge after restarting "+n, 90*time.Second, converged)
+		testwait.EventuallyNil(t, 90*time.Second, converged, "the cluster to converge after restarting %s", n)
 	}
 	return func(*testing.T) {}
 }
@@ -186,7 +188,7 @@ func killWorker(worker string) func(t *testing.T) func(t *testing.T) {
 		compose(t, "kill", worker)
 		return func(t *testing.T) {
 			compose(t, "start", worker)
-			eventually(t, worker+" healthy on every replica", 60*time.Second, func() error { return healthyEverywhere(worker) })
+			testwait.EventuallyNil(t, 60*time.Second, func() error { return healthyEverywhere(worker) }, "%s healthy on every replica", worker)
 		}
 	}
 }
@@ -238,14 +240,14 @@ func leaderKilledDuringWrites(t *testing.T) {
 				acked++
 				writes++
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the writer's pace
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // writes before the kill: part of the scenario
 	compose(t, "kill", leader)
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // the leader stays down: part of the scenario
 	compose(t, "start", leader)
-	took := eventually(t, "membership to converge after the leader's restart", 90*time.Second, converged)
+	took := testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after the leader's restart")
 	close(stop)
 	acked := <-done
 	want := []string{"active", "draining"}[acked%2]

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -13,7 +15,7 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	for _, through := range []string{"router", "core"} {
 		b.Run(through, func(b *testing.B) {
-			r, err := New(Config{Clock: affinity.SystemClock{}, BlockSize: blockSize, IndexBudget: 1 << 16})
+			r, err := New(Config{Clock: clock.RealClock{}, BlockSize: blockSize, IndexBudget: 1 << 16})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -14,17 +16,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable clock for the index and the peer share.
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
-
 const blockSize = 16
 
 // tier builds n gossiping cores over workers 1..workers.
-func tier(t *testing.T, n, workers int) ([]*Replica, *clock) {
+func tier(t *testing.T, n, workers int) ([]*Replica, *testingclock.FakeClock) {
 	t.Helper()
-	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
 	var ids []affinity.WorkerID
 	for w := 1; w <= workers; w++ {
 		ids = append(ids, affinity.WorkerID(w))
@@ -95,8 +92,8 @@ func TestADecisionReachesAPeerOnTheNextTick(t *testing.T) {
 	if before.Hit {
 		t.Fatalf("replica-1 matched before any tick: %+v", before)
 	}
-	clk.now = clk.now.Add(loadsync.DefaultLoadInterval)
-	exchange(t, rs, clk.now)
+	clk.Step(loadsync.DefaultLoadInterval)
+	exchange(t, rs, clk.Now())
 	b := decide(t, rs[1], router(t, rs[1]), prompt, allPool(rs[1]))
 	if !b.Hit || b.Worker != a.Worker || b.Fact != FactPeer {
 		t.Errorf("after a tick replica-1 decided %+v, want a hit on worker %d from a peer's fact", b, a.Worker)
@@ -154,8 +151,8 @@ func TestAMissWhosePeerFactArrivesBeforeTheAnswerIsLostToALateFact(t *testing.T)
 	a := decide(t, rs[0], router(t, rs[0]), prompt, allPool(rs[0]).Without(2, 3, 4))
 	b := decide(t, rs[1], router(t, rs[1]), prompt, allPool(rs[1]).Without(1, 3, 4))
 	lonely := decide(t, rs[1], router(t, rs[1]), []byte("a prompt only replica-1 ever sees, long enough to hash"), allPool(rs[1]))
-	clk.now = clk.now.Add(loadsync.DefaultLoadInterval)
-	exchange(t, rs, clk.now)
+	clk.Step(loadsync.DefaultLoadInterval)
+	exchange(t, rs, clk.Now())
 	rs[0].Answered(a, usage(0, 100))
 	rs[1].Answered(b, usage(0, 100))
 	rs[1].Answered(lonely, usage(0, 100))
@@ -206,7 +203,7 @@ func TestAShedHitTheEngineMissedIsLostToShedding(t *testing.T) {
 // 2^30 blocks is charged MaxChainBlocks, and facts about workers outside
 // the registry are dropped.
 func TestAPeersFactIsChargedAtMostTheLongestChain(t *testing.T) {
-	r, err := New(Config{Clock: affinity.SystemClock{}, BlockSize: blockSize, IndexBudget: 1 << 20})
+	r, err := New(Config{Clock: clock.RealClock{}, BlockSize: blockSize, IndexBudget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +237,7 @@ func TestAWorkerThatWentDownLosesItsPrefixes(t *testing.T) {
 // budget; NoCalibration leaves it alone.
 func TestAFalseHitCalibratesTheWorkersBudget(t *testing.T) {
 	for _, off := range []bool{false, true} {
-		r, err := New(Config{Clock: &clock{}, BlockSize: blockSize, IndexBudget: 1 << 10, NoCalibration: off})
+		r, err := New(Config{Clock: testingclock.NewFakeClock(time.Time{}), BlockSize: blockSize, IndexBudget: 1 << 10, NoCalibration: off})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
@@ -17,8 +19,9 @@ var ErrConfig = errors.New("core: invalid config")
 // Config configures a Replica. Zero fields take the defaults in their
 // comments; callbacks may be nil.
 type Config struct {
-	// Clock stamps index facts and drives the peer share. Required.
-	Clock affinity.Clock
+	// Clock stamps index facts and drives the peer share: clock.RealClock{}
+	// in the router, virtual time in the simulator. Required.
+	Clock clock.PassiveClock
 	// BlockSize is the hash block in bytes of routing text. Required.
 	BlockSize int
 	// IndexBudget is every worker's index budget in blocks until its

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // loopbackOnly is a worker-host policy for the tests: 127.0.0.1 or nothing.
@@ -48,16 +50,15 @@ func subscribe(t *testing.T, p *Publisher, replay bool) *Subscriber {
 // a deadline generous for a loaded machine.
 func eventually(t *testing.T, what string, nudge func(), cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		if cond() {
+			return true
 		}
 		if nudge != nil {
 			nudge()
 		}
-		time.Sleep(10 * time.Millisecond) // a poll interval, not a wait for an event
-	}
+		return false
+	}, "%s", what)
 }
 
 func publish(t *testing.T, p *Publisher, events ...Event) {

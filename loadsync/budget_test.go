@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -166,7 +168,7 @@ type budgetSim struct {
 	history                         [][]change // [replica*workers+worker] the truth, for the lag
 	turns                           []int      // per session
 	index                           *affinity.Index
-	clock                           *budgetClock
+	clock                           *testingclock.FakePassiveClock
 	lags                            []time.Duration
 	counting                        bool
 	loadBytes, digestBytes, packets uint64
@@ -180,14 +182,10 @@ type change struct {
 	n  int64
 }
 
-type budgetClock struct{ now time.Time }
-
-func (c *budgetClock) Now() time.Time { return c.now }
-
 func (b budgetRun) run(t *testing.T) budgetRow {
 	t.Helper()
 	s := &budgetSim{b: b, rng: rand.New(rand.NewPCG(uint64(b.replicas), uint64(b.workers))),
-		clock: &budgetClock{now: t0}}
+		clock: testingclock.NewFakePassiveClock(t0)}
 	s.index = affinity.NewIndex(s.clock, budgetIndexBlocks)
 	s.local = make([][]int64, b.replicas)
 	s.history = make([][]change, b.replicas*b.workers)
@@ -246,7 +244,7 @@ func appendLoads(dst []WorkerLoad, local []int64) []WorkerLoad {
 
 func (s *budgetSim) step(e budgetEvent) {
 	s.now = e.at
-	s.clock.now = t0.Add(e.at)
+	s.clock.SetTime(t0.Add(e.at))
 	if !s.counting && s.now >= budgetWarmup {
 		s.counting = true
 	}
@@ -254,7 +252,7 @@ func (s *budgetSim) step(e budgetEvent) {
 	case evTick:
 		s.tick(e.replica)
 	case evDeliver:
-		if err := s.states[e.replica].Receive(e.pkt, s.clock.now); err != nil {
+		if err := s.states[e.replica].Receive(e.pkt, s.clock.Now()); err != nil {
 			panic(fmt.Sprintf("replica %d refused a packet: %v", e.replica, err))
 		}
 	case evArrive:
@@ -273,7 +271,7 @@ func (s *budgetSim) step(e budgetEvent) {
 // run's probability.
 func (s *budgetSim) tick(i int) {
 	st := s.states[i]
-	for _, p := range st.Tick(s.clock.now) {
+	for _, p := range st.Tick(s.clock.Now()) {
 		for peer := range s.states {
 			if peer == i {
 				continue

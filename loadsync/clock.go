@@ -1,24 +1,9 @@
 package loadsync
 
-import "time"
+import "k8s.io/utils/clock"
 
-// Clock is Gossip's source of time: timestamps for reports and expiry, and
-// the ticker that paces them. Tests pass a clock they advance by hand.
-type Clock interface {
-	Now() time.Time
-	// NewTicker returns a channel that delivers a time every d, and a
-	// function that stops it.
-	NewTicker(d time.Duration) (<-chan time.Time, func())
-}
-
-// SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTicker wraps time.NewTicker.
-func (SystemClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
-	t := time.NewTicker(d)
-	return t.C, t.Stop
-}
+// SystemClock is the wall clock, clock.RealClock under its old name.
+//
+// Deprecated: pass clock.RealClock{}. The alias stays only until the callers in cluster/
+// (being rewritten elsewhere) switch over.
+type SystemClock = clock.RealClock

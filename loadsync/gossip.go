@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"k8s.io/utils/clock"
 )
 
 // Gossip runs a State over a hashicorp/memberlist cluster. memberlist
@@ -21,7 +22,7 @@ import (
 // leaves the cluster and shuts memberlist down.
 type Gossip struct {
 	st    *State
-	clock Clock
+	clock clock.WithTicker
 	cfg   GossipConfig
 	ml    *memberlist.Memberlist
 	// keyring is memberlist's, nil without a SecretKey (keyring.go).
@@ -44,12 +45,13 @@ type Gossip struct {
 // Start creates the memberlist node named after st's Origin, joins
 // cfg.Join if any, and starts gossiping st. A join refused because of a
 // cluster configuration mismatch returns an error wrapping the
-// *ConfigMismatchError; one that reached nobody wraps ErrJoin.
-func Start(cfg GossipConfig, st *State, clock Clock) (*Gossip, error) {
+// *ConfigMismatchError; one that reached nobody wraps ErrJoin. clk stamps
+// reports and expiry and paces them: clock.RealClock{} outside tests.
+func Start(cfg GossipConfig, st *State, clk clock.WithTicker) (*Gossip, error) {
 	cfg = cfg.withDefaults()
 	g := &Gossip{
 		st:     st,
-		clock:  clock,
+		clock:  clk,
 		cfg:    cfg,
 		inbox:  make(chan []byte, cfg.InboxPackets),
 		events: newEventQueue(),
@@ -70,9 +72,9 @@ func Start(cfg GossipConfig, st *State, clock Clock) (*Gossip, error) {
 			return nil, err
 		}
 	}
-	tick, stopTicker := clock.NewTicker(st.cfg.LoadInterval)
+	ticker := clk.NewTicker(st.cfg.LoadInterval)
 	g.wg.Add(2)
-	go g.pump(tick, stopTicker)
+	go g.pump(ticker.C(), ticker.Stop)
 	go g.deliverEvents()
 	return g, nil
 }

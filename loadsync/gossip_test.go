@@ -8,20 +8,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
-// waitFor polls cond until it holds or the deadline passes. The deadline
-// is generous: eight memberlist nodes on a loaded two-core host can take
-// more than ten seconds to see each other.
+// waitFor polls cond until it holds. The deadline is generous: eight
+// memberlist nodes on a loaded two-core host can take more than ten seconds
+// to see each other.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 30*time.Second, cond, "%s", what)
 }
 
 type node struct {
@@ -30,7 +29,7 @@ type node struct {
 }
 
 type nodeOptions struct {
-	clock    Clock // default SystemClock
+	clock    clock.WithTicker // default clock.RealClock
 	join     []string
 	key      []byte
 	config   map[string]string
@@ -49,9 +48,9 @@ func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
 			o.tweak(c)
 		}
 	})
-	clock := o.clock
-	if clock == nil {
-		clock = SystemClock{}
+	clk := o.clock
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	g, err := Start(GossipConfig{
 		BindAddr:     "127.0.0.1:0",
@@ -59,7 +58,7 @@ func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
 		SecretKey:    o.key,
 		OnMember:     o.onMember,
 		LocalNetwork: true,
-	}, r.st, clock)
+	}, r.st, clk)
 	if err != nil {
 		return nil, err
 	}
@@ -123,18 +122,18 @@ func TestGossipReplicasConvergeOnLoadsAndOwnership(t *testing.T) {
 }
 
 // stepUntil steps every clock by one LoadInterval until cond holds.
-func stepUntil(t *testing.T, what string, clocks []*manualClock, cond func() bool) {
+func stepUntil(t *testing.T, what string, clocks []*testingclock.FakeClock, cond func() bool) {
 	t.Helper()
 	waitFor(t, what, func() bool {
 		for _, c := range clocks {
-			c.step(DefaultLoadInterval)
+			c.Step(DefaultLoadInterval)
 		}
 		return cond()
 	})
 }
 
 func TestGossipStoppedReplicaLoadDisappears(t *testing.T) {
-	clocks := []*manualClock{newManualClock(), newManualClock(), newManualClock()}
+	clocks := []*testingclock.FakeClock{testingclock.NewFakeClock(t0), testingclock.NewFakeClock(t0), testingclock.NewFakeClock(t0)}
 	nodes := []*node{mustStart(t, "r0", nodeOptions{clock: clocks[0]})}
 	for i := 1; i < 3; i++ {
 		nodes = append(nodes, mustStart(t, fmt.Sprintf("r%d", i), nodeOptions{clock: clocks[i], join: []string{nodes[0].g.LocalAddr()}}))
@@ -158,14 +157,14 @@ func TestGossipStoppedReplicaLoadDisappears(t *testing.T) {
 }
 
 func TestGossipCrashedReplicaLoadExpires(t *testing.T) {
-	clock := newManualClock()
+	clock := testingclock.NewFakeClock(t0)
 	first := mustStart(t, "r0", nodeOptions{clock: clock})
 	second := mustStart(t, "r1", nodeOptions{join: []string{first.g.LocalAddr()}})
 	second.local.set(4, 9)
-	stepUntil(t, "r0 sees r1's load", []*manualClock{clock}, func() bool { return first.st.Remote(4) == 9 })
+	stepUntil(t, "r0 sees r1's load", []*testingclock.FakeClock{clock}, func() bool { return first.st.Remote(4) == 9 })
 
 	_ = second.g.Kill()        // no leave message: peers must notice silence
-	clock.step(DefaultLoadTTL) // r1's last report is now older than the TTL
+	clock.Step(DefaultLoadTTL) // r1's last report is now older than the TTL
 	waitFor(t, "r0 expires r1's load", func() bool { return first.st.Remote(4) == 0 })
 }
 

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -149,12 +150,8 @@ func runUntilCleanup(t *testing.T, w *Watcher) {
 func waitFor(t *testing.T, reg *registry, want ...string) {
 	t.Helper()
 	slices.Sort(want)
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Equal(reg.urls(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("registry %q, want %q", reg.urls(), want)
-		}
-		time.Sleep(time.Millisecond)
+	if !testwait.Holds(10*time.Second, func() bool { return slices.Equal(reg.urls(), want) }) {
+		t.Fatalf("registry %q, want %q", reg.urls(), want)
 	}
 }
 
@@ -203,13 +200,7 @@ func TestOnlyTheLeaderWrites(t *testing.T) {
 	reg := newRegistry(t)
 	reg.leader.Store(false)
 	w := watching(t, client, reg, Config{Interval: time.Hour})
-	deadline := time.Now().Add(10 * time.Second)
-	for !w.Synced() {
-		if time.Now().After(deadline) {
-			t.Fatal("the informers never synced")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, w.Synced, "the informers synced")
 	w.Reconcile(context.Background())
 	if n := reg.writes.Load(); n != 0 || len(reg.urls()) != 0 {
 		t.Fatalf("a follower made %d writes: %q", n, reg.urls())

@@ -3,6 +3,8 @@ package health
 import (
 	"errors"
 	"testing"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // breakerConfig trips after 3 failures, closes after 2 trial successes, and
@@ -25,10 +27,10 @@ func openCircuit(t *testing.T, m *Monitor, id WorkerID) {
 }
 
 // halfOpen trips worker id's breaker and waits out CBTimeout.
-func halfOpen(t *testing.T, m *Monitor, clock *FakeClock, id WorkerID) {
+func halfOpen(t *testing.T, m *Monitor, clock *testingclock.FakeClock, id WorkerID) {
 	t.Helper()
 	openCircuit(t, m, id)
-	clock.Advance(m.cfg.CBTimeout)
+	clock.Step(m.cfg.CBTimeout)
 	m.Tick()
 	if got := status(t, m, id).Circuit; got != CircuitHalfOpen {
 		t.Fatalf("circuit after CBTimeout = %v, want half_open", got)
@@ -93,7 +95,7 @@ func TestCanceledAttemptsDoNotCount(t *testing.T) {
 	if got := status(t, m, 1).Circuit; got != CircuitOpen {
 		t.Fatalf("cancellations broke the failure streak: circuit %v, want open", got)
 	}
-	clock.Advance(m.cfg.CBTimeout)
+	clock.Step(m.cfg.CBTimeout)
 	m.Tick()
 	finish(t, m, 1, 5, OutcomeCanceled)
 	if got := status(t, m, 1).Circuit; got != CircuitHalfOpen {
@@ -109,12 +111,12 @@ func TestBreakerHalfOpensAfterTimeout(t *testing.T) {
 	if changes.Load() != 1 {
 		t.Fatalf("OnChange calls after opening = %d, want 1", changes.Load())
 	}
-	clock.Advance(m.cfg.CBTimeout - 1)
+	clock.Step(m.cfg.CBTimeout - 1)
 	m.Tick()
 	if got := status(t, m, 1).Circuit; got != CircuitOpen {
 		t.Fatalf("circuit 1ns before CBTimeout = %v, want open", got)
 	}
-	clock.Advance(1)
+	clock.Step(1)
 	m.Tick()
 	if got := status(t, m, 1).Circuit; got != CircuitHalfOpen || !m.Eligible(1) {
 		t.Fatalf("circuit at CBTimeout = %v eligible %v, want half_open and eligible", got, m.Eligible(1))
@@ -169,7 +171,7 @@ func TestHalfOpenFailureReopens(t *testing.T) {
 	if got := status(t, m, 1).Circuit; got != CircuitOpen {
 		t.Fatalf("circuit after a trial failure = %v, want open", got)
 	}
-	clock.Advance(m.cfg.CBTimeout - 1)
+	clock.Step(m.cfg.CBTimeout - 1)
 	m.Tick()
 	if got := status(t, m, 1).Circuit; got != CircuitOpen {
 		t.Fatalf("reopened circuit half-opened before a full CBTimeout: %v", got)
@@ -205,7 +207,7 @@ func TestEndTwiceCountsOnce(t *testing.T) {
 	if got := status(t, m, 1).Circuit; got != CircuitOpen {
 		t.Fatalf("circuit after the second failed attempt = %v, want open", got)
 	}
-	clock.Advance(cfg.CBTimeout)
+	clock.Step(cfg.CBTimeout)
 	m.Tick()
 	trial := begin(t, m, 1)
 	trial.End(OutcomeCanceled)

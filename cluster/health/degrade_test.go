@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func degradeConfig() Config {
@@ -23,14 +24,14 @@ func degradeConfig() Config {
 
 // stream runs n concurrent streamed requests on worker id, each delivering
 // tokens over d after its first byte, and ends them with a success.
-func stream(t *testing.T, m *Monitor, clock *FakeClock, id WorkerID, n, tokens int, d time.Duration) {
+func stream(t *testing.T, m *Monitor, clock *testingclock.FakeClock, id WorkerID, n, tokens int, d time.Duration) {
 	t.Helper()
 	as := make([]*Attempt, n)
 	for i := range as {
 		as[i] = begin(t, m, id)
 		as[i].Progress(1)
 	}
-	clock.Advance(d)
+	clock.Step(d)
 	for _, a := range as {
 		a.Progress(tokens)
 		a.End(OutcomeSuccess)
@@ -125,7 +126,7 @@ func fleet(t *testing.T, n int) ([]Target, []*fakeWorker) {
 
 // degradeWorker3 makes worker 3 of a 3-worker fleet degraded and returns the
 // clock at the verdict.
-func degradeWorker3(t *testing.T, m *Monitor, clock *FakeClock) {
+func degradeWorker3(t *testing.T, m *Monitor, clock *testingclock.FakeClock) {
 	t.Helper()
 	stream(t, m, clock, 1, 5, 50, time.Second)
 	stream(t, m, clock, 2, 5, 50, time.Second)
@@ -137,8 +138,8 @@ func degradeWorker3(t *testing.T, m *Monitor, clock *FakeClock) {
 }
 
 // recoveryRound lets the next recovery probe fall due, and sends it.
-func recoveryRound(m *Monitor, clock *FakeClock, wait time.Duration) {
-	clock.Advance(wait)
+func recoveryRound(m *Monitor, clock *testingclock.FakeClock, wait time.Duration) {
+	clock.Step(wait)
 	m.Tick()
 	tasksRound(m)
 }
@@ -156,7 +157,7 @@ func TestDegradedComesBackWhenItsProbeMatchesAPeers(t *testing.T) {
 	if fws[0].generated.Load()+fws[1].generated.Load() != 1 {
 		t.Fatal("the degraded worker's probe was not measured against one healthy peer's")
 	}
-	clock.Advance(time.Hour) // its samples age out: without traffic, that proves nothing
+	clock.Step(time.Hour) // its samples age out: without traffic, that proves nothing
 	m.Tick()
 	if st := status(t, m, 3); !st.Degraded || st.Circuit != CircuitOpen {
 		t.Fatalf("an hour without samples lifted the degrade verdict: %+v", st)
@@ -198,12 +199,12 @@ func TestDegradeLiftsWithItsSamplesWhenProbesAreRefused(t *testing.T) {
 	degradeWorker3(t, m, clock)
 	fws[2].genCode.Store(fasthttp.StatusNotFound)
 	recoveryRound(m, clock, recoveryBase)
-	clock.Advance(m.cfg.DegradeWindow)
+	clock.Step(m.cfg.DegradeWindow)
 	m.Tick()
 	if st := status(t, m, 3); st.Degraded {
 		t.Fatalf("a worker refusing recovery probes stayed degraded after its samples aged out: %+v", st)
 	}
-	clock.Advance(m.cfg.CBTimeout)
+	clock.Step(m.cfg.CBTimeout)
 	m.Tick()
 	if got := status(t, m, 3).Circuit; got != CircuitHalfOpen {
 		t.Fatalf("circuit CBTimeout after opening = %v, want half_open", got)
@@ -217,7 +218,7 @@ func TestShortAnswersGiveNoRateSample(t *testing.T) {
 	stream(t, m, clock, 3, 5, minRateTokens-1, 10*time.Second)
 	for range 5 { // non-streamed: tokens arrive with the first byte
 		a := begin(t, m, 3)
-		clock.Advance(10 * time.Second)
+		clock.Step(10 * time.Second)
 		a.Progress(500)
 		a.End(OutcomeSuccess)
 	}

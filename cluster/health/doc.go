@@ -27,11 +27,12 @@
 // The request path (Eligible, Begin, Attempt.Progress, Attempt.Stuck,
 // Attempt.End) reads atomics and takes at most a per-worker mutex for a few
 // instructions; it never waits for the check loop, which owns no lock the
-// request path needs. Time comes from an injected Clock: everything that
+// request path needs. Time comes from an injected k8s.io/utils/clock
+// PassiveClock: everything that
 // depends on time passing (wedge and degrade verdicts, stuck attempts, the
 // breaker's open-to-half-open step) is evaluated in Tick, and the network
 // work that Tick asks for (engine scrapes, recovery probes) is sent by Run, so
-// tests advance a FakeClock and call Tick, CheckNow or run the tasks instead
+// tests step k8s' FakeClock and call Tick, CheckNow or run the tasks instead
 // of sleeping.
 //
 // The package knows nothing of the router's load counters: health checks and

@@ -3,6 +3,8 @@ package health
 import (
 	"fmt"
 	"testing"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // FuzzBreaker drives the breaker with arbitrary interleavings of admissions,
@@ -83,7 +85,7 @@ func FuzzRemoteVerdicts(f *testing.F) {
 	f.Add([]byte{0, 3, 1, 1, 2, 2, 1, 0, 0})
 	f.Add([]byte{255, 7, 1, 200, 2, 3, 1, 1})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := New(testConfig(), NewFakeClock(t0), nil)
+		m, err := New(testConfig(), testingclock.NewFakeClock(t0), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // peers is a PeerContact the test sets: how long no peer was heard, and
@@ -19,7 +20,7 @@ func (p *peers) contact() (time.Duration, bool) {
 	return time.Duration(p.silent.Load()), p.expected.Load()
 }
 
-func isolationMonitor(t *testing.T, workers ...*fakeWorker) (*Monitor, *FakeClock, *peers) {
+func isolationMonitor(t *testing.T, workers ...*fakeWorker) (*Monitor, *testingclock.FakeClock, *peers) {
 	var ts []Target
 	for i, fw := range workers {
 		ts = append(ts, Target{ID: WorkerID(i + 1), URL: fw.url})
@@ -32,9 +33,9 @@ func isolationMonitor(t *testing.T, workers ...*fakeWorker) (*Monitor, *FakeCloc
 }
 
 // rounds runs n probe rounds, an Interval apart.
-func rounds(t *testing.T, m *Monitor, clock *FakeClock, n int) {
+func rounds(t *testing.T, m *Monitor, clock *testingclock.FakeClock, n int) {
 	for range n {
-		clock.Advance(m.cfg.Interval)
+		clock.Step(m.cfg.Interval)
 		checkRound(t, m)
 	}
 }
@@ -102,7 +103,7 @@ func TestRequestFailuresWhileCutOffDoNotOpenTheCircuit(t *testing.T) {
 	w1 := startFakeWorker(t)
 	m, clock, p := isolationMonitor(t, w1)
 	p.silent.Store(int64(time.Hour * 24))
-	clock.Advance(2 * m.cfg.Interval) // no worker answered in the last round either
+	clock.Step(2 * m.cfg.Interval) // no worker answered in the last round either
 	finish(t, m, 1, m.cfg.CBFailureThreshold+1, OutcomeFailure)
 	if st := status(t, m, 1); !st.Eligible {
 		t.Fatalf("after %d failed requests while cut off: %+v, want eligible", m.cfg.CBFailureThreshold+1, st)
@@ -116,14 +117,14 @@ func TestRequestFailuresWhileCutOffDoNotOpenTheCircuit(t *testing.T) {
 func TestAFailureBegunWhileCutOffIsNotCountedWhenItEndsAfterContactReturns(t *testing.T) {
 	w1 := startFakeWorker(t)
 	m, clock, p := isolationMonitor(t, w1)
-	clock.Advance(2 * m.cfg.Interval) // the last answer is a round and more behind
+	clock.Step(2 * m.cfg.Interval) // the last answer is a round and more behind
 	p.silent.Store(int64(time.Second))
 	m.checkContact() // the peers went quiet a second ago
 	began := m.now()
-	clock.Advance(time.Second)
+	clock.Step(time.Second)
 	p.silent.Store(0)
 	m.checkContact() // a peer is heard again
-	clock.Advance(time.Millisecond)
+	clock.Step(time.Millisecond)
 	if !m.isolated(began, m.now()) {
 		t.Fatal("a failure begun while cut off, ending after contact returned, was counted")
 	}

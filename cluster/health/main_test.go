@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestMain fails the package if any goroutine outlives the tests.
@@ -28,11 +30,11 @@ func testConfig() Config {
 	return cfg
 }
 
-// newTestMonitor returns a Monitor on a FakeClock watching the given targets,
+// newTestMonitor returns a Monitor on a k8s FakeClock watching the given targets,
 // each of which has answered one round of health checks.
-func newTestMonitor(t testing.TB, cfg Config, targets ...Target) (*Monitor, *FakeClock) {
+func newTestMonitor(t testing.TB, cfg Config, targets ...Target) (*Monitor, *testingclock.FakeClock) {
 	t.Helper()
-	clock := NewFakeClock(t0)
+	clock := testingclock.NewFakeClock(t0)
 	m, err := New(cfg, clock, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -108,13 +110,7 @@ func changeCounter(m *Monitor) *atomic.Int32 {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, cond, "%s", what)
 }
 
 // isClosed reports whether ch is closed, without waiting.

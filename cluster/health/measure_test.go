@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestMeasureRecovery measures, in real time and with the default Config,
@@ -112,13 +114,7 @@ func measureDegrade(t *testing.T, d *measureDriver, w *measuredWorker) {
 
 func waitTrue(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, limit, cond, "%s", what)
 }
 
 // measureDriver is a client fleet in front of the Monitor, as the proxy
@@ -264,19 +260,19 @@ func (w *measuredWorker) serve(ctx *fasthttp.RequestCtx) {
 	case "/health":
 	case "/v1/completions":
 		if !strings.Contains(string(ctx.PostBody()), `"stream":true`) {
-			time.Sleep(slow * 50 * time.Millisecond) // a one-token answer
+			time.Sleep(slow * 50 * time.Millisecond) // a one-token answer, slow on purpose
 			ctx.SetBodyString(`{"choices":[{"text":"!"}]}`)
 			return
 		}
 		ctx.SetContentType("text/event-stream")
 		ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-			time.Sleep(slow * 50 * time.Millisecond)
+			time.Sleep(slow * 50 * time.Millisecond) // the fake worker's time to first token, slow on purpose
 			for i := range 50 {
 				fmt.Fprintf(bw, "data: {\"choices\":[{\"text\":\"t%d\"}]}\n\n", i)
 				if bw.Flush() != nil {
 					return
 				}
-				time.Sleep(slow * 20 * time.Millisecond)
+				time.Sleep(slow * 20 * time.Millisecond) // the fake worker's time per token, slow on purpose
 			}
 			fmt.Fprint(bw, "data: [DONE]\n\n")
 			_ = bw.Flush()

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Monitor tracks the health of a set of workers; see the package doc. Create it
@@ -16,7 +18,7 @@ import (
 // replica's lifetime. All methods are safe for concurrent use.
 type Monitor struct {
 	cfg    Config
-	clock  Clock
+	clock  clock.PassiveClock
 	log    *slog.Logger
 	epoch  time.Time // zero of the nanosecond timeline kept in the atomics
 	policy breakerPolicy
@@ -47,20 +49,23 @@ type workerSet struct {
 	list []*worker // sorted by id
 }
 
-// New returns a Monitor watching no workers. A nil clock means SystemClock, a
-// nil logger discards. It refuses a Config that fails Validate.
-func New(cfg Config, clock Clock, logger *slog.Logger) (*Monitor, error) {
+// New returns a Monitor watching no workers. clk times verdicts; it is read on
+// the request path (Begin, Progress, End), so it must be cheap and safe for
+// concurrent use. A nil clk means clock.RealClock, whose readings carry Go's
+// monotonic clock, so verdict timing is immune to wall-clock steps. A nil
+// logger discards. It refuses a Config that fails Validate.
+func New(cfg Config, clk clock.PassiveClock, logger *slog.Logger) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if clock == nil {
-		clock = SystemClock{}
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	m := &Monitor{
-		cfg: cfg, clock: clock, log: logger, epoch: clock.Now(),
+		cfg: cfg, clock: clk, log: logger, epoch: clk.Now(),
 		policy: breakerPolicy{
 			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
 			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,

@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func TestNewWorkersWaitForTheirFirstProbe(t *testing.T) {
-	m, err := New(testConfig(), NewFakeClock(t0), nil)
+	m, err := New(testConfig(), testingclock.NewFakeClock(t0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestFirstFailedProbeKeepsWorkerOutUntilItAnswers(t *testing.T) {
 		t.Fatalf("probed again at once after a failure: %d probes", got)
 	}
 	fw.code.Store(fasthttp.StatusOK)
-	clock.Advance(contactBase)
+	clock.Step(contactBase)
 	tasksRound(m)
 	if st := status(t, m, 1); !st.Eligible || fw.probes.Load() != 2 {
 		t.Fatalf("one second later, a worker that never was healthy answered 200: %+v after %d probes; "+

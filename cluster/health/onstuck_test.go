@@ -18,13 +18,13 @@ func TestOnStuckRunsWhenTheAttemptIsJudgedStuck(t *testing.T) {
 	ran, otherRan := make(chan struct{}), make(chan struct{})
 	silent.OnStuck(func() { close(ran) })
 	other.OnStuck(func() { close(otherRan) })
-	clock.Advance(30 * time.Second)
+	clock.Step(30 * time.Second)
 	other.Progress(1)
 	m.Tick()
 	if isClosed(ran) {
 		t.Fatal("OnStuck ran before the worker was judged wedged")
 	}
-	clock.Advance(30 * time.Second)
+	clock.Step(30 * time.Second)
 	other.Progress(1)
 	m.Tick()
 	select {

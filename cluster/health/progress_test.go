@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func wedgeConfig() Config {
@@ -20,12 +21,12 @@ func TestWedgeDetectedAfterTimeoutWithSilentInflight(t *testing.T) {
 	changes := changeCounter(m)
 	stuck := begin(t, m, 1)
 	defer stuck.End(OutcomeCanceled)
-	clock.Advance(59 * time.Second)
+	clock.Step(59 * time.Second)
 	m.Tick()
 	if st := status(t, m, 1); st.Wedged || !m.Eligible(1) {
 		t.Fatalf("wedged after 59s of a 60s timeout: %+v", st)
 	}
-	clock.Advance(time.Second)
+	clock.Step(time.Second)
 	m.Tick()
 	st := status(t, m, 1)
 	if !st.Wedged || st.Circuit != CircuitOpen || m.Eligible(1) {
@@ -48,12 +49,12 @@ func TestWedgeLiftsWhenProgressReturnsAndHalfOpensAtOnce(t *testing.T) {
 	cfg.CBTimeout = time.Hour
 	m, clock := newTestMonitor(t, cfg, targets(t, 1)...)
 	stuck := begin(t, m, 1)
-	clock.Advance(time.Minute)
+	clock.Step(time.Minute)
 	m.Tick()
 	if !status(t, m, 1).Wedged {
 		t.Fatal("not wedged after WedgeTimeout")
 	}
-	clock.Advance(10 * time.Second)
+	clock.Step(10 * time.Second)
 	stuck.Progress(1)
 	m.Tick()
 	st := status(t, m, 1)
@@ -66,7 +67,7 @@ func TestWedgeLiftsWhenProgressReturnsAndHalfOpensAtOnce(t *testing.T) {
 	stuck.End(OutcomeSuccess)
 	for range 2 {
 		a := begin(t, m, 1)
-		clock.Advance(time.Second)
+		clock.Step(time.Second)
 		a.Progress(1)
 		a.End(OutcomeSuccess)
 	}
@@ -78,10 +79,10 @@ func TestWedgeLiftsWhenProgressReturnsAndHalfOpensAtOnce(t *testing.T) {
 func TestWedgeHoldsAfterItsAttemptsAreGivenUp(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
 	stuck := begin(t, m, 1)
-	clock.Advance(time.Minute)
+	clock.Step(time.Minute)
 	m.Tick()
 	stuck.End(OutcomeCanceled) // the proxy failed it over
-	clock.Advance(5 * time.Minute)
+	clock.Step(5 * time.Minute)
 	m.Tick()
 	if st := status(t, m, 1); !st.Wedged || st.Circuit != CircuitOpen || m.Eligible(1) {
 		t.Fatalf("a wedged worker whose requests were cancelled: %+v, want still wedged and open: "+
@@ -93,9 +94,9 @@ func TestWedgeHoldsCircuitOpenPastCBTimeout(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
 	stuck := begin(t, m, 1)
 	defer stuck.End(OutcomeCanceled)
-	clock.Advance(time.Minute)
+	clock.Step(time.Minute)
 	m.Tick()
-	clock.Advance(5 * time.Minute)
+	clock.Step(5 * time.Minute)
 	m.Tick()
 	if st := status(t, m, 1); !st.Wedged || st.Circuit != CircuitOpen {
 		t.Fatalf("still silent long after CBTimeout: %+v, want wedged and open", st)
@@ -104,10 +105,10 @@ func TestWedgeHoldsCircuitOpenPastCBTimeout(t *testing.T) {
 
 func TestNoWedgeWithoutInflight(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	m.Tick()
 	finish(t, m, 1, 3, OutcomeSuccess)
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	m.Tick()
 	if st := status(t, m, 1); st.Wedged || !m.Eligible(1) {
 		t.Fatalf("idle worker judged wedged: %+v", st)
@@ -117,10 +118,10 @@ func TestNoWedgeWithoutInflight(t *testing.T) {
 func TestIdleGapDoesNotCountAsSilence(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
 	finish(t, m, 1, 1, OutcomeSuccess)
-	clock.Advance(time.Hour)
+	clock.Step(time.Hour)
 	a := begin(t, m, 1)
 	defer a.End(OutcomeSuccess)
-	clock.Advance(time.Second)
+	clock.Step(time.Second)
 	m.Tick()
 	if st := status(t, m, 1); st.Wedged {
 		t.Fatalf("request 1s old on a worker idle for an hour judged wedged: %+v", st)
@@ -132,7 +133,7 @@ func TestStreamChunksKeepWorkerAlive(t *testing.T) {
 	a := begin(t, m, 1)
 	defer a.End(OutcomeSuccess)
 	for range 10 {
-		clock.Advance(50 * time.Second)
+		clock.Step(50 * time.Second)
 		a.Progress(3)
 		m.Tick()
 	}
@@ -146,7 +147,7 @@ func TestFailuresWithoutProgressStillWedge(t *testing.T) {
 	stuck := begin(t, m, 1)
 	defer stuck.End(OutcomeCanceled)
 	for range 6 {
-		clock.Advance(10 * time.Second)
+		clock.Step(10 * time.Second)
 		finish(t, m, 1, 1, OutcomeCanceled)
 	}
 	m.Tick()
@@ -160,7 +161,7 @@ func TestHeadersAndBodyReadsKeepWorkerAlive(t *testing.T) {
 	a := begin(t, m, 1)
 	defer a.End(OutcomeSuccess)
 	for range 10 {
-		clock.Advance(50 * time.Second)
+		clock.Step(50 * time.Second)
 		a.Progress(0) // headers, then body reads that carry no counted token
 		m.Tick()
 	}
@@ -175,7 +176,7 @@ func TestStuckClosesWhenWorkerIsJudgedWedged(t *testing.T) {
 	defer early.End(OutcomeCanceled)
 	other := begin(t, m, 2)
 	defer other.End(OutcomeSuccess)
-	clock.Advance(30 * time.Second)
+	clock.Step(30 * time.Second)
 	late := begin(t, m, 1) // silent for only half the timeout when the worker is judged
 	defer late.End(OutcomeCanceled)
 	other.Progress(1)
@@ -183,7 +184,7 @@ func TestStuckClosesWhenWorkerIsJudgedWedged(t *testing.T) {
 	if isClosed(early.Stuck()) || isClosed(late.Stuck()) {
 		t.Fatal("Stuck closed before the worker was judged wedged")
 	}
-	clock.Advance(30 * time.Second)
+	clock.Step(30 * time.Second)
 	other.Progress(1)
 	m.Tick()
 	if !status(t, m, 1).Wedged {
@@ -204,14 +205,14 @@ func TestStuckClosesForASilentAttemptOnABusyWorker(t *testing.T) {
 	streaming := begin(t, m, 1)
 	defer streaming.End(OutcomeSuccess)
 	for range 5 {
-		clock.Advance(10 * time.Second)
+		clock.Step(10 * time.Second)
 		streaming.Progress(2)
 		m.Tick()
 	}
 	if isClosed(silent.Stuck()) {
 		t.Fatal("attempt silent for 50s of a 60s timeout told to give up")
 	}
-	clock.Advance(10 * time.Second)
+	clock.Step(10 * time.Second)
 	streaming.Progress(2)
 	m.Tick()
 	if st := status(t, m, 1); st.Wedged || !isClosed(silent.Stuck()) || isClosed(streaming.Stuck()) {
@@ -246,15 +247,15 @@ func TestStuckClosesWhenWorkerHangs(t *testing.T) {
 
 // engineWorker is a monitor watching one loopback worker whose /metrics the
 // test drives, with tasks run by hand.
-func engineWorker(t *testing.T) (*Monitor, *FakeClock, *fakeWorker) {
+func engineWorker(t *testing.T) (*Monitor, *testingclock.FakeClock, *fakeWorker) {
 	fw := startFakeWorker(t)
 	m, clock := newTestMonitor(t, wedgeConfig(), Target{ID: 1, URL: fw.url})
 	return m, clock, fw
 }
 
 // second advances the clock by a second, evaluates and runs the tasks due.
-func second(m *Monitor, clock *FakeClock) {
-	clock.Advance(time.Second)
+func second(m *Monitor, clock *testingclock.FakeClock) {
+	clock.Step(time.Second)
 	m.beat()
 	m.Tick()
 	tasksRound(m)

@@ -44,12 +44,12 @@ func TestTwoReplicasNeedThisOnesEvidence(t *testing.T) {
 	}
 	a := begin(t, m, 1)
 	defer a.End(OutcomeCanceled)
-	clock.Advance(29 * time.Second)
+	clock.Step(29 * time.Second)
 	m.Tick()
 	if !m.Eligible(1) {
 		t.Fatal("29s of silence here (under half the wedge timeout) counted as agreeing")
 	}
-	clock.Advance(time.Second)
+	clock.Step(time.Second)
 	m.Tick()
 	if m.Eligible(1) || !status(t, m, 1).RemoteOut {
 		t.Fatal("a remote wedge verdict and half the wedge timeout of silence here did not take the worker out")

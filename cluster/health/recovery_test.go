@@ -7,17 +7,18 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // wedgedWorker returns a monitor whose one loopback worker has been judged
 // wedged, with the attempt that went silent on it.
-func wedgedWorker(t *testing.T, cfg Config) (*Monitor, *FakeClock, *fakeWorker, *Attempt) {
+func wedgedWorker(t *testing.T, cfg Config) (*Monitor, *testingclock.FakeClock, *fakeWorker, *Attempt) {
 	t.Helper()
 	fw := startFakeWorker(t)
 	m, clock := newTestMonitor(t, cfg, Target{ID: 1, URL: fw.url, Model: "m"})
 	a := begin(t, m, 1)
 	t.Cleanup(func() { a.End(OutcomeCanceled) })
-	clock.Advance(cfg.WedgeTimeout)
+	clock.Step(cfg.WedgeTimeout)
 	m.Tick()
 	if st := status(t, m, 1); !st.Wedged || st.Circuit != CircuitOpen {
 		t.Fatalf("after WedgeTimeout of silence: %+v, want wedged and open", st)
@@ -78,13 +79,13 @@ func TestFailedRecoveryProbesBackOff(t *testing.T) {
 	tasksRound(m) // at once on the verdict
 	for _, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
 		sent := fw.generated.Load()
-		clock.Advance(wait - time.Millisecond)
+		clock.Step(wait - time.Millisecond)
 		m.Tick()
 		tasksRound(m)
 		if fw.generated.Load() != sent {
 			t.Fatalf("probe sent %v after a failure, before the %v backoff", wait-time.Millisecond, wait)
 		}
-		clock.Advance(time.Millisecond)
+		clock.Step(time.Millisecond)
 		m.Tick()
 		tasksRound(m)
 		if fw.generated.Load() != sent+1 {
@@ -107,7 +108,7 @@ func TestWorkerRefusingProbesRecoversAfterCBTimeout(t *testing.T) {
 	if st := status(t, m, 1); st.Wedged || st.Circuit != CircuitOpen {
 		t.Fatalf("a worker refusing probes, with nothing in flight: %+v, want the verdict lifted and the circuit open", st)
 	}
-	clock.Advance(cfg.CBTimeout)
+	clock.Step(cfg.CBTimeout)
 	m.Tick()
 	tasksRound(m)
 	if got := status(t, m, 1).Circuit; got != CircuitHalfOpen || fw.generated.Load() != 1 {
@@ -120,7 +121,7 @@ func TestProgressHalfOpensAndTheProbeCloses(t *testing.T) {
 	fw.genCode.Store(fasthttp.StatusServiceUnavailable)
 	tasksRound(m)
 	fw.genCode.Store(fasthttp.StatusOK)
-	clock.Advance(100 * time.Millisecond)
+	clock.Step(100 * time.Millisecond)
 	stuck.Progress(1) // the stuck request moves: progress is back
 	m.Tick()
 	if got := status(t, m, 1).Circuit; got != CircuitHalfOpen {

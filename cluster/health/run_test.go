@@ -43,6 +43,10 @@ func TestWorkersAreProbedAsSoonAsTheyAreAdded(t *testing.T) {
 		t.Fatal(err)
 	}
 	running(t, m)
+	// Run's opening round, on no workers, comes first: added during it, the
+	// first worker would be probed by that round as well as on being added,
+	// perhaps only after the count below was read.
+	waitFor(t, "Run's opening round", func() bool { return m.isolation.round.Load() > 0 })
 	if err := m.SetWorkers([]Target{{ID: 1, URL: a.url}}); err != nil {
 		t.Fatal(err)
 	}

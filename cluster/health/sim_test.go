@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // A small simulation over the real Monitor, on virtual time: four workers
@@ -35,7 +37,7 @@ type simRequest struct {
 
 type simFleet struct {
 	m       *Monitor
-	clock   *FakeClock
+	clock   *testingclock.FakeClock
 	now     time.Duration
 	slow    map[WorkerID]float64
 	probes  map[WorkerID]*fakeWorker
@@ -73,7 +75,7 @@ func (f *simFleet) setSlowdown(id WorkerID, s float64) {
 func (f *simFleet) run(t *testing.T, until time.Duration, each func()) {
 	for f.now < until {
 		f.now += simStep
-		f.clock.Advance(simStep)
+		f.clock.Step(simStep)
 		f.arrive(t)
 		f.deliver()
 		if f.now%time.Second == 0 {

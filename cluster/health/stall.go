@@ -114,7 +114,7 @@ func (st stalls) silence(from, now int64) int64 {
 
 // beat is one heartbeat of the evaluation loop: it notices a stall of this
 // replica and logs it. Run calls it every EvalInterval; tests call it after
-// advancing a FakeClock.
+// stepping a FakeClock.
 func (m *Monitor) beat() {
 	if d := m.stalls.beat(m.now(), m.cfg.EvalInterval.Nanoseconds()); d > 0 {
 		m.log.Warn("this replica was stalled; its observations of that window do not count against workers",

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // beats advances the clock by n heartbeats on time, evaluating after each.
-func beats(m *Monitor, clock *FakeClock, n int) {
+func beats(m *Monitor, clock *testingclock.FakeClock, n int) {
 	for range n {
-		clock.Advance(m.cfg.EvalInterval)
+		clock.Step(m.cfg.EvalInterval)
 		m.beat()
 		m.Tick()
 	}
@@ -19,8 +20,8 @@ func beats(m *Monitor, clock *FakeClock, n int) {
 
 // stall advances the clock by d with no heartbeat, as a stopped process
 // would see it, then beats once: the late heartbeat that notices.
-func stall(m *Monitor, clock *FakeClock, d time.Duration) {
-	clock.Advance(d)
+func stall(m *Monitor, clock *testingclock.FakeClock, d time.Duration) {
+	clock.Step(d)
 	m.beat()
 }
 
@@ -71,7 +72,7 @@ func TestFailuresOfAStalledReplicaDoNotOpenCircuits(t *testing.T) {
 	for i := range before {
 		before[i] = begin(t, m, 1)
 	}
-	clock.Advance(8 * time.Second) // SIGSTOP: the heartbeat has not run yet
+	clock.Step(8 * time.Second) // SIGSTOP: the heartbeat has not run yet
 	for _, a := range before[:2] {
 		a.End(OutcomeFailure) // timeouts that fired on waking, before the heartbeat did
 	}
@@ -119,7 +120,7 @@ func TestProbeFailureDuringAStallIsNotCounted(t *testing.T) {
 	round := make(chan error, 1)
 	go func() { round <- m.CheckNow(context.Background()) }()
 	<-fw.waiting
-	clock.Advance(10 * time.Second) // the replica stops while its probe is out
+	clock.Step(10 * time.Second) // the replica stops while its probe is out
 	release()
 	if err := <-round; err != nil {
 		t.Fatal(err)

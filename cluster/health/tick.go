@@ -10,7 +10,7 @@ package health
 // engine read or a recovery probe (which Run then sends). Silences are
 // measured without the windows in which this replica itself was stalled. It
 // then delivers pending OnChange notifications. Run calls it every
-// EvalInterval; tests call it after advancing a FakeClock. Safe for concurrent
+// EvalInterval; tests call it after stepping a FakeClock. Safe for concurrent
 // use.
 func (m *Monitor) Tick() {
 	now := m.now()

@@ -105,7 +105,7 @@ func TestOwnVerdictsSurviveRemoteOnes(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
 	a := begin(t, m, 1)
 	defer a.End(OutcomeCanceled)
-	clock.Advance(2 * time.Minute)
+	clock.Step(2 * time.Minute)
 	m.Tick()
 	m.SetRemoteVerdicts("replica-b", []Verdict{wedged(1)})
 	m.ForgetOrigin("replica-b")

@@ -31,7 +31,7 @@ func (r *run) session(ctx context.Context, start time.Time, sessions *workload.A
 	header := http.Header{}
 	header.Set(sessionHeader, fmt.Sprintf("loadgen-%d-%d", sessions.Config().Seed, turn.Session))
 	for {
-		if r.clock.Sleep(ctx, turn.Delay) != nil {
+		if sleep(ctx, r.clock, turn.Delay) != nil {
 			return
 		}
 		r.results.started()

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/sim/workload"
 )
 
@@ -27,7 +29,7 @@ func newTestClient(t *testing.T, target string, clock Clock) *client {
 
 func TestClientMeasuresAStreamedCompletion(t *testing.T) {
 	server := newFakeServer(t, 3)
-	c := newTestClient(t, server.url, realClock{})
+	c := newTestClient(t, server.url, clock.RealClock{})
 	res := c.do(context.Background(), testRequest(), http.Header{sessionHeader: {"s1"}})
 	if !res.ok() {
 		t.Fatalf("request failed: %s %v", res.errKind, res.err)
@@ -59,7 +61,7 @@ func TestClientClassifiesFailures(t *testing.T) {
 		t.Run(tc.kind, func(t *testing.T) {
 			server := newFakeServer(t, 1)
 			server.fault = func(fakeRequest) fault { return tc.fault }
-			res := newTestClient(t, server.url, realClock{}).do(context.Background(), testRequest(), nil)
+			res := newTestClient(t, server.url, clock.RealClock{}).do(context.Background(), testRequest(), nil)
 			if res.errKind != tc.kind || res.err == nil || res.cancelled {
 				t.Fatalf("got kind %q (%v), cancelled %v; want %q", res.errKind, res.err, res.cancelled, tc.kind)
 			}
@@ -73,7 +75,7 @@ func TestClientClassifiesFailures(t *testing.T) {
 func TestClientWithoutUsageStillSucceeds(t *testing.T) {
 	server := newFakeServer(t, 1)
 	server.fault = func(fakeRequest) fault { return faultNoUsage }
-	res := newTestClient(t, server.url, realClock{}).do(context.Background(), testRequest(), nil)
+	res := newTestClient(t, server.url, clock.RealClock{}).do(context.Background(), testRequest(), nil)
 	if !res.ok() || res.usage != nil || res.events != 5 {
 		t.Fatalf("ok %v usage %+v events %d; want a success without usage and 5 events", res.ok(), res.usage, res.events)
 	}
@@ -86,7 +88,7 @@ func TestClientReportsTransportErrors(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	res := newTestClient(t, "http://"+addr, realClock{}).do(context.Background(), testRequest(), nil)
+	res := newTestClient(t, "http://"+addr, clock.RealClock{}).do(context.Background(), testRequest(), nil)
 	if res.errKind != kindTransport || res.status != 0 {
 		t.Fatalf("kind %q status %d, want a transport error", res.errKind, res.status)
 	}
@@ -100,7 +102,7 @@ func TestClientTimesOutOnItsClock(t *testing.T) {
 	done := make(chan result)
 	go func() { done <- c.do(context.Background(), testRequest(), nil) }()
 	waitFor(t, "the request to arrive", func() bool { return len(server.requests()) == 1 })
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	if res := <-done; res.errKind != kindTimeout || !errors.Is(res.err, errRequestTimeout) || res.cancelled {
 		t.Fatalf("kind %q err %v cancelled %v; want a timeout error", res.errKind, res.err, res.cancelled)
 	}
@@ -109,7 +111,7 @@ func TestClientTimesOutOnItsClock(t *testing.T) {
 func TestClientCancelledWithTheRun(t *testing.T) {
 	server := newFakeServer(t, 1)
 	server.setHold(0)
-	c := newTestClient(t, server.url, realClock{})
+	c := newTestClient(t, server.url, clock.RealClock{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan result)
 	go func() { done <- c.do(ctx, testRequest(), nil) }()
@@ -143,7 +145,7 @@ func TestCompletionsURL(t *testing.T) {
 func BenchmarkClientStream(b *testing.B) {
 	server := newFakeServer(b, 4)
 	server.tokenCap = 16
-	c, err := newClient(clientConfig{targets: []string{server.url}, timeout: time.Minute}, realClock{})
+	c, err := newClient(clientConfig{targets: []string{server.url}, timeout: time.Minute}, clock.RealClock{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,51 +3,46 @@ package main
 import (
 	"context"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // Clock is the time source of a run: the replay schedule, think times, the --duration cap, the
 // per-request timeout and the latency measurements all read it, so a test can run a schedule on
-// virtual time. Implementations are safe for concurrent use.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// Sleep waits for d, or until ctx is done and then returns ctx.Err(). d <= 0 returns at once.
-	Sleep(ctx context.Context, d time.Duration) error
-	// AfterFunc calls f in its own goroutine once d has passed, unless stop is called first;
-	// stop reports whether it prevented the call.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
+// virtual time. clock.RealClock{} outside tests.
+type Clock = clock.WithDelayedExecution
+
+// contextSleeper is a clock that sleeps under a context itself: virtual time, where a sleep moves
+// the clock at once (and must stop where a timer it fires ends the context) rather than wait.
+type contextSleeper interface {
+	SleepContext(ctx context.Context, d time.Duration) error
 }
 
-// realClock is the wall clock.
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d on clk, or until ctx is done and then returns ctx.Err(). d <= 0 returns at once.
+func sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	if s, ok := clk.(contextSleeper); ok {
+		return s.SleepContext(ctx, d)
+	}
 	if d <= 0 {
 		return ctx.Err()
 	}
-	timer := time.NewTimer(d)
+	timer := clk.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-timer.C:
+	case <-timer.C():
 		return nil
 	}
 }
 
-func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return time.AfterFunc(d, f).Stop
-}
-
 // withClockTimeout is context.WithTimeout on a Clock: the returned context is cancelled with
-// cause when d has passed on clock. The cancel function must be called to release it.
-func withClockTimeout(ctx context.Context, clock Clock, d time.Duration, cause error) (context.Context, context.CancelFunc) {
+// cause when d has passed on clk. The cancel function must be called to release it.
+func withClockTimeout(ctx context.Context, clk Clock, d time.Duration, cause error) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	stop := clock.AfterFunc(d, func() { cancel(cause) })
+	timer := clk.AfterFunc(d, func() { cancel(cause) })
 	return ctx, func() {
-		stop()
+		timer.Stop()
 		cancel(context.Canceled)
 	}
 }

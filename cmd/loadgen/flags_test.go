@@ -9,13 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/utils/clock"
 )
 
 // runApp runs the command line with the wall clock and no progress ticks.
 func runApp(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	app := newApp(environment{stdout: &stdout, stderr: &stderr, clock: realClock{}, ticks: noTicks})
+	app := newApp(environment{stdout: &stdout, stderr: &stderr, clock: clock.RealClock{}, ticks: noTicks})
 	err := app.RunContext(context.Background(), append([]string{"loadgen"}, args...))
 	return stdout.String(), err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/sim/workload"
 )
@@ -18,7 +19,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal the run winds down and reports; a second one kills at once.
 	context.AfterFunc(ctx, stop)
-	app := newApp(environment{stdout: os.Stdout, stderr: os.Stderr, clock: realClock{}, ticks: realTicks})
+	app := newApp(environment{stdout: os.Stdout, stderr: os.Stderr, clock: clock.RealClock{}, ticks: realTicks})
 	err := app.RunContext(ctx, os.Args)
 	stop()
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // lockedBuffer is a strings.Builder safe for a writer goroutine and a reading test.
@@ -37,7 +39,7 @@ func TestProgressPrintsOneLinePerTick(t *testing.T) {
 	var out lockedBuffer
 	ticks := make(chan time.Time)
 	stop := startProgress(&out, ticks, c, clock, start)
-	clock.advance(2 * time.Second)
+	clock.Advance(2 * time.Second)
 	ticks <- time.Time{}
 	ticks <- time.Time{} // the second send returns once the first line is written
 	stop()
@@ -52,6 +54,6 @@ func TestProgressPrintsOneLinePerTick(t *testing.T) {
 }
 
 func TestProgressToNowhereStartsNothing(t *testing.T) {
-	stop := startProgress(nil, make(chan time.Time), newCollector(1), realClock{}, time.Now())
+	stop := startProgress(nil, make(chan time.Time), newCollector(1), clock.RealClock{}, time.Now())
 	stop()
 }

@@ -39,7 +39,7 @@ func (r *run) replay(ctx context.Context, start time.Time, plan replayPlan) {
 	defer inflight.Wait()
 	for i, rec := range records {
 		at := scaleOffset(rec.Timestamp-records[0].Timestamp, plan.rateScale)
-		if at >= r.duration || r.clock.Sleep(ctx, at-r.clock.Now().Sub(start)) != nil || !slots.acquire(ctx) {
+		if at >= r.duration || sleep(ctx, r.clock, at-r.clock.Now().Sub(start)) != nil || !slots.acquire(ctx) {
 			return
 		}
 		dispatched := r.clock.Now().Sub(start)

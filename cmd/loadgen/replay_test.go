@@ -81,12 +81,14 @@ func TestReplayConcurrencyLimitBoundsRequestsInFlight(t *testing.T) {
 		})
 	}()
 	waitFor(t, "the first requests", func() bool { return len(server.requests()) == limit })
-	// A window for a broken bound to show itself; a correct one never sends more.
+	// A window for a broken bound to show itself, not a wait for a condition: a correct bound
+	// never sends more, so there is no event to wait for. The bound is also checked exactly
+	// below, by the most requests the server saw in flight at once.
 	time.Sleep(50 * time.Millisecond)
 	if got := len(server.requests()); got != limit {
 		t.Fatalf("%d requests reached the server with %d in flight allowed", got, limit)
 	}
-	clock.advance(time.Second) // the waiting requests start a second late
+	clock.Advance(time.Second) // the waiting requests start a second late
 	server.release()
 	rep := <-done
 	if rep.Requests != n || server.maxInflight != limit {
@@ -110,7 +112,7 @@ func TestReplayStopsAtTheDurationAndCancelsWhatIsInFlight(t *testing.T) {
 		})
 	}()
 	waitFor(t, "two requests in flight", func() bool { return len(server.requests()) == 2 })
-	clock.advance(4 * time.Second) // to the cap
+	clock.Advance(4 * time.Second) // to the cap
 	rep := <-done
 	if rep.Cancelled != 2 || rep.Requests != 0 || rep.Errors != 0 || len(server.requests()) != 2 {
 		t.Fatalf("report %+v after %d sent; want 2 cancelled, none finished, the third never sent", rep, len(server.requests()))

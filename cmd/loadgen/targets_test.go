@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // closedURL is the URL of a loopback port that was just listening and is closed: connecting to
@@ -30,7 +32,7 @@ func closedURL(t *testing.T) string {
 
 func newTargetsClient(t *testing.T, targets ...string) *client {
 	t.Helper()
-	c, err := newClient(clientConfig{targets: targets, timeout: time.Minute}, realClock{})
+	c, err := newClient(clientConfig{targets: targets, timeout: time.Minute}, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func TestEveryTargetDownIsATransportError(t *testing.T) {
 
 func TestChatRequestsCarryMessagesAndReadUsage(t *testing.T) {
 	server := newFakeServer(t, 1)
-	c, err := newClient(clientConfig{targets: []string{server.url}, endpoint: endpointChat, systemBytes: 12, timeout: time.Minute}, realClock{})
+	c, err := newClient(clientConfig{targets: []string{server.url}, endpoint: endpointChat, systemBytes: 12, timeout: time.Minute}, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

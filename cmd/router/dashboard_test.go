@@ -9,10 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // The Grafana dashboard of deploy/grafana queries only metrics the router
@@ -146,7 +149,7 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 	}
 	routers := startReplicaSet(t, routerBin, 2, urls)
 	for i, r := range routers { // traffic, streamed and not, and a client error
-		waitUntil(t, "workers eligible on "+r, func() bool { return metric(t, r, "vllm_router_active_workers") == 2 })
+		testwait.Eventually(t, 20*time.Second, func() bool { return metric(t, r, "vllm_router_active_workers") == 2 }, "workers eligible on %s", r)
 		for j := range 3 {
 			complete(t, r, fmt.Sprintf("replica %d says hello %d times", i, j), j%2 == 0)
 		}
@@ -161,9 +164,9 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 	}
 	exported := map[string]bool{}
 	for _, r := range routers {
-		waitUntil(t, "a peer's report on "+r, func() bool {
+		testwait.Eventually(t, 20*time.Second, func() bool {
 			return exportedMetrics(t, r)["vllm_router_cluster_gossip_report_age_seconds"]
-		})
+		}, "a peer's report on %s", r)
 		for name := range exportedMetrics(t, r) {
 			exported[name] = true
 		}

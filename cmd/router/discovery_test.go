@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // discoveryOf runs the serve command's flag parsing and returns what
@@ -103,14 +105,14 @@ func TestDiscoveredPodsAreRoutedToThroughTheRegistry(t *testing.T) {
 	}
 	defer func() { cancel(); wait() }()
 	url := "http://" + r.HTTPAddr()
-	waitUntil(t, "the pod routed to", func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"model":"m","prompt":"hi"}`))
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK && resp.Header.Get("x-worker-id") == "pod-worker"
-	})
+	}, "the pod routed to")
 	reg := r.RegistryWorkers()
 	if len(reg) != 1 || reg[0].URL != "http://"+host+":"+port || reg[0].Labels["pod"] != "llm/vllm-0" {
 		t.Fatalf("registry %+v", reg)
@@ -118,5 +120,5 @@ func TestDiscoveredPodsAreRoutedToThroughTheRegistry(t *testing.T) {
 	if err := client.CoreV1().Pods("llm").Delete(context.Background(), "vllm-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the deleted pod's worker removed", func() bool { return len(r.RegistryWorkers()) == 0 })
+	testwait.Eventually(t, 20*time.Second, func() bool { return len(r.RegistryWorkers()) == 0 }, "the deleted pod's worker removed")
 }

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // These tests run the real binaries: a router process in front of workersim
@@ -216,10 +218,10 @@ func TestEndToEndClientDisconnectCancelsTheEngine(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	waitUntil(t, "the worker to count a cancellation", func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		return metric(t, u, "workersim_requests_cancelled_total") >= 1
-	})
-	waitUntil(t, "the router's load back to zero", func() bool { return totalLoad(t, url) == 0 })
+	}, "the worker to count a cancellation")
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, url) == 0 }, "the router's load back to zero")
 }
 
 // TestEndToEndDeadWorkerIsTakenOutOfRotation: a killed worker fails its
@@ -231,22 +233,11 @@ func TestEndToEndDeadWorkerIsTakenOutOfRotation(t *testing.T) {
 	url := startRouterProcess(t, router, "--worker-urls", dead+","+alive,
 		"--health-check-interval-secs", "1", "--health-check-timeout-secs", "1", "--health-failure-threshold", "1")
 	victim.kill()
-	waitUntil(t, "the dead worker to be marked unhealthy", func() bool { return !healthy(t, url, dead) })
+	testwait.Eventually(t, 20*time.Second, func() bool { return !healthy(t, url, dead) }, "the dead worker to be marked unhealthy")
 	for i := range 4 {
 		if c := complete(t, url, fmt.Sprint("after the crash ", i), false); c.status != 200 || c.worker != "alive" {
 			t.Fatalf("request %d: %d from %q", i, c.status, c.worker)
 		}
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -342,6 +333,6 @@ func TestEndToEndAWorkerKilledMidStreamIsAnErrorForCurl(t *testing.T) {
 	if !strings.Contains(string(rest), `data: {"error":`) {
 		t.Fatalf("no error event in %q", rest)
 	}
-	waitUntil(t, "the stream error to be counted", func() bool { return metric(t, url, "vllm_router_stream_errors_total") == 1 })
-	waitUntil(t, "the router's load back to zero", func() bool { return totalLoad(t, url) == 0 })
+	testwait.Eventually(t, 20*time.Second, func() bool { return metric(t, url, "vllm_router_stream_errors_total") == 1 }, "the stream error to be counted")
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, url) == 0 }, "the router's load back to zero")
 }

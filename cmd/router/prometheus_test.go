@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvrouter/kvrouter/internal/exposition"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // The metrics as Prometheus itself reads them: help text on every family
@@ -86,7 +87,7 @@ func scrapeWithTraffic(t *testing.T, workers int, extra ...string) (routers, url
 	}
 	routers = startReplicaSet(t, routerBin, 2, urls, extra...)
 	for i, r := range routers {
-		waitUntil(t, "workers eligible on "+r, func() bool { return metric(t, r, "vllm_router_active_workers") == float64(workers) })
+		testwait.Eventually(t, 20*time.Second, func() bool { return metric(t, r, "vllm_router_active_workers") == float64(workers) }, "workers eligible on %s", r)
 		for j := range 4 {
 			complete(t, r, fmt.Sprintf("replica %d asks question %d", i, j), j%2 == 0)
 		}
@@ -95,9 +96,9 @@ func scrapeWithTraffic(t *testing.T, workers int, extra ...string) (routers, url
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		waitUntil(t, "a peer's report on "+r, func() bool {
+		testwait.Eventually(t, 20*time.Second, func() bool {
 			return exportedMetrics(t, r)["vllm_router_cluster_gossip_report_age_seconds"]
-		})
+		}, "a peer's report on %s", r)
 	}
 	return routers, urls
 }
@@ -271,14 +272,14 @@ func startPrometheus(t *testing.T, targets []string) prometheus {
 	start(t, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
 	p := prometheus{base: "http://" + addr}
-	waitFor(t, "Prometheus ready on "+addr, time.Minute, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		resp, err := http.Get(p.base + "/-/ready")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, "Prometheus ready on %s", addr)
 	return p
 }
 
@@ -352,25 +353,6 @@ func (p prometheus) alerts(t *testing.T, name string, states ...string) []map[st
 	return out
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	if !eventually(within, cond) {
-		t.Fatalf("timed out after %v waiting for %s", within, what)
-	}
-}
-
-// eventually reports whether cond held before within passed.
-func eventually(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return true
-}
-
 // dashboardExprs returns the dashboard's queries as Grafana would send
 // them for every replica.
 func dashboardExprs(t *testing.T) []string {
@@ -428,7 +410,7 @@ func TestPrometheusEvaluatesTheDashboardAndTheRules(t *testing.T) {
 		}
 	}
 	missing := map[string]error{}
-	if !eventually(2*time.Minute, func() bool {
+	if !testwait.Holds(2*time.Minute, func() bool {
 		clear(missing)
 		for what, expr := range checks {
 			if ok, err := prom.hasData(expr); !ok {
@@ -465,10 +447,10 @@ func TestPrometheusEvaluatesTheDashboardAndTheRules(t *testing.T) {
 		t.Fatalf("KVRouterWorkerWedged's for: %q: %v", wedged.For, err)
 	}
 	start := time.Now()
-	waitFor(t, "KVRouterWorkerWedged firing for "+faulted, time.Duration(hold)+90*time.Second, func() bool {
+	testwait.Eventually(t, time.Duration(hold)+90*time.Second, func() bool {
 		return slices.ContainsFunc(prom.firing(t, "KVRouterWorkerWedged"), func(l map[string]string) bool {
 			return l["worker"] == faulted
 		})
-	})
+	}, "KVRouterWorkerWedged firing for %s", faulted)
 	t.Logf("KVRouterWorkerWedged fired %v after the fault (for: %s)", time.Since(start).Round(time.Second), wedged.For)
 }

@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // collector is a loopback OTLP/HTTP trace endpoint that keeps the span
@@ -65,8 +68,8 @@ func TestSpansAreExportedByOTLPWhenAnEndpointIsSet(t *testing.T) {
 	if c := complete(t, url, "traced", false); c.status != 200 {
 		t.Fatalf("status %d", c.status)
 	}
-	waitUntil(t, "the spans at the collector", func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		s := col.spans()
 		return strings.Contains(s, "/v1/completions") && strings.Contains(s, "attempt")
-	})
+	}, "the spans at the collector")
 }

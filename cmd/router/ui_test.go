@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // The status page (/ui) in a real headless Chromium, against a router
@@ -190,9 +192,9 @@ func TestStatusPageDrawsTheRecentPastAtOnce(t *testing.T) {
 	router := startRouterProcess(t, routerBin, "--worker-urls", strings.Join(urls, ","))
 	keepBusy(t, router, 6, 0)
 	const kept = 5
-	waitFor(t, fmt.Sprintf("%d samples of the three workers under traffic", kept), time.Minute, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		return samplesWithWorkers(t, router, len(urls)) >= kept
-	})
+	}, "%d samples of the three workers under traffic", kept)
 	run, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if err := chromedp.Do(run, chromedp.Navigate(router+"/ui/?every=600000")); err != nil {

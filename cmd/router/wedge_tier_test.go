@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestAWedgedWorkerComesBackOnEveryReplicaOfATier: three router processes
@@ -33,17 +35,17 @@ func TestAWedgedWorkerComesBackOnEveryReplicaOfATier(t *testing.T) {
 		wg.Go(func() { sendUntil(stop, routers[i%len(routers)], i) })
 	}
 	defer func() { close(stop); wg.Wait() }()
-	waitUntil(t, "the workers to take traffic on every replica", func() bool {
+	testwait.Eventually(t, 20*time.Second, func() bool {
 		for _, r := range routers {
 			if st, ok := workerStat(r, wedged); !ok || !st.Healthy || st.Circuit != "closed" {
 				return false
 			}
 		}
 		return true
-	})
+	}, "the workers to take traffic on every replica")
 	setWorkerFault(t, wedged, `{"mode":"wedge"}`)
 	judgedBy := ""
-	waitUntilWithin(t, time.Minute, "a replica to judge the worker wedged", func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		for _, r := range routers {
 			if st, ok := workerStat(r, wedged); ok && st.Wedged {
 				judgedBy = r
@@ -51,15 +53,15 @@ func TestAWedgedWorkerComesBackOnEveryReplicaOfATier(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}, "a replica to judge the worker wedged")
 	// Held 15 s in all, as the chaos scenario holds it.
 	// Held 22 s after the verdict: recovery probes time out one after
 	// another against the wedge meanwhile (each waits --wedge-timeout).
-	time.Sleep(22 * time.Second)
+	time.Sleep(22 * time.Second) // the wedge the scenario holds, not a wait for a condition
 	setWorkerFault(t, wedged, `{"mode":"none"}`)
 	cleared := time.Now()
 	back := map[string]time.Duration{}
-	waitUntilWithin(t, time.Minute, "every replica to have the worker back", func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		for _, r := range routers {
 			if _, done := back[r]; done {
 				continue
@@ -69,7 +71,7 @@ func TestAWedgedWorkerComesBackOnEveryReplicaOfATier(t *testing.T) {
 			}
 		}
 		return len(back) == len(routers)
-	})
+	}, "every replica to have the worker back")
 	worst := time.Duration(0)
 	for _, r := range routers {
 		t.Logf("%s (judged it wedged: %v) had it back %v after the wedge cleared", r, r == judgedBy, back[r].Round(time.Millisecond))
@@ -123,7 +125,7 @@ func sendUntil(stop chan struct{}, router string, client int) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // the client's pace
 	}
 }
 
@@ -162,17 +164,5 @@ func setWorkerFault(t *testing.T, worker, fault string) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("fault %s on %s: %d", fault, worker, resp.StatusCode)
-	}
-}
-
-// waitUntilWithin polls cond until it holds or d passes.
-func waitUntilWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

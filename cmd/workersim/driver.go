@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -16,7 +18,7 @@ var errDriverStopped = errors.New("workersim: engine stopped")
 // over a channel and read its events from their tickets. Engine time is wall time since start
 // multiplied by the time scale; while wedged, engine time stands still, so nothing progresses.
 type driver struct {
-	clock clock
+	clock clock.Clock
 	scale float64
 	work  chan func()
 	stop  chan struct{}
@@ -49,12 +51,12 @@ type submission struct {
 }
 
 // newDriver starts the goroutine that owns a new engine; Stop ends it.
-func newDriver(cfg sim.Config, scale float64, clk clock) *driver {
+func newDriver(cfg sim.Config, scale float64, clk clock.Clock) *driver {
 	return newPublishingDriver(cfg, scale, clk, nil)
 }
 
 // newPublishingDriver is newDriver whose engine's cache changes go to kv (nil: nowhere).
-func newPublishingDriver(cfg sim.Config, scale float64, clk clock, kv *kvEventPublisher) *driver {
+func newPublishingDriver(cfg sim.Config, scale float64, clk clock.Clock, kv *kvEventPublisher) *driver {
 	d := &driver{
 		kv:       kv,
 		clock:    clk,
@@ -242,17 +244,18 @@ func (d *driver) dispatch(events []sim.Event) {
 }
 
 // armTimer returns a timer for the engine's next event, or nil when there is none to wait for.
-func (d *driver) armTimer() clockTimer {
+func (d *driver) armTimer() clock.Timer {
 	at, ok := d.engine.NextEventAt()
 	if !ok || d.wedged {
 		return nil
 	}
-	// One reading of the clock for both the engine's now and the deadline: read twice, the clock
-	// could move in between and put the deadline a whole wait late.
+	// One reading of the clock for the engine's now, and the timer armed right after it: on the
+	// wall clock it is late by the nanoseconds in between. (Tests that move a fake clock wait for
+	// the timer to be armed first, or run in a synctest bubble where nothing moves meanwhile.)
 	wall := d.clock.Now()
 	// Round up: waking a nanosecond early would find nothing due and spin.
 	wait := time.Duration(math.Ceil(float64(at-d.engineNowAt(wall)) / d.scale))
-	return d.clock.NewTimerAt(wall.Add(max(wait, 0)))
+	return d.clock.NewTimer(max(wait, 0))
 }
 
 func (d *driver) engineNow() time.Duration {

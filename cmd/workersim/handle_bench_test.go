@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 )
 
 // benchServe measures the worker's own cost of answering one request: parsing, the engine
@@ -13,7 +14,7 @@ import (
 func benchServe(b *testing.B, path, body string) {
 	cfg := testConfig()
 	cfg.timeScale = 1e6
-	s, err := newServer(cfg, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, wallClock{}, func(int) {})
+	s, err := newServer(cfg, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, clock.RealClock{}, func(int) {})
 	if err != nil {
 		b.Fatal(err)
 	}

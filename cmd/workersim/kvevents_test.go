@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/kvevents"
 )
 
@@ -82,13 +83,9 @@ func tokenize(t *testing.T, w *testWorker, content string) []uint32 {
 // heard waits until the subscriber's match for tokens is want blocks.
 func heard(t *testing.T, sub *kvevents.Subscriber, tokens []uint32, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for sub.Matched(tokens) != want {
-		if time.Now().After(deadline) {
-			st, n := sub.Stats()
-			t.Fatalf("the subscriber matches %d blocks, want %d (stats %+v, %d blocks held)", sub.Matched(tokens), want, st, n)
-		}
-		time.Sleep(5 * time.Millisecond) // a poll interval while events travel
+	if !testwait.Holds(20*time.Second, func() bool { return sub.Matched(tokens) == want }) {
+		st, n := sub.Stats()
+		t.Fatalf("the subscriber matches %d blocks, want %d (stats %+v, %d blocks held)", sub.Matched(tokens), want, st, n)
 	}
 }
 

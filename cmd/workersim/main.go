@@ -13,6 +13,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/urfave/cli/v2"
+	"k8s.io/utils/clock"
 )
 
 // shutdownGrace bounds how long a stopping worker waits for its connections to close.
@@ -38,7 +39,7 @@ func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)
 		return fmt.Errorf("listen on %s (--host, --port): %w", cfg.address(), err)
 	}
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
-	s, err := newServer(cfg, ln.Addr(), wallClock{}, exit)
+	s, err := newServer(cfg, ln.Addr(), clock.RealClock{}, exit)
 	if err != nil {
 		ln.Close()
 		return err

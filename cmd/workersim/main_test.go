@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/sim"
 	"go.uber.org/goleak"
 )
@@ -52,11 +55,11 @@ func testConfig() serverConfig {
 
 func startWorker(t *testing.T, cfg serverConfig) *testWorker {
 	t.Helper()
-	return startWorkerOn(t, cfg, wallClock{})
+	return startWorkerOn(t, cfg, clock.RealClock{})
 }
 
 // startWorkerOn starts a worker whose engine runs on clk.
-func startWorkerOn(t *testing.T, cfg serverConfig, clk clock) *testWorker {
+func startWorkerOn(t *testing.T, cfg serverConfig, clk clock.Clock) *testWorker {
 	t.Helper()
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -139,13 +142,7 @@ func (w *testWorker) metric(name string) float64 {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, cond, "%s", what)
 }
 
 // completion is the part of an OpenAI response the tests read.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/internal/exposition"
 )
@@ -50,7 +51,7 @@ type server struct {
 // newServer builds a worker bound to addr (the listener's address) and starts its engine on clk
 // (the wall clock outside tests). exit ends the process (os.Exit outside tests). Serve and
 // Shutdown run it.
-func newServer(cfg serverConfig, addr net.Addr, clk clock, exit func(int)) (*server, error) {
+func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int)) (*server, error) {
 	host, portText, err := net.SplitHostPort(addr.String())
 	if err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // sseEvents reads the data lines of an SSE stream up to [DONE] or the end of the stream.
@@ -86,13 +88,16 @@ func TestStreamWithoutIncludeUsageHasNoUsageChunk(t *testing.T) {
 // client must receive that token's event although the stream is far from done, so the worker
 // flushes event by event instead of buffering.
 func TestStreamRelaysEventsIncrementally(t *testing.T) {
-	clk := newFakeClock()
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	cfg := testConfig()
 	cfg.timeScale = 1
 	w := startWorkerOn(t, cfg, clk)
 	conn, r := rawRequest(t, w.addr, pathCompletions, `{"prompt":"abcd","max_tokens":3,"stream":true}`)
 	waitFor(t, "the request to run", func() bool { return w.s.driver.stats.running.Load() == 1 })
-	clk.Advance(cfg.engine.PrefillCost(1)) // exactly the first token's time
+	// The engine's timer is armed from a reading of the clock; moved before that, the clock
+	// would put the wake-up late by the step.
+	waitFor(t, "the engine's timer", func() bool { return clk.Waiters() == 1 })
+	clk.Step(cfg.engine.PrefillCost(1)) // exactly the first token's time
 	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var first []string
 	for len(first) == 0 {
@@ -107,7 +112,8 @@ func TestStreamRelaysEventsIncrementally(t *testing.T) {
 	if !strings.Contains(first[0], `"text":" tok"`) {
 		t.Fatalf("first event = %s", first[0])
 	}
-	clk.Advance(time.Second)
+	waitFor(t, "the engine's timer for the next token", func() bool { return clk.Waiters() == 1 })
+	clk.Step(time.Second)
 	if events := sseEvents(t, r); len(events) != 3 || events[2] != "[DONE]" {
 		t.Fatalf("rest of the stream = %q, want two more tokens' events and [DONE]", events)
 	}

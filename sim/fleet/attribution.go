@@ -1,6 +1,8 @@
 package fleet
 
 import (
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 )
@@ -58,8 +60,8 @@ type oracle struct {
 	threshold affinity.Thresholds
 }
 
-func newOracle(cfg Config, clock affinity.Clock, replicas []*replica) (*oracle, error) {
-	o := &oracle{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clock, indexBudget(cfg)),
+func newOracle(cfg Config, clk clock.PassiveClock, replicas []*replica) (*oracle, error) {
+	o := &oracle{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clk, indexBudget(cfg)),
 		blockSize: cfg.BlockSize, threshold: cfg.Thresholds}
 	var members []*affinity.Load
 	for id := 1; id <= cfg.routedWorkers(); id++ {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/sim"
@@ -223,7 +225,7 @@ func (c Config) validateSlowdown() error {
 
 // validatePolicies builds the policies once to check their names.
 func (c Config) validatePolicies() error {
-	ix := affinity.NewIndex(affinity.SystemClock{}, 1)
+	ix := affinity.NewIndex(clock.RealClock{}, 1)
 	if _, err := affinity.NewPolicy(c.settings(c.Policy, nil), ix); err != nil {
 		return fmt.Errorf("%w: Policy: %w", ErrBadConfig, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -42,8 +44,8 @@ type state struct {
 	heard heardSet
 }
 
-func newState(cfg Config, clock affinity.Clock) state {
-	return state{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clock, indexBudget(cfg)), heard: heardSet{}}
+func newState(cfg Config, clk clock.PassiveClock) state {
+	return state{loads: affinity.NewLoadTable(nil), index: affinity.NewIndex(clk, indexBudget(cfg)), heard: heardSet{}}
 }
 
 // indexBudget is a worker's KV capacity in router blocks: the index forgets
@@ -52,11 +54,11 @@ func indexBudget(cfg Config) int {
 	return max(cfg.Engine.KVCapacityTokens*cfg.Engine.BytesPerToken/cfg.BlockSize, 1)
 }
 
-// newReplica builds replica number n over st, on clock. rnd supplies its
+// newReplica builds replica number n over st, on clk. rnd supplies its
 // policies' random bits.
-func newReplica(cfg Config, n int, st state, clock affinity.Clock, rnd *rand.Rand) (*replica, error) {
+func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.Rand) (*replica, error) {
 	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard}
-	c, err := core.New(core.Config{Clock: clock, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
+	c, err := core.New(core.Config{Clock: clk, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
 		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
 		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration, Heard: r.recordHeard, Loads: st.loads,
 		Index: st.index})

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/sim"
+	"github.com/kvrouter/kvrouter/internal/virtualclock"
 )
 
 // TestGossipedDecisionChargesItsWholeChain pins the wiring from one
@@ -13,7 +13,7 @@ import (
 // as the engine's cache is.
 func TestGossipedDecisionChargesItsWholeChain(t *testing.T) {
 	cfg := smallFleet(affinity.PolicyCacheAware, 2, SyncGossip).withDefaults()
-	clock := sim.NewVirtualClock(epoch)
+	clock := virtualclock.New(epoch)
 	var replicas [2]*replica
 	for n := range replicas {
 		r, err := newReplica(cfg, n, newState(cfg, clock), clock, seeded(cfg.Seed, streamPolicies+uint64(n)))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/virtualclock"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -28,7 +29,7 @@ const (
 // simulation is one run in progress. It is driven by one goroutine.
 type simulation struct {
 	cfg      Config
-	clock    *sim.VirtualClock
+	clock    *virtualclock.Clock
 	agenda   agenda
 	workers  []*worker
 	replicas []*replica
@@ -68,7 +69,7 @@ func Run(cfg Config, load Workload) (Result, error) {
 
 func newSimulation(cfg Config, load Workload) (*simulation, error) {
 	s := &simulation{
-		cfg: cfg, clock: sim.NewVirtualClock(epoch), load: load,
+		cfg: cfg, clock: virtualclock.New(epoch), load: load,
 		balancer: seeded(cfg.Seed, streamBalancer),
 		net:      network{delay: cfg.GossipDelay, loss: cfg.GossipLoss, rand: seeded(cfg.Seed, streamNetwork)},
 		inflight: make(map[sim.RequestID]*request),
