@@ -58,7 +58,8 @@ func newReplica(cfg Config, n int, st state, clock affinity.Clock, rnd *rand.Ran
 	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard}
 	c, err := core.New(core.Config{Clock: clock, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
 		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
-		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration, Heard: r.recordHeard, Loads: st.loads,
+		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration,
+		NoCalibrationGossip: cfg.NoCalibrationGossip, Heard: r.recordHeard, Loads: st.loads,
 		Index: st.index})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
