@@ -45,6 +45,10 @@ const (
 	lostHitsHelp   = "Engine misses on a prefix another worker was known to hold above --cache-threshold, by cause: shed (the owner judged overloaded), ineligible (the owner not a candidate), below_threshold (only a shallower part known at the decision), peer_fact_late (nothing known at the decision, a fact arrived by the answer)."
 	falseByFact    = "vllm_router_false_hits_by_fact_total"
 	falseByFactHlp = "False hits by where the index's belief came from: own (this replica's decision) or peer (a peer's gossip)."
+	calibSent      = "vllm_router_calibrations_sent_total"
+	calibSentHelp  = "Per-worker sums of this replica's judged predicted hits sent to its peers (one per worker judged in a load report interval)."
+	calibHeard     = "vllm_router_calibrations_learned_total"
+	calibHeardHelp = "Peers' per-worker judgements of their predicted hits that calibrated this replica's index budgets."
 	scaleFamily    = "vllm_router_index_budget_scale"
 	scaleHelp      = "A worker's index budget as a share of its capacity, as its engine's answers calibrated it (1: as configured; at least 0.1)."
 )
@@ -54,7 +58,8 @@ const (
 var _ = exposition.Describe(attributionHelp())
 
 func attributionHelp() map[string]string {
-	help := map[string]string{lostHitsFamily: lostHitsHelp, falseByFact: falseByFactHlp, scaleFamily: scaleHelp}
+	help := map[string]string{lostHitsFamily: lostHitsHelp, falseByFact: falseByFactHlp, scaleFamily: scaleHelp,
+		calibSent: calibSentHelp, calibHeard: calibHeardHelp}
 	for _, f := range attributionFamilies {
 		help[f.name] = f.help
 	}
@@ -74,6 +79,11 @@ func (f clusterFamilies) writeAttribution(w io.Writer) {
 	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
 	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
+	}
+	if f.sync != nil {
+		st := f.sync.Stats()
+		metrics.WriteCounterUint64(w, calibSent, st.CalibrationsSent)
+		metrics.WriteCounterUint64(w, calibHeard, st.CalibrationsLearned)
 	}
 	f.writeBudgetScales(w)
 }

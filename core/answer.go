@@ -103,7 +103,9 @@ type attributionCounts struct {
 // prefix above the threshold is a lost hit, by cause. Every predicted hit
 // also calibrates the worker's index budget by what its engine held
 // (affinity.Index.Calibrate), so that an index charging a worker less than
-// its engine caches stops believing in what the engine evicted.
+// its engine caches stops believing in what the engine evicted; the
+// judgement goes to the peers with the next report, and they calibrate
+// their indexes alike (remoteCalibration).
 func (r *Replica) Answered(d Decided, u Usage) {
 	if !d.routed || !u.HasCached || u.PromptTokens <= 0 {
 		return
@@ -115,9 +117,7 @@ func (r *Replica) Answered(d Decided, u Usage) {
 	hit := r.engineHit(u)
 	if d.Hit {
 		c.predictedHits.Add(1)
-		if !r.cfg.NoCalibration {
-			r.index.Calibrate(d.Worker, hit)
-		}
+		r.calibrate(d.Worker, hit)
 	}
 	switch {
 	case hit:
@@ -175,4 +175,16 @@ func (r *Replica) Attribution() Attribution {
 		a.Lost[i] = c.lost[i].Load()
 	}
 	return a
+}
+
+// calibrate corrects w's index budget by its engine's answer to a predicted
+// hit, and has the peers do the same.
+func (r *Replica) calibrate(w affinity.WorkerID, held bool) {
+	if r.cfg.NoCalibration {
+		return
+	}
+	r.index.Calibrate(w, held)
+	if r.sync != nil && !r.cfg.NoCalibrationGossip {
+		r.sync.Judged(uint32(w), held)
+	}
 }

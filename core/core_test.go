@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -21,6 +22,12 @@ const blockSize = 16
 // tier builds n gossiping cores over workers 1..workers.
 func tier(t *testing.T, n, workers int) ([]*Replica, *testingclock.FakeClock) {
 	t.Helper()
+	return tierWith(t, n, workers, nil)
+}
+
+// tierWith is tier with every core's Config changed by tweak first.
+func tierWith(t *testing.T, n, workers int, tweak func(*Config)) ([]*Replica, *testingclock.FakeClock) {
+	t.Helper()
 	clk := testingclock.NewFakeClock(time.Unix(1_700_000_000, 0))
 	var ids []affinity.WorkerID
 	for w := 1; w <= workers; w++ {
@@ -28,8 +35,12 @@ func tier(t *testing.T, n, workers int) ([]*Replica, *testingclock.FakeClock) {
 	}
 	var out []*Replica
 	for i := range n {
-		r, err := New(Config{Clock: clk, BlockSize: blockSize, IndexBudget: 1 << 16,
-			Gossip: &loadsync.Config{Origin: fmt.Sprintf("replica-%d", i), BootEpoch: uint64(i + 1)}})
+		cfg := Config{Clock: clk, BlockSize: blockSize, IndexBudget: 1 << 16,
+			Gossip: &loadsync.Config{Origin: fmt.Sprintf("replica-%d", i), BootEpoch: uint64(i + 1)}}
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		r, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,6 +263,37 @@ func TestAFalseHitCalibratesTheWorkersBudget(t *testing.T) {
 		}
 		if got := r.Index().Scale(first.Worker); got != want {
 			t.Errorf("NoCalibration %v: a false hit left worker %d's scale at %.3f, want %.2f", off, first.Worker, got, want)
+		}
+	}
+}
+
+// TestAFalseHitCalibratesThePeersWithTheNextTick: the engine's answer to a
+// hit one replica predicted corrects the worker's budget on every replica
+// once the tick carried it (a worker whose engine evicted a prefix stops
+// attracting it everywhere), and a held one gives back as much everywhere;
+// NoCalibrationGossip keeps the correction on the replica that saw it.
+func TestAFalseHitCalibratesThePeersWithTheNextTick(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		rs, clk := tierWith(t, 3, 4, func(c *Config) { c.NoCalibrationGossip = off })
+		r, rt := rs[0], router(t, rs[0])
+		first := decide(t, r, rt, prompt, allPool(r))
+		r.Answered(first, usage(0, 100))
+		r.Answered(decide(t, r, rt, prompt, allPool(r)), usage(0, 100)) // a false hit
+		r.Answered(decide(t, r, rt, prompt, allPool(r)), usage(0, 100)) // and another
+		r.Answered(decide(t, r, rt, prompt, allPool(r)), usage(100, 100))
+		clk.Step(loadsync.DefaultLoadInterval)
+		exchange(t, rs, clk.Now())
+		want := r.Index().Scale(first.Worker)
+		if want >= 1 {
+			t.Fatalf("the replica that saw the false hits kept worker %d's scale at %.3f", first.Worker, want)
+		}
+		if off {
+			want = 1
+		}
+		for _, peer := range rs[1:] {
+			if got := peer.Index().Scale(first.Worker); math.Abs(got-want) > 1e-9 {
+				t.Errorf("NoCalibrationGossip %v: a peer holds worker %d's scale at %.4f, want %.4f", off, first.Worker, got, want)
+			}
 		}
 	}
 }

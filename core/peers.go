@@ -65,6 +65,23 @@ func (r *Replica) ownership(f loadsync.Fact) {
 	}
 }
 
+// remoteCalibration applies a peer's judgements of its predicted hits on a
+// known worker to this replica's index, the misses first: the peer's
+// engine answers say how much of the worker's cache the index may believe
+// in, whichever replica heard them. loadsync caps the counts.
+func (r *Replica) remoteCalibration(c loadsync.Calibration) {
+	if !r.isKnown(c.Worker) {
+		return
+	}
+	w := affinity.WorkerID(c.Worker)
+	for range c.Missed {
+		r.index.Calibrate(w, false)
+	}
+	for range c.Held {
+		r.index.Calibrate(w, true)
+	}
+}
+
 // remoteVerdicts passes on a peer's verdicts about known workers; nil (the
 // peer withdrew them, left, died or went silent) passes as nil.
 func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {

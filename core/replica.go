@@ -60,6 +60,10 @@ type Config struct {
 	// to predicted hits do not calibrate them (affinity.Index.Calibrate).
 	// For comparisons.
 	NoCalibration bool
+	// NoCalibrationGossip keeps each replica's calibration its own: the
+	// judgements of its predicted hits are not sent to the peers, nor
+	// theirs applied here (loadsync.State.Judged). For comparisons.
+	NoCalibrationGossip bool
 
 	// Heard, when set, observes every fact this replica records, its own
 	// decisions' and its peers', after the trust boundary. For measurement.
@@ -121,6 +125,10 @@ func (r *Replica) startGossip(gc loadsync.Config) error {
 	gc.OnOwnership = r.ownership
 	gc.LocalVerdicts = r.cfg.LocalVerdicts
 	gc.OnVerdicts = r.remoteVerdicts
+	gc.OnCalibration = nil
+	if !r.cfg.NoCalibration && !r.cfg.NoCalibrationGossip {
+		gc.OnCalibration = r.remoteCalibration
+	}
 	st, err := loadsync.New(gc)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)

@@ -170,6 +170,11 @@ type Config struct {
 	// the queue lock held, so calls are ordered; it must be fast, must not
 	// keep depths, and must not call into State.
 	OnQueues func(origin string, depths []QueueDepth)
+	// OnCalibration is called with every peer's calibration of a known
+	// worker (see State.Judged), its counts capped at 64 each. It may be
+	// called from several goroutines at once, must be fast and must not
+	// call into State.
+	OnCalibration func(c Calibration)
 }
 
 func (c Config) withDefaults() Config {

@@ -35,6 +35,12 @@
 // LoadInterval and announces an empty one a few times when they end;
 // receivers drop a set on withdrawal, leave, or LoadTTL without refresh.
 //
+// Calibrations are not soft state: what the engines' answers said of the hits
+// a replica predicted (Judged), summed per worker, goes out once with the
+// next report and is applied by each receiver (OnCalibration, counts capped);
+// a lost packet loses that interval's corrections, which later answers make
+// again.
+//
 // Node metadata carries, besides the cluster configuration that CheckJoin
 // compares, free-form tags that are not compared: a replica announces there
 // where its other services (Raft, the HTTP API) listen.

@@ -17,6 +17,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	a.local.set(7, -2)
 	a.local.set(math.MaxUint32, 1<<40)
 	a.st.Owned(chain(1, 9), 300)
+	a.st.Judged(300, false)
+	a.st.Judged(math.MaxUint32, true)
 	seeds := a.st.Tick(t0)
 	a.local.set(7, 3)
 	seeds = append(seeds, a.st.Tick(t0.Add(DefaultLoadInterval))...) // the full report again and a delta

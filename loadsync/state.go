@@ -48,6 +48,9 @@ type State struct {
 
 	queues queueGossip // admission queue reports, ours and the peers'
 
+	calibMu sync.Mutex
+	calibs  calibrationQueue // judgements of predicted hits since the last report
+
 	digestMu sync.Mutex
 	queue    factRing // facts waiting to be sent, oldest first
 	known    factSet  // facts recently sent or learned, kept once in the recent ring
@@ -88,7 +91,8 @@ func (s *State) Config() Config { return s.cfg }
 // Tick advances the state to now: it expires silent origins and, when a
 // report is due (every LoadInterval), returns this replica's load report,
 // its verdicts (while it holds any, and briefly after), its admission queue
-// report (likewise), then the pending ownership digests. The caller sends every packet to every live peer.
+// report (likewise), the calibrations judged since the last report (see
+// Judged), then the pending ownership digests. The caller sends every packet to every live peer.
 // Calling Tick more often than LoadInterval is harmless: reports keep the
 // LoadInterval cadence on average. Digests flushed while there is no peer
 // are not lost to later joiners: LocalState carries them.
@@ -105,6 +109,7 @@ func (s *State) Tick(now time.Time) [][]byte {
 	pkts = append(pkts, s.verdictReport(now)...)
 	s.loadMu.Unlock()
 	pkts = append(pkts, s.queues.report(s.cfg.Origin, s.cfg.BootEpoch)...)
+	pkts = append(pkts, s.calibrationReport()...)
 	s.stats.reportsSent.Add(1)
 	return append(pkts, s.digests(now)...)
 }
@@ -206,7 +211,7 @@ func (s *State) rotateSent(now time.Time) {
 }
 
 // Receive merges one packet from a peer: a load report (full or delta),
-// verdicts or a digest. It never panics; a packet that does not decode returns an error wrapping
+// verdicts, queue depths, calibrations or a digest. It never panics; a packet that does not decode returns an error wrapping
 // ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
 // Old, duplicate and own reports are not errors: they are counted in Stats
 // and ignored. now is the receiver's clock, used for expiry and lag.
@@ -228,6 +233,8 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveVerdicts(&r, now)
 		case msgQueues:
 			err = s.receiveQueues(&r, now)
+		case msgCalibrations:
+			err = s.receiveCalibrations(&r)
 		default:
 			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
 		}

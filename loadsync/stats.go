@@ -28,29 +28,38 @@ type Stats struct {
 	FactsLearned uint64
 	// VerdictsUnsent counts verdicts left out of full verdict packets.
 	VerdictsUnsent uint64
+	// CalibrationsSent counts per-worker calibrations sent (one per worker
+	// judged in an interval); CalibrationsLearned those received about
+	// known workers; CalibrationsDropped the judgements left out because
+	// too many workers were pending.
+	CalibrationsSent, CalibrationsLearned, CalibrationsDropped uint64
 }
 
 type counters struct {
 	reportsSent, reportsAccepted, reportsStale, decodeErrors              atomic.Uint64
 	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned atomic.Uint64
 	verdictsUnsent, fullReportsSent, deltasInexact                        atomic.Uint64
+	calibrationsSent, calibrationsLearned, calibrationsDropped            atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
 func (s *State) Stats() Stats {
 	c := &s.stats
 	return Stats{
-		ReportsSent:       c.reportsSent.Load(),
-		FullReportsSent:   c.fullReportsSent.Load(),
-		DeltasInexact:     c.deltasInexact.Load(),
-		ReportsAccepted:   c.reportsAccepted.Load(),
-		ReportsStale:      c.reportsStale.Load(),
-		DecodeErrors:      c.decodeErrors.Load(),
-		FactsQueued:       c.factsQueued.Load(),
-		FactsDeduplicated: c.factsDeduplicated.Load(),
-		FactsDropped:      c.factsDropped.Load(),
-		FactsSent:         c.factsSent.Load(),
-		FactsLearned:      c.factsLearned.Load(),
-		VerdictsUnsent:    c.verdictsUnsent.Load(),
+		ReportsSent:         c.reportsSent.Load(),
+		FullReportsSent:     c.fullReportsSent.Load(),
+		DeltasInexact:       c.deltasInexact.Load(),
+		ReportsAccepted:     c.reportsAccepted.Load(),
+		ReportsStale:        c.reportsStale.Load(),
+		DecodeErrors:        c.decodeErrors.Load(),
+		FactsQueued:         c.factsQueued.Load(),
+		FactsDeduplicated:   c.factsDeduplicated.Load(),
+		FactsDropped:        c.factsDropped.Load(),
+		FactsSent:           c.factsSent.Load(),
+		FactsLearned:        c.factsLearned.Load(),
+		VerdictsUnsent:      c.verdictsUnsent.Load(),
+		CalibrationsSent:    c.calibrationsSent.Load(),
+		CalibrationsLearned: c.calibrationsLearned.Load(),
+		CalibrationsDropped: c.calibrationsDropped.Load(),
 	}
 }

@@ -20,6 +20,10 @@ const (
 	msgVerdicts  byte = 5 // an origin's verdicts against workers
 	msgLoadDelta byte = 6 // the counts that changed since the origin's last full load report
 	msgQueues    byte = 7 // an origin's admission queue depths per class and tenant
+	// msgCalibrations carries an origin's judgements of predicted hits per
+	// worker since its last report. A peer of an older build that does not
+	// know the type counts it as a decode error and carries on.
+	msgCalibrations byte = 8
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.

@@ -13,7 +13,9 @@ the same round: the machine's load moves both alike. The grid and the fleet
 come from environment variables (defaults in brackets):
 
     REALTIER_REPLICAS    tier sizes besides the one-replica baseline [4 8]
-    REALTIER_THINK       mean think time between turns, seconds [0.1 0.3 1 3]
+    REALTIER_THINK       mean think time between turns, seconds [0.1 0.3]
+    REALTIER_LONG        1 adds the long think times, 1 and 3 s, to REALTIER_THINK
+                         (about 20 more minutes) [0]
     REALTIER_BALANCE     random (every turn to a random replica) and/or
                          session (a session-sticky balancer) [random session]
     REALTIER_SESSIONS    concurrent sessions; "128 64" adds the half-rate run [128]
@@ -52,6 +54,8 @@ BIN = "bin"
 AGENTIC = ["--system-prompt-tokens", "2048", "--task-tokens", "512", "--observation-tokens", "512",
            "--answer-tokens", "32", "--seed", "11"]
 ATTRIBUTION = ("vllm_router_false_hits_total", "vllm_router_lost_hits_total")
+COLD_MISSES = "vllm_router_cold_misses_total"
+FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 GOSSIP_INTERVAL_S = 0.1  # the router's default load report interval
 
 
@@ -187,6 +191,10 @@ def attribution(apis):
                     if k == "cause":
                         cause = val.strip('"')
                 total["lost:" + cause] = total.get("lost:" + cause, 0) + v
+            elif name == COLD_MISSES:
+                total["cold"] = total.get("cold", 0) + v
+            elif name == FALSE_BY_FACT and 'fact="peer"' in labels:
+                total["false_hits:peer"] = total.get("false_hits:peer", 0) + v
     return total if seen else None
 
 
@@ -256,7 +264,7 @@ def variants():
 def config():
     return {
         "replicas": [int(x) for x in env_list("REALTIER_REPLICAS", "4 8")],
-        "think": [float(x) for x in env_list("REALTIER_THINK", "0.1 0.3 1 3")],
+        "think": think_times(),
         "balance": env_list("REALTIER_BALANCE", "random session"),
         "sessions": [int(x) for x in env_list("REALTIER_SESSIONS", "128")],
         "turns": int(os.environ.get("REALTIER_TURNS", "10")),
@@ -267,6 +275,16 @@ def config():
         "fleetsim": os.environ.get("REALTIER_FLEETSIM", "1") != "0",
         "variants": variants(),
     }
+
+
+def think_times():
+    """REALTIER_THINK, with 1 and 3 s added under REALTIER_LONG=1: a default make bench stays under
+    about 25 minutes, and the long points, whose ten turns take 10 and 30 s of think time each, run
+    when asked."""
+    think = [float(x) for x in env_list("REALTIER_THINK", "0.1 0.3")]
+    if os.environ.get("REALTIER_LONG", "0") == "1":
+        think += [t for t in (1.0, 3.0) if t not in think]
+    return think
 
 
 def fleetsim_flags(router_flags):

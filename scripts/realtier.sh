@@ -5,7 +5,8 @@
 # memberlist and Raft, workersims, loadgen):
 #   1. the tier sweep: agentic sessions through 1, 4 and 8 replicas at think
 #      times 0.1-3 s, every turn to a random replica and, as the control,
-#      through a session-sticky balancer; >= 3 rounds; fleetsim on the same
+#      through a session-sticky balancer (1 and 3 s with REALTIER_LONG=1);
+#      >= 3 rounds; fleetsim on the same
 #      configurations beside it (scripts/realtier.py sweep)
 #   2. a burst of requests sharing one long prefix through 1 and 4 replicas,
 #      with and without hot-prefix spreading (scripts/realtier.py burst)

@@ -108,6 +108,10 @@ type Config struct {
 	// NoCalibration keeps the index budgets as set: the engines' answers do
 	// not calibrate them (core.Config.NoCalibration). For comparisons.
 	NoCalibration bool
+	// NoCalibrationGossip keeps each replica's calibration its own: its
+	// judgements are not gossiped (core.Config.NoCalibrationGossip). For
+	// comparisons.
+	NoCalibrationGossip bool
 	// OverloadOnReports makes a hit's overload check ignore the peer share
 	// (affinity.Settings.OverloadOnReports). For comparisons.
 	OverloadOnReports bool

@@ -60,7 +60,8 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard}
 	c, err := core.New(core.Config{Clock: clk, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
 		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
-		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration, Heard: r.recordHeard, Loads: st.loads,
+		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration,
+		NoCalibrationGossip: cfg.NoCalibrationGossip, Heard: r.recordHeard, Loads: st.loads,
 		Index: st.index})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)

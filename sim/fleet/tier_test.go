@@ -31,12 +31,12 @@ func tierFleet(replicas int) Config {
 // TestMeasureEightGossipingReplicasAgainstOne measures the tier's promise
 // on agentic sessions: the hit rate 8 gossiping replicas keep of one
 // replica's. The target is 0.95; over 8 seed pairs the ratio ranges from
-// 0.936 (seed 5) to 1.003 (0.926 to 1.019 before the engines' answers
-// calibrated the index budgets), so what is asserted is the minimum that
-// holds, 0.92: the gap to the target is the tier's, and the logged
-// attribution says what it is made of.
+// 0.973 (seed 3) to 1.012 (0.936 to 1.003 while each replica calibrated
+// its index budgets from its own answers only, 0.926 to 1.019 before the
+// answers calibrated them at all), so what is asserted is the minimum that
+// holds, 0.965; the logged attribution says what the rest is made of.
 func TestMeasureEightGossipingReplicasAgainstOne(t *testing.T) {
-	const target, holds = 0.95, 0.92
+	const target, holds = 0.95, 0.965
 	lows := overSeeds(t, measureSeeds(t), []string{"8 replicas' hit rate / one's"}, func(seed int64) ([]float64, error) {
 		w := tierSessions()
 		w.Seed += seed - 1

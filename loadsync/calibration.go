@@ -1,0 +1,169 @@
+package loadsync
+
+import (
+	"cmp"
+	"encoding/binary"
+	"slices"
+)
+
+// Calibration is what one replica learned from the engines' answers about a
+// worker since its last report: how many of the hits it predicted there the
+// engine backed (Held) and how many it did not (Missed). A peer applies the
+// same correction to its own index, so a worker whose engine evicted a
+// prefix stops attracting it on every replica, not only on the one that saw
+// the answer.
+type Calibration struct {
+	Worker       uint32
+	Held, Missed uint32
+}
+
+// Bounds on calibrations, sent and received.
+const (
+	// maxCalibrationWorkers bounds the workers one replica holds pending
+	// calibrations for between two reports; the judgements of any further
+	// worker are dropped and counted. Only workers the replica routed to are
+	// judged, so a registry of that size never reaches it.
+	maxCalibrationWorkers = 4096
+	// maxCalibrationCount caps each count of one received entry: a peer
+	// judges a handful of answers per worker and interval, and a forged
+	// count must not cost the receiver more work than that.
+	maxCalibrationCount = 64
+	// calibrationMinBytes is the smallest encoding of one entry.
+	calibrationMinBytes = 3
+)
+
+// calibrationQueue gathers this replica's judgements per worker until the
+// next report. Not safe for concurrent use; State guards it with calibMu.
+type calibrationQueue struct {
+	pending map[uint32]*Calibration
+	scratch []Calibration
+}
+
+// add counts one judgement of worker and reports whether it was kept.
+func (q *calibrationQueue) add(worker uint32, held bool) bool {
+	c := q.pending[worker]
+	if c == nil {
+		if len(q.pending) >= maxCalibrationWorkers {
+			return false
+		}
+		if q.pending == nil {
+			q.pending = make(map[uint32]*Calibration)
+		}
+		c = &Calibration{Worker: worker}
+		q.pending[worker] = c
+	}
+	if held {
+		c.Held++
+	} else {
+		c.Missed++
+	}
+	return true
+}
+
+// take empties the queue into scratch, in worker order (so a simulated run
+// repeats byte for byte), and returns it.
+func (q *calibrationQueue) take() []Calibration {
+	out := q.scratch[:0]
+	for w, c := range q.pending {
+		out = append(out, *c)
+		delete(q.pending, w)
+	}
+	slices.SortFunc(out, func(a, b Calibration) int { return cmp.Compare(a.Worker, b.Worker) })
+	q.scratch = out
+	return out
+}
+
+// Judged records the engine's answer to a hit this replica predicted on
+// worker: held says the engine had the prefix cached. The judgements are
+// summed per worker and sent to the peers with the next report, whose
+// OnCalibration applies them. Called on the request path; it does not
+// allocate once the worker has been judged before.
+func (s *State) Judged(worker uint32, held bool) {
+	s.calibMu.Lock()
+	kept := s.calibs.add(worker, held)
+	s.calibMu.Unlock()
+	if !kept {
+		s.stats.calibrationsDropped.Add(1)
+	}
+}
+
+// calibrationReport packs the pending calibrations into packets of at most
+// MaxPacketBytes, or returns nil when there are none.
+func (s *State) calibrationReport() [][]byte {
+	s.calibMu.Lock()
+	defer s.calibMu.Unlock()
+	cs := s.calibs.take()
+	if len(cs) == 0 {
+		return nil
+	}
+	s.stats.calibrationsSent.Add(uint64(len(cs)))
+	budget := s.cfg.MaxPacketBytes - headerBytes - uvarintLen(uint64(len(s.cfg.Origin))) - len(s.cfg.Origin) -
+		binary.MaxVarintLen32
+	var pkts [][]byte
+	for len(cs) > 0 {
+		n, used := 0, 0
+		for n < len(cs) && used+calibrationBytes(cs[n]) <= budget {
+			used += calibrationBytes(cs[n])
+			n++
+		}
+		pkts = append(pkts, appendCalibrations(make([]byte, 0, s.cfg.MaxPacketBytes), s.cfg.Origin, cs[:n]))
+		cs = cs[n:]
+	}
+	return pkts
+}
+
+func calibrationBytes(c Calibration) int {
+	return uvarintLen(uint64(c.Worker)) + uvarintLen(uint64(c.Held)) + uvarintLen(uint64(c.Missed))
+}
+
+// appendCalibrations encodes calibrations as header, origin (string), count,
+// then entries of (worker, held, missed uvarints).
+func appendCalibrations(b []byte, origin string, cs []Calibration) []byte {
+	b = appendHeader(b, msgCalibrations)
+	b = appendString(b, origin)
+	b = binary.AppendUvarint(b, uint64(len(cs)))
+	for _, c := range cs {
+		b = binary.AppendUvarint(b, uint64(c.Worker))
+		b = binary.AppendUvarint(b, uint64(c.Held))
+		b = binary.AppendUvarint(b, uint64(c.Missed))
+	}
+	return b
+}
+
+func decodeCalibrations(r *reader) (string, []Calibration, error) {
+	origin := r.str()
+	n := r.count(calibrationMinBytes)
+	if r.err() != nil {
+		return "", nil, r.err()
+	}
+	cs := make([]Calibration, 0, n)
+	for range n {
+		c := Calibration{Worker: r.uint32v(), Held: r.uint32v(), Missed: r.uint32v()}
+		if r.err() != nil {
+			return "", nil, r.err()
+		}
+		cs = append(cs, c)
+	}
+	return origin, cs, r.end()
+}
+
+// receiveCalibrations hands a peer's calibrations of known workers, their
+// counts capped, to OnCalibration.
+func (s *State) receiveCalibrations(r *reader) error {
+	origin, cs, err := decodeCalibrations(r)
+	if err != nil {
+		return err
+	}
+	if origin == s.cfg.Origin || s.cfg.OnCalibration == nil {
+		return nil
+	}
+	for _, c := range cs {
+		if s.cfg.KnownWorker != nil && !s.cfg.KnownWorker(c.Worker) {
+			continue
+		}
+		c.Held, c.Missed = min(c.Held, maxCalibrationCount), min(c.Missed, maxCalibrationCount)
+		s.stats.calibrationsLearned.Add(1)
+		s.cfg.OnCalibration(c)
+	}
+	return nil
+}
