@@ -61,6 +61,9 @@ type Config struct {
 	// WorkerHosts says which destinations workers may have
 	// (--allowed-worker-hosts); a refused one gets no traffic.
 	WorkerHosts workerurl.HostPolicy
+	// Tokenize asks the engines for prompts' token IDs, for routing on
+	// their KV events (tokenize.go); off by default.
+	Tokenize TokenizeConfig
 }
 
 // Edge holds the limits and timeouts of the client listener, each what a

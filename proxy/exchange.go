@@ -134,6 +134,7 @@ func (p *Proxy) serveInference(ctx *fasthttp.RequestCtx, ep *endpoint) {
 	router := p.finalRouter()
 	l := &leg{router: router, req: router.Prepare(in.model, in.text, key), pool: pool, decider: p.deps.Decider,
 		body: x.body, attempts: p.cfg.Retry.MaxAttempts, stream: true, toClient: true}
+	p.tokens.attach(x, l.req, pool)
 	streaming = p.serveLeg(x, l)
 }
 

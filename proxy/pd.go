@@ -103,6 +103,7 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 		pool: ppool, attempts: attempts, decider: d.p.deps.Decider}
 	dec = &leg{phase: RoleDecode, router: rs.Decode, req: rs.Decode.Prepare(x.in.model, x.in.text, key),
 		pool: dpool, attempts: attempts, stream: true, toClient: true}
+	d.p.tokens.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
 		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
