@@ -321,11 +321,13 @@ func (a *Admin) getWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 
 // workerRequest is the body of POST /workers.
 type workerRequest struct {
-	URL           string            `json:"url"`
-	Role          store.Role        `json:"role"`
-	Model         string            `json:"model"`
-	BootstrapPort int               `json:"bootstrap_port"`
-	Labels        map[string]string `json:"labels"`
+	URL           string     `json:"url"`
+	Role          store.Role `json:"role"`
+	Model         string     `json:"model"`
+	BootstrapPort int        `json:"bootstrap_port"`
+	// KVEventsEndpoint: store.Worker.KVEventsEndpoint.
+	KVEventsEndpoint string            `json:"kv_events_endpoint"`
+	Labels           map[string]string `json:"labels"`
 }
 
 func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -335,8 +337,11 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
-		BootstrapPort: req.BootstrapPort, Labels: req.Labels}
-	if err := a.allowWorker(req.URL); err != nil {
+		BootstrapPort: req.BootstrapPort, KVEventsEndpoint: req.KVEventsEndpoint, Labels: req.Labels}
+	if err := a.allowWorker(req.URL); err == nil {
+		err = a.allowKVEvents(req.KVEventsEndpoint)
+	}
+	if err != nil {
 		writeError(ctx, err)
 		return
 	}
@@ -387,7 +392,7 @@ func (a *Admin) allowWorker(url string) error {
 // has not caught up with the write yet (it was forwarded to the leader).
 func addedWorker(id store.WorkerID, add store.AddWorker) store.Worker {
 	w := store.Worker{ID: id, URL: add.URL, Role: add.Role, Model: add.Model,
-		BootstrapPort: add.BootstrapPort, Labels: add.Labels, State: store.StateActive}
+		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint, Labels: add.Labels, State: store.StateActive}
 	if u, err := store.NormalizeURL(add.URL); err == nil {
 		w.URL = u
 	}

@@ -71,7 +71,12 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 // verdicts.
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
+	kv, err := r.startKVEvents()
+	if err != nil {
+		return err
+	}
 	c, err := core.New(core.Config{
+		KV: kv, KVReservation: r.cfg.KVEvents.Reservation,
 		Clock:       affinity.SystemClock{},
 		BlockSize:   rt.BlockSize,
 		IndexBudget: int(rt.MaxTreeSize / int64(rt.BlockSize)),

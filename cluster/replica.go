@@ -73,6 +73,7 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	gauges workerGauges
+	kv     *kvHub // nil unless --kv-events
 	// history is the last minutes of this replica's worker figures, for
 	// the status page (history.go).
 	history *sampleRing
@@ -359,6 +360,7 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 	if r.gossiper() != nil {
 		errs = append(errs, r.stopGossip(leave))
 	}
+	r.stopKVEvents()
 	errs = append(errs, r.closeParts())
 	return errors.Join(errs...)
 }
@@ -443,7 +445,8 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	routing := r.routingFromFlags()
 	seed := store.Seed{Routing: &routing}
 	for _, s := range r.cfg.Seeds {
-		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
+		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort,
+			KVEventsEndpoint: s.KVEventsEndpoint})
 	}
 	res, err := r.apply(wait, store.NewSeed(seed))
 	if err != nil {
@@ -524,6 +527,7 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 		r.log.Warn("some workers cannot be health-checked", "err", err)
 	}
 	r.proxy.Fleet().SetWorkers(ws)
+	r.syncKVEvents(workers)
 	r.gauges.sync(r.metrics, workers, r.monitor)
 	r.followRouting(reg)
 }

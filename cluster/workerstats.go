@@ -39,6 +39,8 @@ type WorkerStat struct {
 	Misses         uint64 `json:"misses"`
 	Tokens         uint64 `json:"tokens"`
 	Processed      uint64 `json:"processed"`
+	// KVEvents is the worker's KV-event stream, with --kv-events.
+	KVEvents *KVEventsStat `json:"kv_events,omitempty"`
 }
 
 func (r *Replica) workerStats() WorkerStats {
@@ -62,6 +64,7 @@ func (r *Replica) workerStat(w store.Worker, t proxy.WorkerTally, peers map[stri
 		Model: w.Model, PeerLoads: map[string]int64{}, Probed: st.Probed, Circuit: st.Circuit.String(),
 		Wedged: st.Wedged, Degraded: st.Degraded, RemoteVerdicts: st.RemoteVerdicts,
 		Hits: t.Hits, Misses: t.Misses, Tokens: t.Tokens, Processed: t.Processed,
+		KVEvents: r.kvEventsStat(w.ID),
 	}
 	for origin, loads := range peers {
 		if n := loads[uint32(w.ID)]; n != 0 {

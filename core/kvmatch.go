@@ -23,7 +23,7 @@ type KVSource interface {
 }
 
 // DefaultReservation is Config.KVReservation's default.
-const DefaultReservation = 5 * time.Second
+const DefaultReservation = 2 * time.Second
 
 // KVRouting counts how the decisions of requests with tokens matched their
 // candidates. Cumulative.

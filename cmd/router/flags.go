@@ -45,7 +45,7 @@ func durationFlag(name string, value string, usage string) *cli.StringFlag {
 // the meaning is the same, and every other flag of vllm-router accepted
 // (compatFlags).
 func serveFlags() []cli.Flag {
-	return append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), compatFlags()...)
+	return append(append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), kvEventsFlags()...), compatFlags()...)
 }
 
 func ownFlags() []cli.Flag {
