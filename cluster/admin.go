@@ -338,10 +338,7 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
 		BootstrapPort: req.BootstrapPort, KVEventsEndpoint: req.KVEventsEndpoint, Labels: req.Labels}
-	if err := a.allowWorker(req.URL); err == nil {
-		err = a.allowKVEvents(req.KVEventsEndpoint)
-	}
-	if err != nil {
+	if err := errors.Join(a.allowWorker(req.URL), a.allowKVEvents(req.KVEventsEndpoint)); err != nil {
 		writeError(ctx, err)
 		return
 	}

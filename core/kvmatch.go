@@ -18,6 +18,10 @@ type KVSource interface {
 	// Matched is how many leading blocks of keys worker w's engine holds
 	// now, and whether its stream may be routed on.
 	Matched(w uint32, keys []uint64) (int, kvevents.Trust)
+	// EvictedSince reports whether w's engine removed any of keys, or its
+	// set was emptied, at or after t: a reservation made at t no longer
+	// stands for blocks the engine has yet to store.
+	EvictedSince(w uint32, keys []uint64, t time.Time) bool
 	// Expect says w was given work that should store blocks.
 	Expect(w uint32)
 }
@@ -52,7 +56,9 @@ func (r *Replica) KVRouting() KVRouting {
 // candidate, the longest run of the prompt's blocks its engine holds now, or
 // the deepest block an in-flight reservation (a fact recorded within
 // Config.KVReservation, this replica's or a peer's) covers, whichever is
-// deeper; a candidate whose stream is not trusted is matched on the text
+// deeper, unless the engine evicted some of the prompt's blocks within the
+// reservation window (then the reservation was stored and is gone, not
+// waiting); a candidate whose stream is not trusted is matched on the text
 // index alone. The match is expressed in blocks of the routing text, so the
 // cache threshold and the overload check judge it as they judge the index's.
 type kvMatch struct {
@@ -94,13 +100,17 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 	depths = depths[:2*n]
 	all, recent := depths[:n], depths[n:]
 	r := m.r
-	r.index.Depths(req.Hashes, pool, r.cfg.Clock.Now().Add(-r.reservation()), all, recent)
+	since := r.cfg.Clock.Now().Add(-r.reservation())
+	r.index.Depths(req.Hashes, pool, since, all, recent)
 	best := -1
 	for i := range n {
 		blocks, trust := r.cfg.KV.Matched(uint32(pool.At(i).ID()), m.keys)
 		if trust == kvevents.Trusted {
 			r.kv.onEvents.Add(1)
 			engine := m.textDepth(req, blocks)
+			if recent[i] > engine && r.cfg.KV.EvictedSince(uint32(pool.At(i).ID()), m.keys, since) {
+				recent[i] = -1 // the engine evicted the prompt's blocks since: the reservation is spent
+			}
 			if recent[i] > engine {
 				r.kv.reserved.Add(1)
 			}

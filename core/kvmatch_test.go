@@ -17,10 +17,11 @@ type fakeEvents struct {
 	held     map[uint32]map[uint64]bool
 	trust    map[uint32]kvevents.Trust
 	expected []uint32
+	evicted  map[uint32]time.Time // when the worker's engine last evicted anything
 }
 
 func newFakeEvents() *fakeEvents {
-	return &fakeEvents{held: map[uint32]map[uint64]bool{}, trust: map[uint32]kvevents.Trust{}}
+	return &fakeEvents{held: map[uint32]map[uint64]bool{}, trust: map[uint32]kvevents.Trust{}, evicted: map[uint32]time.Time{}}
 }
 
 func (f *fakeEvents) BlockSize() int { return kvBlock }
@@ -42,6 +43,11 @@ func (f *fakeEvents) Matched(w uint32, keys []uint64) (int, kvevents.Trust) {
 }
 
 func (f *fakeEvents) Expect(w uint32) { f.expected = append(f.expected, w) }
+
+func (f *fakeEvents) EvictedSince(w uint32, _ []uint64, t time.Time) bool {
+	at, ok := f.evicted[w]
+	return ok && !at.Before(t)
+}
 
 // stores makes w's engine hold the first blocks of tokens.
 func (f *fakeEvents) stores(w uint32, tokens []uint32, blocks int) {
@@ -169,5 +175,17 @@ func TestOnEventsAPartialMatchIsJudgedByTheCacheThresholdAsTheIndexIs(t *testing
 	ev.stores(3, tokens, 4) // half
 	if d := decideTokens(t, r, rt, text, tokens); !d.Hit || d.Worker != 3 || d.Matched != 4*blockSize {
 		t.Fatalf("decided %+v; want a hit on 3 matching half the text", d.Decision)
+	}
+}
+
+func TestOnEventsAReservationIsSpentOnceTheEngineEvictedThePromptsBlocks(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	text, tokens := kvPrompt(6)
+	owner := decideTokens(t, r, rt, text, tokens).Worker
+	clk.now = clk.now.Add(time.Second) // within the reservation: stored, then evicted by others' work
+	ev.evicted[uint32(owner)] = clk.now
+	if d := decideTokens(t, r, rt, text, tokens); d.Hit {
+		t.Fatalf("decided %+v: a hit on a reservation whose blocks the engine evicted", d.Decision)
 	}
 }

@@ -129,6 +129,14 @@ func (h *Hub) Matched(id uint32, keys []uint64) (int, Trust) {
 	return e.sub.MatchedKeys(keys), Trusted
 }
 
+// EvictedSince reports whether worker id's engine removed any of keys, or
+// its set was emptied, at or after t (Subscriber.EvictedSince); true for a
+// worker the hub does not hear.
+func (h *Hub) EvictedSince(id uint32, keys []uint64, t time.Time) bool {
+	e, ok := (*h.subs.Load())[id]
+	return !ok || e.sub.EvictedSince(keys, t)
+}
+
 // Expect says worker id was just given work that should store blocks
 // (Subscriber.Expect).
 func (h *Hub) Expect(id uint32) {

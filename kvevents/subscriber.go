@@ -56,6 +56,7 @@ type Subscriber struct {
 	stream *Stream
 	keys   []uint64
 	watch  watch
+	gone   evictions
 }
 
 // Subscribe checks cfg against the policy and starts hearing the engine.
@@ -117,6 +118,15 @@ func (s *Subscriber) MatchedKeys(keys []uint64) int {
 	return s.stream.Set().Matched(keys)
 }
 
+// EvictedSince reports whether the engine removed any of a prompt's blocks
+// (by its keys), or its set was emptied, at or after t: a decision made at
+// t whose blocks the set lacks is not waiting for them to be stored.
+func (s *Subscriber) EvictedSince(keys []uint64, t time.Time) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gone.since(keys, t)
+}
+
 // Trust is whether the set may be routed on now (see Trust).
 func (s *Subscriber) Trust() Trust {
 	s.mu.RLock()
@@ -174,6 +184,7 @@ func (s *Subscriber) hear(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.stream.Rejoin()
+	s.gone.note(s.stream.Set(), s.cfg.Now())
 	s.watch.connected, s.watch.expecting = true, time.Time{}
 	s.mu.Unlock()
 	defer s.disconnected()
@@ -201,6 +212,7 @@ func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
 	from, gap := s.stream.Offer(seq, payload)
 	s.watch.replaying = gap
 	s.watch.note(s.stream.Stats(), s.cfg.Now(), !gap)
+	s.gone.note(s.stream.Set(), s.cfg.Now())
 	s.mu.Unlock()
 	if !gap {
 		return
@@ -212,6 +224,7 @@ func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
 	s.stream.EndReplay()
 	s.watch.replaying = false
 	s.watch.note(s.stream.Stats(), s.cfg.Now(), true)
+	s.gone.note(s.stream.Set(), s.cfg.Now())
 	s.mu.Unlock()
 }
 
@@ -238,6 +251,7 @@ func (s *Subscriber) replay(ctx context.Context, from uint64) {
 		s.mu.Lock()
 		s.stream.Replayed(binary.BigEndian.Uint64(msg.Frames[1]), msg.Frames[2])
 		s.watch.note(s.stream.Stats(), s.cfg.Now(), false)
+		s.gone.note(s.stream.Set(), s.cfg.Now())
 		s.mu.Unlock()
 	}
 }

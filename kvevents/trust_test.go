@@ -101,3 +101,36 @@ func TestAHubHearsTheRegistrysWorkersAndTrustsOnlyAFreshStream(t *testing.T) {
 		t.Error("a worker that left is still heard")
 	}
 }
+
+func TestAHubRemembersWhenAnEngineEvictedAPromptsBlocks(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	p := startPublisher(t, Keyed)
+	h, err := NewHub(HubConfig{BlockSize: testBlock, Allow: loopbackOnly, Now: clock.Now, Retry: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Sync([]HubWorker{{ID: 1, Endpoint: p.Endpoint(), ReplayEndpoint: p.ReplayEndpoint()}}); err != nil {
+		t.Fatal(err)
+	}
+	held := prompt(1, 2)
+	keys := h.Keys(nil, held)
+	n := EngineHash(0)
+	eventually(t, "stored blocks heard", func() {
+		n += 100
+		publish(t, p, stored(names(n), nil, held))
+	}, func() bool { m, _ := h.Matched(1, keys); return m == 2 })
+	before := clock.Now()
+	clock.advance(time.Second)
+	publish(t, p, Event{Kind: Removed, Tier: true, Hashes: []EngineHash{n}})
+	eventually(t, "the removal heard", nil, func() bool { m, _ := h.Matched(1, keys); return m == 0 })
+	if !h.EvictedSince(1, keys, before) {
+		t.Error("a removal after a decision is not remembered")
+	}
+	if h.EvictedSince(1, keys, clock.Now().Add(time.Second)) {
+		t.Error("a removal before a decision is taken as after it")
+	}
+	if !h.EvictedSince(2, keys, before) {
+		t.Error("a worker the hub does not hear is taken as holding its reservations")
+	}
+}
