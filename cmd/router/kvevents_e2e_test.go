@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -157,6 +158,10 @@ func TestEndToEndKVEventsRouteWithoutFalseHitsUnderKVPressure(t *testing.T) {
 	if metric(t, router, `vllm_router_kv_tokenize_total{result="ok"}`) == 0 {
 		t.Error("no prompt was tokenized by an engine")
 	}
+	p50, p99 := bucketQuantiles(t, router, "vllm_router_kv_tokenize_duration_seconds")
+	t.Logf("tokenization: %v asked, %v cached, %v slow, %v failed; engine latency p50 <= %vs, p99 <= %vs",
+		metric(t, router, `vllm_router_kv_tokenize_total{result="ok"}`), metric(t, router, `vllm_router_kv_tokenize_total{result="cached"}`),
+		metric(t, router, `vllm_router_kv_tokenize_total{result="slow"}`), metric(t, router, `vllm_router_kv_tokenize_total{result="failed"}`), p50, p99)
 }
 
 func allAre(states map[string]string, want string) bool {
@@ -215,4 +220,45 @@ func until(t *testing.T, router, worker, state string, work func()) {
 		}
 		return s == state
 	})
+}
+
+// bucketQuantiles reads a histogram of base's /metrics and returns the upper
+// bounds of the buckets that hold its median and 99th percentile.
+func bucketQuantiles(t *testing.T, base, family string) (p50, p99 string) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	type bucket struct {
+		le    string
+		count float64
+	}
+	var buckets []bucket
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, family+`_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, value, _ := strings.Cut(rest, `"} `)
+		var n float64
+		fmt.Sscan(value, &n)
+		buckets = append(buckets, bucket{le, n})
+	}
+	if len(buckets) == 0 {
+		return "?", "?"
+	}
+	total := buckets[len(buckets)-1].count
+	p50, p99 = "+Inf", "+Inf"
+	for i := len(buckets) - 1; i >= 0; i-- {
+		if buckets[i].count >= 0.5*total {
+			p50 = buckets[i].le
+		}
+		if buckets[i].count >= 0.99*total {
+			p99 = buckets[i].le
+		}
+	}
+	return p50, p99
 }
