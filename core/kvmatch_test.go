@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -187,5 +188,28 @@ func TestOnEventsAReservationIsSpentOnceTheEngineEvictedThePromptsBlocks(t *test
 	ev.evicted[uint32(owner)] = clk.now
 	if d := decideTokens(t, r, rt, text, tokens); d.Hit {
 		t.Fatalf("decided %+v: a hit on a reservation whose blocks the engine evicted", d.Decision)
+	}
+}
+
+func TestOnEventsAPeersDecisionCoversTheWindowBeforeTheEngineStoresItsBlocks(t *testing.T) {
+	clk := &clock{now: time.Unix(1_700_000_000, 0)}
+	ev := newFakeEvents()
+	var rs []*Replica
+	for i := range 2 {
+		r, err := New(Config{Clock: clk, BlockSize: blockSize, IndexBudget: 1 << 16, KV: ev, KVReservation: 5 * time.Second,
+			Gossip: &loadsync.Config{Origin: fmt.Sprintf("replica-%d", i), BootEpoch: uint64(i + 1)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.SetRegistry([]affinity.WorkerID{1, 2, 3})
+		rs = append(rs, r)
+	}
+	text, tokens := kvPrompt(7)
+	first := decideTokens(t, rs[0], router(t, rs[0]), text, tokens)
+	clk.now = clk.now.Add(100 * time.Millisecond)
+	exchange(t, rs, clk.now) // the engine has stored nothing yet; the peer's fact has arrived
+	d := decideTokens(t, rs[1], router(t, rs[1]), text, tokens)
+	if !d.Hit || d.Worker != first.Worker {
+		t.Fatalf("the peer decided %+v; want a hit on %d, where the first replica sent the prompt", d.Decision, first.Worker)
 	}
 }
