@@ -11,11 +11,14 @@ import (
 // engine block that maps back to it, so a removal can always find it.
 func FuzzStreamAndSet(f *testing.F) {
 	good := encodeBatch(f, Keyed, stored(names(1), nil, prompt(1, 3)))
-	positional := encodeBatch(f, Positional, stored(names(9), nil, prompt(40, 2)), Event{Kind: Removed, Tier: true, Hashes: []EngineHash{1}})
+	positional := encodeBatch(f, Positional, stored(names(9), nil, prompt(40, 2)))
+	removal := encodeBatch(f, Keyed, Event{Kind: Removed, Tier: true, Hashes: []EngineHash{1, 9}})
 	f.Add([]byte{0, 1, 2, 0, 5, 1}, good, positional)
+	f.Add([]byte{0, 0, 4, 1}, good, positional) // both in order: more blocks than the bound
+	f.Add([]byte{0, 0, 4, 1, 0, 3}, good, removal)
 	f.Add([]byte{3, 0, 0, 9, 2, 2, 1, 0}, good[:len(good)/2], []byte{0x93, 0xc1})
 	f.Fuzz(func(t *testing.T, ops, a, b []byte) {
-		const limit = 8
+		const limit = 4 // below the 5 blocks the seeds store together, so the bound is exercised
 		s := NewStream(NewSet("", testBlock, limit))
 		payloads := [][]byte{a, b, encodeBatch(t, Keyed, Event{Kind: Cleared, Tier: true})}
 		for i := 0; i+1 < len(ops); i += 2 {
