@@ -43,7 +43,7 @@ func (p *CacheAware) routed(c Choice) {
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	sp := pool.spread(req.burst)
 	var buf [8]WorkerID
-	depth, owners := p.index.Match(req.Hashes, pool, buf[:0])
+	depth, owners := p.match(req, pool, buf[:0])
 	// A matched partial tail is the rest of the text.
 	matched := min((depth+1)*p.blockSize, len(req.Text))
 	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))

@@ -39,7 +39,9 @@ type indexShard struct {
 type ownerNode struct {
 	hash   uint64
 	worker WorkerID
-	stamp  int64 // unix nanoseconds of the last use
+	// stamp is the unix nanoseconds of the last use: written under the
+	// owner's lock, read by Depths under the shard's.
+	stamp atomic.Int64
 	// weight is how many blocks the fact is charged to its owner's
 	// budget: 1 when recorded by Insert, the span when learned.
 	weight int
@@ -164,7 +166,7 @@ func (ix *Index) touch(o *ownerLRU, h uint64, w WorkerID, now int64) *ownerNode 
 		node.unlink()
 	}
 	s.mu.Unlock()
-	node.stamp = now
+	node.stamp.Store(now)
 	o.pushFront(node)
 	return node
 }
@@ -327,7 +329,7 @@ func (ix *Index) Expire(cutoff time.Time) {
 	ix.owners.Range(func(_, v any) bool {
 		o := v.(*ownerLRU)
 		o.mu.Lock()
-		for !o.empty() && o.head.prev.stamp < c {
+		for !o.empty() && o.head.prev.stamp.Load() < c {
 			ix.drop(o, o.head.prev)
 		}
 		o.mu.Unlock()

@@ -20,6 +20,12 @@ type Request struct {
 	// SessionKey is the consistent_hash key: X-Session-ID, else the body's
 	// user or session_id, else the whole body, hashed.
 	SessionKey uint64
+	// Tokens are the prompt's token IDs as the engine computes them, when
+	// the router asked for them (KV-event routing); nil otherwise.
+	Tokens []uint32
+	// Matcher, when set, finds the prefix the candidates hold instead of
+	// the index (see PrefixMatcher).
+	Matcher PrefixMatcher
 	// burst is the peer share at selection, and reserved the worker
 	// reserved; both set by the Router.
 	burst    burstView

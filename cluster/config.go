@@ -113,7 +113,10 @@ type Config struct {
 	Routing Routing
 	Proxy   proxy.Config
 	Health  health.Config
-	Logger  *slog.Logger
+	// KVEvents is routing on the engines' KV events (--kv-events); off when
+	// its Enabled is false.
+	KVEvents KVEvents
+	Logger   *slog.Logger
 	// Tracer, when set, traces every inference request and upstream attempt
 	// (--enable-trace, --otlp-traces-endpoint).
 	Tracer trace.Tracer
@@ -151,6 +154,7 @@ func DefaultConfig() Config {
 		Routing:           DefaultRouting(),
 		Proxy:             proxy.DefaultConfig(),
 		Health:            health.DefaultConfig(),
+		KVEvents:          DefaultKVEvents(),
 	}
 	c.Proxy.BlockSize = c.Routing.BlockSize
 	c.Proxy.Admission.Classes = slices.Clone(admission.DefaultClasses)
@@ -177,6 +181,9 @@ type Seed struct {
 	URL           string
 	Role          string
 	BootstrapPort int
+	// KVEventsEndpoint is the engine's KV-event endpoint
+	// (--kv-events-endpoints); "" is the default.
+	KVEventsEndpoint string
 }
 
 // Routing configures selection. Every replica of a cluster must agree on
@@ -316,7 +323,7 @@ type Thresholds = affinity.Thresholds
 // Validate refuses a configuration a replica cannot run with, naming the
 // flag at fault.
 func (c Config) Validate() error {
-	errs := []error{c.Routing.Validate(), c.Health.Validate()}
+	errs := []error{c.Routing.Validate(), c.Health.Validate(), c.KVEvents.Validate()}
 	if c.Proxy.MaxPayloadSize <= 0 {
 		errs = append(errs, flagErr("max-payload-size", "must be positive"))
 	}

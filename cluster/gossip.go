@@ -72,7 +72,13 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 // verdicts.
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
+	kv, err := newKVHub(r.cfg.KVEvents, r.cfg.Proxy.WorkerHosts, r.metrics, r.log, func() *core.Replica { return r.core })
+	if err != nil {
+		return err
+	}
+	r.kv = kv
 	c, err := core.New(core.Config{
+		KV: kv.source(), KVReservation: r.cfg.KVEvents.Reservation,
 		Clock:       affinity.SystemClock{},
 		BlockSize:   rt.BlockSize,
 		IndexBudget: int(rt.MaxTreeSize / int64(rt.BlockSize)),

@@ -82,6 +82,7 @@ type Replica struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	gauges workerGauges
+	kv     *kvHub // nil unless --kv-events
 	// history is the last minutes of this replica's worker figures, for
 	// the status page (history.go).
 	history *sampleRing
@@ -252,7 +253,7 @@ func (r *Replica) buildFrontEnd() error {
 		return err
 	}
 	r.views = &adminViews{ctx: r.ctx, node: cfg.NodeName, raft: r.raft, fsm: r.fsm, gossip: r.gossiper, members: r.members,
-		sync: r.sync, loads: r.loads, monitor: r.monitor, clock: r.clock, history: r.history}
+		sync: r.sync, loads: r.loads, monitor: r.monitor, clock: r.clock, history: r.history, kv: r.kv}
 	r.admin = admin.New(admin.Config{Token: cfg.AdminToken, Registry: r.fsm.View, Apply: r.apply,
 		ApplyLocal: r.raft.Apply, Loads: r.views.workerLoads, Status: func() any { return r.views.status() },
 		WorkerStats: func() any { return r.views.workerStats() }, History: func() any { return r.views.historyView() },
@@ -360,6 +361,7 @@ func (r *Replica) stop(ctx context.Context, leave bool) error {
 	if r.gossiper() != nil {
 		errs = append(errs, r.stopGossip(leave))
 	}
+	r.kv.close()
 	errs = append(errs, r.closeParts())
 	return errors.Join(errs...)
 }
@@ -444,7 +446,8 @@ func (r *Replica) seedNow(ctx context.Context, timeout time.Duration) error {
 	routing := r.routing.fromFlags()
 	seed := store.Seed{Routing: &routing}
 	for _, s := range r.cfg.Seeds {
-		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort})
+		seed.Workers = append(seed.Workers, store.AddWorker{URL: s.URL, Role: store.Role(s.Role), BootstrapPort: s.BootstrapPort,
+			KVEventsEndpoint: s.KVEventsEndpoint})
 	}
 	res, err := r.apply(wait, store.NewSeed(seed))
 	if err != nil {
@@ -514,6 +517,7 @@ func (r *Replica) useRegistry(reg *store.Registry) {
 		r.log.Warn("some workers cannot be health-checked", "err", err)
 	}
 	r.proxy.Fleet().SetWorkers(ws)
+	r.kv.sync(workers)
 	r.gauges.sync(r.metrics, workers, r.monitor)
 	r.routing.follow(reg)
 }

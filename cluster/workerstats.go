@@ -32,6 +32,7 @@ type adminViews struct {
 	proxy   *proxy.Proxy
 	clock   clock.WithTicker
 	history *sampleRing
+	kv      *kvHub // nil unless --kv-events
 }
 
 func (v *adminViews) workerStats() adminapi.WorkerStats {
@@ -55,6 +56,7 @@ func (v *adminViews) workerStat(w store.Worker, t proxy.WorkerTally, peers map[s
 		Model: w.Model, PeerLoads: map[string]int64{}, Probed: st.Probed, Circuit: st.Circuit.String(),
 		Wedged: st.Wedged, Degraded: st.Degraded, RemoteVerdicts: st.RemoteVerdicts,
 		Hits: t.Hits, Misses: t.Misses, Tokens: t.Tokens, Processed: t.Processed,
+		KVEvents: v.kv.stat(w.ID),
 	}
 	for origin, loads := range peers {
 		if n := loads[uint32(w.ID)]; n != 0 {

@@ -57,11 +57,13 @@ func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		d, g, err := router.Route(req, pool)
 		return Decided{Decision: d}, g, err
 	}
+	r.useEvents(req)
 	fact, ineligible := r.knowledge(req, pool)
 	d, g, err := router.Route(req, pool)
 	if err != nil {
 		return Decided{}, nil, err
 	}
+	r.routedOnEvents(req, d.Worker)
 	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
 	if l := r.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()

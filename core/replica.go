@@ -69,6 +69,14 @@ type Config struct {
 	// decisions' and its peers', after the trust boundary. For measurement.
 	Heard func(hashes []uint64, w affinity.WorkerID)
 
+	// KV, when set, matches requests that carry their tokens on the
+	// engines' KV events (kvmatch.go); nil routes on the text index alone.
+	KV KVSource
+	// KVReservation is how long a decision's blocks count as the worker's
+	// while its engine's events may not show them yet (default
+	// DefaultReservation).
+	KVReservation time.Duration
+
 	// Loads and Index, when set, are used instead of new ones: replicas
 	// that share one state (the simulator's upper bound). Nil in the
 	// product.
@@ -91,6 +99,7 @@ type Replica struct {
 	// SetThresholds.
 	thresholds atomic.Pointer[affinity.Thresholds]
 	counts     attributionCounts
+	kv         kvCounts
 }
 
 // New builds a Replica from cfg.

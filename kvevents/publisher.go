@@ -92,6 +92,23 @@ func (p *Publisher) Publish(b Batch) error {
 	return p.pub.Send(zmq4.NewMsgFrom(nil, seqBytes(seq), payload))
 }
 
+// Withhold numbers b and keeps it for replay without sending it: a batch a
+// stalled socket dropped. The subscribers see the gap at the next batch sent.
+func (p *Publisher) Withhold(b Batch) error {
+	payload, err := Encode(b, p.enc)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kept = append(p.kept, numbered{p.seq, payload})
+	p.seq++
+	if len(p.kept) > p.keep {
+		p.kept = p.kept[len(p.kept)-p.keep:]
+	}
+	return nil
+}
+
 // Forget drops every kept batch, as an engine that restarted has none.
 func (p *Publisher) Forget() {
 	p.mu.Lock()

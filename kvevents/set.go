@@ -25,6 +25,11 @@ type Set struct {
 	byEngine  map[EngineHash]uint64
 	keys      map[uint64]EngineHash
 	scratch   []uint64
+	// removed logs the keys removed since TakeRemoved, and resets counts
+	// Reset calls: what a subscriber stamps so that a reservation made
+	// before an eviction is not believed after it.
+	removed []uint64
+	resets  uint64
 }
 
 // NewSet is an empty set for a model's blocks of blockSize tokens, holding at
@@ -41,6 +46,15 @@ func (s *Set) Len() int { return len(s.keys) }
 func (s *Set) Reset() {
 	clear(s.byEngine)
 	clear(s.keys)
+	s.resets++
+}
+
+// TakeRemoved appends the keys removed since the last call to dst, and
+// says how many times the set was reset in all.
+func (s *Set) TakeRemoved(dst []uint64) ([]uint64, uint64) {
+	dst = append(dst, s.removed...)
+	s.removed = s.removed[:0]
+	return dst, s.resets
 }
 
 // Apply changes the set by one event. Blocks of another tier are ignored.
@@ -92,6 +106,9 @@ func (s *Set) remove(h EngineHash) {
 		delete(s.byEngine, h)
 		if s.keys[key] == h {
 			delete(s.keys, key)
+			if len(s.removed) < s.limit {
+				s.removed = append(s.removed, key)
+			}
 		}
 	}
 }

@@ -36,6 +36,12 @@ type SubscriberConfig struct {
 	ReplayTimeout time.Duration
 	// Retry is the pause between connection attempts (default 1 s).
 	Retry time.Duration
+	// StaleAfter is how long the engine may have work and publish nothing,
+	// and how long a set emptied by a reset is not trusted (default
+	// DefaultStaleAfter).
+	StaleAfter time.Duration
+	// Now is the clock of Trust and Expect (default time.Now).
+	Now func() time.Time
 }
 
 // Subscriber hears one worker's events into its Set, reconnecting when the
@@ -49,6 +55,8 @@ type Subscriber struct {
 	mu     sync.RWMutex
 	stream *Stream
 	keys   []uint64
+	watch  watch
+	gone   evictions
 }
 
 // Subscribe checks cfg against the policy and starts hearing the engine.
@@ -58,6 +66,12 @@ func Subscribe(cfg SubscriberConfig) (*Subscriber, error) {
 	}
 	if cfg.BlockSize < 1 || cfg.BlockSize > MaxBlockSize {
 		return nil, fmt.Errorf("kvevents: block size %d out of range", cfg.BlockSize)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
 	}
 	s := &Subscriber{cfg: cfg, done: make(chan struct{}), stream: NewStream(NewSet(cfg.Model, cfg.BlockSize, cfg.MaxBlocks))}
 	var err error
@@ -94,6 +108,39 @@ func (s *Subscriber) Matched(tokens []uint32) int {
 	defer s.mu.Unlock()
 	s.keys = s.stream.Set().Keys(s.keys[:0], tokens)
 	return s.stream.Set().Matched(s.keys)
+}
+
+// MatchedKeys is how many leading blocks of a prompt, given by its keys
+// (AppendKeys from Seed of the subscriber's model), the engine holds now.
+func (s *Subscriber) MatchedKeys(keys []uint64) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.stream.Set().Matched(keys)
+}
+
+// EvictedSince reports whether the engine removed any of a prompt's blocks
+// (by its keys), or its set was emptied, at or after t: a decision made at
+// t whose blocks the set lacks is not waiting for them to be stored.
+func (s *Subscriber) EvictedSince(keys []uint64, t time.Time) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.gone.since(keys, t)
+}
+
+// Trust is whether the set may be routed on now (see Trust).
+func (s *Subscriber) Trust() Trust {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.watch.trust(s.cfg.Now(), s.cfg.StaleAfter)
+}
+
+// Expect says the engine was just given work that should make it store
+// blocks: if it publishes nothing for StaleAfter, the stream is Stale.
+func (s *Subscriber) Expect() {
+	now := s.cfg.Now()
+	s.mu.Lock()
+	s.watch.expect(now)
+	s.mu.Unlock()
 }
 
 // Stats is what the stream has seen so far, and how many blocks the set
@@ -137,7 +184,10 @@ func (s *Subscriber) hear(ctx context.Context) {
 	}
 	s.mu.Lock()
 	s.stream.Rejoin()
+	s.gone.note(s.stream.Set(), s.cfg.Now())
+	s.watch.connected, s.watch.expecting = true, time.Time{}
 	s.mu.Unlock()
+	defer s.disconnected()
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
@@ -151,9 +201,18 @@ func (s *Subscriber) hear(ctx context.Context) {
 	}
 }
 
+func (s *Subscriber) disconnected() {
+	s.mu.Lock()
+	s.watch.connected = false
+	s.mu.Unlock()
+}
+
 func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
 	s.mu.Lock()
 	from, gap := s.stream.Offer(seq, payload)
+	s.watch.replaying = gap
+	s.watch.note(s.stream.Stats(), s.cfg.Now(), !gap)
+	s.gone.note(s.stream.Set(), s.cfg.Now())
 	s.mu.Unlock()
 	if !gap {
 		return
@@ -163,6 +222,9 @@ func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
 	}
 	s.mu.Lock()
 	s.stream.EndReplay()
+	s.watch.replaying = false
+	s.watch.note(s.stream.Stats(), s.cfg.Now(), true)
+	s.gone.note(s.stream.Set(), s.cfg.Now())
 	s.mu.Unlock()
 }
 
@@ -188,6 +250,8 @@ func (s *Subscriber) replay(ctx context.Context, from uint64) {
 		}
 		s.mu.Lock()
 		s.stream.Replayed(binary.BigEndian.Uint64(msg.Frames[1]), msg.Frames[2])
+		s.watch.note(s.stream.Stats(), s.cfg.Now(), false)
+		s.gone.note(s.stream.Set(), s.cfg.Now())
 		s.mu.Unlock()
 	}
 }

@@ -62,6 +62,9 @@ type Config struct {
 	// WorkerHosts says which destinations workers may have
 	// (--allowed-worker-hosts); a refused one gets no traffic.
 	WorkerHosts workerurl.HostPolicy
+	// Tokenize asks the engines for prompts' token IDs, for routing on
+	// their KV events (tokenize.go); off by default.
+	Tokenize TokenizeConfig
 }
 
 // Edge holds the limits and timeouts of the client listener, each what a
@@ -150,6 +153,7 @@ func DefaultConfig() Config {
 		Edge:              DefaultEdge(),
 		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
 			KVFull: admission.DefaultKVFull},
+		Tokenize: TokenizeConfig{Timeout: DefaultTokenizeTimeout},
 	}
 }
 

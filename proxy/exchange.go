@@ -149,7 +149,9 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		return p.continuedLeg(x)
 	}
 	router := p.finalRouter()
-	return p.newLeg(x, "", router, router.Prepare(in.model, in.text, key), pool), nil
+	l := p.newLeg(x, "", router, router.Prepare(in.model, in.text, key), pool)
+	p.tokens.attach(x, l.req, pool)
+	return l, nil
 }
 
 // maxReadyWait bounds how long a request that arrives before the replica is

@@ -101,6 +101,7 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 	rs := d.p.routers.Load().pd
 	pre = d.p.newLeg(x, RolePrefill, rs.Prefill, rs.Prefill.Prepare(x.in.model, x.in.text, key), ppool)
 	dec = d.p.newLeg(x, RoleDecode, rs.Decode, rs.Decode.Prepare(x.in.model, x.in.text, key), dpool)
+	d.p.tokens.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
 		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)

@@ -82,6 +82,7 @@ type Proxy struct {
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
 	flights   flights     // the exchanges in flight
+	tokens    *tokenizer  // nil unless Config.Tokenize.Enabled
 	bearer    string      // "Bearer " + cfg.APIKey
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -129,6 +130,9 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	policies := p.policyNames()
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
 	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(p.fleet.view().eligible) })
+	if p.cfg.Tokenize.Enabled {
+		p.tokens = newTokenizer(p.cfg.Tokenize, p.fleet, deps.Dialer, deps.Metrics)
+	}
 	if deps.PD != nil {
 		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
 			return nil, errors.New("proxy: disaggregation needs a mode and a prefill and a decode router")
@@ -227,6 +231,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.edgesMu.Unlock()
 	p.fleet.close()
+	p.tokens.close()
 	return err
 }
 

@@ -56,7 +56,7 @@ func addWorker(reg *Registry, a AddWorker) (*Registry, Result) {
 		role = RoleRegular
 	}
 	w := Worker{ID: reg.nextID, URL: a.URL, Role: role, Model: a.Model,
-		BootstrapPort: a.BootstrapPort, Labels: cloneLabels(a.Labels), State: StateActive}
+		BootstrapPort: a.BootstrapPort, KVEventsEndpoint: a.KVEventsEndpoint, Labels: cloneLabels(a.Labels), State: StateActive}
 	workers := append(slices.Clip(reg.workers), w) // ids only grow: stays sorted
 	return reg.withWorkers(workers, reg.nextID+1), Result{ID: w.ID, Created: true}
 }
@@ -71,6 +71,8 @@ func conflict(w Worker, a AddWorker) error {
 		return conflictError(w, "model", w.Model, a.Model)
 	case a.BootstrapPort != 0 && a.BootstrapPort != w.BootstrapPort:
 		return conflictError(w, "bootstrap_port", fmt.Sprint(w.BootstrapPort), fmt.Sprint(a.BootstrapPort))
+	case a.KVEventsEndpoint != "" && a.KVEventsEndpoint != w.KVEventsEndpoint:
+		return conflictError(w, "kv_events_endpoint", w.KVEventsEndpoint, a.KVEventsEndpoint)
 	case len(a.Labels) > 0 && !maps.Equal(a.Labels, w.Labels):
 		return conflictError(w, "labels", fmt.Sprint(w.Labels), fmt.Sprint(a.Labels))
 	}

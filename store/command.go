@@ -49,11 +49,13 @@ type Command struct {
 // that are given and differ), which is ErrConflict. An empty Role means
 // RoleRegular for a new worker and "any" for an existing one.
 type AddWorker struct {
-	URL           string            `json:"url"`
-	Role          Role              `json:"role,omitempty"`
-	Model         string            `json:"model,omitempty"`
-	BootstrapPort int               `json:"bootstrap_port,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
+	URL           string `json:"url"`
+	Role          Role   `json:"role,omitempty"`
+	Model         string `json:"model,omitempty"`
+	BootstrapPort int    `json:"bootstrap_port,omitempty"`
+	// KVEventsEndpoint: Worker.KVEventsEndpoint.
+	KVEventsEndpoint string            `json:"kv_events_endpoint,omitempty"`
+	Labels           map[string]string `json:"labels,omitempty"`
 }
 
 // RemoveWorker removes a worker; its id is never handed out again.
@@ -220,11 +222,15 @@ func (a *AddWorker) normalize() (*AddWorker, error) {
 	if err := validateBootstrapPort(a.BootstrapPort); err != nil {
 		return nil, err
 	}
+	ep, err := NormalizeKVEventsEndpoint(a.KVEventsEndpoint)
+	if err != nil {
+		return nil, err
+	}
 	if err := validateLabels(a.Labels); err != nil {
 		return nil, err
 	}
 	n := *a
-	n.URL, n.Labels = u, cloneLabels(a.Labels)
+	n.URL, n.Labels, n.KVEventsEndpoint = u, cloneLabels(a.Labels), ep
 	return &n, nil
 }
 

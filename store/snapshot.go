@@ -151,5 +151,8 @@ func validateStoredWorker(w *Worker, prev, nextID WorkerID) error {
 	if err := validateBootstrapPort(w.BootstrapPort); err != nil {
 		return err
 	}
+	if ep, err := NormalizeKVEventsEndpoint(w.KVEventsEndpoint); err != nil || ep != w.KVEventsEndpoint {
+		return fieldError("kv_events_endpoint", "%q is not a normalised tcp://host:port", w.KVEventsEndpoint)
+	}
 	return validateLabels(w.Labels)
 }

@@ -59,6 +59,10 @@ type Worker struct {
 	// BootstrapPort is the KV-transfer bootstrap port of a prefill worker in
 	// the SGLang protocol; 0 when unused.
 	BootstrapPort int `json:"bootstrap_port"`
+	// KVEventsEndpoint is the engine's KV-event PUB socket, tcp://host:port,
+	// for a router in --kv-events mode; "" takes the default (the worker's
+	// host, port 5557).
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
 	// Labels are free-form operator tags, carried but not interpreted.
 	Labels map[string]string `json:"labels,omitempty"`
 	// State is StateActive or StateDraining.

@@ -309,11 +309,13 @@ func (a *Admin) getWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 
 // workerRequest is the body of POST /workers.
 type workerRequest struct {
-	URL           string            `json:"url"`
-	Role          store.Role        `json:"role"`
-	Model         string            `json:"model"`
-	BootstrapPort int               `json:"bootstrap_port"`
-	Labels        map[string]string `json:"labels"`
+	URL           string     `json:"url"`
+	Role          store.Role `json:"role"`
+	Model         string     `json:"model"`
+	BootstrapPort int        `json:"bootstrap_port"`
+	// KVEventsEndpoint: store.Worker.KVEventsEndpoint.
+	KVEventsEndpoint string            `json:"kv_events_endpoint"`
+	Labels           map[string]string `json:"labels"`
 }
 
 func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -323,8 +325,8 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
-		BootstrapPort: req.BootstrapPort, Labels: req.Labels}
-	if err := a.allowWorker(req.URL); err != nil {
+		BootstrapPort: req.BootstrapPort, KVEventsEndpoint: req.KVEventsEndpoint, Labels: req.Labels}
+	if err := errors.Join(a.allowWorker(req.URL), a.allowKVEvents(req.KVEventsEndpoint)); err != nil {
 		WriteError(ctx, err)
 		return
 	}
@@ -371,11 +373,24 @@ func (a *Admin) allowWorker(url string) error {
 	return nil
 }
 
+// allowKVEvents vets a kv_events_endpoint given to POST /workers against the
+// destination policy, as a 400 that names the field.
+func (a *Admin) allowKVEvents(endpoint string) error {
+	ep, err := store.NormalizeKVEventsEndpoint(endpoint)
+	if err != nil || ep == "" || a.cfg.AllowWorker == nil {
+		return err
+	}
+	if err := a.cfg.AllowWorker("http://" + ep[len("tcp://"):]); err != nil {
+		return &store.FieldError{Field: "kv_events_endpoint", Problem: err.Error()}
+	}
+	return nil
+}
+
 // addedWorker is what an AddWorker created, for when this replica's registry
 // has not caught up with the write yet (it was forwarded to the leader).
 func addedWorker(id store.WorkerID, add store.AddWorker) store.Worker {
 	w := store.Worker{ID: id, URL: add.URL, Role: add.Role, Model: add.Model,
-		BootstrapPort: add.BootstrapPort, Labels: add.Labels, State: store.StateActive}
+		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint, Labels: add.Labels, State: store.StateActive}
 	if u, err := store.NormalizeURL(add.URL); err == nil {
 		w.URL = u
 	}

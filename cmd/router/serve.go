@@ -166,6 +166,9 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if cfg.Seeds, err = seedsFrom(c, cfg.Proxy.WorkerHosts); err != nil {
 		return cfg, err
 	}
+	if err := kvEventsFrom(c, &cfg); err != nil {
+		return cfg, err
+	}
 	if key := c.String("gossip-key"); key != "" {
 		if cfg.GossipKey, err = base64.StdEncoding.DecodeString(key); err != nil || !validKeyLen(len(cfg.GossipKey)) {
 			return cfg, fmt.Errorf("--gossip-key: want base64 of 16, 24 or 32 bytes")

@@ -20,6 +20,9 @@ const (
 	faultWedge      faultMode = "wedge"       // health stays green, requests never progress
 	faultDegrade    faultMode = "degrade"     // every engine step takes Factor times longer
 	faultSlowHealth faultMode = "slow_health" // /health answers after DelayMs
+	// faultMuteKV: the engine serves and caches, but its KV events stop going out (they are
+	// numbered and kept for replay, as batches a stalled PUB socket dropped).
+	faultMuteKV faultMode = "mute_kv_events"
 )
 
 // Defaults for a fault's parameters left out of its description.
@@ -109,7 +112,7 @@ func optionalFloat(v *fastjson.Value, key string, def float64) (float64, error) 
 // validate checks the mode and the parameters it uses, and clears the others.
 func (f fault) validate() (fault, error) {
 	switch f.Mode {
-	case faultNone, faultWedge:
+	case faultNone, faultWedge, faultMuteKV:
 		return fault{Mode: f.Mode}, nil
 	case faultCrash:
 		return fault{Mode: f.Mode, DelayMs: f.DelayMs}, nil
@@ -126,7 +129,7 @@ func (f fault) validate() (fault, error) {
 	case faultSlowHealth:
 		return fault{Mode: f.Mode, DelayMs: f.DelayMs}, nil
 	}
-	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade or slow_health)",
+	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade, slow_health or mute_kv_events)",
 		errBadFault, f.Mode)
 }
 

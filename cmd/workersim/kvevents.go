@@ -14,6 +14,7 @@ type kvEventPublisher struct {
 	pub       *kvevents.Publisher
 	blockSize int
 	events    []kvevents.Event
+	muted     func() bool // the mute_kv_events fault is on
 }
 
 func newKVEventPublisher(cfg serverConfig) (*kvEventPublisher, error) {
@@ -54,7 +55,13 @@ func (p *kvEventPublisher) cleared(now time.Time) {
 }
 
 func (p *kvEventPublisher) send(now time.Time) {
-	err := p.pub.Publish(kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: p.events})
+	b := kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: p.events}
+	var err error
+	if p.muted != nil && p.muted() {
+		err = p.pub.Withhold(b)
+	} else {
+		err = p.pub.Publish(b)
+	}
 	if err != nil {
 		slog.Warn("publishing KV events", "err", err)
 	}

@@ -78,7 +78,7 @@ func (m *workerMetrics) registerEngineGauges(model string, blockTokens int, st *
 // registerFaultGauges exposes the current fault as workersim_fault{mode="..."} 1 (0 for the
 // other modes), so a chaos scenario can see what it injected.
 func (m *workerMetrics) registerFaultGauges(current func() faultMode) {
-	for _, mode := range []faultMode{faultNone, faultCrash, faultErrors, faultWedge, faultDegrade, faultSlowHealth} {
+	for _, mode := range []faultMode{faultNone, faultCrash, faultErrors, faultWedge, faultDegrade, faultSlowHealth, faultMuteKV} {
 		m.set.NewGauge(fmt.Sprintf("workersim_fault{mode=%q}", mode), func() float64 {
 			if current() == mode {
 				return 1

@@ -77,6 +77,9 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	if s.kv, err = newKVEventPublisher(cfg); err != nil {
 		return nil, fmt.Errorf("%w --kv-events-endpoint: %w", errBadFlag, err)
 	}
+	if s.kv != nil {
+		s.kv.muted = func() bool { return s.fault.Load().Mode == faultMuteKV }
+	}
 	s.driver = newPublishingDriver(cfg.engine, cfg.timeScale, clk, s.kv)
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
 		func() faultMode { return s.fault.Load().Mode })

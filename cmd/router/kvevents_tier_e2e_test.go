@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
+)
+
+// startKVTier starts n replicas over ws in KV-event mode when kv is set: the
+// first seeds the registry with the workers and their endpoints, the others
+// join and read the endpoints from the registry.
+func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) []string {
+	t.Helper()
+	var urls, eps, gossip []string
+	for _, w := range ws {
+		urls, eps = append(urls, w.url), append(eps, w.endpoint)
+	}
+	for range n {
+		gossip = append(gossip, freeAddr(t))
+	}
+	var procs []*process
+	for i := range n {
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
+			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
+			"--bootstrap-expect", fmt.Sprint(n), "--retry-initial-backoff-ms", "1"}
+		if kv {
+			args = append(args, "--kv-events", "--kv-events-replay-offset", "-1", "--kv-events-stale-after", "1s",
+				"--kv-events-reservation", "200ms", "--kv-events-tokenize-timeout", "2s")
+		}
+		if i > 0 {
+			args = append(args, "--join", gossip[0])
+		} else {
+			args = append(args, "--worker-urls", strings.Join(urls, ","))
+			if kv {
+				args = append(args, "--kv-events-endpoints", strings.Join(eps, ","))
+			}
+		}
+		procs = append(procs, start(t, routerBin, args...))
+	}
+	var routers []string
+	for _, p := range procs {
+		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
+	}
+	return routers
+}
+
+// tierPressure is pressure through a tier, request i to replica i mod n,
+// its figures summed over the replicas.
+func tierPressure(t *testing.T, routers []string, ws []kvWorker, docs, rounds int) (falseHits, judged, ratio float64) {
+	t.Helper()
+	k := 0
+	for r := range rounds {
+		for pass := range 2 {
+			for d := range docs {
+				router := routers[k%len(routers)]
+				k++
+				if c := complete(t, router, document(d)+fmt.Sprintf(" Question %d.%d?", r, pass), false); c.status != 200 {
+					t.Fatalf("status %d: %s", c.status, c.body)
+				}
+			}
+		}
+		for i, w := range ws {
+			for n := range 2 {
+				complete(t, w.url, strings.Repeat(fmt.Sprintf("Unrelated batch job %d/%d/%d filling the cache. ", r, i, n), 120), false)
+			}
+		}
+	}
+	var prompt, cached float64
+	for _, router := range routers {
+		falseHits += metric(t, router, "vllm_router_false_hits_total")
+		judged += metric(t, router, "vllm_router_judged_decisions_total")
+		prompt += metric(t, router, "vllm_router_judged_prompt_tokens_total")
+		cached += metric(t, router, "vllm_router_judged_cached_tokens_total")
+	}
+	return falseHits, judged, cached / prompt
+}
+
+// A tier of four on the events: its replicas hear every engine themselves
+// and their peers' decisions through the gossip, so it keeps about no false
+// hits and the cached-token ratio of one replica.
+func TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult(t *testing.T) {
+	routerBin, workersim := binaries(t)
+	const docs, rounds = 6, 3
+	tws := kvWorkers(t, workersim, 3)
+	textFalse, textJudged, textRatio := tierPressure(t, startKVTier(t, routerBin, 4, tws, false), tws, docs, rounds)
+	kws := kvWorkers(t, workersim, 3)
+	routers := startKVTier(t, routerBin, 4, kws, true)
+	for _, r := range routers {
+		testwait.Eventually(t, 20*time.Second, func() bool { s := kvStates(t, r); return len(s) == 3 && allAre(s, "trusted") }, "%s", "every stream trusted on "+r)
+	}
+	kvFalse, kvJudged, kvRatio := tierPressure(t, routers, kws, docs, rounds)
+	t.Logf("tier of 4: text index %v false hits of %v judged, cached-token ratio %.3f; KV events %v of %v, ratio %.3f",
+		textFalse, textJudged, textRatio, kvFalse, kvJudged, kvRatio)
+	if kvFalse > kvJudged/50 {
+		t.Errorf("KV events in a tier: %v false hits of %v judged, want about none", kvFalse, kvJudged)
+	}
+	if kvRatio < textRatio-0.01 {
+		t.Errorf("KV events in a tier cached %.3f of the prompt tokens, the text index %.3f", kvRatio, textRatio)
+	}
+}

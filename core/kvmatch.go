@@ -1,0 +1,151 @@
+package core
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/kvevents"
+)
+
+// KVSource is what the core asks of the engines' KV events: kvevents.Hub in
+// the product. Its methods are called on the request path.
+type KVSource interface {
+	// BlockSize is the engines' block size in tokens.
+	BlockSize() int
+	// Keys appends the keys of a prompt's full blocks of tokens.
+	Keys(dst []uint64, tokens []uint32) []uint64
+	// Matched is how many leading blocks of keys worker w's engine holds
+	// now, and whether its stream may be routed on.
+	Matched(w uint32, keys []uint64) (int, kvevents.Trust)
+	// EvictedSince reports whether w's engine removed any of keys, or its
+	// set was emptied, at or after t: a reservation made at t no longer
+	// stands for blocks the engine has yet to store.
+	EvictedSince(w uint32, keys []uint64, t time.Time) bool
+	// Expect says w was given work that should store blocks.
+	Expect(w uint32)
+}
+
+// DefaultReservation is Config.KVReservation's default.
+const DefaultReservation = 2 * time.Second
+
+// KVRouting counts how the decisions of requests with tokens matched their
+// candidates. Cumulative.
+type KVRouting struct {
+	// Requests is the decisions made with the prompt's tokens.
+	Requests uint64
+	// OnEvents is the candidates matched on their engine's events (and
+	// their in-flight reservations); OnText the candidates whose stream was
+	// not trusted, matched on the text index.
+	OnEvents, OnText uint64
+	// Reserved is the candidates whose match came from an in-flight
+	// reservation deeper than what their engine's events showed.
+	Reserved uint64
+}
+
+type kvCounts struct{ requests, onEvents, onText, reserved atomic.Uint64 }
+
+// KVRouting reads the counts. Safe at any time.
+func (r *Replica) KVRouting() KVRouting {
+	c := &r.kv
+	return KVRouting{Requests: c.requests.Load(), OnEvents: c.onEvents.Load(), OnText: c.onText.Load(),
+		Reserved: c.reserved.Load()}
+}
+
+// kvMatch matches one request with tokens on the engines' sets: per
+// candidate, the longest run of the prompt's blocks its engine holds now, or
+// the deepest block an in-flight reservation (a fact recorded within
+// Config.KVReservation, this replica's or a peer's) covers, whichever is
+// deeper, unless the engine evicted some of the prompt's blocks within the
+// reservation window (then the reservation was stored and is gone, not
+// waiting); a candidate whose stream is not trusted is matched on the text
+// index alone. The match is expressed in blocks of the routing text, so the
+// cache threshold and the overload check judge it as they judge the index's.
+type kvMatch struct {
+	r    *Replica
+	keys []uint64
+}
+
+var _ affinity.PrefixMatcher = (*kvMatch)(nil)
+
+// useEvents gives req a matcher on the engines' events when the replica has
+// them and the request carries its tokens.
+func (r *Replica) useEvents(req *affinity.Request) {
+	if r.cfg.KV == nil || len(req.Tokens) == 0 || req.Matcher != nil {
+		return
+	}
+	req.Matcher = &kvMatch{r: r, keys: r.cfg.KV.Keys(nil, req.Tokens)}
+	r.kv.requests.Add(1)
+}
+
+// routedOnEvents tells the events' source that w was given work its engine
+// should store blocks for (it holds less of the prompt than its tokens).
+func (r *Replica) routedOnEvents(req *affinity.Request, w affinity.WorkerID) {
+	m, ok := req.Matcher.(*kvMatch)
+	if !ok {
+		return
+	}
+	if n, t := r.cfg.KV.Matched(uint32(w), m.keys); t == kvevents.Trusted && n < len(m.keys) {
+		r.cfg.KV.Expect(uint32(w))
+	}
+}
+
+func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
+	n := pool.Len()
+	var buf [2 * 32]int
+	depths := buf[:0]
+	if 2*n > len(buf) {
+		depths = make([]int, 0, 2*n)
+	}
+	depths = depths[:2*n]
+	all, recent := depths[:n], depths[n:]
+	r := m.r
+	since := r.cfg.Clock.Now().Add(-r.reservation())
+	r.index.Depths(req.Hashes, pool, since, all, recent)
+	best := -1
+	for i := range n {
+		blocks, trust := r.cfg.KV.Matched(uint32(pool.At(i).ID()), m.keys)
+		if trust == kvevents.Trusted {
+			r.kv.onEvents.Add(1)
+			engine := m.textDepth(req, blocks)
+			if recent[i] > engine && r.cfg.KV.EvictedSince(uint32(pool.At(i).ID()), m.keys, since) {
+				recent[i] = -1 // the engine evicted the prompt's blocks since: the reservation is spent
+			}
+			if recent[i] > engine {
+				r.kv.reserved.Add(1)
+			}
+			all[i] = max(engine, recent[i])
+		} else {
+			r.kv.onText.Add(1)
+		}
+		best = max(best, all[i])
+	}
+	if best < 0 {
+		return -1, dst
+	}
+	for i, d := range all {
+		if d == best {
+			dst = append(dst, pool.At(i).ID())
+		}
+	}
+	return best, dst
+}
+
+// textDepth is the depth in blocks of the routing text of a match of blocks
+// KV blocks: the same share of the text as of the tokens, rounded down so
+// that a match never claims more than the engine holds.
+func (m *kvMatch) textDepth(req *affinity.Request, blocks int) int {
+	if blocks <= 0 || len(req.Tokens) == 0 {
+		return -1
+	}
+	tokens := min(blocks*m.r.cfg.KV.BlockSize(), len(req.Tokens))
+	bytes := tokens * len(req.Text) / len(req.Tokens)
+	return min(bytes/m.r.cfg.BlockSize, len(req.Hashes)) - 1
+}
+
+func (r *Replica) reservation() time.Duration {
+	if r.cfg.KVReservation > 0 {
+		return r.cfg.KVReservation
+	}
+	return DefaultReservation
+}

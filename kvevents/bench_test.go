@@ -1,0 +1,93 @@
+package kvevents
+
+import (
+	"runtime"
+	"testing"
+)
+
+// benchBlock is vLLM's default block size.
+const benchBlock = 16
+
+// storedBatch is a batch of one engine step that stores blocks blocks of a
+// new prompt, each block named from first.
+func storedBatch(b *testing.B, first EngineHash, blocks int) []byte {
+	tokens := make([]uint32, blocks*benchBlock)
+	for i := range tokens {
+		tokens[i] = uint32(first)*7919 + uint32(i)
+	}
+	e := Event{Kind: Stored, Tokens: tokens, BlockSize: benchBlock, Tier: true}
+	for i := range blocks {
+		e.Hashes = append(e.Hashes, first+EngineHash(i))
+	}
+	p, err := Encode(Batch{TS: 1, Events: []Event{e}}, Positional)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkSetMemoryPerWorker fills one worker's set with 64 Ki blocks and
+// reports the heap it holds: bytes per worker, per block, and for 1,024
+// workers (the sets are independent, so that is 1,024 times one).
+func BenchmarkSetMemoryPerWorker(b *testing.B) {
+	const blocks = 64 << 10
+	batches := make([][]byte, 0, blocks/64)
+	for i := range blocks / 64 {
+		batches = append(batches, storedBatch(b, EngineHash(i*64+1), 64))
+	}
+	var perWorker float64
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := NewStream(NewSet("", benchBlock, blocks))
+		for seq, p := range batches {
+			s.Offer(uint64(seq), p)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Set().Len() != blocks {
+			b.Fatalf("the set holds %d blocks, want %d", s.Set().Len(), blocks)
+		}
+		perWorker = float64(after.HeapAlloc) - float64(before.HeapAlloc)
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(perWorker, "bytes/worker")
+	b.ReportMetric(perWorker/blocks, "bytes/block")
+	b.ReportMetric(perWorker*1024/(1<<30), "GiB/1024-workers")
+}
+
+// BenchmarkStreamCPUPer1000Events decodes and applies a subscriber's
+// batches (an engine step storing 4 blocks, and one evicting them) and
+// reports the CPU it takes per 1,000 events a second, in cores: what a
+// replica spends per worker on the events' path, sockets aside.
+func BenchmarkStreamCPUPer1000Events(b *testing.B) {
+	const perBatch = 4
+	stores := make([][]byte, 1024)
+	removes := make([][]byte, 1024)
+	for i := range stores {
+		first := EngineHash(i*perBatch + 1)
+		stores[i] = storedBatch(b, first, perBatch)
+		e := Event{Kind: Removed, Tier: true}
+		for j := range perBatch {
+			e.Hashes = append(e.Hashes, first+EngineHash(j))
+		}
+		var err error
+		if removes[i], err = Encode(Batch{TS: 1, Events: []Event{e}}, Positional); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := NewStream(NewSet("", benchBlock, 1<<16))
+	b.ReportAllocs()
+	b.ResetTimer()
+	seq := uint64(0)
+	for i := range b.N {
+		s.Offer(seq, stores[i%len(stores)])
+		s.Offer(seq+1, removes[i%len(removes)])
+		seq += 2
+	}
+	b.StopTimer()
+	perEvent := float64(b.Elapsed().Nanoseconds()) / float64(2*b.N)
+	b.ReportMetric(perEvent, "ns/event")
+	b.ReportMetric(perEvent*1000/1e9, "cores/(1000-events/s)")
+}

@@ -1,0 +1,9 @@
+package proxy
+
+import "github.com/kvrouter/kvrouter/internal/exposition"
+
+// The help of the tokenization families (tokenize.go).
+var _ = exposition.Describe(map[string]string{
+	"vllm_router_kv_tokenize_total":            "Prompts tokenized for routing on the engines' KV events, by result: ok, cached, slow (past --kv-events-tokenize-timeout: routed on the text index), failed (routed on the text index).",
+	"vllm_router_kv_tokenize_duration_seconds": "Latency of the engines' /tokenize answers that came within the bound.",
+})

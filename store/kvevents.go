@@ -1,0 +1,53 @@
+package store
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/kvrouter/kvrouter/internal/workerurl"
+)
+
+// MaxKVEventsEndpointBytes bounds a worker's kv_events_endpoint.
+const MaxKVEventsEndpointBytes = 512
+
+// NormalizeKVEventsEndpoint validates an engine's KV-event endpoint and
+// returns its canonical form: tcp://host:port with the host spelled as
+// worker URLs spell it (lowercase, IP literals in one form), nothing else.
+// "" stays "" (the default endpoint). Errors are *FieldError for field
+// "kv_events_endpoint". The destination policy is checked by the caller.
+func NormalizeKVEventsEndpoint(raw string) (string, error) {
+	if raw == "" {
+		return "", nil
+	}
+	bad := func(why string) error { return fieldError("kv_events_endpoint", "%q: %s", raw, why) }
+	if len(raw) > MaxKVEventsEndpointBytes {
+		return "", bad("too long")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "tcp" || u.Opaque != "" || u.User != nil || (u.Path != "" && u.Path != "/") ||
+		u.RawQuery != "" || u.Fragment != "" || u.Port() == "" {
+		return "", bad("want tcp://host:port")
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil || port < 1 || port > 65535 {
+		return "", bad("the port is not in 1..65535")
+	}
+	// The host is checked and spelled as a worker URL's host would be.
+	w, err := workerurl.Parse("http://" + net.JoinHostPort(u.Hostname(), u.Port()))
+	if err != nil {
+		return "", bad(strings.TrimPrefix(err.Error(), workerurl.ErrInvalid.Error()+": "))
+	}
+	return "tcp://" + w.Addr(), nil
+}
+
+// DefaultKVEventsEndpoint is the endpoint of a worker that declares none:
+// its URL's host on vLLM's default port, 5557.
+func DefaultKVEventsEndpoint(workerURL string) (string, error) {
+	w, err := workerurl.Parse(workerURL)
+	if err != nil {
+		return "", err
+	}
+	return "tcp://" + net.JoinHostPort(w.Host(), "5557"), nil
+}
