@@ -27,8 +27,17 @@ type Stream struct {
 	started bool
 	pending *numbered // the live batch that revealed a gap, held until the replay ends
 	lossy   bool      // the replay under way skipped batches
-	stats   Stats
+	// replayed are the numbers a replay applied past the live batch that
+	// asked for it: their live copies, queued on the socket meanwhile, are
+	// duplicates, not an engine that went back.
+	replayed span
+	stats    Stats
 }
+
+// span is the numbers from, from+1, ... up to but not including to.
+type span struct{ from, to uint64 }
+
+func (r span) has(seq uint64) bool { return seq >= r.from && seq < r.to }
 
 type numbered struct {
 	seq     uint64
@@ -50,7 +59,7 @@ func (s *Stream) Set() *Set { return s.set }
 // its batches.
 func (s *Stream) Rejoin() {
 	s.set.Reset()
-	s.next, s.started, s.pending, s.lossy = 0, false, nil, false
+	s.next, s.started, s.pending, s.lossy, s.replayed = 0, false, nil, false, span{}
 }
 
 // Offer takes a live batch. When it shows that batches are missing (the first
@@ -60,6 +69,8 @@ func (s *Stream) Rejoin() {
 // be had.
 func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool) {
 	switch {
+	case s.started && seq < s.next && s.replayed.has(seq):
+		return 0, false // applied from the replay already
 	case !s.started && seq > 0, s.started && seq > s.next:
 		s.started = true
 		s.stats.Gaps++
@@ -106,6 +117,7 @@ func (s *Stream) EndReplay() {
 	if p.seq >= s.next {
 		s.apply(p.seq, p.payload)
 	}
+	s.replayed = span{p.seq + 1, s.next}
 }
 
 // lose empties the set: the batches from next to seq are gone, and with

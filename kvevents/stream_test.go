@@ -118,3 +118,27 @@ func TestJoiningLateReplaysFromTheStart(t *testing.T) {
 		t.Errorf("stats %+v", s.Stats())
 	}
 }
+
+// While a replay runs, the engine goes on publishing: the live copies of the
+// batches the replay already applied arrive after it. They are duplicates,
+// not a restarted engine, and must leave the set alone; an engine that
+// really goes back is still seen.
+func TestLiveCopiesOfReplayedBatchesAreNoRewind(t *testing.T) {
+	e, s := newEngine(t, 4), newTestStream()
+	if _, gap := s.Offer(1, e.batches[1]); !gap {
+		t.Fatal("joining at 1 is no gap")
+	}
+	for i := range 3 { // the replay reaches past the live batch that asked for it
+		s.Replayed(uint64(i), e.batches[i])
+	}
+	s.EndReplay()
+	s.Offer(2, e.batches[2]) // the live copy of a replayed batch
+	s.Offer(3, e.batches[3])
+	if st := s.Stats(); st.Rewinds != 0 || !e.held(s, 0) || !e.held(s, 3) || st.Batches != 4 {
+		t.Fatalf("a replayed batch's live copy was taken as a rewind: held %v %v, stats %+v", e.held(s, 0), e.held(s, 3), st)
+	}
+	s.Offer(0, e.batches[0]) // numbered 0 again: a restart
+	if s.Stats().Rewinds != 1 || e.held(s, 3) {
+		t.Errorf("a real rewind after a replay went unseen: stats %+v", s.Stats())
+	}
+}
