@@ -159,17 +159,8 @@ func (r *testRouter) totalLoad() int64 {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitDeadline is how long a test waits for what it cannot be told about.
+const waitDeadline = 5 * time.Second
 
 func post(t *testing.T, url, path, body string) (*http.Response, string) {
 	t.Helper()
