@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -229,9 +228,9 @@ func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
 	prefill[0].Set(func(e *fakeworker.Exchange) {
 		// Fail once the decode is under way: before, there is nothing to abort.
-		for deadline := time.Now().Add(5 * time.Second); decode[0].Inference.Load() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		// This is the worker's goroutine, where the test cannot fail: a decode
+		// that never starts is caught by the checks after the answer.
+		testwait.Holds(waitDeadline, func() bool { return decode[0].Inference.Load() != 0 })
 		e.JSON(500, induced)
 	})
 	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
