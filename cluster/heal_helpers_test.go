@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -54,13 +55,13 @@ func (c *testCluster) waitConverged(what string) {
 	}
 	slices.Sort(names)
 	for name, r := range c.replicas {
-		waitUntil(c.t, name+": "+what, func() bool {
+		testwait.Eventually(c.t, testDeadline, func() bool {
 			if !slices.Equal(liveNames(r), names) {
 				return false
 			}
 			servers, err := r.raft.Servers(context.Background())
 			return err == nil && len(servers) == len(names)
-		})
+		}, "%s: %s", name, what)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -91,7 +92,7 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	}
 	lead := c.leader() // of the three: the newcomer knows it only once the leader has added it
 	c.start(c.config("late", 3, []string{via.GossipAddr()}, withKey(next)))
-	waitUntil(t, "a replica with the new key joins", func() bool { return suffrageOf(t, lead, "late") == "nonvoter" })
+	testwait.Eventually(t, testDeadline, func() bool { return suffrageOf(t, lead, "late") == "nonvoter" }, "a replica with the new key joins")
 }
 
 func TestKeyringNeedsAReplicaStartedWithAGossipKey(t *testing.T) {
