@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/membership"
@@ -73,7 +75,7 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
 	c, err := core.New(core.Config{
-		Clock:       affinity.SystemClock{},
+		Clock:       clock.RealClock{},
 		BlockSize:   rt.BlockSize,
 		IndexBudget: int(rt.MaxTreeSize / int64(rt.BlockSize)),
 		Thresholds:  rt.Thresholds,
@@ -113,7 +115,7 @@ func (r *Replica) startGossip() error {
 		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
 	}
-	g, err := loadsync.Start(cfg, r.sync, loadsync.SystemClock{})
+	g, err := loadsync.Start(cfg, r.sync, clock.RealClock{})
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}

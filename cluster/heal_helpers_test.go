@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -28,7 +30,7 @@ func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 	return func() {
 		t.Helper()
 		g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: addr, SecretKey: r.cfg.GossipKey,
-			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
+			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, clock.RealClock{})
 		if err != nil {
 			t.Fatalf("reopening %s's gossip at %s: %v", r.cfg.NodeName, addr, err)
 		}

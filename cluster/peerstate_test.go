@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -29,7 +31,7 @@ func startForger(t *testing.T, victim *Replica, loads []loadsync.WorkerLoad, ver
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: "127.0.0.1:0", LocalNetwork: true}, st, loadsync.SystemClock{})
+	g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: "127.0.0.1:0", LocalNetwork: true}, st, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}

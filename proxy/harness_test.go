@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -124,7 +125,7 @@ func buildProxyLogged(cfg Config, pdMode, policy string, ws []Worker, h Health, 
 
 func buildProxyAll(cfg Config, pdMode, policy string, ws []Worker, h Health, log *slog.Logger, adjust func(*Deps)) (*Proxy, error) {
 	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	index := affinity.NewIndex(clock.RealClock{}, 1<<16)
 	router, err := newTestRouter(policy, loads, index)
 	if err != nil {
 		return nil, err
