@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -428,7 +429,7 @@ func TestEachPolicySaysWhatItRoutesBy(t *testing.T) {
 	byPrefix := map[string]bool{PolicyCacheAware: true, PolicyFleetGate: true}
 	bySession := map[string]bool{PolicyConsistentHash: true}
 	for _, name := range PolicyNames {
-		p, err := NewPolicy(Settings{Policy: name, MissPlacement: PlaceLeastLoad, BlockSize: 8}, NewIndex(SystemClock{}, 16))
+		p, err := NewPolicy(Settings{Policy: name, MissPlacement: PlaceLeastLoad, BlockSize: 8}, NewIndex(clock.RealClock{}, 16))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -438,7 +439,7 @@ func TestEachPolicySaysWhatItRoutesBy(t *testing.T) {
 		if got := UsesSessionKey(p); got != bySession[name] {
 			t.Errorf("%s: UsesSessionKey %v, want %v", name, got, bySession[name])
 		}
-		r := NewRouter(p, NewLoadTable(nil), NewIndex(SystemClock{}, 16), 8, nil)
+		r := NewRouter(p, NewLoadTable(nil), NewIndex(clock.RealClock{}, 16), 8, nil)
 		if r.RoutesByPrefix() != byPrefix[name] || r.UsesSessionKey() != bySession[name] {
 			t.Errorf("%s: the router answers otherwise than its policy", name)
 		}

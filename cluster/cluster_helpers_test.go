@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -31,12 +32,13 @@ type fakeWorker struct {
 	mu     sync.Mutex
 	gate   chan struct{}
 	wedged bool
-	down   atomic.Bool // every request answered 503, health checks included
+	down   atomic.Bool    // every request answered 503, health checks included
+	probes map[string]int // GETs received, by path: a replica's own health endpoint tells its probes apart
 }
 
 func startFakeWorker(t *testing.T, name string) *fakeWorker {
 	t.Helper()
-	w := &fakeWorker{name: name, gate: make(chan struct{})}
+	w := &fakeWorker{name: name, gate: make(chan struct{}), probes: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +53,11 @@ func startFakeWorker(t *testing.T, name string) *fakeWorker {
 }
 
 func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
+	if ctx.IsGet() {
+		w.mu.Lock()
+		w.probes[string(ctx.Path())]++
+		w.mu.Unlock()
+	}
 	if w.down.Load() {
 		ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 		return
@@ -70,6 +77,13 @@ func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ctx.SetBodyString(`{"choices":[{"text":"ok"}],"usage":{"completion_tokens":1}}`)
+}
+
+// probesAt is how many GETs of path the worker has received.
+func (w *fakeWorker) probesAt(path string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.probes[path]
 }
 
 // evictsEverything in a prompt makes the fake worker answer that it found
@@ -218,35 +232,17 @@ func (c *testCluster) stopAll() {
 // later, and the package's leak check would count it.
 func waitMemberlistGone(t *testing.T) {
 	buf := make([]byte, 8<<20)
-	waitUntil(t, "memberlist's goroutines end", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		n := runtime.Stack(buf, true)
 		return !bytes.Contains(buf[:n], []byte("github.com/hashicorp/memberlist."))
-	})
-}
-
-// waitUntil polls cond until it holds or testDeadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitUntilWithin(t, testDeadline, what, cond)
-}
-
-// waitUntilWithin is waitUntil with its own deadline.
-func waitUntilWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}, "memberlist's goroutines end")
 }
 
 // leader returns the replica that leads, once all live replicas agree on it.
 func (c *testCluster) leader() *Replica {
 	c.t.Helper()
 	var lead *Replica
-	waitUntil(c.t, "every replica knows the same leader", func() bool {
+	testwait.Eventually(c.t, testDeadline, func() bool {
 		lead = nil
 		var id string
 		for _, r := range c.replicas {
@@ -258,7 +254,7 @@ func (c *testCluster) leader() *Replica {
 		}
 		lead = c.replicas[id]
 		return lead != nil
-	})
+	}, "every replica knows the same leader")
 	return lead
 }
 
@@ -279,7 +275,7 @@ func (c *testCluster) follower() *Replica {
 func (c *testCluster) waitRegistryEverywhere(what string, cond func(*store.Registry) bool) {
 	c.t.Helper()
 	for name, r := range c.replicas {
-		waitUntil(c.t, name+": "+what, func() bool { return cond(r.fsm.View()) })
+		testwait.Eventually(c.t, testDeadline, func() bool { return cond(r.fsm.View()) }, "%s: %s", name, what)
 	}
 }
 
@@ -289,7 +285,7 @@ func (c *testCluster) waitReady() {
 	c.t.Helper()
 	c.waitRegistryEverywhere("every worker registered", func(reg *store.Registry) bool { return reg.Len() == len(c.workers) })
 	for name, r := range c.replicas {
-		waitUntil(c.t, name+" ready", func() bool { return c.get(r, "/readiness").status == http.StatusOK })
+		testwait.Eventually(c.t, testDeadline, func() bool { return c.get(r, "/readiness").status == http.StatusOK }, "%s ready", name)
 	}
 }
 

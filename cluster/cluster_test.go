@@ -15,6 +15,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -49,10 +50,10 @@ func TestClusterRoutesAsOne(t *testing.T) {
 			t.Fatalf("members = %+v", st.Members)
 		}
 		for name, r := range c.replicas {
-			waitUntil(t, name+" hears every peer's load reports", func() bool {
+			testwait.Eventually(t, testDeadline, func() bool {
 				peers := r.views.peerStatus()
 				return len(peers) == 2 && peers[0].LastReportAge >= 0 && peers[1].LastReportAge >= 0
-			})
+			}, "%s hears every peer's load reports", name)
 		}
 		scrape := c.get(c.replicas["r0"], "/metrics").body
 		for _, want := range []string{"vllm_router_cluster_members 3\n", "vllm_router_cluster_gossip_sent_bytes_total ",
@@ -98,7 +99,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		for _, p := range prompts {
 			for _, r := range []*Replica{r1, r2} {
 				id := c.workerID(r, owners[p])
-				waitUntil(t, r.cfg.NodeName+" learns who owns a prefix", func() bool { return knowsPrefix(r, p, id) })
+				testwait.Eventually(t, testDeadline, func() bool { return knowsPrefix(r, p, id) }, "%s learns who owns a prefix", r.cfg.NodeName)
 			}
 		}
 		// Later turns arrive at the other replicas in another order, so that
@@ -119,10 +120,10 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		p := prompt("hot conversation", 6)
 		owner := c.complete(r0, p)
 		id := c.workerID(r1, owner)
-		waitUntil(t, "r1 learns the owner", func() bool { return knowsPrefix(r1, p, id) })
+		testwait.Eventually(t, testDeadline, func() bool { return knowsPrefix(r1, p, id) }, "r1 learns the owner")
 		hot := c.workerByName(owner)
 		held := c.holdThrough(r0, p, 3) // abs threshold 2: three make it hot
-		waitUntil(t, "r1 sees the load r0 put on the owner", func() bool { m, _ := loadsOf(r1, id); return m == 3 })
+		testwait.Eventually(t, testDeadline, func() bool { m, _ := loadsOf(r1, id); return m == 3 }, "r1 sees the load r0 put on the owner")
 
 		got := c.complete(r1, p+" one more turn")
 		hot.release()
@@ -145,12 +146,12 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		p := prompt("busy conversation", 4)
 		held1 := c.holdThrough(c.replicas["r1"], p, 2)
 		held2 := c.holdThrough(c.replicas["r2"], p, 1)
-		waitUntil(t, "r0 sees the others' load", func() bool { return c.mergedInFlight(c.replicas["r0"]) == 3 })
+		testwait.Eventually(t, testDeadline, func() bool { return c.mergedInFlight(c.replicas["r0"]) == 3 }, "r0 sees the others' load")
 		c.releaseAll()
 		held1()
 		held2()
 		for name, r := range c.replicas {
-			waitUntil(t, name+" reports zero load everywhere", func() bool { return c.allLoadsZero(r) })
+			testwait.Eventually(t, testDeadline, func() bool { return c.allLoadsZero(r) }, "%s reports zero load everywhere", name)
 		}
 	})
 
@@ -158,7 +159,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		c.t = t
 		r3 := c.start(c.config("r3", 3, []string{c.replicas["r0"].GossipAddr()}))
 		lead := c.leader()
-		waitUntil(t, "r3 is a non-voter", func() bool { return suffrageOf(t, lead, "r3") == "nonvoter" })
+		testwait.Eventually(t, testDeadline, func() bool { return suffrageOf(t, lead, "r3") == "nonvoter" }, "r3 is a non-voter")
 		c.waitRegistryEverywhere("r3 has the registry", func(reg *store.Registry) bool { return reg.Len() == len(c.workers) })
 		if got := c.complete(r3, prompt("conversation 0", 6)+" from r3"); got == "" {
 			t.Fatal("r3 does not route")
@@ -171,14 +172,14 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		old := c.replicas["r3"]
 		c.stop("r3", true)
 		back := c.restart("r3", false, old)
-		waitUntil(t, "the leader moves r3 to its new raft address", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			return raftAddrOf(t, lead, "r3") == back.RaftAddr()
-		})
+		}, "the leader moves r3 to its new raft address")
 		if suffrageOf(t, lead, "r3") != "nonvoter" {
 			t.Fatal("r3 changed suffrage when it moved")
 		}
 		c.stop("r3", true)
-		waitUntil(t, "the leader reaps r3", func() bool { return suffrageOf(t, lead, "r3") == "" })
+		testwait.Eventually(t, testDeadline, func() bool { return suffrageOf(t, lead, "r3") == "" }, "the leader reaps r3")
 	})
 }
 
@@ -229,27 +230,27 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		p := prompt("wedging", 2)
 		owner := c.complete(r0, p)
 		id := c.workerID(r1, owner)
-		waitUntil(t, "every replica finds the owner eligible", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			return r0.monitor.Eligible(uint32(id)) && r1.monitor.Eligible(uint32(id)) && r2.monitor.Eligible(uint32(id))
-		})
+		}, "every replica finds the owner eligible")
 		c.workerByName(owner).wedge()
 		// The wedged worker holds these; once a replica judges it stuck, it
 		// fails them over to a worker that answers.
 		held := c.sendHeld(r0, p+" on the wedged worker", 1)
-		waitUntil(t, "r1 hears that r0 judged the worker wedged", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			return slices.Equal(r1.monitor.RemoteOrigins(), []string{"r0"})
-		})
+		}, "r1 hears that r0 judged the worker wedged")
 		if !r1.monitor.Eligible(uint32(id)) {
 			t.Fatal("the verdict of one replica of three took the worker out at r1")
 		}
 		heldToo := c.sendHeld(r2, p+" on the wedged worker", 1)
-		waitUntil(t, "r1 takes the worker out on the verdicts of two replicas of three", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			return !r1.monitor.Eligible(uint32(id))
-		})
+		}, "r1 takes the worker out on the verdicts of two replicas of three")
 		c.workerByName(owner).release()
 		held()
 		heldToo()
-		waitUntil(t, "the verdicts are withdrawn at r1", func() bool { return r1.monitor.Eligible(uint32(id)) })
+		testwait.Eventually(t, testDeadline, func() bool { return r1.monitor.Eligible(uint32(id)) }, "the verdicts are withdrawn at r1")
 	})
 
 	t.Run("a crashed replica restarts from its data dir and catches up", func(t *testing.T) {
@@ -260,12 +261,12 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		extra := startFakeWorker(t, "w9")
 		expectStatus(t, c.do(c.leader(), http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`), http.StatusCreated)
 		back := c.restart(name, true, old)
-		waitUntil(t, "the restarted replica has the write it missed", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			_, ok := back.fsm.View().WorkerByURL(extra.url)
 			return ok
-		})
+		}, "the restarted replica has the write it missed")
 		lead := c.leader()
-		waitUntil(t, "the leader sees it alive again", func() bool { return memberState(t, lead, name) == "alive" })
+		testwait.Eventually(t, testDeadline, func() bool { return memberState(t, lead, name) == "alive" }, "the leader sees it alive again")
 	})
 
 	t.Run("admin writes resume after the leader dies", func(t *testing.T) {
@@ -289,7 +290,7 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		c.t = t
 		c.stop(c.follower().cfg.NodeName, false)
 		last := c.anyLive("")
-		waitUntil(t, "the last replica stops leading", func() bool { return !last.raft.IsLeader() })
+		testwait.Eventually(t, testDeadline, func() bool { return !last.raft.IsLeader() }, "the last replica stops leading")
 		begin := time.Now()
 		refused := c.do(last, http.MethodPost, "/workers", `{"url":"http://127.0.0.1:3"}`)
 		if took := time.Since(begin); took > 2*time.Second {
@@ -324,7 +325,7 @@ func TestGossipKeyKeepsOutReplicasWithoutIt(t *testing.T) {
 	if !errors.Is(err, loadsync.ErrGossipKey) {
 		t.Fatalf("joining without the key: %v, want ErrGossipKey", err)
 	}
-	waitUntil(t, "r1 joins the encrypted cluster", func() bool { return suffrageOf(t, first, "r1") == "nonvoter" })
+	testwait.Eventually(t, testDeadline, func() bool { return suffrageOf(t, first, "r1") == "nonvoter" }, "r1 joins the encrypted cluster")
 }
 
 // holdThrough sends n completions of p through r that the worker holds
@@ -351,7 +352,7 @@ func (c *testCluster) sendHeld(r *Replica, p string, n int) func() []string {
 			got[i] = c.complete(r, p+fmt.Sprintf(" %d", i))
 		}()
 	}
-	waitUntil(c.t, fmt.Sprintf("%s holds %d requests", r.cfg.NodeName, n), func() bool { return c.localInFlight(r) == before+int64(n) })
+	testwait.Eventually(c.t, testDeadline, func() bool { return c.localInFlight(r) == before+int64(n) }, "%s holds %d requests", r.cfg.NodeName, n)
 	return func() []string { wg.Wait(); return got }
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -22,6 +23,7 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 		cfg.Health.Timeout = 200 * time.Millisecond
 		cfg.Health.FailureThreshold = 2
 		cfg.ReapTimeout = time.Hour
+		cfg.Health.Endpoint = "/health/" + cfg.NodeName // so that a worker can count each replica's probes
 	}
 	c := newTestCluster(t, 2)
 	c.startN(3, quick)
@@ -34,14 +36,14 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 		}
 	}
 	reopen := cutGossip(t, cut)
-	waitUntil(t, "the cut replica to hear no peer for a second", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		silent, expected := cut.peerContact()
 		return expected && silent > 0
-	})
+	}, "the cut replica to hear no peer for a second")
 	for _, w := range c.workers {
 		w.down.Store(true)
 	}
-	waitUntil(t, "the replicas that hear each other to take the failing workers out", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		for _, r := range others {
 			for _, w := range r.fsm.View().Workers() {
 				if r.monitor.Eligible(healthID(w.ID)) {
@@ -50,18 +52,28 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 			}
 		}
 		return true
-	})
-	// Its peers judged; give the cut replica as many rounds again.
-	rounds := cut.cfg.Health.Interval * time.Duration(2*cut.cfg.Health.FailureThreshold)
-	deadline := time.Now().Add(rounds)
-	for time.Now().Before(deadline) {
+	}, "the replicas that hear each other to take the failing workers out")
+	// Its peers judged; give the cut replica as many rounds again, counted
+	// at the workers, and check after each poll that it kept every worker.
+	rounds := 2 * cut.cfg.Health.FailureThreshold
+	endpoint := cut.cfg.Health.Endpoint
+	seen := make(map[*fakeWorker]int, len(c.workers))
+	for _, w := range c.workers {
+		seen[w] = w.probesAt(endpoint)
+	}
+	testwait.Eventually(t, testDeadline, func() bool {
 		for _, w := range cut.fsm.View().Workers() {
 			if !cut.monitor.Eligible(healthID(w.ID)) {
 				t.Fatalf("the cut-off replica took worker %d out: its own isolation was counted against the workers", w.ID)
 			}
 		}
-		time.Sleep(cut.cfg.Health.Interval / 4)
-	}
+		for _, w := range c.workers {
+			if w.probesAt(endpoint) < seen[w]+rounds {
+				return false
+			}
+		}
+		return true
+	}, "the cut replica probes every worker %d more times", rounds)
 	if !cut.monitor.CutOff() {
 		t.Fatal("CutOff() = false on a replica that hears no peer and no worker")
 	}
@@ -72,7 +84,7 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 		w.down.Store(false)
 	}
 	reopen()
-	waitUntil(t, "the replica back in contact", func() bool { return !cut.monitor.CutOff() })
+	testwait.Eventually(t, testDeadline, func() bool { return !cut.monitor.CutOff() }, "the replica back in contact")
 	c.waitReady()
 }
 

@@ -46,7 +46,7 @@ func TestMeasureElections(t *testing.T) {
 				for _, r := range c.replicas {
 					c.complete(r, prompt("elections", 2))
 				}
-				time.Sleep(200 * time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // the traffic's pace in the measured window, not a wait for a condition
 			}
 			end := uint64(0)
 			for _, r := range c.replicas {

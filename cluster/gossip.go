@@ -79,7 +79,7 @@ func (r *Replica) newCore() error {
 	r.kv = kv
 	c, err := core.New(core.Config{
 		KV: kv.source(), KVReservation: r.cfg.KVEvents.Reservation,
-		Clock:       affinity.SystemClock{},
+		Clock:       r.clock,
 		BlockSize:   rt.BlockSize,
 		IndexBudget: int(rt.MaxTreeSize / int64(rt.BlockSize)),
 		Thresholds:  rt.Thresholds,
@@ -119,7 +119,7 @@ func (r *Replica) startGossip() error {
 		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
 	}
-	g, err := loadsync.Start(cfg, r.sync, loadsync.SystemClock{})
+	g, err := loadsync.Start(cfg, r.sync, r.clock)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}

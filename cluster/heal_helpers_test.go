@@ -7,7 +7,10 @@ import (
 	"slices"
 	"testing"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -27,7 +30,7 @@ func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 	return func() {
 		t.Helper()
 		g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: addr, SecretKey: r.cfg.GossipKey,
-			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, loadsync.SystemClock{})
+			OnMember: r.members.MemberChanged, LocalNetwork: r.cfg.GossipLocal}, r.sync, clock.RealClock{})
 		if err != nil {
 			t.Fatalf("reopening %s's gossip at %s: %v", r.cfg.NodeName, addr, err)
 		}
@@ -54,13 +57,13 @@ func (c *testCluster) waitConverged(what string) {
 	}
 	slices.Sort(names)
 	for name, r := range c.replicas {
-		waitUntil(c.t, name+": "+what, func() bool {
+		testwait.Eventually(c.t, testDeadline, func() bool {
 			if !slices.Equal(liveNames(r), names) {
 				return false
 			}
 			servers, err := r.raft.Servers(context.Background())
 			return err == nil && len(servers) == len(names)
-		})
+		}, "%s: %s", name, what)
 	}
 }
 

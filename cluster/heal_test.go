@@ -17,6 +17,7 @@ import (
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -38,20 +39,20 @@ func TestAPartitionedReplicaRejoinsAndIsAddedAgainAfterItsReaping(t *testing.T) 
 	}
 	name, addr := cut.cfg.NodeName, cut.GossipAddr()
 	reopen := cutGossip(t, cut)
-	waitUntil(t, "the leader to see "+name+" dead at its last address", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		m, ok := memberNamed(c.statusOf(lead), name)
 		return ok && m.State == "dead" && m.Address == addr
-	})
-	waitUntil(t, "the leader to reap "+name, func() bool {
+	}, "the leader to see %s dead at its last address", name)
+	testwait.Eventually(t, testDeadline, func() bool {
 		servers, err := lead.raft.Servers(context.Background())
 		return err == nil && len(servers) == 2
-	})
+	}, "the leader to reap %s", name)
 	reopen()
 	c.waitConverged("the healed replica back in the gossip and in Raft")
-	waitUntil(t, name+" a voter again", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		st := c.statusOf(lead)
 		return len(st.Voters) == 3
-	})
+	}, "%s a voter again", name)
 	// And it takes writes again, forwarded to the leader.
 	if rep := c.do(cut, http.MethodPost, "/workers", fmt.Sprintf(`{"url":%q}`, "http://127.0.0.1:1")); rep.status != http.StatusCreated {
 		t.Fatalf("a write through the healed replica: %d %s", rep.status, rep.body)
@@ -74,12 +75,12 @@ func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
 	// times its 3 s minimum when no other member confirms it in time (with
 	// four members, one can): up to about 20 s with the probes, longer than
 	// testDeadline on a loaded machine.
-	waitUntilWithin(t, 3*testDeadline, "r0 to see r2 left and r3 dead", func() bool {
+	testwait.Eventually(t, 3*testDeadline, func() bool {
 		st := c.statusOf(survivor)
 		l, okL := memberNamed(st, "r2")
 		d, okD := memberNamed(st, "r3")
 		return okL && okD && l.State == "left" && l.Address == leftAddr && d.State == "dead" && d.Address == diedAddr
-	})
+	}, "r0 to see r2 left and r3 dead")
 }
 
 // TestRoutingConfigChangesForTheWholeTier changes the policy through one
@@ -116,11 +117,11 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	}
 	want := after.Config.Fingerprint()
 	for name, r := range c.replicas {
-		waitUntil(t, name+" routing with the new config", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			r.routing.mu.Lock()
 			defer r.routing.mu.Unlock()
 			return r.routing.inUse == want
-		})
+		}, "%s routing with the new config", name)
 		// One prompt, sent again and again: cache_aware would keep it on
 		// one worker, round_robin spreads it.
 		seen := map[string]bool{}
@@ -147,11 +148,11 @@ func TestARestartWithOtherThresholdsRoutesWithTheRegistrys(t *testing.T) {
 	if got := r.fsm.View().RoutingConfig(); got.CacheThreshold != 0.3 {
 		t.Fatalf("registry's cache threshold %v after a restart with 0.8, want the seeded 0.3", got.CacheThreshold)
 	}
-	waitUntil(t, "routing with the registry's config", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		r.routing.mu.Lock()
 		defer r.routing.mu.Unlock()
 		return r.routing.inUse == seeded
-	})
+	}, "routing with the registry's config")
 }
 
 // TestAWorkerRemovedThroughTheAdminAPIStaysRemovedAcrossARestart: seeds

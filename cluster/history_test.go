@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 func TestSampleRingKeepsTheLatestOldestFirst(t *testing.T) {
@@ -59,7 +60,7 @@ func TestClusterHistoryServesTheRecentSamples(t *testing.T) {
 		c.complete(r, p)
 	}
 	var h adminapi.History
-	waitUntilWithin(t, 30*time.Second, "two samples after the traffic", func() bool {
+	testwait.Eventually(t, 30*time.Second, func() bool {
 		reply := c.get(r, "/cluster/history")
 		expectStatus(t, reply, http.StatusOK)
 		if err := json.Unmarshal([]byte(reply.body), &h); err != nil {
@@ -67,7 +68,7 @@ func TestClusterHistoryServesTheRecentSamples(t *testing.T) {
 		}
 		n := len(h.Samples)
 		return n >= 2 && decided(h.Samples[n-1]) == 4 && decided(h.Samples[n-2]) == 4
-	})
+	}, "two samples after the traffic")
 	if h.Node != r.cfg.NodeName || h.EverySeconds != historyEvery.Seconds() || h.SpanSeconds != historySpan.Seconds() {
 		t.Fatalf("answer %+v", h)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -91,7 +93,15 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	}
 	lead := c.leader() // of the three: the newcomer knows it only once the leader has added it
 	c.start(c.config("late", 3, []string{via.GossipAddr()}, withKey(next)))
-	waitUntil(t, "a replica with the new key joins", func() bool { return suffrageOf(t, lead, "late") == "nonvoter" })
+	testwait.EventuallyNil(t, testDeadline, func() error {
+		servers := raftServers(t, lead)
+		for _, s := range servers {
+			if s.ID == "late" && s.Suffrage == "nonvoter" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s's raft configuration is %+v", lead.cfg.NodeName, servers)
+	}, "a replica with the new key joins")
 }
 
 func TestKeyringNeedsAReplicaStartedWithAGossipKey(t *testing.T) {

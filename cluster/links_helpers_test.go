@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -225,7 +226,7 @@ func registryHolds(r *Replica, url string) bool {
 // waitRefusals waits until r's cluster port has refused more than before.
 func waitRefusals(t *testing.T, r *Replica, before uint64) {
 	t.Helper()
-	waitUntil(t, "the cluster port refuses the connection", func() bool { return r.raft.Port().Refused() > before })
+	testwait.Eventually(t, testDeadline, func() bool { return r.raft.Port().Refused() > before }, "the cluster port refuses the connection")
 }
 
 // jsonBody marshals v for a request body.

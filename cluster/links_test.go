@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -89,7 +90,7 @@ func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
 		if err != nil || !resp.Success {
 			t.Fatalf("AppendEntries: %v, %+v", err, resp)
 		}
-		waitUntil(t, "the attacker's worker is registered", func() bool { return registryHolds(victim, attackerWorker) })
+		testwait.Eventually(t, testDeadline, func() bool { return registryHolds(victim, attackerWorker) }, "the attacker's worker is registered")
 	})
 	t.Run("InstallSnapshot", func(t *testing.T) {
 		victim := startReplica(t, testConfig(t, t.TempDir(), echoWorker(t, "w1")))
@@ -100,9 +101,9 @@ func TestForgeriesTakeOverAReplicaWithoutClusterTLS(t *testing.T) {
 		if err != nil || !resp.Success {
 			t.Fatalf("InstallSnapshot: %v, %+v", err, resp)
 		}
-		waitUntil(t, "the registry is the attacker's", func() bool {
+		testwait.Eventually(t, testDeadline, func() bool {
 			return registryHolds(victim, attackerWorker) && victim.fsm.View().Len() == 1
-		})
+		}, "the registry is the attacker's")
 	})
 }
 
@@ -141,7 +142,7 @@ func TestForwardedWritesNeedAClusterCertificate(t *testing.T) {
 		if status := forwardedWrite(t, victim.RaftAddr(), peer, attackerWorker); status != http.StatusOK {
 			t.Fatalf("a forwarded write with a cluster certificate: status %d", status)
 		}
-		waitUntil(t, "the write applies", func() bool { return registryHolds(victim, attackerWorker) })
+		testwait.Eventually(t, testDeadline, func() bool { return registryHolds(victim, attackerWorker) }, "the write applies")
 	})
 }
 
@@ -187,9 +188,9 @@ func TestAReplicaWithAnotherCAsCertificateIsRefused(t *testing.T) {
 	stranger := c.start(c.config("r1", 1, []string{first.GossipAddr()}, withTLS(certDir(t, "r1"))))
 	// The gossip lets it in (no gossip key here), so the leader adds it to
 	// Raft and tries to replicate to it: every handshake fails.
-	waitUntil(t, "the leader adds r1 and their handshakes fail", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		return suffrageOf(t, first, "r1") == "nonvoter" && stranger.raft.Port().Refused() > 0
-	})
+	}, "the leader adds r1 and their handshakes fail")
 	if n := stranger.fsm.View().Len(); n != 0 {
 		t.Fatalf("r1 received a registry of %d workers over a link it should not have", n)
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // scrapeFamilies reads r's /metrics with Prometheus' parser: each family's
@@ -58,8 +60,8 @@ func TestReplicaExportsWhatTheAlertsCompare(t *testing.T) {
 		}
 	}
 	c.stop("r2", false)
-	waitUntil(t, "r0 counts two live members of three voters", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		m := scrapeFamilies(t, c, r)
 		return m["vllm_router_cluster_members"][""] == 2 && m["vllm_router_cluster_raft_voters"][""] == 3
-	})
+	}, "r0 counts two live members of three voters")
 }

@@ -4,8 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -28,7 +31,7 @@ func startForger(t *testing.T, victim *Replica, loads []loadsync.WorkerLoad, ver
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: "127.0.0.1:0", LocalNetwork: true}, st, loadsync.SystemClock{})
+	g, err := loadsync.Start(loadsync.GossipConfig{BindAddr: "127.0.0.1:0", LocalNetwork: true}, st, clock.RealClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,21 +88,21 @@ func TestForgedGossipChangesNoMemoryRoutingOrEligibility(t *testing.T) {
 	marker := prompt("marker", 2)
 	f.st.Owned(affinity.BlockHashes(nil, "m", []byte(marker), r.cfg.Routing.BlockSize), uint32(other))
 
-	waitUntil(t, "the forger's load reports and marker fact to arrive", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		heard := false
 		for _, o := range r.sync.Origins(time.Now()) {
 			heard = heard || o.Origin == "forger" && o.Seq > 1
 		}
 		return heard && knowsPrefix(r, marker, other)
-	})
-	waitUntil(t, "the forger's verdicts to arrive", func() bool {
+	}, "the forger's load reports and marker fact to arrive")
+	testwait.Eventually(t, testDeadline, func() bool {
 		for _, o := range r.monitor.RemoteOrigins() {
 			if o == "forger" {
 				return true
 			}
 		}
 		return false
-	})
+	}, "the forger's verdicts to arrive")
 
 	if n := r.sync.Remote(1000); n != 0 {
 		t.Errorf("the gossip holds %d in flight for a made-up worker, want it dropped as it arrived", n)

@@ -69,7 +69,7 @@ const peerSilence = 20 * loadsync.DefaultLoadInterval
 // nor a worker is the one cut off, and its failed probes do not count
 // against the workers.
 func (r *Replica) peerContact() (time.Duration, bool) {
-	now := time.Now()
+	now := r.clock.Now()
 	for _, o := range r.sync.Origins(now) {
 		if heard := now.Add(-o.Age).UnixNano(); heard > r.peerHeard.Load() {
 			r.peerHeard.Store(heard)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack: Raft's dial to a peer
@@ -34,7 +35,7 @@ func TestARaftDialToAPeerThatIsDownHoldsUntilItIsBack(t *testing.T) {
 		conn, err := port.RaftLayer().Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- dialed{conn, err}
 	}()
-	waitUntil(t, "the dial to be refused and tried again", func() bool { return redials(port) >= 3 })
+	testwait.Eventually(t, testDeadline, func() bool { return redials(port) >= 3 }, "the dial to be refused and tried again")
 	peer.up.Store(true) // the peer is back
 	select {
 	case d := <-done:
@@ -94,7 +95,7 @@ func TestARaftDialHeldAtShutdownEndsAtOnce(t *testing.T) {
 		_, err := port.RaftLayer().Dial(raft.ServerAddress(peer.addr), time.Second)
 		done <- err
 	}()
-	waitUntil(t, "the dial to hold", func() bool { return redials(port) >= 1 })
+	testwait.Eventually(t, testDeadline, func() bool { return redials(port) >= 1 }, "the dial to hold")
 	port.StopHolding()
 	select {
 	case err := <-done:
@@ -119,28 +120,36 @@ func TestALeaderDoesNotBackOffFromAFollowerThatIsDown(t *testing.T) {
 	c := newTestCluster(t, 1)
 	c.startN(3, count)
 	c.waitReady()
+	leader := c.leader()
 	name := c.follower().cfg.NodeName
 	old := c.replicas[name]
+	tries := leader.raft.Port().Redials()
 	c.stop(name, false)
 	before := failures.Load()
-	// An outage of 5 s: hashicorp/raft, its dials refused at once, would
-	// fail about ten times in it (10 ms doubling to 2.56 s).
-	time.Sleep(5 * time.Second)
-	during := failures.Load() - before
-	t.Logf("%d failed appendEntries to %s in a 5 s outage", during, name)
-	if during > 3 {
-		t.Errorf("%d failed appendEntries in a 5 s outage, want at most 3 (raft backs off after each)", during)
+	// An outage of 5 s, counted in the leader's tries of its held dials (one
+	// per redial pause of 250 ms), so that a slow machine makes it no
+	// shorter: hashicorp/raft, its dials refused at once, would fail about
+	// ten times in it (10 ms doubling to 2.56 s). Failures past the limit
+	// end it early, since dials that do not hold make no tries to count.
+	const outage, limit = 20, 3
+	testwait.Eventually(t, testDeadline, func() bool {
+		return leader.raft.Port().Redials() >= tries+outage || failures.Load()-before > limit
+	}, "the leader tries its held dial to %s %d times", name, outage)
+	during, held := failures.Load()-before, leader.raft.Port().Redials()-tries
+	t.Logf("%d failed appendEntries to %s in an outage of %d held-dial tries", during, name, held)
+	if during > limit {
+		t.Errorf("%d failed appendEntries in an outage of %d held-dial tries (%d make 5 s), want at most %d (raft backs off after each)", during, held, outage, limit)
 	}
 	back := c.restart(name, true, old)
 	healed := time.Now()
 	extra := startFakeWorker(t, "w9")
-	waitUntil(t, "a write through the restarted replica", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		return c.do(back, http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`).status == http.StatusCreated
-	})
-	waitUntil(t, "the write made through the restarted replica in its own registry", func() bool {
+	}, "a write through the restarted replica")
+	testwait.Eventually(t, testDeadline, func() bool {
 		_, ok := back.fsm.View().WorkerByURL(extra.url)
 		return ok
-	})
+	}, "the write made through the restarted replica in its own registry")
 	t.Logf("a write made through %s was in its registry %v after its restart", name, time.Since(healed))
 }
 

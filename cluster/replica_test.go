@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -62,14 +63,14 @@ func startReplica(t *testing.T, cfg Config) *Replica {
 
 func TestReplicaRoutesToItsSeededWorkers(t *testing.T) {
 	r := startReplica(t, testConfig(t, t.TempDir(), echoWorker(t, "w1")))
-	waitUntil(t, "the replica to be ready", func() bool {
+	testwait.Eventually(t, testDeadline, func() bool {
 		resp, err := http.Get("http://" + r.HTTPAddr() + "/readiness")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == 200
-	})
+	}, "the replica to be ready")
 	resp, err := http.Post("http://"+r.HTTPAddr()+"/v1/completions", "application/json",
 		strings.NewReader(`{"model":"m","prompt":"hello"}`))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -122,7 +123,7 @@ func TestMetricsParseWithTwoPeersAndTwoWorkers(t *testing.T) {
 	c.startN(3)
 	c.waitReady()
 	r := c.replicas["r0"]
-	waitUntil(t, "reports from both peers", func() bool { return len(r.sync.Origins(time.Now())) == 2 })
+	testwait.Eventually(t, testDeadline, func() bool { return len(r.sync.Origins(time.Now())) == 2 }, "reports from both peers")
 	reply := c.get(r, "/metrics")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(strings.NewReader(reply.body))

@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // postWith posts a completion with extra headers and returns the status
@@ -127,13 +128,13 @@ func TestASaturatedEngineMakesRequestsWaitAtTheRouterAndTheRefusalSaysWhy(t *tes
 	cfg.Admission.QueueSize = 1
 	cfg.Admission.QueueTimeout = 300 * time.Millisecond
 	r := startSaturated(t, cfg, w)
-	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engines' limit")
 	first := make(chan int, 1)
 	go func() { s, _ := postWith(t, r.url, "x-priority", "bulk"); first <- s }()
-	waitFor(t, "the first request at the worker", func() bool { return int(w.Inference.Load()) == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return int(w.Inference.Load()) == 1 }, "the first request at the worker")
 	queued := make(chan string, 1)
 	go func() { _, b := postWith(t, r.url, "x-priority", "bulk"); queued <- b }()
-	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 }, "a request queued")
 	status, body := postWith(t, r.url, "x-priority", "bulk")
 	if status != http.StatusTooManyRequests || !strings.Contains(body, "class bulk") || !strings.Contains(body, "saturation") {
 		t.Fatalf("the queue full: %d %s; want a 429 naming the class and the saturation", status, body)
@@ -172,15 +173,15 @@ func TestAnInteractiveRequestOvertakesQueuedBulk(t *testing.T) {
 		fakeworker.Hold()(e)
 	})
 	r := startSaturated(t, classesConfig(), w)
-	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engines' limit")
 	done := make(chan struct{}, 3)
 	send := func(class string) { go func() { postWith(t, r.url, "x-priority", class); done <- struct{}{} }() }
 	send("bulk")
-	waitFor(t, "the first at the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the first at the worker")
 	send("bulk")
-	waitFor(t, "bulk queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 }, "bulk queued")
 	send("interactive")
-	waitFor(t, "interactive queued", func() bool { return r.proxy.AdmissionStats().Queued == 2 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 2 }, "interactive queued")
 	w.Open()
 	<-done
 	<-done
@@ -215,20 +216,20 @@ func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
 	cfg := classesConfig()
 	cfg.Admission.QueueSize = 1
 	r := startSaturated(t, cfg, w)
-	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engines' limit")
 	first := make(chan int, 1)
 	go func() { s, _ := postWith(t, r.url); first <- s }()
-	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the first request at the worker")
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("leaves", false))
-	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 }, "a request queued")
 	conn.Close()
-	waitFor(t, "the queued request's place freed", func() bool { return r.proxy.AdmissionStats().Queued == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 0 }, "the queued request's place freed")
 	if n := metric(t, r, `vllm_router_admission_refused_total{class="default",tenant="anonymous",reason="client_gone"}`); n != 1 {
 		t.Fatalf("refused for client_gone %v, want 1", n)
 	}
 	next := make(chan int, 1)
 	go func() { s, _ := postWith(t, r.url); next <- s }()
-	waitFor(t, "the next request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 }, "the next request queued")
 	w.Open()
 	if s := <-first; s != http.StatusOK {
 		t.Fatalf("the first request: %d", s)
@@ -346,13 +347,13 @@ func TestAHalfClosedClientStaysQueued(t *testing.T) {
 	w := startFake(t, "w1")
 	w.Set(fakeworker.Hold())
 	r := startSaturated(t, classesConfig(), w)
-	waitFor(t, "the engines' limit", func() bool { return r.proxy.AdmissionStats().Limit == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engines' limit")
 	first := make(chan int, 1)
 	go func() { s, _ := postWith(t, r.url); first <- s }()
-	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the first request at the worker")
 	conn, br := rawPost(t, r.url, "/v1/completions", completion("stays", false))
 	defer conn.Close()
-	waitFor(t, "a request queued", func() bool { return r.proxy.AdmissionStats().Queued == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 }, "a request queued")
 	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // notifyingHealth is recordingHealth whose attempts tell of being stuck only
@@ -58,12 +59,12 @@ func TestAnAttemptStuckThroughOnStuckIsRetriedElsewhere(t *testing.T) {
 		resp, body := post(t, r.url, "/v1/completions", completion("x", false))
 		done <- resp.Header.Get("x-worker-id") + " " + body
 	}()
-	waitFor(t, "the request on the stuck worker", func() bool { return stuck.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return stuck.Inference.Load() == 1 }, "the request on the stuck worker")
 	health.judgeStuck(1)
 	if got := <-done; !strings.HasPrefix(got, "good ") {
 		t.Fatalf("answer %q, want the good worker's", got)
 	}
-	waitFor(t, "the stuck worker's request to be cancelled", func() bool { return stuck.HungUp.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return stuck.HungUp.Load() == 1 }, "the stuck worker's request to be cancelled")
 	if r.totalLoad() != 0 {
 		t.Fatalf("load %d", r.totalLoad())
 	}

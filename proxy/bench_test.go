@@ -23,6 +23,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -84,7 +85,7 @@ func writeBenchEvents(w *bufio.Writer) {
 func benchProxy(b *testing.B, upstream string) string {
 	b.Helper()
 	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	index := affinity.NewIndex(clock.RealClock{}, 1<<16)
 	policy, err := affinity.NewPolicy(affinity.Settings{Policy: affinity.PolicyCacheAware, Thresholds: affinity.DefaultThresholds(),
 		MissPlacement: affinity.PlaceLeastLoad, BlockSize: affinity.DefaultBlockSize}, index)
 	if err != nil {

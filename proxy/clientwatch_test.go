@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestAClientThatResetsMidRequestClosesTheUpstream: a client that leaves
@@ -15,11 +16,11 @@ func TestAClientThatResetsMidRequestClosesTheUpstream(t *testing.T) {
 	w.Set(fakeworker.Hold())
 	r := startRouter(t, Config{}, w)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the request to reach the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the request to reach the worker")
 	_ = conn.(*net.TCPConn).SetLinger(0) // close with a reset
 	conn.Close()
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 	if n := metric(t, r, "vllm_router_client_disconnects_total"); n != 1 {
 		t.Fatalf("disconnects %v, want 1", n)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // adminToken is an admin API token for the proxy's /metrics rule.
@@ -213,12 +214,12 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 	if _, err := io.WriteString(conn, post("", 40<<20)+`"model":"m",`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first body to take its share of the budget", func() bool { return p.bodies.held.Load() == 40<<20 })
+	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 40<<20 }, "the first body to take its share of the budget")
 	if st, h := rawExchange(t, base, post("", 30<<20)); !strings.Contains(st, " 503 ") || !strings.Contains(h, "Retry-After: 1") {
 		t.Fatalf("past the budget of bodies held: %q %q, want 503 with Retry-After", st, h)
 	}
 	conn.Close()
-	waitFor(t, "the abandoned body to give its share back", func() bool { return p.bodies.held.Load() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 0 }, "the abandoned body to give its share back")
 	if got := sendSample(t, base, "POST /v1/completions", ""); got != http.StatusOK {
 		t.Fatalf("once the budget is free again: %d", got)
 	}

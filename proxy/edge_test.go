@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // The client edge: what a connection may cost the router, whatever the
@@ -86,8 +87,8 @@ func TestAClientThatStopsReadingAStreamIsCutAndItsSlotFreed(t *testing.T) {
 	body := completion("x", true)
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	// The client reads nothing: the router's writes block, then time out.
-	waitFor(t, "the stream to be cut upstream", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "the worker slot to be freed", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the stream to be cut upstream")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "the worker slot to be freed")
 	w.Set(fakeworker.Default())
 	if resp, _ := post(t, r.url, "/v1/completions", completion("y", false)); resp.StatusCode != 200 {
 		t.Fatalf("next client got %d", resp.StatusCode)
@@ -106,10 +107,10 @@ func TestAStreamsDeadlineCutsAClientThatStopsReading(t *testing.T) {
 	c.(*net.TCPConn).SetReadBuffer(4 << 10)
 	body := completion("x", true)
 	fmt.Fprintf(c, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-	waitFor(t, "the stream to be cut upstream", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "the worker slot to be freed", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the stream to be cut upstream")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "the worker slot to be freed")
 	timedOut := `vllm_router_request_errors_total{route="/v1/completions",status="504",error_type="request_timeout"}`
-	waitFor(t, "the cut counted as the request's timeout", func() bool { return metric(t, r, timedOut) == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return metric(t, r, timedOut) == 1 }, "the cut counted as the request's timeout")
 	if n := metric(t, r, "vllm_router_client_disconnects_total"); n != 0 {
 		t.Fatalf("client disconnects %v: the router's own cut was blamed on the client", n)
 	}
@@ -141,10 +142,10 @@ func TestConnectionsPastTheLimitGet503AndTheListenerGoesOn(t *testing.T) {
 		t.Fatalf("a connection past the limit got %d, want 503", status)
 	}
 	a.Close()
-	waitFor(t, "a new connection to be served", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		c := dialRouter(t, r)
 		return postOn(t, c, completion("y", false)) == 200
-	})
+	}, "a new connection to be served")
 }
 
 // postOn sends one request on conn (kept alive) and returns the status.
@@ -216,14 +217,14 @@ func TestTheListenerRecoversFromRunningOutOfFileDescriptors(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	waitFor(t, "the child to run out of descriptors", func() bool { return readiness(t, kept) == 503 })
+	testwait.Eventually(t, waitDeadline, func() bool { return readiness(t, kept) == 503 }, "the child to run out of descriptors")
 	if status := postOn(t, kept, completion("during", false)); status != 200 {
 		t.Fatalf("an open connection during the flood: %d", status)
 	}
 	for _, c := range flood {
 		c.Close()
 	}
-	waitFor(t, "the listener to accept again", func() bool { return readiness(t, kept) == 200 })
+	testwait.Eventually(t, waitDeadline, func() bool { return readiness(t, kept) == 200 }, "the listener to accept again")
 	if resp, _ := post(t, r.url, "/v1/completions", completion("after", false)); resp.StatusCode != 200 {
 		t.Fatalf("a new client after the flood: %d", resp.StatusCode)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // exitRig is a proxy whose request log and request spans a test reads,
@@ -301,7 +302,7 @@ func holding(t *testing.T, r *exitRig, w *fakeworker.Worker, refused func()) {
 		defer close(first)
 		r.send(t, "holder", "POST", "/v1/completions", `{"model":"m","prompt":"hold"}`, 200, "")
 	}()
-	waitFor(t, "the first request at the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the first request at the worker")
 	refused()
 	w.Open()
 	<-first

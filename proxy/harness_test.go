@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -124,7 +125,7 @@ func buildProxyLogged(cfg Config, pdMode, policy string, ws []Worker, h Health, 
 
 func buildProxyAll(cfg Config, pdMode, policy string, ws []Worker, h Health, log *slog.Logger, adjust func(*Deps)) (*Proxy, error) {
 	loads := affinity.NewLoadTable(nil)
-	index := affinity.NewIndex(affinity.SystemClock{}, 1<<16)
+	index := affinity.NewIndex(clock.RealClock{}, 1<<16)
 	router, err := newTestRouter(policy, loads, index)
 	if err != nil {
 		return nil, err
@@ -159,17 +160,8 @@ func (r *testRouter) totalLoad() int64 {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+// waitDeadline is how long a test waits for what it cannot be told about.
+const waitDeadline = 5 * time.Second
 
 func post(t *testing.T, url, path, body string) (*http.Response, string) {
 	t.Helper()

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 func fakes(t *testing.T, prefix string, n int) []*fakeworker.Worker {
@@ -67,7 +67,7 @@ func TestPDStreamsThroughDecode(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.HasSuffix(out, "data: [DONE]\n\n") || strings.Count(out, "data:") != 4 {
 		t.Fatalf("status %d: %q", resp.StatusCode, out)
 	}
-	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "loads back to zero")
 }
 
 func TestPDGrowingPromptStaysOnOnePrefillWorker(t *testing.T) {
@@ -140,7 +140,7 @@ func TestPDDecodeGuardIsHeldFromDispatch(t *testing.T) {
 			post(t, r.url, "/v1/completions", completion(fmt.Sprint("cold prompt ", i), false))
 		}()
 	}
-	waitFor(t, "both prefills to start", func() bool { return prefill[0].Inference.Load()+prefill[1].Inference.Load() == 2 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[0].Inference.Load()+prefill[1].Inference.Load() == 2 }, "both prefills to start")
 	if r.load(3) != 1 || r.load(4) != 1 {
 		t.Fatalf("decode loads %d and %d during the prefill, want 1 and 1", r.load(3), r.load(4))
 	}
@@ -158,13 +158,13 @@ func TestPDClientLeavingDuringPrefillNeverCallsDecode(t *testing.T) {
 	prefill[0].Set(fakeworker.Hold())
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the prefill to start", func() bool { return prefill[0].Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[0].Inference.Load() == 1 }, "the prefill to start")
 	if r.load(1) != 1 || r.load(2) != 1 {
 		t.Fatalf("loads prefill %d decode %d, want 1 and 1", r.load(1), r.load(2))
 	}
 	conn.Close()
-	waitFor(t, "the prefill worker to see its connection closed", func() bool { return prefill[0].HungUp.Load() == 1 })
-	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[0].HungUp.Load() == 1 }, "the prefill worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "both roles back to zero")
 	if decode[0].Inference.Load() != 0 {
 		t.Fatal("decode was called for a client that had left")
 	}
@@ -186,8 +186,8 @@ func TestPDClientLeavingDuringDecodeStreamReleasesBothRoles(t *testing.T) {
 		t.Fatalf("mid-stream loads prefill %d decode %d, want 0 and 1", r.load(1), r.load(2))
 	}
 	conn.Close()
-	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].HungUp.Load() == 1 })
-	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return decode[0].HungUp.Load() == 1 }, "the decode worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "both roles back to zero")
 }
 
 func TestPDRetriesEachPhaseOnAnotherWorker(t *testing.T) {
@@ -213,12 +213,12 @@ func TestPDBootstrapProtocolSendsBothHalvesAtOnce(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	waitFor(t, "the prefill half", func() bool { return prefill[0].Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[0].Inference.Load() == 1 }, "the prefill half")
 	p, d := lastJSON(t, prefill[0]), lastJSON(t, decode[0])
 	if p["bootstrap_room"] == nil || p["bootstrap_room"] != d["bootstrap_room"] || d["bootstrap_host"] != "127.0.0.1" {
 		t.Fatalf("prefill %v decode %v", p, d)
 	}
-	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "loads back to zero")
 }
 
 // TestPDBootstrapPrefillFailureAbortsTheDecode: in the concurrent protocol a
@@ -228,9 +228,9 @@ func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	decode[0].Set(fakeworker.Hold()) // the decode waits for KV that never comes
 	prefill[0].Set(func(e *fakeworker.Exchange) {
 		// Fail once the decode is under way: before, there is nothing to abort.
-		for deadline := time.Now().Add(5 * time.Second); decode[0].Inference.Load() == 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
+		// This is the worker's goroutine, where the test cannot fail: a decode
+		// that never starts is caught by the checks after the answer.
+		testwait.Holds(waitDeadline, func() bool { return decode[0].Inference.Load() != 0 })
 		e.JSON(500, induced)
 	})
 	r := startPDRouter(t, PDSGLang, affinity.PolicyCacheAware, prefill, decode)
@@ -238,8 +238,8 @@ func TestPDBootstrapPrefillFailureAbortsTheDecode(t *testing.T) {
 	if resp.StatusCode != 502 || !strings.Contains(out, "prefill failed") {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	waitFor(t, "the decode worker to see its connection closed", func() bool { return decode[0].HungUp.Load() == 1 })
-	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return decode[0].HungUp.Load() == 1 }, "the decode worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "loads back to zero")
 }
 
 // TestPDPrefillClientErrorGoesStraightBack: a prefill 4xx is the client's
@@ -267,12 +267,12 @@ func TestPDAClientThatLeavesIsNoPDError(t *testing.T) {
 	prefill[0].Set(fakeworker.Hold())
 	r := startPDRouter(t, PDVLLM, affinity.PolicyCacheAware, prefill, decode)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the prefill to start", func() bool { return prefill[0].Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[0].Inference.Load() == 1 }, "the prefill to start")
 	conn.Close()
-	waitFor(t, "both roles back to zero", func() bool { return r.totalLoad() == 0 })
-	waitFor(t, "the request to be counted", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "both roles back to zero")
+	testwait.Eventually(t, waitDeadline, func() bool {
 		return metric(t, r, `vllm_router_requests_total{route="/v1/completions"}`) == 1
-	})
+	}, "the request to be counted")
 	for _, phase := range []string{"prefill", "decode"} {
 		if n := metric(t, r, fmt.Sprintf(`vllm_router_pd_errors_total{phase=%q}`, phase)); n != 0 {
 			t.Fatalf("%s errors %v for a client that left", phase, n)
@@ -324,7 +324,7 @@ func TestPDBootstrapNamesThePrefillWorkerThatRuns(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "d1" {
 		t.Fatalf("status %d: %s", resp.StatusCode, out)
 	}
-	waitFor(t, "the prefill half", func() bool { return prefill[1].Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return prefill[1].Inference.Load() == 1 }, "the prefill half")
 	if n := prefill[0].Inference.Load(); n != 0 {
 		t.Fatalf("the refused prefill worker got %d requests", n)
 	}
@@ -332,5 +332,5 @@ func TestPDBootstrapNamesThePrefillWorkerThatRuns(t *testing.T) {
 	if d["bootstrap_port"] != float64(2222) || p["bootstrap_port"] != float64(2222) || p["bootstrap_room"] != d["bootstrap_room"] {
 		t.Fatalf("the prefill ran on p2 (bootstrap port 2222), the bodies say prefill %v decode %v", p, d)
 	}
-	waitFor(t, "loads back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "loads back to zero")
 }

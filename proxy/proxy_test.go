@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
 )
@@ -181,7 +182,7 @@ func TestStreamIsRelayedEventByEvent(t *testing.T) {
 	if !strings.HasSuffix(rest, "data: [DONE]\n\n") {
 		t.Fatalf("rest of stream %q", rest)
 	}
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 }
 
 // TestClientDisconnectMidStreamReleasesLoadAndClosesUpstream: the engine must
@@ -199,8 +200,8 @@ func TestClientDisconnectMidStreamReleasesLoadAndClosesUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close()
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 }
 
 // TestClientDisconnectBeforeTheAnswerReleasesLoadAndClosesUpstream: a
@@ -210,13 +211,13 @@ func TestClientDisconnectBeforeTheAnswerReleasesLoadAndClosesUpstream(t *testing
 	w.Set(fakeworker.Hold())
 	r := startRouter(t, Config{}, w)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
-	waitFor(t, "the request to reach the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the request to reach the worker")
 	if r.totalLoad() != 1 {
 		t.Fatalf("load %d while waiting, want 1", r.totalLoad())
 	}
 	conn.Close()
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 	if w.Inference.Load() != 1 {
 		t.Fatalf("a client that left was retried: %d requests", w.Inference.Load())
 	}
@@ -288,10 +289,10 @@ func TestModelsComeFromTheWorkers(t *testing.T) {
 	a.SetModels("llama")
 	b.SetModels("qwen")
 	r := startRouter(t, Config{}, a, b)
-	waitFor(t, "both workers' models", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		_, body := get(t, r.url+"/v1/models")
 		return strings.Contains(body, `"llama"`) && strings.Contains(body, `"qwen"`)
-	})
+	}, "both workers' models")
 	resp, _ := post(t, r.url, "/v1/completions", `{"model":"qwen","prompt":"x"}`)
 	if resp.StatusCode != 200 || resp.Header.Get("x-worker-id") != "b" {
 		t.Fatalf("qwen went to %q with %d", resp.Header.Get("x-worker-id"), resp.StatusCode)
@@ -319,10 +320,10 @@ func TestIndexForgetsWhenTheEngineWould(t *testing.T) {
 	w := startFake(t, "small")
 	w.SetMetrics(fakeworker.Text(`vllm:cache_config_info{block_size="16",num_gpu_blocks="4"} 1` + "\n"))
 	r := startRouter(t, Config{BlockSize: 16}, w)
-	waitFor(t, "the capacity to be read", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		post(t, r.url, "/v1/completions", completion(strings.Repeat("x", 1000), false))
 		return r.index.Blocks(1) == 16
-	})
+	}, "the capacity to be read")
 }
 
 // TestConsistentHashFollowsTheSessionHeader: with consistent_hash, requests

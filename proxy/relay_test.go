@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 func sseChunk(data string) string {
@@ -155,10 +156,10 @@ func relayPieces(t *testing.T, pieces []string) uint64 {
 		t.Fatalf("the client got %q", got.String())
 	}
 	var tokens uint64
-	waitFor(t, "the stream to be counted", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		tokens = r.proxy.WorkerTallies()[1].Tokens
 		return r.totalLoad() == 0 && tokens > 0
-	})
+	}, "the stream to be counted")
 	return tokens
 }
 

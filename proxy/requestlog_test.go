@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // syncBuffer is a log sink the server goroutines write to while the test reads.
@@ -64,7 +65,7 @@ func TestEveryRequestHasOneLogLine(t *testing.T) {
 	readStream(t, url, completion(prompt+"and a follow-up", true))
 	post(t, url, "/v1/completions", `{"prompt":"no model"}`)
 	var lines []map[string]any
-	waitFor(t, "three request lines", func() bool { lines = sink.lines(t); return len(lines) == 3 })
+	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.lines(t); return len(lines) == 3 }, "three request lines")
 	first, second, refused := lines[0], lines[1], lines[2]
 	if first["attempts"] != 2.0 || first["worker"] != 2.0 || first["decision"] != "miss" || first["status"] != 200.0 ||
 		first["tokens"] != 3.0 || first["ttft_ms"] == nil || first["request_id"] == "" || first["model"] != "m" {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // staleAnswer is a whole HTTP response that a buggy worker writes past the
@@ -76,11 +77,11 @@ func TestAWorkerDyingMidStreamEndsTheStreamVisibly(t *testing.T) {
 	if !strings.Contains(body, `data: {"error":{`) {
 		t.Fatalf("no error event before the end: %q", body)
 	}
-	waitFor(t, "the request to be counted", func() bool { return metric(t, r, `vllm_router_stream_errors_total`) == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return metric(t, r, `vllm_router_stream_errors_total`) == 1 }, "the request to be counted")
 	if n := metric(t, r, `vllm_router_request_errors_total{route="/v1/completions",status="200",error_type="stream_cut"}`); n != 1 {
 		t.Fatalf("request errors %v, want the cut stream counted", n)
 	}
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 }
 
 func TestTheRequestTimeoutMidStreamEndsTheStreamVisibly(t *testing.T) {
@@ -91,8 +92,8 @@ func TestTheRequestTimeoutMidStreamEndsTheStreamVisibly(t *testing.T) {
 	if err == nil || !strings.Contains(body, `"code":504`) {
 		t.Fatalf("err %v body %q, want a cut stream after a 504 error event", err, body)
 	}
-	waitFor(t, "the worker to see its connection closed", func() bool { return w.HungUp.Load() == 1 })
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 }
 
 // readStream posts a streaming request and reads the whole body; err is what
@@ -232,12 +233,12 @@ func TestARequestOnAStuckWorkerIsRetriedElsewhere(t *testing.T) {
 		resp, body := post(t, r.url, "/v1/completions", completion("x", false))
 		done <- resp.Header.Get("x-worker-id") + " " + body
 	}()
-	waitFor(t, "the request on the stuck worker", func() bool { return stuck.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return stuck.Inference.Load() == 1 }, "the request on the stuck worker")
 	health.judgeStuck(1)
 	if got := <-done; !strings.HasPrefix(got, "good ") {
 		t.Fatalf("answer %q, want the good worker's", got)
 	}
-	waitFor(t, "the stuck worker's request to be cancelled", func() bool { return stuck.HungUp.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return stuck.HungUp.Load() == 1 }, "the stuck worker's request to be cancelled")
 	if r.totalLoad() != 0 {
 		t.Fatalf("load %d", r.totalLoad())
 	}
@@ -248,10 +249,10 @@ func TestWorkerBasePathIsKept(t *testing.T) {
 	w.SetModels("m")
 	r := startRouter(t, Config{})
 	r.proxy.Fleet().SetWorkers([]Worker{{ID: 1, URL: w.URL + "/w1/", Role: RoleRegular}})
-	waitFor(t, "the model to be discovered", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		_, body := get(t, r.url+"/v1/models")
 		return strings.Contains(body, `"m"`)
-	})
+	}, "the model to be discovered")
 	if resp, _ := post(t, r.url, "/v1/completions?echo=1", completion("x", false)); resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -272,7 +273,7 @@ func TestAHalfClosedClientIsAnswered(t *testing.T) {
 	conn, br := rawPost(t, r.url, "/v1/completions", completion("x", false))
 	defer conn.Close()
 	conn.(*net.TCPConn).CloseWrite()
-	waitFor(t, "the request to reach the worker", func() bool { return w.Inference.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the request to reach the worker")
 	for _, want := range []string{"HTTP/1.1 100 Continue\r\n", "\r\n"} {
 		if line, err := br.ReadString('\n'); err != nil || line != want {
 			t.Fatalf("%q %v, want an interim response while the worker computes", line, err)
@@ -307,7 +308,7 @@ func TestAHalfClosedClientGetsItsWholeStream(t *testing.T) {
 	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
 		t.Fatalf("rest %q %v", rest, err)
 	}
-	waitFor(t, "load back to zero", func() bool { return r.totalLoad() == 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
 }
 
 // readFinal reads the next final response, skipping interim ones.
@@ -371,11 +372,11 @@ func TestARequestPipelinedBehindALiveStreamWaitsForIt(t *testing.T) {
 	}
 	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-request-id: second\r\nContent-Length: %d\r\n\r\n%s", len(plain), plain)
 	// The watch ends once a look has seen the pipelined bytes.
-	waitFor(t, "the client watch to see the pipelined request", func() bool {
+	testwait.Eventually(t, waitDeadline, func() bool {
 		r.proxy.watcher.mu.Lock()
 		defer r.proxy.watcher.mu.Unlock()
 		return r.proxy.watcher.head == nil
-	})
+	}, "the client watch to see the pipelined request")
 	w.Open()
 	rest, err := io.ReadAll(first.Body)
 	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
@@ -460,7 +461,7 @@ func TestAnEndlessWorkerBodyIsA502(t *testing.T) {
 	if w.Inference.Load() != 1 {
 		t.Fatalf("%d attempts: a too large answer is not retried", w.Inference.Load())
 	}
-	waitFor(t, "the worker's connection to be closed", func() bool { return w.HungUp.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker's connection to be closed")
 	if r.totalLoad() != 0 {
 		t.Fatalf("load %d", r.totalLoad())
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // responseStore is a fake engine's store of responses, as the Responses
@@ -269,5 +270,5 @@ func TestAClientThatLeavesEndsTheOwnerSearch(t *testing.T) {
 		t.Fatal("the worker was never asked")
 	}
 	c.Close()
-	waitFor(t, "the worker's lookup to be hung up", func() bool { return w.HungUp.Load() == 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker's lookup to be hung up")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestEachRequestAndAttemptHasASpanAndWorkersGetTheTraceparent: a request
@@ -45,7 +46,7 @@ func TestEachRequestAndAttemptHasASpanAndWorkersGetTheTraceparent(t *testing.T) 
 	}
 	resp.Body.Close()
 	var spans tracetest.SpanStubs
-	waitFor(t, "three spans", func() bool { spans = exporter.GetSpans(); return len(spans) == 3 })
+	testwait.Eventually(t, waitDeadline, func() bool { spans = exporter.GetSpans(); return len(spans) == 3 }, "three spans")
 	var server tracetest.SpanStub
 	var attempts []tracetest.SpanStub
 	for _, s := range spans {

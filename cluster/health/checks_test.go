@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 func targetOf(id WorkerID, fw *fakeWorker) Target { return Target{ID: id, URL: fw.url} }
@@ -119,8 +121,8 @@ func TestSlowWorkerDoesNotDelayOthers(t *testing.T) {
 	round := make(chan error, 1)
 	go func() { round <- m.CheckNow(context.Background()) }()
 	<-slowW.waiting
-	waitFor(t, "the sick worker's verdict", func() bool { return !status(t, m, 2).Healthy })
-	waitFor(t, "the well worker's probe", func() bool { return well.probes.Load() == 2 })
+	testwait.Eventually(t, waitDeadline, func() bool { return !status(t, m, 2).Healthy }, "the sick worker's verdict")
+	testwait.Eventually(t, waitDeadline, func() bool { return well.probes.Load() == 2 }, "the well worker's probe")
 	select {
 	case <-round:
 		t.Fatal("round finished while a probe was still hanging")
@@ -198,13 +200,13 @@ func TestRunChecksPeriodicallyAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
-	waitFor(t, "three probes", func() bool { return fw.probes.Load() >= 3 })
+	testwait.Eventually(t, waitDeadline, func() bool { return fw.probes.Load() >= 3 }, "three probes")
 	if err := m.Run(ctx); !errors.Is(err, ErrAlreadyRunning) {
 		t.Fatalf("second Run: err = %v, want ErrAlreadyRunning", err)
 	}
 	fw.code.Store(fasthttp.StatusBadGateway)
-	waitFor(t, "the worker to be marked unhealthy", func() bool { return !m.Eligible(1) })
-	waitFor(t, "OnChange", func() bool { return changed.Load() >= 1 })
+	testwait.Eventually(t, waitDeadline, func() bool { return !m.Eligible(1) }, "the worker to be marked unhealthy")
+	testwait.Eventually(t, waitDeadline, func() bool { return changed.Load() >= 1 }, "OnChange")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

@@ -14,7 +14,6 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/kvrouter/kvrouter/internal/leaktest"
-	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // TestMain fails the package if any goroutine outlives the tests.
@@ -107,11 +106,8 @@ func changeCounter(m *Monitor) *atomic.Int32 {
 	return &n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testwait.Eventually(t, 5*time.Second, cond, "%s", what)
-}
+// waitDeadline is how long a test waits for what it cannot be told about.
+const waitDeadline = 5 * time.Second
 
 // isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {

@@ -61,9 +61,9 @@ func measureFault(t *testing.T, fault string) {
 	d := &measureDriver{m: m, ws: ws, rng: rand.New(rand.NewPCG(3, 5))}
 	bg.Go(func() { d.drive(ctx) })
 	defer func() { cancel(); ws[0].resume(); bg.Wait() }()
-	waitTrue(t, "every worker eligible", time.Minute, func() bool {
+	testwait.Eventually(t, time.Minute, func() bool {
 		return m.Eligible(1) && m.Eligible(2) && m.Eligible(3) && m.Eligible(4)
-	})
+	}, "every worker eligible")
 	time.Sleep(5 * time.Second) // traffic before the fault: part of the measured scenario
 	switch fault {
 	case "wedge", "pause":
@@ -78,15 +78,15 @@ func measureFault(t *testing.T, fault string) {
 func measureOutage(t *testing.T, d *measureDriver, w *measuredWorker, fault string) {
 	onset := time.Now()
 	w.stop(fault == "pause")
-	waitTrue(t, "the worker to be judged", 3*time.Minute, func() bool { return !d.m.Eligible(1) })
+	testwait.Eventually(t, 3*time.Minute, func() bool { return !d.m.Eligible(1) }, "the worker to be judged")
 	detected := time.Since(onset)
 	time.Sleep(10 * time.Second) // the outage goes on: part of the measured scenario
 	routed := d.routed[0].Load()
 	resumed := time.Now()
 	w.resume()
-	waitTrue(t, "the recovered worker to be eligible", 5*time.Minute, func() bool { return d.m.Eligible(1) })
+	testwait.Eventually(t, 5*time.Minute, func() bool { return d.m.Eligible(1) }, "the recovered worker to be eligible")
 	eligible := time.Since(resumed)
-	waitTrue(t, "traffic to the recovered worker", 5*time.Minute, func() bool { return d.routed[0].Load() > routed })
+	testwait.Eventually(t, 5*time.Minute, func() bool { return d.routed[0].Load() > routed }, "traffic to the recovered worker")
 	t.Logf("%s: detected %v after onset; eligible %v and traffic again %v after the worker recovered",
 		fault, detected.Round(100*time.Millisecond), eligible.Round(10*time.Millisecond),
 		time.Since(resumed).Round(100*time.Millisecond))
@@ -98,7 +98,7 @@ func measureDegrade(t *testing.T, d *measureDriver, w *measuredWorker) {
 	before := d.counts()
 	onset := time.Now()
 	w.slowdown.Store(20)
-	waitTrue(t, "the degraded worker to be excluded", 3*time.Minute, func() bool { return !d.m.Eligible(1) })
+	testwait.Eventually(t, 3*time.Minute, func() bool { return !d.m.Eligible(1) }, "the degraded worker to be excluded")
 	detected := time.Since(onset)
 	window := max(60*time.Second, detected+10*time.Second)
 	time.Sleep(window - time.Since(onset)) // the measured window itself
@@ -110,11 +110,6 @@ func measureDegrade(t *testing.T, d *measureDriver, w *measuredWorker) {
 	mine := after[0] - before[0]
 	t.Logf("degrade 20x: excluded %v after onset; %d of %d requests in the %v after onset, %.2f of its fair share",
 		detected.Round(100*time.Millisecond), mine, total, window.Round(time.Second), float64(mine)/(float64(total)/4))
-}
-
-func waitTrue(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	testwait.Eventually(t, limit, cond, "%s", what)
 }
 
 // measureDriver is a client fleet in front of the Monitor, as the proxy

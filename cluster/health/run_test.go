@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
 // running starts m.Run until the test ends.
@@ -46,16 +48,16 @@ func TestWorkersAreProbedAsSoonAsTheyAreAdded(t *testing.T) {
 	// Run's opening round, on no workers, comes first: added during it, the
 	// first worker would be probed by that round as well as on being added,
 	// perhaps only after the count below was read.
-	waitFor(t, "Run's opening round", func() bool { return m.isolation.round.Load() > 0 })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.isolation.round.Load() > 0 }, "Run's opening round")
 	if err := m.SetWorkers([]Target{{ID: 1, URL: a.url}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first worker to be probed and eligible", func() bool { return m.Eligible(1) })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.Eligible(1) }, "the first worker to be probed and eligible")
 	probed := a.probes.Load()
 	if err := m.SetWorkers([]Target{{ID: 1, URL: a.url}, {ID: 2, URL: b.url}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the added worker to be probed and eligible", func() bool { return m.Eligible(2) })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.Eligible(2) }, "the added worker to be probed and eligible")
 	if a.probes.Load() != probed {
 		t.Fatal("adding a worker probed the others again")
 	}
@@ -76,7 +78,7 @@ func TestWorkerThatStartsLaterIsTakenInSoonAfter(t *testing.T) {
 	if err := m.SetWorkers([]Target{{ID: 1, URL: "http://" + addr}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first probe to fail", func() bool { st, _ := m.Status(1); return st.Probed })
+	testwait.Eventually(t, waitDeadline, func() bool { st, _ := m.Status(1); return st.Probed }, "the first probe to fail")
 	if m.Eligible(1) {
 		t.Fatal("a worker that refused its first probe is eligible")
 	}
@@ -88,8 +90,7 @@ func TestWorkerThatStartsLaterIsTakenInSoonAfter(t *testing.T) {
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); <-served })
-	waitFor(t, "the worker to be taken in once it listens, long before the hourly round",
-		func() bool { return m.Eligible(1) })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.Eligible(1) }, "the worker to be taken in once it listens, long before the hourly round")
 }
 
 // TestWedgedWorkerFailsOverAndComesBackEndToEnd runs a real request to a
@@ -109,7 +110,7 @@ func TestWedgedWorkerFailsOverAndComesBackEndToEnd(t *testing.T) {
 	if err := m.SetWorkers([]Target{{ID: 1, URL: sick.url}, {ID: 2, URL: well.url}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "both workers eligible", func() bool { return m.Eligible(1) && m.Eligible(2) })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.Eligible(1) && m.Eligible(2) }, "both workers eligible")
 	release := sick.wedge()
 	defer release()
 	answeredBy, err := completeWithFailover(m, map[WorkerID]string{1: sick.url, 2: well.url}, 1)
@@ -117,11 +118,11 @@ func TestWedgedWorkerFailsOverAndComesBackEndToEnd(t *testing.T) {
 		t.Fatalf("a request that began on the wedged worker: answered by %d, %v; want the other worker", answeredBy, err)
 	}
 	// The attempt gave up on its own silence; the verdict comes at the next evaluation.
-	waitFor(t, "the wedged worker taken out", func() bool { return !m.Eligible(1) })
-	waitFor(t, "a recovery probe waiting in the wedged engine", func() bool { return sick.generated.Load() >= 2 })
+	testwait.Eventually(t, waitDeadline, func() bool { return !m.Eligible(1) }, "the wedged worker taken out")
+	testwait.Eventually(t, waitDeadline, func() bool { return sick.generated.Load() >= 2 }, "a recovery probe waiting in the wedged engine")
 	released := time.Now()
 	release()
-	waitFor(t, "the worker to come back, long before CBTimeout", func() bool { return m.Eligible(1) })
+	testwait.Eventually(t, waitDeadline, func() bool { return m.Eligible(1) }, "the worker to come back, long before CBTimeout")
 	t.Logf("back %v after it moved again (CBTimeout %v)", time.Since(released).Round(time.Millisecond), cfg.CBTimeout)
 }
 

@@ -1,9 +1,0 @@
-package loadsync
-
-import "k8s.io/utils/clock"
-
-// SystemClock is the wall clock, clock.RealClock under its old name.
-//
-// Deprecated: pass clock.RealClock{}. The alias stays only until the callers in cluster/
-// (being rewritten elsewhere) switch over.
-type SystemClock = clock.RealClock
