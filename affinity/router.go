@@ -55,7 +55,10 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Prepare hashes a request's routing text for model.
 func (r *Router) Prepare(model string, text []byte, sessionKey uint64) *Request {
-	limit := r.index.MaxBudget()
+	limit := MaxChainBlocks // a router without an index (a policy that needs none) hashes what the gossip could carry
+	if r.index != nil {
+		limit = r.index.MaxBudget()
+	}
 	hashes, full := RequestHashes(make([]uint64, 0, min(len(text)/r.blockSize, limit)+1), model, text, r.blockSize, limit)
 	return &Request{Text: text, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
 		SessionKey: sessionKey}

@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -88,5 +89,16 @@ func TestHashingStopsAtTheLargestBudget(t *testing.T) {
 	f.index.SetBudget(2, 2*budget) // a worker that reports a larger cache
 	if n := len(f.router.Prepare("m", huge, 0).Hashes); n != 2*budget {
 		t.Fatalf("%d hashes after a larger budget, want %d", n, 2*budget)
+	}
+}
+
+// A policy that keeps no index (least_load, round_robin) is given a router
+// without one: preparing a request must still hash it, bounded by what the
+// gossip could carry, not fail on the missing index.
+func TestARouterWithoutAnIndexPreparesRequests(t *testing.T) {
+	r := NewRouter(LeastLoad{}, NewLoadTable(nil), nil, DefaultBlockSize, nil)
+	req := r.Prepare("m", []byte(strings.Repeat("x", 4*DefaultBlockSize)), 0)
+	if len(req.Hashes) == 0 {
+		t.Fatal("no hashes for a four-block prompt")
 	}
 }
