@@ -35,6 +35,16 @@ func kvWorker(t *testing.T, capacityTokens int) (*testWorker, *kvevents.Subscrib
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Close)
+	// A PUB socket drops what it sends before the subscription has reached
+	// it: empty batches, which change no set, until one is heard, so the
+	// test's first stores are not sent into that window.
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		if err := w.s.kv.pub.Publish(kvevents.Batch{}); err != nil {
+			t.Fatal(err)
+		}
+		st, _ := sub.Stats()
+		return st.Batches > 0
+	}, "the subscriber hears the engine")
 	return w, sub
 }
 
