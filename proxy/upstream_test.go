@@ -71,8 +71,11 @@ func TestAReusedConnectionThatFailsAfterTheRequestIsAnAttempt(t *testing.T) {
 				t.Fatalf("request %d: status %d %s", i, resp.StatusCode, got)
 			}
 		}
-		if w.Conns.Load() != 2 || w.Inference.Load() != 3 {
-			t.Fatalf("%d connections, %d requests at the worker; want 2 and 3", w.Conns.Load(), w.Inference.Load())
+		// At least 2 connections: the cut one and the retry's. Under load the
+		// first request's connection can come back to the pool after the
+		// second request has dialled its own, so more is no fault.
+		if w.Conns.Load() < 2 || w.Inference.Load() != 3 {
+			t.Fatalf("%d connections, %d requests at the worker; want at least 2 and 3", w.Conns.Load(), w.Inference.Load())
 		}
 		if got := metric(t, r, "vllm_router_retries_total"); got != 1 {
 			t.Fatalf("%v retries counted; the request sent again on a new connection is a retry", got)
