@@ -22,7 +22,7 @@ func TestAnEngineThatHeldNothingMakesTheRepeatAFalseHit(t *testing.T) {
 		t.Fatalf("the repeat went to %s, not to %s which the index names", second, first)
 	}
 	c.complete(r, prompt("silent-about-its-cache", 4))
-	scrape := c.get(r, "/metrics").body
+	scrape := c.get(r, "/metrics").Body
 	for _, want := range []string{"vllm_router_judged_decisions_total 2\n", "vllm_router_predicted_hits_total 1\n",
 		"vllm_router_false_hits_total 1\n", "vllm_router_engine_hits_total 0\n", "vllm_router_cold_misses_total 1\n",
 		`vllm_router_false_hits_by_fact_total{fact="own"} 1` + "\n", `vllm_router_lost_hits_total{cause="shed"} 0` + "\n",

@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -285,7 +286,7 @@ func (c *testCluster) waitReady() {
 	c.t.Helper()
 	c.waitRegistryEverywhere("every worker registered", func(reg *store.Registry) bool { return reg.Len() == len(c.workers) })
 	for name, r := range c.replicas {
-		testwait.Eventually(c.t, testDeadline, func() bool { return c.get(r, "/readiness").status == http.StatusOK }, "%s ready", name)
+		testwait.Eventually(c.t, testDeadline, func() bool { return c.get(r, "/readiness").Status == http.StatusOK }, "%s ready", name)
 	}
 }
 
@@ -306,14 +307,13 @@ func (c *testCluster) complete(r *Replica, prompt string) string {
 	return resp.Header.Get("x-worker-id")
 }
 
-func (c *testCluster) get(r *Replica, path string) reply {
+func (c *testCluster) get(r *Replica, path string) admintest.Reply {
 	return c.do(r, http.MethodGet, path, "")
 }
 
-func (c *testCluster) do(r *Replica, method, path, body string) reply {
+func (c *testCluster) do(r *Replica, method, path, body string) admintest.Reply {
 	c.t.Helper()
-	admin := &adminClient{t: c.t, base: "http://" + r.HTTPAddr(), http: c.client}
-	return admin.do(method, path, body)
+	return admintest.NewClient(c.t, "http://"+r.HTTPAddr(), c.client).Do(method, path, body)
 }
 
 // workerID is the registry id of the fake worker named name, as r sees it.

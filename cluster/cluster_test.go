@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/cluster/raftnode/raftnodetest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
@@ -40,7 +42,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		c.t = t
 		lead := c.leader()
 		var st adminapi.Status
-		if err := json.Unmarshal([]byte(c.get(lead, "/cluster/status").body), &st); err != nil {
+		if err := json.Unmarshal([]byte(c.get(lead, "/cluster/status").Body), &st); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(st.Voters, []string{"r0", "r1", "r2"}) || len(st.Nonvoters) != 0 || st.Leader != lead.cfg.NodeName {
@@ -55,7 +57,7 @@ func TestClusterRoutesAsOne(t *testing.T) {
 				return len(peers) == 2 && peers[0].LastReportAge >= 0 && peers[1].LastReportAge >= 0
 			}, "%s hears every peer's load reports", name)
 		}
-		scrape := c.get(c.replicas["r0"], "/metrics").body
+		scrape := c.get(c.replicas["r0"], "/metrics").Body
 		for _, want := range []string{"vllm_router_cluster_members 3\n", "vllm_router_cluster_gossip_sent_bytes_total ",
 			"vllm_router_cluster_gossip_received_messages_total ", `vllm_router_cluster_gossip_lag_seconds{origin="r1"} `,
 			"vllm_router_cluster_gossip_facts_dropped_total 0\n", "vllm_router_cluster_raft_term "} {
@@ -69,20 +71,20 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		c.t = t
 		f := c.follower()
 		added := c.do(f, http.MethodPost, "/workers", `{"url":"http://127.0.0.1:1","model":"other"}`)
-		expectStatus(t, added, http.StatusCreated)
-		id := added.worker(t).ID
+		admintest.ExpectStatus(t, added, http.StatusCreated)
+		id := added.Worker(t).ID
 		c.waitRegistryEverywhere("the new worker", func(reg *store.Registry) bool { _, ok := reg.Worker(id); return ok })
-		expectStatus(t, c.do(f, http.MethodPost, fmt.Sprintf("/workers/%d/drain", id), ""), http.StatusOK)
+		admintest.ExpectStatus(t, c.do(f, http.MethodPost, fmt.Sprintf("/workers/%d/drain", id), ""), http.StatusOK)
 		c.waitRegistryEverywhere("the worker draining", func(reg *store.Registry) bool {
 			w, _ := reg.Worker(id)
 			return w.State == store.StateDraining
 		})
-		expectStatus(t, c.do(f, http.MethodDelete, fmt.Sprintf("/workers/%d", id), ""), http.StatusOK)
+		admintest.ExpectStatus(t, c.do(f, http.MethodDelete, fmt.Sprintf("/workers/%d", id), ""), http.StatusOK)
 		c.waitRegistryEverywhere("the worker removed", func(reg *store.Registry) bool { _, ok := reg.Worker(id); return !ok })
 		// The leader's refusal comes back through the follower as is.
 		missing := c.do(f, http.MethodDelete, fmt.Sprintf("/workers/%d", id), "")
-		if expectStatus(t, missing, http.StatusNotFound); missing.apiError(t).Type != "not_found_error" {
-			t.Fatalf("forwarded refusal: %s", missing.body)
+		if admintest.ExpectStatus(t, missing, http.StatusNotFound); missing.APIError(t).Type != "not_found_error" {
+			t.Fatalf("forwarded refusal: %s", missing.Body)
 		}
 	})
 
@@ -259,7 +261,7 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		old := c.replicas[name]
 		c.stop(name, false)
 		extra := startFakeWorker(t, "w9")
-		expectStatus(t, c.do(c.leader(), http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`), http.StatusCreated)
+		admintest.ExpectStatus(t, c.do(c.leader(), http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`), http.StatusCreated)
 		back := c.restart(name, true, old)
 		testwait.Eventually(t, testDeadline, func() bool {
 			_, ok := back.fsm.View().WorkerByURL(extra.url)
@@ -279,9 +281,9 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		}
 		f := c.follower()
 		added := c.do(f, http.MethodPost, "/workers", `{"url":"http://127.0.0.1:2","model":"other"}`)
-		expectStatus(t, added, http.StatusCreated)
+		admintest.ExpectStatus(t, added, http.StatusCreated)
 		c.waitRegistryEverywhere("the write made after the failover", func(reg *store.Registry) bool {
-			_, ok := reg.Worker(added.worker(t).ID)
+			_, ok := reg.Worker(added.Worker(t).ID)
 			return ok
 		})
 	})
@@ -296,9 +298,9 @@ func TestClusterSurvivesFailures(t *testing.T) {
 		if took := time.Since(begin); took > 2*time.Second {
 			t.Errorf("the refusal took %v", took)
 		}
-		expectStatus(t, refused, http.StatusServiceUnavailable)
-		if refused.header.Get("Retry-After") == "" || refused.apiError(t).Type != "service_unavailable_error" {
-			t.Fatalf("refusal: %v %s", refused.header, refused.body)
+		admintest.ExpectStatus(t, refused, http.StatusServiceUnavailable)
+		if refused.Header.Get("Retry-After") == "" || refused.APIError(t).Type != "service_unavailable_error" {
+			t.Fatalf("refusal: %v %s", refused.Header, refused.Body)
 		}
 		if got := c.complete(last, prompt("still routing", 2)); got == "" {
 			t.Fatal("routing stopped with the quorum")
@@ -381,7 +383,7 @@ func (c *testCluster) workerByName(name string) *fakeWorker {
 // allLoadsZero reads r's /get_loads.
 func (c *testCluster) allLoadsZero(r *Replica) bool {
 	var loads struct{ Workers []adminapi.WorkerLoad }
-	if err := json.Unmarshal([]byte(c.get(r, "/get_loads").body), &loads); err != nil {
+	if err := json.Unmarshal([]byte(c.get(r, "/get_loads").Body), &loads); err != nil {
 		c.t.Fatal(err)
 	}
 	for _, w := range loads.Workers {
@@ -412,7 +414,7 @@ func raftAddrOf(t *testing.T, r *Replica, node string) string {
 }
 
 func raftServers(t *testing.T, r *Replica) []raftnode.Server {
-	servers, err := r.raft.Servers(testContext(t))
+	servers, err := r.raft.Servers(raftnodetest.Context(t))
 	if err != nil {
 		t.Logf("raft servers: %v", err)
 	}

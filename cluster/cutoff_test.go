@@ -77,8 +77,8 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 	if !cut.monitor.CutOff() {
 		t.Fatal("CutOff() = false on a replica that hears no peer and no worker")
 	}
-	if rep := c.get(cut, "/readiness"); rep.status != http.StatusServiceUnavailable || !strings.Contains(rep.body, `"cut_off":true`) {
-		t.Fatalf("readiness %d %s, want 503 saying it is cut off", rep.status, rep.body)
+	if rep := c.get(cut, "/readiness"); rep.Status != http.StatusServiceUnavailable || !strings.Contains(rep.Body, `"cut_off":true`) {
+		t.Fatalf("readiness %d %s, want 503 saying it is cut off", rep.Status, rep.Body)
 	}
 	for _, w := range c.workers {
 		w.down.Store(false)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/cluster/raftnode/raftnodetest"
 )
 
 // TestMeasureElections runs a 3-replica cluster on a host kept busy by four
@@ -30,7 +31,7 @@ func TestMeasureElections(t *testing.T) {
 		name    string
 		timings raftnode.Timings
 	}{
-		{"old 500/500/250/20 ms", loopbackRaft},
+		{"old 500/500/250/20 ms", raftnodetest.LoopbackTimings},
 		{"defaults 1s/2s/1s/50ms", raftnode.Timings{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -72,10 +72,10 @@ func (c *testCluster) statusOf(r *Replica) adminapi.Status {
 	c.t.Helper()
 	var st adminapi.Status
 	rep := c.get(r, "/cluster/status")
-	if rep.status != http.StatusOK {
-		c.t.Fatalf("status: %d %s", rep.status, rep.body)
+	if rep.Status != http.StatusOK {
+		c.t.Fatalf("status: %d %s", rep.Status, rep.Body)
 	}
-	decodeInto(c.t, rep.body, &st)
+	decodeInto(c.t, rep.Body, &st)
 	return st
 }
 

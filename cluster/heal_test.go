@@ -54,8 +54,8 @@ func TestAPartitionedReplicaRejoinsAndIsAddedAgainAfterItsReaping(t *testing.T) 
 		return len(st.Voters) == 3
 	}, "%s a voter again", name)
 	// And it takes writes again, forwarded to the leader.
-	if rep := c.do(cut, http.MethodPost, "/workers", fmt.Sprintf(`{"url":%q}`, "http://127.0.0.1:1")); rep.status != http.StatusCreated {
-		t.Fatalf("a write through the healed replica: %d %s", rep.status, rep.body)
+	if rep := c.do(cut, http.MethodPost, "/workers", fmt.Sprintf(`{"url":%q}`, "http://127.0.0.1:1")); rep.Status != http.StatusCreated {
+		t.Fatalf("a write through the healed replica: %d %s", rep.Status, rep.Body)
 	}
 }
 
@@ -92,28 +92,28 @@ func TestRoutingConfigChangesForTheWholeTier(t *testing.T) {
 	c.waitReady()
 	f := c.follower()
 	var v adminapi.RoutingView
-	decodeInto(t, c.get(f, "/cluster/routing").body, &v)
+	decodeInto(t, c.get(f, "/cluster/routing").Body, &v)
 	if v.Source != "registry" || v.Index == 0 || v.Config.Policy != "cache_aware" {
 		t.Fatalf("GET /cluster/routing = %+v, want the seeded cache_aware config", v)
 	}
 	stale := v
 	v.Config.Policy = "round_robin"
 	rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, v))
-	if rep.status != http.StatusOK {
-		t.Fatalf("PUT: %d %s", rep.status, rep.body)
+	if rep.Status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", rep.Status, rep.Body)
 	}
 	var after adminapi.RoutingView
-	decodeInto(t, rep.body, &after)
+	decodeInto(t, rep.Body, &after)
 	stale.Config.CacheThreshold = 0.9
-	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.status != http.StatusConflict ||
-		!strings.Contains(rep.body, "the routing config changed") || !strings.Contains(rep.body, fmt.Sprintf("index %d", after.Index)) ||
-		strings.Contains(rep.body, "worker registration") {
-		t.Fatalf("a PUT naming the old index: %d %s, want 409 saying the routing config changed and its index", rep.status, rep.body)
+	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, stale)); rep.Status != http.StatusConflict ||
+		!strings.Contains(rep.Body, "the routing config changed") || !strings.Contains(rep.Body, fmt.Sprintf("index %d", after.Index)) ||
+		strings.Contains(rep.Body, "worker registration") {
+		t.Fatalf("a PUT naming the old index: %d %s, want 409 saying the routing config changed and its index", rep.Status, rep.Body)
 	}
 	bad := after
 	bad.Config.BlockSize = 512
-	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, bad)); rep.status != http.StatusBadRequest || !strings.Contains(rep.body, "block_size") {
-		t.Fatalf("a PUT changing the block size: %d %s, want 400 naming block_size", rep.status, rep.body)
+	if rep := c.do(f, http.MethodPut, "/cluster/routing", jsonBody(t, bad)); rep.Status != http.StatusBadRequest || !strings.Contains(rep.Body, "block_size") {
+		t.Fatalf("a PUT changing the block size: %d %s, want 400 naming block_size", rep.Status, rep.Body)
 	}
 	want := after.Config.Fingerprint()
 	for name, r := range c.replicas {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
@@ -62,8 +63,8 @@ func TestClusterHistoryServesTheRecentSamples(t *testing.T) {
 	var h adminapi.History
 	testwait.Eventually(t, 30*time.Second, func() bool {
 		reply := c.get(r, "/cluster/history")
-		expectStatus(t, reply, http.StatusOK)
-		if err := json.Unmarshal([]byte(reply.body), &h); err != nil {
+		admintest.ExpectStatus(t, reply, http.StatusOK)
+		if err := json.Unmarshal([]byte(reply.Body), &h); err != nil {
 			t.Fatal(err)
 		}
 		n := len(h.Samples)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -24,10 +25,10 @@ func (c *testCluster) keyringStep(r *Replica, op string, key []byte) (int, []adm
 	reply := c.do(r, http.MethodPost, "/cluster/keyring/"+op,
 		jsonBody(c.t, map[string]string{"key": base64.StdEncoding.EncodeToString(key)}))
 	var body struct{ Nodes []adminapi.NodeKeyring }
-	if err := json.Unmarshal([]byte(reply.body), &body); err != nil {
-		c.t.Fatalf("keyring %s: %d %s", op, reply.status, reply.body)
+	if err := json.Unmarshal([]byte(reply.Body), &body); err != nil {
+		c.t.Fatalf("keyring %s: %d %s", op, reply.Status, reply.Body)
 	}
-	return reply.status, body.Nodes
+	return reply.Status, body.Nodes
 }
 
 // expectKeyrings checks that every one of names reports primary and
@@ -62,7 +63,7 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	via, all := c.replicas["r1"], []string{"r0", "r1", "r2"}
 
 	status, nodes := c.keyringStep(via, "install", next)
-	expectStatus(t, reply{status: status}, http.StatusOK)
+	admintest.ExpectStatus(t, admintest.Reply{Status: status}, http.StatusOK)
 	expectKeyrings(t, nodes, all, old, old, next)
 
 	t.Run("a step that fails names the replicas", func(t *testing.T) {
@@ -74,14 +75,14 @@ func TestGossipKeyRotatesWithoutARestart(t *testing.T) {
 	})
 
 	status, nodes = c.keyringStep(via, "use", next)
-	expectStatus(t, reply{status: status}, http.StatusOK)
+	admintest.ExpectStatus(t, admintest.Reply{Status: status}, http.StatusOK)
 	expectKeyrings(t, nodes, all, next, old, next)
 	status, nodes = c.keyringStep(via, "remove", old)
-	expectStatus(t, reply{status: status}, http.StatusOK)
+	admintest.ExpectStatus(t, admintest.Reply{Status: status}, http.StatusOK)
 	expectKeyrings(t, nodes, all, next, next)
 
 	var listed struct{ Nodes []adminapi.NodeKeyring }
-	if err := json.Unmarshal([]byte(c.get(c.replicas["r2"], "/cluster/keyring").body), &listed); err != nil {
+	if err := json.Unmarshal([]byte(c.get(c.replicas["r2"], "/cluster/keyring").Body), &listed); err != nil {
 		t.Fatal(err)
 	}
 	expectKeyrings(t, listed.Nodes, all, next, next)
@@ -109,8 +110,8 @@ func TestKeyringNeedsAReplicaStartedWithAGossipKey(t *testing.T) {
 	r := c.start(c.config("r0", 1, nil))
 	reply := c.do(r, http.MethodPost, "/cluster/keyring/install",
 		jsonBody(t, map[string]string{"key": base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))}))
-	if expectStatus(t, reply, http.StatusConflict); !strings.Contains(reply.apiError(t).Message, "without a gossip key") {
-		t.Fatalf("body %s", reply.body)
+	if admintest.ExpectStatus(t, reply, http.StatusConflict); !strings.Contains(reply.APIError(t).Message, "without a gossip key") {
+		t.Fatalf("body %s", reply.Body)
 	}
-	expectStatus(t, c.do(r, http.MethodPost, "/cluster/keyring/install", `{"key":"c2hvcnQ="}`), http.StatusBadRequest)
+	admintest.ExpectStatus(t, c.do(r, http.MethodPost, "/cluster/keyring/install", `{"key":"c2hvcnQ="}`), http.StatusBadRequest)
 }

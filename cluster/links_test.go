@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -153,7 +154,7 @@ func TestReplicasTalkMutualTLSWithCertificatesFromTLSInit(t *testing.T) {
 	c.waitReady()
 	lead, f := c.leader(), c.follower()
 	added := c.do(f, http.MethodPost, "/workers", `{"url":"http://127.0.0.1:2"}`)
-	expectStatus(t, added, http.StatusCreated)
+	admintest.ExpectStatus(t, added, http.StatusCreated)
 	c.waitRegistryEverywhere("the write forwarded over TLS", func(reg *store.Registry) bool { return reg.Len() == 3 })
 
 	// What a peer sees of the leader's cluster port: TLS 1.3, and a
@@ -198,7 +199,7 @@ func TestAReplicaWithAnotherCAsCertificateIsRefused(t *testing.T) {
 		t.Fatalf("r1 follows leader %q", id)
 	}
 	r := c.do(stranger, http.MethodPost, "/workers", fmt.Sprintf(`{"url":%q}`, attackerWorker))
-	expectStatus(t, r, http.StatusServiceUnavailable)
+	admintest.ExpectStatus(t, r, http.StatusServiceUnavailable)
 	if registryHolds(first, attackerWorker) {
 		t.Fatal("a write through r1 reached the leader")
 	}

@@ -16,7 +16,7 @@ import (
 func scrapeFamilies(t *testing.T, c *testCluster, r *Replica) map[string]map[string]float64 {
 	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(c.get(r, "/metrics").body))
+	families, err := parser.TextToMetricFamilies(strings.NewReader(c.get(r, "/metrics").Body))
 	if err != nil {
 		t.Fatal(err)
 	}

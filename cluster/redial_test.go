@@ -144,7 +144,7 @@ func TestALeaderDoesNotBackOffFromAFollowerThatIsDown(t *testing.T) {
 	healed := time.Now()
 	extra := startFakeWorker(t, "w9")
 	testwait.Eventually(t, testDeadline, func() bool {
-		return c.do(back, http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`).status == http.StatusCreated
+		return c.do(back, http.MethodPost, "/workers", `{"url":"`+extra.url+`"}`).Status == http.StatusCreated
 	}, "a write through the restarted replica")
 	testwait.Eventually(t, testDeadline, func() bool {
 		_, ok := back.fsm.View().WorkerByURL(extra.url)

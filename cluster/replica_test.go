@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/raftnode/raftnodetest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/store"
@@ -43,7 +44,7 @@ func testConfig(t *testing.T, dir string, seeds ...string) Config {
 	cfg := Config{HTTPAddr: "127.0.0.1:0", NodeName: "n1", DataDir: dir, RaftBind: "127.0.0.1:0",
 		RaftAdvertise: "127.0.0.1:0", GossipBind: "127.0.0.1:0", GossipAdvertise: "127.0.0.1:0",
 		BootstrapExpect: 1, Routing: DefaultRouting(), Proxy: proxy.DefaultConfig(),
-		RaftTimings: loopbackRaft, Logger: slog.New(slog.DiscardHandler)}
+		RaftTimings: raftnodetest.LoopbackTimings, Logger: slog.New(slog.DiscardHandler)}
 	cfg.Health = health.DefaultConfig()
 	for _, s := range seeds {
 		cfg.Seeds = append(cfg.Seeds, Seed{URL: s, Role: "regular"})

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/store"
@@ -22,8 +23,8 @@ import (
 // must not be a way around their rules.
 func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 	fsm := store.NewFSM()
-	open := admin.New(admin.Config{Registry: fsm.View, Apply: directApply(fsm)})
-	locked := admin.New(admin.Config{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
+	open := admin.New(admin.Config{Registry: fsm.View, Apply: admintest.DirectApply(fsm)})
+	locked := admin.New(admin.Config{Token: "s3cret", Registry: fsm.View, Apply: admintest.DirectApply(fsm)})
 	cases := []struct {
 		name        string
 		admin       *admin.Admin
@@ -47,7 +48,7 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := adminRequest(tc.admin, tc.method, tc.uri, tc.host, "", tc.token, ""); got != tc.want {
+			if got := admintest.Request(tc.admin, tc.method, tc.uri, tc.host, "", tc.token, ""); got != tc.want {
 				t.Fatalf("%s %s: status %d, want %d", tc.method, tc.uri, got, tc.want)
 			}
 		})
@@ -55,19 +56,19 @@ func TestStatusPageKeepsTheAdminRules(t *testing.T) {
 }
 
 func TestStatusPageForbidsFramingAndForeignScripts(t *testing.T) {
-	c := serveAdmin(t, admin.New(admin.Config{Registry: store.NewFSM().View, Apply: directApply(store.NewFSM())}))
-	r := c.do(http.MethodGet, "/ui/", "")
-	expectStatus(t, r, http.StatusOK)
-	if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") ||
-		!strings.Contains(csp, "script-src 'self'") || r.header.Get("X-Frame-Options") != "DENY" {
-		t.Fatalf("headers %v: want framing refused and scripts from this origin only", r.header)
+	c := admintest.Serve(t, admin.New(admin.Config{Registry: store.NewFSM().View, Apply: admintest.DirectApply(store.NewFSM())}))
+	r := c.Do(http.MethodGet, "/ui/", "")
+	admintest.ExpectStatus(t, r, http.StatusOK)
+	if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") ||
+		!strings.Contains(csp, "script-src 'self'") || r.Header.Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("headers %v: want framing refused and scripts from this origin only", r.Header)
 	}
-	if !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") || !strings.Contains(r.body, `src="/ui/app.js"`) {
-		t.Fatalf("index: %s %q", r.header.Get("Content-Type"), r.body)
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "text/html") || !strings.Contains(r.Body, `src="/ui/app.js"`) {
+		t.Fatalf("index: %s %q", r.Header.Get("Content-Type"), r.Body)
 	}
 	for _, f := range []string{"/ui/app.js", "/ui/style.css"} {
-		if r := c.do(http.MethodGet, f, ""); r.status != http.StatusOK || len(r.body) < 100 {
-			t.Fatalf("%s: %d, %d bytes", f, r.status, len(r.body))
+		if r := c.Do(http.MethodGet, f, ""); r.Status != http.StatusOK || len(r.Body) < 100 {
+			t.Fatalf("%s: %d, %d bytes", f, r.Status, len(r.Body))
 		}
 	}
 }
@@ -88,8 +89,8 @@ func TestClusterWorkersCountsOutcomesAndTokensPerWorker(t *testing.T) {
 	}
 	var stats adminapi.WorkerStats
 	reply := c.get(r, "/cluster/workers")
-	expectStatus(t, reply, http.StatusOK)
-	if err := json.Unmarshal([]byte(reply.body), &stats); err != nil {
+	admintest.ExpectStatus(t, reply, http.StatusOK)
+	if err := json.Unmarshal([]byte(reply.Body), &stats); err != nil {
 		t.Fatal(err)
 	}
 	if stats.Node != r.cfg.NodeName || len(stats.Workers) != 2 || stats.At <= 0 {
@@ -126,7 +127,7 @@ func TestMetricsParseWithTwoPeersAndTwoWorkers(t *testing.T) {
 	testwait.Eventually(t, testDeadline, func() bool { return len(r.sync.Origins(time.Now())) == 2 }, "reports from both peers")
 	reply := c.get(r, "/metrics")
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(reply.body))
+	families, err := parser.TextToMetricFamilies(strings.NewReader(reply.Body))
 	if err != nil {
 		t.Fatalf("/metrics: %v", err)
 	}

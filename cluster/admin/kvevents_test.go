@@ -5,27 +5,26 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // A worker's kv_events_endpoint is kept in the registry, and one on a
 // refused destination is refused naming the field, without contacting it.
 func TestAdminKeepsAWorkersKVEventsEndpointAndRefusesARefusedOne(t *testing.T) {
-	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	waitLeader(t, n)
-	c := serveAdmin(t, New(Config{Registry: n.fsm.View, Apply: n.Apply, AllowWorker: workerurl.HostPolicy{}.Allows}))
-	r := c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"tcp://169.254.169.254:5557"}`)
-	expectStatus(t, r, http.StatusBadRequest)
-	if e := r.apiError(t); !strings.Contains(e.Message, "kv_events_endpoint") {
+	c, n := raftAdmin(t, Config{AllowWorker: workerurl.HostPolicy{}.Allows})
+	r := c.Do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"tcp://169.254.169.254:5557"}`)
+	admintest.ExpectStatus(t, r, http.StatusBadRequest)
+	if e := r.APIError(t); !strings.Contains(e.Message, "kv_events_endpoint") {
 		t.Fatalf("error %+v, want one naming kv_events_endpoint", e)
 	}
-	expectStatus(t, c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"http://127.0.0.1:5557"}`), http.StatusBadRequest)
-	if n.fsm.View().Len() != 0 {
+	admintest.ExpectStatus(t, c.Do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"http://127.0.0.1:5557"}`), http.StatusBadRequest)
+	if n.FSM.View().Len() != 0 {
 		t.Fatal("a refused endpoint reached the registry")
 	}
-	r = c.do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"TCP://127.0.0.1:6000"}`)
-	expectStatus(t, r, http.StatusCreated)
-	ws := n.fsm.View().Workers()
+	r = c.Do("POST", "/workers", `{"url":"http://127.0.0.1:8000","kv_events_endpoint":"TCP://127.0.0.1:6000"}`)
+	admintest.ExpectStatus(t, r, http.StatusCreated)
+	ws := n.FSM.View().Workers()
 	if len(ws) != 1 || ws[0].KVEventsEndpoint != "tcp://127.0.0.1:6000" {
 		t.Fatalf("registry %+v", ws)
 	}

@@ -2,44 +2,19 @@ package admin
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
 
-	"github.com/valyala/fasthttp"
-
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/store"
 )
-
-// adminRequest runs one in-memory request through admin from a loopback
-// client and returns the status.
-func adminRequest(admin *Admin, method, uri, host, contentType, token, body string, headers ...string) int {
-	var req fasthttp.Request
-	req.Header.SetMethod(method)
-	req.SetRequestURI(uri)
-	req.Header.SetHost(host)
-	if contentType != "" {
-		req.Header.SetContentType(contentType)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	req.SetBodyString(body)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
-	admin.Serve(&ctx)
-	return ctx.Response.StatusCode()
-}
 
 // A page in a browser on the operator's machine is a loopback client: what
 // it sends must not change the registry when the admin API has no token.
 // The browser marks it (Sec-Fetch-Site, Origin); curl and scripts do not.
 func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 	fsm := store.NewFSM()
-	admin := New(Config{Registry: fsm.View, Apply: directApply(fsm)})
+	admin := New(Config{Registry: fsm.View, Apply: admintest.DirectApply(fsm)})
 	add := `{"url":"http://127.0.0.1:9/from-a-page"}`
 	page := "http://evil.example"
 	cases := []struct {
@@ -63,7 +38,7 @@ func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := adminRequest(admin, tc.method, tc.uri, tc.host, tc.contentType, "", add, tc.headers...); got != tc.want {
+			if got := admintest.Request(admin, tc.method, tc.uri, tc.host, tc.contentType, "", add, tc.headers...); got != tc.want {
 				t.Fatalf("status %d, want %d", got, tc.want)
 			}
 			if fsm.View().Len() != 0 {
@@ -86,14 +61,14 @@ func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 		}
 		for i, tc := range served {
 			body := fmt.Sprintf(`{"url":"http://127.0.0.1:9/w%d"}`, i)
-			if got := adminRequest(admin, "POST", "/workers", tc.host, tc.contentType, "", body, tc.headers...); got/100 != 2 {
+			if got := admintest.Request(admin, "POST", "/workers", tc.host, tc.contentType, "", body, tc.headers...); got/100 != 2 {
 				t.Fatalf("Host %q %v: status %d", tc.host, tc.headers, got)
 			}
 		}
 		if fsm.View().Len() != len(served) {
 			t.Fatalf("%d workers registered, want %d", fsm.View().Len(), len(served))
 		}
-		if got := adminRequest(admin, "DELETE", "/workers/1", "127.0.0.1:8080", "", "", ""); got != http.StatusOK {
+		if got := admintest.Request(admin, "DELETE", "/workers/1", "127.0.0.1:8080", "", "", ""); got != http.StatusOK {
 			t.Fatalf("curl -X DELETE /workers/1: status %d", got)
 		}
 	})
@@ -101,11 +76,11 @@ func TestAdminWithoutATokenRefusesWhatAWebPageCanSend(t *testing.T) {
 
 func TestAdminWithATokenNeedsNoContentType(t *testing.T) {
 	fsm := store.NewFSM()
-	admin := New(Config{Token: "s3cret", Registry: fsm.View, Apply: directApply(fsm)})
-	if got := adminRequest(admin, "POST", "/add_worker?url=http://127.0.0.1:9/x", "router.example", "", "s3cret", ""); got != http.StatusOK {
+	admin := New(Config{Token: "s3cret", Registry: fsm.View, Apply: admintest.DirectApply(fsm)})
+	if got := admintest.Request(admin, "POST", "/add_worker?url=http://127.0.0.1:9/x", "router.example", "", "s3cret", ""); got != http.StatusOK {
 		t.Fatalf("status %d", got)
 	}
-	if got := adminRequest(admin, "POST", "/workers", "router.example", "text/plain", "", `{"url":"http://w:1"}`); got != http.StatusUnauthorized {
+	if got := admintest.Request(admin, "POST", "/workers", "router.example", "text/plain", "", `{"url":"http://w:1"}`); got != http.StatusUnauthorized {
 		t.Fatalf("without the token: status %d", got)
 	}
 	if fsm.View().Len() != 1 {

@@ -1,4 +1,4 @@
-package raftnode
+package raftnode_test
 
 import (
 	"context"
@@ -9,56 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/cluster/raftnode"
+	"github.com/kvrouter/kvrouter/cluster/raftnode/raftnodetest"
 	"github.com/kvrouter/kvrouter/internal/leaktest"
-
 	"github.com/kvrouter/kvrouter/store"
 )
 
 func TestMain(m *testing.M) { leaktest.Main(m) }
 
-// testDeadline bounds every wait in these tests; elections take about a
-// second, and -race on a busy machine slows them down.
-const testDeadline = 20 * time.Second
-
-type testNode struct {
-	*Node
-	fsm *store.FSM
-	dir string
-}
-
-// loopbackRaft are Raft timings for tests: twice as fast as the defaults,
-// so a lost leader is replaced in a second or two, and still slow enough
-// that a test run sharing two cores with other packages' tests does not
-// hold elections the test did not cause.
-var loopbackRaft = Timings{Heartbeat: 500 * time.Millisecond, Election: time.Second,
-	LeaderLease: 500 * time.Millisecond, Commit: 20 * time.Millisecond}
-
-func openNode(t *testing.T, id, dir, bind string, bootstrap bool) *testNode {
-	t.Helper()
-	fsm := store.NewFSM()
-	n, err := Open(Config{NodeID: id, DataDir: dir, BindAddr: bind, Bootstrap: bootstrap,
-		Timings: loopbackRaft, Logger: slog.New(slog.DiscardHandler)}, fsm)
-	if err != nil {
-		t.Fatalf("open %s: %v", id, err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return &testNode{Node: n, fsm: fsm, dir: dir}
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func waitLeader(t *testing.T, n *testNode) (id, addr string) {
-	t.Helper()
-	id, addr, err := n.WaitForLeader(testContext(t))
-	if err != nil {
-		t.Fatalf("%s: no leader: %v", n.ID(), err)
-	}
-	return id, addr
-}
+// testDeadline bounds every wait in these tests.
+const testDeadline = raftnodetest.Deadline
 
 // waitRegistry waits until fsm's registry satisfies cond.
 func waitRegistry(t *testing.T, fsm *store.FSM, what string, cond func(*store.Registry) bool) {
@@ -78,9 +38,9 @@ func waitRegistry(t *testing.T, fsm *store.FSM, what string, cond func(*store.Re
 	}
 }
 
-func addWorker(t *testing.T, n *testNode, url string) store.WorkerID {
+func addWorker(t *testing.T, n *raftnodetest.Node, url string) store.WorkerID {
 	t.Helper()
-	res, err := n.Apply(testContext(t), store.NewAddWorker(store.AddWorker{URL: url}))
+	res, err := n.Apply(raftnodetest.Context(t), store.NewAddWorker(store.AddWorker{URL: url}))
 	if err != nil {
 		t.Fatalf("add %s: %v", url, err)
 	}
@@ -89,20 +49,20 @@ func addWorker(t *testing.T, n *testNode, url string) store.WorkerID {
 
 func TestOneNodeClusterRecoversRegistryAndIDCounterAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	n := openNode(t, "n1", dir, "127.0.0.1:0", true)
-	if id, _ := waitLeader(t, n); id != "n1" {
+	n := raftnodetest.Open(t, "n1", dir, "127.0.0.1:0", true)
+	if id, _ := raftnodetest.WaitLeader(t, n.Node); id != "n1" {
 		t.Fatalf("leader = %q, want n1", id)
 	}
 	kept := addWorker(t, n, "http://w1:8000")
 	removed := addWorker(t, n, "http://w2:8000")
-	if _, err := n.Apply(testContext(t), store.NewRemoveWorker(removed)); err != nil {
+	if _, err := n.Apply(raftnodetest.Context(t), store.NewRemoveWorker(removed)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Snapshot(testContext(t)); err != nil {
+	if err := n.Snapshot(raftnodetest.Context(t)); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	drained := addWorker(t, n, "http://w3:8000") // in the log after the snapshot
-	if _, err := n.Apply(testContext(t), store.NewSetWorkerState(drained, store.StateDraining)); err != nil {
+	if _, err := n.Apply(raftnodetest.Context(t), store.NewSetWorkerState(drained, store.StateDraining)); err != nil {
 		t.Fatal(err)
 	}
 	addr := n.Addr()
@@ -110,12 +70,12 @@ func TestOneNodeClusterRecoversRegistryAndIDCounterAfterRestart(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 
-	again := openNode(t, "n1", dir, addr, true) // Bootstrap again must be a no-op
-	waitLeader(t, again)
-	if err := again.Barrier(testContext(t)); err != nil {
+	again := raftnodetest.Open(t, "n1", dir, addr, true) // Bootstrap again must be a no-op
+	raftnodetest.WaitLeader(t, again.Node)
+	if err := again.Barrier(raftnodetest.Context(t)); err != nil {
 		t.Fatalf("barrier: %v", err)
 	}
-	reg := again.fsm.View()
+	reg := again.FSM.View()
 	if w, ok := reg.Worker(kept); !ok || w.URL != "http://w1:8000" {
 		t.Fatalf("worker %d after restart: %+v, %v", kept, w, ok)
 	}
@@ -125,32 +85,32 @@ func TestOneNodeClusterRecoversRegistryAndIDCounterAfterRestart(t *testing.T) {
 	if id := addWorker(t, again, "http://w4:8000"); id != 4 {
 		t.Fatalf("first add after restart got id %d, want 4", id)
 	}
-	if servers, err := again.Servers(testContext(t)); err != nil || len(servers) != 1 {
+	if servers, err := again.Servers(raftnodetest.Context(t)); err != nil || len(servers) != 1 {
 		t.Fatalf("servers after restart: %+v, %v (a second bootstrap would be visible here)", servers, err)
 	}
 }
 
 // openCluster starts three nodes on free loopback ports and bootstraps them
 // with all three as voters, as --bootstrap-expect=3 does.
-func openCluster(t *testing.T) []*testNode {
+func openCluster(t *testing.T) []*raftnodetest.Node {
 	t.Helper()
-	nodes := make([]*testNode, 3)
-	voters := make([]Server, 3)
+	nodes := make([]*raftnodetest.Node, 3)
+	voters := make([]raftnode.Server, 3)
 	for i := range nodes {
-		nodes[i] = openNode(t, fmt.Sprintf("n%d", i+1), t.TempDir(), "127.0.0.1:0", false)
-		voters[i] = Server{ID: nodes[i].ID(), Addr: nodes[i].Addr()}
+		nodes[i] = raftnodetest.Open(t, fmt.Sprintf("n%d", i+1), t.TempDir(), "127.0.0.1:0", false)
+		voters[i] = raftnode.Server{ID: nodes[i].ID(), Addr: nodes[i].Addr()}
 	}
 	for _, n := range nodes {
-		if err := n.BootstrapCluster(testContext(t), voters); err != nil {
+		if err := n.BootstrapCluster(raftnodetest.Context(t), voters); err != nil {
 			t.Fatalf("bootstrap %s: %v", n.ID(), err)
 		}
 	}
 	return nodes
 }
 
-func leaderOf(t *testing.T, nodes []*testNode) (leader *testNode, followers []*testNode) {
+func leaderOf(t *testing.T, nodes []*raftnodetest.Node) (leader *raftnodetest.Node, followers []*raftnodetest.Node) {
 	t.Helper()
-	id, _ := waitLeader(t, nodes[0])
+	id, _ := raftnodetest.WaitLeader(t, nodes[0].Node)
 	for _, n := range nodes {
 		if n.ID() == id {
 			leader = n
@@ -169,12 +129,12 @@ func TestThreeNodeClusterReplicatesACommand(t *testing.T) {
 	leader, _ := leaderOf(t, nodes)
 	id := addWorker(t, leader, "http://w1:8000")
 	for _, n := range nodes {
-		waitRegistry(t, n.fsm, "replication to "+n.ID(), func(r *store.Registry) bool {
+		waitRegistry(t, n.FSM, "replication to "+n.ID(), func(r *store.Registry) bool {
 			w, ok := r.Worker(id)
 			return ok && w.URL == "http://w1:8000"
 		})
 	}
-	servers, err := leader.Servers(testContext(t))
+	servers, err := leader.Servers(raftnodetest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,22 +151,22 @@ func TestApplyOnAFollowerReturnsNotLeaderErrorNamingTheLeader(t *testing.T) {
 	follower := followers[0]
 	waitFollowerKnowsLeader(t, follower, leader.ID())
 
-	_, err := follower.Apply(testContext(t), store.NewAddWorker(store.AddWorker{URL: "http://w1:8000"}))
-	var nle *NotLeaderError
+	_, err := follower.Apply(raftnodetest.Context(t), store.NewAddWorker(store.AddWorker{URL: "http://w1:8000"}))
+	var nle *raftnode.NotLeaderError
 	if !errors.As(err, &nle) {
 		t.Fatalf("apply on follower: err = %v, want *NotLeaderError", err)
 	}
 	if nle.LeaderID != leader.ID() || nle.LeaderAddr != leader.Addr() {
 		t.Fatalf("NotLeaderError names %s at %s, want %s at %s", nle.LeaderID, nle.LeaderAddr, leader.ID(), leader.Addr())
 	}
-	if follower.fsm.View().Len() != 0 {
+	if follower.FSM.View().Len() != 0 {
 		t.Fatal("a refused write reached the registry")
 	}
 }
 
-func waitFollowerKnowsLeader(t *testing.T, n *testNode, leaderID string) {
+func waitFollowerKnowsLeader(t *testing.T, n *raftnodetest.Node, leaderID string) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := raftnodetest.Context(t)
 	for {
 		changed := n.LeaderChanges()
 		if id, _ := n.Leader(); id == leaderID {
@@ -221,16 +181,16 @@ func waitFollowerKnowsLeader(t *testing.T, n *testNode, leaderID string) {
 }
 
 func TestApplyWithoutAnyLeaderReturnsErrNoLeader(t *testing.T) {
-	n := openNode(t, "lonely", t.TempDir(), "127.0.0.1:0", false) // never bootstrapped
-	_, err := n.Apply(testContext(t), store.NewRemoveWorker(1))
-	if !errors.Is(err, ErrNoLeader) {
+	n := raftnodetest.Open(t, "lonely", t.TempDir(), "127.0.0.1:0", false) // never bootstrapped
+	_, err := n.Apply(raftnodetest.Context(t), store.NewRemoveWorker(1))
+	if !errors.Is(err, raftnode.ErrNoLeader) {
 		t.Fatalf("err = %v, want ErrNoLeader", err)
 	}
 }
 
 func TestApplyRefusesAnInvalidCommandBeforeRaft(t *testing.T) {
-	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", false)
-	_, err := n.Apply(testContext(t), store.NewAddWorker(store.AddWorker{URL: "ftp://x:1"}))
+	n := raftnodetest.Open(t, "n1", t.TempDir(), "127.0.0.1:0", false)
+	_, err := n.Apply(raftnodetest.Context(t), store.NewAddWorker(store.AddWorker{URL: "ftp://x:1"}))
 	var fe *store.FieldError
 	if !errors.As(err, &fe) || fe.Field != "url" {
 		t.Fatalf("err = %v, want a FieldError for url", err)
@@ -249,7 +209,7 @@ func TestApplyReturnsByItsDeadlineWhenTheQuorumIsGone(t *testing.T) {
 	start := time.Now()
 	_, err := leader.Apply(ctx, store.NewAddWorker(store.AddWorker{URL: "http://w2:8000"}))
 	elapsed := time.Since(start)
-	if !errors.Is(err, ErrTimeout) && !errors.Is(err, ErrNoLeader) {
+	if !errors.Is(err, raftnode.ErrTimeout) && !errors.Is(err, raftnode.ErrNoLeader) {
 		t.Fatalf("err = %v, want ErrTimeout or ErrNoLeader", err)
 	}
 	if elapsed > 300*time.Millisecond+time.Second {
@@ -258,44 +218,44 @@ func TestApplyReturnsByItsDeadlineWhenTheQuorumIsGone(t *testing.T) {
 }
 
 func TestNonvoterReplicatesAndCanBeRemoved(t *testing.T) {
-	leader := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	waitLeader(t, leader)
-	extra := openNode(t, "n2", t.TempDir(), "127.0.0.1:0", false)
-	if err := extra.AddNonvoter(testContext(t), "n1", "127.0.0.1:1"); err == nil {
+	leader := raftnodetest.Open(t, "n1", t.TempDir(), "127.0.0.1:0", true)
+	raftnodetest.WaitLeader(t, leader.Node)
+	extra := raftnodetest.Open(t, "n2", t.TempDir(), "127.0.0.1:0", false)
+	if err := extra.AddNonvoter(raftnodetest.Context(t), "n1", "127.0.0.1:1"); err == nil {
 		t.Fatal("AddNonvoter on a node outside any cluster succeeded")
 	}
-	if err := leader.AddNonvoter(testContext(t), extra.ID(), extra.Addr()); err != nil {
+	if err := leader.AddNonvoter(raftnodetest.Context(t), extra.ID(), extra.Addr()); err != nil {
 		t.Fatalf("add nonvoter: %v", err)
 	}
 	id := addWorker(t, leader, "http://w1:8000")
-	waitRegistry(t, extra.fsm, "replication to the nonvoter", func(r *store.Registry) bool {
+	waitRegistry(t, extra.FSM, "replication to the nonvoter", func(r *store.Registry) bool {
 		_, ok := r.Worker(id)
 		return ok
 	})
-	servers, err := leader.Servers(testContext(t))
+	servers, err := leader.Servers(raftnodetest.Context(t))
 	if err != nil || len(servers) != 2 || servers[1].Suffrage != "nonvoter" {
 		t.Fatalf("servers = %+v, %v; want n1 voter and n2 nonvoter", servers, err)
 	}
-	if err := leader.RemoveServer(testContext(t), extra.ID()); err != nil {
+	if err := leader.RemoveServer(raftnodetest.Context(t), extra.ID()); err != nil {
 		t.Fatalf("remove: %v", err)
 	}
-	if servers, _ := leader.Servers(testContext(t)); len(servers) != 1 {
+	if servers, _ := leader.Servers(raftnodetest.Context(t)); len(servers) != 1 {
 		t.Fatalf("servers after removal = %+v", servers)
 	}
 }
 
 func TestBootstrapClusterRefusesANodeWithState(t *testing.T) {
-	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	err := n.BootstrapCluster(testContext(t), []Server{{ID: "n1", Addr: n.Addr()}})
-	if !errors.Is(err, ErrAlreadyBootstrapped) {
+	n := raftnodetest.Open(t, "n1", t.TempDir(), "127.0.0.1:0", true)
+	err := n.BootstrapCluster(raftnodetest.Context(t), []raftnode.Server{{ID: "n1", Addr: n.Addr()}})
+	if !errors.Is(err, raftnode.ErrAlreadyBootstrapped) {
 		t.Fatalf("err = %v, want ErrAlreadyBootstrapped", err)
 	}
 }
 
 func TestStatusReportsLeaderTermAndServers(t *testing.T) {
-	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	waitLeader(t, n)
-	st, err := n.Status(testContext(t))
+	n := raftnodetest.Open(t, "n1", t.TempDir(), "127.0.0.1:0", true)
+	raftnodetest.WaitLeader(t, n.Node)
+	st, err := n.Status(raftnodetest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,12 +266,12 @@ func TestStatusReportsLeaderTermAndServers(t *testing.T) {
 }
 
 func TestClosedNodeRefusesWrites(t *testing.T) {
-	n := openNode(t, "n1", t.TempDir(), "127.0.0.1:0", true)
-	waitLeader(t, n)
+	n := raftnodetest.Open(t, "n1", t.TempDir(), "127.0.0.1:0", true)
+	raftnodetest.WaitLeader(t, n.Node)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Apply(testContext(t), store.NewRemoveWorker(1)); !errors.Is(err, ErrClosed) {
+	if _, err := n.Apply(raftnodetest.Context(t), store.NewRemoveWorker(1)); !errors.Is(err, raftnode.ErrClosed) {
 		t.Fatalf("apply after close: %v, want ErrClosed", err)
 	}
 	if err := n.Close(); err != nil {
@@ -321,17 +281,17 @@ func TestClosedNodeRefusesWrites(t *testing.T) {
 
 func TestOpenRaftRefusesConfigsPeersCouldNotUse(t *testing.T) {
 	cases := map[string]struct {
-		cfg     Config
+		cfg     raftnode.Config
 		mention string
 	}{
-		"no node id":    {Config{DataDir: t.TempDir(), BindAddr: "127.0.0.1:0"}, "--node-name"},
-		"no data dir":   {Config{NodeID: "n1", BindAddr: "127.0.0.1:0"}, "--data-dir"},
-		"bad advertise": {Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", AdvertiseAddr: "nope"}, "--raft-advertise"},
-		"unusable bind": {Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:x"}, "--raft-bind"},
+		"no node id":    {raftnode.Config{DataDir: t.TempDir(), BindAddr: "127.0.0.1:0"}, "--node-name"},
+		"no data dir":   {raftnode.Config{NodeID: "n1", BindAddr: "127.0.0.1:0"}, "--data-dir"},
+		"bad advertise": {raftnode.Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", AdvertiseAddr: "nope"}, "--raft-advertise"},
+		"unusable bind": {raftnode.Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:x"}, "--raft-bind"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			n, err := Open(tc.cfg, store.NewFSM())
+			n, err := raftnode.Open(tc.cfg, store.NewFSM())
 			if err == nil {
 				n.Close()
 				t.Fatal("Open succeeded")
@@ -343,31 +303,11 @@ func TestOpenRaftRefusesConfigsPeersCouldNotUse(t *testing.T) {
 	}
 }
 
-func TestAWildcardBindNeedsAnAdvertiseAddress(t *testing.T) {
-	// Checked on the pure function: these addresses are never bound here.
-	for _, bind := range []string{"0.0.0.0:7000", ":7000", "[::]:7000"} {
-		if _, err := advertiseAddr(Config{BindAddr: bind}); err == nil || !strings.Contains(err.Error(), "--raft-advertise") {
-			t.Errorf("bind %s without advertise: err = %v", bind, err)
-		}
-		if addr, err := advertiseAddr(Config{BindAddr: bind, AdvertiseAddr: "127.0.0.1:7000"}); err != nil || addr.String() != "127.0.0.1:7000" {
-			t.Errorf("bind %s with advertise: %v, %v", bind, addr, err)
-		}
-	}
-	// A name stays a name, so a replica that comes back at another IP keeps
-	// its Raft address.
-	if addr, err := advertiseAddr(Config{BindAddr: "0.0.0.0:7000", AdvertiseAddr: "localhost:7000"}); err != nil || addr.String() != "localhost:7000" {
-		t.Fatalf("advertising a name: %v %v, want localhost:7000", addr, err)
-	}
-	if addr, err := advertiseAddr(Config{BindAddr: "127.0.0.1:7000"}); err != nil || addr != nil {
-		t.Errorf("loopback bind: %v, %v; want the bound address (nil)", addr, err)
-	}
-}
-
 // BenchmarkApplyOneNode measures a registry write through Raft on one node:
 // encode, log append (a bbolt fsync), commit and FSM apply.
 func BenchmarkApplyOneNode(b *testing.B) {
 	fsm := store.NewFSM()
-	n, err := Open(Config{NodeID: "n1", DataDir: b.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
+	n, err := raftnode.Open(raftnode.Config{NodeID: "n1", DataDir: b.TempDir(), BindAddr: "127.0.0.1:0", Bootstrap: true,
 		Logger: slog.New(slog.DiscardHandler)}, fsm)
 	if err != nil {
 		b.Fatal(err)

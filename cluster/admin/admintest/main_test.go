@@ -1,0 +1,9 @@
+package admintest
+
+import (
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/leaktest"
+)
+
+func TestMain(m *testing.M) { leaktest.Main(m) }
