@@ -81,7 +81,15 @@ type kvHub struct {
 	mu      sync.Mutex // guards names
 	names   map[store.WorkerID][]string
 	policy  workerurl.HostPolicy
+	// onSync, when set, also hears the registry's workers (the
+	// benchmark's oracle, kvevents_oracle.go).
+	onSync func([]store.Worker)
 }
+
+// kvOracle replaces the source the core matches on; nil but in a build
+// with the kvoracle tag (kvevents_oracle.go), which only the benchmark
+// makes.
+var kvOracle func(*kvHub) core.KVSource
 
 // newKVHub builds the hub when the mode is on, and registers the mode's
 // replica-wide families, read from the core that routing returns; off, it
@@ -110,6 +118,9 @@ func newKVHub(k KVEvents, policy workerurl.HostPolicy, set *metrics.Set, log *sl
 func (h *kvHub) source() core.KVSource {
 	if h == nil {
 		return nil
+	}
+	if kvOracle != nil {
+		return kvOracle(h)
 	}
 	return h.hub
 }
@@ -191,6 +202,9 @@ func (h *kvHub) sync(workers []store.Worker) {
 		h.log.Warn("some workers' KV events cannot be heard: they route on the text index", "err", err)
 	}
 	h.syncMetrics(h.metrics, workers)
+	if h.onSync != nil {
+		h.onSync(workers)
+	}
 }
 
 // close closes every subscriber.

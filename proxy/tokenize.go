@@ -62,11 +62,16 @@ type tokenizer struct {
 	next    atomic.Uint64 // which candidate to ask next
 	cache   *tokenCache
 	latency *metrics.PrometheusHistogram
+	added   *metrics.PrometheusHistogram // every attach: what tokenization adds to a request
 	results map[string]*metrics.Counter
 }
 
 // tokenizeBuckets are the bounds, in seconds, of the tokenization latency.
 var tokenizeBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25}
+
+// addedBuckets are the bounds, in seconds, of the latency tokenization adds
+// to a request, a cached prompt's microseconds included.
+var addedBuckets = []float64{0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05}
 
 func newTokenizer(cfg TokenizeConfig, fleet *Fleet, dialer *workerurl.Dialer, set *metrics.Set) *tokenizer {
 	if cfg.Timeout <= 0 {
@@ -77,6 +82,7 @@ func newTokenizer(cfg TokenizeConfig, fleet *Fleet, dialer *workerurl.Dialer, se
 	}
 	t := &tokenizer{cfg: cfg, fleet: fleet, cache: newTokenCache(cfg.CacheEntries),
 		latency: set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_duration_seconds", tokenizeBuckets),
+		added:   set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_added_seconds", addedBuckets),
 		results: map[string]*metrics.Counter{}}
 	for _, r := range []string{tokenizedOK, tokenizedCached, tokenizedSlow, tokenizedFailed} {
 		t.results[r] = set.NewCounter(fmt.Sprintf(`vllm_router_kv_tokenize_total{result=%q}`, r))
@@ -102,6 +108,7 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 	if t == nil || pool.Len() == 0 || (x.ep != chatCompletions && x.ep != completions) {
 		return
 	}
+	defer t.added.UpdateDuration(time.Now())
 	body, key, ok := tokenizeBody(x.ep, x.in.model, x.body)
 	if !ok {
 		t.results[tokenizedFailed].Inc()
