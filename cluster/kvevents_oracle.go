@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/core"
-	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -45,8 +44,7 @@ var _ core.KVSource = (*oracleSource)(nil)
 func newOracleSource(h *kvHub) core.KVSource {
 	o := &oracleSource{Hub: h.hub, log: h.log.Warn}
 	o.urls.Store(&map[uint32]string{})
-	d := &workerurl.Dialer{Policy: h.policy, Timeout: time.Second}
-	o.client = &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16}}
+	o.client = &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: h.dialer.DialContext, MaxIdleConnsPerHost: 16}}
 	h.onSync = o.sync
 	return o
 }
