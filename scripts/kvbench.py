@@ -14,6 +14,9 @@ Raft on 127.0.0.1), in three modes:
              every candidate's workersim, synchronously at decision time, how
              many leading blocks of the prompt it holds (POST /debug/kv/match,
              loopback only): the bound, the engines' caches known exactly
+             (and the prompt's tokens: its tokenization is not bounded)
+    before   events, with the router of the git revision KVBENCH_BEFORE
+             (when set): the same bench before a change, side by side
 
 Every run starts fresh workersims and replicas. A round runs every mode at a
 tier size back to back, so the ratios between modes and tiers are taken within
@@ -27,8 +30,9 @@ prompt's lookup included), the bucket bounds of its p50 and p99.
 Environment (defaults in brackets): KVBENCH_WORKERS [4], KVBENCH_KV (each
 workersim's --kv-capacity-tokens) [32768], KVBENCH_SESSIONS [64],
 KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
-KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle], KVBENCH_FLAGS
-(more router flags for every mode) [].
+KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
+KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
+KVBENCH_BEFORE (a git revision) [].
 """
 
 import json
@@ -56,13 +60,14 @@ def config():
     return {
         "workers": int(e("KVBENCH_WORKERS", "4")),
         "kv": int(e("KVBENCH_KV", "32768")),
-        "sessions": int(e("KVBENCH_SESSIONS", "64")),
-        "turns": int(e("KVBENCH_TURNS", "6")),
+        "sessions": int(e("KVBENCH_SESSIONS", "96")),
+        "turns": int(e("KVBENCH_TURNS", "8")),
         "think": float(e("KVBENCH_THINK", "0.3")),
         "rounds": int(e("KVBENCH_ROUNDS", "3")),
         "replicas": [int(x) for x in e("KVBENCH_REPLICAS", "1 4").split()],
-        "modes": e("KVBENCH_MODES", "text events oracle").split(),
+        "modes": e("KVBENCH_MODES", "text events oracle" + (" before" if e("KVBENCH_BEFORE") else "")).split(),
         "flags": e("KVBENCH_FLAGS", "").split(),
+        "before": e("KVBENCH_BEFORE", ""),
     }
 
 
@@ -136,6 +141,8 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
         extra = ["--policy", "cache_aware", *cfg["flags"]]
         if mode != "text":
             extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
+        if mode == "oracle":
+            extra += ["--kv-events-tokenize-timeout", "5s"]  # the oracle knows every prompt's tokens
         apis = fleet.tier(replicas, urls, extra)
         if mode != "text":
             for a in apis:
@@ -158,14 +165,23 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
         realtier.BIN = bindir["text"]
 
 
-def oracle_bin(tmp):
-    """A directory with the oracle router (built with the kvoracle tag) and links to the other binaries."""
-    d = os.path.join(tmp, "oracle-bin")
+def router_bin(tmp, name, args, src="."):
+    """A directory with a router built from src with args, and links to the other binaries of bin/."""
+    d = os.path.join(tmp, name + "-bin")
     os.makedirs(d)
-    subprocess.run(["go", "build", "-tags", "kvoracle", "-o", os.path.join(d, "router"), "./cmd/router"], check=True)
+    subprocess.run(["go", "build", *args, "-o", os.path.abspath(os.path.join(d, "router")), "./cmd/router"], check=True, cwd=src)
     for b in ("workersim", "loadgen"):
         os.symlink(os.path.abspath(os.path.join(realtier.BIN, b)), os.path.join(d, b))
     return d
+
+
+def before_bin(tmp, rev):
+    """The router of git revision rev, built from its tree."""
+    src = os.path.join(tmp, "before-src")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    return router_bin(tmp, "before", [], src)
 
 
 def ms(s):
@@ -190,11 +206,14 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "prompt_tokens). False hits: the replicas' count of predicted hits whose engine found no more than the "
          "threshold cached, over the decisions judged. Added latency: the replicas' histogram of what "
          "tokenization added to each request (a cached prompt's lookup included), then the engines' /tokenize "
-         "answers alone; bucket bounds in ms. The lookup on the sets is in the Go benchmark below.\n",
+         "answers alone; bucket bounds in ms. The lookup on the sets is in the Go benchmark below."
+         + (f" before: events with the router of {cfg['before']} (the same bench before the change), side by side."
+            if cfg["before"] else "") + "\n",
          "```\nscripts/bench.sh kvevents   # this section\n"
          + f"KVBENCH_WORKERS={cfg['workers']} KVBENCH_KV={cfg['kv']} KVBENCH_SESSIONS={cfg['sessions']} "
          f"KVBENCH_TURNS={cfg['turns']} KVBENCH_THINK={cfg['think']:g} KVBENCH_ROUNDS={cfg['rounds']} "
-         f"KVBENCH_REPLICAS='{' '.join(map(str, cfg['replicas']))}' scripts/kvbench.py OUT.md\n```\n",
+         f"KVBENCH_REPLICAS='{' '.join(map(str, cfg['replicas']))}'"
+         + (f" KVBENCH_BEFORE={cfg['before']}" if cfg["before"] else "") + " scripts/kvbench.py OUT.md\n```\n",
          f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}; {elapsed / 60:.1f} min, "
          f"{len(runs)} runs. The machine has 2 cores, shared with other work: the workersims' simulated "
          "engines run on wall time, so a busy machine slows every mode alike within a round.\n",
@@ -250,7 +269,9 @@ def main(out_md):
     tmp = tempfile.mkdtemp(prefix="kvrouter-kvbench.")
     bindir = {"text": realtier.BIN, "events": realtier.BIN}
     if "oracle" in cfg["modes"]:
-        bindir["oracle"] = oracle_bin(tmp)
+        bindir["oracle"] = router_bin(tmp, "oracle", ["-tags", "kvoracle"])
+    if "before" in cfg["modes"]:
+        bindir["before"] = before_bin(tmp, cfg["before"])
     runs, load_before, started = {}, realtier.loadavg(), time.monotonic()
     try:
         for rnd in range(1, cfg["rounds"] + 1):
