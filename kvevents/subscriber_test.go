@@ -152,3 +152,18 @@ func TestAnEndpointThePolicyRefusesIsNeverDialed(t *testing.T) {
 		}
 	}
 }
+
+// A subscriber catches up from the replay socket as soon as it connects: it
+// holds what an idle engine stored before, with no live batch to reveal the
+// gap.
+func TestASubscriberCatchesUpAtConnectWithoutALiveBatch(t *testing.T) {
+	p := startPublisher(t, Keyed)
+	early := prompt(1, 2)
+	publish(t, p, stored(names(10), nil, early))
+	publish(t, p, Event{Kind: Stored, Tier: true, BlockSize: testBlock})
+	s := subscribe(t, p, true)
+	eventually(t, "the engine's earlier blocks, from the catch-up", nil, func() bool { return s.Matched(early) == 2 })
+	if st, _ := s.Stats(); st.Repaired != 1 || st.Lost != 0 || st.Batches != 2 {
+		t.Errorf("stats %+v: one late join, repaired by the catch-up", st)
+	}
+}

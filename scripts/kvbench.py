@@ -4,7 +4,7 @@
     scripts/kvbench.py OUT.md    # scripts/bench.sh kvevents runs it
 
 Workersims publishing their KV events (vLLM's format, over ZMQ, with a replay
-socket) under KV pressure (caches that evict), concurrent multi-turn chat
+socket) under KV pressure (caches that evict), concurrent multi-turn
 sessions from loadgen, through 1 and 4 router replicas (real memberlist and
 Raft on 127.0.0.1), in three modes:
 
@@ -52,6 +52,7 @@ import realtier  # noqa: E402  (the real-process fleet: workersims, replicas, lo
 AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "512", "--observation-tokens", "384",
            "--answer-tokens", "32", "--seed", "7"]
 ADDED = "vllm_router_kv_tokenize_added_seconds"
+RESULTS = ("ok", "cached", "prefix", "slow", "failed")  # vllm_router_kv_tokenize_total's results
 ENGINE = "vllm_router_kv_tokenize_duration_seconds"
 
 
@@ -60,7 +61,7 @@ def config():
     return {
         "workers": int(e("KVBENCH_WORKERS", "4")),
         "kv": int(e("KVBENCH_KV", "32768")),
-        "sessions": int(e("KVBENCH_SESSIONS", "96")),
+        "sessions": int(e("KVBENCH_SESSIONS", "64")),
         "turns": int(e("KVBENCH_TURNS", "8")),
         "think": float(e("KVBENCH_THINK", "0.3")),
         "rounds": int(e("KVBENCH_ROUNDS", "3")),
@@ -69,6 +70,19 @@ def config():
         "flags": e("KVBENCH_FLAGS", "").split(),
         "before": e("KVBENCH_BEFORE", ""),
     }
+
+
+def loadgen(apis, cfg, out_json, log):
+    """The agentic sessions, on /v1/completions: each turn's prompt is the turn before's, extended
+    (loadgen's chat sends one growing user message, so its turns share no whole message but the
+    system's)."""
+    args = [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
+            "--sessions", str(cfg["sessions"]), "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s",
+            *AGENTIC, "--endpoint", "completions", "--duration", "20m", "--json", out_json]
+    with open(log, "w") as f:
+        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+    with open(out_json) as f:
+        return json.load(f)
 
 
 def event_ports(n):
@@ -147,11 +161,10 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
         if mode != "text":
             for a in apis:
                 realtier.wait_for(f"{a}: every worker's stream trusted", lambda a=a: streams_trusted(a, len(urls)))
-        rep = realtier.loadgen(apis, "random", cfg["sessions"], cfg["turns"], cfg["think"], AGENTIC,
-                               os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
         pages = [realtier.scrape(a) for a in apis]
         added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)
-        res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in ("ok", "cached", "slow", "failed")}
+        res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in RESULTS}
         return {"ratio": rep["cached_token_ratio"], "errors": rep["errors"], "requests": rep["requests"],
                 "ttft_p50": rep["ttft_p50_ms"], "ttft_p99": rep["ttft_p99_ms"],
                 "false": summed(pages, "vllm_router_false_hits_total"),
@@ -195,7 +208,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
     L = ["## Routing on the engines' KV events\n",
          f"{cfg['workers']} workersims publishing their KV events (vLLM's msgpack batches over ZMQ, with the replay "
          f"socket), --kv-capacity-tokens {cfg['kv']} each, so the caches evict; loadgen runs {cfg['sessions']} "
-         f"concurrent agentic chat sessions of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
+         f"concurrent agentic sessions on /v1/completions (each turn's prompt extends the one before) of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
          f"{cfg['think']:g} s), every turn to a random replica, through 1 and 4 replicas started from bin/ on "
          "127.0.0.1 with real memberlist and Raft. Modes: text, the text index alone; events, --kv-events; "
          "oracle, --kv-events in a router built with the kvoracle tag, which asks each candidate's workersim at "
@@ -221,7 +234,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "round); false hits about none.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
          "vs 1 replica: mean / worst | false hits / judged (mean) | added p50 / p99 ms | engine tokenize p50 / "
-         "p99 ms | tokenized: ok / cached / slow / failed (mean) | TTFT p50 / p99 ms | errors | load avg per round |",
+         "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | errors | load avg per round |",
          "|" + "---|" * 13]
     verdicts = []
     for n in cfg["replicas"]:
@@ -241,7 +254,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
                           lambda k: runs.get((1, mode, k))):
                 v = vs(other)
                 cols.append("-" if v is None else f"{v[0]:.3f} / {v[1]:.3f}")
-            tok = " / ".join(f"{statistics.mean(r['tokenize'][x] for r in reps):.0f}" for x in ("ok", "cached", "slow", "failed"))
+            tok = " / ".join(f"{statistics.mean(r['tokenize'].get(x, 0) for r in reps):.0f}" for x in RESULTS)
             L.append(f"| {n} | {mode} | {statistics.mean(rat):.3f} / {min(rat):.3f} | {' | '.join(cols)} | "
                      f"{statistics.mean(r['false'] for r in reps):.1f} / {statistics.mean(r['judged'] for r in reps):.0f} | "
                      f"{ms(max((r['added_p50'] for r in reps), key=lambda x: x or 0))} / "
