@@ -11,6 +11,7 @@ import (
 // incomplete until the engine stores its blocks again.
 type Stats struct {
 	Batches   uint64 // batches applied
+	Live      uint64 // of which as they were published, not from the replay
 	Events    uint64 // events applied
 	Gaps      uint64 // gaps seen on the live stream (joining late counts)
 	Repaired  uint64 // gaps filled whole from the replay socket
@@ -138,6 +139,7 @@ func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool)
 		s.next = seq
 	}
 	s.started = true
+	s.stats.Live++
 	s.apply(seq, payload)
 	return 0, false
 }
@@ -191,6 +193,7 @@ func (s *Stream) EndReplay() {
 	}
 	s.lossy = false
 	if p.seq >= s.next {
+		s.stats.Live++
 		s.apply(p.seq, p.payload)
 	}
 	s.replayed = span{p.seq + 1, s.next}

@@ -43,7 +43,7 @@ func kvWorker(t *testing.T, capacityTokens int) (*testWorker, *kvevents.Subscrib
 			t.Fatal(err)
 		}
 		st, _ := sub.Stats()
-		return st.Batches > 0
+		return st.Live > 0 // heard live, not from the catch-up: subscribed
 	}, "the subscriber hears the engine")
 	return w, sub
 }
