@@ -57,7 +57,7 @@ const (
 // own are learned in the background for the turn after. A prompt with no
 // known prefix waits for the engine, within the bound; every failure or an
 // answer later than the bound leaves the request to the text index,
-// counted.
+// counted (a late one is still learned in the background).
 type tokenizer struct {
 	cfg     TokenizeConfig
 	apiKey  string
@@ -151,6 +151,7 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		t.results[tokenizedSlow].Inc()
+		t.learn(p, len(x.in.text), pool) // past the bound for this turn, but known for the next
 	case err != nil:
 		t.results[tokenizedFailed].Inc()
 	default:

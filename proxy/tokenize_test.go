@@ -133,7 +133,8 @@ func TestAChatIsRoutedWithTheTokensTheEngineComputesForItsMessagesAndTheyAreCach
 func TestATokenizerSlowerThanItsBoundLeavesTheRequestToTheTextIndex(t *testing.T) {
 	w := startTokenizingWorker(t, `[1]`)
 	w.hold = make(chan struct{})
-	defer close(w.hold)
+	release := sync.OnceFunc(func() { close(w.hold) })
+	t.Cleanup(release)
 	r, seen := tokenizingRouter(t, w, 20*time.Millisecond)
 	if resp, body := post(t, r.url, "/v1/chat/completions", chatBody); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -144,6 +145,11 @@ func TestATokenizerSlowerThanItsBoundLeavesTheRequestToTheTextIndex(t *testing.T
 	if m := scrape(t, r); !strings.Contains(m, `vllm_router_kv_tokenize_total{result="slow"} 1`) {
 		t.Errorf("tokenize counts:\n%s", grepLines(m, "kv_tokenize"))
 	}
+	release() // the engine answers at last: the late tokens are learned for the next time
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		post(t, r.url, "/v1/chat/completions", chatBody)
+		return slices.Equal(seen.last(), []uint32{1})
+	}, "%s", "the prompt's late tokens learned")
 }
 
 func TestACompletionWhosePromptIsNotOneStringIsNotTokenized(t *testing.T) {
