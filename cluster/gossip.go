@@ -72,7 +72,7 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 // verdicts.
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
-	kv, err := newKVHub(r.cfg.KVEvents, r.cfg.Proxy.WorkerHosts, r.metrics, r.log, func() *core.Replica { return r.core })
+	kv, err := newKVHub(r.cfg.KVEvents, r.dialer, r.metrics, r.log, func() *core.Replica { return r.core })
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -80,13 +79,21 @@ type kvHub struct {
 	log     *slog.Logger
 	mu      sync.Mutex // guards names
 	names   map[store.WorkerID][]string
-	policy  workerurl.HostPolicy
+	dialer  *workerurl.Dialer // resolves and checks every endpoint before it is dialed
+	// onSync, when set, also hears the registry's workers (the
+	// benchmark's oracle, kvevents_oracle.go).
+	onSync func([]store.Worker)
 }
+
+// kvOracle replaces the source the core matches on; nil but in a build
+// with the kvoracle tag (kvevents_oracle.go), which only the benchmark
+// makes.
+var kvOracle func(*kvHub) core.KVSource
 
 // newKVHub builds the hub when the mode is on, and registers the mode's
 // replica-wide families, read from the core that routing returns; off, it
 // is nil (the text index alone).
-func newKVHub(k KVEvents, policy workerurl.HostPolicy, set *metrics.Set, log *slog.Logger,
+func newKVHub(k KVEvents, dialer *workerurl.Dialer, set *metrics.Set, log *slog.Logger,
 	routing func() *core.Replica) (*kvHub, error) {
 	if !k.Enabled {
 		return nil, nil
@@ -94,7 +101,7 @@ func newKVHub(k KVEvents, policy workerurl.HostPolicy, set *metrics.Set, log *sl
 	if k.BlockSize == 0 {
 		k.BlockSize = 16
 	}
-	h := &kvHub{cfg: k, metrics: set, log: log, names: map[store.WorkerID][]string{}, policy: policy}
+	h := &kvHub{cfg: k, metrics: set, log: log, names: map[store.WorkerID][]string{}, dialer: dialer}
 	hub, err := kvevents.NewHub(kvevents.HubConfig{BlockSize: k.BlockSize, MaxBlocks: k.MaxBlocks,
 		Allow: h.allow, StaleAfter: k.StaleAfter})
 	if err != nil {
@@ -111,33 +118,20 @@ func (h *kvHub) source() core.KVSource {
 	if h == nil {
 		return nil
 	}
+	if kvOracle != nil {
+		return kvOracle(h)
+	}
 	return h.hub
 }
 
 // allow is the worker-host policy for an event endpoint's host:port: the
-// name is resolved and the first allowed address is the one dialed, so the
-// events' sockets reach no destination a worker's HTTP could not.
+// replica's dialer resolves the name and checks it, and the first allowed
+// address is the one dialed, so the events' sockets reach no destination a
+// worker's HTTP could not.
 func (h *kvHub) allow(hostport string) (string, error) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return "", err
-	}
-	if err := h.policy.Allows("http://" + hostport); err != nil {
-		return "", err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	if err != nil {
-		return "", err
-	}
-	var refused error
-	for _, a := range addrs {
-		if refused = h.policy.AllowsIP(a.Unmap()); refused == nil {
-			return net.JoinHostPort(a.Unmap().String(), port), nil
-		}
-	}
-	return "", errors.Join(workerurl.ErrRefused, refused)
+	return h.dialer.Resolve(ctx, hostport)
 }
 
 // endpoints are a worker's event and replay sockets.
@@ -191,6 +185,9 @@ func (h *kvHub) sync(workers []store.Worker) {
 		h.log.Warn("some workers' KV events cannot be heard: they route on the text index", "err", err)
 	}
 	h.syncMetrics(h.metrics, workers)
+	if h.onSync != nil {
+		h.onSync(workers)
+	}
 }
 
 // close closes every subscriber.

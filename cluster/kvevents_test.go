@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/dialtest"
 
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/store"
@@ -20,13 +23,28 @@ func TestAWorkersKVEventSocketsDefaultToItsHostOnVLLMsPorts(t *testing.T) {
 	}
 }
 
+// An event endpoint is resolved and checked by the replica's dialer: a name
+// that resolves to a metadata address, a metadata literal and a host outside
+// --allowed-worker-hosts are refused; a name that resolves to loopback is
+// dialed by that address. Nothing is looked up for real.
 func TestAKVEventsEndpointOnARefusedAddressIsNeverDialed(t *testing.T) {
-	h := &kvHub{policy: workerurl.HostPolicy{}}
-	if _, err := h.allow("169.254.169.254:5557"); err == nil {
-		t.Fatal("a metadata address was allowed")
+	resolver := dialtest.Resolver{"metadata.internal": "169.254.169.254", "engine.internal": "127.0.0.1"}
+	h := &kvHub{dialer: &workerurl.Dialer{Resolver: resolver}}
+	for _, refused := range []string{"169.254.169.254:5557", "metadata.internal:5557", "[fe80::1]:5557"} {
+		if addr, err := h.allow(refused); !errors.Is(err, workerurl.ErrRefused) {
+			t.Errorf("%s: allowed as %q (%v)", refused, addr, err)
+		}
 	}
-	if addr, err := h.allow("127.0.0.1:5557"); err != nil || addr != "127.0.0.1:5557" {
-		t.Fatalf("loopback: %q, %v", addr, err)
+	if addr, err := h.allow("engine.internal:5557"); err != nil || addr != "127.0.0.1:5557" {
+		t.Fatalf("a loopback name: %q, %v", addr, err)
+	}
+	policy, err := workerurl.ParseHostPolicy([]string{"*.pool.internal"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.dialer = &workerurl.Dialer{Policy: policy, Resolver: resolver}
+	if addr, err := h.allow("engine.internal:5557"); !errors.Is(err, workerurl.ErrRefused) {
+		t.Errorf("a host outside --allowed-worker-hosts: allowed as %q (%v)", addr, err)
 	}
 }
 

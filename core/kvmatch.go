@@ -132,14 +132,18 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 }
 
 // textDepth is the depth in blocks of the routing text of a match of blocks
-// KV blocks: the same share of the text as of the tokens, rounded down so
-// that a match never claims more than the engine holds.
+// KV blocks: the same share of the text the tokens cover as of the tokens,
+// rounded down so that a match never claims more than the engine holds.
 func (m *kvMatch) textDepth(req *affinity.Request, blocks int) int {
 	if blocks <= 0 || len(req.Tokens) == 0 {
 		return -1
 	}
+	text := len(req.Text)
+	if req.TokenText > 0 {
+		text = min(req.TokenText, text) // the tokens are a prefix's: they cover that much of the text
+	}
 	tokens := min(blocks*m.r.cfg.KV.BlockSize(), len(req.Tokens))
-	bytes := tokens * len(req.Text) / len(req.Tokens)
+	bytes := tokens * text / len(req.Tokens)
 	return min(bytes/m.r.cfg.BlockSize, len(req.Hashes)) - 1
 }
 

@@ -214,3 +214,25 @@ func TestOnEventsAPeersDecisionCoversTheWindowBeforeTheEngineStoresItsBlocks(t *
 		t.Fatalf("the peer decided %+v; want a hit on %d, where the first replica sent the prompt", d.Decision, first.Worker)
 	}
 }
+
+// A conversation's next prompt is routed on its earlier prompt's tokens
+// (TokenText: the bytes of the text they stand for): a match of all of
+// them is a match of that much of the text, not of the whole prompt.
+func TestOnEventsTheTokensOfAPrefixMatchTheTextTheyStandFor(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	text, tokens := kvPrompt(8)
+	clk.Step(time.Minute)
+	ev.stores(2, tokens, 8)
+	long := append(append([]byte(nil), text...), make([]byte, 8*blockSize)...) // the next turn: twice as long
+	req := rt.Prepare("m", long, 0)
+	req.Tokens, req.TokenText = tokens, len(text)
+	d, g, err := r.Decide(rt, req, allPool(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	if !d.Hit || d.Worker != 2 || d.Matched != len(text) {
+		t.Fatalf("decided %+v; want a hit on 2 matching the %d bytes the earlier prompt's tokens stand for", d.Decision, len(text))
+	}
+}

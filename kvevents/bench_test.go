@@ -91,3 +91,43 @@ func BenchmarkStreamCPUPer1000Events(b *testing.B) {
 	b.ReportMetric(perEvent, "ns/event")
 	b.ReportMetric(perEvent*1000/1e9, "cores/(1000-events/s)")
 }
+
+// BenchmarkLookupPerRequest is the lookup of one request on the sets: the
+// keys of a 4,096-token prompt (256 blocks) and its match on each of 8
+// workers' sets of 64 Ki blocks, every one holding the whole prompt (the
+// longest walk). The subscribers' locks are left out (uncontended, tens of
+// nanoseconds each).
+func BenchmarkLookupPerRequest(b *testing.B) {
+	const workers, blocks, promptBlocks = 8, 64 << 10, 256
+	prompt := make([]uint32, promptBlocks*benchBlock)
+	for i := range prompt {
+		prompt[i] = uint32(i) * 31
+	}
+	sets := make([]*Set, workers)
+	for w := range sets {
+		s := NewStream(NewSet("", benchBlock, blocks))
+		for i := range (blocks - promptBlocks) / 64 {
+			s.Offer(uint64(i), storedBatch(b, EngineHash(w<<24|i*64+1), 64))
+		}
+		e := Event{Kind: Stored, Tokens: prompt, BlockSize: benchBlock, Tier: true}
+		for i := range promptBlocks {
+			e.Hashes = append(e.Hashes, EngineHash(w<<24|1<<23|i))
+		}
+		if err := s.Set().Apply(e); err != nil {
+			b.Fatal(err)
+		}
+		sets[w] = s.Set()
+	}
+	keys := make([]uint64, 0, promptBlocks)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		keys = sets[0].Keys(keys[:0], prompt)
+		for _, s := range sets {
+			if s.Matched(keys) != promptBlocks {
+				b.Fatal("a set does not hold the prompt")
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1000, "µs/request")
+}

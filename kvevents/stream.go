@@ -1,12 +1,17 @@
 package kvevents
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/zeebo/xxh3"
+)
 
 // Stats counts what happened to one worker's stream. A reset (Lost, Rewinds,
 // Malformed) emptied the set: what it holds after is true but may be
 // incomplete until the engine stores its blocks again.
 type Stats struct {
 	Batches   uint64 // batches applied
+	Live      uint64 // of which as they were published, not from the replay
 	Events    uint64 // events applied
 	Gaps      uint64 // gaps seen on the live stream (joining late counts)
 	Repaired  uint64 // gaps filled whole from the replay socket
@@ -28,9 +33,16 @@ type Stream struct {
 	pending *numbered // the live batch that revealed a gap, held until the replay ends
 	lossy   bool      // the replay under way skipped batches
 	// replayed are the numbers a replay applied past the live batch that
-	// asked for it: their live copies, queued on the socket meanwhile, are
-	// duplicates, not an engine that went back.
+	// asked for it (or all it applied, for a catch-up): their live copies,
+	// queued on the socket meanwhile, are duplicates, not an engine that
+	// went back, which a batch of the same number with another payload is.
 	replayed span
+	// sums are the payloads' hashes of the batches the replay under way or
+	// the last one applied, from sumsFrom on: what a live copy is checked
+	// against.
+	sums     []uint64
+	sumsFrom uint64
+	catching bool // a catch-up replay is under way
 	stats    Stats
 }
 
@@ -38,6 +50,11 @@ type Stream struct {
 type span struct{ from, to uint64 }
 
 func (r span) has(seq uint64) bool { return seq >= r.from && seq < r.to }
+
+// maxSums bounds the payload hashes kept of one replay: vLLM keeps 10,000
+// batches. A live copy past them is taken for a restarted engine's batch,
+// which empties the set: never stale, at worst incomplete.
+const maxSums = DefaultReplayBatches
 
 type numbered struct {
 	seq     uint64
@@ -60,6 +77,42 @@ func (s *Stream) Set() *Set { return s.set }
 func (s *Stream) Rejoin() {
 	s.set.Reset()
 	s.next, s.started, s.pending, s.lossy, s.replayed = 0, false, nil, false, span{}
+	s.sums, s.catching = s.sums[:0], false
+}
+
+// CatchUp begins a replay from the start right after the stream joined,
+// before any live batch, so the set holds what the engine kept without
+// waiting for its next batch: Replayed for each batch, then EndCatchUp. A
+// stream that already took batches has nothing to catch up, and CatchUp
+// says so.
+func (s *Stream) CatchUp() bool {
+	if s.started || s.pending != nil {
+		return false
+	}
+	s.catching, s.sums, s.sumsFrom = true, s.sums[:0], 0
+	return true
+}
+
+// EndCatchUp ends a catch-up: the batches it applied count as a late join's
+// gap, repaired (or lost, if the engine no longer kept its first ones), and
+// their live copies, which the socket queued meanwhile, are told from a
+// restarted engine's batches by their payloads. A catch-up that got nothing
+// leaves the stream as it was: its first live batch asks for the replay.
+func (s *Stream) EndCatchUp() {
+	if !s.catching {
+		return
+	}
+	s.catching = false
+	if len(s.sums) == 0 && s.next == 0 {
+		return
+	}
+	s.started = true
+	s.stats.Gaps++
+	if !s.lossy {
+		s.stats.Repaired++
+	}
+	s.lossy = false
+	s.replayed = span{s.sumsFrom, s.next}
 }
 
 // Offer takes a live batch. When it shows that batches are missing (the first
@@ -68,13 +121,17 @@ func (s *Stream) Rejoin() {
 // each batch, then EndReplay), or calls EndReplay alone when no replay is to
 // be had.
 func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool) {
+	if seq >= s.next {
+		s.replayed = span{} // the live stream caught up: every copy of a replayed batch came before
+	}
 	switch {
-	case s.started && seq < s.next && s.replayed.has(seq):
+	case s.started && seq < s.next && s.replayedSame(seq, payload):
 		return 0, false // applied from the replay already
 	case !s.started && seq > 0, s.started && seq > s.next:
 		s.started = true
 		s.stats.Gaps++
 		s.pending = &numbered{seq, payload}
+		s.sums = s.sums[:0]
 		return s.next, true
 	case s.started && seq < s.next:
 		s.stats.Rewinds++
@@ -82,6 +139,7 @@ func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool)
 		s.next = seq
 	}
 	s.started = true
+	s.stats.Live++
 	s.apply(seq, payload)
 	return 0, false
 }
@@ -96,7 +154,27 @@ func (s *Stream) Replayed(seq uint64, payload []byte) {
 	case seq > s.next:
 		s.lose(seq)
 	}
+	s.sum(seq, payload)
 	s.apply(seq, payload)
+}
+
+// sum keeps the hash of a replayed batch's payload, in order.
+func (s *Stream) sum(seq uint64, payload []byte) {
+	if len(s.sums) == 0 || seq != s.sumsFrom+uint64(len(s.sums)) {
+		s.sums, s.sumsFrom = s.sums[:0], seq // a loss restarted the numbers: the earlier ones are gone
+	}
+	if len(s.sums) < maxSums {
+		s.sums = append(s.sums, xxh3.Hash(payload))
+	}
+}
+
+// replayedSame says whether seq is a batch the last replay applied, with
+// this payload.
+func (s *Stream) replayedSame(seq uint64, payload []byte) bool {
+	if !s.replayed.has(seq) || seq < s.sumsFrom || seq-s.sumsFrom >= uint64(len(s.sums)) {
+		return false
+	}
+	return s.sums[seq-s.sumsFrom] == xxh3.Hash(payload)
 }
 
 // EndReplay applies the held live batch: if the replay did not reach it, the
@@ -115,6 +193,7 @@ func (s *Stream) EndReplay() {
 	}
 	s.lossy = false
 	if p.seq >= s.next {
+		s.stats.Live++
 		s.apply(p.seq, p.payload)
 	}
 	s.replayed = span{p.seq + 1, s.next}
@@ -126,7 +205,7 @@ func (s *Stream) lose(seq uint64) {
 	if !s.lossy {
 		s.stats.Lost++
 	}
-	s.lossy = s.pending != nil
+	s.lossy = s.pending != nil || s.catching
 	s.set.Reset()
 	s.next = seq
 }

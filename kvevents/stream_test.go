@@ -142,3 +142,56 @@ func TestLiveCopiesOfReplayedBatchesAreNoRewind(t *testing.T) {
 		t.Errorf("a real rewind after a replay went unseen: stats %+v", s.Stats())
 	}
 }
+
+// A stream that just joined catches up from the replay before any live
+// batch: the set holds what the engine kept at once, the join counts as a
+// gap repaired, and the live copies of the replayed batches, queued on the
+// socket meanwhile, are duplicates.
+func TestACatchUpAtJoinFillsTheSetBeforeAnyLiveBatch(t *testing.T) {
+	e, s := newEngine(t, 4), newTestStream()
+	if !s.CatchUp() {
+		t.Fatal("a stream that just joined has nothing to catch up")
+	}
+	for i := range 3 {
+		s.Replayed(uint64(i), e.batches[i])
+	}
+	s.EndCatchUp()
+	if !e.held(s, 0) || !e.held(s, 2) {
+		t.Fatal("the replayed batches are not held")
+	}
+	s.Offer(1, e.batches[1]) // live copies
+	s.Offer(2, e.batches[2])
+	s.Offer(3, e.batches[3])
+	if st := s.Stats(); st.Rewinds != 0 || st.Gaps != 1 || st.Repaired != 1 || st.Batches != 4 || !e.held(s, 0) || !e.held(s, 3) {
+		t.Fatalf("after the live copies: held %v %v, stats %+v", e.held(s, 0), e.held(s, 3), st)
+	}
+	if s.CatchUp() {
+		t.Error("a stream under way caught up again")
+	}
+}
+
+// A batch numbered as one the catch-up applied but carrying another payload
+// is a restarted engine's, not a copy: the set is emptied.
+func TestAfterACatchUpARestartedEnginesBatchOfAReplayedNumberIsARewind(t *testing.T) {
+	e, s := newEngine(t, 4), newTestStream()
+	s.CatchUp()
+	for i := range 3 {
+		s.Replayed(uint64(i), e.batches[i])
+	}
+	s.EndCatchUp()
+	s.Offer(1, e.batches[3]) // number 1, the payload of another batch
+	if st := s.Stats(); st.Rewinds != 1 || e.held(s, 0) || !e.held(s, 3) {
+		t.Fatalf("a restarted engine's batch taken for a copy: held %v %v, stats %+v", e.held(s, 0), e.held(s, 3), st)
+	}
+}
+
+// A catch-up that got nothing (the engine kept no batch, or did not answer)
+// leaves the stream to its first live batch, which asks for the replay.
+func TestACatchUpThatGotNothingLeavesTheFirstLiveBatchToAskForTheReplay(t *testing.T) {
+	e, s := newEngine(t, 3), newTestStream()
+	s.CatchUp()
+	s.EndCatchUp()
+	if from, gap := s.Offer(2, e.batches[2]); !gap || from != 0 {
+		t.Fatalf("Offer(2) = %d, %v; want a replay from 0", from, gap)
+	}
+}

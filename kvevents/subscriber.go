@@ -188,6 +188,7 @@ func (s *Subscriber) hear(ctx context.Context) {
 	s.watch.connected, s.watch.expecting = true, time.Time{}
 	s.mu.Unlock()
 	defer s.disconnected()
+	s.catchUp(ctx)
 	for {
 		msg, err := sub.Recv()
 		if err != nil {
@@ -222,6 +223,31 @@ func (s *Subscriber) offer(ctx context.Context, seq uint64, payload []byte) {
 	}
 	s.mu.Lock()
 	s.stream.EndReplay()
+	s.watch.replaying = false
+	s.watch.note(s.stream.Stats(), s.cfg.Now(), true)
+	s.gone.note(s.stream.Set(), s.cfg.Now())
+	s.mu.Unlock()
+}
+
+// catchUp replays the engine's kept batches as soon as the subscription is
+// made, so the set holds what the engine does before its next live batch
+// (an idle engine may publish none for long); the live batches that arrive
+// meanwhile wait on the socket. Without a replay socket there is nothing to
+// catch up from: the set fills from the live batches.
+func (s *Subscriber) catchUp(ctx context.Context) {
+	if s.replayTo == "" {
+		return
+	}
+	s.mu.Lock()
+	ok := s.stream.CatchUp()
+	s.watch.replaying = ok
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	s.replay(ctx, 0)
+	s.mu.Lock()
+	s.stream.EndCatchUp()
 	s.watch.replaying = false
 	s.watch.note(s.stream.Stats(), s.cfg.Now(), true)
 	s.gone.note(s.stream.Set(), s.cfg.Now())

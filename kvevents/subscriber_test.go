@@ -76,7 +76,7 @@ func TestASubscriberHearsWhatTheEngineStores(t *testing.T) {
 		var n atomic.Int64
 		eventually(t, "stored blocks heard", func() {
 			publish(t, p, stored(names(EngineHash(100*n.Add(1))), nil, held))
-		}, func() bool { return s.Matched(held) == 3 })
+		}, func() bool { st, _ := s.Stats(); return s.Matched(held) == 3 && st.Live > 0 }) // heard live: subscribed
 		publish(t, p, Event{Kind: Cleared, Tier: true})
 		eventually(t, "the clear heard", nil, func() bool { return s.Matched(held) == 0 })
 	}
@@ -116,8 +116,8 @@ func TestAnEngineRestartedAtTheSameAddressClearsTheSet(t *testing.T) {
 	p := startPublisher(t, Keyed)
 	s := subscribe(t, p, true)
 	before := prompt(1, 2)
-	eventually(t, "stored blocks", func() { publish(t, p, stored(names(10), nil, before)) },
-		func() bool { return s.Matched(before) == 2 })
+	eventually(t, "stored blocks, heard live", func() { publish(t, p, stored(names(10), nil, before)) },
+		func() bool { st, _ := s.Stats(); return s.Matched(before) == 2 && st.Live > 0 })
 	for range 3 {
 		publish(t, p, Event{Kind: Stored, Tier: true, BlockSize: testBlock}) // empty stores: the sequence moves on
 	}
@@ -150,5 +150,23 @@ func TestAnEndpointThePolicyRefusesIsNeverDialed(t *testing.T) {
 		if _, err := Subscribe(SubscriberConfig{Endpoint: bad, Model: "m", BlockSize: 16, Allow: loopbackOnly}); err == nil {
 			t.Errorf("endpoint %q accepted", bad)
 		}
+	}
+}
+
+// A subscriber catches up from the replay socket as soon as it connects: it
+// holds what an idle engine stored before, with no live batch to reveal the
+// gap.
+func TestASubscriberCatchesUpAtConnectWithoutALiveBatch(t *testing.T) {
+	p := startPublisher(t, Keyed)
+	early := prompt(1, 2)
+	publish(t, p, stored(names(10), nil, early))
+	publish(t, p, Event{Kind: Stored, Tier: true, BlockSize: testBlock})
+	s := subscribe(t, p, true)
+	eventually(t, "the engine's earlier blocks, from the catch-up", nil, func() bool {
+		st, _ := s.Stats()
+		return s.Matched(early) == 2 && st.Repaired+st.Lost > 0 // and the catch-up over
+	})
+	if st, _ := s.Stats(); st.Repaired != 1 || st.Lost != 0 || st.Batches != 2 {
+		t.Errorf("stats %+v: one late join, repaired by the catch-up", st)
 	}
 }

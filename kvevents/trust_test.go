@@ -119,7 +119,7 @@ func TestAHubRemembersWhenAnEngineEvictedAPromptsBlocks(t *testing.T) {
 	eventually(t, "stored blocks heard", func() {
 		n += 100
 		publish(t, p, stored(names(n), nil, held))
-	}, func() bool { m, _ := h.Matched(1, keys); return m == 2 })
+	}, func() bool { m, _ := h.Matched(1, keys); st, _ := h.Status(1); return m == 2 && st.Stats.Live > 0 }) // subscribed
 	before := clock.Now()
 	clock.advance(time.Second)
 	publish(t, p, Event{Kind: Removed, Tier: true, Hashes: []EngineHash{n}})

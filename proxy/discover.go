@@ -125,23 +125,14 @@ func (p *Proxy) call(ctx context.Context, w Worker, method, path string) ([]byte
 	if p.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
-	lc := &ctxConn{ctx: ctx}
-	now := time.Now()
-	conn, err := m.up.exchange(ctx, lc, req, nil, resp, now, now.Add(p.cfg.DialTimeout))
-	if err != nil {
-		return nil, 0, err
-	}
-	framed := resp.Header.ContentLength() != -2
-	if hasBody(resp.StatusCode()) {
-		err = readBody(conn.br, resp, maxDiscoveryBody)
-	}
-	intact := lc.detach(conn)
-	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose(), time.Now())
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
+	defer cancel()
+	body, status, err := m.exchangeBody(ctx, req, nil, resp, maxDiscoveryBody)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	case err != nil:
 		return nil, 0, err
 	}
-	return append([]byte(nil), resp.Body()...), resp.StatusCode(), nil
+	return append([]byte(nil), body...), status, nil
 }

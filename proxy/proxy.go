@@ -131,7 +131,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
 	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(p.fleet.view().eligible) })
 	if p.cfg.Tokenize.Enabled {
-		p.tokens = newTokenizer(p.cfg.Tokenize, p.fleet, deps.Dialer, deps.Metrics)
+		p.tokens = newTokenizer(p.cfg.Tokenize, p.cfg.APIKey, p.fleet, deps.Metrics)
 	}
 	if deps.PD != nil {
 		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
@@ -230,8 +230,8 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		el.stopLingering()
 	}
 	p.edgesMu.Unlock()
+	p.tokens.close() // its background asks use the fleet's pools
 	p.fleet.close()
-	p.tokens.close()
 	return err
 }
 

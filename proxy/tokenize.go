@@ -1,24 +1,19 @@
 package proxy
 
 import (
-	"bytes"
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fastjson"
-	"github.com/zeebo/xxh3"
+	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // TokenizeConfig is how the proxy asks engines for a prompt's token IDs
@@ -47,114 +42,208 @@ const (
 const (
 	tokenizedOK     = "ok"     // the engine answered within the bound
 	tokenizedCached = "cached" // the prompt's tokens were known
+	tokenizedPrefix = "prefix" // an earlier prompt's it starts with were known: routed on those, its own learned after
 	tokenizedSlow   = "slow"   // past the bound: routed on the text index
 	tokenizedFailed = "failed" // an error or a refusal: routed on the text index
 )
 
 // tokenizer asks a candidate engine for the token IDs of a request's prompt
-// or messages, chat template included, as the engine will compute them. Its
-// answers are cached by model and prompt; every failure or an answer later
-// than the bound leaves the request to the text index, counted.
+// or messages, chat template included, as the engine will compute them,
+// through that worker's connection pool (so every connection passes the
+// worker-host policy of the proxy's dialer). Its answers are cached by
+// prompt and prefix: a prompt asked again is known whole, and a
+// conversation's next turn, which starts with the turn before, is routed at
+// once on the tokens of the longest earlier prompt it starts with while its
+// own are learned in the background for the turn after. A prompt with no
+// known prefix waits for the engine, within the bound; every failure or an
+// answer later than the bound leaves the request to the text index,
+// counted (a late one is still learned in the background).
 type tokenizer struct {
 	cfg     TokenizeConfig
-	client  *http.Client
+	apiKey  string
 	fleet   *Fleet
 	next    atomic.Uint64 // which candidate to ask next
 	cache   *tokenCache
 	latency *metrics.PrometheusHistogram
+	added   *metrics.PrometheusHistogram // every attach: what tokenization adds to a request
 	results map[string]*metrics.Counter
+	// learning bounds the prompts learned in the background at once; one
+	// that finds it full is not learned (its next turn waits).
+	learning chan struct{}
+	ctx      context.Context // ends at close: the background asks stop
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // tokenizeBuckets are the bounds, in seconds, of the tokenization latency.
 var tokenizeBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25}
 
-func newTokenizer(cfg TokenizeConfig, fleet *Fleet, dialer *workerurl.Dialer, set *metrics.Set) *tokenizer {
+// addedBuckets are the bounds, in seconds, of the latency tokenization adds
+// to a request, a cached prompt's microseconds included.
+var addedBuckets = []float64{0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05}
+
+// maxLearning bounds the background tokenizations at once, and learnTimeout
+// each one: off the request path, they may take longer than the bound.
+const (
+	maxLearning  = 4
+	learnTimeout = time.Second
+)
+
+func newTokenizer(cfg TokenizeConfig, apiKey string, fleet *Fleet, set *metrics.Set) *tokenizer {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTokenizeTimeout
 	}
 	if cfg.CacheEntries <= 0 {
 		cfg.CacheEntries = defaultTokenCache
 	}
-	t := &tokenizer{cfg: cfg, fleet: fleet, cache: newTokenCache(cfg.CacheEntries),
-		latency: set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_duration_seconds", tokenizeBuckets),
-		results: map[string]*metrics.Counter{}}
-	for _, r := range []string{tokenizedOK, tokenizedCached, tokenizedSlow, tokenizedFailed} {
+	t := &tokenizer{cfg: cfg, apiKey: apiKey, fleet: fleet, cache: newTokenCache(cfg.CacheEntries),
+		latency:  set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_duration_seconds", tokenizeBuckets),
+		added:    set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_added_seconds", addedBuckets),
+		results:  map[string]*metrics.Counter{},
+		learning: make(chan struct{}, maxLearning)}
+	t.ctx, t.stop = context.WithCancel(context.Background())
+	for _, r := range []string{tokenizedOK, tokenizedCached, tokenizedPrefix, tokenizedSlow, tokenizedFailed} {
 		t.results[r] = set.NewCounter(fmt.Sprintf(`vllm_router_kv_tokenize_total{result=%q}`, r))
 	}
-	// Every connection passes the worker-host policy (the dialer); none
-	// outlives close.
-	t.client = &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext, MaxIdleConnsPerHost: 4,
-		IdleConnTimeout: 30 * time.Second}}
 	return t
 }
 
-// close drops the idle connections: after it, no goroutine of the
-// tokenizer runs.
+// close stops the background tokenizations and waits for them: after it,
+// no goroutine of the tokenizer runs.
 func (t *tokenizer) close() {
 	if t != nil {
-		t.client.CloseIdleConnections()
+		t.stop()
+		t.wg.Wait()
 	}
 }
 
-// attach gives req the token IDs of x's prompt, asked of a candidate of
-// pool, unless the endpoint has none or tokenization fails or is slow.
+// attach gives req the token IDs of x's prompt, or of the longest earlier
+// prompt it starts with, unless the endpoint has none or tokenization fails
+// or is slow.
 func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Pool) {
 	if t == nil || pool.Len() == 0 || (x.ep != chatCompletions && x.ep != completions) {
 		return
 	}
-	body, key, ok := tokenizeBody(x.ep, x.in.model, x.body)
+	defer t.added.UpdateDuration(time.Now())
+	p, ok := tokenizeRequest(x.ep, x.in.model, x.body)
 	if !ok {
 		t.results[tokenizedFailed].Inc()
 		return
 	}
-	if tokens, ok := t.cache.get(key); ok {
-		t.results[tokenizedCached].Inc()
-		req.Tokens = tokens
+	if e, whole := t.cache.lookup(p); e != nil {
+		req.Tokens = e.tokens
+		if whole {
+			t.results[tokenizedCached].Inc()
+			return
+		}
+		req.TokenText = e.text
+		t.results[tokenizedPrefix].Inc()
+		t.learn(p, len(x.in.text), pool)
 		return
 	}
-	m := t.fleet.view().members[pool.At(int(t.next.Add(1)%uint64(pool.Len()))).ID()]
+	m := t.candidate(pool)
 	if m == nil {
 		t.results[tokenizedFailed].Inc()
 		return
 	}
 	start := time.Now()
-	tokens, err := t.ask(x.ctx, m.base, body)
+	tokens, err := t.ask(&x.life, m, p.body, t.cfg.Timeout) // the exchange's life, not the RequestCtx fasthttp recycles
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		t.results[tokenizedSlow].Inc()
+		t.learn(p, len(x.in.text), pool) // past the bound for this turn, but known for the next
 	case err != nil:
 		t.results[tokenizedFailed].Inc()
 	default:
 		t.latency.UpdateDuration(start)
 		t.results[tokenizedOK].Inc()
-		t.cache.put(key, tokens)
+		t.cache.put(p, tokens, len(x.in.text))
 		req.Tokens = tokens
 	}
 }
 
-// ask posts body to base's /tokenize and reads the answer's tokens, within
-// the bound.
-func (t *tokenizer) ask(parent context.Context, base workerurl.URL, body []byte) ([]uint32, error) {
-	ctx, cancel := context.WithTimeout(parent, t.cfg.Timeout)
+// candidate is the next worker of pool to ask, in turn.
+func (t *tokenizer) candidate(pool *affinity.Pool) *member {
+	return t.fleet.view().members[pool.At(int(t.next.Add(1)%uint64(pool.Len()))).ID()]
+}
+
+// learn asks for p's tokens in the background, for the next turn that
+// starts with it, unless maxLearning are being learned already.
+func (t *tokenizer) learn(p prompt, text int, pool *affinity.Pool) {
+	m := t.candidate(pool)
+	if m == nil {
+		return
+	}
+	select {
+	case t.learning <- struct{}{}:
+	default:
+		return
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer func() { <-t.learning }()
+		if tokens, err := t.ask(t.ctx, m, p.body, learnTimeout); err == nil {
+			t.cache.put(p, tokens, text)
+		}
+	}()
+}
+
+// ask posts body to m's /tokenize over m's pool and reads the answer's
+// tokens, within timeout.
+func (t *tokenizer) ask(parent context.Context, m *member, body []byte, timeout time.Duration) ([]uint32, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base.String()+pathTokenize, bytes.NewReader(body))
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetHost(m.addr)
+	req.SetRequestURI(m.base.Under(pathTokenize))
+	req.Header.SetContentType("application/json")
+	if t.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+t.apiKey)
+	}
+	answer, status, err := m.exchangeBody(ctx, req, body, resp, maxTokenizeAnswer)
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
+		// The socket's deadline, the bound's, came before the context's timer.
+		return nil, fmt.Errorf("tokenize: %w", context.DeadlineExceeded)
+	}
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxTokenizeAnswer))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: status %d", resp.StatusCode)
+	if status != fasthttp.StatusOK {
+		return nil, fmt.Errorf("tokenize: status %d", status)
 	}
 	return tokensOf(answer)
+}
+
+// exchangeBody sends req with body over m's pool and reads at most limit
+// bytes of the answer, which stays valid until resp is released; ctx's end
+// cuts the connection whatever it waits on.
+func (m *member) exchangeBody(ctx context.Context, req *fasthttp.Request, body []byte, resp *fasthttp.Response,
+	limit int) ([]byte, int, error) {
+	lc := &ctxConn{ctx: ctx}
+	now := time.Now()
+	deadline, _ := ctx.Deadline()
+	conn, err := m.up.exchange(ctx, lc, req, body, resp, now, deadline)
+	if err != nil {
+		return nil, 0, err
+	}
+	framed := resp.Header.ContentLength() != -2
+	if hasBody(resp.StatusCode()) {
+		err = readBody(conn.br, resp, limit)
+	}
+	intact := lc.detach(conn)
+	m.up.release(conn, err == nil && intact && framed && !resp.ConnectionClose(), time.Now())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, context.Cause(ctx)
+		}
+		return nil, 0, err
+	}
+	return resp.Body(), resp.StatusCode(), nil
 }
 
 // tokensOf reads vLLM's answer: {"count": n, "max_model_len": m,
@@ -167,68 +256,4 @@ func tokensOf(body []byte) ([]uint32, error) {
 		return nil, fmt.Errorf("tokenize: %w", err)
 	}
 	return answer.Tokens, nil
-}
-
-// tokenizeBody is vLLM's /tokenize request for a client's body:
-// {"model", "messages"} for a chat (the template applied with the
-// generation prompt, as the chat endpoint applies it) or {"model", "prompt"}
-// for a completion whose prompt is one string; key names it in the cache.
-func tokenizeBody(ep *endpoint, model string, body []byte) (out []byte, key uint64, ok bool) {
-	var p fastjson.Parser
-	v, err := p.ParseBytes(body)
-	if err != nil {
-		return nil, 0, false
-	}
-	field := v.Get(ep.textField)
-	if field == nil || (ep == completions && field.Type() != fastjson.TypeString) ||
-		(ep == chatCompletions && field.Type() != fastjson.TypeArray) {
-		return nil, 0, false
-	}
-	m, _ := json.Marshal(model)
-	out = append(append([]byte(`{"model":`), m...), `,"`+ep.textField+`":`...)
-	out = field.MarshalTo(out)
-	out = append(out, '}')
-	return out, xxh3.Hash(out), true
-}
-
-// tokenCache is the tokens of the latest prompts, least recently used out.
-type tokenCache struct {
-	mu    sync.Mutex
-	limit int
-	order *list.List // of *tokenEntry, newest first
-	byKey map[uint64]*list.Element
-}
-
-type tokenEntry struct {
-	key    uint64
-	tokens []uint32
-}
-
-func newTokenCache(limit int) *tokenCache {
-	return &tokenCache{limit: limit, order: list.New(), byKey: map[uint64]*list.Element{}}
-}
-
-func (c *tokenCache) get(key uint64) ([]uint32, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.byKey[key]
-	if !ok {
-		return nil, false
-	}
-	c.order.MoveToFront(e)
-	return e.Value.(*tokenEntry).tokens, true
-}
-
-func (c *tokenCache) put(key uint64, tokens []uint32) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.byKey[key]; ok {
-		c.order.MoveToFront(e)
-		return
-	}
-	c.byKey[key] = c.order.PushFront(&tokenEntry{key: key, tokens: tokens})
-	for c.order.Len() > c.limit {
-		old := c.order.Remove(c.order.Back()).(*tokenEntry)
-		delete(c.byKey, old.key)
-	}
 }

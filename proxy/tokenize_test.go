@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,6 +14,9 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/dialtest"
+	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
 
 // tokenizingWorker answers /tokenize with tokens, after hold returns when
@@ -37,7 +42,11 @@ func startTokenizingWorker(t *testing.T, tokens string) *tokenizingWorker {
 			if hold != nil {
 				<-hold
 			}
-			_, _ = io.WriteString(rw, `{"count":3,"max_model_len":4096,"tokens":`+w.tokens+`}`)
+			tokens := w.tokens
+			if tokens == "" { // tokens of its own for every prompt: its length in bytes
+				tokens = fmt.Sprintf("[%d]", len(body))
+			}
+			_, _ = io.WriteString(rw, `{"count":1,"max_model_len":4096,"tokens":`+tokens+`}`)
 			return
 		}
 		rw.Header().Set("Content-Type", "application/json")
@@ -57,11 +66,13 @@ func (w *tokenizingWorker) bodies() []string {
 type tokensSeen struct {
 	mu   sync.Mutex
 	seen [][]uint32
+	text []int // each decision's TokenText
 }
 
 func (d *tokensSeen) Decide(r *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
 	d.mu.Lock()
 	d.seen = append(d.seen, req.Tokens)
+	d.text = append(d.text, req.TokenText)
 	d.mu.Unlock()
 	dec, g, err := r.Route(req, pool)
 	return core.Decided{Decision: dec}, g, err
@@ -73,6 +84,12 @@ func (d *tokensSeen) last() []uint32 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.seen[len(d.seen)-1]
+}
+
+func (d *tokensSeen) lastText() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.text[len(d.text)-1]
 }
 
 func tokenizingRouter(t *testing.T, w *tokenizingWorker, timeout time.Duration) (*testRouter, *tokensSeen) {
@@ -116,7 +133,8 @@ func TestAChatIsRoutedWithTheTokensTheEngineComputesForItsMessagesAndTheyAreCach
 func TestATokenizerSlowerThanItsBoundLeavesTheRequestToTheTextIndex(t *testing.T) {
 	w := startTokenizingWorker(t, `[1]`)
 	w.hold = make(chan struct{})
-	defer close(w.hold)
+	release := sync.OnceFunc(func() { close(w.hold) })
+	t.Cleanup(release)
 	r, seen := tokenizingRouter(t, w, 20*time.Millisecond)
 	if resp, body := post(t, r.url, "/v1/chat/completions", chatBody); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -127,6 +145,11 @@ func TestATokenizerSlowerThanItsBoundLeavesTheRequestToTheTextIndex(t *testing.T
 	if m := scrape(t, r); !strings.Contains(m, `vllm_router_kv_tokenize_total{result="slow"} 1`) {
 		t.Errorf("tokenize counts:\n%s", grepLines(m, "kv_tokenize"))
 	}
+	release() // the engine answers at last: the late tokens are learned for the next time
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		post(t, r.url, "/v1/chat/completions", chatBody)
+		return slices.Equal(seen.last(), []uint32{1})
+	}, "%s", "the prompt's late tokens learned")
 }
 
 func TestACompletionWhosePromptIsNotOneStringIsNotTokenized(t *testing.T) {
@@ -157,4 +180,154 @@ func scrape(t *testing.T, r *testRouter) string {
 	var b strings.Builder
 	r.set.WritePrometheus(&b)
 	return b.String()
+}
+
+func chatTurns(contents ...string) string {
+	var msgs []string
+	for i, c := range contents {
+		role := "user"
+		if i%2 == 1 {
+			role = "assistant"
+		}
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, role, c))
+	}
+	return `{"model":"m","messages":[` + strings.Join(msgs, ",") + `],"max_tokens":1}`
+}
+
+// tokenizeBodyOf is the /tokenize body the router sends for a client's.
+func tokenizeBodyOf(t *testing.T, ep *endpoint, body string) string {
+	t.Helper()
+	p, ok := tokenizeRequest(ep, "m", []byte(body))
+	if !ok {
+		t.Fatalf("no tokenize request for %s", body)
+	}
+	return string(p.body)
+}
+
+// A conversation's next turn starts with the turn before: it is routed at
+// once on that turn's tokens, standing for that turn's routing text, even
+// while the engine's tokenizer is stuck, and its own tokens are learned in
+// the background, so that the turn after finds them.
+func TestAChatsNextTurnIsRoutedAtOnceOnTheTokensOfTheTurnBeforeAndItsOwnAreLearned(t *testing.T) {
+	w := startTokenizingWorker(t, "")
+	r, seen := tokenizingRouter(t, w, 20*time.Millisecond)
+	first, next := chatTurns("read the file"), chatTurns("read the file", "here it is", "now summarise it")
+	firstTokens := []uint32{uint32(len(tokenizeBodyOf(t, chatCompletions, first)))}
+	if resp, body := post(t, r.url, "/v1/chat/completions", first); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	w.mu.Lock()
+	w.hold = make(chan struct{}) // the tokenizer is stuck from now on
+	release := sync.OnceFunc(func() { close(w.hold) })
+	w.mu.Unlock()
+	t.Cleanup(release) // before the worker closes: a failing test does not leave its handler stuck
+	if resp, body := post(t, r.url, "/v1/chat/completions", next); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if got := seen.last(); !slices.Equal(got, firstTokens) {
+		t.Fatalf("the next turn carried tokens %v, want the first turn's %v", got, firstTokens)
+	}
+	if got, want := seen.lastText(), len("user\nread the file\n"); got != want {
+		t.Errorf("the first turn's tokens stand for %d bytes of routing text, want %d", got, want)
+	}
+	m := scrape(t, r)
+	if !strings.Contains(m, `vllm_router_kv_tokenize_total{result="prefix"} 1`) || !strings.Contains(m, `vllm_router_kv_tokenize_total{result="slow"} 0`) {
+		t.Errorf("tokenize counts:\n%s", grepLines(m, "kv_tokenize_total"))
+	}
+	release() // the background ask is answered
+	nextTokens := []uint32{uint32(len(tokenizeBodyOf(t, chatCompletions, next)))}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		post(t, r.url, "/v1/chat/completions", next)
+		return slices.Equal(seen.last(), nextTokens)
+	}, "%s", "the next turn's own tokens learned")
+	if got := seen.lastText(); got != 0 {
+		t.Errorf("the turn's own tokens stand for %d bytes, want all of its text (0)", got)
+	}
+}
+
+// A completion that continues an earlier prompt is routed on its tokens;
+// one that shares its first chunks but not the whole of it is not.
+func TestACompletionIsRoutedOnTheTokensOfAnEarlierPromptOnlyWhenItStartsWithAllOfIt(t *testing.T) {
+	w := startTokenizingWorker(t, "")
+	r, seen := tokenizingRouter(t, w, time.Second)
+	earlier := strings.Repeat("a long shared context. ", 30) // 690 bytes: two whole chunks and a part
+	complete := func(prompt string) {
+		t.Helper()
+		body := fmt.Sprintf(`{"model":"m","prompt":%q,"max_tokens":1}`, prompt)
+		if resp, b := post(t, r.url, "/v1/completions", body); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	}
+	complete(earlier)
+	earlierTokens := seen.last()
+	complete(earlier + " and a question")
+	if got := seen.last(); !slices.Equal(got, earlierTokens) || seen.lastText() != len(earlier) {
+		t.Fatalf("the continuation carried %v for %d bytes, want the earlier prompt's %v for %d", got, seen.lastText(),
+			earlierTokens, len(earlier))
+	}
+	asked := len(w.bodies())
+	diverged := earlier[:600] + strings.Repeat("x", 200) // the same two chunks, another tail
+	complete(diverged)
+	if got := seen.last(); slices.Equal(got, earlierTokens) || seen.lastText() != 0 {
+		t.Fatalf("a prompt that does not start with the earlier one carried its tokens %v", got)
+	}
+	if len(w.bodies()) <= asked {
+		t.Error("the diverging prompt was not asked of the engine")
+	}
+}
+
+// The cache holds at most its bound of prompts, the least recently used out.
+func TestTheTokenCacheKeepsItsBound(t *testing.T) {
+	c := newTokenCache(2)
+	var ps []prompt
+	for i := range 3 {
+		p, _ := tokenizeRequest(completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
+		ps = append(ps, p)
+		c.put(p, []uint32{uint32(i)}, 8)
+		if i == 1 {
+			c.lookup(ps[0]) // 0 is used again: 1 is the least recently used
+		}
+	}
+	if e, whole := c.lookup(ps[1]); e != nil && whole {
+		t.Error("the least recently used prompt is still held past the bound")
+	}
+	for _, i := range []int{0, 2} {
+		if e, whole := c.lookup(ps[i]); e == nil || !whole || e.tokens[0] != uint32(i) {
+			t.Errorf("prompt %d: %+v, %v", i, e, whole)
+		}
+	}
+	if c.order.Len() != 2 || len(c.byFull) != 2 || len(c.byMark) > 2 {
+		t.Errorf("%d entries, %d names, %d marks: want 2, 2, at most 2", c.order.Len(), len(c.byFull), len(c.byMark))
+	}
+}
+
+// Tokenization dials through the proxy's dialer, as inference does: an
+// engine registered by a name that resolves to a metadata address is never
+// connected to, and the one whose name resolves to loopback is asked.
+func TestTokenizationConnectsOnlyWhereTheWorkerHostPolicyAllows(t *testing.T) {
+	w := startTokenizingWorker(t, "")
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(w.URL, "http://"))
+	var log dialtest.Log
+	dialer := &workerurl.Dialer{Connect: log.Connect, Resolver: dialtest.Resolver{
+		"metadata.internal": "169.254.169.254", "good.internal": "127.0.0.1"}}
+	ws := []Worker{{ID: 1, URL: "http://metadata.internal:" + port, Role: RoleRegular},
+		{ID: 2, URL: "http://good.internal:" + port, Role: RoleRegular}}
+	cfg := Config{Tokenize: TokenizeConfig{Enabled: true, Timeout: time.Second},
+		Retry: Retry{MaxAttempts: 3, InitialBackoff: time.Millisecond}}
+	p, err := buildProxyWith(cfg, affinity.PolicyCacheAware, ws, func(d *Deps) { d.Dialer = dialer })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testRouter{proxy: p, url: serveProxy(t, p), set: p.deps.Metrics}
+	for i := range 6 {
+		post(t, r.url, "/v1/chat/completions", chatTurns(fmt.Sprintf("question %d", i)))
+	}
+	if len(w.bodies()) == 0 {
+		t.Fatal("no engine was asked to tokenize")
+	}
+	for _, a := range log.Attempts() {
+		if a != "127.0.0.1:"+port {
+			t.Fatalf("a connection was attempted to %s", a)
+		}
+	}
 }

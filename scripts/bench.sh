@@ -138,35 +138,30 @@ if [ "${1:-}" = admission ]; then
 	echo "wrote the admission section of $out"
 	exit 0
 fi
-# kvevents_bench OUT.md: routing on the engines' KV events: one router over
-# three workersims under KV pressure, text index against KV events (the
-# end-to-end test, which prints its figures), then the event index's memory
-# per worker and the subscriber's CPU per 1,000 events a second.
+# kvevents_bench OUT.md: routing on the engines' KV events: the acceptance
+# bench on real processes (scripts/kvbench.py: text index, KV events and an
+# oracle, through 1 and 4 replicas, under KV pressure; KVBENCH_BEFORE=<rev>
+# adds that revision's router side by side), then the event index's memory
+# per worker, the subscriber's CPU per 1,000 events a second and the lookup
+# per request.
 kvevents_bench() {
-	local e2e="go test -count=1 -v -run 'TestEndToEndKVEventsRouteWithoutFalseHitsUnderKVPressure|TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult' ./cmd/router/"
-	local micro="go test -run '^\$' -bench SetMemoryPerWorker -benchtime 1x ./kvevents/ && go test -run '^\$' -bench StreamCPUPer1000Events -benchtime 20000x -count 3 ./kvevents/"
+	local memory="go test -run '^\$' -bench SetMemoryPerWorker -benchtime 1x ./kvevents/"
+	local cpu="go test -run '^\$' -bench StreamCPUPer1000Events -benchtime 20000x -count 3 ./kvevents/"
+	local lookup="go test -run '^\$' -bench LookupPerRequest -benchtime 2000x -count 3 ./kvevents/"
+	if [ "$quick" = 1 ]; then
+		export KVBENCH_ROUNDS=${KVBENCH_ROUNDS:-1} KVBENCH_SESSIONS=${KVBENCH_SESSIONS:-32} KVBENCH_TURNS=${KVBENCH_TURNS:-4}
+	fi
+	python3 scripts/kvbench.py "$1"
 	{
-		printf '## Routing on the engines'"'"' KV events\n\n'
-		printf 'One router in front of three workersims whose caches (2,048 tokens each) hold the six\n'
-		printf 'documents sent; three rounds, each sending every document twice, one request at a time, then\n'
-		printf 'filling every cache with prompts sent to the workers directly (another client of the engines,\n'
-		printf 'which the router never sees). The same workload through a router on the text index alone, then\n'
-		printf 'one with --kv-events. False hits are the router'"'"'s own count (a predicted hit whose answer\n'
-		printf 'reported no more than the threshold cached); the tokenization latency is the bucket bound of\n'
-		printf 'the router'"'"'s histogram. Then the same through a tier of four replicas (request i to replica i\n'
-		printf 'mod 4, figures summed over the replicas). No oracle run: with no event lag a replica on the\n'
-		printf 'events holds every worker'"'"'s true set, which is what these sequential runs give it. Load\n'
-		printf 'average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-		printf '```\n%s\n```\n\n```\n' "$e2e"
-		eval "$e2e" 2>&1 | grep -E 'text index|tokenization:|^(---|ok|FAIL)' || true
-		printf '```\n\nThe event index per worker (64 Ki blocks of 16 tokens; the sets are independent, so 1,024\n'
-		printf 'workers hold 1,024 times one), and the CPU of decoding and applying a worker'"'"'s batches per\n'
-		printf '1,000 events a second, sockets aside (wall-clock time per event on a shared machine: an upper\n'
-		printf 'bound). Load average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
-		printf '```\n%s\n' "$micro"
-		eval "$micro" 2>&1 | grep -E '^Benchmark'
+		printf 'The event index per worker (64 Ki blocks of 16 tokens; the sets are independent, so 1,024\n'
+		printf 'workers hold 1,024 times one), the CPU of decoding and applying a worker'"'"'s batches per\n'
+		printf '1,000 events a second, sockets aside, and the lookup of one request (the keys of a\n'
+		printf '4,096-token prompt and its match on 8 workers'"'"' sets). Wall-clock time on a shared machine:\n'
+		printf 'upper bounds; the allocations are exact. Load average at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+		printf '```\n%s\n%s\n%s\n' "$memory" "$cpu" "$lookup"
+		{ eval "$memory" && eval "$cpu" && eval "$lookup"; } 2>&1 | grep -E '^Benchmark'
 		printf '```\n'
-	} >"$1"
+	} >>"$1"
 }
 kvevents_heading="## Routing on the engines' KV events"
 if [ "${1:-}" = kvevents ]; then

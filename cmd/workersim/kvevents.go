@@ -14,7 +14,8 @@ type kvEventPublisher struct {
 	pub       *kvevents.Publisher
 	blockSize int
 	events    []kvevents.Event
-	muted     func() bool // the mute_kv_events fault is on
+	muted     func() bool   // the mute_kv_events fault is on
+	oracle    *kvevents.Set // what the engine holds now, for the measurement endpoint (kvoracle.go)
 }
 
 func newKVEventPublisher(cfg serverConfig) (*kvEventPublisher, error) {
@@ -25,7 +26,7 @@ func newKVEventPublisher(cfg serverConfig) (*kvEventPublisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kvEventPublisher{pub: pub, blockSize: cfg.engine.BlockTokens}, nil
+	return &kvEventPublisher{pub: pub, blockSize: cfg.engine.BlockTokens, oracle: newOracleSet(cfg.engine.BlockTokens)}, nil
 }
 
 func (p *kvEventPublisher) changed(now time.Time, changes []sim.CacheEvent) {
@@ -55,6 +56,7 @@ func (p *kvEventPublisher) cleared(now time.Time) {
 }
 
 func (p *kvEventPublisher) send(now time.Time) {
+	p.applyOracle(p.events)
 	b := kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: p.events}
 	var err error
 	if p.muted != nil && p.muted() {

@@ -43,7 +43,7 @@ func kvWorker(t *testing.T, capacityTokens int) (*testWorker, *kvevents.Subscrib
 			t.Fatal(err)
 		}
 		st, _ := sub.Stats()
-		return st.Batches > 0
+		return st.Live > 0 // heard live, not from the catch-up: subscribed
 	}, "the subscriber hears the engine")
 	return w, sub
 }
@@ -131,18 +131,27 @@ func TestTheKVEventsTellARouterWhatTheEngineWillFindCached(t *testing.T) {
 	}
 	lastTokens := tokenize(t, w, last)
 	heard(t, sub, lastTokens, len(lastTokens)/bt) // events arrive in order: all before it are heard
-	m := min(sub.Matched(tokens), full)
-	if m == full {
-		t.Fatal("nothing of the first prompt was evicted: the cache is too large for this test")
-	}
-	if got := cachedTokens(t, w, first); got != m*bt {
-		t.Errorf("after evictions the subscriber matches %d blocks, the engine found %d tokens, not %d", m, got, m*bt)
-	}
+	evictedAsMatched(t, w, first, full, sub.Matched(tokens), "the subscriber")
 
 	if status, _, body := w.post(pathResetPrefixCache, ""); status != 200 {
 		t.Fatalf("reset: %d %s", status, body)
 	}
 	heard(t, sub, tokens, 0)
+}
+
+// evictedAsMatched checks a belief of matched blocks of prompt against the
+// engine, once other prompts evicted some of its full blocks: the engine
+// finds that many cached.
+func evictedAsMatched(t *testing.T, w *testWorker, prompt string, full, matched int, who string) {
+	t.Helper()
+	bt := w.s.cfg.engine.BlockTokens
+	m := min(matched, full)
+	if m == full {
+		t.Fatal("nothing of the first prompt was evicted: the cache is too large for this test")
+	}
+	if got := cachedTokens(t, w, prompt); got != m*bt {
+		t.Errorf("after evictions %s matches %d blocks, the engine found %d tokens cached, not %d", who, m, got, m*bt)
+	}
 }
 
 func TestTokenizeRefusesABodyWithoutAPrompt(t *testing.T) {

@@ -48,13 +48,9 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	addrs, err := d.resolve(ctx, network, host)
+	allowed, err := d.lookup(ctx, network, host)
 	if err != nil {
-		return nil, err
-	}
-	allowed, refusal := d.allowed(addrs)
-	if len(allowed) == 0 {
-		return nil, fmt.Errorf("dial %s: %w", address, refusal)
+		return nil, fmt.Errorf("dial %s: %w", address, err)
 	}
 	var errs []error
 	for _, ip := range allowed {
@@ -68,6 +64,45 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 		}
 	}
 	return nil, errors.Join(errs...)
+}
+
+// Resolve is the address a connection to hostport (host:port) reaches: the
+// first of host's addresses the policy allows, as ip:port, resolved and
+// checked as DialContext does, for a client that dials by itself (the ZMQ
+// sockets of the KV events). The host is first checked as a worker URL's is
+// at registration (its name against the policy's patterns). It fails with
+// an error wrapping ErrRefused when the policy allows none of them.
+func (d *Dialer) Resolve(ctx context.Context, hostport string) (string, error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", err
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	if err := d.Policy.Allows("http://" + hostport); err != nil {
+		return "", err
+	}
+	allowed, err := d.lookup(ctx, "tcp", host)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", hostport, err)
+	}
+	return net.JoinHostPort(allowed[0].String(), port), nil
+}
+
+// lookup is host's addresses that the policy allows, at least one.
+func (d *Dialer) lookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	addrs, err := d.resolve(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	allowed, refusal := d.allowed(addrs)
+	if len(allowed) == 0 {
+		return nil, refusal
+	}
+	return allowed, nil
 }
 
 // resolve returns host's addresses: itself when it is an IP literal.

@@ -1,0 +1,314 @@
+#!/usr/bin/env python3
+"""The acceptance bench of routing on the engines' KV events, on real processes.
+
+    scripts/kvbench.py OUT.md    # scripts/bench.sh kvevents runs it
+
+Workersims publishing their KV events (vLLM's format, over ZMQ, with a replay
+socket) under KV pressure (caches that evict), concurrent multi-turn
+sessions from loadgen, through 1 and 4 router replicas (real memberlist and
+Raft on 127.0.0.1), in three modes:
+
+    text     the text index alone (no --kv-events)
+    events   --kv-events: each replica routes on the events it heard
+    oracle   --kv-events in a router built with the kvoracle tag, which asks
+             every candidate's workersim, synchronously at decision time, how
+             many leading blocks of the prompt it holds (POST /debug/kv/match,
+             loopback only): the bound, the engines' caches known exactly
+             (and the prompt's tokens: its tokenization is not bounded)
+    before   events, with the router of the git revision KVBENCH_BEFORE
+             (when set): the same bench before a change, side by side
+
+Every run starts fresh workersims and replicas. A round runs every mode at a
+tier size back to back, so the ratios between modes and tiers are taken within
+a round, under the same load. The cached-token ratio is the workers' usage
+(usage.prompt_tokens_details.cached_tokens over prompt_tokens, as loadgen
+sums it); false hits are the replicas' own count (a predicted hit whose engine
+found no more than the threshold cached), summed; the added latency is the
+replicas' histogram of what tokenization added to each request (a cached
+prompt's lookup included), the bucket bounds of its p50 and p99.
+
+Environment (defaults in brackets): KVBENCH_WORKERS [4], KVBENCH_KV (each
+workersim's --kv-capacity-tokens) [32768], KVBENCH_SESSIONS [64],
+KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
+KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
+KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
+KVBENCH_BEFORE (a git revision) [].
+"""
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import realtier  # noqa: E402  (the real-process fleet: workersims, replicas, loadgen)
+
+AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "512", "--observation-tokens", "384",
+           "--answer-tokens", "32", "--seed", "7"]
+ADDED = "vllm_router_kv_tokenize_added_seconds"
+RESULTS = ("ok", "cached", "prefix", "slow", "failed")  # vllm_router_kv_tokenize_total's results
+ENGINE = "vllm_router_kv_tokenize_duration_seconds"
+
+
+def config():
+    e = os.environ.get
+    return {
+        "workers": int(e("KVBENCH_WORKERS", "4")),
+        "kv": int(e("KVBENCH_KV", "32768")),
+        "sessions": int(e("KVBENCH_SESSIONS", "64")),
+        "turns": int(e("KVBENCH_TURNS", "8")),
+        "think": float(e("KVBENCH_THINK", "0.3")),
+        "rounds": int(e("KVBENCH_ROUNDS", "3")),
+        "replicas": [int(x) for x in e("KVBENCH_REPLICAS", "1 4").split()],
+        "modes": e("KVBENCH_MODES", "text events oracle" + (" before" if e("KVBENCH_BEFORE") else "")).split(),
+        "flags": e("KVBENCH_FLAGS", "").split(),
+        "before": e("KVBENCH_BEFORE", ""),
+    }
+
+
+def loadgen(apis, cfg, out_json, log):
+    """The agentic sessions, on /v1/completions: each turn's prompt is the turn before's, extended
+    (loadgen's chat sends one growing user message, so its turns share no whole message but the
+    system's)."""
+    args = [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
+            "--sessions", str(cfg["sessions"]), "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s",
+            *AGENTIC, "--endpoint", "completions", "--duration", "20m", "--json", out_json]
+    with open(log, "w") as f:
+        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+    with open(out_json) as f:
+        return json.load(f)
+
+
+def event_ports(n):
+    """n loopback ports p, each with p+1 free too (the event socket and its replay socket)."""
+    out = []
+    while len(out) < n:
+        p = realtier.free_ports(1)[0]
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", p + 1))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        if p not in out and p + 1 not in out and p - 1 not in out:
+            out.append(p)
+    return out
+
+
+def kv_workers(fleet, n, kv):
+    """n workersims publishing their KV events: (URLs, event endpoints)."""
+    urls, eps = [], []
+    for i, (port, ev) in enumerate(zip(realtier.free_ports(n), event_ports(n))):
+        ep = f"tcp://127.0.0.1:{ev}"
+        fleet.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", f"w{i + 1}",
+                     "--model", "sim-model", "--kv-capacity-tokens", str(kv), "--kv-events-endpoint", ep,
+                     "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}"], f"{fleet.tag}-workersim-{i + 1}.log")
+        urls.append(f"http://127.0.0.1:{port}")
+        eps.append(ep)
+    for u in urls:
+        realtier.wait_for(f"workersim {u}", lambda u=u: realtier.get(u + "/health") is not None)
+    return urls, eps
+
+
+def streams_trusted(api, n):
+    with urllib.request.urlopen(api + "/cluster/workers", timeout=5) as r:
+        rows = json.load(r)["workers"]
+    states = [(w.get("kv_events") or {}).get("state") for w in rows]
+    return len(states) >= n and all(s == "trusted" for s in states)
+
+
+def buckets(pages, family):
+    """The cumulative buckets of a histogram summed over pages: [(le, count)], ascending."""
+    total = {}
+    for page in pages:
+        for (name, labels), v in page.items():
+            if name == family + "_bucket":
+                le = labels.partition('le="')[2].rstrip('"')
+                total[le] = total.get(le, 0) + v
+    return sorted(((float(k), v) for k, v in total.items()), key=lambda kv: kv[0])
+
+
+def quantile(bs, q):
+    """The upper bound of the bucket that holds quantile q (inf past the last bound), None when empty."""
+    if not bs or bs[-1][1] == 0:
+        return None
+    want = q * bs[-1][1]
+    return next(le for le, c in bs if c >= want)
+
+
+def summed(pages, name, labels=""):
+    return sum(p.get((name, labels), 0) for p in pages)
+
+
+def run(tmp, tag, cfg, mode, replicas, bindir):
+    fleet = realtier.Fleet(tmp, tag)
+    realtier.BIN = bindir[mode]
+    try:
+        urls, eps = kv_workers(fleet, cfg["workers"], cfg["kv"])
+        extra = ["--policy", "cache_aware", *cfg["flags"]]
+        if mode != "text":
+            extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
+        if mode == "oracle":
+            extra += ["--kv-events-tokenize-timeout", "5s"]  # the oracle knows every prompt's tokens
+        apis = fleet.tier(replicas, urls, extra)
+        if mode != "text":
+            for a in apis:
+                realtier.wait_for(f"{a}: every worker's stream trusted", lambda a=a: streams_trusted(a, len(urls)))
+        rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        pages = [realtier.scrape(a) for a in apis]
+        added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)
+        res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in RESULTS}
+        return {"ratio": rep["cached_token_ratio"], "errors": rep["errors"], "requests": rep["requests"],
+                "ttft_p50": rep["ttft_p50_ms"], "ttft_p99": rep["ttft_p99_ms"],
+                "false": summed(pages, "vllm_router_false_hits_total"),
+                "predicted": summed(pages, "vllm_router_predicted_hits_total"),
+                "judged": summed(pages, "vllm_router_judged_decisions_total"),
+                "added_p50": quantile(added, 0.5), "added_p99": quantile(added, 0.99),
+                "engine_p50": quantile(engine, 0.5), "engine_p99": quantile(engine, 0.99),
+                "tokenize": res, "loadavg": realtier.loadavg()}
+    finally:
+        fleet.stop()
+        realtier.BIN = bindir["text"]
+
+
+def router_bin(tmp, name, args, src="."):
+    """A directory with a router built from src with args, and links to the other binaries of bin/."""
+    d = os.path.join(tmp, name + "-bin")
+    os.makedirs(d)
+    subprocess.run(["go", "build", *args, "-o", os.path.abspath(os.path.join(d, "router")), "./cmd/router"], check=True, cwd=src)
+    for b in ("workersim", "loadgen"):
+        os.symlink(os.path.abspath(os.path.join(realtier.BIN, b)), os.path.join(d, b))
+    return d
+
+
+def before_bin(tmp, rev):
+    """The router of git revision rev, built from its tree."""
+    src = os.path.join(tmp, "before-src")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    return router_bin(tmp, "before", [], src)
+
+
+def ms(s):
+    if s is None:
+        return "-"
+    return "> 50" if s == float("inf") else f"{s * 1000:g}"
+
+
+def render(cfg, runs, load_before, load_after, elapsed):
+    rounds = range(1, cfg["rounds"] + 1)
+    L = ["## Routing on the engines' KV events\n",
+         f"{cfg['workers']} workersims publishing their KV events (vLLM's msgpack batches over ZMQ, with the replay "
+         f"socket), --kv-capacity-tokens {cfg['kv']} each, so the caches evict; loadgen runs {cfg['sessions']} "
+         f"concurrent agentic sessions on /v1/completions (each turn's prompt extends the one before) of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
+         f"{cfg['think']:g} s), every turn to a random replica, through 1 and 4 replicas started from bin/ on "
+         "127.0.0.1 with real memberlist and Raft. Modes: text, the text index alone; events, --kv-events; "
+         "oracle, --kv-events in a router built with the kvoracle tag, which asks each candidate's workersim at "
+         "decision time how many leading blocks of the prompt it holds (its loopback /debug/kv/match): the "
+         "engines' caches known exactly, with the reservations, threshold and overload check of the others. "
+         "Fresh workers and replicas for every run; a round runs the modes of a tier back to back, and every "
+         "ratio is taken within a round. Cached-token ratio: the workers' usage (cached_tokens over "
+         "prompt_tokens). False hits: the replicas' count of predicted hits whose engine found no more than the "
+         "threshold cached, over the decisions judged. Added latency: the replicas' histogram of what "
+         "tokenization added to each request (a cached prompt's lookup included), then the engines' /tokenize "
+         "answers alone; bucket bounds in ms. The lookup on the sets is in the Go benchmark below."
+         + (f" before: events with the router of {cfg['before']} (the same bench before the change), side by side."
+            if cfg["before"] else "") + "\n",
+         "```\nscripts/bench.sh kvevents   # this section\n"
+         + f"KVBENCH_WORKERS={cfg['workers']} KVBENCH_KV={cfg['kv']} KVBENCH_SESSIONS={cfg['sessions']} "
+         f"KVBENCH_TURNS={cfg['turns']} KVBENCH_THINK={cfg['think']:g} KVBENCH_ROUNDS={cfg['rounds']} "
+         f"KVBENCH_REPLICAS='{' '.join(map(str, cfg['replicas']))}'"
+         + (f" KVBENCH_BEFORE={cfg['before']}" if cfg["before"] else "") + " scripts/kvbench.py OUT.md\n```\n",
+         f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}; {elapsed / 60:.1f} min, "
+         f"{len(runs)} runs. The machine has 2 cores, shared with other work: the workersims' simulated "
+         "engines run on wall time, so a busy machine slows every mode alike within a round.\n",
+         "Targets: events >= text and >= 0.99 of the oracle (worst round); 4 replicas >= 0.99 of one (worst "
+         "round); false hits about none.\n",
+         "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
+         "vs 1 replica: mean / worst | false hits / judged (mean) | added p50 / p99 ms | engine tokenize p50 / "
+         "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | errors | load avg per round |",
+         "|" + "---|" * 13]
+    verdicts = []
+    for n in cfg["replicas"]:
+        for mode in cfg["modes"]:
+            reps = [runs[(n, mode, k)] for k in rounds]
+            rat = [r["ratio"] for r in reps]
+
+            def vs(key_fn, rs=reps):
+                others = [key_fn(k) for k in rounds]
+                if any(o is None for o in others):
+                    return None
+                xs = [r["ratio"] / o["ratio"] for r, o in zip(rs, others)]
+                return statistics.mean(xs), min(xs)
+
+            cols = []
+            for other in (lambda k: runs.get((n, "text", k)), lambda k: runs.get((n, "oracle", k)),
+                          lambda k: runs.get((1, mode, k))):
+                v = vs(other)
+                cols.append("-" if v is None else f"{v[0]:.3f} / {v[1]:.3f}")
+            tok = " / ".join(f"{statistics.mean(r['tokenize'].get(x, 0) for r in reps):.0f}" for x in RESULTS)
+            L.append(f"| {n} | {mode} | {statistics.mean(rat):.3f} / {min(rat):.3f} | {' | '.join(cols)} | "
+                     f"{statistics.mean(r['false'] for r in reps):.1f} / {statistics.mean(r['judged'] for r in reps):.0f} | "
+                     f"{ms(max((r['added_p50'] for r in reps), key=lambda x: x or 0))} / "
+                     f"{ms(max((r['added_p99'] for r in reps), key=lambda x: x or 0))} | "
+                     f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
+                     f"{ms(max((r['engine_p99'] for r in reps), key=lambda x: x or 0))} | {tok} | "
+                     f"{statistics.mean(r['ttft_p50'] for r in reps):.0f} / {statistics.mean(r['ttft_p99'] for r in reps):.0f} | "
+                     f"{sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
+            if mode == "events":
+                for label, other, bound in (("vs text", "text", 1.0), ("vs oracle", "oracle", 0.99)):
+                    v = vs(lambda k: runs.get((n, other, k)))
+                    if v is not None:
+                        verdicts.append(f"{n} replica(s), events {label}: worst {v[1]:.3f} "
+                                        f"({'met' if v[1] >= bound else 'not met'}, >= {bound})")
+            if n != 1 and mode == "events":
+                v = vs(lambda k: runs.get((1, mode, k)))
+                if v is not None:
+                    verdicts.append(f"events, {n} replicas vs 1: worst {v[1]:.3f} ({'met' if v[1] >= 0.99 else 'not met'}, >= 0.99)")
+    L.append("\nAdded-latency figures are the worst round's bucket bound. " + "; ".join(verdicts) + ".\n")
+    return "\n".join(L) + "\n"
+
+
+def main(out_md):
+    cfg = config()
+    tmp = tempfile.mkdtemp(prefix="kvrouter-kvbench.")
+    bindir = {"text": realtier.BIN, "events": realtier.BIN}
+    if "oracle" in cfg["modes"]:
+        bindir["oracle"] = router_bin(tmp, "oracle", ["-tags", "kvoracle"])
+    if "before" in cfg["modes"]:
+        bindir["before"] = before_bin(tmp, cfg["before"])
+    runs, load_before, started = {}, realtier.loadavg(), time.monotonic()
+    try:
+        for rnd in range(1, cfg["rounds"] + 1):
+            for n in cfg["replicas"]:
+                for mode in cfg["modes"]:
+                    tag = f"{mode}-n{n}-r{rnd}"
+                    r = run(tmp, tag, cfg, mode, n, bindir)
+                    runs[(n, mode, rnd)] = r
+                    print(f"kvbench: {tag}: cached {r['ratio']:.3f}, false hits {r['false']:.0f} of {r['judged']:.0f}, "
+                          f"added p50 {ms(r['added_p50'])} p99 {ms(r['added_p99'])} ms, tokenized {r['tokenize']}, "
+                          f"errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
+    except Exception:
+        keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-failed")
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp, keep, symlinks=True)
+        print(f"kvbench: failed; logs in {keep}", file=sys.stderr)
+        raise
+    with open(out_md, "w") as f:
+        f.write(render(cfg, runs, load_before, realtier.loadavg(), time.monotonic() - started))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    if len(sys.argv) != 2:
+        sys.exit("usage: scripts/kvbench.py OUT.md")
+    main(sys.argv[1])
