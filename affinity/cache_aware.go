@@ -44,7 +44,7 @@ func (p *CacheAware) routed(c Choice) {
 
 // Select implements the per-request overload check of the cache-aware policy.
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
-	sp := pool.spread(req.burst)
+	sp := pool.spread(req.burst, req.Tail)
 	var buf [8]WorkerID
 	depth, owners := p.match(req, pool, buf[:0])
 	// A matched partial tail is the rest of the text.
@@ -56,11 +56,11 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	shed := false
 	if hit {
 		key := req.Hashes[depth]
-		c := leastLoaded(pool, owners, req.burst)
+		c := leastLoaded(pool, owners, req.burst, req.Tail)
 		owner := true
 		if p.isHot(key, p.shared(req, depth), c.Load.selectLoad(c.Seen, req.burst), sp.min, req.burst) {
 			var more [8]WorkerID
-			c = leastLoadedBy(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst, req.Tail)
+			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst, req.Tail)
 			owner = slices.Contains(owners, c.Load.id)
 		}
 		c.prefix, c.prefixKnown = key, true
@@ -81,7 +81,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 // peers' share (burst), or without it when overloadOnReports.
 func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView) bool {
 	if p.overloadOnReports && burst.peers > 0 {
-		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}).min)
+		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}, 0).min)
 	}
 	return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burst), sp.min)
 }
@@ -246,7 +246,7 @@ func (p *CacheAware) busy(load, min int64) bool {
 func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
 	imbalanced := p.thresholds.Overloaded(sp.max, sp.min)
 	if hit && !imbalanced {
-		c := leastLoaded(pool, owners, req.burst)
+		c := leastLoaded(pool, owners, req.burst, req.Tail)
 		c.Hit, c.Matched = true, matched
 		return c
 	}
@@ -255,32 +255,19 @@ func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners
 	return c
 }
 
-// leastLoadedBy is leastLoaded with ties broken by the rendezvous score of
-// salt (the request's own text) instead of this replica's counts: replicas
-// that know nothing of each other's choices then share the least-loaded
-// workers out among their requests instead of all taking the first.
-func leastLoadedBy(pool *Pool, owners []WorkerID, v burstView, salt uint64) Choice {
-	best, bestLoad, bestSeen, bestScore := -1, int64(0), int64(0), uint64(0)
-	for _, w := range owners {
-		m := pool.At(pool.position(w))
-		seen := m.local.Load()
-		l, s := m.selectLoad(seen, v), rendezvousScore(salt, w)
-		if best < 0 || l < bestLoad || (l == bestLoad && s > bestScore) {
-			best, bestLoad, bestSeen, bestScore = pool.position(w), l, seen, s
-		}
-	}
-	return Choice{Load: pool.At(best), Seen: bestSeen}
-}
-
-// leastLoaded returns the least-loaded of owners, which are all pool members.
-func leastLoaded(pool *Pool, owners []WorkerID, v burstView) Choice {
+// leastLoaded returns the least-loaded of owners, which are all pool
+// members, ties broken by less with salt (the request's key): replicas that
+// know nothing of each other's choices (the new owners of a hot prefix in a
+// burst's first instant) share the least-loaded out among their requests
+// instead of all taking the first.
+func leastLoaded(pool *Pool, owners []WorkerID, v burstView, salt uint64) Choice {
 	best, bestLoad, bestSeen := -1, int64(0), int64(0)
 	for _, w := range owners {
 		i := pool.position(w)
 		m := pool.At(i)
 		seen := m.local.Load()
 		l := m.selectLoad(seen, v)
-		if best < 0 || less(l, m, i, bestLoad, pool.At(best), best) {
+		if best < 0 || less(l, m, bestLoad, pool.At(best), salt) {
 			best, bestLoad, bestSeen = i, l, seen
 		}
 	}
