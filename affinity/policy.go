@@ -205,7 +205,9 @@ var _ Policy = LeastLoad{}
 
 func (LeastLoad) Name() string { return PolicyLeastLoad }
 
-func (LeastLoad) Select(req *Request, pool *Pool) Choice { return pool.spread(req.burst, req.Tail).pick(pool) }
+func (LeastLoad) Select(req *Request, pool *Pool) Choice {
+	return pool.spread(req.burst, req.Tail).pick(pool)
+}
 
 // ConsistentHash sends a session to the same worker while the pool holds
 // still, and moves only 1/n of the sessions when it changes (rendezvous
