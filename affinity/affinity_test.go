@@ -2,6 +2,7 @@ package affinity
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,15 +271,24 @@ func TestMinIsTakenOverCandidatesOnly(t *testing.T) {
 	}
 }
 
-func TestEqualLoadsBreakTiesByProcessedThenIndex(t *testing.T) {
+func TestEqualLoadsBreakTiesByProcessedThenTheRequest(t *testing.T) {
+	// Within a replica equal loads take turns (processed); the rest is the
+	// request's own rendezvous order, not the pool's order, so that
+	// replicas with no history do not all start from the first worker.
 	f := newFleet(t, 3, Settings{Policy: PolicyLeastLoad})
 	var got []WorkerID
 	for range 6 {
 		got = append(got, f.route(t, "").Worker) // each released at once: loads stay equal
 	}
-	want := []WorkerID{1, 2, 3, 1, 2, 3}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("picked %v, want %v", got, want)
+	if !slices.Equal(got[:3], got[3:]) || len(map[WorkerID]bool{got[0]: true, got[1]: true, got[2]: true}) != 3 {
+		t.Fatalf("picked %v: want each worker once in turn, the same turn twice", got)
+	}
+	firsts := map[WorkerID]bool{}
+	for i := range 20 {
+		firsts[newFleet(t, 3, Settings{Policy: PolicyLeastLoad}).route(t, fmt.Sprint("request ", i)).Worker] = true
+	}
+	if len(firsts) != 3 {
+		t.Fatalf("the first request of 20 fresh replicas went to %v: want every worker, by the request", firsts)
 	}
 }
 

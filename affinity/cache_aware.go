@@ -1,6 +1,9 @@
 package affinity
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // CacheAware sends a request to the worker that owns its longest known
 // prefix, unless that worker is itself overloaded compared with the least
@@ -41,7 +44,7 @@ func (p *CacheAware) routed(c Choice) {
 
 // Select implements the per-request overload check of the cache-aware policy.
 func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
-	sp := pool.spread(req.burst)
+	sp := pool.spread(req.burst, req.Tail)
 	var buf [8]WorkerID
 	depth, owners := p.match(req, pool, buf[:0])
 	// A matched partial tail is the rest of the text.
@@ -53,11 +56,11 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	shed := false
 	if hit {
 		key := req.Hashes[depth]
-		c := leastLoaded(pool, owners, req.burst)
+		c := leastLoaded(pool, owners, req.burst, req.Tail)
 		owner := true
-		if p.isHot(key, c.Load.selectLoad(c.Seen, req.burst), sp.min, req.burst) {
+		if p.isHot(key, p.shared(req, depth), c.Load.selectLoad(c.Seen, req.burst), sp.min, req.burst) {
 			var more [8]WorkerID
-			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst)
+			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst, req.Tail)
 			owner = slices.Contains(owners, c.Load.id)
 		}
 		c.prefix, c.prefixKnown = key, true
@@ -78,7 +81,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 // peers' share (burst), or without it when overloadOnReports.
 func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView) bool {
 	if p.overloadOnReports && burst.peers > 0 {
-		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}).min)
+		return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burstView{}), pool.spread(burstView{}, 0).min)
 	}
 	return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burst), sp.min)
 }
@@ -86,14 +89,34 @@ func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView
 // isHot reports whether the prefix ending in block key, whose least-loaded
 // owner holds load, should gain an owner: the owner holds HotLoad requests
 // more than the least-loaded candidate (min), and the prefix had at least
-// HotLoad hits lately across the tier. A replica sees its share of the
-// tier's requests, so its own count is scaled by the live replicas (the peer
-// share's count, plus itself).
-func (p *CacheAware) isHot(key uint64, load, min int64, v burstView) bool {
+// HotLoad hits lately across the tier.
+//
+// A replica sees its share of the tier's hits on a shared prefix (every
+// session's first turn on one system prompt reaches every replica), so its
+// own count, this request included, is scaled by the live replicas (the peer
+// share's count, plus itself). The scaling is what spreads a burst before
+// any report: without it each replica sends its first hits to the prefix's
+// owner before it counts as hot, and the owner takes the replicas' count
+// times that. A conversation's own prefix is not shared: its turns reach
+// one replica at a time, so its count is not scaled, and a session is not
+// moved off its cache because its owner is busy.
+func (p *CacheAware) isHot(key uint64, shared bool, load, min int64, v burstView) bool {
 	if !p.thresholds.hot(load, min) {
 		return false
 	}
-	return p.heat.of(key, p.index.clock.Now())*float64(v.peers+1) >= p.thresholds.HotLoad
+	hits := p.heat.of(key, p.index.clock.Now())
+	if shared {
+		hits = (hits + 1) * float64(v.peers+1)
+	}
+	return hits >= p.thresholds.HotLoad
+}
+
+// shared reports whether req's match at depth is a prefix others share: the
+// request ends within it (the same prompt again), or a request recorded
+// here went on past it (the prefix forks), rather than req continuing the
+// one conversation that ended there.
+func (p *CacheAware) shared(req *Request, depth int) bool {
+	return depth+1 >= len(req.Hashes) || p.index.Forks(req.Hashes[depth])
 }
 
 // hotCandidates widens a hot prefix's owners: while every candidate holds
@@ -114,7 +137,8 @@ func (p *CacheAware) hotCandidates(key uint64, pool *Pool, sp spread, v burstVie
 			least = l
 		}
 	}
-	for len(dst) < p.thresholds.HotOwners && p.thresholds.hot(least, sp.min) {
+	width, added := p.spreadWidth(v), 0
+	for len(dst) < p.thresholds.HotOwners && (p.thresholds.hot(least, sp.min) || (added > 0 && added < width)) {
 		next, nextScore := -1, uint64(0)
 		for i := range pool.Len() {
 			m := pool.At(i)
@@ -127,6 +151,7 @@ func (p *CacheAware) hotCandidates(key uint64, pool *Pool, sp spread, v burstVie
 		}
 		m := pool.At(next)
 		dst = append(dst, m.id)
+		added++
 		least = min(least, m.selectLoad(m.local.Load(), v))
 	}
 	return dst
@@ -140,9 +165,16 @@ func (p *CacheAware) hotCandidates(key uint64, pool *Pool, sp spread, v burstVie
 // that start the same new prefix in the same instant (a group of rollouts
 // sharing a task prompt) reach several replicas before any has heard of the
 // others, and least load would give each its own worker, whereas the
-// rendezvous score gives them all the same one without a word. A miss that
-// matched something (a shed hit, a prefix known too shallowly) keeps the
-// placement's choice.
+// rendezvous order of the prefix's first block gives them all the same ones
+// without a word. A miss that matched something (a shed hit, a prefix known
+// too shallowly) keeps the placement's choice.
+//
+// In that first instant each replica can send one cold miss to the prefix's
+// first worker before it counts the prefix hot, so the prefix's requests
+// are spread over its first spreadWidth workers in the rendezvous order,
+// each request to the one its own text picks: the same prompt again (the
+// rollouts of one task) goes to the same worker, and no worker takes more
+// than about HotLoad of the burst.
 func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) Choice {
 	if !p.rendezvous && (depth >= 0 || req.burst.peers == 0) {
 		return sp.pick(pool)
@@ -151,19 +183,62 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 	if depth+1 < len(req.Hashes) {
 		key = req.Hashes[depth+1]
 	}
-	best := sp.pick(pool)
-	var bestScore uint64
+	var buf [8]scored
+	top := buf[:0]
+	width := p.spreadWidth(req.burst)
 	for i := range pool.Len() {
 		m := pool.At(i)
 		seen := m.local.Load()
-		if p.thresholds.Overloaded(m.selectLoad(seen, req.burst), sp.min) {
+		if p.busy(m.selectLoad(seen, req.burst), sp.min) {
 			continue
 		}
-		if s := rendezvousScore(key, m.id); s > bestScore {
-			best, bestScore = Choice{Load: m, Seen: seen}, s
-		}
+		top = insertTop(top, scored{Choice{Load: m, Seen: seen}, rendezvousScore(key, m.id)}, width)
 	}
-	return best
+	if len(top) == 0 {
+		return sp.pick(pool)
+	}
+	return top[req.Tail%uint64(len(top))].Choice
+}
+
+// spreadWidth is how many workers share a cold prefix's first instant: one
+// per HotLoad live replicas, at least one.
+func (p *CacheAware) spreadWidth(v burstView) int {
+	if p.thresholds.HotLoad <= 0 {
+		return 1
+	}
+	return max(1, int(math.Ceil(float64(v.peers+1)/p.thresholds.HotLoad)))
+}
+
+// scored is a candidate and its rendezvous score.
+type scored struct {
+	Choice
+	score uint64
+}
+
+// insertTop keeps top the width best-scored candidates, best first.
+func insertTop(top []scored, c scored, width int) []scored {
+	i := len(top)
+	for i > 0 && top[i-1].score < c.score {
+		i--
+	}
+	if i >= width {
+		return top
+	}
+	top = slices.Insert(top, i, c)
+	if len(top) > width {
+		top = top[:width]
+	}
+	return top
+}
+
+// busy reports whether a worker with load is too busy to take a cold miss by
+// rendezvous: HotLoad requests above the least loaded (min), the bound at
+// which a hot prefix spreads, or overloaded where spreading is off.
+func (p *CacheAware) busy(load, min int64) bool {
+	if p.thresholds.HotLoad > 0 {
+		return p.thresholds.hot(load, min)
+	}
+	return p.thresholds.Overloaded(load, min)
 }
 
 // fleetGateSelect is the old rule: if the fleet as a whole looks imbalanced,
@@ -171,7 +246,7 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners []WorkerID, hit bool, matched int) Choice {
 	imbalanced := p.thresholds.Overloaded(sp.max, sp.min)
 	if hit && !imbalanced {
-		c := leastLoaded(pool, owners, req.burst)
+		c := leastLoaded(pool, owners, req.burst, req.Tail)
 		c.Hit, c.Matched = true, matched
 		return c
 	}
@@ -180,15 +255,19 @@ func (p *CacheAware) fleetGateSelect(req *Request, pool *Pool, sp spread, owners
 	return c
 }
 
-// leastLoaded returns the least-loaded of owners, which are all pool members.
-func leastLoaded(pool *Pool, owners []WorkerID, v burstView) Choice {
+// leastLoaded returns the least-loaded of owners, which are all pool
+// members, ties broken by less with salt (the request's key): replicas that
+// know nothing of each other's choices (the new owners of a hot prefix in a
+// burst's first instant) share the least-loaded out among their requests
+// instead of all taking the first.
+func leastLoaded(pool *Pool, owners []WorkerID, v burstView, salt uint64) Choice {
 	best, bestLoad, bestSeen := -1, int64(0), int64(0)
 	for _, w := range owners {
 		i := pool.position(w)
 		m := pool.At(i)
 		seen := m.local.Load()
 		l := m.selectLoad(seen, v)
-		if best < 0 || less(l, m, i, bestLoad, pool.At(best), best) {
+		if best < 0 || less(l, m, bestLoad, pool.At(best), salt) {
 			best, bestLoad, bestSeen = i, l, seen
 		}
 	}

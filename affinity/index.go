@@ -47,7 +47,12 @@ type ownerNode struct {
 	weight int
 	// inserted says the fact was recorded by Insert: the index holds every
 	// block of its prefix, so it stands for itself alone.
-	inserted   bool
+	inserted bool
+	// forks says a request recorded by Insert went on past this block: the
+	// prefix it ends is shared by something longer (a system prompt, a
+	// task prompt), not only the end of one conversation so far. Written
+	// under the owner's lock, read under the shard's.
+	forks      atomic.Bool
 	prev, next *ownerNode
 }
 
@@ -117,6 +122,9 @@ func (ix *Index) Insert(hashes []uint64, w WorkerID) {
 	for i := len(hashes) - 1; i >= 0; i-- {
 		n := ix.touch(o, hashes[i], w, now)
 		n.inserted = true
+		if i < len(hashes)-1 {
+			n.forks.Store(true)
+		}
 		o.reweigh(n, 1)
 	}
 	ix.trim(o)
@@ -240,6 +248,22 @@ func (ix *Index) Match(hashes []uint64, pool *Pool, dst []WorkerID) (int, []Work
 		}
 	}
 	return -1, dst
+}
+
+// Forks reports whether a request recorded on some worker went on past the
+// block h: the prefix it ends was the start of something longer, so a
+// request that matches it there shares it rather than continuing the one
+// conversation that ended there.
+func (ix *Index) Forks(h uint64) bool {
+	s := ix.shard(h)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.m[h] {
+		if n.forks.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // SetBudget sets how many blocks may be charged to worker w (its engine's KV

@@ -335,3 +335,19 @@ func TestAnEngineThatDidNotHoldAHitShrinksItsWorkersBudget(t *testing.T) {
 		t.Errorf("a new capacity of 500 then a false hit leaves %d blocks, want at most 475", got)
 	}
 }
+
+func TestAPrefixForksWhereARecordedRequestWentOnPastIt(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 1024)
+	c := chain("m", 6, "a conversation")
+	ix.Insert(c[:4], 1)
+	ix.Learn(Fact{Hash: c[5], Worker: 2, Span: 2})
+	for d, want := range []bool{true, true, true, false, false, false} {
+		if got := ix.Forks(c[d]); got != want {
+			t.Errorf("block %d: forks %v, want %v (recorded 0-3 on one worker, block 5 learned)", d, got, want)
+		}
+	}
+	ix.Insert(c[:6], 3) // the conversation's next turn went on past block 3
+	if !ix.Forks(c[3]) {
+		t.Error("block 3 does not fork once a request went on past it")
+	}
+}

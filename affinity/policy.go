@@ -195,20 +195,23 @@ func (p *PowerOfTwo) Select(req *Request, pool *Pool) Choice {
 	j := (i + 1 + p.rand()%(n-1)) % n
 	a, b := pool.At(int(i)), pool.At(int(j))
 	seenA, seenB := a.Local(), b.Local()
-	if less(b.selectLoad(seenB, req.burst), b, int(j), a.selectLoad(seenA, req.burst), a, int(i)) {
+	if less(b.selectLoad(seenB, req.burst), b, a.selectLoad(seenA, req.burst), a, req.Tail) {
 		return Choice{Load: b, Seen: seenB}
 	}
 	return Choice{Load: a, Seen: seenA}
 }
 
-// LeastLoad takes the smallest (merged load, processed, index).
+// LeastLoad takes the smallest merged load, then the least processed, then
+// the request's rendezvous order (see less).
 type LeastLoad struct{}
 
 var _ Policy = LeastLoad{}
 
 func (LeastLoad) Name() string { return PolicyLeastLoad }
 
-func (LeastLoad) Select(req *Request, pool *Pool) Choice { return pool.spread(req.burst).pick(pool) }
+func (LeastLoad) Select(req *Request, pool *Pool) Choice {
+	return pool.spread(req.burst, req.Tail).pick(pool)
+}
 
 // ConsistentHash sends a session to the same worker while the pool holds
 // still, and moves only 1/n of the sessions when it changes (rendezvous

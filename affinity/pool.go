@@ -71,8 +71,13 @@ func containsID(ids []WorkerID, id WorkerID) bool {
 	return false
 }
 
-// less orders candidates for least-load choices: (load, processed, index).
-func less(loadA int64, a *Load, ia int, loadB int64, b *Load, ib int) bool {
+// less orders candidates for least-load choices: (load, processed, then the
+// rendezvous score of salt, the request's own key). Processed is this
+// replica's own count, so within a replica equal loads take turns; the
+// score, not the pool's order, breaks the rest, so that replicas with
+// little history (a tier of many, each seeing a few requests) do not all
+// send their misses to the first workers of the list.
+func less(loadA int64, a *Load, loadB int64, b *Load, salt uint64) bool {
 	if loadA != loadB {
 		return loadA < loadB
 	}
@@ -80,11 +85,11 @@ func less(loadA int64, a *Load, ia int, loadB int64, b *Load, ib int) bool {
 	if pa != pb {
 		return pa < pb
 	}
-	return ia < ib
+	return rendezvousScore(salt, a.id) > rendezvousScore(salt, b.id)
 }
 
 // spread is one pass over a pool: the smallest and largest merged load and
-// the least-loaded member by (load, processed, index).
+// the least-loaded member by less.
 // leastSeen is the least-loaded member's local count as read in that pass:
 // the reservation succeeds only if it is still the same.
 type spread struct {
@@ -94,7 +99,7 @@ type spread struct {
 	leastSeen int64
 }
 
-func (p *Pool) spread(v burstView) spread {
+func (p *Pool) spread(v burstView, salt uint64) spread {
 	s := spread{least: -1}
 	for i, m := range p.members {
 		local := m.local.Load()
@@ -104,7 +109,7 @@ func (p *Pool) spread(v burstView) spread {
 			continue
 		}
 		s.min, s.max = min(s.min, l), max(s.max, l)
-		if less(l, m, i, s.leastLoad, p.members[s.least], s.least) {
+		if less(l, m, s.leastLoad, p.members[s.least], salt) {
 			s.least, s.leastLoad, s.leastSeen = i, l, local
 		}
 	}

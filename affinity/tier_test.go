@@ -1,0 +1,136 @@
+package affinity
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The first instant of a burst in a tier: every replica places its share of
+// the burst before any report arrives. These tests build each replica as a
+// fleet of its own (its own index and loads, the peer share set to the
+// tier's size), so that no replica sees another's choices, as in that
+// instant.
+
+// newTierReplica is one replica of a tier of replicas, before any report.
+func newTierReplica(t *testing.T, workers, replicas int) *fleet {
+	t.Helper()
+	f := newFleet(t, workers, Settings{})
+	f.loads.SetPeerShare(replicas-1, 100*time.Millisecond, f.clock)
+	return f
+}
+
+// session is the first turn of session i: the shared system prompt and a
+// task of its own.
+func session(system string, i int) string {
+	return system + text(fmt.Sprint("task of session ", i), 80)
+}
+
+func TestAConversationInATierStaysOnItsCacheWhenItsOwnerIsBusy(t *testing.T) {
+	// Its turns reach one replica at a time and each matches the end of
+	// the last one, a prefix nothing else went on past: not a shared one,
+	// so its hits are not scaled by the tier's size, and a busy owner does
+	// not make it hot however many replicas the tier has.
+	f := newTierReplica(t, 8, 8)
+	conversation := text("a conversation of its own", 400)
+	owner := f.route(t, conversation).Worker
+	f.setLoad(owner, 40) // past the hot bound, short of the balance threshold
+	for turn := range 10 {
+		f.clock.Step(hotWindow / 4)
+		conversation += text(fmt.Sprint("turn ", turn), 120)
+		if d := f.route(t, conversation); d.Worker != owner || !d.Hit {
+			t.Fatalf("turn %d went to %d (hit %v): want the owner %d", turn, d.Worker, d.Hit, owner)
+		}
+	}
+}
+
+func TestAReplicasFirstHitOnASharedPrefixSpreadsInATier(t *testing.T) {
+	// Each of 8 replicas sends its first request on a new system prompt to
+	// the prompt's rendezvous worker; that worker then holds a request from
+	// every replica, so a replica's next request that shares the prompt is
+	// already one too many there. Alone, a replica keeps it on the owner.
+	system := text("a system prompt every session starts with", 400)
+	for _, tc := range []struct {
+		replicas int
+		stays    bool
+	}{{1, true}, {8, false}} {
+		f := newTierReplica(t, 16, tc.replicas)
+		first, g := f.hold(t, session(system, 0))
+		defer g.Release()
+		second, g := f.hold(t, session(system, 1))
+		defer g.Release()
+		if stays := second.Worker == first.Worker; stays != tc.stays {
+			t.Errorf("%d replicas: the second session went to %d, the first to %d: want on the owner %v",
+				tc.replicas, second.Worker, first.Worker, tc.stays)
+		}
+	}
+}
+
+func TestAColdPrefixSpreadsOverAsManyWorkersAsTheTierNeeds(t *testing.T) {
+	// 64 replicas each place one first turn on a new system prompt: one
+	// worker per 8 replicas (the hot bound) shares them, each session to the
+	// one its own text picks. The same prompt on every replica (the
+	// rollouts of one task) still goes to one worker.
+	system := text("a system prompt every session starts with", 400)
+	const replicas, workers = 64, 16
+	sessions, same := map[WorkerID]int{}, map[WorkerID]int{}
+	for i := range replicas {
+		sessions[newTierReplica(t, workers, replicas).route(t, session(system, i)).Worker]++
+		same[newTierReplica(t, workers, replicas).route(t, session(system, 0)).Worker]++
+	}
+	if want := replicas / DefaultHotLoad; len(sessions) != want {
+		t.Errorf("64 sessions went to %v: want %d workers", sessions, want)
+	}
+	for w, n := range sessions {
+		if n > 3*DefaultHotLoad {
+			t.Errorf("worker %d took %d of 64 sessions (%v): the first instant is not spread", w, n, sessions)
+		}
+	}
+	if len(same) != 1 {
+		t.Errorf("the same prompt on 64 replicas went to %v: want one worker", same)
+	}
+}
+
+func TestATierPlacesAColdPrefixAwayFromAWorkerItJustFilled(t *testing.T) {
+	// A replica of 8 counts its one request on a worker 8 times; the next
+	// cold prefix whose rendezvous worker that is goes to its next one.
+	const workers = 16
+	a := text("a first new prefix", 200)
+	scratch := newTierReplica(t, workers, 8)
+	winner := scratch.route(t, a).Worker
+	var b string
+	for i := 0; b == ""; i++ {
+		if c := text(fmt.Sprint("another new prefix ", i), 200); newTierReplica(t, workers, 8).route(t, c).Worker == winner {
+			b = c
+		}
+	}
+	f := newTierReplica(t, workers, 8)
+	_, g := f.hold(t, a)
+	defer g.Release()
+	if d := f.route(t, b); d.Worker == winner {
+		t.Fatalf("the second cold prefix went to %d, which this replica's tier share already fills", d.Worker)
+	}
+}
+
+func TestTheFirstHitsOfATierOnAHotPrefixShareItsNewOwners(t *testing.T) {
+	// 64 replicas, each with one request of its own on the prefix's first
+	// worker and a second that finds the prefix hot: the second requests
+	// are shared out among the new owners by their own text, not all sent
+	// to the first new owner.
+	system := text("a system prompt every session starts with", 400)
+	const replicas = 64
+	spread := map[WorkerID]int{}
+	for i := range replicas {
+		f := newTierReplica(t, 16, replicas)
+		first, g := f.hold(t, session(system, 0))
+		d, g2 := f.hold(t, session(system, i+1))
+		g.Release()
+		g2.Release()
+		if d.Worker != first.Worker {
+			spread[d.Worker]++
+		}
+	}
+	if len(spread) < DefaultHotLoad/2 {
+		t.Errorf("the 64 second requests went to %v: want them shared among the new owners", spread)
+	}
+}
