@@ -117,102 +117,129 @@ const bulkOut = 256
 // and the first bulk requests ask for a quarter, a half, three quarters and
 // all of the bulk output, so that the bulk slots do not free in step.
 func priorityScenario(m priorityMechanism, seed uint64, horizon time.Duration) priorityResult {
-	rng := rand.New(rand.NewPCG(seed, 3))
-	first := 0
-	e := NewEngine(Config{MaxNumSeqs: m.seqs, PriorityScheduling: true})
-	const inter = RequestID(1)
-	var res priorityResult
-	var requeued []*bulkJob
-	running := map[RequestID]*bulkJob{}
-	var order []RequestID // bulk in flight, oldest admitted first
-	nextID, interIn := RequestID(2), 0
-	nextInter, interAt, stepEnd := time.Second, time.Duration(0), time.Duration(0)
-	submit := func(j *bulkJob, now time.Duration) {
-		_ = e.Submit(Request{ID: nextID, Prompt: j.prompt, MaxTokens: j.left, StreamTokens: true, Priority: 3}, now)
-		j.gen = 0
-		running[nextID] = j
-		order = append(order, nextID)
-		nextID++
-	}
-	refill := func(now time.Duration) {
-		for len(order) < m.bulkMax && len(order)+interIn < m.totalMax {
-			first++
-			j := &bulkJob{prompt: text(int(nextID), 1024), left: bulkOut * min(first, 4) / 4}
-			if len(requeued) > 0 {
-				j, requeued = requeued[0], requeued[1:]
-			}
-			submit(j, now)
-		}
-	}
-	shed := func(now time.Duration) {
-		id := order[len(order)-1]
-		j := running[id]
-		e.Cancel(id, now)
-		delete(running, id)
-		order = order[:len(order)-1]
-		switch {
-		case m.resume:
-			// The engine's text is 4 bytes a token: the tokens it had are appended to the prompt.
-			j.prompt = append(slices.Clip(j.prompt), text(int(id), 4*j.gen)...)
-			j.left -= j.gen
-		case j.done > 0:
-			res.cut++
-			j.left, j.done = bulkOut, 0
-		default:
-			j.left = bulkOut
-		}
-		requeued = append([]*bulkJob{j}, requeued...)
-	}
-	handle := func(evs []Event) {
-		for _, ev := range evs {
-			if ev.ID == inter {
-				switch ev.Kind {
-				case FirstToken:
-					res.ttft = append(res.ttft, ev.At-interAt)
-					wait := max(stepEnd-interAt, 0)
-					res.stepWait = append(res.stepWait, wait)
-					res.rest = append(res.rest, ev.At-interAt-wait)
-				case Done:
-					interIn, nextInter = 0, ev.At+90*time.Millisecond+time.Duration(rng.Int64N(int64(20*time.Millisecond)))
-					refill(ev.At)
-				}
-				continue
-			}
-			j := running[ev.ID]
-			if j == nil {
-				continue
-			}
-			if ev.Kind != Done {
-				j.done++
-				j.gen++
-				continue
-			}
-			if ev.Kind == Done {
-				res.bulkTokens += j.done
-				delete(running, ev.ID)
-				order = slices.DeleteFunc(order, func(id RequestID) bool { return id == ev.ID })
-				refill(ev.At)
-			}
-		}
-	}
-	refill(0)
+	d := &priorityDriver{m: m, rng: rand.New(rand.NewPCG(seed, 3)), running: map[RequestID]*bulkJob{}, nextID: 2,
+		e: NewEngine(Config{MaxNumSeqs: m.seqs, PriorityScheduling: true}), nextInter: time.Second}
+	d.refill(0)
 	for {
-		at, ok := e.NextEventAt()
-		if !ok || at > nextInter {
-			if nextInter > horizon {
-				return res
-			}
-			handle(e.Advance(nextInter))
-			interAt, interIn = nextInter, 1
-			stepEnd, _ = e.NextEventAt()
-			if m.shed && len(order) >= m.totalMax {
-				shed(interAt)
-			}
-			_ = e.Submit(Request{ID: inter, Prompt: text(int(nextID), 64), MaxTokens: 8, Priority: 1}, interAt)
-			nextID++
-			nextInter = horizon + time.Hour
+		at, ok := d.e.NextEventAt()
+		if ok && at <= d.nextInter {
+			d.handle(d.e.Advance(at))
 			continue
 		}
-		handle(e.Advance(at))
+		if d.nextInter > horizon {
+			return d.res
+		}
+		d.handle(d.e.Advance(d.nextInter))
+		d.sendInteractive(d.nextInter)
+		d.nextInter = horizon + time.Hour
+	}
+}
+
+// interactiveID is the interactive client's request, one at a time.
+const interactiveID = RequestID(1)
+
+// priorityDriver plays the router and the clients around one engine.
+type priorityDriver struct {
+	m        priorityMechanism
+	rng      *rand.Rand
+	e        *Engine
+	res      priorityResult
+	requeued []*bulkJob // aborted, to go again first
+	running  map[RequestID]*bulkJob
+	order    []RequestID // bulk in flight, oldest admitted first
+	nextID   RequestID
+	started  int // bulk requests started from scratch
+	// the interactive request: in flight or not, when it was sent, when
+	// the step in progress then ended, when the next one goes
+	interIn                     int
+	interAt, stepEnd, nextInter time.Duration
+}
+
+func (d *priorityDriver) submit(j *bulkJob, now time.Duration) {
+	_ = d.e.Submit(Request{ID: d.nextID, Prompt: j.prompt, MaxTokens: j.left, StreamTokens: true, Priority: 3}, now)
+	j.gen = 0
+	d.running[d.nextID] = j
+	d.order = append(d.order, d.nextID)
+	d.nextID++
+}
+
+// refill sends bulk while the router's rule lets it, the aborted first.
+func (d *priorityDriver) refill(now time.Duration) {
+	for len(d.order) < d.m.bulkMax && len(d.order)+d.interIn < d.m.totalMax {
+		if len(d.requeued) > 0 {
+			j := d.requeued[0]
+			d.requeued = d.requeued[1:]
+			d.submit(j, now)
+			continue
+		}
+		d.started++
+		d.submit(&bulkJob{prompt: text(int(d.nextID), 1024), left: bulkOut * min(d.started, 4) / 4}, now)
+	}
+}
+
+func (d *priorityDriver) sendInteractive(now time.Duration) {
+	d.interAt, d.interIn = now, 1
+	d.stepEnd, _ = d.e.NextEventAt()
+	if d.m.shed && len(d.order) >= d.m.totalMax {
+		d.shed(now)
+	}
+	_ = d.e.Submit(Request{ID: interactiveID, Prompt: text(int(d.nextID), 64), MaxTokens: 8, Priority: 1}, now)
+	d.nextID++
+}
+
+// shed aborts the latest admitted bulk request and queues it again first:
+// resumed from the tokens it had, or restarted, its stream cut if begun.
+func (d *priorityDriver) shed(now time.Duration) {
+	id := d.order[len(d.order)-1]
+	j := d.running[id]
+	d.e.Cancel(id, now)
+	delete(d.running, id)
+	d.order = d.order[:len(d.order)-1]
+	switch {
+	case d.m.resume:
+		// The engine's text is 4 bytes a token: the tokens it had are appended to the prompt.
+		j.prompt = append(slices.Clip(j.prompt), text(int(id), 4*j.gen)...)
+		j.left -= j.gen
+	case j.done > 0:
+		d.res.cut++
+		j.left, j.done = bulkOut, 0
+	default:
+		j.left = bulkOut
+	}
+	d.requeued = append([]*bulkJob{j}, d.requeued...)
+}
+
+func (d *priorityDriver) handle(evs []Event) {
+	for _, ev := range evs {
+		if ev.ID == interactiveID {
+			d.interactiveEvent(ev)
+			continue
+		}
+		j := d.running[ev.ID]
+		switch {
+		case j == nil:
+		case ev.Kind != Done:
+			j.done++
+			j.gen++
+		default:
+			d.res.bulkTokens += j.done
+			delete(d.running, ev.ID)
+			d.order = slices.DeleteFunc(d.order, func(id RequestID) bool { return id == ev.ID })
+			d.refill(ev.At)
+		}
+	}
+}
+
+func (d *priorityDriver) interactiveEvent(ev Event) {
+	switch ev.Kind {
+	case FirstToken:
+		wait := max(d.stepEnd-d.interAt, 0)
+		d.res.ttft = append(d.res.ttft, ev.At-d.interAt)
+		d.res.stepWait = append(d.res.stepWait, wait)
+		d.res.rest = append(d.res.rest, ev.At-d.interAt-wait)
+	case Done:
+		d.interIn = 0
+		d.nextInter = ev.At + 90*time.Millisecond + time.Duration(d.rng.Int64N(int64(20*time.Millisecond)))
+		d.refill(ev.At)
 	}
 }
