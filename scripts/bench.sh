@@ -159,7 +159,11 @@ $figures
 \`\`\`
 
 EOF
-	eval "$figures" | grep -E '^(\||The floor)'
+	local out
+	out=$(eval "$figures")
+	grep '^|' <<<"$out"
+	printf '\n'
+	grep '^The floor' <<<"$out"
 	printf '\n'
 }
 # admission_queue_leave: how soon a client that leaves while queued frees

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -54,8 +55,8 @@ real processes. Bulk: 20 closed-loop streaming clients (256-token prompts, 256 t
 x-priority: bulk), 5x the engine's sequences. Interactive: one closed-loop streaming client
 (8 tokens out, 100 ms think, x-priority: interactive), about 10%% of the engine. TTFT is measured at
 the client, to the first token event, and past the router's queue (less the x-admission-queue-ms
-the router reported: what the engine and HTTP took); the first %v of each run are warm-up (the router learns the
-engine's bound from its first scrape), the next %v are measured. "engine busy" is the engine's
+the router reported: what the engine and HTTP took); the first %v of each run are warm-up (the
+router learns the engine's bound from its first scrape), the next %v are measured. "engine busy" is the engine's
 running sequences over its %d, the mean of 250 ms samples; "idle while queued" is the share of
 samples in which it ran fewer than %d while requests waited at the router. With --engine-priority
 the router lends the interactive class's reserved slot to bulk, lets an interactive request go
@@ -107,6 +108,7 @@ each round's p99 over the same round's alone p99.
 `, *rounds)
 	fmt.Println("| run | p99 / alone worst | mean | p99 ms worst | mean | bulk tokens/s worst | mean | idle while queued worst | mean |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	var both []string
 	for i, r := range priorityRuns {
 		var ratioW, ratioM, p99W, p99M, idleW, idleM, tokM float64
 		tokW := -1.0
@@ -121,8 +123,16 @@ each round's p99 over the same round's alone p99.
 		}
 		fmt.Printf("| %s | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f%% |\n", r.name, ratioW, ratioM, p99W, p99M,
 			tokW, tokM, 100*idleW, 100*idleM)
+		if r.flood && ratioW <= 1.2 && idleW <= 0.05 {
+			both = append(both, r.name)
+		}
 	}
 	fmt.Println()
+	if len(both) == 0 {
+		both = []string{"none"}
+	}
+	fmt.Printf("Modes that met both targets in every round (p99 within 1.2x of alone, an idle slot in at most 5%% of the "+
+		"samples while bulk waited): %s.\n\n", strings.Join(both, "; "))
 }
 
 // priorityOnce runs r once, in a fleet of its own.
