@@ -42,9 +42,11 @@ type Config struct {
 	Reserved map[string]int
 	// Lend lets lower classes borrow the reserved slots a class leaves
 	// unused, and lets the class take them back over the engines' limit:
-	// for engines that preempt the borrowers, as vLLM's priority scheduling
-	// does when it is told the class (--engine-priority). MaxInFlight stays
-	// a bound. Off: a reserved slot stays idle while its class is idle.
+	// for engines that queue by priority when told the class, as vLLM's
+	// priority scheduling (--engine-priority). vLLM v1 preempts no running
+	// request for a waiting one, so the class then waits at the engine for
+	// the first borrower to end. MaxInFlight stays a bound. Off: a reserved
+	// slot stays idle while its class is idle.
 	Lend bool
 	// MaxInFlight bounds the requests admitted and not done
 	// (--max-concurrent-requests); 0: no bound of its own.

@@ -13,9 +13,9 @@
 // running all it can). When room frees, the highest class with a request
 // that may go is served first, except that a class never takes the slots
 // reserved for the classes above it while they are unused (unless Lend: for
-// engines that preempt by priority, a lower class borrows them and the class
-// they are reserved for takes them back over the engines' limit, the engine
-// preempting a borrower); within a class,
+// engines that queue by priority, a lower class borrows them and the class
+// they are reserved for takes them back over the engines' limit, first in
+// the engine's queue for the next slot that frees); within a class,
 // tenants are served by deficit round robin weighted by tokens, so a burst
 // of one tenant delays the others by at most one quantum per round.
 //

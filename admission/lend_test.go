@@ -14,8 +14,8 @@ func lending(reserved int) Config {
 // TestBulkBorrowsAnIdleReservedSlotAndInteractiveTakesItBack: with Lend,
 // bulk fills every slot of the engines' limit, the one reserved for
 // interactive included; an interactive request then goes at once, over the
-// limit by the one slot bulk borrowed (the engine preempts a bulk request
-// for it), and a second interactive waits, since the first holds what was
+// limit by the one slot bulk borrowed (it waits at the head of the
+// engine's queue for the first borrower to end), and a second interactive waits, since the first holds what was
 // reserved.
 func TestBulkBorrowsAnIdleReservedSlotAndInteractiveTakesItBack(t *testing.T) {
 	s := New(lending(1))
@@ -47,7 +47,7 @@ func TestBulkBorrowsAnIdleReservedSlotAndInteractiveTakesItBack(t *testing.T) {
 	}
 	s.Done(held[0], t0.Add(time.Second))
 	if !isWaiting(second) {
-		t.Fatal("a bulk request ended, but the engine resumes the preempted one in its slot: nothing more goes")
+		t.Fatal("a bulk request ended, but the interactive one waiting at the engine takes its slot: nothing more goes")
 	}
 	s.Done(first, t0.Add(time.Second))
 	if !isAdmitted(second) {
@@ -71,7 +71,8 @@ func TestWithoutLendingAReservedSlotStaysIdle(t *testing.T) {
 }
 
 // TestTakingBackNeverPassesMaxInFlight: the configured bound stays a
-// bound; only the engines' limit is passed, since the engines preempt.
+// bound; only the engines' limit is passed, since the engines queue what
+// passes it by priority.
 func TestTakingBackNeverPassesMaxInFlight(t *testing.T) {
 	c := lending(1)
 	c.MaxInFlight = 4

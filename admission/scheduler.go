@@ -374,7 +374,8 @@ func (s *Scheduler) unusedAbove(c Class) int {
 
 // reclaims reports whether class c, short of its reserved slots, may go
 // over the engines' limit by what the classes below it borrowed of the
-// slots reserved for c and above: the engines preempt a borrower for it.
+// slots reserved for c and above: the engine queues it first, by priority,
+// for the next slot a borrower frees.
 // MaxInFlight is never passed.
 func (s *Scheduler) reclaims(c Class) bool {
 	if s.limit < 0 || s.inflightBy[c] >= s.reserved[c] ||

@@ -45,7 +45,9 @@ type Admission struct {
 	// its priority field (the class's rank, 0 the highest: vLLM serves lower
 	// first), replacing any the client sent, and lower classes borrow the
 	// reserved slots a class leaves unused, which the class takes back over
-	// the engines' limit, the engine preempting a borrower for it. Off: the
+	// the engines' limit, waiting first in the engine's queue for the next
+	// slot a borrower frees (vLLM v1 preempts no running request for a
+	// waiting one). Off: the
 	// body goes unchanged and a reserved slot stays idle while its class is.
 	EnginePriority bool
 	// KeyClasses gives, per API key, the class of its requests that name

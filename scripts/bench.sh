@@ -129,7 +129,54 @@ admission_bench() {
 
 ' "$run"
 		eval "$run" | sed 's/^## /### /'
+		admission_engine_floor
+		admission_queue_leave
 	} >"$1"
+}
+# admission_engine_floor: what the engine itself allows in the priority
+# scenario, on virtual time (sim), with each router rule played around it.
+admission_engine_floor() {
+	local figures="SIM_PRIORITY_FIGURES=1 go test -count=1 -run TestPriorityFigures -v ./sim/"
+	cat <<EOF
+### Admission: what the engine itself allows, on virtual time
+
+The same scenario on the engine workersim runs (sim), with no machine noise and no router cost:
+one engine under vLLM v1's priority scheduling (its queue by priority, no preemption for a waiting
+request), the router's rule of each mechanism played around it, each mechanism alone. The
+interactive client thinks 90-110 ms (drawn per seed) and the first bulk requests ask for a quarter
+to all of the 256 tokens, so that bulk slots do not free in step. "waiting for the step in
+progress" runs from the interactive request's arrival to the end of the step the engine was
+running; the rest is its wait for a slot and its own step, a prefill of its prompt beside the bulk
+decodes. The router aborts are played here only (the router has neither): "restarts" sends the
+aborted request again from the start, cutting its client's stream if it had begun; "resumes" sends
+its prompt and the tokens it had (the router splicing the streams), as vLLM's own recompute
+preemption would. The last row gives the reserved slot an engine slot of its own: an engine of 5
+with bulk held to 4, which is the kept-idle rule on a larger engine, not bulk using the reserved
+slot. Reproduce with:
+
+\`\`\`
+$figures
+\`\`\`
+
+EOF
+	local out
+	out=$(eval "$figures")
+	grep '^|' <<<"$out"
+	printf '\n'
+	grep '^The floor' <<<"$out"
+	printf '\n'
+}
+# admission_queue_leave: how soon a client that leaves while queued frees
+# its place (scripts/queueleave.py, real processes).
+admission_queue_leave() {
+	local leave="python3 scripts/queueleave.py bin/router bin/workersim 20"
+	printf '### Admission: a client that leaves while queued\n\n'
+	printf 'One slot (--max-concurrent-requests 1) held by a long stream; a second request queues and its\n'
+	printf 'client closes the connection after 300 ms. How long after the close the router freed its place:\n\n'
+	printf '```\n%s\n```\n\n' "$leave"
+	printf 'Load average (1, 5, 15 min) at the start: %s.\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+	eval "$leave"
+	printf '\n'
 }
 admission_heading="## Admission on real processes"
 if [ "${1:-}" = admission ]; then

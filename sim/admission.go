@@ -45,10 +45,6 @@ func (e *Engine) popWaiting() {
 // admit reserves the KV a sequence needs for its whole life (prompt and every token it will
 // generate) and looks its prompt up in the prefix cache. It reports false, changing nothing,
 // when the KV does not fit even after evicting every unreferenced block.
-//
-// A preempted sequence is admitted again the same way, its prompt's blocks likely still cached:
-// it recomputes the rest of its prompt and the tokens it had generated, with no transfer, and
-// keeps the cached count of its first admission for its usage.
 func (e *Engine) admit(s *sequence, at time.Duration) bool {
 	p, private, ok := e.fits(s)
 	if !ok {
@@ -56,19 +52,14 @@ func (e *Engine) admit(s *sequence, at time.Duration) bool {
 	}
 	s.private = private
 	s.blocks = e.cache.commit(s.hashes, private)
-	if !e.cfg.PriorityScheduling {
-		s.hashes = nil // nothing readmits it
-	}
+	s.hashes = nil // nothing readmits it
 	s.admitted = true
 	hits := p.hits * e.cfg.BlockTokens
 	s.kvTokens = hits
-	s.transfer = 0
-	if !s.preempted {
-		s.cached = hits
-		s.transfer = min(s.remote, s.promptTokens-hits)
-	}
+	s.cached = hits
+	s.transfer = min(s.remote, s.promptTokens-hits)
 	s.readyAt = at + e.cfg.TransferCost(s.transfer)
-	s.prefillLeft = s.promptTokens - hits - s.transfer + s.generated
+	s.prefillLeft = s.promptTokens - hits - s.transfer
 	e.prefixQueries += uint64(s.promptTokens)
 	e.prefixHits += uint64(hits)
 	e.transferTokens += uint64(s.transfer)
@@ -81,50 +72,6 @@ func (e *Engine) fits(s *sequence) (plan admissionPlan, private int, ok bool) {
 	p := e.cache.plan(s.hashes, e.cfg.hitLimitBlocks(s.promptTokens))
 	private = e.cfg.BlocksFor(s.promptTokens+s.maxTokens) - p.indexed
 	return p, private, e.cache.fits(p, private)
-}
-
-// preemptForPriority preempts, under priority scheduling, the running sequences of the lowest
-// priority while the first waiting sequence cannot be admitted and goes before them, as vLLM's
-// priority scheduler does before it schedules a step.
-func (e *Engine) preemptForPriority() {
-	if !e.cfg.PriorityScheduling {
-		return
-	}
-	for {
-		w := e.peekWaiting()
-		if w == nil {
-			return
-		}
-		if _, _, ok := e.fits(w); ok && len(e.running) < e.cfg.MaxNumSeqs {
-			return
-		}
-		v := e.lowestRunning()
-		if v == nil || v.priority <= w.priority {
-			return
-		}
-		e.preempt(v)
-	}
-}
-
-// lowestRunning is the running sequence that goes last, nil when none runs.
-func (e *Engine) lowestRunning() *sequence {
-	var out *sequence
-	for _, s := range e.running {
-		if out == nil || out.before(s) {
-			out = s
-		}
-	}
-	return out
-}
-
-// preempt takes a running sequence back to the waiting queue, its KV given back.
-func (e *Engine) preempt(s *sequence) {
-	e.release(s)
-	e.removeRunning(s)
-	s.admitted, s.preempted = false, true
-	s.marked, s.kvTokens, s.transfer, s.prefillLeft, s.chunk = 0, 0, 0, 0, 0
-	e.pushWaiting(s)
-	e.preemptions++
 }
 
 // release gives back everything a sequence holds in the cache.

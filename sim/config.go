@@ -41,13 +41,14 @@ type Config struct {
 	// times slower (the "degrade" fault). Default 1.
 	Slowdown float64
 
-	// PriorityScheduling is vLLM's --scheduling-policy priority: requests wait in order of
-	// [Request.Priority] (lower first), then of arrival, and a request that cannot be admitted
-	// for want of a sequence slot or KV preempts the running request of the lowest priority
-	// (the latest arrived among equals) when that priority is lower than its own. A preempted
-	// request gives back its KV and waits again; on readmission it recomputes its prompt and the
-	// tokens it had generated (vLLM's recompute preemption), and its stream resumes where it
-	// was. Off: first come, first served, and Priority is ignored.
+	// PriorityScheduling is vLLM's --scheduling-policy priority, as its v1 scheduler runs it:
+	// requests wait in order of [Request.Priority] (lower first), then of arrival, and the
+	// first waiting request takes the next sequence slot or KV that frees. A waiting request
+	// never preempts a running one, whatever its priority: vLLM v1 stops admitting when
+	// max_num_seqs run or the KV does not fit, and preempts only a running request that cannot
+	// grow its KV (the running request of the lowest priority goes back to waiting), which
+	// cannot happen here since this engine reserves a sequence's KV for its whole life at
+	// admission. Off: first come, first served, and Priority is ignored.
 	PriorityScheduling bool
 
 	// CacheEvents makes the engine log every change of its prefix cache (blocks computed and

@@ -42,7 +42,6 @@ type Engine struct {
 	transferTokens uint64
 	generated      uint64
 	arrivals       uint64
-	preemptions    uint64
 }
 
 // NewEngine returns an idle engine with an empty cache. Zero fields of cfg take their defaults;
@@ -177,9 +176,10 @@ func (e *Engine) ComputedTokens() uint64 { return e.computedTokens }
 // cancelled requests' included (monotonic, vllm:generation_tokens_total).
 func (e *Engine) GeneratedTokens() uint64 { return e.generated }
 
-// Preemptions is the number of running requests preempted so far for a request of a higher
-// priority (monotonic, vllm:num_preemptions_total).
-func (e *Engine) Preemptions() uint64 { return e.preemptions }
+// Preemptions is the number of running requests preempted so far (vllm:num_preemptions_total):
+// always 0, since vLLM preempts only a running request that cannot grow its KV and this engine
+// reserves a sequence's KV for its whole life at admission (see [Config.PriorityScheduling]).
+func (e *Engine) Preemptions() uint64 { return 0 }
 
 // TransferredTokens is the number of prompt tokens whose KV was fetched from a remote prefill
 // engine so far (monotonic), counted when the transfer starts.

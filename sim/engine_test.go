@@ -342,3 +342,27 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 }
+
+// TestARunningPrefillTakesTheStepBudgetFirst: as vLLM v1 schedules a step
+// (its running requests first, then the waiting ones with the budget
+// left), a short request that arrives while a long prompt is prefilled in
+// chunks of the whole budget waits until the long prompt's last chunk,
+// and goes in the first step with budget to spare: chunked prefill bounds
+// its wait by the long prompt's remaining chunks, not by the long
+// request's whole life.
+func TestARunningPrefillTakesTheStepBudgetFirst(t *testing.T) {
+	e := NewEngine(Config{MaxBatchedTokens: 512})
+	mustSubmit(t, e, Request{ID: 1, Prompt: text(1, 2048*4), MaxTokens: 50}, 0)
+	mustSubmit(t, e, Request{ID: 2, Prompt: text(2, 64), MaxTokens: 2}, time.Millisecond)
+	evs := runAll(t, e)
+	cfg := e.Config()
+	longFirst := find(t, evs, 1, FirstToken).At
+	if want := 4 * cfg.PrefillCost(512); longFirst != want {
+		t.Fatalf("the long prompt's first token at %v, want four full chunks, %v", longFirst, want)
+	}
+	short := find(t, evs, 2, FirstToken).At
+	if want := longFirst + cfg.PrefillCost(16) + cfg.DecodeCost(0); short < longFirst || short-want > cfg.DecodeCost(1) {
+		t.Fatalf("the short request's first token at %v, want the step after the long prompt's last chunk, about %v",
+			short, want)
+	}
+}

@@ -15,7 +15,6 @@ type sequence struct {
 	tokens       []uint32 // the prompt's token IDs, kept only for cache events
 
 	admitted    bool
-	preempted   bool // admitted once and preempted since: it recomputes what it had
 	cancelled   bool
 	finished    bool
 	blocks      []int32 // indexed blocks referenced, prompt order

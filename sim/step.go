@@ -8,7 +8,6 @@ import "time"
 // nothing to compute the engine idles, waking for the earliest pending KV transfer if any.
 func (e *Engine) startStep(at time.Duration) {
 	e.batch = e.batch[:0]
-	e.preemptForPriority()
 	usage := e.KVUsage()
 	decodes := e.scheduleDecodes(at)
 	budget := e.cfg.MaxBatchedTokens - decodes

@@ -21,7 +21,7 @@ func admissionFlags() []cli.Flag {
 			"admission classes, highest first; empty: one class, and priority headers are ignored"),
 		stringFlag("priority-default-class", a.DefaultClass, "class of a request that names none"),
 		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
-		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field, and let lower classes borrow unused reserved slots, which the engines give back by preemption"),
+		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field, and let lower classes borrow unused reserved slots, the class taking them back over the engines' bound (it waits at the engine for a borrower to end: vLLM v1 does not preempt for it)"),
 		sliceFlag("api-key-classes", "default class of an API key's requests, as KEY=class (repeatable)"),
 		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant (default: its API key)"),
 		intFlag("tenant-max-inflight", a.TenantMaxInFlight, "ceiling of one tenant's requests in flight across the tier; 0: none"),

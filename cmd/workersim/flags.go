@@ -33,7 +33,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "max-num-batched-tokens", Value: sim.DefaultMaxBatchedTokens,
 			EnvVars: env("max-num-batched-tokens"), Usage: "token budget of one engine step (chunked prefill)"},
 		&cli.StringFlag{Name: "scheduling-policy", Value: "fcfs", EnvVars: env("scheduling-policy"),
-			Usage: "fcfs, or priority: as vLLM's, requests go by their priority field (lower first) and preempt running requests of a lower one"},
+			Usage: "fcfs, or priority: as vLLM v1's, the queue goes by the priority field (lower first); a waiting request never preempts a running one"},
 		&cli.Float64Flag{Name: "time-scale", Value: 1, EnvVars: env("time-scale"),
 			Usage: "speed-up of simulated time: 100 runs everything 100x faster"},
 		&cli.StringFlag{Name: "role", Value: string(roleBoth), EnvVars: env("role"),

@@ -11,7 +11,7 @@ var _ = exposition.Describe(map[string]string{
 	"vllm:prefix_cache_queries_total":         "Prompt tokens looked up in the prefix cache.",
 	"vllm:prefix_cache_hits_total":            "Prompt tokens found in the prefix cache.",
 	"vllm:generation_tokens_total":            "Tokens generated, counted at every engine step.",
-	"vllm:num_preemptions_total":              "Running requests preempted for one of a higher priority (--scheduling-policy priority).",
+	"vllm:num_preemptions_total":              "Running requests preempted for want of KV; always 0 here, since a request's KV is reserved at admission.",
 	"vllm:prompt_tokens_total":                "Prompt tokens the engine took in.",
 	"vllm:request_success_total":              "Requests finished, by finish reason.",
 	"vllm:cache_config_info":                  "The KV cache's configuration, in its labels.",

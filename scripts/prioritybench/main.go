@@ -28,7 +28,7 @@ import (
 
 var (
 	quick  = flag.Bool("quick", false, "shorter runs")
-	rounds = flag.Int("rounds", 2, "rounds of the priority runs, each round every run once, one after the other")
+	rounds = flag.Int("rounds", 3, "rounds of the priority runs, each round every run once, one after the other")
 )
 
 func main() {

@@ -2,114 +2,189 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
+
+// priorityRun is one configuration of the priority scenario.
+type priorityRun struct {
+	name    string
+	flags   []string // the router's
+	workers []string // the workersim's
+	flood   bool
+}
+
+// priorityRow is what one run of the priority scenario measured.
+type priorityRow struct {
+	p50, p99                time.Duration
+	engineP99               time.Duration // of the TTFT less the router's queue time
+	ratio                   float64       // p99 over the same round's alone p99
+	requests                int
+	bulkTokens              float64 // per second
+	busy, waiting, queued   float64
+	idle                    float64 // share of samples with an idle slot while requests waited
+	preemptions             float64
+	beforeFirst             string
+	loadStart, loadFinished string
+}
+
+var priorityRuns = func() []priorityRun {
+	reserved := []string{"--priority-reserved", "interactive=1"}
+	return []priorityRun{
+		{"interactive alone", reserved, nil, false},
+		{"+ bulk flood, one class (FIFO, no saturation signal)", []string{"--priority-classes", "", "--engine-scrape-interval-secs", "0"}, nil, true},
+		{"+ bulk flood, interactive=1 reserved, kept idle for it", reserved, nil, true},
+		{"+ bulk flood, interactive=1 reserved and lent to bulk (--engine-priority)",
+			append([]string{"--engine-priority"}, reserved...), []string{"--scheduling-policy", "priority"}, true},
+	}
+}()
 
 // priority: one engine of 4 sequences; a bulk flood of 20 closed-loop
 // clients (256-token prompts, 256 tokens out: 5x the engine's sequences)
 // and one interactive client (8 tokens out, 100 ms think: about 0.4 of a
 // sequence, 10% of the engine). Every run is repeated -rounds times, the
 // runs of a round one after the other, so that each is measured side by
-// side with the others under the same load.
+// side with the others under the same load; the summary compares the modes
+// over the rounds of this run.
 func priority() {
 	const seqs, timeScale = 4, 1.0
 	warm, measure := window(12*time.Second, 30*time.Second)
-	type run struct {
-		name    string
-		flags   []string
-		workers []string
-		flood   bool
-	}
-	reserved := []string{"--priority-reserved", "interactive=1"}
-	runs := []run{
-		{"interactive alone", reserved, nil, false},
-		{"+ bulk flood, one class (FIFO, no saturation signal)", []string{"--priority-classes", "", "--engine-scrape-interval-secs", "0"}, nil, true},
-		{"+ bulk flood, interactive=1 reserved, bulk may not take it", reserved, nil, true},
-		{"+ bulk flood, interactive=1 reserved and lent to bulk, taken back by engine preemption (--engine-priority)",
-			append([]string{"--engine-priority"}, reserved...), []string{"--scheduling-policy", "priority"}, true},
-	}
 	header("Admission: an interactive stream under a bulk flood", fmt.Sprintf(`
 One workersim (--max-num-seqs %d, --time-scale %v) behind one router replica, on 127.0.0.1, all
 real processes. Bulk: 20 closed-loop streaming clients (256-token prompts, 256 tokens out,
 x-priority: bulk), 5x the engine's sequences. Interactive: one closed-loop streaming client
 (8 tokens out, 100 ms think, x-priority: interactive), about 10%% of the engine. TTFT is measured at
-the client, to the first token event; the first %v of each run are warm-up (the router learns the
-engine's bound from its first scrape), the next %v are measured. "engine busy" is the engine's
+the client, to the first token event, and past the router's queue (less the x-admission-queue-ms
+the router reported: what the engine and HTTP took); the first %v of each run are warm-up (the
+router learns the engine's bound from its first scrape), the next %v are measured. "engine busy" is the engine's
 running sequences over its %d, the mean of 250 ms samples; "idle while queued" is the share of
 samples in which it ran fewer than %d while requests waited at the router. With --engine-priority
-the router lends the interactive class's reserved slot to bulk and passes each request's class rank
-on as vLLM's priority field; the workersim runs --scheduling-policy priority, so an interactive
-request that finds the engine full preempts a bulk one, which resumes after it. "preempt before
-first token" is the share of a bulk request's time at the engine (its TTFT less its queue time,
-over its whole time less its queue time) before its first token: the window in which the router
-could preempt it itself, invisibly to its client (option b). %d rounds, each round every run once.`,
-		seqs, timeScale, warm, measure, seqs, seqs, *rounds))
-	fmt.Println("| round | run | interactive TTFT p50 ms | p99 ms | p99 / alone | interactive requests | bulk tokens/s | engine busy | engine waiting (mean) | queued at router (mean) | idle while queued | engine preemptions | preempt before first token |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+the router lends the interactive class's reserved slot to bulk, lets an interactive request go
+over the engine's bound to take it back, and passes each request's class rank on as vLLM's
+priority field; the workersim runs --scheduling-policy priority as vLLM's v1 scheduler does: its
+queue goes by priority, and a waiting request never preempts a running one, so an interactive
+request that finds the engine full waits, first in line, for a bulk request to end. "bulk time
+before first token" is the share of a bulk request's time at the engine (its TTFT less its queue
+time, over its whole time less its queue time) before its first token: the window in which the
+router could take it back without cutting its client's stream. %d rounds, each round every run
+once.`, seqs, timeScale, warm, measure, seqs, seqs, *rounds))
+	fmt.Println("| round | run | interactive TTFT p50 ms | p99 ms | p99 / alone | p99 past the router's queue ms | interactive requests | bulk tokens/s | engine busy | engine waiting (mean) | queued at router (mean) | idle while queued | engine preemptions | bulk time before first token |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	rows := make([][]priorityRow, len(priorityRuns))
 	for round := 1; round <= *rounds; round++ {
 		var alone time.Duration
-		for _, r := range runs {
-			f := newFleet()
-			f.startWorkers(1, seqs, timeScale, r.workers...)
-			f.startRouters(1, r.flags...)
-			rec := &recorder{}
-			target := func() string { return f.routers[0] }
-			clients := []*client{{stream: "interactive", targets: target, headers: map[string]string{"x-priority": "interactive"},
-				promptLen: 64, maxTokens: 8, think: 100 * time.Millisecond, rec: rec, seed: uint64(round)}}
-			if r.flood {
-				for i := range 20 {
-					clients = append(clients, &client{stream: "bulk", targets: target, headers: map[string]string{"x-priority": "bulk"},
-						promptLen: 1024, maxTokens: 256, rec: rec, seed: uint64(100*round + i)})
-				}
-			}
-			load := loadavg()
-			start := time.Now()
-			from := start.Add(warm)
-			preemptFrom := make(chan float64, 1)
-			go func() {
-				time.Sleep(time.Until(from))
-				preemptFrom <- gauge(f.workers[0], "vllm:num_preemptions_total")
-			}()
-			_, from, to, es := drive(f, seqs, clients, warm, measure)
-			preemptions := gauge(f.workers[0], "vllm:num_preemptions_total") - <-preemptFrom
-			f.stop()
-			var ttft []time.Duration
-			for _, s := range rec.between("interactive", from, to) {
-				if s.arrived {
-					ttft = append(ttft, s.ttft)
-				}
-			}
-			bulkTokens := 0
-			var beforeFirst, atEngine time.Duration
-			for _, s := range rec.between("bulk", from, to) {
-				bulkTokens += s.tokens
-				if s.arrived {
-					beforeFirst += s.ttft - s.queue
-					atEngine += s.dur - s.queue
-				}
-			}
-			idle := 0.0
-			if len(es.running) > 0 {
-				idle = float64(es.idleWhileQueued) / float64(len(es.running))
-			}
-			p99 := pct(ttft, 0.99)
+		for i, r := range priorityRuns {
+			row := priorityOnce(r, round, seqs, timeScale, warm, measure)
 			if !r.flood {
-				alone = p99
+				alone = row.p99
 			}
-			ratio, window := "-", "-"
+			ratio := "-"
 			if alone > 0 {
-				ratio = fmt.Sprintf("%.2f", float64(p99)/float64(alone))
+				row.ratio = float64(row.p99) / float64(alone)
+				ratio = fmt.Sprintf("%.2f", row.ratio)
 			}
-			if atEngine > 0 {
-				window = fmt.Sprintf("%.1f%%", 100*float64(beforeFirst)/float64(atEngine))
-			}
-			fmt.Printf("| %d | %s | %s | %s | %s | %d | %.0f | %.0f%% | %.2f | %.1f | %.0f%% | %.0f | %s |\n", round, r.name,
-				ms(pct(ttft, 0.5)), ms(p99), ratio, len(ttft), float64(bulkTokens)/measure.Seconds(),
-				100*mean(es.running)/seqs, mean(es.waiting), mean(es.queued), 100*idle, preemptions, window)
-			fmt.Fprintf(stderr, "priority %q round %d: load average %s at the start, %s at the end\n", r.name, round, load, loadavg())
-			loads = append(loads, load)
+			rows[i] = append(rows[i], row)
+			fmt.Printf("| %d | %s | %s | %s | %s | %s | %d | %.0f | %.0f%% | %.2f | %.1f | %.0f%% | %.0f | %s |\n", round, r.name,
+				ms(row.p50), ms(row.p99), ratio, ms(row.engineP99), row.requests, row.bulkTokens, 100*row.busy, row.waiting, row.queued,
+				100*row.idle, row.preemptions, row.beforeFirst)
+			fmt.Fprintf(stderr, "priority %q round %d: load average %s at the start, %s at the end\n", r.name, round, row.loadStart, row.loadFinished)
+			loads = append(loads, row.loadStart)
 		}
 	}
 	fmt.Printf("\nLoad average (1, 5, 15 min) at the start of each run, in the table's order: %v.\n\n", loads)
 	loads = nil
+	prioritySummary(rows)
+}
+
+// prioritySummary prints the before and after of this run: each mode over
+// its rounds, worst and mean.
+func prioritySummary(rows [][]priorityRow) {
+	fmt.Printf(`#### Before and after, side by side in this run
+
+Each mode over the %d rounds above, worst and mean: "one class" is the door before priority classes,
+"kept idle" the reserved slot before lending, "lent" the reserved slot lent to bulk. p99 / alone is
+each round's p99 over the same round's alone p99.
+
+`, *rounds)
+	fmt.Println("| run | p99 / alone worst | mean | p99 ms worst | mean | bulk tokens/s worst | mean | idle while queued worst | mean |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	var both []string
+	for i, r := range priorityRuns {
+		var ratioW, ratioM, p99W, p99M, idleW, idleM, tokM float64
+		tokW := -1.0
+		for _, row := range rows[i] {
+			p := float64(row.p99) / float64(time.Millisecond)
+			ratioW, p99W, idleW = max(ratioW, row.ratio), max(p99W, p), max(idleW, row.idle)
+			if tokW < 0 || row.bulkTokens < tokW {
+				tokW = row.bulkTokens
+			}
+			n := float64(len(rows[i]))
+			ratioM, p99M, idleM, tokM = ratioM+row.ratio/n, p99M+p/n, idleM+row.idle/n, tokM+row.bulkTokens/n
+		}
+		fmt.Printf("| %s | %.2f | %.2f | %.0f | %.0f | %.0f | %.0f | %.0f%% | %.0f%% |\n", r.name, ratioW, ratioM, p99W, p99M,
+			tokW, tokM, 100*idleW, 100*idleM)
+		if r.flood && ratioW <= 1.2 && idleW <= 0.05 {
+			both = append(both, r.name)
+		}
+	}
+	fmt.Println()
+	if len(both) == 0 {
+		both = []string{"none"}
+	}
+	fmt.Printf("Modes that met both targets in every round (p99 within 1.2x of alone, an idle slot in at most 5%% of the "+
+		"samples while bulk waited): %s.\n\n", strings.Join(both, "; "))
+}
+
+// priorityOnce runs r once, in a fleet of its own.
+func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measure time.Duration) priorityRow {
+	f := newFleet()
+	f.startWorkers(1, seqs, timeScale, r.workers...)
+	f.startRouters(1, r.flags...)
+	rec := &recorder{}
+	target := func() string { return f.routers[0] }
+	clients := []*client{{stream: "interactive", targets: target, headers: map[string]string{"x-priority": "interactive"},
+		promptLen: 64, maxTokens: 8, think: 100 * time.Millisecond, rec: rec, seed: uint64(round)}}
+	if r.flood {
+		for i := range 20 {
+			clients = append(clients, &client{stream: "bulk", targets: target, headers: map[string]string{"x-priority": "bulk"},
+				promptLen: 1024, maxTokens: 256, rec: rec, seed: uint64(100*round + i)})
+		}
+	}
+	row := priorityRow{loadStart: loadavg()}
+	from := time.Now().Add(warm)
+	preemptFrom := make(chan float64, 1)
+	go func() {
+		time.Sleep(time.Until(from))
+		preemptFrom <- gauge(f.workers[0], "vllm:num_preemptions_total")
+	}()
+	_, from, to, es := drive(f, seqs, clients, warm, measure)
+	row.preemptions = gauge(f.workers[0], "vllm:num_preemptions_total") - <-preemptFrom
+	f.stop()
+	row.loadFinished = loadavg()
+	var ttft, past []time.Duration
+	for _, s := range rec.between("interactive", from, to) {
+		if s.arrived {
+			ttft, past = append(ttft, s.ttft), append(past, s.ttft-s.queue)
+		}
+	}
+	bulkTokens := 0
+	var beforeFirst, atEngine time.Duration
+	for _, s := range rec.between("bulk", from, to) {
+		bulkTokens += s.tokens
+		if s.arrived {
+			beforeFirst += s.ttft - s.queue
+			atEngine += s.dur - s.queue
+		}
+	}
+	if len(es.running) > 0 {
+		row.idle = float64(es.idleWhileQueued) / float64(len(es.running))
+	}
+	row.beforeFirst = "-"
+	if atEngine > 0 {
+		row.beforeFirst = fmt.Sprintf("%.1f%%", 100*float64(beforeFirst)/float64(atEngine))
+	}
+	row.p50, row.p99, row.engineP99, row.requests = pct(ttft, 0.5), pct(ttft, 0.99), pct(past, 0.99), len(ttft)
+	row.bulkTokens = float64(bulkTokens) / measure.Seconds()
+	row.busy, row.waiting, row.queued = mean(es.running)/float64(seqs), mean(es.waiting), mean(es.queued)
+	return row
 }
