@@ -43,7 +43,7 @@ type Config struct {
 	// Lend lets lower classes borrow the reserved slots a class leaves
 	// unused, and lets the class take them back over the engines' limit:
 	// for engines that queue by priority when told the class, as vLLM's
-	// priority scheduling (--engine-priority). vLLM v1 preempts no running
+	// priority scheduling (--lend-reserved-slots). vLLM v1 preempts no running
 	// request for a waiting one, so the class then waits at the engine for
 	// the first borrower to end. MaxInFlight stays a bound. Off: a reserved
 	// slot stays idle while its class is idle.

@@ -43,13 +43,16 @@ type Admission struct {
 	// EnginePriority says the engines run vLLM's priority scheduling
 	// (--engine-priority): a completion's class goes on to the engine as
 	// its priority field (the class's rank, 0 the highest: vLLM serves lower
-	// first), replacing any the client sent, and lower classes borrow the
-	// reserved slots a class leaves unused, which the class takes back over
-	// the engines' limit, waiting first in the engine's queue for the next
-	// slot a borrower frees (vLLM v1 preempts no running request for a
-	// waiting one). Off: the
-	// body goes unchanged and a reserved slot stays idle while its class is.
+	// first), replacing any the client sent. Off: the body goes unchanged.
 	EnginePriority bool
+	// LendReserved lets lower classes borrow the reserved slots a class
+	// leaves unused (--lend-reserved-slots), which the class takes back
+	// over the engines' limit. It pays only where the engine preempts a
+	// running request for a higher-priority waiting one: vLLM v1 does not,
+	// and there the class waits first in the engine's queue for the next
+	// slot a borrower frees (BENCHMARKS.md: 70x the interactive TTFT p99).
+	// Off: a reserved slot stays idle while its class is.
+	LendReserved bool
 	// KeyClasses gives, per API key, the class of its requests that name
 	// none (--api-key-classes).
 	KeyClasses map[string]string
@@ -70,7 +73,7 @@ type Admission struct {
 func (a Admission) scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
 		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
-		Lend: a.EnginePriority}
+		Lend: a.LendReserved}
 	if a.Capacity > 0 {
 		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
 		if c.RatePerSec <= 0 {

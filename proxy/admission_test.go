@@ -374,3 +374,18 @@ func TestAHalfClosedClientStaysQueued(t *testing.T) {
 		t.Fatalf("the half-closed client read %q after the probe, want its 200", rest)
 	}
 }
+
+// TestLendingIsItsOwnChoiceNotTheEnginePriority: passing the class on as
+// vLLM's priority does not lend reserved slots (vLLM v1 would keep a
+// borrower running while the class waits); --lend-reserved-slots does.
+func TestLendingIsItsOwnChoiceNotTheEnginePriority(t *testing.T) {
+	for _, tc := range []struct {
+		a    Admission
+		lend bool
+	}{{Admission{EnginePriority: true}, false}, {Admission{LendReserved: true}, true}, {Admission{}, false}} {
+		if got := tc.a.scheduler().Lend; got != tc.lend {
+			t.Errorf("engine priority %v, lend reserved %v: the scheduler lends %v, want %v",
+				tc.a.EnginePriority, tc.a.LendReserved, got, tc.lend)
+		}
+	}
+}

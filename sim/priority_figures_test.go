@@ -90,7 +90,7 @@ type priorityMechanism struct {
 var priorityMechanisms = []priorityMechanism{
 	{name: "interactive alone", seqs: 4},
 	{name: "reserved slot kept idle (bulk held to 3)", seqs: 4, bulkMax: 3, totalMax: 4},
-	{name: "reserved slot lent (--engine-priority): interactive waits at the engine for a slot", seqs: 4, bulkMax: 4, totalMax: 4},
+	{name: "reserved slot lent (--lend-reserved-slots): interactive waits at the engine for a slot", seqs: 4, bulkMax: 4, totalMax: 4},
 	{name: "slot lent, router aborts the borrower and restarts it", seqs: 4, bulkMax: 4, totalMax: 4, shed: true},
 	{name: "slot lent, router aborts the borrower and resumes it", seqs: 4, bulkMax: 4, totalMax: 4, shed: true, resume: true},
 	{name: "reserved slot above the engine's bulk share (engine of 5, bulk held to 4)", seqs: 5, bulkMax: 4, totalMax: 5},

@@ -21,7 +21,8 @@ func admissionFlags() []cli.Flag {
 			"admission classes, highest first; empty: one class, and priority headers are ignored"),
 		stringFlag("priority-default-class", a.DefaultClass, "class of a request that names none"),
 		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
-		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field, and let lower classes borrow unused reserved slots, the class taking them back over the engines' bound (it waits at the engine for a borrower to end: vLLM v1 does not preempt for it)"),
+		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field"),
+		boolFlag("lend-reserved-slots", "let lower classes borrow unused --priority-reserved slots, the class taking them back over the engines' bound; for engines that preempt a running request for a higher-priority waiting one (vLLM v1 does not: there the class waits at the engine for a borrower to end)"),
 		sliceFlag("api-key-classes", "default class of an API key's requests, as KEY=class (repeatable)"),
 		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant (default: its API key)"),
 		intFlag("tenant-max-inflight", a.TenantMaxInFlight, "ceiling of one tenant's requests in flight across the tier; 0: none"),
@@ -60,6 +61,7 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 	a.TenantMaxInFlight = c.Int("tenant-max-inflight")
 	a.TierFair = !c.Bool("disable-tier-fairness")
 	a.EnginePriority = c.Bool("engine-priority")
+	a.LendReserved = c.Bool("lend-reserved-slots")
 	a.KVFull = c.Float64("saturation-kv-usage")
 	if !(a.KVFull > 0 && a.KVFull <= 1) {
 		return fmt.Errorf("--saturation-kv-usage: want a share in (0, 1], got %v", a.KVFull)

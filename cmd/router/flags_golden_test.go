@@ -170,6 +170,7 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"priority-reserved":           sets(func(c cluster.Config) any { return c.Proxy.Admission.Reserved }, d.Proxy.Admission.Reserved),
 		"api-key-classes":             sets(func(c cluster.Config) any { return c.Proxy.Admission.KeyClasses }, d.Proxy.Admission.KeyClasses),
 		"engine-priority":             sets(func(c cluster.Config) any { return c.Proxy.Admission.EnginePriority }, d.Proxy.Admission.EnginePriority),
+		"lend-reserved-slots":         sets(func(c cluster.Config) any { return c.Proxy.Admission.LendReserved }, d.Proxy.Admission.LendReserved),
 		"tenant-header":               sets(func(c cluster.Config) any { return c.Proxy.Admission.TenantHeader }, d.Proxy.Admission.TenantHeader),
 		"tenant-max-inflight":         sets(func(c cluster.Config) any { return c.Proxy.Admission.TenantMaxInFlight }, d.Proxy.Admission.TenantMaxInFlight),
 		"disable-tier-fairness":       sets(func(c cluster.Config) any { return c.Proxy.Admission.TierFair }, d.Proxy.Admission.TierFair),

@@ -34,8 +34,8 @@ var priorityRuns = func() []priorityRun {
 		{"interactive alone", reserved, nil, false},
 		{"+ bulk flood, one class (FIFO, no saturation signal)", []string{"--priority-classes", "", "--engine-scrape-interval-secs", "0"}, nil, true},
 		{"+ bulk flood, interactive=1 reserved, kept idle for it", reserved, nil, true},
-		{"+ bulk flood, interactive=1 reserved and lent to bulk (--engine-priority)",
-			append([]string{"--engine-priority"}, reserved...), []string{"--scheduling-policy", "priority"}, true},
+		{"+ bulk flood, interactive=1 reserved and lent to bulk (--engine-priority --lend-reserved-slots)",
+			append([]string{"--engine-priority", "--lend-reserved-slots"}, reserved...), []string{"--scheduling-policy", "priority"}, true},
 	}
 }()
 
@@ -58,7 +58,7 @@ the client, to the first token event, and past the router's queue (less the x-ad
 the router reported: what the engine and HTTP took); the first %v of each run are warm-up (the
 router learns the engine's bound from its first scrape), the next %v are measured. "engine busy" is the engine's
 running sequences over its %d, the mean of 250 ms samples; "idle while queued" is the share of
-samples in which it ran fewer than %d while requests waited at the router. With --engine-priority
+samples in which it ran fewer than %d while requests waited at the router. With --engine-priority --lend-reserved-slots
 the router lends the interactive class's reserved slot to bulk, lets an interactive request go
 over the engine's bound to take it back, and passes each request's class rank on as vLLM's
 priority field; the workersim runs --scheduling-policy priority as vLLM's v1 scheduler does: its
