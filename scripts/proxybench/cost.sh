@@ -10,7 +10,8 @@
 #   COST_BUILDS='before=bin/router-a after=bin/router-b' scripts/proxybench/cost.sh OUT.md
 # COST_ROUNDS (2), COST_DURATION (4s), COST_POLICY (cache_aware),
 # COST_GOMAXPROCS (2), COST_ENV (extra environment for the routers, e.g.
-# 'GOGC=200'), COST_PROFILE=DIR (a CPU profile of COST_PROFILE_SECONDS, 3,
+# 'GOGC=200'), COST_ENV_<build> (the same for one build only, whose name
+# is then a shell identifier), COST_PROFILE=DIR (a CPU profile of COST_PROFILE_SECONDS, 3,
 # and an allocation profile of each build's last round into DIR, one per
 # body).
 set -euo pipefail
@@ -44,7 +45,8 @@ measure() {
 	rport=$(free_port)
 	dport=$(free_port)
 	rm -rf "$tmp/data"
-	env GOMAXPROCS="${COST_GOMAXPROCS:-2}" ${COST_ENV:-} "$bin" serve --port "$rport" --policy "${COST_POLICY:-cache_aware}" \
+	local own="COST_ENV_$name"
+	env GOMAXPROCS="${COST_GOMAXPROCS:-2}" ${COST_ENV:-} ${!own:-} "$bin" serve --port "$rport" --policy "${COST_POLICY:-cache_aware}" \
 		--node-name router --data-dir "$tmp/data" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 \
 		--prometheus-port 0 --debug-addr "127.0.0.1:$dport" --log-level warn \
 		--worker-urls "http://127.0.0.1:${port[upstream]}" >"$tmp/router.log" 2>&1 &
