@@ -18,10 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 out=$1
-tmp=$(mktemp -d)
 source "$here/lib.sh"
-source "$here/conf.sh"
-trap 'stop_all; [ -n "${KEEP_BENCH_TMP:-}" ] || rm -rf "$tmp"' EXIT
+bench_begin
 builds=${COST_BUILDS:-"router=bin/router"}
 rounds=${COST_ROUNDS:-2}
 duration=${COST_DURATION:-4s}
