@@ -59,10 +59,18 @@ func (m *admissionMetrics) watch(s *admission.Scheduler) {
 func (m *admissionMetrics) decided(class, tenant string, tk *admission.Ticket) {
 	s := m.seriesOf(class, tenant)
 	s.queueTime.Update(tk.Waited().Seconds())
-	var r *admission.Refusal
 	if err := tk.Err(); err == nil {
 		s.admitted.Inc()
-	} else if errors.As(err, &r) {
+	} else {
+		m.refusedBy(s, err)
+	}
+}
+
+// refusedBy counts a refusal; apart, so that the admitted ticket's path
+// does not allocate the Refusal pointer errors.As needs on the heap.
+func (m *admissionMetrics) refusedBy(s *admissionSeries, err error) {
+	var r *admission.Refusal
+	if errors.As(err, &r) {
 		m.refused(s, r.Reason.String()).Inc()
 	}
 }

@@ -228,3 +228,26 @@ func BenchmarkParseInference(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUsageOf is reading the usage of a whole answer, which every
+// non-streamed answer pays: one without cached tokens (the proxy
+// benchmark's upstream) and one with them (vLLM's usage details).
+func BenchmarkUsageOf(b *testing.B) {
+	for name, body := range map[string]string{
+		"uncached": `{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"m","choices":[{"index":0,` +
+			`"message":{"role":"assistant","content":"The quick brown fox jumps over the lazy dog."},"finish_reason":"stop"}],` +
+			`"usage":{"prompt_tokens":1024,"completion_tokens":12,"total_tokens":1036}}`,
+		"cached": `{"id":"c","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant",` +
+			`"content":"The quick brown fox jumps over the lazy dog."},"finish_reason":"stop"}],"usage":{"prompt_tokens":1024,` +
+			`"completion_tokens":12,"total_tokens":1036,"prompt_tokens_details":{"cached_tokens":768}}}`,
+	} {
+		answer := []byte(body)
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if usageOf(answer).PromptTokens != 1024 {
+					b.Fatal("no prompt tokens")
+				}
+			}
+		})
+	}
+}

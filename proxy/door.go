@@ -35,19 +35,30 @@ func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 		p.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
 	}
-	held, err := p.readBody(ctx)
+	held, buf, err := p.readBody(ctx)
 	if err != nil {
 		p.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
 	p.admission.stampPriority(ctx, tk)
-	return passed{held: held, ticket: tk}, true
+	return passed{held: held, buf: buf, ticket: tk}, true
 }
 
 // passed is what a request that went through the door holds.
 type passed struct {
 	held   int64             // its body's share of the budget of bodies held
+	buf    *[]byte           // the pooled buffer its body was read into; nil when none
 	ticket *admission.Ticket // its admission slot; nil on routes that take none
+}
+
+// served gives back what the request held once it was served: its share of
+// the budget and its body's buffer, which the request no longer names.
+func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
+	p.bodies.give(pass.held)
+	if pass.buf != nil {
+		ctx.Request.SetBodyRaw(nil)
+		giveBody(pass.buf)
+	}
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
@@ -111,30 +122,36 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 
 // readBody reads the request's body, charged to the budget of bodies held
 // before a byte of it is read, and makes it the request's body (PostBody).
-// held is its share of the budget.
-func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (held int64, err error) {
+// held is its share of the budget, buf the pooled buffer it was read into
+// (bodypool.go), nil when it has none.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (held int64, buf *[]byte, err error) {
 	stream := ctx.RequestBodyStream()
 	n := ctx.Request.Header.ContentLength()
 	if stream == nil || n == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	var body []byte
 	if n > 0 {
 		if !p.bodies.take(int64(n)) {
-			return 0, p.bodiesHeld()
+			return 0, nil, p.bodiesHeld()
 		}
 		held = int64(n)
-		body = make([]byte, n)
+		if p.pd == nil {
+			body, buf = takeBody(n)
+		} else {
+			body = make([]byte, n)
+		}
 		_, err = io.ReadFull(stream, body)
 	} else {
 		body, held, err = p.readChunked(stream)
 	}
 	if err != nil {
 		p.bodies.give(held)
-		return 0, bodyReadError(err)
+		giveBody(buf)
+		return 0, nil, bodyReadError(err)
 	}
 	ctx.Request.SetBodyRaw(body)
-	return held, nil
+	return held, buf, nil
 }
 
 // readChunked reads a body of no announced length, growing its share of

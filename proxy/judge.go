@@ -56,12 +56,36 @@ func usageOf(body []byte) core.Usage {
 	return u
 }
 
+// lastIndex is bytes.LastIndex by forward searches for the key less its
+// first byte (a quote, in every key here, and the commonest byte of JSON,
+// which would stop bytes.Index's scan at every string): bytes.Index then
+// skips from one candidate to the next with vector instructions, where
+// LastIndex hashes every byte of the body, and an answer names each key
+// once or not at all.
+func lastIndex(s, key []byte) int {
+	if len(key) < 2 {
+		return bytes.LastIndex(s, key)
+	}
+	last := -1
+	for from := 1; from <= len(s); {
+		i := bytes.Index(s[from:], key[1:])
+		if i < 0 {
+			return last
+		}
+		if at := from + i - 1; s[at] == key[0] {
+			last = at
+		}
+		from += i + 1
+	}
+	return last
+}
+
 // mentionsUsage says whether relayed bytes may carry a usage object.
 func mentionsUsage(b []byte) bool { return bytes.Contains(b, []byte(`"cached_tokens":`)) }
 
 // lastNumber reads the integer after the last occurrence of key in body.
 func lastNumber(body []byte, key string) (int, bool) {
-	i := bytes.LastIndex(body, []byte(key))
+	i := lastIndex(body, []byte(key))
 	if i < 0 {
 		return 0, false
 	}

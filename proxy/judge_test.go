@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvrouter/kvrouter/core"
@@ -27,6 +29,25 @@ func TestUsageOfReadsWhatEachEngineSaysItHadCached(t *testing.T) {
 	} {
 		if got := usageOf([]byte(tc.body)); got != tc.want {
 			t.Errorf("%s: usageOf = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// lastIndex finds what bytes.LastIndex finds, overlapping keys and
+// repeated ones included.
+func TestLastIndexIsBytesLastIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		s := make([]byte, rng.IntN(64))
+		for i := range s {
+			s[i] = "ab\""[rng.IntN(3)]
+		}
+		key := make([]byte, 1+rng.IntN(3))
+		for i := range key {
+			key[i] = "ab\""[rng.IntN(3)]
+		}
+		if got, want := lastIndex(s, key), bytes.LastIndex(s, key); got != want {
+			t.Fatalf("lastIndex(%q, %q) = %d, bytes.LastIndex says %d", s, key, got, want)
 		}
 	}
 }

@@ -257,7 +257,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	defer p.bodies.give(pass.held)
+	defer p.served(ctx, pass)
 	if rt.metered == nil {
 		rt.serve(p, ctx)
 		return

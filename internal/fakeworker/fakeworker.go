@@ -232,10 +232,10 @@ func (w *Worker) dispatch(e *Exchange) {
 		}
 		(*every)(e)
 	case e.Req.Method == http.MethodPost:
-		w.Inference.Add(1)
 		s := string(e.Body)
 		w.lastBody.Store(&s)
 		w.lastReq.Store(e.Req)
+		w.Inference.Add(1) // after the stores: a test that saw the count reads this request
 		(*w.behaviour.Load())(e)
 	case strings.HasSuffix(e.Req.URL.Path, "/v1/models") && w.models.Load() != nil && *w.models.Load() != "":
 		e.JSON(200, fmt.Sprintf(`{"object":"list","data":[{"id":%q,"object":"model"}]}`, *w.models.Load()))

@@ -71,3 +71,13 @@ for pid in os.listdir("/proc"):
 print(total)
 PY
 }
+
+# bench_begin starts a script of the benchmark once lib.sh is sourced (with
+# $here its directory): $tmp, a directory removed at exit unless
+# KEEP_BENCH_TMP is set, every process started by then stopped, and
+# conf.sh's configurations.
+bench_begin() {
+	tmp=$(mktemp -d)
+	source "$here/conf.sh"
+	trap 'stop_all; [ -n "${KEEP_BENCH_TMP:-}" ] || rm -rf "$tmp"' EXIT
+}
