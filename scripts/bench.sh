@@ -39,11 +39,18 @@ if [ "${1:-}" = proxy ]; then
 import sys
 out, new = sys.argv[1], open(sys.argv[2]).read()
 text = open(out).read()
+# The proxy section runs from its heading to the next section's: the ones
+# after it stay.
+new = new.rstrip("\n") + "\n\n"
 for heading in ("## Proxy path against nginx and HAProxy", "## Router overhead on real processes"):
     if heading in text:
-        text = text[:text.index(heading)]
+        start = text.index(heading)
+        end = text.find("\n## ", start + len(heading))
+        text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
         break
-open(out, "w").write(text.rstrip("\n") + "\n\n" + new)
+else:
+    text = text.rstrip("\n") + "\n\n" + new
+open(out, "w").write(text)
 PY
 	echo "wrote the proxy section of $out"
 	exit 0
