@@ -75,12 +75,14 @@ func TestStatusSaysWhetherAReplicaLeftOrDied(t *testing.T) {
 	// times its 3 s minimum when no other member confirms it in time (with
 	// four members, one can): up to about 20 s with the probes, longer than
 	// testDeadline on a loaded machine.
+	var seen []string
 	testwait.Eventually(t, 3*testDeadline, func() bool {
 		st := c.statusOf(survivor)
 		l, okL := memberNamed(st, "r2")
 		d, okD := memberNamed(st, "r3")
+		seen = []string{fmt.Sprintf("r2 %v %s at %s", okL, l.State, l.Address), fmt.Sprintf("r3 %v %s at %s", okD, d.State, d.Address)}
 		return okL && okD && l.State == "left" && l.Address == leftAddr && d.State == "dead" && d.Address == diedAddr
-	}, "r0 to see r2 left and r3 dead")
+	}, "r0 to see r2 left at %s and r3 dead at %s (last seen: %v)", leftAddr, diedAddr, &seen)
 }
 
 // TestRoutingConfigChangesForTheWholeTier changes the policy through one
