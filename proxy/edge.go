@@ -23,9 +23,11 @@ type edgeListener struct {
 	// head each watches for bare LFs (lineends.go).
 	watchHeads bool
 	active     atomic.Int64
-	failing    atomic.Bool // accepting fails for lack of resources right now
-	quit       chan struct{}
-	quitOnce   sync.Once
+	// failedAt is when accepting last failed for lack of resources (unix
+	// nanoseconds), 0 once an accept succeeded since.
+	failedAt atomic.Int64
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	mu        sync.Mutex
 	lingering map[*edgeConn]struct{}
@@ -48,7 +50,7 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err == nil {
-			if l.failing.Swap(false) {
+			if l.failedAt.Swap(0) != 0 {
 				l.log.Info("accepting client connections again")
 			}
 			over := l.maxConns > 0 && l.active.Add(1) > l.maxConns
@@ -57,12 +59,12 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 		if errors.Is(err, net.ErrClosed) || !recoverableAcceptError(err) {
 			return nil, err
 		}
-		l.failing.Store(true)
+		l.failedAt.Store(time.Now().UnixNano())
 		if time.Since(lastLog) >= time.Second {
 			l.log.Error("cannot accept client connections; retrying", "err", err)
 			lastLog = time.Now()
 		}
-		backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+		backoff = min(max(2*backoff, 5*time.Millisecond), maxAcceptBackoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -92,8 +94,19 @@ func (l *edgeListener) Close() error {
 	return l.Listener.Close()
 }
 
-// accepting reports whether the listener can take new connections.
-func (l *edgeListener) accepting() bool { return !l.failing.Load() }
+// maxAcceptBackoff is the longest wait between two accepts that failed.
+const maxAcceptBackoff = time.Second
+
+// accepting reports whether the listener can take new connections: no
+// accept failed for lack of resources within two of its longest backoffs.
+// A listener that is still failing fails again within one; one whose
+// retry found the descriptors free but no client waiting (the ones queued
+// during the failure gave up) waits for the next client without a success
+// to report, and must not say it is failing meanwhile.
+func (l *edgeListener) accepting() bool {
+	at := l.failedAt.Load()
+	return at == 0 || time.Since(time.Unix(0, at)) > 2*maxAcceptBackoff
+}
 
 // Lingering close, as nginx does it: a connection the router closes while
 // the client may still be sending (a body refused with 413, headers refused

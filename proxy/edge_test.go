@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -224,7 +226,12 @@ func TestTheListenerRecoversFromRunningOutOfFileDescriptors(t *testing.T) {
 	for _, c := range flood {
 		c.Close()
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return readiness(t, kept) == 200 }, "the listener to accept again")
+	// The child, a -race build, must first read the end of each flood
+	// connection it accepted and close it, and its accept loop backs off up
+	// to a second between failures: in a full test run on a loaded machine
+	// that once took more than waitDeadline.
+	took := testwait.Eventually(t, 4*waitDeadline, func() bool { return readiness(t, kept) == 200 }, "the listener to accept again")
+	t.Logf("accepting again %v after the flood closed", took)
 	if resp, _ := post(t, r.url, "/v1/completions", completion("after", false)); resp.StatusCode != 200 {
 		t.Fatalf("a new client after the flood: %d", resp.StatusCode)
 	}
@@ -269,4 +276,47 @@ func runEdgeChild(workerURL string) {
 	go func() { _ = p.Serve(ln) }()
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
+}
+
+// failOnceListener fails its first Accept for lack of descriptors, then
+// waits, as a listener does whose queued clients gave up meanwhile.
+type failOnceListener struct {
+	net.Listener
+	calls atomic.Int32
+	done  chan struct{}
+}
+
+func (l *failOnceListener) Accept() (net.Conn, error) {
+	if l.calls.Add(1) == 1 {
+		return nil, &net.OpError{Op: "accept", Err: os.NewSyscallError("accept", syscall.EMFILE)}
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+// TestAListenerThatStopsFailingIsAcceptingWithoutANewClient: after a
+// failure for lack of descriptors, the retry finds them free but no client
+// waiting; readiness must not stay at 503 until a new client happens by.
+func TestAListenerThatStopsFailingIsAcceptingWithoutANewClient(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	fl := &failOnceListener{Listener: inner, done: make(chan struct{})}
+	l := newEdgeListener(fl, 0, slog.New(slog.DiscardHandler))
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := l.Accept()
+		accepted <- err
+	}()
+	testwait.Eventually(t, waitDeadline, func() bool { return fl.calls.Load() >= 2 }, "the retry after the failure")
+	if l.accepting() {
+		t.Fatal("accepting right after a failure for lack of descriptors")
+	}
+	testwait.Eventually(t, 4*maxAcceptBackoff, l.accepting, "accepting again with no new client")
+	close(fl.done)
+	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Accept ended with %v, want net.ErrClosed", err)
+	}
 }
