@@ -9,6 +9,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -170,5 +171,82 @@ func TestAReplicaThatJoinsLateTakesAReapedSeatOnlyOnceStable(t *testing.T) {
 	}
 	if got := at.Sub(start); got > 40*time.Second {
 		t.Fatalf("d promoted only %v after the start", got)
+	}
+}
+
+// joinRecorder is a gossip membership the test sets that records every
+// Join.
+type joinRecorder struct {
+	fakeGossip
+	joinMu sync.Mutex
+	joins  [][]string
+}
+
+func (g *joinRecorder) Join(addrs []string) error {
+	g.joinMu.Lock()
+	defer g.joinMu.Unlock()
+	g.joins = append(g.joins, slices.Clone(addrs))
+	return nil
+}
+
+func (g *joinRecorder) joined() [][]string {
+	g.joinMu.Lock()
+	defer g.joinMu.Unlock()
+	return slices.Clone(g.joins)
+}
+
+func gossipMember(name string, joined bool) loadsync.Member {
+	tags := map[string]string{TagRaft: addrOf(name)}
+	if joined {
+		tags[TagJoined] = "1"
+	}
+	return loadsync.Member{Name: name, Addr: "gossip-" + name, Tags: tags}
+}
+
+// A replica that --join brought into the gossip of a running cluster, but
+// that no leader has added yet, push/pulls with every member holding Raft
+// state, so the leader hears of it first-hand instead of by a rumour that
+// may miss it; once it is in the Raft configuration it stops.
+func TestAReplicaOutsideTheRaftConfigurationAnnouncesItselfToTheJoinedMembers(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	raft := &fakeRaft{clock: clk, promoted: map[string]time.Time{}}
+	gossip := &joinRecorder{}
+	self := gossipMember("d", false)
+	self.Self = true
+	gossip.members = []loadsync.Member{gossipMember("a", true), gossipMember("b", true), gossipMember("c", false), self}
+	m := New(Config{Self: "d", Expect: 3, Clock: clk}, raft, gossip, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.RunRejoin(ctx, "gossip-d")
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	round := func() {
+		t.Helper()
+		testwait.Eventually(t, 10*time.Second, clk.HasWaiters, "the rejoin loop waits")
+		clk.Step(rejoinMax)
+		testwait.Eventually(t, 10*time.Second, clk.HasWaiters, "the rejoin loop's round ends")
+	}
+
+	round()
+	want := [][]string{{"gossip-a", "gossip-b"}}
+	if got := gossip.joined(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("joins outside the raft configuration: %v, want %v", got, want)
+	}
+	raft.set("d", addrOf("d"), Nonvoter) // the leader added d
+	round()
+	if got := gossip.joined(); len(got) != 1 {
+		t.Fatalf("joins once in the raft configuration: %v, want none after the first", got)
+	}
+}
+
+// Before any member holds Raft state, a new cluster's replicas wait for the
+// bootstrap: none has anyone to announce itself to.
+func TestAReplicaOfANewClusterAnnouncesItselfToNobody(t *testing.T) {
+	gossip := []loadsync.Member{gossipMember("a", false), gossipMember("b", false)}
+	if got := joinedAddrs(gossip, "gossip-c"); got != nil {
+		t.Fatalf("joined members of a new cluster: %v", got)
 	}
 }
