@@ -17,8 +17,11 @@ const (
 	// DefaultBindAddr is memberlist's usual port on every interface.
 	DefaultBindAddr = "0.0.0.0:7946"
 	// DefaultLeaveTimeout bounds how long Stop waits for the leave
-	// message to reach a peer.
-	DefaultLeaveTimeout = time.Second
+	// message to reach a peer. Stop returns as soon as it went out; the
+	// bound matters on a starved host, where at 1 s the leave was
+	// sometimes not sent before shutdown and the peers saw a death
+	// (TestStatusSaysWhetherAReplicaLeftOrDied, in loaded full runs).
+	DefaultLeaveTimeout = 5 * time.Second
 	// DefaultInboxPackets bounds the packets received but not yet merged;
 	// beyond it NotifyMsg drops packets rather than block memberlist's
 	// receive loop (a dropped load report is superseded by the next).
@@ -52,7 +55,7 @@ type GossipConfig struct {
 	// (to reconcile Raft membership, say) without stalling gossip, but
 	// must return for Stop to finish.
 	OnMember func(MemberEvent)
-	// LeaveTimeout bounds Stop's leave broadcast. Default 1 s.
+	// LeaveTimeout bounds Stop's leave broadcast. Default 5 s.
 	LeaveTimeout time.Duration
 	// InboxPackets bounds received packets awaiting merge. Default 4096.
 	InboxPackets int
