@@ -58,7 +58,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 		key := req.Hashes[depth]
 		c := leastLoaded(pool, owners, req.burst, req.Tail)
 		owner := true
-		if p.isHot(key, p.shared(req, depth), c.Load.selectLoad(c.Seen, req.burst), sp.min, req.burst) {
+		if p.isHot(req, depth, c.Load.selectLoad(c.Seen, req.burst), sp.min) {
 			var more [8]WorkerID
 			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst, req.Tail)
 			owner = slices.Contains(owners, c.Load.id)
@@ -86,7 +86,7 @@ func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView
 	return p.thresholds.Overloaded(c.Load.selectLoad(c.Seen, burst), sp.min)
 }
 
-// isHot reports whether the prefix ending in block key, whose least-loaded
+// isHot reports whether the prefix ending in block req.Hashes[depth], whose least-loaded
 // owner holds load, should gain an owner: the owner holds HotLoad requests
 // more than the least-loaded candidate (min), and the prefix had at least
 // HotLoad hits lately across the tier.
@@ -100,13 +100,13 @@ func (p *CacheAware) overloaded(c Choice, pool *Pool, sp spread, burst burstView
 // times that. A conversation's own prefix is not shared: its turns reach
 // one replica at a time, so its count is not scaled, and a session is not
 // moved off its cache because its owner is busy.
-func (p *CacheAware) isHot(key uint64, shared bool, load, min int64, v burstView) bool {
+func (p *CacheAware) isHot(req *Request, depth int, load, min int64) bool {
 	if !p.thresholds.hot(load, min) {
-		return false
+		return false // before the index is asked whether the prefix is shared
 	}
-	hits := p.heat.of(key, p.index.clock.Now())
-	if shared {
-		hits = (hits + 1) * float64(v.peers+1)
+	hits := p.heat.of(req.Hashes[depth], p.index.clock.Now())
+	if p.shared(req, depth) {
+		hits = (hits + 1) * float64(req.burst.peers+1)
 	}
 	return hits >= p.thresholds.HotLoad
 }
