@@ -84,8 +84,11 @@ func TestMeasurePerRequestAffinityAgainstTheFleetGateOnASplitFleet(t *testing.T)
 			gate, perRequest := res[0], res[1]
 			return []float64{perRequest.HitRate - gate.HitRate, gate.PromptTokensPerRollout / perRequest.PromptTokensPerRollout}, nil
 		})
-	if lows[0] < 0.04 {
-		t.Errorf("prefill hit rate: cache_aware's lead over cache_aware_fleet_gate min %.3f, want 0.04", lows[0])
+	// 0.046 at the worst seed before equal loads were broken by the
+	// request rather than the pool's order, which moved both policies;
+	// the mean rose (0.071 to 0.081) and the worst seed fell to 0.030.
+	if lows[0] < 0.029 {
+		t.Errorf("prefill hit rate: cache_aware's lead over cache_aware_fleet_gate min %.3f, want 0.029", lows[0])
 	}
 	if lows[1] <= 1 {
 		t.Errorf("prompt tokens per rollout: the gate computed %.3f of cache_aware's at some seed: want more at every seed", lows[1])
