@@ -32,6 +32,10 @@ var attributionFamilies = []struct {
 		func(a core.Attribution) uint64 { return a.EngineHits }},
 	{"vllm_router_false_hits_total", "Decisions predicted as hits whose engine's cached share of the prompt did not exceed --cache-threshold: the index believed in a prefix the engine did not hold.",
 		func(a core.Attribution) uint64 { return a.FalseHits }},
+	{"vllm_router_false_hits_uncached_total", "False hits whose engine found not one token of the prompt cached.",
+		func(a core.Attribution) uint64 { return a.FalseHitsUncached }},
+	{"vllm_router_false_hits_evicted_total", "False hits on the blocks the engine's own KV events said it held (fact engine) whose engine removed some of the prompt's blocks after the decision: evicted before the engine admitted the request, not a stale index.",
+		func(a core.Attribution) uint64 { return a.FalseHitsEvicted }},
 	{"vllm_router_cold_misses_total", "Engine misses predicted as misses for which no other worker was known to hold the prefix, at the decision or by the answer (no_fact: not counted as lost).",
 		func(a core.Attribution) uint64 { return a.ColdMisses }},
 	{"vllm_router_judged_prompt_tokens_total", "Prompt tokens of the judged answers.",
@@ -44,7 +48,7 @@ const (
 	lostHitsFamily = "vllm_router_lost_hits_total"
 	lostHitsHelp   = "Engine misses on a prefix another worker was known to hold above --cache-threshold, by cause: shed (the owner judged overloaded), ineligible (the owner not a candidate), below_threshold (only a shallower part known at the decision), peer_fact_late (nothing known at the decision, a fact arrived by the answer)."
 	falseByFact    = "vllm_router_false_hits_by_fact_total"
-	falseByFactHlp = "False hits by where the index's belief came from: own (this replica's decision) or peer (a peer's gossip)."
+	falseByFactHlp = "False hits by where the belief came from: own (this replica's decision) or peer (a peer's gossip), an in-flight reservation with --kv-events; engine (the blocks the engine's own KV events said it held)."
 	calibSent      = "vllm_router_calibrations_sent_total"
 	calibSentHelp  = "Per-worker sums of this replica's judged predicted hits sent to its peers (one per worker judged in a load report interval)."
 	calibHeard     = "vllm_router_calibrations_learned_total"
@@ -77,7 +81,7 @@ func (f clusterFamilies) writeAttribution(w io.Writer) {
 		fmt.Fprintf(w, "%s{cause=%q} %d\n", lostHitsFamily, c.String(), a.Lost[c])
 	}
 	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
-	for _, f := range []core.Fact{core.FactOwn, core.FactPeer} {
+	for _, f := range []core.Fact{core.FactOwn, core.FactPeer, core.FactEngine} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
 	}
 	if f.sync != nil {

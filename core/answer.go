@@ -67,9 +67,16 @@ type Attribution struct {
 	// FalseHits is the decisions predicted as hits whose engine's cached
 	// share did not exceed the threshold: the index believed in a prefix
 	// the engine did not hold. FalseHitsByFact splits them by where the
-	// belief came from (index FactOwn, FactPeer).
-	FalseHits       uint64
-	FalseHitsByFact [3]uint64
+	// belief came from (index FactOwn, FactPeer, FactEngine).
+	// FalseHitsUncached is those whose engine found not one token of the
+	// prompt cached; FalseHitsEvicted those of FactEngine whose engine's
+	// events removed some of the prompt's blocks after the decision: the
+	// index was right when it decided, and the engine evicted the blocks
+	// before it admitted the request.
+	FalseHits         uint64
+	FalseHitsByFact   [numFacts]uint64
+	FalseHitsUncached uint64
+	FalseHitsEvicted  uint64
 	// Lost counts lost hits by Cause.
 	Lost [numCauses]uint64
 	// ColdMisses is the answers without a hit, predicted so, for which the
@@ -92,9 +99,9 @@ func (a Attribution) LostTotal() uint64 {
 }
 
 type attributionCounts struct {
-	judged, predictedHits, engineHits, falseHits, cold, prompt, cached atomic.Uint64
-	falseByFact                                                        [3]atomic.Uint64
-	lost                                                               [numCauses]atomic.Uint64
+	judged, predictedHits, engineHits, falseHits, falseUncached, falseEvicted, cold, prompt, cached atomic.Uint64
+	falseByFact                                                                                     [numFacts]atomic.Uint64
+	lost                                                                                            [numCauses]atomic.Uint64
 }
 
 // Answered judges decision d against its engine's answer: a predicted hit
@@ -125,6 +132,12 @@ func (r *Replica) Answered(d Decided, u Usage) {
 	case d.Hit:
 		c.falseHits.Add(1)
 		c.falseByFact[d.Fact].Add(1)
+		if u.CachedTokens <= 0 {
+			c.falseUncached.Add(1)
+		}
+		if d.Fact == FactEngine && r.cfg.KV.EvictedSince(uint32(d.Worker), d.kvKeys, d.at) {
+			c.falseEvicted.Add(1)
+		}
 	default:
 		r.attributeMiss(d)
 	}
@@ -166,7 +179,8 @@ func (r *Replica) heldElsewhere(d Decided) bool {
 func (r *Replica) Attribution() Attribution {
 	c := &r.counts
 	a := Attribution{Judged: c.judged.Load(), PredictedHits: c.predictedHits.Load(), EngineHits: c.engineHits.Load(),
-		FalseHits: c.falseHits.Load(), ColdMisses: c.cold.Load(), PromptTokens: c.prompt.Load(),
+		FalseHits: c.falseHits.Load(), FalseHitsUncached: c.falseUncached.Load(),
+		FalseHitsEvicted: c.falseEvicted.Load(), ColdMisses: c.cold.Load(), PromptTokens: c.prompt.Load(),
 		CachedTokens: c.cached.Load()}
 	for i := range c.falseByFact {
 		a.FalseHitsByFact[i] = c.falseByFact[i].Load()

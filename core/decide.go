@@ -1,6 +1,10 @@
 package core
 
-import "github.com/kvrouter/kvrouter/affinity"
+import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
 
 // Fact says where the knowledge behind a decision came from.
 type Fact uint8
@@ -14,6 +18,11 @@ const (
 	FactOwn
 	// FactPeer: it was learned from a peer's gossip.
 	FactPeer
+	// FactEngine: the chosen worker's match was the blocks its engine's
+	// own KV events said it held (--kv-events), not an in-flight
+	// reservation.
+	FactEngine
+	numFacts
 )
 
 func (f Fact) String() string {
@@ -22,6 +31,8 @@ func (f Fact) String() string {
 		return "own"
 	case FactPeer:
 		return "peer"
+	case FactEngine:
+		return "engine"
 	}
 	return "none"
 }
@@ -42,6 +53,11 @@ type Decided struct {
 	Load int64
 
 	hashes []uint64 // the request's, for the answer's second look
+	// kvKeys and at are the prompt's engine block keys and the decision's
+	// time, when it was made on the engines' events: the answer asks
+	// whether the engine evicted them since.
+	kvKeys []uint64
+	at     time.Time
 	// routed says the decision came through Decide (a zero Decided is
 	// judged by nothing).
 	routed bool
@@ -63,8 +79,13 @@ func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *a
 	if err != nil {
 		return Decided{}, nil, err
 	}
-	r.routedOnEvents(req, d.Worker)
 	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
+	if m, onEngine := r.routedOnEvents(req, d.Worker); m != nil {
+		out.kvKeys, out.at = m.keys, m.at
+		if onEngine {
+			out.Fact = FactEngine
+		}
+	}
 	if l := r.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()
 	}

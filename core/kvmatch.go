@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,11 @@ func (r *Replica) KVRouting() KVRouting {
 type kvMatch struct {
 	r    *Replica
 	keys []uint64
+	// onEngine is the candidates whose match was their engine's stored
+	// blocks, not a reservation deeper than them; at is when they were
+	// matched.
+	onEngine []affinity.WorkerID
+	at       time.Time
 }
 
 var _ affinity.PrefixMatcher = (*kvMatch)(nil)
@@ -79,15 +85,18 @@ func (r *Replica) useEvents(req *affinity.Request) {
 }
 
 // routedOnEvents tells the events' source that w was given work its engine
-// should store blocks for (it holds less of the prompt than its tokens).
-func (r *Replica) routedOnEvents(req *affinity.Request, w affinity.WorkerID) {
+// should store blocks for (it holds less of the prompt than its tokens), and
+// gives the request's match, if it was made on the events, and whether w's
+// was the blocks its engine's events said it held.
+func (r *Replica) routedOnEvents(req *affinity.Request, w affinity.WorkerID) (*kvMatch, bool) {
 	m, ok := req.Matcher.(*kvMatch)
 	if !ok {
-		return
+		return nil, false
 	}
 	if n, t := r.cfg.KV.Matched(uint32(w), m.keys); t == kvevents.Trusted && n < len(m.keys) {
 		r.cfg.KV.Expect(uint32(w))
 	}
+	return m, slices.Contains(m.onEngine, w)
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
@@ -99,8 +108,10 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 	}
 	depths = depths[:2*n]
 	all, recent := depths[:n], depths[n:]
+	m.onEngine = m.onEngine[:0]
 	r := m.r
-	since := r.cfg.Clock.Now().Add(-r.reservation())
+	m.at = r.cfg.Clock.Now()
+	since := m.at.Add(-r.reservation())
 	r.index.Depths(req.Hashes, pool, since, all, recent)
 	best := -1
 	for i := range n {
@@ -113,6 +124,8 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 			}
 			if recent[i] > engine {
 				r.kv.reserved.Add(1)
+			} else if engine >= 0 {
+				m.onEngine = append(m.onEngine, pool.At(i).ID())
 			}
 			all[i] = max(engine, recent[i])
 		} else {

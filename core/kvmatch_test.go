@@ -236,3 +236,40 @@ func TestOnEventsTheTokensOfAPrefixMatchTheTextTheyStandFor(t *testing.T) {
 		t.Fatalf("decided %+v; want a hit on 2 matching the %d bytes the earlier prompt's tokens stand for", d.Decision, len(text))
 	}
 }
+
+// TestOnEventsAFalseHitSaysWhetherTheEngineOrAReservationBackedIt: a hit
+// on blocks the engine's events showed is a false hit of the engine's fact
+// when its answer found them gone, and an evicted one when the events
+// removed them after the decision (before the engine admitted the request);
+// a hit on an in-flight reservation is one of the replica's own fact; an
+// answer with nothing cached is also counted as such.
+func TestOnEventsAFalseHitSaysWhetherTheEngineOrAReservationBackedIt(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	clk.Step(time.Minute)
+	text, tokens := kvPrompt(8)
+	ev.stores(2, tokens, 8)
+	stored := decideTokens(t, r, rt, text, tokens)
+	if !stored.Hit || stored.Worker != 2 || stored.Fact != FactEngine {
+		t.Fatalf("decided %+v (fact %v); want a hit on 2 from the engine's events", stored.Decision, stored.Fact)
+	}
+	clk.Step(10 * time.Millisecond)
+	ev.evicted[2] = clk.Now() // while the request waited for the engine
+	r.Answered(stored, usage(0, 32))
+
+	text, tokens = kvPrompt(9)
+	owner := decideTokens(t, r, rt, text, tokens).Worker // a miss: its reservation is recorded
+	clk.Step(time.Second)
+	reserved := decideTokens(t, r, rt, text, tokens)
+	if !reserved.Hit || reserved.Worker != owner || reserved.Fact != FactOwn {
+		t.Fatalf("decided %+v (fact %v); want a hit on %d from this replica's reservation", reserved.Decision, reserved.Fact, owner)
+	}
+	r.Answered(reserved, usage(4, 32))
+
+	a := r.Attribution()
+	if a.FalseHits != 2 || a.FalseHitsByFact[FactEngine] != 1 || a.FalseHitsByFact[FactOwn] != 1 ||
+		a.FalseHitsUncached != 1 || a.FalseHitsEvicted != 1 {
+		t.Errorf("false hits %d, by fact %v, none cached %d, evicted %d; want 2, one engine and one own, one with none cached, one evicted",
+			a.FalseHits, a.FalseHitsByFact, a.FalseHitsUncached, a.FalseHitsEvicted)
+	}
+}

@@ -54,6 +54,7 @@ AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "512", "--observat
 ADDED = "vllm_router_kv_tokenize_added_seconds"
 RESULTS = ("ok", "cached", "prefix", "slow", "failed")  # vllm_router_kv_tokenize_total's results
 ENGINE = "vllm_router_kv_tokenize_duration_seconds"
+FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 
 
 def config():
@@ -168,6 +169,9 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
         return {"ratio": rep["cached_token_ratio"], "errors": rep["errors"], "requests": rep["requests"],
                 "ttft_p50": rep["ttft_p50_ms"], "ttft_p99": rep["ttft_p99_ms"],
                 "false": summed(pages, "vllm_router_false_hits_total"),
+                "false_engine": summed(pages, FALSE_BY_FACT, 'fact="engine"'),
+                "false_uncached": summed(pages, "vllm_router_false_hits_uncached_total"),
+                "false_evicted": summed(pages, "vllm_router_false_hits_evicted_total"),
                 "predicted": summed(pages, "vllm_router_predicted_hits_total"),
                 "judged": summed(pages, "vllm_router_judged_decisions_total"),
                 "added_p50": quantile(added, 0.5), "added_p99": quantile(added, 0.99),
@@ -217,7 +221,11 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "Fresh workers and replicas for every run; a round runs the modes of a tier back to back, and every "
          "ratio is taken within a round. Cached-token ratio: the workers' usage (cached_tokens over "
          "prompt_tokens). False hits: the replicas' count of predicted hits whose engine found no more than the "
-         "threshold cached, over the decisions judged. Added latency: the replicas' histogram of what "
+         "threshold cached, over the decisions judged, then split: on the engine's stored blocks (the events, or "
+         "the oracle, said it held them at the decision), and of those the ones whose engine's events removed "
+         "some of the prompt's blocks after the decision (evicted before the engine admitted the request: the "
+         "index was right when it decided); on an in-flight reservation or the text index (the rest); and "
+         "those whose engine found not one token cached. Added latency: the replicas' histogram of what "
          "tokenization added to each request (a cached prompt's lookup included), then the engines' /tokenize "
          "answers alone; bucket bounds in ms. The lookup on the sets is in the Go benchmark below."
          + (f" before: events with the router of {cfg['before']} (the same bench before the change), side by side."
@@ -233,9 +241,9 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "Targets: events >= text and >= 0.99 of the oracle (worst round); 4 replicas >= 0.99 of one (worst "
          "round); false hits about none.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
-         "vs 1 replica: mean / worst | false hits / judged (mean) | added p50 / p99 ms | engine tokenize p50 / "
+         "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | added p50 / p99 ms | engine tokenize p50 / "
          "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | errors | load avg per round |",
-         "|" + "---|" * 13]
+         "|" + "---|" * 14]
     verdicts = []
     for n in cfg["replicas"]:
         for mode in cfg["modes"]:
@@ -257,6 +265,10 @@ def render(cfg, runs, load_before, load_after, elapsed):
             tok = " / ".join(f"{statistics.mean(r['tokenize'].get(x, 0) for r in reps):.0f}" for x in RESULTS)
             L.append(f"| {n} | {mode} | {statistics.mean(rat):.3f} / {min(rat):.3f} | {' | '.join(cols)} | "
                      f"{statistics.mean(r['false'] for r in reps):.1f} / {statistics.mean(r['judged'] for r in reps):.0f} | "
+                     f"{statistics.mean(r['false_engine'] for r in reps):.1f} "
+                     f"({statistics.mean(r['false_evicted'] for r in reps):.1f}) / "
+                     f"{statistics.mean(r['false'] - r['false_engine'] for r in reps):.1f} / "
+                     f"{statistics.mean(r['false_uncached'] for r in reps):.1f} | "
                      f"{ms(max((r['added_p50'] for r in reps), key=lambda x: x or 0))} / "
                      f"{ms(max((r['added_p99'] for r in reps), key=lambda x: x or 0))} | "
                      f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
@@ -293,7 +305,8 @@ def main(out_md):
                     tag = f"{mode}-n{n}-r{rnd}"
                     r = run(tmp, tag, cfg, mode, n, bindir)
                     runs[(n, mode, rnd)] = r
-                    print(f"kvbench: {tag}: cached {r['ratio']:.3f}, false hits {r['false']:.0f} of {r['judged']:.0f}, "
+                    print(f"kvbench: {tag}: cached {r['ratio']:.3f}, false hits {r['false']:.0f} of {r['judged']:.0f} "
+                          f"(stored {r['false_engine']:.0f}, evicted after {r['false_evicted']:.0f}, none cached {r['false_uncached']:.0f}), "
                           f"added p50 {ms(r['added_p50'])} p99 {ms(r['added_p99'])} ms, tokenized {r['tokenize']}, "
                           f"errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
     except Exception:
