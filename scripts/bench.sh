@@ -203,7 +203,7 @@ kvevents_bench() {
 	local cpu="go test -run '^\$' -bench StreamCPUPer1000Events -benchtime 20000x -count 3 ./kvevents/"
 	local lookup="go test -run '^\$' -bench LookupPerRequest -benchtime 2000x -count 3 ./kvevents/"
 	if [ "$quick" = 1 ]; then
-		export KVBENCH_ROUNDS=${KVBENCH_ROUNDS:-1} KVBENCH_SESSIONS=${KVBENCH_SESSIONS:-32} KVBENCH_TURNS=${KVBENCH_TURNS:-4}
+		export KVBENCH_ROUNDS=${KVBENCH_ROUNDS:-1} KVBENCH_WORKERS=${KVBENCH_WORKERS:-4} KVBENCH_SESSIONS=${KVBENCH_SESSIONS:-32} KVBENCH_TURNS=${KVBENCH_TURNS:-4}
 	fi
 	python3 scripts/kvbench.py "$1"
 	{

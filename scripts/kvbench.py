@@ -27,8 +27,8 @@ found no more than the threshold cached), summed; the added latency is the
 replicas' histogram of what tokenization added to each request (a cached
 prompt's lookup included), the bucket bounds of its p50 and p99.
 
-Environment (defaults in brackets): KVBENCH_WORKERS [4], KVBENCH_KV (each
-workersim's --kv-capacity-tokens) [32768], KVBENCH_SESSIONS [64],
+Environment (defaults in brackets): KVBENCH_WORKERS [8], KVBENCH_KV (each
+workersim's --kv-capacity-tokens) [32768], KVBENCH_SESSIONS [128],
 KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
 KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
 KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
@@ -60,9 +60,9 @@ FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 def config():
     e = os.environ.get
     return {
-        "workers": int(e("KVBENCH_WORKERS", "4")),
+        "workers": int(e("KVBENCH_WORKERS", "8")),
         "kv": int(e("KVBENCH_KV", "32768")),
-        "sessions": int(e("KVBENCH_SESSIONS", "64")),
+        "sessions": int(e("KVBENCH_SESSIONS", "128")),
         "turns": int(e("KVBENCH_TURNS", "8")),
         "think": float(e("KVBENCH_THINK", "0.3")),
         "rounds": int(e("KVBENCH_ROUNDS", "3")),

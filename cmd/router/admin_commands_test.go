@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/urfave/cli/v2"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/admin/admintest"
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/store"
 )
@@ -60,34 +60,28 @@ func startReplica(t *testing.T, token string, status func() any) *fakeReplica {
 	t.Helper()
 	verifyNoLeaks(t)
 	f := &fakeReplica{fsm: store.NewFSM()}
-	admin := admin.New(admin.Config{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &fasthttp.Server{MaxIdleWorkerDuration: 10 * time.Millisecond, Handler: func(ctx *fasthttp.RequestCtx) {
-		if admin.Serve(ctx) {
-			return
-		}
-		if string(ctx.Path()) == "/readiness" && f.ready.Load() {
-			ctx.SetBodyString("ready")
-			return
-		}
-		ctx.Error("not ready", fasthttp.StatusServiceUnavailable)
-	}}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = srv.Serve(ln)
-	}()
-	t.Cleanup(func() {
-		_ = srv.Shutdown()
-		_ = ln.Close() // a Serve not yet started would otherwise serve on
-		wg.Wait()
-	})
-	f.addr = "http://" + ln.Addr().String()
+	a := admin.New(admin.Config{Token: token, Registry: f.fsm.View, Apply: f.apply, Status: status})
+	f.addr = admintest.Serve(t, withReadiness{a, f}).URL()
 	return f
+}
+
+// withReadiness serves the admin API and the replica's /readiness: ready
+// while f says so, 503 otherwise and for every other path.
+type withReadiness struct {
+	admin *admin.Admin
+	f     *fakeReplica
+}
+
+func (h withReadiness) Serve(ctx *fasthttp.RequestCtx) bool {
+	if h.admin.Serve(ctx) {
+		return true
+	}
+	if string(ctx.Path()) == "/readiness" && h.f.ready.Load() {
+		ctx.SetBodyString("ready")
+		return true
+	}
+	ctx.Error("not ready", fasthttp.StatusServiceUnavailable)
+	return true
 }
 
 // run runs the CLI with args and returns what it printed.

@@ -85,6 +85,9 @@ func Serve(t testing.TB, h Handler) *Client {
 		&http.Client{Timeout: RequestTimeout, Transport: &http.Transport{DisableKeepAlives: true}})
 }
 
+// URL is the base URL the Client sends to ("http://host:port").
+func (c *Client) URL() string { return c.base }
+
 // Reply is one response, read whole.
 type Reply struct {
 	Status int
