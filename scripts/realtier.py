@@ -351,6 +351,23 @@ def fmt_attr(reps):
     return ", ".join(f"{k} {statistics.mean(a.get(k, 0) for a in attrs):.0f}" for k in keys) or "0"
 
 
+def spread(reps, workers):
+    """How unevenly the runs' requests fell on the workers (loadgen's per_worker counts, every
+    worker counted, none answered by no worker): the coefficient of variation and the busiest
+    worker over the mean, each the mean over the runs. A session's turns stay on its worker, so
+    this is how evenly the sessions were placed."""
+    cvs, peaks = [], []
+    for r in reps:
+        counts = [v for k, v in r["per_worker"].items() if k != "unknown"]
+        counts += [0] * (workers - len(counts))  # a worker that took nothing is not listed
+        if len(counts) < 2 or not any(counts):
+            return "-"
+        m = statistics.mean(counts)
+        cvs.append(statistics.pstdev(counts) / m)
+        peaks.append(max(counts) / m)
+    return f"{statistics.mean(cvs):.2f} / {statistics.mean(peaks):.2f}"
+
+
 def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
     by = {(r["variant"], r["sessions"], r["think"], r["replicas"], r["balance"], r["round"]): r["real"] for r in runs}
     rounds = range(1, cfg["rounds"] + 1)
@@ -384,8 +401,9 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
     L.append("| variant | sessions | think s | replicas | balance | cached-token ratio | vs 1: mean / worst | "
              "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | "
              "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
-             "false / lost hits (mean per run) | load avg per round | verdict |")
-    L.append("|" + "---|" * 18)
+             "false / lost hits (mean per run) | requests per worker: cv / max over mean (mean per run) | "
+             "load avg per round | verdict |")
+    L.append("|" + "---|" * 19)
     for vname, _ in cfg["variants"]:
         for sessions in cfg["sessions"]:
             for think in cfg["think"]:
@@ -396,7 +414,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                          f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | "
                          f"{statistics.mean(o['throughput_rps'] for o in ones):.1f} req/s | | "
                          f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | "
-                         f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | "
+                         f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | {spread(ones, cfg['workers'])} | "
                          f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
                 for n in cfg["replicas"]:
                     for balance in cfg["balance"]:
@@ -433,7 +451,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                                  f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
                                  f"{statistics.mean(thr):.2f} / {min(thr):.2f} | {sim_tail} | "
                                  f"{statistics.mean(r['router_hit_rate'] for r in reps):.3f} | "
-                                 f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | "
+                                 f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | {spread(reps, cfg['workers'])} | "
                                  f"{' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
     return "\n".join(L) + "\n"
 
