@@ -80,8 +80,8 @@ func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		return Decided{}, nil, err
 	}
 	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
-	if m, onEngine := r.routedOnEvents(req, d.Worker); m != nil {
-		out.kvKeys, out.at = m.keys, m.at
+	if m, onEngine := r.routedOnEvents(req, d); m != nil {
+		out.kvKeys, out.at = m.keys, r.cfg.Clock.Now()
 		if onEngine {
 			out.Fact = FactEngine
 		}

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -65,11 +64,6 @@ func (r *Replica) KVRouting() KVRouting {
 type kvMatch struct {
 	r    *Replica
 	keys []uint64
-	// onEngine is the candidates whose match was their engine's stored
-	// blocks, not a reservation deeper than them; at is when they were
-	// matched.
-	onEngine []affinity.WorkerID
-	at       time.Time
 }
 
 var _ affinity.PrefixMatcher = (*kvMatch)(nil)
@@ -84,19 +78,24 @@ func (r *Replica) useEvents(req *affinity.Request) {
 	r.kv.requests.Add(1)
 }
 
-// routedOnEvents tells the events' source that w was given work its engine
-// should store blocks for (it holds less of the prompt than its tokens), and
-// gives the request's match, if it was made on the events, and whether w's
-// was the blocks its engine's events said it held.
-func (r *Replica) routedOnEvents(req *affinity.Request, w affinity.WorkerID) (*kvMatch, bool) {
+// routedOnEvents tells the events' source that d's worker was given work its
+// engine should store blocks for (it holds less of the prompt than its
+// tokens). It gives the request's match, if it was made on the events, and
+// whether the engine's stored blocks cover d's match (no deeper in-flight
+// reservation made it).
+func (r *Replica) routedOnEvents(req *affinity.Request, d affinity.Decision) (*kvMatch, bool) {
 	m, ok := req.Matcher.(*kvMatch)
 	if !ok {
 		return nil, false
 	}
-	if n, t := r.cfg.KV.Matched(uint32(w), m.keys); t == kvevents.Trusted && n < len(m.keys) {
-		r.cfg.KV.Expect(uint32(w))
+	n, t := r.cfg.KV.Matched(uint32(d.Worker), m.keys)
+	if t != kvevents.Trusted {
+		return m, false
 	}
-	return m, slices.Contains(m.onEngine, w)
+	if n < len(m.keys) {
+		r.cfg.KV.Expect(uint32(d.Worker))
+	}
+	return m, d.Matched > 0 && m.textDepth(req, n) >= d.Matched/r.cfg.BlockSize-1
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
@@ -108,10 +107,8 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 	}
 	depths = depths[:2*n]
 	all, recent := depths[:n], depths[n:]
-	m.onEngine = m.onEngine[:0]
 	r := m.r
-	m.at = r.cfg.Clock.Now()
-	since := m.at.Add(-r.reservation())
+	since := r.cfg.Clock.Now().Add(-r.reservation())
 	r.index.Depths(req.Hashes, pool, since, all, recent)
 	best := -1
 	for i := range n {
@@ -124,8 +121,6 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 			}
 			if recent[i] > engine {
 				r.kv.reserved.Add(1)
-			} else if engine >= 0 {
-				m.onEngine = append(m.onEngine, pool.At(i).ID())
 			}
 			all[i] = max(engine, recent[i])
 		} else {

@@ -257,6 +257,14 @@ func TestOnEventsAFalseHitSaysWhetherTheEngineOrAReservationBackedIt(t *testing.
 	ev.evicted[2] = clk.Now() // while the request waited for the engine
 	r.Answered(stored, usage(0, 32))
 
+	text, tokens = kvPrompt(10)
+	ev.stores(3, tokens, 8)
+	kept := decideTokens(t, r, rt, text, tokens) // its engine lost the blocks without an event after the decision
+	if !kept.Hit || kept.Worker != 3 || kept.Fact != FactEngine {
+		t.Fatalf("decided %+v (fact %v); want a hit on 3 from the engine's events", kept.Decision, kept.Fact)
+	}
+	r.Answered(kept, usage(4, 32))
+
 	text, tokens = kvPrompt(9)
 	owner := decideTokens(t, r, rt, text, tokens).Worker // a miss: its reservation is recorded
 	clk.Step(time.Second)
@@ -267,9 +275,9 @@ func TestOnEventsAFalseHitSaysWhetherTheEngineOrAReservationBackedIt(t *testing.
 	r.Answered(reserved, usage(4, 32))
 
 	a := r.Attribution()
-	if a.FalseHits != 2 || a.FalseHitsByFact[FactEngine] != 1 || a.FalseHitsByFact[FactOwn] != 1 ||
+	if a.FalseHits != 3 || a.FalseHitsByFact[FactEngine] != 2 || a.FalseHitsByFact[FactOwn] != 1 ||
 		a.FalseHitsUncached != 1 || a.FalseHitsEvicted != 1 {
-		t.Errorf("false hits %d, by fact %v, none cached %d, evicted %d; want 2, one engine and one own, one with none cached, one evicted",
+		t.Errorf("false hits %d, by fact %v, none cached %d, evicted %d; want 3, two engine and one own, one with none cached, one evicted",
 			a.FalseHits, a.FalseHitsByFact, a.FalseHitsUncached, a.FalseHitsEvicted)
 	}
 }

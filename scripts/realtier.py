@@ -352,9 +352,9 @@ def fmt_attr(reps):
 
 
 def spread(reps, workers):
-    """How unevenly the runs' requests fell on the workers (loadgen's per_worker counts, every
-    worker counted, none answered by no worker): the coefficient of variation and the busiest
-    worker over the mean, each the mean over the runs. A session's turns stay on its worker, so
+    """How unevenly the runs' requests fell on the workers (loadgen's per_worker counts; a worker
+    that took none counts as 0): the coefficient of variation and the busiest worker over the
+    mean, each the mean over the runs. A session's turns stay on its worker, so
     this is how evenly the sessions were placed."""
     cvs, peaks = [], []
     for r in reps:
