@@ -68,8 +68,8 @@ type kvWorkerRow struct {
 	} `json:"kv_events"`
 }
 
-// kvStates is each worker's event state in the router's /cluster/workers.
-func kvStates(t *testing.T, router string) map[string]string {
+// workerRows is the router's /cluster/workers.
+func workerRows(t *testing.T, router string) []kvWorkerRow {
 	t.Helper()
 	resp, err := http.Get(router + "/cluster/workers")
 	if err != nil {
@@ -80,8 +80,14 @@ func kvStates(t *testing.T, router string) map[string]string {
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}
+	return body.Workers
+}
+
+// kvStates is each worker's event state in the router's /cluster/workers.
+func kvStates(t *testing.T, router string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	for _, w := range body.Workers {
+	for _, w := range workerRows(t, router) {
 		if w.KVEvents != nil {
 			out[w.URL] = w.KVEvents.State
 		}

@@ -44,6 +44,10 @@ func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) 
 	for _, p := range procs {
 		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
 	}
+	for _, r := range routers { // a joiner is ready before the registry reaches it
+		testwait.Eventually(t, 20*time.Second, func() bool { return len(workerRows(t, r)) == len(ws) },
+			"%s", "every worker registered on "+r)
+	}
 	return routers
 }
 
