@@ -28,6 +28,9 @@ come from environment variables (defaults in brackets):
     REALTIER_VARIANTS    router flag sets, name=flags;... ["default="]; e.g.
                          "default=;nohot=--hot-prefix-load 0"
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
+    REALTIER_KEEP        a directory to keep each run's per-request lines in
+                         (loadgen --requests-json) and each replica's /metrics
+                         at the end of the run, named by run [none]
     BURST_REQUESTS, BURST_PREFIX_TOKENS, BURST_OWN_TOKENS, BURST_ROUNDS,
     BURST_REPLICAS       the burst: requests, shared prefix and each one's
                          own part in tokens, rounds, tiers [40 4096 2048 3 "1 4"]
@@ -212,7 +215,8 @@ def router_counts(apis):
 def loadgen(apis, balance, sessions, turns, think_s, agentic, out_json, log):
     args = [f"{BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
             "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
-            "--endpoint", "chat", "--duration", "20m", "--json", out_json]
+            "--endpoint", "chat", "--duration", "20m", "--json", out_json,
+            "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
     with open(log, "w") as f:
         subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
     with open(out_json) as f:
@@ -232,6 +236,13 @@ def real_run(tmp, tag, cfg, replicas, balance, sessions, think_s, extra, agentic
         rep["loadavg"] = loadavg()
         rep["attribution"] = attribution(apis)
         rep.update(router_counts(apis))
+        keep = os.environ.get("REALTIER_KEEP")
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            shutil.copy(os.path.join(tmp, tag + ".requests.jsonl"), keep)
+            for i, api in enumerate(apis):
+                with open(os.path.join(keep, f"{tag}.router-{i}.metrics"), "w") as f:
+                    f.write(get(api + "/metrics", timeout=10))
         return rep
     finally:
         fleet.stop()

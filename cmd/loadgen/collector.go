@@ -27,6 +27,9 @@ type collector struct {
 	tokens       tokenSums
 	followUp     tokenSums // turns after the first (agentic)
 	missingUsage int       // successes whose stream carried no usage
+	// lines holds every finished request when keepLines is set (--requests-json).
+	keepLines bool
+	lines     []requestLine
 }
 
 // tokenSums adds up token counts of successful requests.
@@ -50,6 +53,9 @@ func (c *collector) add(r result) {
 		return
 	}
 	c.finished++
+	if c.keepLines {
+		c.lines = append(c.lines, lineOf(r))
+	}
 	if r.target >= 0 && r.target < len(c.perTarget) {
 		c.perTarget[r.target]++
 	}

@@ -37,6 +37,7 @@ func commonFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "duration", Value: defaultDuration, Usage: "stop after this long, cancelling what is in flight"},
 		&cli.DurationFlag{Name: "request-timeout", Value: defaultRequestTimeout, Usage: "fail a request that has not finished after this long"},
 		&cli.StringFlag{Name: "json", Usage: "also write the report as JSON to this file"},
+		&cli.StringFlag{Name: "requests-json", Usage: "also write one JSON line per finished request to this file (when it started, session and turn, target, worker, TTFT, latency, tokens): a tail read request by request"},
 	}
 }
 
@@ -71,6 +72,7 @@ func agenticFlags() []cli.Flag {
 type commonConfig struct {
 	targets                           []string
 	endpoint, model, apiKey, jsonPath string
+	requestsPath                      string // --requests-json; empty: no per-request lines
 	balance                           string
 	duration, requestTimeout          time.Duration
 }
@@ -79,7 +81,7 @@ type commonConfig struct {
 func readCommon(c *cli.Context) (commonConfig, error) {
 	cfg := commonConfig{
 		targets: c.StringSlice("target"), endpoint: c.String("endpoint"), model: c.String("model"),
-		apiKey: c.String("api-key"), jsonPath: c.String("json"), duration: c.Duration("duration"),
+		apiKey: c.String("api-key"), jsonPath: c.String("json"), requestsPath: c.String("requests-json"), duration: c.Duration("duration"),
 		requestTimeout: c.Duration("request-timeout"), balance: c.String("balance"),
 	}
 	if cfg.balance != balanceRandom && cfg.balance != balanceSession {
@@ -97,9 +99,12 @@ func readCommon(c *cli.Context) (commonConfig, error) {
 	if cfg.requestTimeout <= 0 {
 		return cfg, badFlag("request-timeout", "> 0", cfg.requestTimeout)
 	}
-	if cfg.jsonPath != "" {
-		if info, err := os.Stat(filepath.Dir(cfg.jsonPath)); err != nil || !info.IsDir() {
-			return cfg, badFlag("json", "a file in an existing directory", cfg.jsonPath)
+	for flag, path := range map[string]string{"json": cfg.jsonPath, "requests-json": cfg.requestsPath} {
+		if path == "" {
+			continue
+		}
+		if info, err := os.Stat(filepath.Dir(path)); err != nil || !info.IsDir() {
+			return cfg, badFlag(flag, "a file in an existing directory", path)
 		}
 	}
 	return cfg, nil

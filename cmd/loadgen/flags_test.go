@@ -88,6 +88,7 @@ func TestBadFlagsAreRefusedAtStartNamingTheFlag(t *testing.T) {
 		{replay("--duration", "0s"), "--duration"},
 		{replay("--request-timeout", "-1s"), "--request-timeout"},
 		{replay("--json", "/no/such/dir/out.json"), "--json"},
+		{replay("--requests-json", "/no/such/dir/requests.jsonl"), "--requests-json"},
 		{[]string{"replay", "--trace", trace, "--target", "localhost:8000"}, "--target"},
 		{[]string{"replay", "--trace", filepath.Join(t.TempDir(), "absent"), "--target", target}, "--trace"},
 		{[]string{"replay", "--trace", badTrace, "--target", target}, "trace line 2"},

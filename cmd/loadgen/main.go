@@ -103,13 +103,20 @@ func execute(ctx context.Context, env environment, common commonConfig, mode str
 	if err != nil {
 		return err
 	}
+	results := newCollector(len(common.targets))
+	results.keepLines = common.requestsPath != ""
 	r := &run{
-		client: client, clock: env.clock, results: newCollector(len(common.targets)), model: common.model,
+		client: client, clock: env.clock, results: results, model: common.model,
 		duration: common.duration, progress: env.stderr, ticks: env.ticks,
 	}
 	rep := r.execute(ctx, mode, func(ctx context.Context, start time.Time) { drive(r, ctx, start) })
 	if err := rep.writeTable(env.stdout); err != nil {
 		return err
+	}
+	if common.requestsPath != "" {
+		if err := writeRequests(common.requestsPath, results.lines); err != nil {
+			return err
+		}
 	}
 	if common.jsonPath != "" {
 		return rep.writeJSON(common.jsonPath)

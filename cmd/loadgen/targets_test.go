@@ -217,6 +217,48 @@ func TestAgenticChatRunOverTwoTargetsReportsBoth(t *testing.T) {
 	}
 }
 
+func TestRequestsJSONHasOneLinePerRequestWithItsWorkerAndTokens(t *testing.T) {
+	a, b := newFakeServer(t, 1), newFakeServer(t, 1)
+	out := filepath.Join(t.TempDir(), "requests.jsonl")
+	table, err := runApp(t, "agentic", "--target", a.url, "--target", b.url, "--endpoint", "chat",
+		"--sessions", "4", "--turns", "3", "--system-prompt-tokens", "16", "--task-tokens", "8",
+		"--observation-tokens", "8", "--answer-tokens", "2", "--think-time", "0s", "--requests-json", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, table)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := map[int]map[int]bool{} // session -> turns seen
+	var cached int64
+	for _, text := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var l requestLine
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			t.Fatalf("line %q: %v", text, err)
+		}
+		if l.Status != 200 || l.Error != "" || l.Worker == unknownWorker || l.PromptTokens == 0 || l.TTFTMS <= 0 || l.LatencyMS < l.TTFTMS {
+			t.Fatalf("line %+v: want a success with its worker, tokens and timings", l)
+		}
+		if turns[l.Session] == nil {
+			turns[l.Session] = map[int]bool{}
+		}
+		turns[l.Session][l.Turn] = true
+		cached += int64(l.CachedTokens)
+	}
+	if len(turns) != 4 {
+		t.Fatalf("sessions %v, want 4 with 3 turns each", turns)
+	}
+	for s, seen := range turns {
+		if len(seen) != 3 {
+			t.Fatalf("session %d has turns %v, want 0-2", s, seen)
+		}
+	}
+	if served := a.cachedSum() + b.cachedSum(); cached != served || cached == 0 {
+		t.Fatalf("lines say %d cached tokens, servers %d", cached, served)
+	}
+}
+
 func (f *fakeServer) cachedSum() int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
