@@ -99,12 +99,12 @@ func readCommon(c *cli.Context) (commonConfig, error) {
 	if cfg.requestTimeout <= 0 {
 		return cfg, badFlag("request-timeout", "> 0", cfg.requestTimeout)
 	}
-	for flag, path := range map[string]string{"json": cfg.jsonPath, "requests-json": cfg.requestsPath} {
-		if path == "" {
+	for _, out := range []struct{ flag, path string }{{"json", cfg.jsonPath}, {"requests-json", cfg.requestsPath}} {
+		if out.path == "" {
 			continue
 		}
-		if info, err := os.Stat(filepath.Dir(path)); err != nil || !info.IsDir() {
-			return cfg, badFlag(flag, "a file in an existing directory", path)
+		if info, err := os.Stat(filepath.Dir(out.path)); err != nil || !info.IsDir() {
+			return cfg, badFlag(out.flag, "a file in an existing directory", out.path)
 		}
 	}
 	return cfg, nil
