@@ -546,7 +546,7 @@ func (r *Replica) countLiveReplicas() {
 	for {
 		live := len(r.gossiper().Members())
 		r.monitor.SetLiveReplicas(live)
-		r.core.SetPeers(live-1, loadsync.DefaultLoadInterval)
+		r.core.SetPeers(live-1, r.sync.Config().ReportLag())
 		select {
 		case <-t.C():
 		case <-r.ctx.Done():

@@ -12,6 +12,13 @@ const (
 	// under the 200 ms at which bursts were seen to herd onto one worker,
 	// and a full report costs (peers x 10) small packets per second.
 	DefaultLoadInterval = 100 * time.Millisecond
+	// DefaultLoadFlushInterval is how soon after the previous report a
+	// change of this replica's loads is reported: a tier's misses herd onto
+	// the worker every replica sees idle while the reports lag, and with
+	// reports a full interval apart at 1 s between agentic turns the
+	// tier's TTFT p99 was 1.3-1.5x one replica's (BENCHMARKS.md). An idle
+	// replica still reports once per LoadInterval.
+	DefaultLoadFlushInterval = 10 * time.Millisecond
 	// DefaultLoadTTL drops an origin after three missed reports plus
 	// 200 ms of slack for scheduling hiccups.
 	DefaultLoadTTL = 3*DefaultLoadInterval + 200*time.Millisecond
@@ -96,8 +103,15 @@ type Config struct {
 	Tags map[string]string
 
 	// LoadInterval is how often Tick emits a load report and flushes
-	// digests. Default DefaultLoadInterval.
+	// digests while this replica's loads do not change. Default
+	// DefaultLoadInterval.
 	LoadInterval time.Duration
+	// LoadFlushInterval: when this replica's loads changed since its last
+	// report, Tick reports (and flushes digests) as soon as this long has
+	// passed since that report, without waiting for LoadInterval. Default
+	// DefaultLoadFlushInterval; LoadInterval or more reports only every
+	// LoadInterval.
+	LoadFlushInterval time.Duration
 	// LoadTTL drops an origin whose reports stopped arriving for longer.
 	// Default DefaultLoadTTL; must exceed LoadInterval.
 	LoadTTL time.Duration
@@ -132,7 +146,7 @@ type Config struct {
 	LagSamples int
 
 	// LocalLoads appends this replica's own in-flight counts to dst and
-	// returns it. Called by Tick once per LoadInterval; entries with zero
+	// returns it. Called by Tick, at most once per LoadFlushInterval; entries with zero
 	// load may be included and are skipped. Must not call into State.
 	LocalLoads func(dst []WorkerLoad) []WorkerLoad
 	// OnRemoteLoad is called whenever the sum of the other replicas'
@@ -179,6 +193,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	c.LoadInterval = orDefault(c.LoadInterval, DefaultLoadInterval)
+	c.LoadFlushInterval = min(orDefault(c.LoadFlushInterval, DefaultLoadFlushInterval), c.LoadInterval)
 	c.LoadTTL = orDefault(c.LoadTTL, DefaultLoadTTL)
 	c.FullReportInterval = orDefault(c.FullReportInterval, DefaultFullReportInterval)
 	c.MaxPacketBytes = orDefault(c.MaxPacketBytes, DefaultMaxPacketBytes)
@@ -223,3 +238,8 @@ func validMap(what string, m map[string]string) error {
 	}
 	return nil
 }
+
+// ReportLag is how far a peer's view of this replica's loads trails them
+// while they change: the flush interval (the peers' share of a burst,
+// affinity.LoadTable.SetPeerShare, covers that long).
+func (c Config) ReportLag() time.Duration { return c.LoadFlushInterval }

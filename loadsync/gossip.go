@@ -72,7 +72,7 @@ func Start(cfg GossipConfig, st *State, clk clock.WithTicker) (*Gossip, error) {
 			return nil, err
 		}
 	}
-	ticker := clk.NewTicker(st.cfg.LoadInterval)
+	ticker := clk.NewTicker(st.cfg.LoadFlushInterval)
 	g.wg.Add(2)
 	go g.pump(ticker.C(), ticker.Stop)
 	go g.deliverEvents()

@@ -320,3 +320,56 @@ func TestPeerLoadsSplitsTheRemoteSumByOrigin(t *testing.T) {
 		t.Fatalf("PeerLoads after Forget(c) = %v, want only b with its own counts", again)
 	}
 }
+
+// TestAChangedLoadIsReportedWithinTheFlushInterval: a replica whose loads
+// changed reports them LoadFlushInterval after its last report, not a whole
+// LoadInterval later; unchanged loads keep the LoadInterval cadence.
+func TestAChangedLoadIsReportedWithinTheFlushInterval(t *testing.T) {
+	a, b := newReplica(t, "a", nil), newReplica(t, "b", nil)
+	deliver(t, a.st.Tick(t0), t0, b)
+	a.local.set(1, 5)
+	if pkts := a.st.Tick(t0.Add(DefaultLoadFlushInterval / 2)); len(pkts) != 0 {
+		t.Fatalf("a change was reported %v after the last report, under the flush interval", DefaultLoadFlushInterval/2)
+	}
+	at := t0.Add(DefaultLoadFlushInterval)
+	if next := a.st.NextTick(); next.After(at) {
+		t.Fatalf("NextTick is %v after the last report, want at most the flush interval", next.Sub(t0))
+	}
+	deliver(t, a.st.Tick(at), at, b)
+	if got := b.st.Remote(1); got != 5 {
+		t.Fatalf("the peer sees %d in flight one flush interval after the change, want 5", got)
+	}
+	for now := at.Add(DefaultLoadFlushInterval); now.Before(at.Add(DefaultLoadInterval)); now = now.Add(DefaultLoadFlushInterval) {
+		if pkts := a.st.Tick(now); len(pkts) != 0 {
+			t.Fatalf("unchanged loads were reported again %v after the last report", now.Sub(at))
+		}
+	}
+	if pkts := a.st.Tick(at.Add(DefaultLoadInterval)); len(pkts) == 0 {
+		t.Fatal("no report one LoadInterval after the last")
+	}
+}
+
+// TestABusyReplicaReportsAtMostOncePerFlushInterval: loads that change every
+// millisecond cost one report per flush interval, and a flush interval of
+// LoadInterval or more keeps the LoadInterval cadence.
+func TestABusyReplicaReportsAtMostOncePerFlushInterval(t *testing.T) {
+	for _, tc := range []struct {
+		flush time.Duration
+		want  int
+	}{
+		{DefaultLoadFlushInterval, int(time.Second / DefaultLoadFlushInterval)},
+		{DefaultLoadInterval, int(time.Second / DefaultLoadInterval)},
+	} {
+		a := newReplica(t, "a", func(c *Config) { c.LoadFlushInterval = tc.flush })
+		reports := 0
+		for ms := range 1000 {
+			a.local.set(1, int64(ms%7+1))
+			if pkts := a.st.Tick(t0.Add(time.Duration(ms) * time.Millisecond)); len(pkts) > 0 {
+				reports++
+			}
+		}
+		if reports < tc.want || reports > tc.want+1 {
+			t.Errorf("flush interval %v: %d reports in 1 s of changing loads, want %d (+1 for the first)", tc.flush, reports, tc.want)
+		}
+	}
+}

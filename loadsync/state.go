@@ -26,12 +26,20 @@ type State struct {
 	view     loadView
 	lags     lagWindow
 	seq      uint64
-	nextLoad time.Time // when the next report is due; zero before the first
-	loads    []WorkerLoad
+	nextLoad time.Time    // when the next report is due; zero before the first
+	lastLoad time.Time    // when the last report was sent
+	loads    []WorkerLoad // as last reported
+	probe    []WorkerLoad // as read since, to see whether they changed
+	// nextProbe is when Tick next looks whether the loads changed: one
+	// LoadFlushInterval after the last report, or after the last Tick if
+	// that is later.
+	nextProbe time.Time
 	// base is the counts of the last full report, numbered baseSeq, that
-	// the deltas since are taken against; sinceFull counts those deltas.
+	// the deltas since are taken against, sent at fullAt; sinceFull counts
+	// those deltas.
 	base      []WorkerLoad
 	baseSeq   uint64
+	fullAt    time.Time
 	sinceFull int
 	// lastFull is the packets of that full report, sent again with the
 	// first delta on it, so that a peer that lost one copy still holds the
@@ -89,22 +97,27 @@ func New(cfg Config) (*State, error) {
 func (s *State) Config() Config { return s.cfg }
 
 // Tick advances the state to now: it expires silent origins and, when a
-// report is due (every LoadInterval), returns this replica's load report,
+// report is due (every LoadInterval, or LoadFlushInterval after the last
+// one when the loads changed since), returns this replica's load report,
 // its verdicts (while it holds any, and briefly after), its admission queue
 // report (likewise), the calibrations judged since the last report (see
 // Judged), then the pending ownership digests. The caller sends every packet to every live peer.
-// Calling Tick more often than LoadInterval is harmless: reports keep the
-// LoadInterval cadence on average. Digests flushed while there is no peer
+// Call it every LoadFlushInterval (NextTick): more often is harmless. Digests flushed while there is no peer
 // are not lost to later joiners: LocalState carries them.
 func (s *State) Tick(now time.Time) [][]byte {
 	s.expireVerdicts(now)
 	s.queues.tick(now)
 	s.loadMu.Lock()
 	s.view.expire(now)
-	if !s.due(now) {
+	s.nextProbe = now.Add(s.cfg.LoadFlushInterval)
+	if early := s.lastLoad.Add(s.cfg.LoadFlushInterval); early.After(now) {
+		s.nextProbe = early // the soonest a change may be reported
+	}
+	if !s.due(now) && !s.changed(now) {
 		s.loadMu.Unlock()
 		return nil
 	}
+	s.lastLoad = now
 	pkts := s.loadReport(now)
 	pkts = append(pkts, s.verdictReport(now)...)
 	s.loadMu.Unlock()
@@ -132,12 +145,42 @@ func (s *State) due(now time.Time) bool {
 	return true
 }
 
-// NextTick is when the next report is due, for drivers on virtual time. It
-// is the zero time before the first Tick.
+// changed reports whether the loads changed since the last report and
+// that report is LoadFlushInterval old: a report is due early. If so, the
+// next regular report is one LoadInterval later. loadMu is held.
+func (s *State) changed(now time.Time) bool {
+	if s.cfg.LocalLoads == nil || s.lastLoad.IsZero() || s.cfg.LoadFlushInterval >= s.cfg.LoadInterval ||
+		now.Sub(s.lastLoad) < s.cfg.LoadFlushInterval {
+		return false
+	}
+	s.probe = normalizeLoads(s.cfg.LocalLoads(s.probe[:0]))
+	if slices.Equal(s.probe, s.loads) {
+		return false
+	}
+	// due fires half an interval early (a ticker's jitter): the next
+	// regular report comes one whole interval after this one.
+	s.nextLoad = now.Add(s.cfg.LoadInterval + s.cfg.LoadInterval/2)
+	return true
+}
+
+// NextTick is when Tick may next have a report to send, for drivers on
+// virtual time: LoadFlushInterval after the last Tick (a report if the
+// loads changed by then), or the next regular report if sooner. It is the
+// zero time before the first Tick.
 func (s *State) NextTick() time.Time {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	return s.nextLoad
+	if s.nextProbe.IsZero() || s.cfg.LoadFlushInterval >= s.cfg.LoadInterval {
+		return s.nextLoad
+	}
+	return minTime(s.nextLoad, s.nextProbe)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // loadReport returns this tick's load report: a delta against the last
@@ -155,7 +198,7 @@ func (s *State) loadReport(now time.Time) [][]byte {
 		}
 		return [][]byte{pkt}
 	}
-	s.base, s.baseSeq, s.sinceFull = append(s.base[:0], s.loads...), s.seq, 0
+	s.base, s.baseSeq, s.fullAt, s.sinceFull = append(s.base[:0], s.loads...), s.seq, now, 0
 	s.stats.fullReportsSent.Add(1)
 	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
 	s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
@@ -167,7 +210,7 @@ func (s *State) loadReport(now time.Time) [][]byte {
 // since the last one, or the delta would be no smaller than the full report
 // or would not fit one packet. loadMu is held.
 func (s *State) deltaReport(now time.Time) []byte {
-	if s.baseSeq == 0 || s.sinceFull+1 >= s.deltasPerFull() {
+	if s.baseSeq == 0 || s.fullDue(now) {
 		return nil
 	}
 	s.diff = loadDiff(s.diff[:0], s.base, s.loads)
@@ -180,10 +223,11 @@ func (s *State) deltaReport(now time.Time) []byte {
 	return appendLoadDelta(make([]byte, 0, size+loadHeaderMaxBytes(s.cfg.Origin)), &d)
 }
 
-// deltasPerFull is how many reports of every FullReportInterval are sent,
-// the full one included.
-func (s *State) deltasPerFull() int {
-	return int((s.cfg.FullReportInterval + s.cfg.LoadInterval/2) / s.cfg.LoadInterval)
+// fullDue reports whether the next report must be full: FullReportInterval
+// has passed since the last full one, within half a LoadInterval (a report
+// on the regular cadence that falls due then is the full one).
+func (s *State) fullDue(now time.Time) bool {
+	return now.Sub(s.fullAt)+s.cfg.LoadInterval/2 >= s.cfg.FullReportInterval
 }
 
 func (s *State) digests(now time.Time) [][]byte {

@@ -67,7 +67,8 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "max-num-seqs", Value: sim.DefaultMaxNumSeqs, Usage: "each worker's concurrent sequences"},
 		&cli.StringSliceFlag{Name: "slowdown", Usage: "ID:FACTOR makes worker ID (from 1, prefill first with --pd) FACTOR times slower; repeatable"},
 
-		&cli.DurationFlag{Name: "gossip-interval", Value: loadsync.DefaultLoadInterval, Usage: "how often a replica reports its load and digests"},
+		&cli.DurationFlag{Name: "gossip-interval", Value: loadsync.DefaultLoadInterval, Usage: "how often a replica reports its load and digests while its loads do not change"},
+		&cli.DurationFlag{Name: "gossip-flush-interval", Value: loadsync.DefaultLoadFlushInterval, Usage: "how soon after its last report a replica whose loads changed reports again, as a router replica does (--gossip-interval or more: only every --gossip-interval)"},
 		&cli.DurationFlag{Name: "gossip-delay", Value: fleet.DefaultGossipDelay, Usage: "one-way delay of a gossip packet"},
 		&cli.BoolFlag{Name: "peer-share", Value: true, Usage: "gossip: each replica counts its peers' expected share of its own last interval's reservations in the load it selects on, as a router replica does, and places misses that matched nothing by rendezvous (--peer-share=false to compare)"},
 		&cli.BoolFlag{Name: "calibrate-index", Value: true, Usage: "each replica shrinks a worker's index budget when its engine's answer shows a predicted hit was not cached, and grows it back when one was, as a router replica does (--calibrate-index=false to compare)"},
@@ -212,6 +213,7 @@ func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
 
 func readGossip(c *cli.Context, p *plan) error {
 	p.base.GossipInterval = c.Duration("gossip-interval")
+	p.base.GossipFlushInterval = c.Duration("gossip-flush-interval")
 	p.base.GossipDelay = c.Duration("gossip-delay")
 	p.base.GossipLoss = c.Float64("gossip-loss")
 	p.base.NoPeerShare = !c.Bool("peer-share")
@@ -229,6 +231,7 @@ func readGossip(c *cli.Context, p *plan) error {
 	}
 	return firstBad([]check{
 		{"gossip-interval", p.base.GossipInterval <= 0, "> 0", p.base.GossipInterval},
+		{"gossip-flush-interval", p.base.GossipFlushInterval <= 0, "> 0", p.base.GossipFlushInterval},
 		{"gossip-delay", c.Duration("gossip-delay") < 0, ">= 0", c.Duration("gossip-delay")},
 		{"gossip-loss", !(p.base.GossipLoss >= 0 && p.base.GossipLoss < 1), "in [0, 1)", p.base.GossipLoss},
 	})

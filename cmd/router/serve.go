@@ -190,7 +190,7 @@ func clusterTimingsFrom(c *cli.Context, cfg *cluster.Config) error {
 	for flag, dst := range map[string]*time.Duration{
 		"raft-heartbeat-timeout": &cfg.RaftTimings.Heartbeat, "raft-election-timeout": &cfg.RaftTimings.Election,
 		"raft-leader-lease-timeout": &cfg.RaftTimings.LeaderLease, "raft-commit-timeout": &cfg.RaftTimings.Commit,
-		"reap-timeout": &cfg.ReapTimeout, "join-timeout": &cfg.JoinTimeout, "worker-connect-timeout": &cfg.Proxy.DialTimeout,
+		"reap-timeout": &cfg.ReapTimeout, "gossip-flush-interval": &cfg.GossipFlushInterval, "join-timeout": &cfg.JoinTimeout, "worker-connect-timeout": &cfg.Proxy.DialTimeout,
 		"worker-idle-timeout": &cfg.Proxy.WorkerIdleTimeout,
 	} {
 		if *dst = c.Duration(flag); *dst <= 0 {

@@ -91,6 +91,11 @@ type Config struct {
 	// GossipInterval is loadsync's LoadInterval. Default
 	// loadsync.DefaultLoadInterval (100 ms).
 	GossipInterval time.Duration
+	// GossipFlushInterval is loadsync's LoadFlushInterval: how soon after
+	// its last report a replica whose loads changed reports again. Default
+	// loadsync.DefaultLoadFlushInterval; GossipInterval or more reports
+	// only every GossipInterval.
+	GossipFlushInterval time.Duration
 	// GossipDelay is the one-way delay of every gossip packet. Default 1 ms;
 	// negative means none.
 	GossipDelay time.Duration
@@ -145,6 +150,7 @@ func (c Config) withDefaults() Config {
 	c.BlockSize = cmpOr(c.BlockSize, affinity.DefaultBlockSize)
 	c.Engine = c.Engine.WithDefaults()
 	c.GossipInterval = cmpOr(c.GossipInterval, loadsync.DefaultLoadInterval)
+	c.GossipFlushInterval = cmpOr(c.GossipFlushInterval, loadsync.DefaultLoadFlushInterval)
 	switch {
 	case c.GossipDelay == 0:
 		c.GossipDelay = DefaultGossipDelay

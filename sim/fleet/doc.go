@@ -28,8 +28,9 @@
 // hits by cause, cold misses), knowing nothing an oracle knows.
 //
 // The timings are the product's: a decision's ownership facts wait in the
-// core's gossip state until its next tick (GossipInterval, each replica's
-// phase spread over one interval), travel GossipDelay, and are merged when
+// core's gossip state until its next report (GossipFlushInterval after the
+// last one while its loads change, else GossipInterval, each replica's phase
+// spread over one interval), travel GossipDelay, and are merged when
 // they arrive; a request holds its worker for as long as the engine takes.
 //
 // The routed (prefill) workers' waiting queues are read every virtual second

@@ -74,7 +74,7 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 	}
 	c.SetRegistry(ids)
 	if cfg.Sync == SyncGossip {
-		c.SetPeers(cfg.Replicas-1, cfg.GossipInterval)
+		c.SetPeers(cfg.Replicas-1, r.gossip.Config().ReportLag())
 	}
 	routed := cfg.routedWorkers()
 	r.pool = affinity.NewPool(r.own[:routed])
@@ -95,7 +95,7 @@ func (r *replica) gossipConfig(cfg Config, n int) *loadsync.Config {
 		return nil
 	}
 	return &loadsync.Config{Origin: r.name, BootEpoch: uint64(n + 1), LoadInterval: cfg.GossipInterval,
-		LoadTTL: 3*cfg.GossipInterval + ttlSlack}
+		LoadFlushInterval: cfg.GossipFlushInterval, LoadTTL: 3*cfg.GossipInterval + ttlSlack}
 }
 
 func (r *replica) newRouter(cfg Config, policy string, rnd *rand.Rand) (*affinity.Router, error) {
