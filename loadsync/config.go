@@ -146,8 +146,9 @@ type Config struct {
 	LagSamples int
 
 	// LocalLoads appends this replica's own in-flight counts to dst and
-	// returns it. Called by Tick, at most once per LoadFlushInterval; entries with zero
-	// load may be included and are skipped. Must not call into State.
+	// returns it. Called by Tick, at most twice per LoadFlushInterval;
+	// entries with zero load may be included and are skipped. Must not
+	// call into State.
 	LocalLoads func(dst []WorkerLoad) []WorkerLoad
 	// OnRemoteLoad is called whenever the sum of the other replicas'
 	// counts for a worker changes, with the new sum. It runs with the
@@ -243,3 +244,7 @@ func validMap(what string, m map[string]string) error {
 // while they change: the flush interval (the peers' share of a burst,
 // affinity.LoadTable.SetPeerShare, covers that long).
 func (c Config) ReportLag() time.Duration { return c.LoadFlushInterval }
+
+// flushes reports whether changed loads are reported before LoadInterval
+// (withDefaults caps LoadFlushInterval at LoadInterval).
+func (c Config) flushes() bool { return c.LoadFlushInterval < c.LoadInterval }

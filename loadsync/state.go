@@ -101,9 +101,10 @@ func (s *State) Config() Config { return s.cfg }
 // one when the loads changed since), returns this replica's load report,
 // its verdicts (while it holds any, and briefly after), its admission queue
 // report (likewise), the calibrations judged since the last report (see
-// Judged), then the pending ownership digests. The caller sends every packet to every live peer.
-// Call it every LoadFlushInterval (NextTick): more often is harmless. Digests flushed while there is no peer
-// are not lost to later joiners: LocalState carries them.
+// Judged), then the pending ownership digests. The caller sends every
+// packet to every live peer. Call it every LoadFlushInterval (NextTick):
+// more often is harmless. Digests flushed while there is no peer are not
+// lost to later joiners: LocalState carries them.
 func (s *State) Tick(now time.Time) [][]byte {
 	s.expireVerdicts(now)
 	s.queues.tick(now)
@@ -149,7 +150,7 @@ func (s *State) due(now time.Time) bool {
 // that report is LoadFlushInterval old: a report is due early. If so, the
 // next regular report is one LoadInterval later. loadMu is held.
 func (s *State) changed(now time.Time) bool {
-	if s.cfg.LocalLoads == nil || s.lastLoad.IsZero() || s.cfg.LoadFlushInterval >= s.cfg.LoadInterval ||
+	if s.cfg.LocalLoads == nil || s.lastLoad.IsZero() || !s.cfg.flushes() ||
 		now.Sub(s.lastLoad) < s.cfg.LoadFlushInterval {
 		return false
 	}
@@ -170,7 +171,7 @@ func (s *State) changed(now time.Time) bool {
 func (s *State) NextTick() time.Time {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
-	if s.nextProbe.IsZero() || s.cfg.LoadFlushInterval >= s.cfg.LoadInterval {
+	if s.nextProbe.IsZero() || !s.cfg.flushes() {
 		return s.nextLoad
 	}
 	return minTime(s.nextLoad, s.nextProbe)

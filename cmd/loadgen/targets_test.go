@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,12 +188,7 @@ func TestChatBodyWithoutASystemPartIsOneUserMessage(t *testing.T) {
 func TestAgenticChatRunOverTwoTargetsReportsBoth(t *testing.T) {
 	a, b := newFakeServer(t, 1), newFakeServer(t, 1)
 	out := filepath.Join(t.TempDir(), "report.json")
-	table, err := runApp(t, "agentic", "--target", a.url, "--target", b.url, "--endpoint", "chat",
-		"--sessions", "8", "--turns", "4", "--system-prompt-tokens", "16", "--task-tokens", "8",
-		"--observation-tokens", "8", "--answer-tokens", "2", "--think-time", "0s", "--json", out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	table := runAgenticChat(t, a, b, 8, 4, "--json", out)
 	var rep report
 	data, err := os.ReadFile(out)
 	if err == nil {
@@ -220,12 +216,7 @@ func TestAgenticChatRunOverTwoTargetsReportsBoth(t *testing.T) {
 func TestRequestsJSONHasOneLinePerRequestWithItsWorkerAndTokens(t *testing.T) {
 	a, b := newFakeServer(t, 1), newFakeServer(t, 1)
 	out := filepath.Join(t.TempDir(), "requests.jsonl")
-	table, err := runApp(t, "agentic", "--target", a.url, "--target", b.url, "--endpoint", "chat",
-		"--sessions", "4", "--turns", "3", "--system-prompt-tokens", "16", "--task-tokens", "8",
-		"--observation-tokens", "8", "--answer-tokens", "2", "--think-time", "0s", "--requests-json", out)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, table)
-	}
+	runAgenticChat(t, a, b, 4, 3, "--requests-json", out)
 	data, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -304,4 +295,19 @@ func TestBalanceRefusesAnUnknownMode(t *testing.T) {
 	if !errors.Is(err, errBadFlag) || !strings.Contains(err.Error(), "--balance") {
 		t.Fatalf("err %v, want a bad --balance", err)
 	}
+}
+
+// runAgenticChat runs sessions x turns agentic chat turns with a 16-token
+// system prompt over the two servers, with the extra flags, and returns the
+// table; a failed run fails the test.
+func runAgenticChat(t *testing.T, a, b *fakeServer, sessions, turns int, extra ...string) string {
+	t.Helper()
+	args := append([]string{"agentic", "--target", a.url, "--target", b.url, "--endpoint", "chat",
+		"--sessions", strconv.Itoa(sessions), "--turns", strconv.Itoa(turns), "--system-prompt-tokens", "16",
+		"--task-tokens", "8", "--observation-tokens", "8", "--answer-tokens", "2", "--think-time", "0s"}, extra...)
+	table, err := runApp(t, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, table)
+	}
+	return table
 }
