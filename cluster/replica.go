@@ -371,10 +371,11 @@ func (r *Replica) stopGossip(leave bool) error {
 		return r.gossiper().Kill()
 	}
 	// Say that this is a leave, not a death, so that the peers' status
-	// pages tell the truth (memberlist's events do not).
+	// pages tell the truth (memberlist's events do not), to every peer
+	// before the leave can overtake it.
 	tags := r.gossipTags(r.members.Joined())
 	tags[membership.TagLeaving] = "1"
-	if err := r.gossiper().SetTags(tags); err != nil {
+	if err := r.gossiper().SetTagsEverywhere(tags); err != nil {
 		r.log.Debug("announcing the leave", "err", err)
 	}
 	return r.gossiper().Stop()

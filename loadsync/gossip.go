@@ -198,6 +198,44 @@ func (g *Gossip) SetTags(tags map[string]string) error {
 	return nil
 }
 
+// SetTagsEverywhere is SetTags made certain: once the broadcast is out it
+// pushes this replica's state to every live member over TCP (a push/pull,
+// as a join does), so that each member holds the new tags when it returns.
+// It is for a change that a message sent right after would otherwise
+// overtake: memberlist's leave supersedes the tag broadcast in every queue
+// it is still waiting in, so a member that the broadcast's few
+// transmissions missed would see the leave with the old tags. A member that
+// cannot be reached costs at most memberlist's TCP timeout.
+func (g *Gossip) SetTagsEverywhere(tags map[string]string) error {
+	errs := []error{g.SetTags(tags)}
+	return errors.Join(append(errs, g.pushToMembers()...)...)
+}
+
+// pushToMembers runs a push/pull with every other live member at once.
+func (g *Gossip) pushToMembers() []error {
+	self := g.ml.LocalNode().Name
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, n := range g.ml.Members() {
+		if n.Name == self {
+			continue
+		}
+		// name/addr makes memberlist check that the member answering
+		// is the one meant.
+		to := n.Name + "/" + n.Address()
+		wg.Go(func() {
+			if _, err := g.ml.Join([]string{to}); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("loadsync: push tags to %s: %w", to, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 // LocalAddr is this replica's gossip address, ip:port, for peers to join.
 func (g *Gossip) LocalAddr() string { return g.ml.LocalNode().Address() }
 

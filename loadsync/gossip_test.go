@@ -287,3 +287,47 @@ func TestGossipTagsReachPeersAndSetTagsUpdatesThem(t *testing.T) {
 		t.Fatalf("Members = %+v, want r0 (self) and r1 alive", m)
 	}
 }
+
+// TestSetTagsEverywhereReachesEveryMemberBeforeALeave sets a tag and leaves
+// at once, as a stopping replica does: every member hears of the leave with
+// the new tag. memberlist's broadcast alone reaches only some of five
+// members before the leave supersedes it.
+func TestSetTagsEverywhereReachesEveryMemberBeforeALeave(t *testing.T) {
+	const size = 5
+	var mu sync.Mutex
+	leftWith := map[string]string{} // observer -> the tag on its leave event
+	o := nodeOptions{}
+	nodes := []*node{}
+	for i := range size {
+		name := fmt.Sprintf("r%d", i)
+		o.onMember = func(ev MemberEvent) {
+			if ev.Kind == MemberLeft && ev.Member.Name == "r4" {
+				mu.Lock()
+				leftWith[name] = ev.Member.Tags["leaving"]
+				mu.Unlock()
+			}
+		}
+		nodes = append(nodes, mustStart(t, name, o))
+		o.join = []string{nodes[0].g.LocalAddr()}
+	}
+	for _, n := range nodes {
+		waitFor(t, n.st.cfg.Origin+" sees every member", func() bool { return len(n.g.Members()) == size })
+	}
+	leaving := nodes[size-1].g
+	if err := leaving.SetTagsEverywhere(map[string]string{"leaving": "1"}); err != nil {
+		t.Fatalf("SetTagsEverywhere: %v", err)
+	}
+	if err := leaving.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	waitFor(t, "every member hears of r4's leave", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(leftWith) == size-1
+	})
+	for observer, tag := range leftWith {
+		if tag != "1" {
+			t.Errorf("%s heard of r4's leave with leaving=%q, want the tag set before it", observer, tag)
+		}
+	}
+}
