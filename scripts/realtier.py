@@ -43,6 +43,7 @@ does not have them.
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -127,11 +128,26 @@ class Fleet:
     """Workersims and router replicas of one run; stop() ends every process it started."""
 
     def __init__(self, tmp, tag):
-        self.tmp, self.tag, self.procs = tmp, tag, []
+        self.tmp, self.tag, self.procs, self.roles = tmp, tag, [], []
 
     def start(self, args, log):
         f = open(os.path.join(self.tmp, log), "w")
         self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT))
+        self.roles.append(os.path.basename(args[0]))
+
+    def cpu_seconds(self):
+        """CPU seconds (user and system) each role's processes have used so far: the routers' share
+        of the 2 cores beside the workersims' says whether a tier's tail is contention."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for p, role in zip(self.procs, self.roles):
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        return out
 
     def workers(self, n, kv, time_scale):
         urls = []
@@ -217,10 +233,14 @@ def loadgen(apis, balance, sessions, turns, think_s, agentic, out_json, log):
             "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
             "--endpoint", "chat", "--duration", "20m", "--json", out_json,
             "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "w") as f:
         subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # loadgen's alone: the fleet's processes are not reaped yet
     with open(out_json) as f:
-        return json.load(f)
+        rep = json.load(f)
+    rep["loadgen_cpu_s"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return rep
 
 
 def real_run(tmp, tag, cfg, replicas, balance, sessions, think_s, extra, agentic=AGENTIC, turns=None):
@@ -229,10 +249,13 @@ def real_run(tmp, tag, cfg, replicas, balance, sessions, think_s, extra, agentic
     try:
         urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"])
         apis = fleet.tier(replicas, urls, extra)
-        start = time.monotonic()
+        start, cpu_before = time.monotonic(), fleet.cpu_seconds()
         rep = loadgen(apis, balance, sessions, turns or cfg["turns"], think_s, agentic,
                       os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
         rep["wall_s"] = time.monotonic() - start
+        rep["cores"] = {role: (s - cpu_before.get(role, 0.0)) / rep["wall_s"]
+                        for role, s in fleet.cpu_seconds().items()}
+        rep["cores"]["loadgen"] = rep["loadgen_cpu_s"] / rep["wall_s"]
         rep["loadavg"] = loadavg()
         rep["attribution"] = attribution(apis)
         rep.update(router_counts(apis))
@@ -379,6 +402,14 @@ def spread(reps, workers):
     return f"{statistics.mean(cvs):.2f} / {statistics.mean(peaks):.2f}"
 
 
+def cores(reps):
+    """The cores the routers and the workersims kept busy during the runs, each the mean over the runs."""
+    if any("cores" not in r for r in reps):
+        return "-"
+    return " / ".join(f"{statistics.mean(r['cores'].get(role, 0.0) for r in reps):.2f}"
+                      for role in ("router", "workersim", "loadgen"))
+
+
 def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
     by = {(r["variant"], r["sessions"], r["think"], r["replicas"], r["balance"], r["round"]): r["real"] for r in runs}
     rounds = range(1, cfg["rounds"] + 1)
@@ -413,8 +444,8 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | "
              "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
              "false / lost hits (mean per run) | requests per worker: cv / max over mean (mean per run) | "
-             "load avg per round | verdict |")
-    L.append("|" + "---|" * 19)
+             "cores busy: routers / workersims / loadgen (mean per run) | load avg per round | verdict |")
+    L.append("|" + "---|" * 20)
     for vname, _ in cfg["variants"]:
         for sessions in cfg["sessions"]:
             for think in cfg["think"]:
@@ -426,7 +457,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                          f"{statistics.mean(o['throughput_rps'] for o in ones):.1f} req/s | | "
                          f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | "
                          f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | {spread(ones, cfg['workers'])} | "
-                         f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
+                         f"{cores(ones)} | {' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
                 for n in cfg["replicas"]:
                     for balance in cfg["balance"]:
                         reps = [by[(vname, sessions, think, n, balance, k)] for k in rounds]
@@ -463,7 +494,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                                  f"{statistics.mean(thr):.2f} / {min(thr):.2f} | {sim_tail} | "
                                  f"{statistics.mean(r['router_hit_rate'] for r in reps):.3f} | "
                                  f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | {spread(reps, cfg['workers'])} | "
-                                 f"{' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
+                                 f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
     return "\n".join(L) + "\n"
 
 
