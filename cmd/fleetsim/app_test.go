@@ -169,6 +169,7 @@ func TestBadFlagsAreRefusedNamingTheFlag(t *testing.T) {
 		"gossip-flush-interval": with(small, "--gossip-flush-interval", "0s"),
 		"limit":                 with(small, "--limit", "3"),
 		"rate-scale":            with(small, "--rate-scale", "2"),
+		"arrival-spread":        with(small, "--arrival-spread", "3s"),
 		"block-size":            with(small, "--block-size", "0"),
 		"cache-threshold":       with(small, "--cache-threshold", "-1"),
 		"decode-policy":         with(small, "--decode-policy", "fastest"),

@@ -38,6 +38,8 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "trace", Usage: "Mooncake-format JSONL trace to replay (or --agentic)"},
 		&cli.IntFlag{Name: "limit", Usage: "replay only the first N records of --trace (0: all)"},
 		&cli.Float64Flag{Name: "rate-scale", Value: 1, Usage: "divide the trace's timestamps by this: 2 replays twice as fast"},
+		&cli.DurationFlag{Name: "arrival-spread", Usage: "move each --trace record's arrival later by a uniform random offset below this, drawn from --arrival-seed: the shared conversation trace stamps its requests in 3 s steps, and 3s replays each step's requests spread over it instead of in one instant (0: as recorded)"},
+		&cli.Uint64Flag{Name: "arrival-seed", Value: 1, Usage: "seed of --arrival-spread's offsets"},
 		&cli.BoolFlag{Name: "agentic", Usage: "run closed-loop agentic sessions instead of a trace"},
 		&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "agentic: concurrent sessions"},
 		&cli.IntFlag{Name: "turns", Value: d.Turns, Usage: "agentic: requests per session"},
@@ -311,10 +313,11 @@ func readWorkload(c *cli.Context, p *plan) error {
 }
 
 func readTrace(c *cli.Context, p *plan, path string) error {
-	limit, scale := c.Int("limit"), c.Float64("rate-scale")
+	limit, scale, spread := c.Int("limit"), c.Float64("rate-scale"), c.Duration("arrival-spread")
 	if err := firstBad([]check{
 		{"limit", limit < 0, ">= 0", limit},
 		{"rate-scale", !(scale > 0) || scale > 1e9, "in (0, 1e9]", scale},
+		{"arrival-spread", spread < 0, ">= 0", spread},
 	}); err != nil {
 		return err
 	}
@@ -322,6 +325,7 @@ func readTrace(c *cli.Context, p *plan, path string) error {
 	if err != nil {
 		return fmt.Errorf("%w --trace: %w", errBadFlag, err)
 	}
+	records = workload.SpreadArrivals(records, spread, c.Uint64("arrival-seed"))
 	bound := workload.Stats(records).TokenHitRate
 	p.bound = &bound
 	p.workload = func() fleet.Workload { return fleet.NewTrace(records, scale) }
@@ -330,7 +334,7 @@ func readTrace(c *cli.Context, p *plan, path string) error {
 
 // traceOnly and agenticOnly are the flags that shape one kind of workload.
 var (
-	traceOnly   = []string{"limit", "rate-scale"}
+	traceOnly   = []string{"limit", "rate-scale", "arrival-spread", "arrival-seed"}
 	agenticOnly = []string{"sessions", "turns", "system-prompt-tokens", "task-tokens", "observation-tokens",
 		"answer-tokens", "think-time", "groups", "observation-spread"}
 )

@@ -47,6 +47,8 @@ func replayFlags() []cli.Flag {
 		&cli.StringFlag{Name: "trace", Required: true, Usage: "Mooncake-format JSONL trace"},
 		&cli.IntFlag{Name: "limit", Usage: "replay only the first N records (0: all)"},
 		&cli.Float64Flag{Name: "rate-scale", Value: 1, Usage: "divide the trace's time by this: 10 replays ten times faster"},
+		&cli.DurationFlag{Name: "arrival-spread", Usage: "move each trace record's arrival later by a uniform random offset below this, drawn from --arrival-seed: the shared conversation trace stamps its requests in 3 s steps, and 3s replays each step's requests spread over it instead of in one instant (0: as recorded)"},
+		&cli.Uint64Flag{Name: "arrival-seed", Value: 1, Usage: "seed of --arrival-spread's offsets"},
 		&cli.Int64Flag{Name: "seed", Usage: "family of synthesised texts; change it so a rerun does not hit the caches the last run warmed"},
 		&cli.IntFlag{Name: "concurrency-limit", Usage: "at most this many requests in flight (0: unbounded, a pure open loop)"},
 		&cli.IntFlag{Name: "max-output-tokens", Usage: "cap max_tokens at this (0: the trace's output_length)"},
@@ -124,6 +126,7 @@ func readReplay(c *cli.Context) (replayPlan, error) {
 	}{
 		{"limit", c.Int("limit") < 0, ">= 0", c.Int("limit")},
 		{"rate-scale", !(plan.rateScale > 0) || plan.rateScale > 1e9, "in (0, 1e9]", plan.rateScale},
+		{"arrival-spread", c.Duration("arrival-spread") < 0, ">= 0", c.Duration("arrival-spread")},
 		{"concurrency-limit", plan.concurrencyLimit < 0, ">= 0", plan.concurrencyLimit},
 		{"max-output-tokens", plan.maxOutputTokens < 0, ">= 0", plan.maxOutputTokens},
 	} {
@@ -135,7 +138,7 @@ func readReplay(c *cli.Context) (replayPlan, error) {
 	if err != nil {
 		return plan, fmt.Errorf("%w --trace: %w", errBadFlag, err)
 	}
-	plan.records = records
+	plan.records = workload.SpreadArrivals(records, c.Duration("arrival-spread"), c.Uint64("arrival-seed"))
 	return plan, nil
 }
 

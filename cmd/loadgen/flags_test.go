@@ -82,6 +82,7 @@ func TestBadFlagsAreRefusedAtStartNamingTheFlag(t *testing.T) {
 		{replay("--rate-scale", "0"), "--rate-scale"},
 		{replay("--rate-scale", "-2"), "--rate-scale"},
 		{replay("--rate-scale", "NaN"), "--rate-scale"},
+		{replay("--arrival-spread", "-1s"), "--arrival-spread"},
 		{replay("--limit", "-1"), "--limit"},
 		{replay("--concurrency-limit", "-1"), "--concurrency-limit"},
 		{replay("--max-output-tokens", "-5"), "--max-output-tokens"},

@@ -159,3 +159,38 @@ func BenchmarkLoadTraceConversation(b *testing.B) {
 		loadSharedTrace(b, "mooncake_conversation_trace.jsonl", 0)
 	}
 }
+
+func TestSpreadArrivalsMovesEachRecordWithinItsStepAndKeepsArrivalOrder(t *testing.T) {
+	const step = 3 * time.Second
+	var recs []TraceRecord
+	for i := range 40 {
+		recs = append(recs, TraceRecord{Timestamp: time.Duration(i/10) * step, InputLength: i + 1})
+	}
+	got := SpreadArrivals(recs, step, 7)
+	if len(got) != len(recs) {
+		t.Fatalf("%d records out of %d", len(got), len(recs))
+	}
+	distinct := map[time.Duration]bool{}
+	for i, r := range got {
+		orig := recs[r.InputLength-1].Timestamp
+		if r.Timestamp < orig || r.Timestamp >= orig+step {
+			t.Fatalf("record %d moved from %v to %v, outside [%v, %v)", r.InputLength-1, orig, r.Timestamp, orig, orig+step)
+		}
+		if i > 0 && r.Timestamp < got[i-1].Timestamp {
+			t.Fatalf("arrival %d at %v comes before the one ahead of it at %v", i, r.Timestamp, got[i-1].Timestamp)
+		}
+		distinct[r.Timestamp] = true
+	}
+	if len(distinct) < 35 {
+		t.Fatalf("%d distinct arrivals of 40: the steps' requests still arrive together", len(distinct))
+	}
+	if again := SpreadArrivals(recs, step, 7); !slices.EqualFunc(got, again, func(a, b TraceRecord) bool { return a.Timestamp == b.Timestamp && a.InputLength == b.InputLength }) {
+		t.Fatal("the same seed spread the records differently")
+	}
+	if recs[0].Timestamp != 0 || recs[10].Timestamp != step {
+		t.Fatal("SpreadArrivals changed its input")
+	}
+	if same := SpreadArrivals(recs, 0, 7); same[5].Timestamp != recs[5].Timestamp {
+		t.Fatal("a spread of 0 moved a record")
+	}
+}
