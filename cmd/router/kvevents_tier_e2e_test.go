@@ -9,6 +9,10 @@ import (
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
+// tierFormDeadline bounds the wait for a tier of replica processes to form
+// and share its registry.
+const tierFormDeadline = time.Minute
+
 // startKVTier starts n replicas over ws in KV-event mode when kv is set: the
 // first seeds the registry with the workers and their endpoints, the others
 // join and read the endpoints from the registry.
@@ -44,9 +48,16 @@ func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) 
 	for _, p := range procs {
 		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
 	}
-	for _, r := range routers { // a joiner is ready before the registry reaches it
-		testwait.Eventually(t, 20*time.Second, func() bool { return len(workerRows(t, r)) == len(ws) },
-			"%s", "every worker registered on "+r)
+	// A joiner is ready before the registry reaches it, which takes the
+	// tier's Raft election and the first seeding: seconds, and more under
+	// a loaded -race run (20 s was too short once).
+	for _, r := range routers {
+		testwait.EventuallyNil(t, tierFormDeadline, func() error {
+			if n := len(workerRows(t, r)); n != len(ws) {
+				return fmt.Errorf("%d of %d workers listed", n, len(ws))
+			}
+			return nil
+		}, "every worker registered on %s", r)
 	}
 	return routers
 }
