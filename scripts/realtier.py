@@ -5,6 +5,7 @@ fleetsim on the same configurations beside it.
 
     scripts/realtier.py sweep OUT.md   # the agentic grid (make bench runs it)
     scripts/realtier.py burst OUT.md   # concurrent requests sharing one long prefix
+    scripts/realtier.py trace OUT.md   # the conversation trace, as recorded and spread over its steps
 
 Every run starts fresh workersims (empty caches) and fresh replicas (empty
 indexes, registries and data dirs). A round runs every point of the grid once,
@@ -34,6 +35,12 @@ come from environment variables (defaults in brackets):
     BURST_REQUESTS, BURST_PREFIX_TOKENS, BURST_OWN_TOKENS, BURST_ROUNDS,
     BURST_REPLICAS       the burst: requests, shared prefix and each one's
                          own part in tokens, rounds, tiers [40 4096 2048 3 "1 4"]
+    TRACE_FILE, TRACE_LIMIT, TRACE_SCALE, TRACE_WORKERS, TRACE_KV, TRACE_SPREADS,
+    TRACE_REPLICAS, TRACE_ROUNDS
+                         the trace: file, records, speed-up of the replay and of
+                         the workersims, workersims, their KV, arrival spreads,
+                         tiers, rounds [../shared/data/traces/mooncake_conversation_trace.jsonl
+                         1000 4 16 262144 "0 3s" "4 8" 3]
 
 After each run the sweep scrapes every replica's /metrics and sums the
 attribution families vllm_router_false_hits_total and
@@ -61,6 +68,7 @@ ATTRIBUTION = ("vllm_router_false_hits_total", "vllm_router_lost_hits_total")
 COLD_MISSES = "vllm_router_cold_misses_total"
 FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 GOSSIP_INTERVAL_S = 0.1  # the router's default load report interval
+FLUSH_INTERVAL_S = 0.01  # and its default flush of changed loads
 
 
 def env_list(name, default):
@@ -228,11 +236,15 @@ def router_counts(apis):
     return {"router_hit_rate": hits / (hits + misses) if hits + misses else 0.0, "shed": shed}
 
 
-def loadgen(apis, balance, sessions, turns, think_s, agentic, out_json, log):
-    args = [f"{BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
-            "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
-            "--endpoint", "chat", "--duration", "20m", "--json", out_json,
-            "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
+def agentic_load(balance, sessions, turns, think_s, agentic):
+    """loadgen's arguments for agentic chat sessions, given the replicas' URLs."""
+    return lambda apis: ["agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
+                         "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
+                         "--endpoint", "chat", "--duration", "20m"]
+
+
+def loadgen(args, out_json, log):
+    args = [f"{BIN}/loadgen", *args, "--json", out_json, "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "w") as f:
         subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
@@ -243,15 +255,15 @@ def loadgen(apis, balance, sessions, turns, think_s, agentic, out_json, log):
     return rep
 
 
-def real_run(tmp, tag, cfg, replicas, balance, sessions, think_s, extra, agentic=AGENTIC, turns=None):
-    """One run on real processes: the loadgen report, the attribution, and the load average."""
+def real_run(tmp, tag, cfg, replicas, extra, load):
+    """One run on real processes, loadgen driven with load(replica URLs): its report, the
+    attribution, the cores each kind of process kept busy, and the load average."""
     fleet = Fleet(tmp, tag)
     try:
         urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"])
         apis = fleet.tier(replicas, urls, extra)
         start, cpu_before = time.monotonic(), fleet.cpu_seconds()
-        rep = loadgen(apis, balance, sessions, turns or cfg["turns"], think_s, agentic,
-                      os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        rep = loadgen(load(apis), os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
         rep["wall_s"] = time.monotonic() - start
         rep["cores"] = {role: (s - cpu_before.get(role, 0.0)) / rep["wall_s"]
                         for role, s in fleet.cpu_seconds().items()}
@@ -350,7 +362,8 @@ def sweep(out_md):
                         points = [(1, "random")] + [(n, b) for n in cfg["replicas"] for b in cfg["balance"]]
                         for n, balance in points:
                             tag = f"{vname}-s{sessions}-t{think}-n{n}-{balance}-r{rnd}"
-                            rep = real_run(tmp, tag, cfg, n, balance, sessions, think, vflags)
+                            rep = real_run(tmp, tag, cfg, n, vflags,
+                                           agentic_load(balance, sessions, cfg["turns"], think, AGENTIC))
                             runs.append({"variant": vname, "sessions": sessions, "think": think, "replicas": n,
                                          "balance": balance, "round": rnd, "real": rep})
                             print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} "
@@ -516,7 +529,7 @@ def burst(out_md):
             for vname, vflags in cfg["variants"]:
                 for n in tiers:
                     tag = f"burst-{vname}-n{n}-r{rnd}"
-                    rep = real_run(tmp, tag, cfg, n, "random", requests, 0, vflags, agentic=agentic, turns=1)
+                    rep = real_run(tmp, tag, cfg, n, vflags, agentic_load("random", requests, 1, 0, agentic))
                     rows.setdefault((vname, n), []).append(rep)
                     print(f"realtier: {tag}: TTFT p50 {rep['ttft_p50_ms']:.0f} p99 {rep['ttft_p99_ms']:.0f} ms, "
                           f"workers {rep['per_worker']}, load {rep['loadavg']}", file=sys.stderr)
@@ -550,9 +563,132 @@ def burst(out_md):
         f.write("\n".join(L) + "\n")
     shutil.rmtree(tmp, ignore_errors=True)
 
+def trace_config():
+    cfg = config()
+    scale = float(os.environ.get("TRACE_SCALE", "4"))
+    cfg.update({
+        "trace": os.environ.get("TRACE_FILE", "../shared/data/traces/mooncake_conversation_trace.jsonl"),
+        "limit": int(os.environ.get("TRACE_LIMIT", "1000")),
+        "spreads": env_list("TRACE_SPREADS", "0 3s"),
+        "replicas": [int(x) for x in env_list("TRACE_REPLICAS", "4 8")],
+        "workers": int(os.environ.get("TRACE_WORKERS", "16")),
+        "kv": int(os.environ.get("TRACE_KV", "262144")),
+        "time_scale": scale,
+        "rounds": int(os.environ.get("TRACE_ROUNDS", "3")),
+    })
+    return cfg
+
+
+def replay_load(cfg, spread, seed):
+    """loadgen's arguments for the trace, replayed time_scale times faster in front of workersims
+    time_scale times faster, so the engines see the trace's own load."""
+    return lambda apis: ["replay", *sum((["--target", a] for a in apis), []), "--trace", cfg["trace"],
+                         "--limit", str(cfg["limit"]), "--rate-scale", f"{cfg['time_scale']:g}",
+                         "--arrival-spread", spread, "--arrival-seed", str(seed), "--duration", "30m"]
+
+
+def fleetsim_trace(tmp, cfg, spread, seed):
+    """fleetsim on the same trace, arrivals and fleet: {replicas: run}. It replays at the trace's
+    own pace, so the gossip's wall-clock intervals are scaled by the time scale."""
+    ts = cfg["time_scale"]
+    out = os.path.join(tmp, f"fleetsim-trace-{spread}-{seed}.json")
+    args = [f"{BIN}/fleetsim", "--trace", cfg["trace"], "--limit", str(cfg["limit"]), "--arrival-spread", spread,
+            "--arrival-seed", str(seed), "--workers", str(cfg["workers"]), "--kv-capacity-tokens", str(cfg["kv"]),
+            "--replicas", ",".join(map(str, [1] + cfg["replicas"])), "--sync", "gossip", "--policies", "cache_aware",
+            "--gossip-interval", f"{GOSSIP_INTERVAL_S * ts:g}s", "--gossip-flush-interval", f"{FLUSH_INTERVAL_S * ts:g}s",
+            "--seed", str(seed), "--parallel", "2", "--json", out]
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    with open(out) as f:
+        return {r["replicas"]: r for r in json.load(f)["runs"]}
+
+
+def trace(out_md):
+    """The shared conversation trace through 1, 4 and 8 replicas, every request to a random one, as
+    recorded (each 3 s step's requests in one instant) and spread over its step; fleetsim beside."""
+    cfg = trace_config()
+    tmp = tempfile.mkdtemp(prefix="kvrouter-realtier-trace.")
+    by, sims, load_before, started = {}, {}, loadavg(), time.monotonic()
+    try:
+        for rnd in range(1, cfg["rounds"] + 1):
+            for spread in cfg["spreads"]:
+                for n in [1] + cfg["replicas"]:
+                    tag = f"trace-{spread}-n{n}-r{rnd}"
+                    rep = real_run(tmp, tag, cfg, n, [], replay_load(cfg, spread, rnd))
+                    by[(spread, n, rnd)] = rep
+                    print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} TTFT p50 {rep['ttft_p50_ms']:.0f} "
+                          f"p99 {rep['ttft_p99_ms']:.0f} ms, load {rep['loadavg']}", file=sys.stderr)
+                if cfg["fleetsim"]:
+                    sims[(spread, rnd)] = fleetsim_trace(tmp, cfg, spread, rnd)
+    except Exception:
+        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp, keep)
+        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        raise
+    with open(out_md, "w") as f:
+        f.write(render_trace(cfg, by, sims, load_before, loadavg(), time.monotonic() - started))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def render_trace(cfg, by, sims, load_before, load_after, elapsed):
+    rounds = range(1, cfg["rounds"] + 1)
+    L = ["### The conversation trace on real processes: as recorded and spread over its 3 s steps\n",
+         f"The first {cfg['limit']} records of the shared conversation trace, replayed open loop by loadgen "
+         f"{cfg['time_scale']:g}x faster in front of {cfg['workers']} workersims {cfg['time_scale']:g}x faster "
+         f"(--time-scale {cfg['time_scale']:g}, --kv-capacity-tokens {cfg['kv']}), through 1 and "
+         f"{' and '.join(map(str, cfg['replicas']))} router replicas from bin/ on 127.0.0.1 (real memberlist and "
+         "Raft), every request to a random replica. The trace stamps its requests in 3 s steps: as recorded "
+         "(spread 0) every request of a step arrives in the same instant; spread 3s moves each one to a "
+         "uniform random time within its step (loadgen and fleetsim --arrival-spread, --arrival-seed the "
+         "round), the same arrivals for every tier of a round. Ratios are to the one-replica run of the same "
+         "round and spread. fleetsim runs the same trace, arrivals and fleet at the trace's own pace (its "
+         "gossip intervals scaled by the time scale), seed the round.\n",
+         "```\nscripts/realtier.py trace OUT.md\n"
+         f"TRACE_LIMIT={cfg['limit']} TRACE_SCALE={cfg['time_scale']:g} TRACE_WORKERS={cfg['workers']} "
+         f"TRACE_KV={cfg['kv']} TRACE_SPREADS='{' '.join(cfg['spreads'])}' "
+         f"TRACE_REPLICAS='{' '.join(map(str, cfg['replicas']))}' TRACE_ROUNDS={cfg['rounds']}\n```\n",
+         f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}. {elapsed / 60:.1f} min.\n",
+         "Targets (the tier's acceptance): worst round >= 0.98 of one replica's cached-token ratio, TTFT p50 "
+         "and p99 <= 1.1x; fleetsim within 0.03 of the real ratio.\n",
+         "| spread | replicas | cached-token ratio | vs 1: mean / worst | fleetsim vs 1: mean / min | fleetsim - real | "
+         "TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | fleetsim TTFT p50 / p99 vs 1 (mean) | "
+         "cores busy: routers / workersims / loadgen | load avg per round | verdict |",
+         "|" + "---|" * 12]
+    for spread in cfg["spreads"]:
+        ones = [by[(spread, 1, k)] for k in rounds]
+        L.append(f"| {spread} | 1 | {statistics.mean(o['cached_token_ratio'] for o in ones):.3f} | TTFT p50 "
+                 f"{statistics.mean(o['ttft_p50_ms'] for o in ones):.0f} ms, p99 "
+                 f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | | {cores(ones)} | "
+                 f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
+        for n in cfg["replicas"]:
+            reps = [by[(spread, n, k)] for k in rounds]
+            cached, p50, p99 = ([r[key] / o[key] for r, o in zip(reps, ones)]
+                                for key in ("cached_token_ratio", "ttft_p50_ms", "ttft_p99_ms"))
+            sim_cols, sim_tail, gap = "not run | | ", "", None
+            if cfg["fleetsim"]:
+                s = [sims[(spread, k)] for k in rounds]
+                sc = [x[n]["hit_rate"] / x[1]["hit_rate"] for x in s]
+                gap = statistics.mean(sc) - statistics.mean(cached)
+                sim_cols = f"{statistics.mean(sc):.3f} / {min(sc):.3f} | {gap:+.3f} | "
+                sim_tail = (f"{statistics.mean(x[n]['ttft_p50_ms'] / x[1]['ttft_p50_ms'] for x in s):.2f} / "
+                            f"{statistics.mean(x[n]['ttft_p99_ms'] / x[1]['ttft_p99_ms'] for x in s):.2f}")
+            missed = []
+            if min(cached) < 0.98:
+                missed.append(f"cached {min(cached):.3f} < 0.98")
+            if max(p50) > 1.1 or max(p99) > 1.1:
+                missed.append(f"TTFT {max(max(p50), max(p99)):.2f}x > 1.1x")
+            if gap is not None and abs(gap) > 0.03:
+                missed.append(f"fleetsim off by {gap:+.3f}")
+            L.append(f"| {spread} | {n} | {statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
+                     f"{statistics.mean(cached):.3f} / {min(cached):.3f} | {sim_cols}"
+                     f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
+                     f"{sim_tail} | {cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | "
+                     f"{'met' if not missed else 'not met: ' + '; '.join(missed)} |")
+    return "\n".join(L) + "\n"
+
 
 if __name__ == "__main__":
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-    if len(sys.argv) != 3 or sys.argv[1] not in ("sweep", "burst"):
-        sys.exit("usage: scripts/realtier.py sweep|burst OUT.md")
-    {"sweep": sweep, "burst": burst}[sys.argv[1]](sys.argv[2])
+    if len(sys.argv) != 3 or sys.argv[1] not in ("sweep", "burst", "trace"):
+        sys.exit("usage: scripts/realtier.py sweep|burst|trace OUT.md")
+    {"sweep": sweep, "burst": burst, "trace": trace}[sys.argv[1]](sys.argv[2])
