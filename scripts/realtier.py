@@ -627,6 +627,9 @@ def trace(out_md):
         raise
     with open(out_md, "w") as f:
         f.write(render_trace(cfg, by, sims, load_before, loadavg(), time.monotonic() - started))
+    with open(out_md + ".json", "w") as f:  # every run's report, to read a row's runs one by one
+        json.dump({"real": [{"spread": k[0], "replicas": k[1], "round": k[2], **v} for k, v in by.items()],
+                   "fleetsim": [{"spread": k[0], "round": k[1], "runs": v} for k, v in sims.items()]}, f)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -652,13 +655,15 @@ def render_trace(cfg, by, sims, load_before, load_after, elapsed):
          "and p99 <= 1.1x; fleetsim within 0.03 of the real ratio.\n",
          "| spread | replicas | cached-token ratio | vs 1: mean / worst | fleetsim vs 1: mean / min | fleetsim - real | "
          "TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | fleetsim TTFT p50 / p99 vs 1 (mean) | "
-         "cores busy: routers / workersims / loadgen | load avg per round | verdict |",
-         "|" + "---|" * 12]
+         "router hit rate | false / lost hits (mean per run) | cores busy: routers / workersims / loadgen | "
+         "load avg per round | verdict |",
+         "|" + "---|" * 14]
     for spread in cfg["spreads"]:
         ones = [by[(spread, 1, k)] for k in rounds]
         L.append(f"| {spread} | 1 | {statistics.mean(o['cached_token_ratio'] for o in ones):.3f} | TTFT p50 "
                  f"{statistics.mean(o['ttft_p50_ms'] for o in ones):.0f} ms, p99 "
-                 f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | | {cores(ones)} | "
+                 f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | | "
+                 f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | {fmt_attr(ones)} | {cores(ones)} | "
                  f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
         for n in cfg["replicas"]:
             reps = [by[(spread, n, k)] for k in rounds]
@@ -682,7 +687,8 @@ def render_trace(cfg, by, sims, load_before, load_after, elapsed):
             L.append(f"| {spread} | {n} | {statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
                      f"{statistics.mean(cached):.3f} / {min(cached):.3f} | {sim_cols}"
                      f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
-                     f"{sim_tail} | {cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | "
+                     f"{sim_tail} | {statistics.mean(r['router_hit_rate'] for r in reps):.3f} | {fmt_attr(reps)} | "
+                     f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | "
                      f"{'met' if not missed else 'not met: ' + '; '.join(missed)} |")
     return "\n".join(L) + "\n"
 
