@@ -236,6 +236,14 @@ def router_counts(apis):
     return {"router_hit_rate": hits / (hits + misses) if hits + misses else 0.0, "shed": shed}
 
 
+def keep_failed(tmp):
+    """Copies a failed run's directory (its processes' logs) where it outlives the run."""
+    keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
+    shutil.rmtree(keep, ignore_errors=True)
+    shutil.copytree(tmp, keep)
+    print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+
+
 def agentic_load(balance, sessions, turns, think_s, agentic):
     """loadgen's arguments for agentic chat sessions, given the replicas' URLs."""
     return lambda apis: ["agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
@@ -374,10 +382,7 @@ def sweep(out_md):
                                 sims[(vname, sessions, think, balance, rnd)] = fleetsim_runs(
                                     tmp, cfg, [1] + cfg["replicas"], balance, sessions, think, rnd, fleetsim_flags(vflags))
     except Exception:
-        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(tmp, keep)
-        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        keep_failed(tmp)
         raise
     elapsed = time.monotonic() - started
     with open(out_md, "w") as f:
@@ -534,10 +539,7 @@ def burst(out_md):
                     print(f"realtier: {tag}: TTFT p50 {rep['ttft_p50_ms']:.0f} p99 {rep['ttft_p99_ms']:.0f} ms, "
                           f"workers {rep['per_worker']}, load {rep['loadavg']}", file=sys.stderr)
     except Exception:
-        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(tmp, keep)
-        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        keep_failed(tmp)
         raise
     L = ["### A burst sharing one long prefix\n",
          f"{requests} requests at once, each a {prefix}-token shared prefix (the system message) and its own "
@@ -620,10 +622,7 @@ def trace(out_md):
                 if cfg["fleetsim"]:
                     sims[(spread, rnd)] = fleetsim_trace(tmp, cfg, spread, rnd)
     except Exception:
-        keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(tmp, keep)
-        print(f"realtier: failed; logs in {keep}", file=sys.stderr)
+        keep_failed(tmp)
         raise
     with open(out_md, "w") as f:
         f.write(render_trace(cfg, by, sims, load_before, loadavg(), time.monotonic() - started))
