@@ -30,6 +30,11 @@ type Request struct {
 	// Matcher, when set, finds the prefix the candidates hold instead of
 	// the index (see PrefixMatcher).
 	Matcher PrefixMatcher
+	// Placer says the request is decided by the tier's placer, which makes
+	// every cold decision of the tier: it selects on the loads as they are,
+	// without the peers' expected share of a burst, since it sees the
+	// burst's cold requests itself.
+	Placer bool
 	// burst is the peer share at selection, and reserved the worker
 	// reserved; both set by the Router.
 	burst    burstView

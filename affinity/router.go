@@ -73,16 +73,42 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 		return Decision{}, nil, ErrNoCandidates
 	}
 	c, g := r.selectAndReserve(req, pool)
-	c.Load.processed.Add(1)
 	if o, ok := r.policy.(routedObserver); ok {
 		o.routed(c)
 	}
+	return r.record(req, c), g, nil
+}
+
+// ErrNotACandidate is returned by RouteTo for a worker outside the pool.
+var ErrNotACandidate = errors.New("placed worker is not a candidate")
+
+// RouteTo is Route with the choice made elsewhere: by the tier's placer,
+// which decided placed on its own view. The worker is reserved and recorded
+// as the owner of the request's blocks as Route would; placed's Hit and
+// Matched are the placer's prediction. The reservation is not counted in
+// the peer share: the placer saw it, so no peer has to guess it.
+func (r *Router) RouteTo(req *Request, pool *Pool, placed Decision) (Decision, *Guard, error) {
+	i := pool.position(placed.Worker)
+	if i < 0 {
+		return Decision{}, nil, ErrNotACandidate
+	}
+	m := pool.At(i)
+	req.reserved = m
+	g := r.loads.Acquire(m)
+	return r.record(req, Choice{Load: m, Hit: placed.Hit, Matched: placed.Matched}), g, nil
+}
+
+// record counts a reserved choice as processed and, for a prefix policy,
+// records its worker as the owner of the request's blocks and tells the
+// peers.
+func (r *Router) record(req *Request, c Choice) Decision {
+	c.Load.processed.Add(1)
 	w := c.Load.id
 	if RoutesByPrefix(r.policy) && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
 		r.announce(req, c, w)
 	}
-	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}, g, nil
+	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}
 }
 
 // announce tells the sink that w owns hashes, and, for a hit, how deep it
@@ -108,7 +134,9 @@ func (r *Router) announce(req *Request, c Choice, w WorkerID) {
 }
 
 func (r *Router) selectAndReserve(req *Request, pool *Pool) (Choice, *Guard) {
-	req.burst = r.loads.burstNow()
+	if !req.Placer {
+		req.burst = r.loads.burstNow()
+	}
 	defer r.noteReservation(req)
 	for range reserveAttempts - 1 {
 		c := r.policy.Select(req, pool)

@@ -75,6 +75,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "peer-share", Value: true, Usage: "gossip: each replica counts its peers' expected share of its own last interval's reservations in the load it selects on, as a router replica does, and places misses that matched nothing by rendezvous (--peer-share=false to compare)"},
 		&cli.BoolFlag{Name: "calibrate-index", Value: true, Usage: "each replica shrinks a worker's index budget when its engine's answer shows a predicted hit was not cached, and grows it back when one was, as a router replica does (--calibrate-index=false to compare)"},
 		&cli.BoolFlag{Name: "gossip-calibration", Value: true, Usage: "with --sync gossip, each replica sends the judgements behind its calibration to its peers with its next load report and applies theirs, as router replicas do (--gossip-calibration=false to compare)"},
+		&cli.BoolFlag{Name: "placer", Usage: "gossip: replica 0 is the tier's placer: a replica that knows nothing of a request's prefix asks it for the worker, one --gossip-delay each way, as a router replica with --placer asks the Raft leader"},
 		&cli.BoolFlag{Name: "share-in-overload", Value: true, Usage: "gossip: a hit's overload check counts the peers' expected share, as a router replica does (--share-in-overload=false checks the reported loads alone; the share still orders the owners and places misses)"},
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
@@ -221,6 +222,7 @@ func readGossip(c *cli.Context, p *plan) error {
 	p.base.NoPeerShare = !c.Bool("peer-share")
 	p.base.NoDemotion = !c.Bool("demote-superseded")
 	p.base.OverloadOnReports = !c.Bool("share-in-overload")
+	p.base.Placer = c.Bool("placer")
 	p.base.NoCalibration = !c.Bool("calibrate-index")
 	p.base.NoCalibrationGossip = !c.Bool("gossip-calibration")
 	p.base.Seed = c.Int64("seed")

@@ -120,6 +120,12 @@ type Config struct {
 	// OverloadOnReports makes a hit's overload check ignore the peer share
 	// (affinity.Settings.OverloadOnReports). For comparisons.
 	OverloadOnReports bool
+	// Placer makes replica 0 the tier's placer: a replica that knows
+	// nothing of a request's prefix asks it for the worker, one GossipDelay
+	// each way (core.Replica.Place), and the placer holds its reservation
+	// until the asker's next load report can count the request. With
+	// SyncGossip only.
+	Placer bool
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64

@@ -18,6 +18,12 @@ const (
 	evDeliver
 	// evSample: the routed workers' queues are due to be read.
 	evSample
+	// evPlace: a cold request's question reaches the placer.
+	evPlace
+	// evPlaced: the placer's answer reaches the asking replica.
+	evPlaced
+	// evUnhold: the placer's reservation for a peer's request ends.
+	evUnhold
 )
 
 // event is one entry of the simulation's agenda. Only the fields its kind

@@ -37,6 +37,15 @@ type request struct {
 	// the routed worker's answer judges it.
 	replica *replica
 	decided core.Decided
+	// areq is the request as its replica prepared it, and placed the
+	// placer's choice, while the placer is asked.
+	areq   *affinity.Request
+	placed affinity.Decision
+	// oracleOwner and oracleHit are the oracle's decision at arrival.
+	oracleOwner affinity.WorkerID
+	oracleHit   bool
+	// held is the placer's reservation until evUnhold.
+	held *affinity.Guard
 }
 
 // release gives back every guard the request still holds.

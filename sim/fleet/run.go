@@ -133,6 +133,12 @@ func (s *simulation) handle(e event) {
 		s.deliver(e.target, e.pkts)
 	case evSample:
 		s.sampleQueues()
+	case evPlace:
+		s.place(e.req)
+	case evPlaced:
+		s.placed(e.req)
+	case evUnhold:
+		e.req.held.Release()
 	}
 }
 
@@ -165,16 +171,58 @@ func (s *simulation) arrive(req *request) {
 	s.inflight[req.id] = req
 	r := s.balance(req.arrival)
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
-	owner, oracleHit := s.oracle.wouldHit(areq)
-	decided, guard, err := r.core.Decide(r.router, areq, r.pool)
+	req.replica, req.areq = r, areq
+	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
+	decide := r.core.Decide
+	if s.cfg.Placer && r.core.Cold(areq, r.pool) {
+		if r != s.placer() {
+			s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlace, req: req})
+			return
+		}
+		decide = r.core.Place
+	}
+	decided, guard, err := decide(r.router, areq, r.pool)
+	s.dispatch(req, decided, guard, err)
+}
+
+// placer is the tier's placer when Config.Placer is set.
+func (s *simulation) placer() *replica { return s.replicas[0] }
+
+// place decides a peer's cold request on the placer, holds the reservation
+// until the peer's next load report can count the request, and sends the
+// answer back.
+func (s *simulation) place(req *request) {
+	p := s.placer()
+	preq := p.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
+	d, g, err := p.core.Place(p.router, preq, p.pool)
 	if err != nil {
 		s.fail(req)
 		return
 	}
-	dec := decided.Decision
-	req.replica, req.decided = r, decided
+	now := s.clock.Elapsed()
+	req.placed, req.held = d.Decision, g
+	hold := 2*s.cfg.GossipDelay + req.replica.gossip.Config().ReportLag()
+	s.agenda.push(event{at: now + hold, kind: evUnhold, req: req})
+	s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlaced, req: req})
+}
+
+// placed routes a request on the worker its placer chose.
+func (s *simulation) placed(req *request) {
+	r := req.replica
+	decided, guard, err := r.core.DecideOn(r.router, req.areq, r.pool, req.placed)
+	s.dispatch(req, decided, guard, err)
+}
+
+// dispatch submits a decided request to its worker.
+func (s *simulation) dispatch(req *request, decided core.Decided, guard *affinity.Guard, err error) {
+	if err != nil {
+		s.fail(req)
+		return
+	}
+	r, areq, dec := req.replica, req.areq, decided.Decision
+	req.decided = decided
 	s.stats.route(dec)
-	s.oracle.judge(r, areq, owner, oracleHit, dec)
+	s.oracle.judge(r, areq, req.oracleOwner, req.oracleHit, dec)
 	eng := s.workers[s.index(dec.Worker)].engine
 	s.oracle.checkHit(dec, eng.CachedTokens(req.arrival.Prompt), eng.Config().TokenCount(len(req.arrival.Prompt)))
 	sr := sim.Request{ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens}
