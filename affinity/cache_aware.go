@@ -48,8 +48,8 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	var buf [8]WorkerID
 	depth, owners := p.match(req, pool, buf[:0])
 	// A matched partial tail is the rest of the text.
-	matched := min((depth+1)*p.blockSize, len(req.Text))
-	hit := depth >= 0 && p.thresholds.Hit(matched, len(req.Text))
+	matched := min((depth+1)*p.blockSize, req.Len())
+	hit := depth >= 0 && p.thresholds.Hit(matched, req.Len())
 	if p.fleetGate {
 		return p.fleetGateSelect(req, pool, sp, owners, hit, matched)
 	}

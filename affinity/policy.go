@@ -30,6 +30,9 @@ type Request struct {
 	// Matcher, when set, finds the prefix the candidates hold instead of
 	// the index (see PrefixMatcher).
 	Matcher PrefixMatcher
+	// TextLen is the routing text's length in bytes when Text is not at
+	// hand: a peer's request that the placer decides on its hashes alone.
+	TextLen int
 	// Placer says the request is decided by the tier's placer, which makes
 	// every cold decision of the tier: it selects on the loads as they are,
 	// without the peers' expected share of a burst, since it sees the
@@ -39,6 +42,14 @@ type Request struct {
 	// reserved; both set by the Router.
 	burst    burstView
 	reserved *Load
+}
+
+// Len is the routing text's length in bytes: of Text, or TextLen without it.
+func (r *Request) Len() int {
+	if r.Text != nil {
+		return len(r.Text)
+	}
+	return r.TextLen
 }
 
 // Choice is a policy's pick. Seen is the chosen worker's local in-flight

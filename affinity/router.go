@@ -108,7 +108,7 @@ func (r *Router) record(req *Request, c Choice) Decision {
 		r.index.Insert(req.Hashes, w)
 		r.announce(req, c, w)
 	}
-	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: len(req.Text)}
+	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: req.Len()}
 }
 
 // announce tells the sink that w owns hashes, and, for a hit, how deep it

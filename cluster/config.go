@@ -84,6 +84,10 @@ type Config struct {
 	// loadsync.DefaultLoadFlushInterval; 100ms or more reports only every
 	// 100 ms, for about a seventh of the gossip's packets in a busy tier.
 	GossipFlushInterval time.Duration
+	// Placer makes the Raft leader the tier's placer (--placer): a replica
+	// that knows nothing of a request's prefix asks the leader for its
+	// worker (placer.go). Default true.
+	Placer bool
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration
@@ -156,6 +160,7 @@ func DefaultConfig() Config {
 		BootstrapExpect:     1,
 		ReapTimeout:         DefaultReapTimeout,
 		GossipFlushInterval: loadsync.DefaultLoadFlushInterval,
+		Placer:              true,
 		ReconcileInterval:   DefaultReconcileInterval,
 		JoinTimeout:         DefaultJoinTimeout,
 		RaftTimings:         raftnode.DefaultTimings(),

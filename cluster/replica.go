@@ -57,6 +57,7 @@ type Replica struct {
 	writes     *raftnode.Forwarder
 	rpc        *link.Client // to the peers' cluster ports
 	keyrings   keyringFanout
+	placer     *placing // nil with --placer=false
 	reloads    reloaders
 
 	// routing builds the routers and follows the registry's routing
@@ -263,7 +264,7 @@ func (r *Replica) buildFrontEnd() error {
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: r.core, Engines: r.admission.engineReadings})
+		Dialer: r.dialer, Decider: r.decider(), Engines: r.admission.engineReadings})
 	r.routing.proxy = r.proxy
 	r.admission.proxy = r.proxy
 	r.views.proxy = r.proxy
@@ -271,6 +272,18 @@ func (r *Replica) buildFrontEnd() error {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
 	}
 	return err
+}
+
+// decider is what the proxy decides with: the core, with cold requests
+// asked of the placer unless --placer=false.
+func (r *Replica) decider() proxy.Decider {
+	if !r.cfg.Placer {
+		return r.core
+	}
+	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: r.rpc, counts: newPlacerCounts(r.metrics),
+		leader: func() string { _, addr := r.raft.Leader(); return addr },
+		router: func() *affinity.Router { return r.proxy.DecidingRouter() }}
+	return r.placer
 }
 
 // serve starts serving on the bound listeners, the peers' HTTP on the

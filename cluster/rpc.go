@@ -33,10 +33,14 @@ func serveRPC(ctx context.Context, port *link.Port, routes map[string]fasthttp.R
 
 // rpcRoutes are the endpoints of the cluster port's HTTP, all POST.
 func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
-	return map[string]fasthttp.RequestHandler{
+	routes := map[string]fasthttp.RequestHandler{
 		raftnode.ApplyPath: postOnly(func(c *fasthttp.RequestCtx) { r.admin.ApplyForwarded(c, 0) }),
 		keyringPath:        postOnly(r.keyrings.serveLocal),
 	}
+	if r.placer != nil {
+		routes[placePath] = postOnly(r.placer.servePlace)
+	}
+	return routes
 }
 
 func postOnly(h fasthttp.RequestHandler) fasthttp.RequestHandler {

@@ -119,6 +119,6 @@ func (r *Replica) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, b
 			fact = FactPeer
 		}
 	}
-	deep := r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, len(req.Text)), len(req.Text))
+	deep := r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len())
 	return fact, !candidate && deep
 }

@@ -146,7 +146,7 @@ func (m *kvMatch) textDepth(req *affinity.Request, blocks int) int {
 	if blocks <= 0 || len(req.Tokens) == 0 {
 		return -1
 	}
-	text := len(req.Text)
+	text := req.Len()
 	if req.TokenText > 0 {
 		text = min(req.TokenText, text) // the tokens are a prefix's: they cover that much of the text
 	}

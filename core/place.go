@@ -1,6 +1,8 @@
 package core
 
 import (
+	"time"
+
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -22,7 +24,7 @@ func (r *Replica) Cold(req *affinity.Request, pool *affinity.Pool) bool {
 	}
 	var buf [8]affinity.WorkerID
 	depth, owners := r.index.Match(req.Hashes, k.pool, buf[:0])
-	if depth < 0 || !r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, len(req.Text)), len(req.Text)) {
+	if depth < 0 || !r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len()) {
 		return true
 	}
 	for _, w := range owners {
@@ -59,4 +61,52 @@ func (r *Replica) DecideOn(router *affinity.Router, req *affinity.Request, pool 
 		out.Load = l.Merged()
 	}
 	return out, g, nil
+}
+
+// Question is a peer's cold request as the placer needs it: the hashes of
+// its routing text (not the text), and the candidates the peer would choose
+// from, in its pool's order.
+type Question struct {
+	Hashes     []uint64
+	Full       int
+	Tail       uint64
+	TextLen    int
+	Candidates []affinity.WorkerID
+}
+
+// Ask is the question for req over pool.
+func Ask(req *affinity.Request, pool *affinity.Pool) Question {
+	q := Question{Hashes: req.Hashes, Full: req.Full, Tail: req.Tail, TextLen: req.Len(),
+		Candidates: make([]affinity.WorkerID, pool.Len())}
+	for i := range pool.Len() {
+		q.Candidates[i] = pool.At(i).ID()
+	}
+	return q
+}
+
+// Answer decides a peer's question as the placer (Place) over the
+// candidates this replica knows of, in the peer's order. The guard is the
+// caller's to release after PlacementHold.
+func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, *affinity.Guard, error) {
+	k := r.known.Load()
+	members := make([]*affinity.Load, 0, len(q.Candidates))
+	for _, id := range q.Candidates {
+		if l, ok := k.byID[id]; ok {
+			members = append(members, l)
+		}
+	}
+	req := &affinity.Request{Hashes: q.Hashes, Full: q.Full, Tail: q.Tail, TextLen: q.TextLen}
+	return r.Place(router, req, affinity.NewPool(members))
+}
+
+// PlacementHold is how long the placer holds its reservation for a peer's
+// request: until the peer's load report counts it. The peer reserves the
+// worker when the answer reaches it and reports a changed load within its
+// report lag; three lags cover the answer's way back and the report's way
+// here.
+func (r *Replica) PlacementHold() time.Duration {
+	if r.sync == nil {
+		return 0
+	}
+	return 3 * r.sync.Config().ReportLag()
 }

@@ -31,3 +31,13 @@ func (p *Proxy) SetRouters(regular *affinity.Router, pd *PD) error {
 	p.routers.Store(&routerSet{regular: regular, pd: pd})
 	return nil
 }
+
+// DecidingRouter is the router whose decisions the Decider makes: the
+// prefill one under disaggregation, else the regular one.
+func (p *Proxy) DecidingRouter() *affinity.Router {
+	rs := p.routers.Load()
+	if rs.pd != nil {
+		return rs.pd.Prefill
+	}
+	return rs.regular
+}

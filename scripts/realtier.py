@@ -36,11 +36,12 @@ come from environment variables (defaults in brackets):
     BURST_REPLICAS       the burst: requests, shared prefix and each one's
                          own part in tokens, rounds, tiers [40 4096 2048 3 "1 4"]
     TRACE_FILE, TRACE_LIMIT, TRACE_SCALE, TRACE_WORKERS, TRACE_KV, TRACE_SPREADS,
-    TRACE_REPLICAS, TRACE_ROUNDS
+    TRACE_REPLICAS, TRACE_ROUNDS, TRACE_ROUTER_FLAGS
                          the trace: file, records, speed-up of the replay and of
                          the workersims, workersims, their KV, arrival spreads,
-                         tiers, rounds [../shared/data/traces/mooncake_conversation_trace.jsonl
-                         1000 4 16 262144 "0 3s" "4 8" 3]
+                         tiers, rounds, router flags (fleetsim gets those it has)
+                         [../shared/data/traces/mooncake_conversation_trace.jsonl
+                         1000 4 16 262144 "0 3s" "4 8" 3 none]
 
 After each run the sweep scrapes every replica's /metrics and sums the
 attribution families vllm_router_false_hits_total and
@@ -346,8 +347,10 @@ def fleetsim_flags(router_flags):
     out, i = [], 0
     while i < len(router_flags):
         flag = router_flags[i]
-        if flag.split("=")[0] in ("--hot-prefix-load", "--hot-prefix-owners", "--balance-abs-threshold",
-                                  "--balance-rel-threshold", "--cache-threshold"):
+        if flag.split("=")[0] == "--placer":  # a boolean: only its --placer=false form takes a value
+            out.append(flag)
+        elif flag.split("=")[0] in ("--hot-prefix-load", "--hot-prefix-owners", "--balance-abs-threshold",
+                                    "--balance-rel-threshold", "--cache-threshold"):
             out.append(flag)
             if "=" not in flag and i + 1 < len(router_flags):
                 out.append(router_flags[i + 1])
@@ -577,6 +580,7 @@ def trace_config():
         "kv": int(os.environ.get("TRACE_KV", "262144")),
         "time_scale": scale,
         "rounds": int(os.environ.get("TRACE_ROUNDS", "3")),
+        "router_flags": env_list("TRACE_ROUTER_FLAGS", ""),
     })
     return cfg
 
@@ -598,7 +602,7 @@ def fleetsim_trace(tmp, cfg, spread, seed):
             "--arrival-seed", str(seed), "--workers", str(cfg["workers"]), "--kv-capacity-tokens", str(cfg["kv"]),
             "--replicas", ",".join(map(str, [1] + cfg["replicas"])), "--sync", "gossip", "--policies", "cache_aware",
             "--gossip-interval", f"{GOSSIP_INTERVAL_S * ts:g}s", "--gossip-flush-interval", f"{FLUSH_INTERVAL_S * ts:g}s",
-            "--seed", str(seed), "--parallel", "2", "--json", out]
+            "--seed", str(seed), "--parallel", "2", *fleetsim_flags(cfg["router_flags"]), "--json", out]
     subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     with open(out) as f:
         return {r["replicas"]: r for r in json.load(f)["runs"]}
@@ -615,7 +619,7 @@ def trace(out_md):
             for spread in cfg["spreads"]:
                 for n in [1] + cfg["replicas"]:
                     tag = f"trace-{spread}-n{n}-r{rnd}"
-                    rep = real_run(tmp, tag, cfg, n, [], replay_load(cfg, spread, rnd))
+                    rep = real_run(tmp, tag, cfg, n, cfg["router_flags"], replay_load(cfg, spread, rnd))
                     by[(spread, n, rnd)] = rep
                     print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} TTFT p50 {rep['ttft_p50_ms']:.0f} "
                           f"p99 {rep['ttft_p99_ms']:.0f} ms, load {rep['loadavg']}", file=sys.stderr)
@@ -648,7 +652,8 @@ def render_trace(cfg, by, sims, load_before, load_after, elapsed):
          "```\nscripts/realtier.py trace OUT.md\n"
          f"TRACE_LIMIT={cfg['limit']} TRACE_SCALE={cfg['time_scale']:g} TRACE_WORKERS={cfg['workers']} "
          f"TRACE_KV={cfg['kv']} TRACE_SPREADS='{' '.join(cfg['spreads'])}' "
-         f"TRACE_REPLICAS='{' '.join(map(str, cfg['replicas']))}' TRACE_ROUNDS={cfg['rounds']}\n```\n",
+         f"TRACE_REPLICAS='{' '.join(map(str, cfg['replicas']))}' TRACE_ROUNDS={cfg['rounds']}"
+         + (f" TRACE_ROUTER_FLAGS='{' '.join(cfg['router_flags'])}'" if cfg["router_flags"] else "") + "\n```\n",
          f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}. {elapsed / 60:.1f} min.\n",
          "Targets (the tier's acceptance): worst round >= 0.98 of one replica's cached-token ratio, TTFT p50 "
          "and p99 <= 1.1x; fleetsim within 0.03 of the real ratio.\n",

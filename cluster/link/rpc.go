@@ -103,7 +103,10 @@ func NewClient(port *Port, timeout time.Duration) *Client {
 			}
 			return conn, nil
 		},
-		MaxIdleConnsPerHost:   4,
+		// The placer's questions come in bursts (a replica asks the leader
+		// for every cold request of a burst at once): connections kept
+		// idle spare each of them a dial and, with cluster TLS, a handshake.
+		MaxIdleConnsPerHost:   32,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: timeout,
 		// Longer than any reach bound: CallHeard decides when to give up

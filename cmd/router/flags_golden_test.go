@@ -154,6 +154,7 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"raft-leader-lease-timeout":     sets(func(c cluster.Config) any { return c.RaftTimings.LeaderLease }, d.RaftTimings.LeaderLease),
 		"raft-commit-timeout":           sets(func(c cluster.Config) any { return c.RaftTimings.Commit }, d.RaftTimings.Commit),
 		"reap-timeout":                  sets(func(c cluster.Config) any { return c.ReapTimeout }, d.ReapTimeout),
+		"placer":                        sets(func(c cluster.Config) any { return c.Placer }, d.Placer),
 		"gossip-flush-interval":         sets(func(c cluster.Config) any { return c.GossipFlushInterval }, d.GossipFlushInterval),
 		"join-timeout":                  sets(func(c cluster.Config) any { return c.JoinTimeout }, d.JoinTimeout),
 		"worker-connect-timeout":        sets(func(c cluster.Config) any { return c.Proxy.DialTimeout }, d.Proxy.DialTimeout),

@@ -141,6 +141,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		ClusterTLS: link.TLSFiles{CertFile: c.String("cluster-tls-cert"), KeyFile: c.String("cluster-tls-key"),
 			CAFile: c.String("cluster-tls-ca")},
 		InsecureCluster: c.Bool("insecure-cluster"),
+		Placer:          c.Bool("placer"),
 		DebugAddr:       c.String("debug-addr"),
 		Routing:         routingFrom(c),
 		Proxy:           proxyConfigFrom(c),

@@ -174,7 +174,7 @@ func (s *simulation) arrive(req *request) {
 	req.replica, req.areq = r, areq
 	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
 	decide := r.core.Decide
-	if s.cfg.Placer && r.core.Cold(areq, r.pool) {
+	if s.cfg.Placer && s.cfg.Sync == SyncGossip && r.core.Cold(areq, r.pool) {
 		if r != s.placer() {
 			s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlace, req: req})
 			return
@@ -201,7 +201,7 @@ func (s *simulation) place(req *request) {
 	}
 	now := s.clock.Elapsed()
 	req.placed, req.held = d.Decision, g
-	hold := 2*s.cfg.GossipDelay + req.replica.gossip.Config().ReportLag()
+	hold := p.core.PlacementHold()
 	s.agenda.push(event{at: now + hold, kind: evUnhold, req: req})
 	s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlaced, req: req})
 }

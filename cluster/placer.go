@@ -1,0 +1,124 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/core"
+)
+
+// The tier's placer (core/place.go) is the Raft leader: every replica
+// knows it, and there is at most one at a time. A replica that knows
+// nothing of a request's prefix asks the leader over the cluster port
+// which worker to take; the leader decides on its own view, in which every
+// other cold request of the tier is already counted, and holds that
+// reservation until the asker's load report counts the request. An asker
+// that gets no answer within placeTimeout (no leader, a leader cut off or
+// overloaded) decides alone, as without a placer.
+
+// placePath is the cluster-port endpoint of the placer: POST a
+// core.Question, answer a core placement.
+const placePath = "/cluster/place"
+
+// placeTimeout bounds asking the placer: past it the asker decides alone.
+const placeTimeout = 50 * time.Millisecond
+
+// placing is the replica's Decider with a placer: core.Replica's, with cold
+// requests asked of the leader.
+type placing struct {
+	*core.Replica
+	// isLeader says whether this replica is the Raft leader, and leader
+	// is the leader's cluster-port address ("" while there is none).
+	isLeader func() bool
+	leader   func() string
+	rpc    *link.Client
+	// router is the router the proxy decides with (the prefill one under
+	// disaggregation): what the placer answers a peer's question on.
+	router func() *affinity.Router
+	counts *placerCounts
+}
+
+// Decide decides req on the placer when it is cold here, else as the core
+// does.
+func (p placing) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
+	if req.Tokens != nil || !router.RoutesByPrefix() || !p.Cold(req, pool) {
+		return p.Replica.Decide(router, req, pool)
+	}
+	if p.isLeader() {
+		p.counts.placedHere.Inc()
+		return p.Place(router, req, pool)
+	}
+	placed, err := p.ask(p.leader(), core.Ask(req, pool))
+	if err == nil {
+		var d core.Decided
+		var g *affinity.Guard
+		if d, g, err = p.DecideOn(router, req, pool, placed); err == nil {
+			p.counts.asked.Inc()
+			return d, g, nil
+		}
+	}
+	p.counts.alone.Inc()
+	return p.Replica.Decide(router, req, pool)
+}
+
+// ask puts q to the placer at addr.
+func (p placing) ask(addr string, q core.Question) (affinity.Decision, error) {
+	if addr == "" {
+		return affinity.Decision{}, fmt.Errorf("no leader")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
+	defer cancel()
+	status, body, err := p.rpc.Call(ctx, http.MethodPost, addr, placePath, q.AppendBinary(nil))
+	if err != nil {
+		return affinity.Decision{}, err
+	}
+	if status != http.StatusOK {
+		return affinity.Decision{}, fmt.Errorf("placer answered %d", status)
+	}
+	return core.ParsePlacement(body)
+}
+
+// servePlace is placePath: the placer decides a peer's cold request. A
+// replica that is not the leader refuses (409), so that an asker whose
+// view of the leader is stale decides alone rather than on a second view.
+func (p placing) servePlace(ctx *fasthttp.RequestCtx) {
+	if !p.isLeader() {
+		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "not the placer: this replica is not the leader"))
+		return
+	}
+	q, err := core.ParseQuestion(ctx.PostBody())
+	if err != nil {
+		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
+		return
+	}
+	d, g, err := p.Answer(p.router(), q)
+	if err != nil {
+		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "no candidate to place on: "+err.Error()))
+		return
+	}
+	time.AfterFunc(p.PlacementHold(), func() { g.Release() })
+	p.counts.placedForPeers.Inc()
+	ctx.SetStatusCode(http.StatusOK)
+	ctx.SetContentType("application/octet-stream")
+	ctx.SetBody(core.AppendPlacement(nil, d.Decision))
+}
+
+// placerCounts count the cold decisions by how they were placed.
+type placerCounts struct {
+	asked, placedHere, alone, placedForPeers *metrics.Counter
+}
+
+const placementsFamily = "vllm_router_cluster_placements_total"
+
+func newPlacerCounts(set *metrics.Set) *placerCounts {
+	c := func(how string) *metrics.Counter { return set.NewCounter(placementsFamily + `{how="` + how + `"}`) }
+	return &placerCounts{asked: c("asked"), placedHere: c("here"), alone: c("alone"), placedForPeers: c("for_peer")}
+}

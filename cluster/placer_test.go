@@ -1,0 +1,97 @@
+package cluster
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/kvrouter/kvrouter/internal/testwait"
+)
+
+// placerOn gives every replica the placer, as the command line does.
+func placerOn(c *Config) { c.Placer = true }
+
+// burstThroughFollowers sends n new sessions' first turns at once, each
+// held at its worker, through the followers in turn, waits until every one
+// was decided, lets them finish and returns the workers that took them.
+func burstThroughFollowers(c *testCluster, n int, decided func() int) []string {
+	c.t.Helper()
+	lead := c.leader()
+	var followers []*Replica
+	for _, r := range c.replicas {
+		if r != lead {
+			followers = append(followers, r)
+		}
+	}
+	got := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = c.complete(followers[i%len(followers)], prompt(fmt.Sprintf("hold session %d", i), 4))
+		}()
+	}
+	testwait.Eventually(c.t, testDeadline, func() bool { return decided() == n }, "%d cold requests decided", n)
+	c.releaseAll()
+	wg.Wait()
+	return got
+}
+
+// TestFollowersAskTheLeaderToPlaceABurstOfColdRequests: four new sessions
+// reach two followers in the same instant, before either hears of the
+// other's. Each follower asks the leader, which counts the ones it placed
+// before, so the four take four workers, as one replica would place them;
+// the followers count them as asked, the leader as placed for a peer.
+func TestFollowersAskTheLeaderToPlaceABurstOfColdRequests(t *testing.T) {
+	const n = 4
+	c := newTestCluster(t, n)
+	c.startN(3, placerOn)
+	c.waitReady()
+	lead := c.leader()
+	asked := func() int {
+		total := 0
+		for _, r := range c.replicas {
+			total += int(r.placer.counts.asked.Get())
+		}
+		return total
+	}
+	got := burstThroughFollowers(c, n, asked)
+	if slices.Sort(got); len(slices.Compact(slices.Clone(got))) != n {
+		t.Errorf("the burst took workers %v, want %d different ones", got, n)
+	}
+	if p := lead.placer.counts.placedForPeers.Get(); p != n {
+		t.Errorf("the leader placed %d requests for peers, want %d", p, n)
+	}
+	for _, r := range c.replicas {
+		if a := r.placer.counts.alone.Get(); a != 0 {
+			t.Errorf("%s decided %d cold requests alone, want none with a leader that answers", r.cfg.NodeName, a)
+		}
+	}
+}
+
+// TestOnlyTheLeaderAnswersAsThePlacer: a follower asked to place refuses,
+// so that an asker whose view of the leader is stale decides alone rather
+// than on a second view; bad questions are refused on the leader.
+func TestOnlyTheLeaderAnswersAsThePlacer(t *testing.T) {
+	c := newTestCluster(t, 2)
+	c.startN(2, placerOn)
+	c.waitReady()
+	lead, follower := c.leader(), c.follower()
+	call := func(to *Replica, body []byte) int {
+		status, _, err := follower.rpc.Call(t.Context(), http.MethodPost, to.RaftAddr(), placePath, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return status
+	}
+	q := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0} // version, full 0, tail, text 64, no hashes, no candidates
+	if s := call(follower, q); s != http.StatusConflict {
+		t.Errorf("a follower asked to place answered %d, want 409", s)
+	}
+	if s := call(lead, []byte("not a question")); s != http.StatusBadRequest {
+		t.Errorf("the leader asked a malformed question answered %d, want 400", s)
+	}
+}

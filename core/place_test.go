@@ -1,0 +1,197 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// coldBurst is n prompts that share nothing, one per replica of a burst.
+func coldBurst(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = fmt.Appendf(nil, "session %02d: %s", i, bytesOf('a'+byte(i), 4*blockSize))
+	}
+	return out
+}
+
+func bytesOf(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}
+
+// TestThePlacerSpreadsABurstOfColdRequestsFromEveryReplica: eight replicas
+// each get one new session in the same instant, before any has heard of
+// another's. Each asks the placer, which counts the ones it placed before,
+// so the eight land on eight workers, as one replica would place them;
+// deciding alone, replicas that each see eight idle workers put some of
+// them on the same one.
+func TestThePlacerSpreadsABurstOfColdRequestsFromEveryReplica(t *testing.T) {
+	const n = 8
+	reps, _ := tier(t, n, n)
+	for _, r := range reps {
+		r.SetPeers(n-1, 100*time.Millisecond)
+	}
+	placer, prompts := reps[0], coldBurst(n)
+	placerRouter := router(t, placer)
+	var placed, alone []affinity.WorkerID
+	for i, r := range reps {
+		rt := router(t, r)
+		req := rt.Prepare("m", prompts[i], 0)
+		if !r.Cold(req, allPool(r)) {
+			t.Fatalf("replica %d: a prompt nobody has seen is not cold", i)
+		}
+		d, _, err := placer.Answer(placerRouter, Ask(req, allPool(r)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := r.DecideOn(rt, req, allPool(r), d.Decision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Worker != d.Worker {
+			t.Fatalf("replica %d routed to %d, the placer chose %d", i, got.Worker, d.Worker)
+		}
+		placed = append(placed, got.Worker)
+	}
+	others, _ := tier(t, n, n)
+	for i, r := range others {
+		r.SetPeers(n-1, 100*time.Millisecond)
+		rt := router(t, r)
+		d, _, err := r.Decide(rt, rt.Prepare("m", prompts[i], 0), allPool(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone = append(alone, d.Worker)
+	}
+	if distinct(placed) != n {
+		t.Errorf("through the placer the burst took %d workers of %d: %v", distinct(placed), n, placed)
+	}
+	if distinct(alone) == n {
+		t.Errorf("deciding alone the burst took all %d workers (%v): the test shows nothing", n, alone)
+	}
+}
+
+func distinct(ws []affinity.WorkerID) int {
+	s := slices.Clone(ws)
+	slices.Sort(s)
+	return len(slices.Compact(s))
+}
+
+// TestColdSaysWhetherACandidateHoldsThePrefix: a prompt recorded on a
+// worker is not cold while that worker is a candidate; it is cold over a
+// pool without it, and a prompt nobody recorded is cold.
+func TestColdSaysWhetherACandidateHoldsThePrefix(t *testing.T) {
+	reps, _ := tier(t, 1, 4)
+	r := reps[0]
+	rt := router(t, r)
+	seen := rt.Prepare("m", coldBurst(1)[0], 0)
+	d, _, err := r.Decide(rt, seen, allPool(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := rt.Prepare("m", coldBurst(1)[0], 0)
+	if r.Cold(again, allPool(r)) {
+		t.Error("a prompt recorded on a candidate is cold")
+	}
+	if !r.Cold(again, allPool(r).Without(d.Worker)) {
+		t.Error("a prompt recorded only on a worker outside the pool is not cold")
+	}
+	if !r.Cold(rt.Prepare("m", coldBurst(2)[1], 0), allPool(r)) {
+		t.Error("a prompt nobody recorded is not cold")
+	}
+}
+
+// TestAPlacedWorkerOutsideThePoolIsRefused: an answer naming a worker the
+// asker may not use (unhealthy here, or tried already) is refused, and
+// nothing is reserved.
+func TestAPlacedWorkerOutsideThePoolIsRefused(t *testing.T) {
+	reps, _ := tier(t, 1, 4)
+	r := reps[0]
+	rt := router(t, r)
+	pool := allPool(r).Without(2)
+	_, _, err := r.DecideOn(rt, rt.Prepare("m", coldBurst(1)[0], 0), pool, affinity.Decision{Worker: 2})
+	if !errors.Is(err, affinity.ErrNotACandidate) {
+		t.Fatalf("err = %v, want ErrNotACandidate", err)
+	}
+	if l := r.Loads().Lookup(2).Local(); l != 0 {
+		t.Errorf("worker 2 holds %d reservations after a refused placement", l)
+	}
+}
+
+func TestAQuestionAndAPlacementSurviveTheWire(t *testing.T) {
+	q := Question{Hashes: []uint64{1, 2, 1 << 63}, Full: 2, Tail: 99, TextLen: 700, Candidates: []affinity.WorkerID{3, 1, 400}}
+	got, err := ParseQuestion(q.AppendBinary(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Hashes, q.Hashes) || got.Full != q.Full || got.Tail != q.Tail || got.TextLen != q.TextLen ||
+		!slices.Equal(got.Candidates, q.Candidates) {
+		t.Fatalf("got %+v, want %+v", got, q)
+	}
+	d := affinity.Decision{Worker: 7, Hit: true, Matched: 4096}
+	back, err := ParsePlacement(AppendPlacement(nil, d))
+	if err != nil || back.Worker != d.Worker || back.Hit != d.Hit || back.Matched != d.Matched {
+		t.Fatalf("placement %+v, %v; want %+v", back, err, d)
+	}
+}
+
+func TestMalformedPlacementMessagesAreRefused(t *testing.T) {
+	good := Question{Hashes: []uint64{1, 2}, Full: 2, TextLen: 32, Candidates: []affinity.WorkerID{1}}.AppendBinary(nil)
+	huge := append([]byte{placeWireVersion, 0}, make([]byte, 8)...)
+	huge = append(huge, 0, 0xff, 0xff, 0xff, 0xff, 0x0f) // 2^32-1 hashes announced
+	for name, b := range map[string][]byte{
+		"empty":                 nil,
+		"another version":       append([]byte{placeWireVersion + 1}, good[1:]...),
+		"truncated":             good[:len(good)-3],
+		"bytes past the end":    append(slices.Clone(good), 0),
+		"more hashes than sent": huge,
+		"more full than hashes": Question{Hashes: []uint64{1}, Full: 2}.AppendBinary(nil),
+	} {
+		if _, err := ParseQuestion(b); !errors.Is(err, ErrBadPlacement) {
+			t.Errorf("%s: err = %v, want ErrBadPlacement", name, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"empty":        nil,
+		"hit of 2":     {placeWireVersion, 1, 2, 0},
+		"truncated":    {placeWireVersion, 1},
+		"past the end": {placeWireVersion, 1, 0, 0, 0},
+	} {
+		if _, err := ParsePlacement(b); !errors.Is(err, ErrBadPlacement) {
+			t.Errorf("placement %s: err = %v, want ErrBadPlacement", name, err)
+		}
+	}
+}
+
+// TestThePlacerCountsAPeersRequestUntilItsGuardIsReleased: the placer's
+// reservation for a peer's request stands in its own loads (what its next
+// placements select on) until the caller releases it after PlacementHold,
+// when the peer's report counts the request instead.
+func TestThePlacerCountsAPeersRequestUntilItsGuardIsReleased(t *testing.T) {
+	reps, _ := tier(t, 2, 4)
+	placer, peer := reps[0], reps[1]
+	rt := router(t, peer)
+	req := rt.Prepare("m", coldBurst(1)[0], 0)
+	d, g, err := placer.Answer(router(t, placer), Ask(req, allPool(peer)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := placer.Loads().Lookup(d.Worker).Local(); l != 1 {
+		t.Fatalf("the placer counts %d requests on the worker it placed a peer's on, want 1", l)
+	}
+	g.Release()
+	if l := placer.Loads().Lookup(d.Worker).Local(); l != 0 {
+		t.Errorf("after the release the placer counts %d, want 0", l)
+	}
+	if hold := placer.PlacementHold(); hold != 3*placer.Gossip().Config().ReportLag() {
+		t.Errorf("PlacementHold = %v, want three report lags", hold)
+	}
+}

@@ -1,0 +1,167 @@
+package core
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// The placer's wire: a question and its answer, each a version byte and
+// varints (hashes as fixed 8-byte words). A peer is authenticated by the
+// cluster port, but what it sends is still bounded before anything is
+// allocated for it.
+
+const (
+	placeWireVersion = 1
+	// maxCandidates bounds a question's candidate list.
+	maxCandidates = 1 << 16
+)
+
+// ErrBadPlacement marks a question or an answer that cannot be read.
+var ErrBadPlacement = errors.New("core: malformed placement message")
+
+// AppendBinary appends q's encoding to dst.
+func (q Question) AppendBinary(dst []byte) []byte {
+	dst = append(dst, placeWireVersion)
+	dst = binary.AppendUvarint(dst, uint64(q.Full))
+	dst = binary.LittleEndian.AppendUint64(dst, q.Tail)
+	dst = binary.AppendUvarint(dst, uint64(q.TextLen))
+	dst = binary.AppendUvarint(dst, uint64(len(q.Hashes)))
+	for _, h := range q.Hashes {
+		dst = binary.LittleEndian.AppendUint64(dst, h)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(q.Candidates)))
+	for _, id := range q.Candidates {
+		dst = binary.AppendUvarint(dst, uint64(id))
+	}
+	return dst
+}
+
+// ParseQuestion reads a question that AppendBinary wrote.
+func ParseQuestion(b []byte) (Question, error) {
+	w := wireReader{b: b}
+	w.version()
+	var q Question
+	q.Full = int(w.uvarint(affinity.MaxChainBlocks + 1))
+	q.Tail = w.u64()
+	q.TextLen = int(w.uvarint(1 << 40))
+	n := int(w.uvarint(affinity.MaxChainBlocks + 1))
+	if w.err == nil && len(w.b) < 8*n {
+		w.fail("%d hashes announced, %d bytes left", n, len(w.b))
+	}
+	if w.err == nil {
+		q.Hashes = make([]uint64, n)
+		for i := range q.Hashes {
+			q.Hashes[i] = w.u64()
+		}
+	}
+	c := int(w.uvarint(maxCandidates))
+	if w.err == nil && len(w.b) < c {
+		w.fail("%d candidates announced, %d bytes left", c, len(w.b))
+	}
+	for range c {
+		if w.err != nil {
+			break
+		}
+		q.Candidates = append(q.Candidates, affinity.WorkerID(w.uvarint(1<<31)))
+	}
+	w.end()
+	if w.err == nil && q.Full > len(q.Hashes) {
+		w.fail("%d full blocks of %d hashes", q.Full, len(q.Hashes))
+	}
+	return q, w.err
+}
+
+// AppendPlacement appends the encoding of the placer's decision d to dst.
+func AppendPlacement(dst []byte, d affinity.Decision) []byte {
+	dst = append(dst, placeWireVersion)
+	dst = binary.AppendUvarint(dst, uint64(d.Worker))
+	hit := byte(0)
+	if d.Hit {
+		hit = 1
+	}
+	dst = append(dst, hit)
+	return binary.AppendUvarint(dst, uint64(d.Matched))
+}
+
+// ParsePlacement reads a decision that AppendPlacement wrote.
+func ParsePlacement(b []byte) (affinity.Decision, error) {
+	w := wireReader{b: b}
+	w.version()
+	var d affinity.Decision
+	d.Worker = affinity.WorkerID(w.uvarint(1 << 31))
+	switch w.byte() {
+	case 0:
+	case 1:
+		d.Hit = true
+	default:
+		w.fail("hit is neither 0 nor 1")
+	}
+	d.Matched = int(w.uvarint(1 << 40))
+	w.end()
+	return d, w.err
+}
+
+// wireReader reads a message, keeping the first error.
+type wireReader struct {
+	b   []byte
+	err error
+}
+
+func (w *wireReader) fail(format string, args ...any) {
+	if w.err == nil {
+		w.err = fmt.Errorf("%w: %s", ErrBadPlacement, fmt.Sprintf(format, args...))
+	}
+}
+
+func (w *wireReader) version() {
+	if v := w.byte(); w.err == nil && v != placeWireVersion {
+		w.fail("version %d, want %d", v, placeWireVersion)
+	}
+}
+
+func (w *wireReader) byte() byte {
+	if w.err != nil || len(w.b) == 0 {
+		w.fail("truncated")
+		return 0
+	}
+	v := w.b[0]
+	w.b = w.b[1:]
+	return v
+}
+
+func (w *wireReader) u64() uint64 {
+	if w.err != nil || len(w.b) < 8 {
+		w.fail("truncated")
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(w.b)
+	w.b = w.b[8:]
+	return v
+}
+
+// uvarint reads a varint no larger than limit.
+func (w *wireReader) uvarint(limit uint64) uint64 {
+	if w.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(w.b)
+	if n <= 0 {
+		w.fail("truncated varint")
+		return 0
+	}
+	if v > limit {
+		w.fail("%d above the bound %d", v, limit)
+		return 0
+	}
+	w.b = w.b[n:]
+	return v
+}
+
+func (w *wireReader) end() {
+	if w.err == nil && len(w.b) > 0 {
+		w.fail("%d bytes past the end", len(w.b))
+	}
+}
