@@ -86,7 +86,9 @@ type Config struct {
 	GossipFlushInterval time.Duration
 	// Placer makes the Raft leader the tier's placer (--placer): a replica
 	// that knows nothing of a request's prefix asks the leader for its
-	// worker (placer.go). Default true.
+	// worker (placer.go). Default false: measured on real processes it
+	// cut the tier's TTFT on the bursty trace by about a third of the gap,
+	// not yet on agentic sessions (BENCHMARKS.md, "The placer").
 	Placer bool
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
@@ -160,7 +162,6 @@ func DefaultConfig() Config {
 		BootstrapExpect:     1,
 		ReapTimeout:         DefaultReapTimeout,
 		GossipFlushInterval: loadsync.DefaultLoadFlushInterval,
-		Placer:              true,
 		ReconcileInterval:   DefaultReconcileInterval,
 		JoinTimeout:         DefaultJoinTimeout,
 		RaftTimings:         raftnode.DefaultTimings(),

@@ -205,9 +205,17 @@ func forwardedWrite(t *testing.T, addr string, in intruder, url string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return postThrough(t, addr, in, raftnode.ApplyPath, body)
+}
+
+// postThrough POSTs body to path on the cluster port at addr, connecting as
+// in does, and returns the answer's status: 0 when the connection was
+// refused before an answer.
+func postThrough(t *testing.T, addr string, in intruder, path string, body []byte) int {
+	t.Helper()
 	client := &http.Client{Timeout: testDeadline, Transport: &http.Transport{DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) { return in.dial(ctx, addr) }}}
-	resp, err := client.Post("http://"+addr+raftnode.ApplyPath, "application/json", bytes.NewReader(body))
+	resp, err := client.Post("http://"+addr+path, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0
 	}

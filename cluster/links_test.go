@@ -272,3 +272,41 @@ func TestSilentStrangersHoldUpNoPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryClusterEndpointNeedsAClusterCertificate walks the cluster port's
+// route table: every endpoint (a forwarded write, a keyring step, the
+// placer) refuses a connection without a certificate of the cluster CA,
+// answers one with it, and is not served on the API port at all.
+func TestEveryClusterEndpointNeedsAClusterCertificate(t *testing.T) {
+	certs := certDir(t, "victim", "peer")
+	cfg := testConfig(t, t.TempDir(), echoWorker(t, "w1"))
+	cfg.NodeName, cfg.ClusterTLS, cfg.GossipKey, cfg.AdminToken = "victim", link.NodeTLSFiles(certs, "victim"), []byte("0123456789abcdef"), "s3cret"
+	cfg.Placer = true
+	victim := startReplica(t, cfg)
+	peer := intruder{tls: presenting(t, link.NodeTLSFiles(certs, "peer")), link: int(link.KindRPC)}
+	routes := victim.rpcRoutes()
+	if _, ok := routes[placePath]; !ok {
+		t.Fatalf("the route table %v has no placer", routes)
+	}
+	for path := range routes {
+		for name, in := range intruders(t, certDir(t, "intruder"), link.KindRPC) {
+			before := victim.raft.Port().Refused()
+			if status := postThrough(t, victim.RaftAddr(), in, path, []byte("{}")); status != 0 {
+				t.Errorf("%s: %s was answered %d", path, name, status)
+			}
+			waitRefusals(t, victim, before)
+		}
+		if status := postThrough(t, victim.RaftAddr(), peer, path, []byte("{}")); status == 0 {
+			t.Errorf("%s: a replica's certificate got no answer", path)
+		}
+		resp, err := http.Post("http://"+victim.HTTPAddr()+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s on the API port: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+}

@@ -39,7 +39,7 @@ type placing struct {
 	// is the leader's cluster-port address ("" while there is none).
 	isLeader func() bool
 	leader   func() string
-	rpc    *link.Client
+	rpc      *link.Client
 	// router is the router the proxy decides with (the prefill one under
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router

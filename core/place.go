@@ -41,6 +41,7 @@ func (r *Replica) Cold(req *affinity.Request, pool *affinity.Pool) bool {
 // request until the peer's own load report counts it.
 func (r *Replica) Place(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
 	req.Placer = true
+	defer func() { req.Placer = false }() // a retry of the request decides as any other
 	return r.Decide(router, req, pool)
 }
 

@@ -51,7 +51,7 @@ var claimCases = []claimCase{
 	{
 		name: "agentic sessions, 8 workers",
 		fleet: func(n int, seed int64) Config {
-			return Config{Workers: 8, Replicas: n, Seed: seed, Placer: true, Engine: sim.Config{KVCapacityTokens: 1 << 16}}
+			return Config{Workers: 8, Replicas: n, Seed: seed, Engine: sim.Config{KVCapacityTokens: 1 << 16}}
 		},
 		load: func(seed int64) (Workload, error) {
 			w := claimAgentic()
@@ -62,7 +62,7 @@ var claimCases = []claimCase{
 	},
 	{
 		name:  "RL rollouts, 16 groups, 16 workers",
-		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed, Placer: true} },
+		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
 		load: func(seed int64) (Workload, error) {
 			w := workload.DefaultAgenticConfig()
 			w.Sessions, w.Turns, w.Seed = 128, 10, seed
@@ -72,7 +72,7 @@ var claimCases = []claimCase{
 	},
 	{
 		name:  "the conversation trace, first 1000 records, 16 workers",
-		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed, Placer: true} },
+		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
 		load: func(int64) (Workload, error) {
 			recs, err := claimTrace()
 			if err != nil {
@@ -88,7 +88,7 @@ var claimCases = []claimCase{
 		// replica can hear of another's choices; here each arrives at a
 		// random time within its step, different arrivals at each seed.
 		name:  "the conversation trace, first 1000 records spread over their 3 s steps, 16 workers",
-		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed, Placer: true} },
+		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
 		load: func(seed int64) (Workload, error) {
 			recs, err := claimTrace()
 			if err != nil {
