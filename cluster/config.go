@@ -90,6 +90,9 @@ type Config struct {
 	// cut the tier's TTFT on the bursty trace by about a third of the gap,
 	// not yet on agentic sessions (BENCHMARKS.md, "The placer").
 	Placer bool
+	// PlacerTimeout bounds asking the placer; zero is 50 ms. For tests on a
+	// loaded machine; no flag sets it.
+	PlacerTimeout time.Duration
 	// ReconcileInterval is how often membership is checked against Raft
 	// (besides every membership event). Default 1 s.
 	ReconcileInterval time.Duration

@@ -21,15 +21,16 @@ import (
 // which worker to take; the leader decides on its own view, in which every
 // other cold request of the tier is already counted, and holds that
 // reservation until the asker's load report counts the request. An asker
-// that gets no answer within placeTimeout (no leader, a leader cut off or
+// that gets no answer within its bound (50 ms) (no leader, a leader cut off or
 // overloaded) decides alone, as without a placer.
 
 // placePath is the cluster-port endpoint of the placer: POST a
 // core.Question, answer a core placement.
 const placePath = "/cluster/place"
 
-// placeTimeout bounds asking the placer: past it the asker decides alone.
-const placeTimeout = 50 * time.Millisecond
+// defaultPlaceTimeout bounds asking the placer (Config.PlacerTimeout):
+// past it the asker decides alone.
+const defaultPlaceTimeout = 50 * time.Millisecond
 
 // placing is the replica's Decider with a placer: core.Replica's, with cold
 // requests asked of the leader.
@@ -40,6 +41,7 @@ type placing struct {
 	isLeader func() bool
 	leader   func() string
 	rpc      *link.Client
+	timeout  time.Duration // of a question
 	// router is the router the proxy decides with (the prefill one under
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router
@@ -74,7 +76,7 @@ func (p placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 	if addr == "" {
 		return affinity.Decision{}, fmt.Errorf("no leader")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), placeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	status, body, err := p.rpc.Call(ctx, http.MethodPost, addr, placePath, q.AppendBinary(nil))
 	if err != nil {

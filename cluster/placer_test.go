@@ -2,16 +2,23 @@ package cluster
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
-// placerOn gives every replica the placer, as the command line does.
-func placerOn(c *Config) { c.Placer = true }
+// placerOn gives every replica the placer, as --placer does, with an ask
+// bound that a loaded -race run does not reach (the failure path has its
+// own test).
+func placerOn(c *Config) { c.Placer, c.PlacerTimeout = true, testDeadline }
 
 // burstThroughFollowers sends n new sessions' first turns at once, each
 // held at its worker, through the followers in turn, waits until every one
@@ -93,5 +100,68 @@ func TestOnlyTheLeaderAnswersAsThePlacer(t *testing.T) {
 	}
 	if s := call(lead, []byte("not a question")); s != http.StatusBadRequest {
 		t.Errorf("the leader asked a malformed question answered %d, want 400", s)
+	}
+}
+
+// TestAnAskerWithoutAnAnsweringPlacerDecidesAlone drives the placer's
+// failure paths from the asking side: no leader known, a leader that
+// accepts the question and never answers (a stalled replica), and a
+// replica that no longer leads (409). Each time the request is decided
+// here, within the ask's bound, and counted as alone.
+func TestAnAskerWithoutAnAnsweringPlacerDecidesAlone(t *testing.T) {
+	c := newTestCluster(t, 2)
+	c.startN(2, placerOn)
+	c.waitReady()
+	follower := c.follower()
+	stalled, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	accepted := make(chan struct{})
+	go func() {
+		defer close(accepted)
+		for {
+			conn, err := stalled.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn) // read nothing, answer nothing
+		}
+	}()
+	defer func() {
+		stalled.Close()
+		<-accepted
+		for _, conn := range held {
+			conn.Close()
+		}
+	}()
+	var ids []*affinity.Load
+	for _, w := range c.workers {
+		ids = append(ids, follower.loads.Get(c.workerID(follower, w.name)))
+	}
+	pool := affinity.NewPool(ids)
+	router := follower.proxy.DecidingRouter()
+	for name, leader := range map[string]string{
+		"no leader":              "",
+		"a stalled leader":       stalled.Addr().String(),
+		"a replica that follows": follower.RaftAddr(),
+	} {
+		counts := newPlacerCounts(metrics.NewSet())
+		p := placing{Replica: follower.core, isLeader: func() bool { return false }, leader: func() string { return leader },
+			rpc: follower.rpc, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
+		start := time.Now()
+		d, g, err := p.Decide(router, router.Prepare("m", []byte(prompt(name, 4)), 0), pool)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		g.Release()
+		if took := time.Since(start); took > testDeadline {
+			t.Errorf("%s: the decision took %v", name, took)
+		}
+		if !pool.Contains(d.Worker) || counts.alone.Get() != 1 || counts.asked.Get() != 0 {
+			t.Errorf("%s: worker %d, alone %d, asked %d; want a candidate decided alone", name, d.Worker,
+				counts.alone.Get(), counts.asked.Get())
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -281,8 +282,9 @@ func (r *Replica) decider() proxy.Decider {
 		return r.core
 	}
 	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: r.rpc, counts: newPlacerCounts(r.metrics),
-		leader: func() string { _, addr := r.raft.Leader(); return addr },
-		router: func() *affinity.Router { return r.proxy.DecidingRouter() }}
+		timeout: cmp.Or(r.cfg.PlacerTimeout, defaultPlaceTimeout),
+		leader:  func() string { _, addr := r.raft.Leader(); return addr },
+		router:  func() *affinity.Router { return r.proxy.DecidingRouter() }}
 	return r.placer
 }
 

@@ -97,28 +97,53 @@ func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *a
 // this replica or learned from a peer, and whether none of them is a
 // candidate while that block holds more of the text than the threshold.
 func (r *Replica) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, bool) {
-	hashes := req.Hashes
-	k := r.known.Load()
-	if len(hashes) == 0 || k.pool == nil {
-		return FactNone, false
-	}
 	var buf [8]affinity.WorkerID
-	depth, owners := r.index.Match(hashes, k.pool, buf[:0])
-	if depth < 0 {
+	m := r.deepest(req, pool, buf[:0])
+	if m.depth < 0 {
 		return FactNone, false
 	}
-	fact, candidate := FactNone, false
-	for _, w := range owners {
+	fact := FactNone
+	for _, w := range m.owners {
 		if !pool.Contains(w) {
 			continue
 		}
-		candidate = true
-		if inserted, held := r.index.Inserted(hashes[depth], w); inserted {
+		if inserted, held := r.index.Inserted(req.Hashes[m.depth], w); inserted {
 			fact = FactOwn
 		} else if held && fact == FactNone {
 			fact = FactPeer
 		}
 	}
-	deep := r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len())
-	return fact, !candidate && deep
+	return fact, !m.candidate && m.deep
+}
+
+// deepestMatch is what the index knows of a request's prefix: the deepest
+// block any known worker is recorded for (-1: none) and its owners,
+// whether one of them is a candidate, and whether that block holds more of
+// the text than the cache threshold.
+type deepestMatch struct {
+	depth           int
+	owners          []affinity.WorkerID
+	candidate, deep bool
+}
+
+// deepest asks the index for req's deepest known block over every known
+// worker, its owners appended to dst.
+func (r *Replica) deepest(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) deepestMatch {
+	k := r.known.Load()
+	if len(req.Hashes) == 0 || k.pool == nil {
+		return deepestMatch{depth: -1}
+	}
+	depth, owners := r.index.Match(req.Hashes, k.pool, dst)
+	if depth < 0 {
+		return deepestMatch{depth: -1}
+	}
+	m := deepestMatch{depth: depth, owners: owners,
+		deep: r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len())}
+	for _, w := range owners {
+		if pool.Contains(w) {
+			m.candidate = true
+			break
+		}
+	}
+	return m
 }

@@ -18,21 +18,9 @@ import (
 // Cold reports whether req is one for the placer: no candidate is known to
 // hold more of its prefix than the cache threshold.
 func (r *Replica) Cold(req *affinity.Request, pool *affinity.Pool) bool {
-	k := r.known.Load()
-	if len(req.Hashes) == 0 || k.pool == nil {
-		return true
-	}
 	var buf [8]affinity.WorkerID
-	depth, owners := r.index.Match(req.Hashes, k.pool, buf[:0])
-	if depth < 0 || !r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len()) {
-		return true
-	}
-	for _, w := range owners {
-		if pool.Contains(w) {
-			return false
-		}
-	}
-	return true
+	m := r.deepest(req, pool, buf[:0])
+	return !m.candidate || !m.deep
 }
 
 // Place decides req as the tier's placer, for a peer or for this replica
