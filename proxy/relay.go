@@ -131,6 +131,18 @@ func (r *relay) cutByDeadline(werr error) bool {
 	return errors.Is(werr, os.ErrDeadlineExceeded) && !time.Now().Before(r.x.deadline)
 }
 
+// pastDeadline reports whether failed, why the worker's stream broke, is
+// the request's deadline passing while the relay waited on the worker: the
+// same deadline as a write's, met on the other side of the relay. Which of
+// the two waits it meets is a matter of scheduling, so both count the same.
+func (r *relay) pastDeadline(failed error) bool {
+	return errors.Is(failed, ErrUpstreamTimeout) && !time.Now().Before(r.x.deadline)
+}
+
+// timedOut is how a stream cut at the request's deadline ends for the
+// client: the router's 504 request_timeout, whichever side was waiting.
+var timedOut = ending{status: fasthttp.StatusGatewayTimeout, errType: "request_timeout"}
+
 func (r *relay) read(b []byte) (int, error) {
 	if len(r.pending) > 0 {
 		n := copy(b, r.pending)
@@ -353,6 +365,9 @@ func (r *relay) end(werr error) ending {
 		if cut {
 			r.p.metrics.streamErrors.Inc()
 		}
+		if cut && r.pastDeadline(r.failed) {
+			return timedOut
+		}
 		return ending{status: r.status, cut: cut}
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
@@ -364,7 +379,7 @@ func (r *relay) end(werr error) ending {
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
 		r.p.metrics.streamErrors.Inc()
-		return ending{status: fasthttp.StatusGatewayTimeout, errType: "request_timeout"}
+		return timedOut
 	default: // the client went away before the stream ended
 		r.x.clientGone()
 		o := Canceled

@@ -94,6 +94,8 @@ func TestTheRequestTimeoutMidStreamEndsTheStreamVisibly(t *testing.T) {
 	}
 	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")
 	testwait.Eventually(t, waitDeadline, func() bool { return r.totalLoad() == 0 }, "load back to zero")
+	timedOut := `vllm_router_request_errors_total{route="/v1/completions",status="504",error_type="request_timeout"}`
+	testwait.Eventually(t, waitDeadline, func() bool { return metric(t, r, timedOut) == 1 }, "the cut counted as the request's timeout")
 }
 
 // readStream posts a streaming request and reads the whole body; err is what
