@@ -86,9 +86,11 @@ type Config struct {
 	GossipFlushInterval time.Duration
 	// Placer makes the Raft leader the tier's placer (--placer): a replica
 	// that knows nothing of a request's prefix asks the leader for its
-	// worker (placer.go). Default false: measured on real processes it
-	// cut the tier's TTFT on the bursty trace by about a third of the gap,
-	// not yet on agentic sessions (BENCHMARKS.md, "The placer").
+	// worker (placer.go). On by default (DefaultConfig): on real processes
+	// it cut the tier's TTFT on the bursty trace by about a third of the
+	// gap and kept agentic sessions' worst round at one replica's cached
+	// tokens; in fleetsim it brought RL rollout bursts to one replica's
+	// throughput (BENCHMARKS.md, "The placer").
 	Placer bool
 	// PlacerTimeout bounds asking the placer; zero is 50 ms. For tests on a
 	// loaded machine; no flag sets it.
@@ -172,6 +174,7 @@ func DefaultConfig() Config {
 		Proxy:               proxy.DefaultConfig(),
 		Health:              health.DefaultConfig(),
 		KVEvents:            DefaultKVEvents(),
+		Placer:              true,
 	}
 	c.Proxy.BlockSize = c.Routing.BlockSize
 	c.Proxy.Admission.Classes = slices.Clone(admission.DefaultClasses)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -22,7 +23,8 @@ import (
 // other cold request of the tier is already counted, and holds that
 // reservation until the asker's load report counts the request. An asker
 // that gets no answer within its bound (50 ms) (no leader, a leader cut off or
-// overloaded) decides alone, as without a placer.
+// overloaded) decides alone, as without a placer, and does not ask that
+// leader again for placerQuiet.
 
 // placePath is the cluster-port endpoint of the placer: POST a
 // core.Question, answer a core placement.
@@ -31,6 +33,20 @@ const placePath = "/cluster/place"
 // defaultPlaceTimeout bounds asking the placer (Config.PlacerTimeout):
 // past it the asker decides alone.
 const defaultPlaceTimeout = 50 * time.Millisecond
+
+// placerQuiet is how long an asker whose placer did not answer (a timeout,
+// a refused or broken connection) decides alone before it asks that
+// placer again: a leader that froze or fell off the network would
+// otherwise cost every cold request the whole bound until the tier elects
+// another. A new leader is asked at once.
+const placerQuiet = time.Second
+
+// unanswered is a placer that did not answer, and until when it is not
+// asked.
+type unanswered struct {
+	addr  string
+	until time.Time
+}
 
 // placing is the replica's Decider with a placer: core.Replica's, with cold
 // requests asked of the leader.
@@ -46,15 +62,17 @@ type placing struct {
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router
 	counts *placerCounts
+	// silent is the last placer that did not answer, nil when none.
+	silent atomic.Pointer[unanswered]
 }
 
-// Decide decides req on the placer when it is cold here, else as the core
-// does.
-func (p placing) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
-	if req.Tokens != nil || !router.RoutesByPrefix() || !p.Cold(req, pool) {
+// Decide decides req as core.Replica.PlacingOf says, the leader being the
+// placer.
+func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
+	switch p.PlacingOf(router, req, pool, p.isLeader()) {
+	case core.DecideHere:
 		return p.Replica.Decide(router, req, pool)
-	}
-	if p.isLeader() {
+	case core.PlaceHere:
 		p.counts.placedHere.Inc()
 		return p.Place(router, req, pool)
 	}
@@ -71,15 +89,20 @@ func (p placing) Decide(router *affinity.Router, req *affinity.Request, pool *af
 	return p.Replica.Decide(router, req, pool)
 }
 
-// ask puts q to the placer at addr.
-func (p placing) ask(addr string, q core.Question) (affinity.Decision, error) {
+// ask puts q to the placer at addr, unless that placer did not answer
+// within the last placerQuiet.
+func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 	if addr == "" {
 		return affinity.Decision{}, fmt.Errorf("no leader")
+	}
+	if s := p.silent.Load(); s != nil && s.addr == addr && time.Now().Before(s.until) {
+		return affinity.Decision{}, fmt.Errorf("the placer at %s did not answer lately", addr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	status, body, err := p.rpc.Call(ctx, http.MethodPost, addr, placePath, q.AppendBinary(nil))
 	if err != nil {
+		p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})
 		return affinity.Decision{}, err
 	}
 	if status != http.StatusOK {
@@ -91,7 +114,7 @@ func (p placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 // servePlace is placePath: the placer decides a peer's cold request. A
 // replica that is not the leader refuses (409), so that an asker whose
 // view of the leader is stale decides alone rather than on a second view.
-func (p placing) servePlace(ctx *fasthttp.RequestCtx) {
+func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 	if !p.isLeader() {
 		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "not the placer: this replica is not the leader"))
 		return

@@ -109,6 +109,40 @@ func TestColdSaysWhetherACandidateHoldsThePrefix(t *testing.T) {
 	}
 }
 
+// TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold: a
+// replica asks the placer for a cold request and decides a known one
+// itself; the placer places its own, known or not, so that the peers'
+// share of a burst is not counted on top of the burst it sees; a request
+// routed on the engines' tokens is decided where it arrives.
+func TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold(t *testing.T) {
+	reps, _ := tier(t, 1, 4)
+	r := reps[0]
+	rt := router(t, r)
+	if _, _, err := r.Decide(rt, rt.Prepare("m", coldBurst(1)[0], 0), allPool(r)); err != nil {
+		t.Fatal(err)
+	}
+	known, cold := rt.Prepare("m", coldBurst(1)[0], 0), rt.Prepare("m", coldBurst(2)[1], 0)
+	tokens := rt.Prepare("m", coldBurst(2)[1], 0)
+	tokens.Tokens = []uint32{1, 2, 3}
+	for _, tc := range []struct {
+		name     string
+		req      *affinity.Request
+		isPlacer bool
+		want     Placing
+	}{
+		{"a known prefix on a peer", known, false, DecideHere},
+		{"a cold request on a peer", cold, false, AskPlacer},
+		{"a known prefix on the placer", known, true, PlaceHere},
+		{"a cold request on the placer", cold, true, PlaceHere},
+		{"a request on the engines' tokens", tokens, false, DecideHere},
+		{"a request on the engines' tokens on the placer", tokens, true, DecideHere},
+	} {
+		if got := r.PlacingOf(rt, tc.req, allPool(r), tc.isPlacer); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestAPlacedWorkerOutsideThePoolIsRefused: an answer naming a worker the
 // asker may not use (unhealthy here, or tried already) is refused, and
 // nothing is reserved.

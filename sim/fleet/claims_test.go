@@ -20,6 +20,10 @@ import (
 //
 //	FLEETSIM_CLAIMS=1 go test -count=1 -v -run TestMeasureTheTierAgainstOneReplica ./sim/fleet/
 //
+// The tiers run with the placer (Config.Placer), as the router does by
+// default; FLEETSIM_PLACER=0 runs them deciding alone and asserts nothing
+// (the floors are the placer's).
+//
 // The targets (issue 18): the minimum over the seeds of the hit rate >=
 // 0.98 of one replica's, TTFT p50 and p99 <= 1.1x, throughput >= 0.95x.
 // What is asserted is what holds (claimCase's floors); each figure below
@@ -58,7 +62,7 @@ var claimCases = []claimCase{
 			w.Seed = seed
 			return NewAgentic(w), nil
 		},
-		hitLow: []float64{0.98, 0.98, 0.97}, thrLow: []float64{0.96, 0.94, 0.94},
+		hitLow: []float64{0.98, 0.98, 0.98}, thrLow: []float64{0.96, 0.96, 0.96},
 	},
 	{
 		name:  "RL rollouts, 16 groups, 16 workers",
@@ -68,7 +72,7 @@ var claimCases = []claimCase{
 			w.Sessions, w.Turns, w.Seed = 128, 10, seed
 			return NewAgenticGroups(w, Groups{Count: 16})
 		},
-		hitLow: []float64{0.97, 0.97, 0.97}, thrLow: []float64{0.8, 0.65, 0.7},
+		hitLow: []float64{0.99, 0.99, 0.99}, thrLow: []float64{0.98, 0.98, 0.98},
 	},
 	{
 		name:  "the conversation trace, first 1000 records, 16 workers",
@@ -80,7 +84,7 @@ var claimCases = []claimCase{
 			}
 			return NewTrace(recs, 1), nil
 		},
-		hitLow: []float64{0.88, 0.9, 0.81}, thrLow: []float64{0.98, 0.98, 0.98},
+		hitLow: []float64{0.91, 0.93, 0.93}, thrLow: []float64{0.98, 0.98, 0.98},
 	},
 	{
 		// The trace stamps its requests in 3 s steps: as recorded (above),
@@ -96,9 +100,12 @@ var claimCases = []claimCase{
 			}
 			return NewTrace(workload.SpreadArrivals(recs, 3*time.Second, uint64(seed)), 1), nil
 		},
-		hitLow: []float64{0.95, 0.83, 0.91}, thrLow: []float64{0.98, 0.98, 0.98},
+		hitLow: []float64{0.95, 0.95, 0.89}, thrLow: []float64{0.98, 0.98, 0.98},
 	},
 }
+
+// claimsAlone reports whether the tiers decide alone (FLEETSIM_PLACER=0).
+func claimsAlone() bool { return os.Getenv("FLEETSIM_PLACER") == "0" }
 
 // claimTrace reads the first 1000 records of the shared conversation trace:
 // FLEETSIM_TRACE, or the trace beside the checkout (make bench's).
@@ -149,6 +156,9 @@ func measureClaim(t *testing.T, c claimCase) {
 			each = append(each, f[k])
 		}
 		hit, thr := reportClaim(t, replicas, each)
+		if claimsAlone() {
+			continue
+		}
 		if hit < c.hitLow[k] {
 			t.Errorf("%d replicas keep %.4f of one replica's hit rate at the worst seed: want at least %.2f", replicas, hit, c.hitLow[k])
 		}
@@ -166,7 +176,9 @@ func claimSeed(t *testing.T, c claimCase, seed int64) ([]claimFigures, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		return Run(c.fleet(replicas, seed), load)
+		cfg := c.fleet(replicas, seed)
+		cfg.Placer = replicas > 1 && !claimsAlone()
+		return Run(cfg, load)
 	}
 	one, err := run(1)
 	if err != nil {

@@ -174,12 +174,14 @@ func (s *simulation) arrive(req *request) {
 	req.replica, req.areq = r, areq
 	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
 	decide := r.core.Decide
-	if s.cfg.Placer && s.cfg.Sync == SyncGossip && r.core.Cold(areq, r.pool) {
-		if r != s.placer() {
+	if s.cfg.Placer && s.cfg.Sync == SyncGossip {
+		switch r.core.PlacingOf(r.router, areq, r.pool, r == s.placer()) {
+		case core.PlaceHere:
+			decide = r.core.Place
+		case core.AskPlacer:
 			s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlace, req: req})
 			return
 		}
-		decide = r.core.Place
 	}
 	decided, guard, err := decide(r.router, areq, r.pool)
 	s.dispatch(req, decided, guard, err)
