@@ -25,6 +25,7 @@ func knownErrors() []knownError {
 		own(errUnauthorized), own(errBodiesHeld), own(errBodyTimeout),
 		{"client_disconnected", statusClientGone},
 		{"stream_cut", fasthttp.StatusOK},
+		{timedOut.errType, timedOut.status},
 		{workerErrorType(fasthttp.StatusBadRequest), fasthttp.StatusBadRequest},
 		{workerErrorType(fasthttp.StatusTooManyRequests), fasthttp.StatusTooManyRequests},
 		{workerErrorType(fasthttp.StatusInternalServerError), fasthttp.StatusInternalServerError},

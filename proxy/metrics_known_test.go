@@ -24,6 +24,9 @@ func TestEveryOwnErrorTypeIsKnownUpFront(t *testing.T) {
 			t.Errorf("%v is counted as %q, which is not made at start", err, typ)
 		}
 	}
+	if !slices.Contains(known, timedOut.errType) {
+		t.Errorf("a stream cut at the request's deadline is counted as %q, which is not made at start", timedOut.errType)
+	}
 	for _, status := range []int{400, 404, 429, 500, 503} {
 		if typ := workerErrorType(status); !slices.Contains(known, typ) {
 			t.Errorf("a worker's %d is counted as %q, which is not made at start", status, typ)
