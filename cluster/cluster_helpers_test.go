@@ -34,6 +34,7 @@ type fakeWorker struct {
 	gate   chan struct{}
 	wedged bool
 	down   atomic.Bool    // every request answered 503, health checks included
+	held   atomic.Int64   // requests that have reached the gate, released or not
 	probes map[string]int // GETs received, by path: a replica's own health endpoint tells its probes apart
 }
 
@@ -67,6 +68,7 @@ func (w *fakeWorker) serve(ctx *fasthttp.RequestCtx) {
 	gate, wedged := w.gate, w.wedged
 	w.mu.Unlock()
 	if bytes.Contains(ctx.PostBody(), []byte("hold")) || wedged && ctx.IsPost() {
+		w.held.Add(1)
 		<-gate
 	}
 	ctx.Response.Header.Set("x-worker-id", w.name)

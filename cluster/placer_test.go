@@ -42,6 +42,15 @@ func burstThroughFollowers(c *testCluster, n int, decided func() int) []string {
 		}()
 	}
 	testwait.Eventually(c.t, testDeadline, func() bool { return decided() == n }, "%d cold requests decided", n)
+	// A request decided but not yet at its worker would be held again
+	// after the release: wait until all n are there.
+	testwait.Eventually(c.t, testDeadline, func() bool {
+		var held int64
+		for _, w := range c.workers {
+			held += w.held.Load()
+		}
+		return held == int64(n)
+	}, "%d requests held at their workers", n)
 	c.releaseAll()
 	wg.Wait()
 	return got
