@@ -100,7 +100,9 @@ func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
+	start := time.Now()
 	status, body, err := p.rpc.Call(ctx, http.MethodPost, addr, placePath, q.AppendBinary(nil))
+	p.counts.askTime.UpdateDuration(start)
 	if err != nil {
 		p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})
 		return affinity.Decision{}, err
@@ -139,11 +141,19 @@ func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 // placerCounts count the cold decisions by how they were placed.
 type placerCounts struct {
 	asked, placedHere, alone, placedForPeers *metrics.Counter
+	// askTime is the time of every question put to the placer, answered
+	// or not: what a cold request waits for its worker on a peer.
+	askTime *metrics.PrometheusHistogram
 }
+
+// askBuckets are the bounds of askTime, in seconds: a loopback round trip
+// to the default 50 ms bound.
+var askBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}
 
 const placementsFamily = "vllm_router_cluster_placements_total"
 
 func newPlacerCounts(set *metrics.Set) *placerCounts {
 	c := func(how string) *metrics.Counter { return set.NewCounter(placementsFamily + `{how="` + how + `"}`) }
-	return &placerCounts{asked: c("asked"), placedHere: c("here"), alone: c("alone"), placedForPeers: c("for_peer")}
+	return &placerCounts{asked: c("asked"), placedHere: c("here"), alone: c("alone"), placedForPeers: c("for_peer"),
+		askTime: set.NewPrometheusHistogramExt("vllm_router_cluster_placer_ask_seconds", askBuckets)}
 }

@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,7 +159,8 @@ func TestAnAskerWithoutAnAnsweringPlacerDecidesAlone(t *testing.T) {
 		"a stalled leader":       stalled.Addr().String(),
 		"a replica that follows": follower.RaftAddr(),
 	} {
-		counts := newPlacerCounts(metrics.NewSet())
+		set := metrics.NewSet()
+		counts := newPlacerCounts(set)
 		p := &placing{Replica: follower.core, isLeader: func() bool { return false }, leader: func() string { return leader },
 			rpc: follower.rpc, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
 		start := time.Now()
@@ -173,6 +177,10 @@ func TestAnAskerWithoutAnAnsweringPlacerDecidesAlone(t *testing.T) {
 				counts.alone.Get(), counts.asked.Get())
 		}
 		if leader == stalled.Addr().String() {
+			// The question that went unanswered is timed, bound and all.
+			if n, sum := askSamples(t, set); n != 1 || sum < defaultPlaceTimeout.Seconds() {
+				t.Errorf("%s: %v questions timed, %v s in all; want one of at least the %v bound", name, n, sum, defaultPlaceTimeout)
+			}
 			decideAgainWithoutAsking(t, p, pool)
 		}
 	}
@@ -197,4 +205,23 @@ func decideAgainWithoutAsking(t *testing.T, p *placing, pool *affinity.Pool) {
 	if took := time.Since(start); took > time.Second || !pool.Contains(d.Worker) || p.counts.alone.Get() != 2 {
 		t.Errorf("the next cold request: took %v, worker %d, alone %d; want no wait, a candidate, 2", took, d.Worker, p.counts.alone.Get())
 	}
+}
+
+// askSamples reads the count and sum of the placer's question times in set.
+func askSamples(t *testing.T, set *metrics.Set) (count, sum float64) {
+	t.Helper()
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	for _, line := range strings.Split(b.String(), "\n") {
+		name, v, _ := strings.Cut(line, " ")
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err != nil:
+		case name == "vllm_router_cluster_placer_ask_seconds_count":
+			count = f
+		case name == "vllm_router_cluster_placer_ask_seconds_sum":
+			sum = f
+		}
+	}
+	return count, sum
 }

@@ -63,6 +63,9 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 			m.counters.countOutcome(dec)
 		}
 		l.counted = true
+		if x.routed.IsZero() {
+			x.routed = time.Now()
+		}
 		x.noteAttempt(l, dec, m.counters)
 		if m.counters != nil && !l.pinned {
 			m.counters.decisions[l.router.Policy().Name()].Inc()

@@ -61,6 +61,7 @@ type exchange struct {
 	route     route         // how it was routed, for the request log
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
+	routed    time.Time     // when its first worker was chosen: the door and the decision behind it
 
 	ticket      *admission.Ticket      // its admission slot, released by finish
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
@@ -295,6 +296,9 @@ func (x *exchange) finish(e ending) {
 	p.logRequest(x, status, errType)
 	countTokens(x)
 	x.endTrace(status, errType)
+	if !x.routed.IsZero() {
+		p.metrics.routing.Update(x.routed.Sub(x.start).Seconds())
+	}
 	if !x.firstByte.IsZero() {
 		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())
 	}

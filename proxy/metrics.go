@@ -16,6 +16,11 @@ import (
 // answer to --request-timeout-secs' default.
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800}
 
+// routingBuckets are the bounds of the time to a request's first worker, in seconds: the router's
+// own share of a request, from tens of microseconds to an admission queue's wait.
+var routingBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+	0.05, 0.1, 0.25, 0.5, 1, 5, 30}
+
 // tokenBuckets are the bounds of the time per output token, in seconds.
 var tokenBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2.5}
 
@@ -34,6 +39,7 @@ type Metrics struct {
 	underflows       *metrics.Counter
 	streamErrors     *metrics.Counter
 	ttft             *metrics.PrometheusHistogram
+	routing          *metrics.PrometheusHistogram
 	tpot             *metrics.PrometheusHistogram
 	pdDuration       *metrics.PrometheusHistogram
 	// per endpoint, made once
@@ -80,6 +86,7 @@ func newMetrics(set *metrics.Set) *Metrics {
 		underflows:       set.NewCounter("vllm_router_load_underflows_total"),
 		streamErrors:     set.NewCounter("vllm_router_stream_errors_total"),
 		ttft:             set.NewPrometheusHistogramExt("vllm_router_time_to_first_token_seconds", durationBuckets),
+		routing:          set.NewPrometheusHistogramExt("vllm_router_routing_duration_seconds", routingBuckets),
 		tpot:             set.NewPrometheusHistogramExt("vllm_router_time_per_output_token_seconds", tokenBuckets),
 		pdDuration:       set.NewPrometheusHistogramExt("vllm_router_pd_request_duration_seconds", durationBuckets),
 		errors:           map[errorKey]*metrics.Counter{},

@@ -9,6 +9,7 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_requests_total":                "Inference requests finished, by route.",
 	"vllm_router_request_duration_seconds":      "Time from a request's arrival to the end of its answer, by route.",
 	"vllm_router_request_errors_total":          "Requests that failed as the client saw them, by route, status and error_type (the router's own refusals, worker answers passed on, cut streams).",
+	"vllm_router_routing_duration_seconds":      "Time from arrival until the first worker is chosen: the door (key, admission, reading the body) and the routing decision, the placer's answer included.",
 	"vllm_router_time_to_first_token_seconds":   "Streams: time from arrival until the first bytes of the answer, measured at the router.",
 	"vllm_router_time_per_output_token_seconds": "Streams: time between SSE events after the first, measured at the router.",
 	"vllm_router_retries_total":                 "Attempts after the first of a request or P/D phase.",

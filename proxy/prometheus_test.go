@@ -1,14 +1,18 @@
 package proxy
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 )
 
@@ -59,4 +63,59 @@ func TestMetricsParseAsPrometheusWithLeBuckets(t *testing.T) {
 	if durations < 3 {
 		t.Fatalf("only %d duration families", durations)
 	}
+}
+
+// slowDecider takes its time over every decision, as a placer far away
+// would.
+type slowDecider struct{ took time.Duration }
+
+func (d slowDecider) Decide(r *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
+	<-time.After(d.took)
+	dec, g, err := r.Route(req, pool)
+	return core.Decided{Decision: dec}, g, err
+}
+
+func (slowDecider) Answered(core.Decided, core.Usage) {}
+
+// TestTheRoutingDurationHoldsTheTimeTheDecisionTook: a request whose
+// decision takes 30 ms is counted once, with at least those 30 ms, in
+// vllm_router_routing_duration_seconds, and no more than its whole time.
+func TestTheRoutingDurationHoldsTheTimeTheDecisionTook(t *testing.T) {
+	w := startFake(t, "w1")
+	const took = 30 * time.Millisecond
+	p, err := buildProxyWith(Config{}, affinity.PolicyCacheAware, []Worker{{ID: 1, URL: w.URL, Role: RoleRegular}},
+		func(d *Deps) { d.Decider = slowDecider{took} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &testRouter{proxy: p, url: serveProxy(t, p), set: p.deps.Metrics}
+	if resp, body := post(t, r.url, "/v1/completions", completion("x", false)); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	m := scrape(t, r)
+	routing := sampleValue(t, m, "vllm_router_routing_duration_seconds_sum")
+	whole := sampleValue(t, m, `vllm_router_request_duration_seconds_sum{route="/v1/completions"}`)
+	if n := sampleValue(t, m, "vllm_router_routing_duration_seconds_count"); n != 1 {
+		t.Fatalf("routing duration counted %v times, want 1", n)
+	}
+	if routing < took.Seconds() || routing > whole {
+		t.Fatalf("routing took %v s, want at least %v and at most the request's %v s", routing, took.Seconds(), whole)
+	}
+}
+
+// sampleValue is the value of the sample named exactly series in the
+// exposition m.
+func sampleValue(t *testing.T, m, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s in\n%s", series, m)
+	return 0
 }

@@ -59,6 +59,9 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if x.route.prefill != 0 {
 		attrs = append(attrs, slog.Uint64("prefill_worker", uint64(x.route.prefill)))
 	}
+	if !x.routed.IsZero() {
+		attrs = append(attrs, slog.Float64("routing_ms", ms(x.routed.Sub(x.start))))
+	}
 	if !x.firstByte.IsZero() {
 		attrs = append(attrs, slog.Float64("ttft_ms", ms(x.firstByte.Sub(x.start))))
 	}

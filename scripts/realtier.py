@@ -237,6 +237,30 @@ def router_counts(apis):
     return {"router_hit_rate": hits / (hits + misses) if hits + misses else 0.0, "shed": shed}
 
 
+def mean_of(urls, family):
+    """The mean of a histogram family summed over the processes at urls, in ms (None: no samples)."""
+    total = count = 0.0
+    for u in urls:
+        for (name, _), v in scrape(u).items():
+            total += v if name == family + "_sum" else 0
+            count += v if name == family + "_count" else 0
+    return total / count * 1000 if count else None
+
+
+def ttft_split(requests_jsonl, apis, worker_urls):
+    """Where the mean TTFT goes: the client's, the routers' (from a request's arrival to the
+    worker's first byte) and the engines' own (from arrival at the engine to the first token, on
+    engine time). Client less router is the way in and out of the router; router less engine is
+    the routing, the forwarding and the workers' processes."""
+    with open(requests_jsonl) as f:
+        ttfts = [r["ttft_ms"] for r in map(json.loads, f) if not r.get("error") and r["ttft_ms"] > 0]
+    return {"client_ms": statistics.mean(ttfts) if ttfts else None,
+            "router_ms": mean_of(apis, "vllm_router_time_to_first_token_seconds"),
+            "routing_ms": mean_of(apis, "vllm_router_routing_duration_seconds"),
+            "ask_ms": mean_of(apis, "vllm_router_cluster_placer_ask_seconds"),
+            "engine_ms": mean_of(worker_urls, "vllm:time_to_first_token_seconds")}
+
+
 def keep_failed(tmp):
     """Copies a failed run's directory (its processes' logs) where it outlives the run."""
     keep = os.path.join(tempfile.gettempdir(), "kvrouter-realtier-failed")
@@ -280,6 +304,7 @@ def real_run(tmp, tag, cfg, replicas, extra, load):
         rep["loadavg"] = loadavg()
         rep["attribution"] = attribution(apis)
         rep.update(router_counts(apis))
+        rep["ttft_split"] = ttft_split(os.path.join(tmp, tag + ".requests.jsonl"), apis, urls)
         keep = os.environ.get("REALTIER_KEEP")
         if keep:
             os.makedirs(keep, exist_ok=True)
@@ -404,6 +429,16 @@ def fmt_attr(reps):
         return "not exported"
     keys = sorted({k for a in attrs for k in a})
     return ", ".join(f"{k} {statistics.mean(a.get(k, 0) for a in attrs):.0f}" for k in keys) or "0"
+
+
+def fmt_split(reps):
+    """The mean TTFT at the client, the routers and the engines, then the routers' mean time to a
+    worker chosen and to the placer's answer, each the mean over the runs."""
+    parts = []
+    for key in ("client_ms", "router_ms", "engine_ms", "routing_ms", "ask_ms"):
+        vals = [r["ttft_split"][key] for r in reps if r.get("ttft_split", {}).get(key) is not None]
+        parts.append(f"{statistics.mean(vals):.2f}" if vals else "-")
+    return " / ".join(parts[:3]) + "; " + " / ".join(parts[3:])
 
 
 def spread(reps, workers):
@@ -622,7 +657,8 @@ def trace(out_md):
                     rep = real_run(tmp, tag, cfg, n, cfg["router_flags"], replay_load(cfg, spread, rnd))
                     by[(spread, n, rnd)] = rep
                     print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} TTFT p50 {rep['ttft_p50_ms']:.0f} "
-                          f"p99 {rep['ttft_p99_ms']:.0f} ms, load {rep['loadavg']}", file=sys.stderr)
+                          f"p99 {rep['ttft_p99_ms']:.0f} ms, mean client/routers/engines; routing/ask {fmt_split([rep])} ms, "
+                          f"load {rep['loadavg']}", file=sys.stderr)
                 if cfg["fleetsim"]:
                     sims[(spread, rnd)] = fleetsim_trace(tmp, cfg, spread, rnd)
     except Exception:
@@ -659,14 +695,15 @@ def render_trace(cfg, by, sims, load_before, load_after, elapsed):
          "and p99 <= 1.1x; fleetsim within 0.03 of the real ratio.\n",
          "| spread | replicas | cached-token ratio | vs 1: mean / worst | fleetsim vs 1: mean / min | fleetsim - real | "
          "TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | fleetsim TTFT p50 / p99 vs 1 (mean) | "
+         "TTFT mean ms: client / routers / engines; routing / placer ask | "
          "router hit rate | false / lost hits (mean per run) | cores busy: routers / workersims / loadgen | "
          "load avg per round | verdict |",
-         "|" + "---|" * 14]
+         "|" + "---|" * 15]
     for spread in cfg["spreads"]:
         ones = [by[(spread, 1, k)] for k in rounds]
         L.append(f"| {spread} | 1 | {statistics.mean(o['cached_token_ratio'] for o in ones):.3f} | TTFT p50 "
                  f"{statistics.mean(o['ttft_p50_ms'] for o in ones):.0f} ms, p99 "
-                 f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | | "
+                 f"{statistics.mean(o['ttft_p99_ms'] for o in ones):.0f} ms | | | | | | {fmt_split(ones)} | "
                  f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | {fmt_attr(ones)} | {cores(ones)} | "
                  f"{' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
         for n in cfg["replicas"]:
@@ -691,7 +728,7 @@ def render_trace(cfg, by, sims, load_before, load_after, elapsed):
             L.append(f"| {spread} | {n} | {statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
                      f"{statistics.mean(cached):.3f} / {min(cached):.3f} | {sim_cols}"
                      f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
-                     f"{sim_tail} | {statistics.mean(r['router_hit_rate'] for r in reps):.3f} | {fmt_attr(reps)} | "
+                     f"{sim_tail} | {fmt_split(reps)} | {statistics.mean(r['router_hit_rate'] for r in reps):.3f} | {fmt_attr(reps)} | "
                      f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | "
                      f"{'met' if not missed else 'not met: ' + '; '.join(missed)} |")
     return "\n".join(L) + "\n"

@@ -35,6 +35,7 @@ type driver struct {
 	base     time.Duration // engine time at wallBase
 	wallBase time.Time
 	kv       *kvEventPublisher // nil unless the engine's cache events are published
+	latency  *engineLatency    // nil until the worker's metrics exist
 	changes  []sim.CacheEvent
 }
 
@@ -196,6 +197,7 @@ func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	}
 	t := newTicket(r.ID)
 	t.pooled = s.pooled
+	t.arrived = now
 	d.tickets[r.ID] = t
 	return t, nil
 }
@@ -237,10 +239,30 @@ func (d *driver) dispatch(events []sim.Event) {
 			continue
 		}
 		t.push(ev)
+		d.observe(t, ev)
 		if ev.Kind == sim.Done {
 			delete(d.tickets, ev.ID)
 		}
 	}
+}
+
+// observe records a ticket's first token and end in the engine's latency histograms.
+func (d *driver) observe(t *ticket, ev sim.Event) {
+	if d.latency == nil {
+		return
+	}
+	took := (ev.At - t.arrived).Seconds() / d.scale
+	switch {
+	case ev.Kind == sim.FirstToken && !t.pooled:
+		d.latency.firstToken.Update(took)
+	case ev.Kind == sim.Done:
+		d.latency.e2e.Update(took)
+	}
+}
+
+// SetLatency has the engine's per-request latencies recorded in l from now on.
+func (d *driver) SetLatency(l *engineLatency) {
+	_ = d.call(func() { d.latency = l })
 }
 
 // armTimer returns a timer for the engine's next event, or nil when there is none to wait for.

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/sim"
@@ -212,4 +217,74 @@ func TestDriverResetPrefixCacheWaitsForIdleAndKeepsCounters(t *testing.T) {
 				cached, d.stats.prefixQueries.Load(), queries, d.Config().Slowdown)
 		}
 	})
+}
+
+// TestDriverRecordsTheEnginesOwnLatencyInWallSeconds: with one sequence at a time, the second of
+// two requests submitted together waits for the first, and the histograms hold each one's time
+// from its arrival at the engine, engine time over the scale.
+func TestDriverRecordsTheEnginesOwnLatencyInWallSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := sim.DefaultConfig()
+		cfg.MaxNumSeqs = 1
+		d := newDriver(cfg, 2, clock.RealClock{})
+		defer d.Stop()
+		set := metrics.NewSet()
+		lat := engineLatency{
+			firstToken: set.NewPrometheusHistogramExt("ttft", firstTokenBuckets),
+			e2e:        set.NewPrometheusHistogramExt("e2e", e2eBuckets),
+		}
+		d.SetLatency(&lat)
+		advance(time.Second) // arrival is not engine time 0
+		ts, err := d.SubmitAll([]submission{
+			{prompt: make([]byte, 4000), maxTokens: 1},
+			{prompt: make([]byte, 8000), maxTokens: 1},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var done [2]sim.Event
+		for _, tk := range ts {
+			for {
+				evs, _ := tk.take(nil)
+				if len(evs) > 0 && evs[len(evs)-1].Kind == sim.Done {
+					done[tk.id-ts[0].id] = evs[len(evs)-1]
+					break
+				}
+				advance(time.Millisecond)
+			}
+		}
+		arrived := ts[0].arrived
+		if arrived == 0 || ts[1].arrived != arrived {
+			t.Fatalf("arrivals %v and %v, want the same instant after engine time 0", arrived, ts[1].arrived)
+		}
+		var wantE2E float64
+		for _, ev := range done {
+			wantE2E += (ev.At - arrived).Seconds() / 2
+		}
+		if got := histogramSum(t, set, "e2e"); math.Abs(got-wantE2E) > 1e-9 {
+			t.Fatalf("e2e sum %v s, want %v s", got, wantE2E)
+		}
+		// The first token of a one-token answer comes at its Done: the second waited for the first.
+		if got := histogramSum(t, set, "ttft"); math.Abs(got-wantE2E) > 1e-9 || done[1].At <= done[0].At {
+			t.Fatalf("ttft sum %v s, want %v s with the second request after the first (%v, %v)",
+				got, wantE2E, done[0].At, done[1].At)
+		}
+	})
+}
+
+func histogramSum(t *testing.T, set *metrics.Set, name string) float64 {
+	t.Helper()
+	var b bytes.Buffer
+	set.WritePrometheus(&b)
+	for _, line := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+"_sum "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s_sum in\n%s", name, b.String())
+	return 0
 }

@@ -18,7 +18,25 @@ type workerMetrics struct {
 	promptTokens *metrics.Counter
 	pdPrefill    *metrics.Counter
 	pdDecode     *metrics.Counter
+	latency      engineLatency
 }
+
+// engineLatency is what the engine itself took per request, under vLLM's names: from a request's
+// arrival at the engine to its first token and to its end. It is read on engine time divided by
+// the time scale, so it holds the engine's queue and compute and none of the worker process's own
+// scheduling; a router's or client's figure less this one is what lies outside the engine.
+type engineLatency struct {
+	firstToken *metrics.PrometheusHistogram
+	e2e        *metrics.PrometheusHistogram
+}
+
+// vLLM's buckets for these two histograms, in seconds.
+var (
+	firstTokenBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+		1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560}
+	e2eBuckets = []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240,
+		480, 960, 1920, 7680}
+)
 
 // Reasons a request fails, the label values of workersim_requests_failed_total.
 const (
@@ -41,6 +59,10 @@ func newWorkerMetrics(model string, blockTokens int, stats *engineStats, current
 		promptTokens: s.NewCounter(modelMetric("vllm:prompt_tokens_total", model, "")),
 		pdPrefill:    s.NewCounter(`workersim_pd_requests_total{phase="prefill"}`),
 		pdDecode:     s.NewCounter(`workersim_pd_requests_total{phase="decode"}`),
+		latency: engineLatency{
+			firstToken: s.NewPrometheusHistogramExt(modelMetric("vllm:time_to_first_token_seconds", model, ""), firstTokenBuckets),
+			e2e:        s.NewPrometheusHistogramExt(modelMetric("vllm:e2e_request_latency_seconds", model, ""), e2eBuckets),
+		},
 	}
 	for _, path := range inferencePaths {
 		m.requests[path] = s.NewCounter(fmt.Sprintf("workersim_requests_total{path=%q}", path))

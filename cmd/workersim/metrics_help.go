@@ -14,6 +14,8 @@ var _ = exposition.Describe(map[string]string{
 	"vllm:num_preemptions_total":              "Running requests preempted for want of KV; always 0 here, since a request's KV is reserved at admission.",
 	"vllm:prompt_tokens_total":                "Prompt tokens the engine took in.",
 	"vllm:request_success_total":              "Requests finished, by finish reason.",
+	"vllm:time_to_first_token_seconds":        "Time from a request's arrival at the engine to its first token, on engine time.",
+	"vllm:e2e_request_latency_seconds":        "Time from a request's arrival at the engine to its end, on engine time.",
 	"vllm:cache_config_info":                  "The KV cache's configuration, in its labels.",
 	"workersim_requests_total":                "Inference requests received, by API path.",
 	"workersim_requests_failed_total":         "Requests that failed, by reason.",

@@ -84,6 +84,7 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	s.driver = newPublishingDriver(cfg.engine, cfg.timeScale, clk, s.kv)
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
 		func() faultMode { return s.fault.Load().Mode })
+	s.driver.SetLatency(&s.metrics.latency)
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		Name:               "workersim",

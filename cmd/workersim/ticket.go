@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"time"
 
 	"github.com/kvrouter/kvrouter/sim"
 )
@@ -10,12 +11,13 @@ import (
 // without ever blocking, and the handler takes them when notified. Safe for concurrent use by
 // the driver and one handler.
 type ticket struct {
-	id     sim.RequestID
-	pooled bool          // an embedding or rerank pass: its one engine token is no generation
-	ready  chan struct{} // has a token whenever events or a failure may be waiting
-	mu     sync.Mutex
-	events []sim.Event
-	err    error // set once when the driver stops; no events follow
+	id      sim.RequestID
+	pooled  bool          // an embedding or rerank pass: its one engine token is no generation
+	arrived time.Duration // engine time of its submission
+	ready   chan struct{} // has a token whenever events or a failure may be waiting
+	mu      sync.Mutex
+	events  []sim.Event
+	err     error // set once when the driver stops; no events follow
 }
 
 func newTicket(id sim.RequestID) *ticket {
