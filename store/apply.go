@@ -121,9 +121,16 @@ func setRoutingConfig(reg *Registry, s SetRoutingConfig, index uint64) (*Registr
 // seed applies the command-line seeds once per registry: the routing config
 // when none is set, and each worker not registered yet (one registered with
 // other settings is left as the operator made it). A registry seeded before
-// is left alone, so a worker removed through the admin API stays removed.
+// is left alone, so a worker removed through the admin API stays removed;
+// but the workers of the first Seed that carries any are registered even
+// when Seeds without workers came first, since in a tier whose replicas
+// start together any one of them may seed first, and often only one was
+// given --worker-urls.
 func seed(reg *Registry, s Seed, index uint64) (*Registry, Result) {
-	if reg.seeded {
+	if reg.seeded && !reg.awaitingWorkerSeed {
+		return reg, Result{}
+	}
+	if reg.seeded && len(s.Workers) == 0 {
 		return reg, Result{}
 	}
 	if reg.routing == nil && s.Routing != nil {
@@ -134,5 +141,5 @@ func seed(reg *Registry, s Seed, index uint64) (*Registry, Result) {
 			reg = next
 		}
 	}
-	return reg.withSeeded(), Result{Created: true}
+	return reg.withSeeded(len(s.Workers) == 0), Result{Created: true}
 }

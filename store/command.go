@@ -84,9 +84,9 @@ const MaxSeedWorkers = 256
 
 // Seed is what a replica's command line contributes to a registry
 // (--worker-urls, --prefill, --decode, and the routing flags), applied
-// once per registry: the first Seed applied registers the workers and,
-// when none is set, the routing config, and marks the registry seeded;
-// every later Seed changes nothing.
+// once per registry: the first Seed applied sets the routing config when
+// none is set and marks the registry seeded; the first Seed that carries
+// workers registers them; every other Seed changes nothing.
 type Seed struct {
 	Routing *RoutingConfig `json:"routing,omitempty"`
 	Workers []AddWorker    `json:"workers,omitempty"`

@@ -16,8 +16,12 @@ type Registry struct {
 	// seeded is set once a Seed command was applied: the command-line
 	// workers are registered once per registry, not at every start.
 	seeded bool
-	index  uint64
-	nextID WorkerID
+	// awaitingWorkerSeed: the Seeds applied so far carried no workers (a
+	// tier's replicas started without --worker-urls beside the one that
+	// has them), so the first Seed that carries some still registers them.
+	awaitingWorkerSeed bool
+	index              uint64
+	nextID             WorkerID
 }
 
 // firstWorkerID is the id the first worker of a cluster gets.
@@ -109,7 +113,7 @@ func (r *Registry) Seeded() bool { return r.seeded }
 // result) in place of r's.
 func (r *Registry) withWorkers(workers []Worker, nextID WorkerID) *Registry {
 	n := newRegistry(workers, r.routing, r.index, nextID)
-	n.routingIndex, n.seeded = r.routingIndex, r.seeded
+	n.routingIndex, n.seeded, n.awaitingWorkerSeed = r.routingIndex, r.seeded, r.awaitingWorkerSeed
 	return n
 }
 
@@ -120,9 +124,10 @@ func (r *Registry) withRouting(c RoutingConfig, index uint64) *Registry {
 	return &n
 }
 
-// withSeeded returns r marked as seeded.
-func (r *Registry) withSeeded() *Registry {
+// withSeeded returns r marked as seeded, still awaiting the command line's
+// workers when the seed carried none.
+func (r *Registry) withSeeded(awaitingWorkers bool) *Registry {
 	n := *r
-	n.seeded = true
+	n.seeded, n.awaitingWorkerSeed = true, awaitingWorkers
 	return &n
 }

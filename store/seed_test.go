@@ -32,6 +32,38 @@ func TestASeedAppliesOncePerRegistry(t *testing.T) {
 	}
 }
 
+// TestTheFirstSeedWithWorkersRegistersThemAfterSeedsWithout: the replicas
+// of a tier start together and any of them may seed first; a joiner
+// without --worker-urls seeding before the one that has them must not
+// leave the tier with no workers. Once workers came in, later seeds are
+// no-ops again, whether or not a snapshot lies between.
+func TestTheFirstSeedWithWorkersRegistersThemAfterSeedsWithout(t *testing.T) {
+	a := newApplier(t)
+	if res := a.apply(NewSeed(seedOf())); res.Err != nil || !res.Created {
+		t.Fatalf("a seed without workers: %+v, want applied", res)
+	}
+	if !a.fsm.View().Seeded() {
+		t.Fatal("a seed without workers did not mark the registry seeded (readiness waits on it)")
+	}
+	a.apply(NewSeed(seedOf())) // a second joiner
+	restored := NewFSM()
+	if err := restoreBytes(restored, snapshotBytes(t, a.fsm)); err != nil {
+		t.Fatal(err)
+	}
+	for name, fsm := range map[string]*FSM{"live": a.fsm, "restored from a snapshot": restored} {
+		b := &logApplier{t: t, fsm: fsm, index: a.index}
+		if res := b.apply(NewSeed(seedOf("http://a:8000", "http://b:8000"))); res.Err != nil || !res.Created {
+			t.Fatalf("%s: the seed with workers after seeds without: %+v, want applied", name, res)
+		}
+		if res := b.apply(NewSeed(seedOf("http://c:8000"))); res.Err != nil || res.Created {
+			t.Fatalf("%s: a second seed with workers: %+v, want a no-op", name, res)
+		}
+		if reg := fsm.View(); reg.Len() != 2 {
+			t.Fatalf("%s: %d workers %+v, want a and b", name, reg.Len(), reg.Workers())
+		}
+	}
+}
+
 func TestASeedKeepsARoutingConfigAlreadySet(t *testing.T) {
 	a := newApplier(t)
 	set := baseConfig()

@@ -29,11 +29,15 @@ type snapshotDoc struct {
 	RoutingConfig *RoutingConfig `json:"routing_config,omitempty"`
 	RoutingIndex  uint64         `json:"routing_index,omitempty"`
 	Seeded        bool           `json:"seeded,omitempty"`
+	// AwaitingWorkerSeed is absent from the snapshots of builds before it,
+	// whose seeded registries took no later seed's workers: false keeps that.
+	AwaitingWorkerSeed bool `json:"awaiting_worker_seed,omitempty"`
 }
 
 func docOf(r *Registry) snapshotDoc {
 	return snapshotDoc{Version: snapshotVersion, Index: r.index, NextID: r.nextID,
-		Workers: r.workers, RoutingConfig: r.routing, RoutingIndex: r.routingIndex, Seeded: r.seeded}
+		Workers: r.workers, RoutingConfig: r.routing, RoutingIndex: r.routingIndex, Seeded: r.seeded,
+		AwaitingWorkerSeed: r.awaitingWorkerSeed}
 }
 
 // fsmSnapshot is a point-in-time registry waiting to be persisted.
@@ -90,7 +94,7 @@ func decodeSnapshot(data []byte) (*Registry, error) {
 		return nil, err
 	}
 	reg := newRegistry(doc.Workers, doc.RoutingConfig, doc.Index, doc.NextID)
-	reg.routingIndex, reg.seeded = doc.RoutingIndex, doc.Seeded
+	reg.routingIndex, reg.seeded, reg.awaitingWorkerSeed = doc.RoutingIndex, doc.Seeded, doc.AwaitingWorkerSeed
 	return reg, nil
 }
 

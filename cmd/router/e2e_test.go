@@ -59,6 +59,32 @@ type process struct {
 	cmd   *exec.Cmd
 	lines chan string
 	done  chan struct{}
+	tail  outputTail
+}
+
+// outputTail keeps the last lines a process printed, so that a failed test
+// shows what its processes were doing (lines nobody waited for are
+// otherwise dropped).
+type outputTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const tailLines = 80
+
+func (o *outputTail) add(line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.lines) == tailLines {
+		o.lines = append(o.lines[:0], o.lines[1:]...)
+	}
+	o.lines = append(o.lines, line)
+}
+
+func (o *outputTail) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return strings.Join(o.lines, "\n")
 }
 
 func start(t *testing.T, bin string, args ...string) *process {
@@ -80,6 +106,7 @@ func start(t *testing.T, bin string, args ...string) *process {
 		defer close(p.done)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			p.tail.add(sc.Text())
 			select {
 			case p.lines <- sc.Text():
 			default: // nobody is waiting for more output
@@ -90,6 +117,9 @@ func start(t *testing.T, bin string, args ...string) *process {
 	t.Cleanup(func() {
 		cancel()
 		<-p.done
+		if t.Failed() {
+			t.Logf("the last lines of %s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), &p.tail)
+		}
 	})
 	return p
 }
