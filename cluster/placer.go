@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -56,7 +55,7 @@ type placing struct {
 	// is the leader's cluster-port address ("" while there is none).
 	isLeader func() bool
 	leader   func() string
-	rpc      *link.Client
+	rpc      *link.Quick
 	timeout  time.Duration // of a question
 	// router is the router the proxy decides with (the prefill one under
 	// disaggregation): what the placer answers a peer's question on.
@@ -98,10 +97,8 @@ func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 	if s := p.silent.Load(); s != nil && s.addr == addr && time.Now().Before(s.until) {
 		return affinity.Decision{}, fmt.Errorf("the placer at %s did not answer lately", addr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
 	start := time.Now()
-	status, body, err := p.rpc.Call(ctx, http.MethodPost, addr, placePath, q.AppendBinary(nil))
+	status, body, err := p.rpc.Post(addr, placePath, q.AppendBinary(nil), start.Add(p.timeout))
 	p.counts.askTime.UpdateDuration(start)
 	if err != nil {
 		p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})

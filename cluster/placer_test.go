@@ -15,6 +15,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -161,8 +162,10 @@ func TestAnAskerWithoutAnAnsweringPlacerDecidesAlone(t *testing.T) {
 	} {
 		set := metrics.NewSet()
 		counts := newPlacerCounts(set)
+		quick := link.NewQuick(follower.raft.Port())
+		defer quick.Close()
 		p := &placing{Replica: follower.core, isLeader: func() bool { return false }, leader: func() string { return leader },
-			rpc: follower.rpc, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
+			rpc: quick, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
 		start := time.Now()
 		d, g, err := p.Decide(router, router.Prepare("m", []byte(prompt(name, 4)), 0), pool)
 		if err != nil {

@@ -281,7 +281,7 @@ func (r *Replica) decider() proxy.Decider {
 	if !r.cfg.Placer {
 		return r.core
 	}
-	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: r.rpc, counts: newPlacerCounts(r.metrics),
+	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: link.NewQuick(r.raft.Port()), counts: newPlacerCounts(r.metrics),
 		timeout: cmp.Or(r.cfg.PlacerTimeout, defaultPlaceTimeout),
 		leader:  func() string { _, addr := r.raft.Leader(); return addr },
 		router:  func() *affinity.Router { return r.proxy.DecidingRouter() }}
@@ -408,6 +408,9 @@ func (r *Replica) closeParts() error {
 	}
 	if r.rpc != nil {
 		r.rpc.Close()
+	}
+	if r.placer != nil {
+		r.placer.rpc.Close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())
