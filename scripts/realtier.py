@@ -70,6 +70,9 @@ COLD_MISSES = "vllm_router_cold_misses_total"
 FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 GOSSIP_INTERVAL_S = 0.1  # the router's default load report interval
 FLUSH_INTERVAL_S = 0.01  # and its default flush of changed loads
+# AGAIN marks the round's second run of one replica, the same load on fresh processes: how far one
+# replica strays from itself between two runs is the spread a tier's ratio must be read against.
+AGAIN = "again"
 
 
 def env_list(name, default):
@@ -353,6 +356,7 @@ def config():
         "kv": int(os.environ.get("REALTIER_KV", "65536")),
         "time_scale": float(os.environ.get("REALTIER_TIME_SCALE", "1")),
         "fleetsim": os.environ.get("REALTIER_FLEETSIM", "1") != "0",
+        "again": os.environ.get("REALTIER_AGAIN", "1") != "0",
         "variants": variants(),
     }
 
@@ -395,11 +399,13 @@ def sweep(out_md):
             for vname, vflags in cfg["variants"]:
                 for sessions in cfg["sessions"]:
                     for think in cfg["think"]:
-                        points = [(1, "random")] + [(n, b) for n in cfg["replicas"] for b in cfg["balance"]]
+                        points = [(1, "random")] + ([(1, AGAIN)] if cfg["again"] else [])
+                        points += [(n, b) for n in cfg["replicas"] for b in cfg["balance"]]
                         for n, balance in points:
                             tag = f"{vname}-s{sessions}-t{think}-n{n}-{balance}-r{rnd}"
                             rep = real_run(tmp, tag, cfg, n, vflags,
-                                           agentic_load(balance, sessions, cfg["turns"], think, AGENTIC))
+                                           agentic_load("random" if balance == AGAIN else balance, sessions,
+                                                        cfg["turns"], think, AGENTIC))
                             runs.append({"variant": vname, "sessions": sessions, "think": think, "replicas": n,
                                          "balance": balance, "round": rnd, "real": rep})
                             print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} "
@@ -495,7 +501,9 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "the end of each of its runs (the machine has 2 cores, shared).\n")
     L.append("Targets: think time >= 0.3 s: worst round >= 0.98 of one replica's cached-token ratio, TTFT p50 and "
              "p99 <= 1.1x, throughput >= 0.95x; 0.1 s: >= 0.95 and <= 1.3x. fleetsim within 0.03 of the real "
-             "ratio.\n")
+             "ratio." + (f" The row '1 {AGAIN}' is a second run of one replica in each round, the same load on fresh "
+                         "processes, over the first: what the measurement itself moves between two runs of the "
+                         "same thing, against which a tier's worst round is read." if cfg["again"] else "") + "\n")
     L.append("| variant | sessions | think s | replicas | balance | cached-token ratio | vs 1: mean / worst | "
              "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst | "
              "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
@@ -514,6 +522,9 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                          f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | "
                          f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | {spread(ones, cfg['workers'])} | "
                          f"{cores(ones)} | {' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
+                if cfg["again"]:
+                    L.append(again_row(cfg, [by[(vname, sessions, think, 1, AGAIN, k)] for k in rounds], ones,
+                                       vname, sessions, think))
                 for n in cfg["replicas"]:
                     for balance in cfg["balance"]:
                         reps = [by[(vname, sessions, think, n, balance, k)] for k in rounds]
@@ -543,6 +554,8 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                         if gap is not None and abs(gap) > 0.03:
                             missed.append(f"fleetsim off by {gap:+.3f}")
                         verdict = "met" if not missed else "not met: " + "; ".join(missed)
+                        if missed and cfg["again"]:
+                            verdict += f" (one replica against itself: {self_spread(by, rounds, vname, sessions, think)})"
                         L.append(f"| {vname} | {sessions} | {think:g} | {n} | {balance} | "
                                  f"{statistics.mean(r['cached_token_ratio'] for r in reps):.3f} | "
                                  f"{statistics.mean(cached):.3f} / {min(cached):.3f} {sim_cols}"
@@ -552,6 +565,30 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                                  f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | {spread(reps, cfg['workers'])} | "
                                  f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
     return "\n".join(L) + "\n"
+
+
+def again_row(cfg, agains, ones, vname, sessions, think):
+    """The row of one replica's second run in each round over its first: the measurement's own spread."""
+    ratio = lambda key: [a[key] / o[key] for a, o in zip(agains, ones)]
+    cached, p50, p99, thr = (ratio(k) for k in ("cached_token_ratio", "ttft_p50_ms", "ttft_p99_ms", "throughput_rps"))
+    return (f"| {vname} | {sessions} | {think:g} | 1 | {AGAIN} | "
+            f"{statistics.mean(a['cached_token_ratio'] for a in agains):.3f} | "
+            f"{statistics.mean(cached):.3f} / {min(cached):.3f} | | | "
+            f"{statistics.mean(p50):.2f} / {max(p50):.2f} | {statistics.mean(p99):.2f} / {max(p99):.2f} | "
+            f"{statistics.mean(thr):.2f} / {min(thr):.2f} | | "
+            f"{statistics.mean(a['router_hit_rate'] for a in agains):.3f} | "
+            f"{statistics.mean(a['shed'] for a in agains):.0f} | {fmt_attr(agains)} | {spread(agains, cfg['workers'])} | "
+            f"{cores(agains)} | {' / '.join(a['loadavg'].split()[0] for a in agains)} | "
+            "one replica against itself: the spread of the measurement |")
+
+
+def self_spread(by, rounds, vname, sessions, think):
+    """How far apart one replica's two runs of a round came, the worst round, either way round (the
+    first run may be the one that strayed): cached, TTFT p50 and p99."""
+    pairs = [(by[(vname, sessions, think, 1, AGAIN, k)], by[(vname, sessions, think, 1, "random", k)]) for k in rounds]
+    worst = lambda key, pick: pick(pick(a[key] / o[key], o[key] / a[key]) for a, o in pairs)
+    return (f"cached {worst('cached_token_ratio', min):.3f}, TTFT p50 {worst('ttft_p50_ms', max):.2f}x, "
+            f"p99 {worst('ttft_p99_ms', max):.2f}x")
 
 
 def burst(out_md):
