@@ -41,6 +41,12 @@ type claimCase struct {
 	load   func(seed int64) (Workload, error)
 	hitLow []float64 // hit rate / one replica's, minimum over the seeds
 	thrLow []float64 // throughput / one replica's, minimum
+	// jittered, where set, is the workload at seed with every arrival moved
+	// later by up to a millisecond (less than any network between a client
+	// and a router adds): one replica on it against one replica on load is
+	// how far the workload alone moves a figure, the spread a tier's ratio
+	// is read against.
+	jittered func(seed int64) (Workload, error)
 }
 
 // claimAgentic is the real-process sweep's configuration (scripts/realtier.py):
@@ -75,33 +81,45 @@ var claimCases = []claimCase{
 		hitLow: []float64{0.99, 0.99, 0.99}, thrLow: []float64{0.98, 0.98, 0.98},
 	},
 	{
-		name:  "the conversation trace, first 1000 records, 16 workers",
-		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
-		load: func(int64) (Workload, error) {
-			recs, err := claimTrace()
-			if err != nil {
-				return nil, err
-			}
-			return NewTrace(recs, 1), nil
-		},
+		name:   "the conversation trace, first 1000 records, 16 workers",
+		fleet:  func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
+		load:   func(int64) (Workload, error) { return claimTraceLoad(0, 0) },
 		hitLow: []float64{0.91, 0.93, 0.93}, thrLow: []float64{0.98, 0.98, 0.98},
+		jittered: func(seed int64) (Workload, error) {
+			return claimTraceLoad(0, seed)
+		},
 	},
 	{
 		// The trace stamps its requests in 3 s steps: as recorded (above),
 		// every request of a step arrives in one instant, before any
 		// replica can hear of another's choices; here each arrives at a
 		// random time within its step, different arrivals at each seed.
-		name:  "the conversation trace, first 1000 records spread over their 3 s steps, 16 workers",
-		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
-		load: func(seed int64) (Workload, error) {
-			recs, err := claimTrace()
-			if err != nil {
-				return nil, err
-			}
-			return NewTrace(workload.SpreadArrivals(recs, 3*time.Second, uint64(seed)), 1), nil
-		},
+		name:   "the conversation trace, first 1000 records spread over their 3 s steps, 16 workers",
+		fleet:  func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
+		load:   func(seed int64) (Workload, error) { return claimTraceLoad(seed, 0) },
 		hitLow: []float64{0.95, 0.95, 0.89}, thrLow: []float64{0.98, 0.98, 0.98},
+		jittered: func(seed int64) (Workload, error) {
+			return claimTraceLoad(seed, seed)
+		},
 	},
+}
+
+// claimTraceLoad is the first 1000 records of the trace, each arrival moved
+// later by up to 3 s when spreadSeed is set (drawn from it), then by up to
+// 1 ms when jitterSeed is set.
+func claimTraceLoad(spreadSeed, jitterSeed int64) (Workload, error) {
+	recs, err := claimTrace()
+	if err != nil {
+		return nil, err
+	}
+	if spreadSeed != 0 {
+		recs = workload.SpreadArrivals(recs, 3*time.Second, uint64(spreadSeed))
+	}
+	if jitterSeed != 0 {
+		// Another stream than the spread's at the same seed.
+		recs = workload.SpreadArrivals(recs, time.Millisecond, uint64(jitterSeed)+1<<32)
+	}
+	return NewTrace(recs, 1), nil
 }
 
 // claimsAlone reports whether the tiers decide alone (FLEETSIM_PLACER=0).
@@ -150,6 +168,10 @@ func measureClaim(t *testing.T, c claimCase) {
 		figs[seed-1], err = claimSeed(t, c, seed)
 		return []float64{1}, err
 	})
+	if c.jittered != nil {
+		overSeeds(t, n, []string{"one replica against itself, its arrivals moved by up to 1 ms: hit rate / as loaded"},
+			func(seed int64) ([]float64, error) { return jitterSeed(c, seed) })
+	}
 	for k, replicas := range claimReplicas {
 		var each []claimFigures
 		for _, f := range figs {
@@ -166,6 +188,24 @@ func measureClaim(t *testing.T, c claimCase) {
 			t.Errorf("%d replicas keep %.4f of one replica's throughput at the worst seed: want at least %.2f", replicas, thr, c.thrLow[k])
 		}
 	}
+}
+
+// jitterSeed runs one replica on the workload as loaded and jittered, at
+// seed: the hit rate of the jittered run over the other's.
+func jitterSeed(c claimCase, seed int64) ([]float64, error) {
+	var hits []float64
+	for _, load := range []func(int64) (Workload, error){c.load, c.jittered} {
+		w, err := load(seed)
+		if err != nil {
+			return nil, err
+		}
+		r, err := Run(c.fleet(1, seed), w)
+		if err != nil {
+			return nil, err
+		}
+		hits = append(hits, r.HitRate)
+	}
+	return []float64{hits[1] / hits[0]}, nil
 }
 
 // claimSeed runs one replica and every tier size at seed, and logs the
@@ -202,14 +242,15 @@ func claimSeed(t *testing.T, c claimCase, seed int64) ([]claimFigures, error) {
 // targets and returns the minimum hit and throughput ratios.
 func reportClaim(t *testing.T, replicas int, each []claimFigures) (hit, thr float64) {
 	hit, thr = math.Inf(1), math.Inf(1)
-	var p50, p99, sumHit, sumThr, sumP50, sumP99 float64
+	var hitMax, p50, p99, sumHit, sumThr, sumP50, sumP99 float64
 	for _, f := range each {
 		hit, thr, p50, p99 = min(hit, f.hit), min(thr, f.thr), max(p50, f.p50), max(p99, f.p99)
+		hitMax = max(hitMax, f.hit)
 		sumHit, sumThr, sumP50, sumP99 = sumHit+f.hit, sumThr+f.thr, sumP50+f.p50, sumP99+f.p99
 	}
 	k := float64(len(each))
-	t.Logf("%d replicas over %d seeds: hit rate / one's min %.3f mean %.3f; TTFT p50 max %.2fx mean %.2fx; "+
-		"p99 max %.2fx mean %.2fx; throughput min %.3f mean %.3f; %s", replicas, len(each), hit, sumHit/k,
+	t.Logf("%d replicas over %d seeds: hit rate / one's min %.3f mean %.3f max %.3f; TTFT p50 max %.2fx mean %.2fx; "+
+		"p99 max %.2fx mean %.2fx; throughput min %.3f mean %.3f; %s", replicas, len(each), hit, sumHit/k, hitMax,
 		p50, sumP50/k, p99, sumP99/k, thr, sumThr/k, verdict(hit, p50, p99, thr))
 	return hit, thr
 }
