@@ -27,7 +27,9 @@ come from environment variables (defaults in brackets):
     REALTIER_TIME_SCALE  each workersim's --time-scale; fleetsim's think time
                          and gossip interval are scaled to match [1]
     REALTIER_VARIANTS    router flag sets, name=flags;... ["default="]; e.g.
-                         "default=;nohot=--hot-prefix-load 0"
+                         "default=;nohot=--hot-prefix-load 0"; a first word
+                         router=PATH runs another build: "new=;old=router=bin/router-old"
+    REALTIER_AGAIN       0 runs one replica once a round, not twice [1]
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
                          (loadgen --requests-json) and each replica's /metrics
@@ -173,12 +175,13 @@ class Fleet:
         return urls
 
     def tier(self, n, worker_urls, extra):
+        router, extra = router_of(extra)
         ports = free_ports(3 * n)
         apis = []
         for i in range(n):
             api, gossip, raft = ports[3 * i:3 * i + 3]
             join = ["--join", f"127.0.0.1:{ports[1]}"] if i else []
-            self.start([f"{BIN}/router", "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
+            self.start([router, "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
                         "--node-name", f"{self.tag}-{i}", "--data-dir", os.path.join(self.tmp, f"data-{self.tag}-{i}"),
                         "--gossip-bind", f"127.0.0.1:{gossip}", "--raft-bind", f"127.0.0.1:{raft}",
                         "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *extra],
@@ -336,6 +339,15 @@ def fleetsim_runs(tmp, cfg, replicas, balance, sessions, think_s, seed, extra):
         return {r["replicas"]: r for r in json.load(f)["runs"]}
 
 
+def router_of(flags):
+    """The router binary a variant runs and its flags: a first word router=PATH names another build
+    than bin/router (REALTIER_VARIANTS='new=router=bin/router-new;old=router=bin/router-old'), so
+    two builds run side by side in every round."""
+    if flags and flags[0].startswith("router="):
+        return flags[0][len("router="):], flags[1:]
+    return f"{BIN}/router", flags
+
+
 def variants():
     out = []
     for part in os.environ.get("REALTIER_VARIANTS", "default=").split(";"):
@@ -376,7 +388,9 @@ def fleetsim_flags(router_flags):
     out, i = [], 0
     while i < len(router_flags):
         flag = router_flags[i]
-        if flag.split("=")[0] == "--placer":  # a boolean: only its --placer=false form takes a value
+        if flag.startswith("router="):  # a build, not a flag
+            pass
+        elif flag.split("=")[0] == "--placer":  # a boolean: only its --placer=false form takes a value
             out.append(flag)
         elif flag.split("=")[0] in ("--hot-prefix-load", "--hot-prefix-owners", "--balance-abs-threshold",
                                     "--balance-rel-threshold", "--cache-threshold"):
