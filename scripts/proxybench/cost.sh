@@ -13,7 +13,10 @@
 # 'GOGC=200'), COST_ENV_<build> (the same for one build only, whose name
 # is then a shell identifier), COST_PROFILE=DIR (a CPU profile of COST_PROFILE_SECONDS, 3,
 # and an allocation profile of each build's last round into DIR, one per
-# body).
+# body), COST_FASTPROXY=BIN (fasthttp's own HostClient proxy,
+# scripts/proxybench/fastproxy built with its --debug-addr, measured as one
+# more build named fastproxy: the floor the router's own path is compared
+# with).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -21,6 +24,7 @@ out=$1
 source "$here/lib.sh"
 bench_begin
 builds=${COST_BUILDS:-"router=bin/router"}
+[ -z "${COST_FASTPROXY:-}" ] || builds="$builds fastproxy=$COST_FASTPROXY"
 rounds=${COST_ROUNDS:-2}
 duration=${COST_DURATION:-4s}
 need_tools
@@ -44,12 +48,19 @@ measure() {
 	dport=$(free_port)
 	rm -rf "$tmp/data"
 	local own="COST_ENV_$name"
-	env GOMAXPROCS="${COST_GOMAXPROCS:-2}" ${COST_ENV:-} ${!own:-} "$bin" serve --port "$rport" --policy "${COST_POLICY:-cache_aware}" \
-		--node-name router --data-dir "$tmp/data" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 \
-		--prometheus-port 0 --debug-addr "127.0.0.1:$dport" --log-level warn \
-		--worker-urls "http://127.0.0.1:${port[upstream]}" >"$tmp/router.log" 2>&1 &
-	pids[router]=$!
-	wait_http "http://127.0.0.1:$rport/readiness" -f
+	if [ "$name" = fastproxy ]; then
+		env GOMAXPROCS="${COST_GOMAXPROCS:-2}" ${COST_ENV:-} "$bin" --addr "127.0.0.1:$rport" \
+			--upstream "127.0.0.1:${port[upstream]}" --debug-addr "127.0.0.1:$dport" >"$tmp/router.log" 2>&1 &
+		pids[router]=$!
+		wait_http "http://127.0.0.1:$dport/debug/pprof/"
+	else
+		env GOMAXPROCS="${COST_GOMAXPROCS:-2}" ${COST_ENV:-} ${!own:-} "$bin" serve --port "$rport" --policy "${COST_POLICY:-cache_aware}" \
+			--node-name router --data-dir "$tmp/data" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 \
+			--prometheus-port 0 --debug-addr "127.0.0.1:$dport" --log-level warn \
+			--worker-urls "http://127.0.0.1:${port[upstream]}" >"$tmp/router.log" 2>&1 &
+		pids[router]=$!
+		wait_http "http://127.0.0.1:$rport/readiness" -f
+	fi
 	BODY_FILE="$tmp/body-$size.json" wrk -t1 -c64 -d1s -s "$here/wrk.lua" "http://127.0.0.1:$rport/v1/chat/completions" >/dev/null
 	if [ -n "${COST_PROFILE:-}" ] && [ "$round" = "$rounds" ]; then
 		mkdir -p "$COST_PROFILE"

@@ -6,12 +6,18 @@
 // routing, no JSON parsing, no client watch, no retries), so the router's
 // distance from it is what its own request path costs.
 //
-//	fastproxy --addr 127.0.0.1:8080 --upstream 127.0.0.1:9000
+//	fastproxy --addr 127.0.0.1:8080 --upstream 127.0.0.1:9000 [--debug-addr 127.0.0.1:6060]
+//
+// --debug-addr serves the Go runtime's profiles and counters
+// (/debug/pprof/), as the router's flag of the same name does, so that the
+// proxy benchmark's cost.sh can profile both the same way.
 package main
 
 import (
 	"flag"
 	"log"
+	"net/http"
+	_ "net/http/pprof" // served on --debug-addr only
 
 	"github.com/valyala/fasthttp"
 )
@@ -22,7 +28,11 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "loopback host:port to listen on")
 	upstream := flag.String("upstream", "", "host:port of the upstream")
+	debug := flag.String("debug-addr", "", "loopback host:port for /debug/pprof/; empty: none")
 	flag.Parse()
+	if *debug != "" {
+		go func() { log.Fatal(http.ListenAndServe(*debug, nil)) }()
+	}
 	hc := &fasthttp.HostClient{Addr: *upstream, MaxConns: 1024}
 	handler := func(ctx *fasthttp.RequestCtx) {
 		req := &ctx.Request
