@@ -3,6 +3,7 @@ package affinity
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"k8s.io/utils/clock"
@@ -61,5 +62,35 @@ func BenchmarkPrepare(b *testing.B) {
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
 		r.Prepare("m", body, 0)
+	}
+}
+
+// BenchmarkInsert measures recording a routed request's blocks in the
+// index: a prompt of 16 blocks (4 KiB) and of 256 (64 KiB), held already by
+// its worker (a conversation's next turn, the steady state), recorded from
+// one goroutine and from one per GOMAXPROCS onto as many workers.
+func BenchmarkInsert(b *testing.B) {
+	for _, blocks := range []int{16, 256} {
+		prompt := BlockHashes(nil, "m", []byte(text("prompt", blocks*DefaultBlockSize)), DefaultBlockSize)
+		b.Run(fmt.Sprintf("blocks=%d", blocks), func(b *testing.B) {
+			ix := NewIndex(clock.RealClock{}, 1<<16)
+			ix.Insert(prompt, 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				ix.Insert(prompt, 1)
+			}
+		})
+		b.Run(fmt.Sprintf("blocks=%d/parallel", blocks), func(b *testing.B) {
+			ix := NewIndex(clock.RealClock{}, 1<<16)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				w := WorkerID(next.Add(1))
+				ix.Insert(prompt, w)
+				for pb.Next() {
+					ix.Insert(prompt, w)
+				}
+			})
+		})
 	}
 }

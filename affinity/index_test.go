@@ -3,6 +3,7 @@ package affinity
 import (
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -349,5 +350,87 @@ func TestAPrefixForksWhereARecordedRequestWentOnPastIt(t *testing.T) {
 	ix.Insert(c[:6], 3) // the conversation's next turn went on past block 3
 	if !ix.Forks(c[3]) {
 		t.Error("block 3 does not fork once a request went on past it")
+	}
+}
+
+// TestALongInsertKeepsItsBlocksInPrefixOrder: a prompt of more blocks than
+// Insert records under one round of shard locks, many of them on one
+// shard, ends up in its worker's LRU shallowest first, every block but the
+// last forking, and a smaller budget keeps exactly a prefix of it.
+func TestALongInsertKeepsItsBlocksInPrefixOrder(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 1<<16)
+	hashes := make([]uint64, 3*insertChunk+17)
+	for i := range hashes {
+		hashes[i] = uint64(1 + i*indexShards/4) // four blocks a shard, then the next shard
+	}
+	ix.Insert(hashes[:40], 1) // an earlier, shorter turn: its blocks are known already
+	ix.Insert(hashes, 1)
+	if got := ix.Blocks(1); got != len(hashes) {
+		t.Fatalf("charged %d blocks, want %d", got, len(hashes))
+	}
+	for i, f := range ix.Recent(len(hashes)) {
+		if f.Hash != hashes[i] {
+			t.Fatalf("fact %d of the LRU, newest first, is %d, want block %d's hash %d", i, f.Hash, i, hashes[i])
+		}
+	}
+	for i, h := range hashes {
+		if got, want := ix.Forks(h), i < len(hashes)-1; got != want {
+			t.Fatalf("block %d forks: %v, want %v", i, got, want)
+		}
+	}
+	ix.SetBudget(1, 300)
+	pool := NewPool([]*Load{{id: 1}})
+	if d, _ := ix.Match(hashes, pool, nil); d != 299 {
+		t.Fatalf("after a budget of 300 the deepest block held is %d, want 299", d)
+	}
+}
+
+// TestAHashTwiceInOneInsertIsOneFact: chained hashes repeat only by
+// collision, and then the block is one fact, charged once, as recent as
+// its shallower occurrence.
+func TestAHashTwiceInOneInsertIsOneFact(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 100)
+	ix.Insert([]uint64{7, 8, 7, 9}, 1)
+	if got := ix.Blocks(1); got != 3 {
+		t.Fatalf("charged %d blocks, want 3", got)
+	}
+	var order []uint64
+	for _, f := range ix.Recent(10) {
+		order = append(order, f.Hash)
+	}
+	if !slices.Equal(order, []uint64{7, 8, 9}) {
+		t.Fatalf("LRU newest first %v, want [7 8 9]", order)
+	}
+}
+
+// TestIndexReadersRunBesideWriters runs every reader of the facts' stamps
+// and marks beside the writers, for the race detector: a fact's stamp and
+// its forks mark are plain fields, written with both the owner's and the
+// shard's lock held.
+func TestIndexReadersRunBesideWriters(t *testing.T) {
+	clock := newFakeClock()
+	ix := NewIndex(clock, 500)
+	hashes := chain("m", 300, "shared")
+	pool := NewPool([]*Load{{id: 1}, {id: 2}})
+	all, recent := make([]int, 2), make([]int, 2)
+	var wg sync.WaitGroup
+	for w := WorkerID(1); w <= 2; w++ {
+		wg.Go(func() {
+			for i := range 50 {
+				ix.Insert(hashes[:100+4*i], w)
+				ix.Learn(Fact{Hash: hashes[i], Worker: w, Span: 3})
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 50 {
+			ix.Depths(hashes, pool, time.Unix(0, 0), all, recent)
+			ix.Forks(hashes[10])
+			ix.Expire(time.Unix(0, 0))
+		}
+	})
+	wg.Wait()
+	if d, _ := ix.Match(hashes, pool, nil); d != 295 {
+		t.Fatalf("deepest block held %d, want 295", d)
 	}
 }

@@ -44,7 +44,7 @@ func (ix *Index) Depths(hashes []uint64, pool *Pool, since time.Time, all, recen
 				continue
 			}
 			all[i] = max(all[i], d)
-			if n.stamp.Load() >= cutoff {
+			if n.stamp >= cutoff {
 				recent[i] = max(recent[i], d)
 			}
 		}
