@@ -16,12 +16,7 @@ func ModelSeed(model string) uint64 { return xxh3.HashString(model) }
 // k*blockSize bytes (up to hash collisions). A trailing partial block is not
 // hashed: it cannot be a shared prefix yet.
 func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint64 {
-	h := ModelSeed(model)
-	for off := 0; off+blockSize <= len(text); off += blockSize {
-		h = xxh3.HashSeed(text[off:off+blockSize], h)
-		dst = append(dst, h)
-	}
-	return dst
+	return Text{text}.blockHashes(dst, ModelSeed(model), blockSize, len(text)/blockSize)
 }
 
 // RequestHashes appends to dst the hashes the router routes text by: one per
@@ -33,15 +28,12 @@ func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint6
 // --cache-threshold below 0.5, and a growing conversation never sends the
 // same tail twice, so its tails would only take room in the index. It
 // returns the hashes and how many of them are full blocks.
-func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks int) ([]uint64, int) {
-	maxBlocks = max(maxBlocks, 1)
-	cut := len(text)/blockSize > maxBlocks
-	if cut {
-		text = text[:maxBlocks*blockSize]
-	}
-	dst = BlockHashes(dst, model, text, blockSize)
+func RequestHashes(dst []uint64, model string, text Text, blockSize, maxBlocks int) ([]uint64, int) {
+	n := text.Len()
+	blocks := min(n/blockSize, max(maxBlocks, 1))
+	dst = text.blockHashes(dst, ModelSeed(model), blockSize, blocks)
 	full := len(dst)
-	if full == 0 && len(text) > 0 {
+	if full == 0 && n > 0 {
 		dst = append(dst, TailKey(model, text, dst, blockSize))
 	}
 	return dst, full
@@ -50,12 +42,12 @@ func RequestHashes(dst []uint64, model string, text []byte, blockSize, maxBlocks
 // TailKey is a hash of the whole text, partial last block included, chained
 // after the full blocks' hashes. Placement uses it as the key of a request
 // whose full blocks are all known already (or that has none).
-func TailKey(model string, text []byte, hashes []uint64, blockSize int) uint64 {
+func TailKey(model string, text Text, hashes []uint64, blockSize int) uint64 {
 	seed := ModelSeed(model)
 	if len(hashes) > 0 {
 		seed = hashes[len(hashes)-1]
 	}
-	return xxh3.HashSeed(text[len(hashes)*blockSize:], seed^0x9e3779b97f4a7c15)
+	return text.hashFrom(len(hashes)*blockSize, seed^0x9e3779b97f4a7c15)
 }
 
 // mix64 is a 64-bit finalizer (splitmix64) used to score rendezvous pairs.

@@ -8,10 +8,9 @@ import (
 
 // Request is what selection needs to know about one request.
 type Request struct {
-	// Text is the routing text: the prompt, or the rendered messages.
-	Text []byte
-	// Hashes are the chained hashes of Text's full blocks, then of its
-	// partial last block when it has one (see RequestHashes).
+	// Hashes are the chained hashes of the routing text's full blocks (the
+	// prompt, or the rendered messages), then of its partial last block
+	// when it has one (see RequestHashes).
 	Hashes []uint64
 	// Full is how many of Hashes are full blocks: a chain from depth 0.
 	Full int
@@ -30,8 +29,8 @@ type Request struct {
 	// Matcher, when set, finds the prefix the candidates hold instead of
 	// the index (see PrefixMatcher).
 	Matcher PrefixMatcher
-	// TextLen is the routing text's length in bytes when Text is not at
-	// hand: a peer's request that the placer decides on its hashes alone.
+	// TextLen is the routing text's length in bytes (a peer's request that
+	// the placer decides on its hashes alone carries it too).
 	TextLen int
 	// Placer says the request is decided by the tier's placer, which makes
 	// every cold decision of the tier: it selects on the loads as they are,
@@ -44,13 +43,8 @@ type Request struct {
 	reserved *Load
 }
 
-// Len is the routing text's length in bytes: of Text, or TextLen without it.
-func (r *Request) Len() int {
-	if r.Text != nil {
-		return len(r.Text)
-	}
-	return r.TextLen
-}
+// Len is the routing text's length in bytes.
+func (r *Request) Len() int { return r.TextLen }
 
 // Choice is a policy's pick. Seen is the chosen worker's local in-flight
 // count when it was read, so that the reservation can detect a concurrent

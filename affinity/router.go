@@ -55,12 +55,18 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Prepare hashes a request's routing text for model.
 func (r *Router) Prepare(model string, text []byte, sessionKey uint64) *Request {
+	return r.PrepareText(model, Text{text}, sessionKey)
+}
+
+// PrepareText is Prepare of a text in pieces.
+func (r *Router) PrepareText(model string, text Text, sessionKey uint64) *Request {
 	limit := MaxChainBlocks // a router without an index (a policy that needs none) hashes what the gossip could carry
 	if r.index != nil {
 		limit = r.index.MaxBudget()
 	}
-	hashes, full := RequestHashes(make([]uint64, 0, min(len(text)/r.blockSize, limit)+1), model, text, r.blockSize, limit)
-	return &Request{Text: text, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
+	n := text.Len()
+	hashes, full := RequestHashes(make([]uint64, 0, min(n/r.blockSize, limit)+1), model, text, r.blockSize, limit)
+	return &Request{TextLen: n, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
 		SessionKey: sessionKey}
 }
 

@@ -217,13 +217,12 @@ func BenchmarkParseInference(b *testing.B) {
 		b.Run(sizeName(size), func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			var text []byte
 			for b.Loop() {
-				in, err := parseInference(chatCompletions, body, text[:0])
-				if err != nil {
+				text := textBuffers.Get().(*routingText) // as an exchange does
+				if _, err := parseInference(chatCompletions, body, text); err != nil {
 					b.Fatal(err)
 				}
-				text = in.text
+				releaseText(text)
 			}
 		})
 	}

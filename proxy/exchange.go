@@ -22,9 +22,9 @@ type exchange struct {
 	id       []byte // the request id, in idBuf when it fits
 	idBuf    [32]byte
 	start    time.Time
-	deadline time.Time // no attempt starts after it (--request-timeout-secs)
-	body     []byte    // the client's body, as received
-	text     *[]byte   // the buffer of in.text, from textBuffers; returned by finish
+	deadline time.Time    // no attempt starts after it (--request-timeout-secs)
+	body     []byte       // the client's body, as received
+	text     *routingText // what in.text is held in, from textBuffers; returned by finish
 	// up is the request every worker is sent, from fasthttp's pool: the
 	// client's headers less hop-by-hop ones, x-request-id and the default
 	// API key set; each attempt sets its worker's host and path and its
@@ -111,16 +111,15 @@ func (p *Proxy) serveExchange(x *exchange, planned plan) {
 // disaggregated one, or the leg to the worker that holds the response a
 // Responses API request continues.
 func (p *Proxy) planInference(x *exchange) (*leg, error) {
-	x.text = textBuffers.Get().(*[]byte)
-	in, err := parseInference(x.ep, x.body, (*x.text)[:0])
+	x.text = textBuffers.Get().(*routingText)
+	in, err := parseInference(x.ep, x.body, x.text)
 	if err != nil {
 		return nil, err
 	}
-	*x.text = in.text // keep what the buffer grew to
 	if p.pd != nil {
 		// A concurrent prefill may outlive the exchange, and route with
 		// the text after it is done: it gets a copy of its own.
-		in.text = bytes.Clone(in.text)
+		in.text = affinity.Text{in.text.AppendTo(nil)}
 	}
 	x.in = in
 	if x.ep == responses && p.keys.enabled() {
@@ -150,7 +149,7 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		return p.continuedLeg(x)
 	}
 	router := p.finalRouter()
-	l := p.newLeg(x, "", router, router.Prepare(in.model, in.text, key), pool)
+	l := p.newLeg(x, "", router, router.PrepareText(in.model, in.text, key), pool)
 	p.tokens.attach(x, l.req, pool)
 	return l, nil
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // inference is what the router reads from a request body: just enough to
@@ -14,8 +16,8 @@ type inference struct {
 	model  string
 	stream bool
 	// text is the routing text: the prompt, or each message rendered as
-	// role + "\n" + content + "\n".
-	text []byte
+	// role + "\n" + content + "\n", in pieces (see appendString).
+	text affinity.Text
 	// session is the consistent-hash key of the body (user or session_id),
 	// empty when neither is present.
 	session string
@@ -24,30 +26,52 @@ type inference struct {
 	previous string
 }
 
-// textBuffers hold routing texts, so that reading a body allocates nothing
-// per byte of it. An exchange returns its buffer when it is done.
-var textBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+// routingText holds one request's routing text (inference.text): the
+// bytes rendered, the strings left in the body, and the pieces they make.
+// An exchange takes one from textBuffers and returns it when it is done,
+// so that reading a body allocates nothing per byte of it.
+type routingText struct {
+	rendered []byte
+	holes    []hole
+	pieces   affinity.Text
+}
+
+var textBuffers = sync.Pool{New: func() any { return &routingText{rendered: make([]byte, 0, 8<<10)} }}
 
 // maxPooledText is the largest buffer kept for reuse: a rare huge prompt
 // should not pin its memory in the pool.
 const maxPooledText = 1 << 20
 
-func releaseText(b *[]byte) {
-	if b != nil && cap(*b) <= maxPooledText {
-		*b = (*b)[:0]
-		textBuffers.Put(b)
+func releaseText(t *routingText) {
+	if t == nil || cap(t.rendered) > maxPooledText {
+		return
 	}
+	clear(t.holes) // nothing pooled keeps a body
+	clear(t.pieces)
+	t.rendered, t.holes, t.pieces = t.rendered[:0], t.holes[:0], t.pieces[:0]
+	textBuffers.Put(t)
 }
 
 // parseInference reads an inference request body in one pass (see
-// jsonscan.go). The routing text is appended to text, which the result's
-// text then holds.
-func parseInference(ep *endpoint, body, text []byte) (inference, error) {
-	r := bodyReader{ep: ep, b: body, text: text}
+// jsonscan.go). The routing text goes into into (nil: a new one), and the
+// result's text is its pieces, valid while into is not released and the
+// body is unchanged.
+func parseInference(ep *endpoint, body []byte, into *routingText) (inference, error) {
+	if into == nil {
+		into = new(routingText)
+	}
+	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0]}
+	defer func() { into.rendered, into.holes = r.text, r.holes }() // what they grew to
 	if err := r.read(); err != nil {
 		return inference{}, err
 	}
-	return r.result()
+	in, err := r.result()
+	if err != nil {
+		return inference{}, err
+	}
+	in.text = r.pieces(into.pieces[:0])
+	into.pieces = in.text
+	return in, nil
 }
 
 // bodyReader is one reading of a body: the spans of the top-level fields,
@@ -55,7 +79,8 @@ func parseInference(ep *endpoint, body, text []byte) (inference, error) {
 type bodyReader struct {
 	ep      *endpoint
 	b       []byte
-	text    []byte
+	text    []byte // the routing text's rendered bytes
+	holes   []hole // its strings left in the body
 	model   span
 	stream  span
 	session [2]span // session_id, user
@@ -176,7 +201,8 @@ func (r *bodyReader) renderRerank() error {
 		return errorf(ErrBadRequest, "field documents must be an array")
 	}
 	r.found = true
-	r.text = append(r.appendStringAt(r.text, r.query), '\n')
+	r.appendStringAt(r.query)
+	r.text = append(r.text, '\n')
 	_, err := jsonEachElement(r.b, r.documents.start, 2, func(ds int) (int, error) {
 		de, err := jsonSkipValue(r.b, ds, 2)
 		if err != nil {
@@ -185,7 +211,8 @@ func (r *bodyReader) renderRerank() error {
 		if r.b[ds] == '{' {
 			return de, r.partText(ds, 3, "documents")
 		}
-		r.text = append(r.appendStringAt(r.text, span{ds, de}), '\n')
+		r.appendStringAt(span{ds, de})
+		r.text = append(r.text, '\n')
 		return de, nil
 	})
 	return err
@@ -201,7 +228,7 @@ func (r *bodyReader) partText(os, depth int, where string) error {
 		}
 		ve, err := jsonSkipValue(r.b, vs, depth)
 		if err == nil && string(key) == "text" {
-			r.text = r.appendStringAt(r.text, span{vs, ve})
+			r.appendStringAt(span{vs, ve})
 		}
 		return ve, err
 	})
@@ -214,10 +241,10 @@ func (r *bodyReader) renderResponses() error {
 		return errorf(ErrBadRequest, "missing required field: input")
 	}
 	r.found = true
-	r.text = r.appendStringAt(r.text, r.instructions)
+	r.appendStringAt(r.instructions)
 	switch r.b[r.input.start] {
 	case '"':
-		r.text = r.appendStringAt(r.text, r.input)
+		r.appendStringAt(r.input)
 		return nil
 	case '[':
 		_, err := r.messages(r.input.start)
@@ -259,7 +286,6 @@ func (r *bodyReader) result() (inference, error) {
 	if !r.found {
 		return inference{}, errorf(ErrBadRequest, "missing required field: %s", r.ep.textField)
 	}
-	in.text = r.text
 	return in, nil
 }
 
@@ -293,7 +319,7 @@ func (r *bodyReader) prompt(vs int, field string) (int, error) {
 		case !ok:
 			return ve, errorf(ErrBadRequest, "field %s must be a string or an array", field)
 		}
-		r.text = jsonAppendUnescaped(r.text, raw)
+		r.appendString(raw)
 		return ve, nil
 	}
 	if vs >= len(r.b) {
@@ -303,7 +329,7 @@ func (r *bodyReader) prompt(vs int, field string) (int, error) {
 		raw, ie, ok, err := jsonString(r.b, is, 2)
 		if err == nil {
 			if ok {
-				r.text = jsonAppendUnescaped(r.text, raw)
+				r.appendString(raw)
 			} else {
 				r.text = jsonAppendCompact(r.text, r.b, is, ie)
 			}
@@ -358,7 +384,7 @@ func (r *bodyReader) message(ms, n int) (int, error) {
 	if err != nil {
 		return me, err
 	}
-	r.text = r.appendStringAt(r.text, role)
+	r.appendStringAt(role)
 	r.text = append(r.text, '\n')
 	if err := r.content(content, n); err != nil {
 		return me, err
@@ -367,20 +393,62 @@ func (r *bodyReader) message(ms, n int) (int, error) {
 	return me, nil
 }
 
-// appendStringAt appends the unescaped string at s; nothing when s holds
-// no string.
-func (r *bodyReader) appendStringAt(dst []byte, s span) []byte {
-	if !s.present() || r.b[s.start] != '"' {
-		return dst
+// appendStringAt appends the string at s to the routing text; nothing when
+// s holds no string.
+func (r *bodyReader) appendStringAt(s span) {
+	if s.present() && r.b[s.start] == '"' {
+		r.appendString(r.b[s.start+1 : s.end-1])
 	}
-	return jsonAppendUnescaped(dst, r.b[s.start+1:s.end-1])
+}
+
+// minLeftInBody is the length from which a string without escapes is left
+// in the body rather than copied into the routing text: the text's blocks
+// are hashed where they lie, and only a block across two pieces is copied.
+const minLeftInBody = 1024
+
+// appendString appends the contents of the raw string raw (still escaped)
+// to the routing text: a long one without escapes stays in the body, as a
+// piece of its own; any other is unescaped into the rendered bytes.
+func (r *bodyReader) appendString(raw []byte) {
+	n := bytes.IndexByte(raw, '\\')
+	switch {
+	case n < 0 && len(raw) >= minLeftInBody:
+		r.holes = append(r.holes, hole{at: len(r.text), raw: raw})
+	case n < 0:
+		r.text = append(r.text, raw...)
+	default:
+		r.text = jsonAppendUnescaped(append(r.text, raw[:n]...), raw[n:])
+	}
+}
+
+// hole is a string left in the body: it comes in the routing text before
+// the rendered byte at.
+type hole struct {
+	at  int
+	raw []byte
+}
+
+// pieces appends the routing text to dst: the rendered bytes, cut where
+// the strings left in the body go.
+func (r *bodyReader) pieces(dst affinity.Text) affinity.Text {
+	at := 0
+	for _, h := range r.holes {
+		if h.at > at {
+			dst = append(dst, r.text[at:h.at])
+		}
+		dst, at = append(dst, h.raw), h.at
+	}
+	if len(r.text) > at {
+		dst = append(dst, r.text[at:])
+	}
+	return dst
 }
 
 // content renders the content of messages[n]: a string, or the text of
 // each part of an array.
 func (r *bodyReader) content(c span, n int) error {
 	if !c.present() || r.b[c.start] != '[' {
-		r.text = r.appendStringAt(r.text, c)
+		r.appendStringAt(c)
 		return nil
 	}
 	part := -1
@@ -397,7 +465,7 @@ func (r *bodyReader) content(c span, n int) error {
 			}
 			ve, err := jsonSkipValue(r.b, vs, 5)
 			if err == nil && string(key) == "text" {
-				r.text = r.appendStringAt(r.text, span{vs, ve})
+				r.appendStringAt(span{vs, ve})
 			}
 			return ve, err
 		})

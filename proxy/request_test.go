@@ -2,18 +2,21 @@ package proxy
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 func TestParseCompletions(t *testing.T) {
 	in, err := parseInference(completions, []byte(`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`), nil)
-	if err != nil || in.model != "m" || !in.stream || string(in.text) != "hello" || in.session != "u1" {
+	if err != nil || in.model != "m" || !in.stream || textOf(in) != "hello" || in.session != "u1" {
 		t.Fatalf("got %+v, %v", in, err)
 	}
 	in, err = parseInference(completions, []byte(`{"model":"m","prompt":["a","b"]}`), nil)
-	if err != nil || string(in.text) != "ab" {
-		t.Fatalf("array prompt: %q, %v", in.text, err)
+	if err != nil || textOf(in) != "ab" {
+		t.Fatalf("array prompt: %q, %v", textOf(in), err)
 	}
 }
 
@@ -21,8 +24,8 @@ func TestParseChatRendersRoleAndContent(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"system","content":"be brief"},` +
 		`{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`
 	in, err := parseInference(chatCompletions, []byte(body), nil)
-	if err != nil || string(in.text) != "system\nbe brief\nuser\nhi there\n" {
-		t.Fatalf("got %q, %v", in.text, err)
+	if err != nil || textOf(in) != "system\nbe brief\nuser\nhi there\n" {
+		t.Fatalf("got %q, %v", textOf(in), err)
 	}
 }
 
@@ -79,8 +82,8 @@ func agree(t *testing.T, ep *endpoint, body []byte) {
 		}
 		return
 	}
-	if got.model != want.model || got.stream != want.stream || got.session != want.session || string(got.text) != string(want.text) {
-		t.Fatalf("%q:\nscan %+v %q\ntree %+v %q", body, got, got.text, want, want.text)
+	if got.model != want.model || got.stream != want.stream || got.session != want.session || textOf(got) != textOf(want) {
+		t.Fatalf("%q:\nscan %+v %q\ntree %+v %q", body, got, textOf(got), want, textOf(want))
 	}
 }
 
@@ -137,4 +140,50 @@ func FuzzParseAgreesWithTheDocumentTree(f *testing.F) {
 		}
 		agree(t, ep, body)
 	})
+}
+
+// textOf is the routing text of in, in one piece.
+func textOf(in inference) string { return string(in.text.AppendTo(nil)) }
+
+// TestParseAgreesOnLongStrings: long strings, with and without escapes, in
+// every place the routing text reads one (a message's content and its text
+// parts, a prompt and its array), come out as the document tree renders
+// them, whether left in the body or rendered.
+func TestParseAgreesOnLongStrings(t *testing.T) {
+	plain := strings.Repeat("You are a careful assistant. ", 80) // 2,320 bytes, no escape
+	escaped := plain + `\n\"quoted\" \u00e9` + plain
+	short := "be brief"
+	for _, s := range []string{plain, escaped, short, plain[:minLeftInBody], plain[:minLeftInBody-1]} {
+		agree(t, chatCompletions, []byte(`{"model":"m","messages":[{"role":"system","content":"`+s+`"},`+
+			`{"role":"user","content":[{"type":"text","text":"`+s+`"},{"type":"text","text":"`+plain+`"}]},`+
+			`{"role":"assistant","content":"`+short+`"}]}`))
+		agree(t, completions, []byte(`{"model":"m","prompt":"`+s+`"}`))
+		agree(t, completions, []byte(`{"model":"m","prompt":["`+s+`",1,"`+plain+`"]}`))
+	}
+}
+
+// TestALongStringStaysInTheBody: the content of a long message is not
+// copied into the rendered text, and the routing text's hashes are those of
+// the text rendered whole.
+func TestALongStringStaysInTheBody(t *testing.T) {
+	content := strings.Repeat("You are a careful assistant. ", 2300) // about 64 KiB
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + content + `"},` +
+		`{"role":"user","content":"Summarise the conversation so far."}]}`)
+	into := new(routingText)
+	in, err := parseInference(chatCompletions, body, into)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(into.rendered) > 100 {
+		t.Errorf("%d bytes rendered for a text of %d: the long content was copied", len(into.rendered), in.text.Len())
+	}
+	whole := "system\n" + content + "\nuser\nSummarise the conversation so far.\n"
+	if textOf(in) != whole {
+		t.Fatal("the pieces do not make the rendered text")
+	}
+	r := affinity.NewRouter(affinity.LeastLoad{}, affinity.NewLoadTable(nil), nil, affinity.DefaultBlockSize, nil)
+	got, want := r.PrepareText("m", in.text, 0), r.Prepare("m", []byte(whole), 0)
+	if !slices.Equal(got.Hashes, want.Hashes) || got.Full != want.Full || got.Tail != want.Tail || got.Len() != want.Len() {
+		t.Fatalf("hashes of the pieces differ from those of the whole text: %d/%d hashes, tail %x/%x", len(got.Hashes), len(want.Hashes), got.Tail, want.Tail)
+	}
 }

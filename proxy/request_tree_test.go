@@ -8,6 +8,8 @@ import (
 	"fmt"
 
 	"github.com/valyala/fastjson"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // parseInferenceTree reads an inference request body.
@@ -40,11 +42,13 @@ func parseInferenceTree(ep *endpoint, body []byte) (inference, error) {
 			break
 		}
 	}
+	var text []byte
 	if ep == chatCompletions {
-		in.text, err = treeRenderMessages(v.Get("messages"))
+		text, err = treeRenderMessages(v.Get("messages"))
 	} else {
-		in.text, err = treeRenderPrompt(v.Get("prompt"))
+		text, err = treeRenderPrompt(v.Get("prompt"))
 	}
+	in.text = affinity.Text{text}
 	return in, err
 }
 

@@ -138,7 +138,7 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 		}
 		req.TokenText = e.text
 		t.results[tokenizedPrefix].Inc()
-		t.learn(p, len(x.in.text), pool)
+		t.learn(p, x.in.text.Len(), pool)
 		return
 	}
 	m := t.candidate(pool)
@@ -151,13 +151,13 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		t.results[tokenizedSlow].Inc()
-		t.learn(p, len(x.in.text), pool) // past the bound for this turn, but known for the next
+		t.learn(p, x.in.text.Len(), pool) // past the bound for this turn, but known for the next
 	case err != nil:
 		t.results[tokenizedFailed].Inc()
 	default:
 		t.latency.UpdateDuration(start)
 		t.results[tokenizedOK].Inc()
-		t.cache.put(p, tokens, len(x.in.text))
+		t.cache.put(p, tokens, x.in.text.Len())
 		req.Tokens = tokens
 	}
 }
