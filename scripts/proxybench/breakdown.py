@@ -9,15 +9,17 @@ import re
 import subprocess
 import sys
 
-# (row, pprof function name, or a pair: the first less the second); nested
-# rows are indented with "- "
+# (row, pprof function name, or a pair: the first less the second, or a
+# list: the first of them a build has, for a function renamed); nested rows
+# are indented with "- "
 ROWS = [
     ("fasthttp's connection loop, everything of a request", "github.com/valyala/fasthttp.(*Server).serveConn"),
     ("- the router's handler", "github.com/kvrouter/kvrouter/proxy.(*Proxy).Handler"),
     ("- - the door: key, admission", "github.com/kvrouter/kvrouter/proxy.(*Proxy).admitted"),
     ("- - the door: reading the body", "github.com/kvrouter/kvrouter/proxy.(*Proxy).readBody"),
     ("- - reading the JSON, rendering the routing text", "github.com/kvrouter/kvrouter/proxy.parseInference"),
-    ("- - hashing the routing text's blocks", "github.com/kvrouter/kvrouter/affinity.(*Router).Prepare"),
+    ("- - hashing the routing text's blocks", ["github.com/kvrouter/kvrouter/affinity.(*Router).PrepareText",
+                                              "github.com/kvrouter/kvrouter/affinity.(*Router).Prepare"]),
     ("- - choosing the worker (core Decide)", "github.com/kvrouter/kvrouter/core.(*Replica).Decide"),
     ("- - - recording the blocks in the index", "github.com/kvrouter/kvrouter/affinity.(*Index).Insert"),
     ("- - writing the request to the worker", "github.com/kvrouter/kvrouter/proxy.(*upConn).writeRequest"),
@@ -53,6 +55,8 @@ def cum(binary, profile, ignore=None):
 def share(shares, fn):
     if isinstance(fn, tuple):
         return max(shares.get(fn[0], 0.0) - shares.get(fn[1], 0.0), 0.0)
+    if isinstance(fn, list):
+        return next((shares[f] for f in fn if f in shares), 0.0)
     return shares.get(fn, 0.0)
 
 
