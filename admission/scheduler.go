@@ -21,7 +21,7 @@ type Ticket struct {
 	t       *tenant
 	arrived time.Time
 	state   ticketState
-	ready   chan struct{} // closed once admitted or refused
+	ready   chan struct{} // closed once admitted or refused; decidedAtArrival for one Arrive decided
 	refusal *Refusal
 	waited  time.Duration
 }
@@ -38,6 +38,21 @@ const (
 // Ready is closed when a queued ticket is admitted or refused (Err tells
 // which). It is closed already for a ticket Arrive admitted or refused.
 func (tk *Ticket) Ready() <-chan struct{} { return tk.ready }
+
+// decidedAtArrival is the Ready of every ticket Arrive admitted or refused
+// at once, most of them: they share it, closed, rather than each making a
+// channel that nothing waits on.
+var decidedAtArrival = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// decided makes tk's Ready closed: its own channel, made when it was
+// queued, or the shared one.
+func (tk *Ticket) decided() {
+	if tk.ready == nil {
+		tk.ready = decidedAtArrival
+		return
+	}
+	close(tk.ready)
+}
 
 // Err is nil for an admitted ticket and the *Refusal of one that was not;
 // read it after Ready is closed.
@@ -115,7 +130,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tenantOf(req)
-	tk := &Ticket{req: req, t: t, arrived: now, ready: make(chan struct{})}
+	tk := &Ticket{req: req, t: t, arrived: now}
 	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now) == HeldByNothing {
 		s.admit(tk, now)
 		return tk
@@ -125,6 +140,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 		s.dropIfIdle(t)
 		return tk
 	}
+	tk.ready = make(chan struct{}) // a queued ticket is waited on
 	s.enqueue(tk)
 	s.dispatch(now)
 	return tk
@@ -252,14 +268,14 @@ func (s *Scheduler) admit(tk *Ticket, now time.Time) {
 	t.inflight++
 	t.tokens += tk.req.Cost
 	s.loads[t.key.name]++
-	close(tk.ready)
+	tk.decided()
 }
 
 func (s *Scheduler) refuse(tk *Ticket, reason Reason, now time.Time) {
 	tk.state, tk.waited = refused, now.Sub(tk.arrived)
 	tk.refusal = &Refusal{Reason: reason, Hold: s.hold(tk.t, tk.req.Cost, now), Class: s.classes.Name(tk.req.Class),
 		Tenant: tk.req.Tenant}
-	close(tk.ready)
+	tk.decided()
 }
 
 // waitingAbove counts the requests queued in class c or above.

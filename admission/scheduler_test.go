@@ -316,3 +316,33 @@ func TestTheRoomLeftIsSharedWithThePeersThatHaveRequestsWaiting(t *testing.T) {
 		t.Fatalf("alone: %d in flight, want the whole room, 8", st.InFlight)
 	}
 }
+
+// TestATicketDecidedAtArrivalMakesNoChannel: Arrive admits (or refuses)
+// most requests at once, and nothing waits on their Ready: such a ticket is
+// the one allocation of its admission, its Ready closed, where a queued
+// ticket's stays open until its turn.
+func TestATicketDecidedAtArrivalMakesNoChannel(t *testing.T) {
+	s := New(Config{MaxInFlight: 2, QueueSize: 1})
+	held := s.Arrive(Request{}, t0) // keeps the tenant's entry, which an idle tenant's last Done drops
+	if allocs := testing.AllocsPerRun(100, func() {
+		tk := s.Arrive(Request{}, t0)
+		if !isAdmitted(tk) {
+			t.Fatal("a request to an idle scheduler is not admitted at once")
+		}
+		s.Done(tk, t0)
+	}); allocs > 1 {
+		t.Errorf("an admission at arrival allocates %.0f objects, want the ticket alone", allocs)
+	}
+	first, queued := s.Arrive(Request{}, t0), s.Arrive(Request{}, t0)
+	if refused := s.Arrive(Request{}, t0); !errors.As(refused.Err(), new(*Refusal)) || isWaiting(refused) {
+		t.Fatal("a request past the full queue is not refused at once")
+	}
+	if !isWaiting(queued) {
+		t.Fatal("a queued ticket is ready before its turn")
+	}
+	s.Done(first, t0)
+	s.Done(held, t0)
+	if !isAdmitted(queued) {
+		t.Fatal("a queued ticket is not ready once admitted")
+	}
+}
