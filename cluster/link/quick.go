@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -14,9 +15,13 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// maxQuickIdle bounds the connections kept idle per peer: the placer's
-// questions come in bursts, one connection for each question in flight.
-const maxQuickIdle = 32
+// maxQuickConns bounds the connections Quick holds to one peer, idle or
+// in use: a burst of questions (every new session of a tier's first
+// instant) waits for one of them rather than dialling a connection each.
+// A peer admits only so many connections from one address in their
+// handshake at once (maxPendingPerHost); past that it closes them unread,
+// and a question on one fails.
+const maxQuickConns = 4
 
 // Quick puts small questions to peers on a request's path (the placer's):
 // each is written and its answer read on the caller's goroutine, over
@@ -27,10 +32,17 @@ const maxQuickIdle = 32
 // question waits only for the peer. It starts no goroutine. Safe for
 // concurrent use.
 type Quick struct {
-	port *Port
-	mu   sync.Mutex
-	idle map[string][]*quickConn
-	shut bool
+	port  *Port
+	mu    sync.Mutex
+	peers map[string]*quickPeer
+	shut  bool
+}
+
+// quickPeer is one peer's connections: idle ones ready for a question, and
+// a slot for each connection held, idle or in use.
+type quickPeer struct {
+	idle  chan *quickConn
+	slots chan struct{}
 }
 
 type quickConn struct {
@@ -41,58 +53,91 @@ type quickConn struct {
 
 // NewQuick returns a Quick that dials peers through port.
 func NewQuick(port *Port) *Quick {
-	return &Quick{port: port, idle: map[string][]*quickConn{}}
+	return &Quick{port: port, peers: map[string]*quickPeer{}}
 }
 
 // Post sends body (binary) to path on the replica whose cluster port is
 // addr and returns the status and body of its answer, all before deadline.
-// A kept connection that the peer closed while it was idle fails before
-// any answer; the question is then put once more on a fresh one.
+// A connection that the peer closed before answering (a kept one it closed
+// while idle, a new one it did not admit) fails before any answer; the
+// question is then put once more on a fresh one.
 func (q *Quick) Post(addr, path string, body []byte, deadline time.Time) (int, []byte, error) {
-	for fresh := false; ; fresh = true {
-		c, kept, err := q.conn(addr, deadline, fresh)
+	peer, err := q.peer(addr)
+	if err != nil {
+		return 0, nil, err
+	}
+	for retried := false; ; retried = true {
+		c, err := q.conn(peer, addr, deadline, retried)
 		if err != nil {
 			return 0, nil, err
 		}
 		status, data, keep, err := c.roundTrip(addr, path, body, deadline)
 		if err == nil {
-			q.release(addr, c, keep)
+			q.release(peer, c, keep)
 			return status, data, nil
 		}
-		_ = c.Close()
-		if !kept || !closedWhileIdle(err) || !time.Now().Before(deadline) {
+		q.release(peer, c, false)
+		if retried || !closedUnanswered(err) || !time.Now().Before(deadline) {
 			return 0, nil, err
 		}
 	}
 }
 
-// closedWhileIdle: err is what a kept connection the peer had closed gives
-// on its next use.
-func closedWhileIdle(err error) bool {
+// peer returns addr's connections, made on the first question to it.
+func (q *Quick) peer(addr string) (*quickPeer, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.shut {
+		return nil, errors.New("closed")
+	}
+	p, ok := q.peers[addr]
+	if !ok {
+		p = &quickPeer{idle: make(chan *quickConn, maxQuickConns), slots: make(chan struct{}, maxQuickConns)}
+		q.peers[addr] = p
+	}
+	return p, nil
+}
+
+// closedUnanswered: err is what a connection the peer closed without
+// answering gives: a kept one it closed while idle, on its next use, or a
+// new one it refused at its handshake.
+func closedUnanswered(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// conn returns a kept connection to addr (kept true), or a new one when
-// none is kept or fresh is asked for.
-func (q *Quick) conn(addr string, deadline time.Time, fresh bool) (*quickConn, bool, error) {
+// conn returns an idle connection to addr, or a new one while fewer than
+// maxQuickConns are held; otherwise it waits for either until deadline.
+// fresh asks for a new connection (the kept one just failed).
+func (q *Quick) conn(p *quickPeer, addr string, deadline time.Time, fresh bool) (*quickConn, error) {
 	if !fresh {
-		q.mu.Lock()
-		if cs := q.idle[addr]; len(cs) > 0 {
-			c := cs[len(cs)-1]
-			q.idle[addr] = cs[:len(cs)-1]
-			q.mu.Unlock()
-			return c, true, nil
+		select {
+		case c := <-p.idle:
+			return c, nil
+		default:
 		}
-		q.mu.Unlock()
+	}
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	idle := p.idle
+	if fresh {
+		idle = nil // a slot, for a new one
+	}
+	select {
+	case c := <-idle:
+		return c, nil
+	case p.slots <- struct{}{}:
+	case <-wait.C:
+		return nil, fmt.Errorf("no connection to %s free before the deadline: %w", addr, os.ErrDeadlineExceeded)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), earliest(deadline, time.Now().Add(rpcConnectTimeout)))
 	defer cancel()
 	nc, err := q.port.Dial(ctx, addr, KindRPC)
 	if err != nil {
-		return nil, false, fmt.Errorf("connecting to %s: %v", addr, err)
+		<-p.slots
+		return nil, fmt.Errorf("connecting to %s: %v", addr, err)
 	}
-	return &quickConn{Conn: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096)}, false, nil
+	return &quickConn{Conn: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096)}, nil
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -102,28 +147,42 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-// release keeps c for the next question to addr, or closes it.
-func (q *Quick) release(addr string, c *quickConn, keep bool) {
+// release keeps c for the next question to its peer, or closes it and
+// frees its slot.
+func (q *Quick) release(p *quickPeer, c *quickConn, keep bool) {
 	q.mu.Lock()
-	if keep && !q.shut && len(q.idle[addr]) < maxQuickIdle {
-		q.idle[addr] = append(q.idle[addr], c)
-		c = nil
+	keep = keep && !q.shut
+	if keep {
+		p.idle <- c // never blocks: a held connection has a slot, and idle room for every slot
 	}
 	q.mu.Unlock()
-	if c != nil {
+	if !keep {
 		_ = c.Close()
+		<-p.slots
 	}
 }
 
-// Close closes the kept connections; a Quick closed keeps none after.
+// Close closes the idle connections; a Quick closed keeps none after, and
+// puts no more questions.
 func (q *Quick) Close() {
 	q.mu.Lock()
-	idle := q.idle
-	q.idle, q.shut = map[string][]*quickConn{}, true
+	peers := q.peers
+	q.peers, q.shut = map[string]*quickPeer{}, true
 	q.mu.Unlock()
-	for _, cs := range idle {
-		for _, c := range cs {
+	for _, p := range peers {
+		p.closeIdle()
+	}
+}
+
+// closeIdle closes p's idle connections and frees their slots.
+func (p *quickPeer) closeIdle() {
+	for {
+		select {
+		case c := <-p.idle:
 			_ = c.Close()
+			<-p.slots
+		default:
+			return
 		}
 	}
 }

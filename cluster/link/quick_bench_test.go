@@ -41,5 +41,5 @@ func BenchmarkQuestionClient(b *testing.B) {
 }
 
 func quickPeerB(b *testing.B) (*Quick, string) {
-	return quickPeer(b, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ctx.PostBody()) })
+	return questionPeer(b, func(ctx *fasthttp.RequestCtx) { ctx.SetBody(ctx.PostBody()) })
 }

@@ -2,18 +2,20 @@ package link
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// quickPeer is a cluster port answering the peers' HTTP with h, and a
+// questionPeer is a cluster port answering the peers' HTTP with h, and a
 // Quick that dials it.
-func quickPeer(t testing.TB, h fasthttp.RequestHandler) (*Quick, string) {
+func questionPeer(t testing.TB, h fasthttp.RequestHandler) (*Quick, string) {
 	t.Helper()
 	port, err := Open("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -75,7 +77,7 @@ func post(t *testing.T, q *Quick, addr, body string) string {
 // dialled.
 func TestQuickPutsItsQuestionsOnOneKeptConnection(t *testing.T) {
 	seen := &connsSeen{}
-	q, addr := quickPeer(t, seen.handle)
+	q, addr := questionPeer(t, seen.handle)
 	for _, body := range []string{"a", "b", "c"} {
 		if got := post(t, q, addr, body); got != "echo "+body {
 			t.Fatalf("asked %q, answered %q", body, got)
@@ -91,7 +93,7 @@ func TestQuickPutsItsQuestionsOnOneKeptConnection(t *testing.T) {
 // next question a dial, not an error.
 func TestQuickAsksAgainOnAFreshConnectionWhenThePeerClosedTheKeptOne(t *testing.T) {
 	seen := &connsSeen{}
-	q, addr := quickPeer(t, seen.handle)
+	q, addr := questionPeer(t, seen.handle)
 	post(t, q, addr, "a")
 	seen.mu.Lock()
 	_ = seen.conns[0].Close()
@@ -108,9 +110,58 @@ func TestQuickAsksAgainOnAFreshConnectionWhenThePeerClosedTheKeptOne(t *testing.
 // peer that holds the question is not waited for past the deadline.
 func TestQuickGivesUpAtItsDeadlineOnAPeerThatDoesNotAnswer(t *testing.T) {
 	release := make(chan struct{})
-	q, addr := quickPeer(t, func(*fasthttp.RequestCtx) { <-release })
+	q, addr := questionPeer(t, func(*fasthttp.RequestCtx) { <-release })
 	defer close(release) // only once Post returned: it cannot have waited for the peer
 	if _, _, err := q.Post(addr, "/q", []byte("x"), time.Now().Add(50*time.Millisecond)); err == nil {
 		t.Fatal("a question the peer never answered succeeded")
+	}
+}
+
+// TestQuickHoldsAFewConnectionsToAPeerInABurst: 32 questions at once reach
+// the peer over maxQuickConns connections, the others waiting for one to
+// be free, not over a connection each: a peer closes, unread, what one
+// address opens past its bound of connections in their handshake.
+func TestQuickHoldsAFewConnectionsToAPeerInABurst(t *testing.T) {
+	seen := &connsSeen{}
+	var inside atomic.Int32
+	full := make(chan struct{})
+	q, addr := questionPeer(t, func(ctx *fasthttp.RequestCtx) {
+		if inside.Add(1) == maxQuickConns {
+			close(full) // as many questions in hand as connections allowed
+		}
+		<-full
+		seen.handle(ctx)
+	})
+	var wg sync.WaitGroup
+	for i := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if status, got, err := q.Post(addr, "/q", fmt.Append(nil, i), time.Now().Add(10*time.Second)); err != nil || status != fasthttp.StatusOK {
+				t.Errorf("question %d: %d %q %v", i, status, got, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := seen.distinct(); n != maxQuickConns {
+		t.Fatalf("32 questions at once came on %d connections, want %d", n, maxQuickConns)
+	}
+}
+
+// TestQuickAsksAgainWhenANewConnectionIsClosedUnanswered: a peer that
+// closes a new connection without answering (it did not admit it) costs
+// the question a second connection, not an error.
+func TestQuickAsksAgainWhenANewConnectionIsClosedUnanswered(t *testing.T) {
+	seen := &connsSeen{}
+	var questions atomic.Int32
+	q, addr := questionPeer(t, func(ctx *fasthttp.RequestCtx) {
+		if questions.Add(1) == 1 {
+			_ = ctx.Conn().Close()
+			return
+		}
+		seen.handle(ctx)
+	})
+	if got := post(t, q, addr, "a"); got != "echo a" {
+		t.Fatalf("answered %q after the first connection was closed unanswered", got)
 	}
 }
