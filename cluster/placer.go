@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -61,8 +62,17 @@ type placing struct {
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router
 	counts *placerCounts
+	log    *slog.Logger // nil: no log
 	// silent is the last placer that did not answer, nil when none.
 	silent atomic.Pointer[unanswered]
+	// heard is the last answer from a placer, nil before the first.
+	heard atomic.Pointer[answered]
+}
+
+// answered is when the placer at addr last answered a question.
+type answered struct {
+	addr string
+	at   time.Time
 }
 
 // Decide decides req as core.Replica.PlacingOf says, the leader being the
@@ -85,6 +95,9 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		}
 	}
 	p.counts.alone.Inc()
+	if p.log != nil {
+		p.log.Debug("placer: decided alone", "err", err)
+	}
 	return p.Replica.Decide(router, req, pool)
 }
 
@@ -101,13 +114,26 @@ func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 	status, body, err := p.rpc.Post(addr, placePath, q.AppendBinary(nil), start.Add(p.timeout))
 	p.counts.askTime.UpdateDuration(start)
 	if err != nil {
-		p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})
+		if !p.answeredSince(addr, start) {
+			p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})
+		}
 		return affinity.Decision{}, err
 	}
+	p.heard.Store(&answered{addr: addr, at: time.Now()})
 	if status != http.StatusOK {
 		return affinity.Decision{}, fmt.Errorf("placer answered %d", status)
 	}
 	return core.ParsePlacement(body)
+}
+
+// answeredSince reports whether the placer at addr answered a question
+// after start: it is alive, and a question of its that timed out met a
+// queue (a burst of new sessions on a loaded host), not a placer gone
+// silent, so the others go on asking it. A frozen or unreachable placer
+// answers none, and is not asked for placerQuiet.
+func (p *placing) answeredSince(addr string, start time.Time) bool {
+	h := p.heard.Load()
+	return h != nil && h.addr == addr && h.at.After(start)
 }
 
 // servePlace is placePath: the placer decides a peer's cold request. A

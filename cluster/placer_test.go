@@ -2,20 +2,25 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/link"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -227,4 +232,86 @@ func askSamples(t *testing.T, set *metrics.Set) (count, sum float64) {
 		}
 	}
 	return count, sum
+}
+
+// TestAPlacerThatAnsweredSinceIsAskedAgainAfterASlowQuestion: one question
+// meets a queue at the placer (a burst of new sessions on a loaded host)
+// and runs out its bound while the placer answers another: that request is
+// decided alone, but the placer is alive, and the next question is put to
+// it, not decided alone for placerQuiet as with a placer that answers
+// nothing.
+func TestAPlacerThatAnsweredSinceIsAskedAgainAfterASlowQuestion(t *testing.T) {
+	c := newTestCluster(t, 1)
+	c.startN(1)
+	c.waitReady()
+	r := c.leader()
+	var ids []*affinity.Load
+	for _, w := range c.workers {
+		ids = append(ids, r.loads.Get(c.workerID(r, w.name)))
+	}
+	pool := affinity.NewPool(ids)
+	placed := pool.At(0).ID()
+	queued, release := make(chan struct{}), make(chan struct{})
+	var questions atomic.Int32
+	addr := servePlacer(t, func(ctx *fasthttp.RequestCtx) {
+		if questions.Add(1) == 1 {
+			close(queued)
+			<-release
+		}
+		ctx.SetBody(core.AppendPlacement(nil, affinity.Decision{Worker: placed}))
+	})
+	defer close(release)
+	quick := link.NewQuick(r.raft.Port())
+	defer quick.Close()
+	counts := newPlacerCounts(metrics.NewSet())
+	p := &placing{Replica: r.core, isLeader: func() bool { return false }, leader: func() string { return addr },
+		rpc: quick, router: r.proxy.DecidingRouter, counts: counts, timeout: 2 * time.Second}
+	router := p.router()
+	decide := func(name string) affinity.WorkerID {
+		d, g, err := p.Decide(router, router.Prepare("m", []byte(prompt(name, 4)), 0), pool)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		g.Release()
+		return d.Worker
+	}
+	slow := make(chan struct{})
+	go func() {
+		defer close(slow)
+		decide("the question that meets a queue")
+	}()
+	<-queued
+	if w := decide("a question answered meanwhile"); w != placed || counts.asked.Get() != 1 {
+		t.Fatalf("the question put while another waited: worker %d, asked %d; want %d, 1", w, counts.asked.Get(), placed)
+	}
+	<-slow
+	if counts.alone.Get() != 1 {
+		t.Fatalf("the question past its bound: alone %d, want 1", counts.alone.Get())
+	}
+	if w := decide("the next question"); w != placed || counts.asked.Get() != 2 {
+		t.Errorf("the next question: worker %d, asked %d, alone %d; want it put to the placer, which answered lately",
+			w, counts.asked.Get(), counts.alone.Get())
+	}
+}
+
+// servePlacer serves h as a placer's cluster port until the test ends and
+// returns its address.
+func servePlacer(t *testing.T, h fasthttp.RequestHandler) string {
+	t.Helper()
+	port, err := link.Open("127.0.0.1:0", nil, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		link.Serve(ctx, port.RPCListener(), h, link.ServerLimits{Timeout: time.Minute, MaxBody: 1 << 20})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = port.Close()
+	})
+	return port.Addr().String()
 }
