@@ -8,19 +8,36 @@ import (
 
 // The tier's placer. A replica that knows nothing of a request's prefix
 // (a cold request: a new session, a new group of rollouts, a turn whose
-// previous turn's fact has not reached it yet) asks one replica of the tier,
-// the placer, to choose its worker. Every cold decision of the tier is then
-// made on one view, as one router makes them, where replicas deciding alone
-// in the same instant would each send theirs to the worker that looks idle
-// before any has heard of the others. Requests whose prefix the replica knows
-// are decided where they arrive.
+// previous turn's fact has not reached it yet), or knows only a prefix that
+// the request shares with others (a new session on a shared system prompt),
+// asks one replica of the tier, the placer, to choose its worker. Every
+// decision that places a new conversation is then made on one view, as one
+// router makes them, where replicas deciding alone in the same instant
+// would each send theirs to the worker that looks least loaded before any
+// has heard of the others. Requests that continue a conversation the
+// replica knows are decided where they arrive.
 
 // Cold reports whether req is one for the placer: no candidate is known to
-// hold more of its prefix than the cache threshold.
+// hold more of its prefix than the cache threshold, or the prefix known is
+// one that req leaves, as others did before it (leavesSharedPrefix).
 func (r *Replica) Cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := r.deepest(req, pool, buf[:0])
-	return !m.candidate || !m.deep
+	return !m.candidate || !m.deep || r.leavesSharedPrefix(req, m.depth)
+}
+
+// leavesSharedPrefix reports whether req goes on past its deepest known
+// block, and a request recorded here went on past that block before it
+// (the index's fork): req starts a conversation of its own on a prefix
+// others share, as every session's first turn on one system prompt does.
+// Such a turn is a hit on the prompt's owners, which hot-prefix spreading
+// widens as the sessions pile on; replicas that widen and choose on their
+// own partial views placed a burst of new sessions unevenly (11 to 24
+// sessions a worker where one replica placed 16 on each: 128 sessions, 8
+// workers, real processes), and a session stays where it was placed, its
+// worker's queue and evictions with it.
+func (r *Replica) leavesSharedPrefix(req *affinity.Request, depth int) bool {
+	return depth+1 < len(req.Hashes) && r.index.Forks(req.Hashes[depth])
 }
 
 // Placing is how a replica of a tier with a placer decides a request.
@@ -37,8 +54,9 @@ const (
 	// them twice (at 8 replicas a burst of rollout groups then piled on
 	// some workers: 0.70-0.85 of one replica's throughput in fleetsim).
 	PlaceHere
-	// AskPlacer: the request is cold here (Cold): the placer chooses its
-	// worker (Ask, then DecideOn), or, without an answer, Decide.
+	// AskPlacer: the request is cold here, or starts a conversation on a
+	// shared prefix (Cold): the placer chooses its worker (Ask, then
+	// DecideOn), or, without an answer, Decide.
 	AskPlacer
 )
 

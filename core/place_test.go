@@ -229,3 +229,38 @@ func TestThePlacerCountsAPeersRequestUntilItsGuardIsReleased(t *testing.T) {
 		t.Errorf("PlacementHold = %v, want three report lags", hold)
 	}
 }
+
+// sharedPrompt is session i's first turn: a system prompt every session
+// shares (8 blocks), then a task of its own (2 blocks and a bit).
+func sharedPrompt(i int) []byte {
+	return fmt.Appendf(bytesOf('s', 8*blockSize), "task %03d: %s", i, bytesOf('a'+byte(i%26), 2*blockSize))
+}
+
+// TestANewConversationOnASharedPrefixIsForThePlacer: a first turn whose
+// deepest known block is a system prompt other sessions went on past is
+// the placer's, though it is a hit; the next turn of a known conversation,
+// and a prompt that ends where known ones did (the same prompt again), are
+// decided where they arrive.
+func TestANewConversationOnASharedPrefixIsForThePlacer(t *testing.T) {
+	reps, _ := tier(t, 1, 4)
+	r := reps[0]
+	rt := router(t, r)
+	if _, _, err := r.Decide(rt, rt.Prepare("m", sharedPrompt(0), 0), allPool(r)); err != nil {
+		t.Fatal(err)
+	}
+	next := append(sharedPrompt(0), bytesOf('o', 3*blockSize)...)
+	for _, tc := range []struct {
+		name   string
+		prompt []byte
+		want   Placing
+	}{
+		{"another session's first turn on the system prompt", sharedPrompt(1), AskPlacer},
+		{"the known session's next turn", next, DecideHere},
+		{"the known session's first turn again", sharedPrompt(0), DecideHere},
+		{"the system prompt alone, as others began", bytesOf('s', 8*blockSize), DecideHere},
+	} {
+		if got := r.PlacingOf(rt, rt.Prepare("m", tc.prompt, 0), allPool(r), false); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
