@@ -33,7 +33,7 @@ come from environment variables (defaults in brackets):
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
                          (loadgen --requests-json) and each replica's /metrics
-                         at the end of the run, named by run [none]
+                         at the end of the run and its log, named by run [none]
     BURST_REQUESTS, BURST_PREFIX_TOKENS, BURST_OWN_TOKENS, BURST_ROUNDS,
     BURST_REPLICAS       the burst: requests, shared prefix and each one's
                          own part in tokens, rounds, tiers [40 4096 2048 3 "1 4"]
@@ -318,6 +318,7 @@ def real_run(tmp, tag, cfg, replicas, extra, load):
             for i, api in enumerate(apis):
                 with open(os.path.join(keep, f"{tag}.router-{i}.metrics"), "w") as f:
                     f.write(get(api + "/metrics", timeout=10))
+                shutil.copy(os.path.join(tmp, f"{tag}-router-{i}.log"), os.path.join(keep, f"{tag}.router-{i}.log"))
         return rep
     finally:
         fleet.stop()
