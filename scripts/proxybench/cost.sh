@@ -30,10 +30,7 @@ duration=${COST_DURATION:-4s}
 need_tools
 python3 "$here/bodies.py" "$tmp" 4 64
 declare -A port
-port[upstream]=$(free_port)
-nginx_upstream "$tmp" "${port[upstream]}" >"$tmp/nginx-upstream.conf"
-start upstream nginx -c "$tmp/nginx-upstream.conf" -g 'daemon off;'
-wait_http "http://127.0.0.1:${port[upstream]}/"
+start_upstream
 
 # counters PORT: the router's heap allocations and bytes allocated so far.
 counters() {

@@ -39,20 +39,7 @@ go build -o "$tmp/nrequests" ./scripts/proxybench/nrequests
 sizes=${INSTR_SIZES:-"4 64"}
 python3 "$here/bodies.py" "$tmp" $sizes
 declare -A port
-port[upstream]=$(free_port)
-nginx_upstream "$tmp" "${port[upstream]}" >"$tmp/nginx-upstream.conf"
-start upstream nginx -c "$tmp/nginx-upstream.conf" -g 'daemon off;'
-wait_http "http://127.0.0.1:${port[upstream]}/"
-
-# wait_up URL [-f]: wait_http with the patience a process under callgrind needs.
-wait_up() {
-	for _ in $(seq 600); do
-		curl -s ${2:-} -o /dev/null "$1" && return 0
-		sleep 0.2
-	done
-	echo "nothing answers at $1" >&2
-	return 1
-}
+start_upstream
 
 # measure NAME BIN SIZE: the instructions per request of one proxy.
 measure() {
@@ -66,13 +53,13 @@ measure() {
 		GOMAXPROCS=2 GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$bin" --addr "127.0.0.1:$rport" \
 			--upstream "127.0.0.1:${port[upstream]}" --debug-addr "127.0.0.1:$dport" >"$tmp/proxy.log" 2>&1 &
 		pids[proxy]=$!
-		wait_up "http://127.0.0.1:$dport/debug/pprof/"
+		WAIT_HTTP_SECONDS=120 wait_http "http://127.0.0.1:$dport/debug/pprof/"
 	else
 		GOMAXPROCS=2 GODEBUG=asyncpreemptoff=1 "${vg[@]}" "$bin" serve --port "$rport" --policy "${INSTR_POLICY:-cache_aware}" \
 			--node-name router --data-dir "$tmp/data" --raft-bind 127.0.0.1:0 --gossip-bind 127.0.0.1:0 \
 			--prometheus-port 0 --log-level warn --worker-urls "http://127.0.0.1:${port[upstream]}" >"$tmp/proxy.log" 2>&1 &
 		pids[proxy]=$!
-		wait_up "http://127.0.0.1:$rport/readiness" -f
+		WAIT_HTTP_SECONDS=120 wait_http "http://127.0.0.1:$rport/readiness" -f
 	fi
 	"$tmp/nrequests" --addr "127.0.0.1:$rport" --n 200 --c "$conns" --body "$tmp/body-$size.json"
 	callgrind_control --zero "${pids[proxy]}" >/dev/null 2>&1

@@ -19,14 +19,23 @@ free_port() {
 }
 
 # wait_http URL [-f] waits until URL answers (with -f: with a 2xx), for at
-# most 10 s.
+# most WAIT_HTTP_SECONDS (10 s).
 wait_http() {
-	for _ in $(seq 100); do
+	for _ in $(seq $((${WAIT_HTTP_SECONDS:-10} * 10))); do
 		curl -s ${2:-} -o /dev/null "$1" && return 0
 		sleep 0.1
 	done
 	echo "nothing answers at $1" >&2
 	return 1
+}
+
+# start_upstream starts the instant nginx upstream (conf.sh) on a free port,
+# port[upstream] (declare -A port first), and waits until it answers.
+start_upstream() {
+	port[upstream]=$(free_port)
+	nginx_upstream "$tmp" "${port[upstream]}" >"$tmp/nginx-upstream.conf"
+	start upstream nginx -c "$tmp/nginx-upstream.conf" -g 'daemon off;'
+	wait_http "http://127.0.0.1:${port[upstream]}/"
 }
 
 # start NAME CMD...: runs CMD in the background, logging to $tmp/NAME.log,
