@@ -206,7 +206,7 @@ func ownFlags() []cli.Flag {
 		durationFlag("raft-election-timeout", d.RaftTimings.Election, "how long a candidate waits for votes before it tries again"),
 		durationFlag("raft-leader-lease-timeout", d.RaftTimings.LeaderLease, "how long a leader goes without a quorum before it steps down (at most the heartbeat timeout)"),
 		durationFlag("raft-commit-timeout", d.RaftTimings.Commit, "how long the leader waits before sending entries it has not batched"),
-		&cli.BoolFlag{Name: "placer", Value: d.Placer, EnvVars: env("placer"), Usage: "a replica that knows nothing of a request's prefix asks the Raft leader which worker to take, so that the tier places its new sessions and bursts on one view (one round trip on the cluster port, only for those requests; without an answer in 50ms it decides alone)"},
+		&cli.BoolFlag{Name: "placer", Value: d.Placer, EnvVars: env("placer"), Usage: "a replica that knows nothing of a request's prefix, or only a prefix the request shares with others and leaves (a new session on a shared system prompt), asks the Raft leader which worker to take, so that the tier places its new sessions and bursts on one view (one round trip on the cluster port, only for those requests; without an answer in 50ms it decides alone)"},
 		durationFlag("gossip-flush-interval", d.GossipFlushInterval, "how soon after its last load report a replica whose loads changed reports again; 100ms or more: only every 100ms, for about a seventh of the gossip's packets in a busy tier"),
 		durationFlag("reap-timeout", d.ReapTimeout, "how long a replica may be out of the gossip, and silent, before the leader removes it from Raft"),
 		durationFlag("join-timeout", d.JoinTimeout, "how long a starting replica keeps trying --join before it gives up"),
