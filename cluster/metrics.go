@@ -55,6 +55,16 @@ func (f clusterFamilies) register(set *metrics.Set) {
 	})
 	set.RegisterMetricsWriter(f.writeCircuitTransitions)
 	set.RegisterMetricsWriter(f.writeAttribution)
+	set.RegisterMetricsWriter(f.writeHoldsEnded)
+}
+
+// writeHoldsEnded writes how the placer's holds for its peers' questions
+// ended: by the asker's load report, or by the bound when no report said so.
+func (f clusterFamilies) writeHoldsEnded(w io.Writer) {
+	const family = "vllm_router_cluster_placer_holds_ended_total"
+	byReport, byBound := f.core.HoldsEnded()
+	metrics.WriteMetadataIfNeeded(w, family, "counter")
+	fmt.Fprintf(w, "%s{by=\"report\"} %d\n%s{by=\"bound\"} %d\n", family, byReport, family, byBound)
 }
 
 // writeCircuitTransitions writes, per registered worker, how often its

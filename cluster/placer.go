@@ -21,7 +21,8 @@ import (
 // nothing of a request's prefix asks the leader over the cluster port
 // which worker to take; the leader decides on its own view, in which every
 // other cold request of the tier is already counted, and holds that
-// reservation until the asker's load report counts the request. An asker
+// reservation until the asker's load report counts the request (the report
+// says which of its questions it counts; core/holds.go). An asker
 // that gets no answer within its bound (50 ms) (no leader, a leader cut off or
 // overloaded) decides alone, as without a placer, and does not ask that
 // leader again for placerQuiet.
@@ -85,7 +86,9 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		p.counts.placedHere.Inc()
 		return p.Place(router, req, pool)
 	}
-	placed, err := p.ask(p.leader(), core.Ask(req, pool))
+	q := p.Ask(req, pool)
+	defer p.Settle(q.Seq) // after the reservation, whoever made it
+	placed, err := p.ask(p.leader(), q)
 	if err == nil {
 		var d core.Decided
 		var g *affinity.Guard
@@ -149,12 +152,12 @@ func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
 		return
 	}
-	d, g, err := p.Answer(p.router(), q)
+	d, err := p.Answer(p.router(), q)
 	if err != nil {
 		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "no candidate to place on: "+err.Error()))
 		return
 	}
-	time.AfterFunc(p.PlacementHold(), func() { g.Release() })
+	time.AfterFunc(p.PlacementHold(), func() { p.Unhold(q.From, q.Seq) })
 	p.counts.placedForPeers.Inc()
 	ctx.SetStatusCode(http.StatusOK)
 	ctx.SetContentType("application/octet-stream")

@@ -90,6 +90,15 @@ func TestFollowersAskTheLeaderToPlaceABurstOfColdRequests(t *testing.T) {
 	if p := lead.placer.counts.placedForPeers.Get(); p != n {
 		t.Errorf("the leader placed %d requests for peers, want %d", p, n)
 	}
+	// Its holds end when the askers' load reports count the requests
+	// (within milliseconds here), or at the bound on a machine slow enough.
+	testwait.Eventually(t, testDeadline, func() bool {
+		byReport, byBound := lead.core.HoldsEnded()
+		return byReport+byBound == n
+	}, "the leader's %d holds ended", n)
+	if byReport, byBound := lead.core.HoldsEnded(); byReport == 0 {
+		t.Errorf("no hold ended by an asker's report (%d by the bound)", byBound)
+	}
 	for _, r := range c.replicas {
 		if a := r.placer.counts.alone.Get(); a != 0 {
 			t.Errorf("%s decided %d cold requests alone, want none with a leader that answers", r.cfg.NodeName, a)

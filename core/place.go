@@ -106,8 +106,11 @@ func (r *Replica) DecideOn(router *affinity.Router, req *affinity.Request, pool 
 
 // Question is a peer's cold request as the placer needs it: the hashes of
 // its routing text (not the text), and the candidates the peer would choose
-// from, in its pool's order.
+// from, in its pool's order. From and Seq name it for the placer's hold: the
+// asker's gossip origin and its number for the question (holds.go).
 type Question struct {
+	From       string
+	Seq        uint64
 	Hashes     []uint64
 	Full       int
 	Tail       uint64
@@ -115,10 +118,14 @@ type Question struct {
 	Candidates []affinity.WorkerID
 }
 
-// Ask is the question for req over pool.
-func Ask(req *affinity.Request, pool *affinity.Pool) Question {
-	q := Question{Hashes: req.Hashes, Full: req.Full, Tail: req.Tail, TextLen: req.Len(),
+// Ask is the question for req over pool, numbered: the caller must Settle
+// it, answered or not.
+func (r *Replica) Ask(req *affinity.Request, pool *affinity.Pool) Question {
+	q := Question{Seq: r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail, TextLen: req.Len(),
 		Candidates: make([]affinity.WorkerID, pool.Len())}
+	if r.sync != nil {
+		q.From = r.sync.Config().Origin
+	}
 	for i := range pool.Len() {
 		q.Candidates[i] = pool.At(i).ID()
 	}
@@ -126,9 +133,10 @@ func Ask(req *affinity.Request, pool *affinity.Pool) Question {
 }
 
 // Answer decides a peer's question as the placer (Place) over the
-// candidates this replica knows of, in the peer's order. The guard is the
-// caller's to release after PlacementHold.
-func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, *affinity.Guard, error) {
+// candidates this replica knows of, in the peer's order, and holds the
+// reservation until the asker's load report counts the question, or until
+// the caller's Unhold after PlacementHold.
+func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, error) {
 	k := r.known.Load()
 	members := make([]*affinity.Load, 0, len(q.Candidates))
 	for _, id := range q.Candidates {
@@ -137,17 +145,22 @@ func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, *affinit
 		}
 	}
 	req := &affinity.Request{Hashes: q.Hashes, Full: q.Full, Tail: q.Tail, TextLen: q.TextLen}
-	return r.Place(router, req, affinity.NewPool(members))
+	d, g, err := r.Place(router, req, affinity.NewPool(members))
+	if err != nil {
+		return Decided{}, err
+	}
+	r.holds.add(q.From, q.Seq, g)
+	return d, nil
 }
 
-// PlacementHold is how long the placer holds its reservation for a peer's
-// request: until the peer's load report counts it. The peer reserves the
-// worker when the answer reaches it and reports a changed load within its
-// report lag; three lags cover the answer's way back and the report's way
-// here.
+// PlacementHold bounds the placer's hold for a peer's question, for a
+// report that never says it was counted (a lost packet, an asker gone): a
+// regular report's interval and three flush lags, the answer's way back and
+// the report's way here on a loaded host.
 func (r *Replica) PlacementHold() time.Duration {
 	if r.sync == nil {
 		return 0
 	}
-	return 3 * r.sync.Config().ReportLag()
+	c := r.sync.Config()
+	return c.LoadInterval + 3*c.ReportLag()
 }

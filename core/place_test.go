@@ -48,7 +48,7 @@ func TestThePlacerSpreadsABurstOfColdRequestsFromEveryReplica(t *testing.T) {
 		if !r.Cold(req, allPool(r)) {
 			t.Fatalf("replica %d: a prompt nobody has seen is not cold", i)
 		}
-		d, _, err := placer.Answer(placerRouter, Ask(req, allPool(r)))
+		d, err := placer.Answer(placerRouter, r.Ask(req, allPool(r)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,12 +161,13 @@ func TestAPlacedWorkerOutsideThePoolIsRefused(t *testing.T) {
 }
 
 func TestAQuestionAndAPlacementSurviveTheWire(t *testing.T) {
-	q := Question{Hashes: []uint64{1, 2, 1 << 63}, Full: 2, Tail: 99, TextLen: 700, Candidates: []affinity.WorkerID{3, 1, 400}}
+	q := Question{From: "replica-3", Seq: 1 << 40, Hashes: []uint64{1, 2, 1 << 63}, Full: 2, Tail: 99, TextLen: 700,
+		Candidates: []affinity.WorkerID{3, 1, 400}}
 	got, err := ParseQuestion(q.AppendBinary(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(got.Hashes, q.Hashes) || got.Full != q.Full || got.Tail != q.Tail || got.TextLen != q.TextLen ||
+	if got.From != q.From || got.Seq != q.Seq || !slices.Equal(got.Hashes, q.Hashes) || got.Full != q.Full || got.Tail != q.Tail || got.TextLen != q.TextLen ||
 		!slices.Equal(got.Candidates, q.Candidates) {
 		t.Fatalf("got %+v, want %+v", got, q)
 	}
@@ -179,7 +180,7 @@ func TestAQuestionAndAPlacementSurviveTheWire(t *testing.T) {
 
 func TestMalformedPlacementMessagesAreRefused(t *testing.T) {
 	good := Question{Hashes: []uint64{1, 2}, Full: 2, TextLen: 32, Candidates: []affinity.WorkerID{1}}.AppendBinary(nil)
-	huge := append([]byte{placeWireVersion, 0}, make([]byte, 8)...)
+	huge := append([]byte{placeWireVersion, 0, 0, 0}, make([]byte, 8)...)
 	huge = append(huge, 0, 0xff, 0xff, 0xff, 0xff, 0x0f) // 2^32-1 hashes announced
 	for name, b := range map[string][]byte{
 		"empty":                 nil,
@@ -188,6 +189,8 @@ func TestMalformedPlacementMessagesAreRefused(t *testing.T) {
 		"bytes past the end":    append(slices.Clone(good), 0),
 		"more hashes than sent": huge,
 		"more full than hashes": Question{Hashes: []uint64{1}, Full: 2}.AppendBinary(nil),
+		"a name over 128 bytes": Question{From: string(bytesOf('r', 129))}.AppendBinary(nil),
+		"a name past the end":   {placeWireVersion, 5, 'r'},
 	} {
 		if _, err := ParseQuestion(b); !errors.Is(err, ErrBadPlacement) {
 			t.Errorf("%s: err = %v, want ErrBadPlacement", name, err)
@@ -205,28 +208,94 @@ func TestMalformedPlacementMessagesAreRefused(t *testing.T) {
 	}
 }
 
-// TestThePlacerCountsAPeersRequestUntilItsGuardIsReleased: the placer's
-// reservation for a peer's request stands in its own loads (what its next
-// placements select on) until the caller releases it after PlacementHold,
-// when the peer's report counts the request instead.
-func TestThePlacerCountsAPeersRequestUntilItsGuardIsReleased(t *testing.T) {
-	reps, _ := tier(t, 2, 4)
+// TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt: the placer's
+// view counts a peer's placed request exactly once at every step: by its own
+// hold while the answer travels and the peer's report does not count it
+// yet, by the peer's report once that counts it. A question the peer gave
+// up on ends the hold the same way, and a hold that no report ends is ended
+// by the bound.
+func TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt(t *testing.T) {
+	reps, clk := tier(t, 2, 4)
 	placer, peer := reps[0], reps[1]
-	rt := router(t, peer)
+	placerRouter, rt := router(t, placer), router(t, peer)
+	step := func() {
+		t.Helper()
+		clk.Step(time.Second)
+		exchange(t, reps, clk.Now())
+	}
+	onPlacer := func(w affinity.WorkerID) int64 { return placer.Loads().Lookup(w).Merged() }
+	step()
+
 	req := rt.Prepare("m", coldBurst(1)[0], 0)
-	d, g, err := placer.Answer(router(t, placer), Ask(req, allPool(peer)))
+	q := peer.Ask(req, allPool(peer))
+	d, err := placer.Answer(placerRouter, q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := placer.Loads().Lookup(d.Worker).Local(); l != 1 {
-		t.Fatalf("the placer counts %d requests on the worker it placed a peer's on, want 1", l)
+	if n := onPlacer(d.Worker); n != 1 {
+		t.Fatalf("the placer counts %d requests on the worker it chose, want 1", n)
+	}
+	step() // the peer's report, sent before the answer reached it
+	if n := onPlacer(d.Worker); n != 1 {
+		t.Fatalf("before the peer reserved, the placer counts %d, want 1", n)
+	}
+	_, g, err := peer.DecideOn(rt, req, allPool(peer), d.Decision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer.Settle(q.Seq)
+	if n := onPlacer(d.Worker); n != 1 {
+		t.Fatalf("with the peer's report on its way, the placer counts %d, want 1", n)
+	}
+	step()
+	if n, local := onPlacer(d.Worker), placer.Loads().Lookup(d.Worker).Local(); n != 1 || local != 0 {
+		t.Fatalf("after the peer's report the placer counts %d (%d its own), want 1 (0)", n, local)
 	}
 	g.Release()
-	if l := placer.Loads().Lookup(d.Worker).Local(); l != 0 {
-		t.Errorf("after the release the placer counts %d, want 0", l)
+
+	given := peer.Ask(req, allPool(peer))
+	d, err = placer.Answer(placerRouter, given)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if hold := placer.PlacementHold(); hold != 3*placer.Gossip().Config().ReportLag() {
-		t.Errorf("PlacementHold = %v, want three report lags", hold)
+	peer.Settle(given.Seq) // the answer came too late: decided alone
+	step()
+	if n := onPlacer(d.Worker); n != 0 {
+		t.Errorf("after the peer gave the question up, the placer counts %d, want 0", n)
+	}
+
+	lost := peer.Ask(req, allPool(peer))
+	if d, err = placer.Answer(placerRouter, lost); err != nil {
+		t.Fatal(err)
+	}
+	placer.Unhold(lost.From, lost.Seq)
+	placer.Unhold(q.From, q.Seq) // ended by the report already: nothing to do
+	if byReport, byBound := placer.HoldsEnded(); byReport != 2 || byBound != 1 || onPlacer(d.Worker) != 0 {
+		t.Errorf("holds ended by report %d, by bound %d, load %d; want 2, 1, 0", byReport, byBound, onPlacer(d.Worker))
+	}
+	c := placer.Gossip().Config()
+	if hold := placer.PlacementHold(); hold != c.LoadInterval+3*c.ReportLag() {
+		t.Errorf("PlacementHold = %v, want a load interval and three report lags", hold)
+	}
+}
+
+// TestQuestionsCountedAreTheSettledOnes: a report counts every question
+// settled, the ones above an older one still out by number.
+func TestQuestionsCountedAreTheSettledOnes(t *testing.T) {
+	var q questions
+	for range 5 {
+		q.ask()
+	}
+	q.settle(1)
+	q.settle(3)
+	q.settle(5)
+	if c := q.counted(); c.Through != 1 || !slices.Equal(c.Also, []uint64{3, 5}) {
+		t.Fatalf("counted %+v, want through 1 and 3, 5", c)
+	}
+	q.settle(2)
+	q.settle(4)
+	if c := q.counted(); c.Through != 5 || len(c.Also) != 0 {
+		t.Fatalf("counted %+v, want through 5", c)
 	}
 }
 

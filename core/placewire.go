@@ -14,7 +14,11 @@ import (
 // allocated for it.
 
 const (
-	placeWireVersion = 1
+	// placeWireVersion 2 named the question (Question.From, Seq).
+	placeWireVersion = 2
+	// maxFromBytes bounds the asker's name (loadsync's origin names are
+	// at most 128 bytes).
+	maxFromBytes = 128
 	// maxCandidates bounds a question's candidate list.
 	maxCandidates = 1 << 16
 )
@@ -25,6 +29,9 @@ var ErrBadPlacement = errors.New("core: malformed placement message")
 // AppendBinary appends q's encoding to dst.
 func (q Question) AppendBinary(dst []byte) []byte {
 	dst = append(dst, placeWireVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(q.From)))
+	dst = append(dst, q.From...)
+	dst = binary.AppendUvarint(dst, q.Seq)
 	dst = binary.AppendUvarint(dst, uint64(q.Full))
 	dst = binary.LittleEndian.AppendUint64(dst, q.Tail)
 	dst = binary.AppendUvarint(dst, uint64(q.TextLen))
@@ -44,6 +51,8 @@ func ParseQuestion(b []byte) (Question, error) {
 	w := wireReader{b: b}
 	w.version()
 	var q Question
+	q.From = w.str(maxFromBytes)
+	q.Seq = w.uvarint(1<<63 - 1)
 	q.Full = int(w.uvarint(affinity.MaxChainBlocks + 1))
 	q.Tail = w.u64()
 	q.TextLen = int(w.uvarint(1 << 40))
@@ -130,6 +139,20 @@ func (w *wireReader) byte() byte {
 	v := w.b[0]
 	w.b = w.b[1:]
 	return v
+}
+
+// str reads a string of at most limit bytes.
+func (w *wireReader) str(limit uint64) string {
+	n := w.uvarint(limit)
+	if w.err == nil && uint64(len(w.b)) < n {
+		w.fail("a %d-byte string, %d bytes left", n, len(w.b))
+	}
+	if w.err != nil {
+		return ""
+	}
+	s := string(w.b[:n])
+	w.b = w.b[n:]
+	return s
 }
 
 func (w *wireReader) u64() uint64 {

@@ -100,6 +100,9 @@ type Replica struct {
 	thresholds atomic.Pointer[affinity.Thresholds]
 	counts     attributionCounts
 	kv         kvCounts
+
+	questions questions // this replica's questions to the placer
+	holds     holds     // the placer's reservations for its peers' questions
 }
 
 // New builds a Replica from cfg.
@@ -134,6 +137,8 @@ func (r *Replica) startGossip(gc loadsync.Config) error {
 	gc.OnOwnership = r.ownership
 	gc.LocalVerdicts = r.cfg.LocalVerdicts
 	gc.OnVerdicts = r.remoteVerdicts
+	gc.CountedAnswers = r.questions.counted
+	gc.OnCounted = r.holds.counted
 	gc.OnCalibration = nil
 	if !r.cfg.NoCalibration && !r.cfg.NoCalibrationGossip {
 		gc.OnCalibration = r.remoteCalibration

@@ -190,6 +190,16 @@ type Config struct {
 	// called from several goroutines at once, must be fast and must not
 	// call into State.
 	OnCalibration func(c Calibration)
+	// CountedAnswers says which of the placer's answers to this replica's
+	// questions its load report counts. Called with every load report,
+	// before LocalLoads, so every answer it names is in the loads read
+	// after it; sent only when it changed (Counted). Must not call into
+	// State.
+	CountedAnswers func() Counted
+	// OnCounted is called with every peer's Counted, after the load report
+	// it follows. It runs on the receiving goroutine; it must be fast and
+	// must not call into State.
+	OnCounted func(origin string, c Counted)
 }
 
 func (c Config) withDefaults() Config {

@@ -46,6 +46,8 @@ type State struct {
 	// base of the deltas to come.
 	lastFull [][]byte
 	diff     []WorkerLoad
+	// counted is the Counted last sent.
+	counted Counted
 	// own and withdrawing are this replica's verdicts as last read, and
 	// how many more reports announce their withdrawal.
 	own         []Verdict
@@ -98,7 +100,8 @@ func (s *State) Config() Config { return s.cfg }
 
 // Tick advances the state to now: it expires silent origins and, when a
 // report is due (every LoadInterval, or LoadFlushInterval after the last
-// one when the loads changed since), returns this replica's load report,
+// one when the loads changed since), returns this replica's load report
+// (and after it, when that changed, which placer answers it counts),
 // its verdicts (while it holds any, and briefly after), its admission queue
 // report (likewise), the calibrations judged since the last report (see
 // Judged), then the pending ownership digests. The caller sends every
@@ -189,21 +192,31 @@ func minTime(a, b time.Time) time.Time {
 // held.
 func (s *State) loadReport(now time.Time) [][]byte {
 	s.seq++
+	var counted []byte
+	if s.cfg.CountedAnswers != nil {
+		counted = s.countedReport(s.cfg.CountedAnswers())
+	}
 	if s.cfg.LocalLoads != nil {
 		s.loads = normalizeLoads(s.cfg.LocalLoads(s.loads[:0]))
 	}
+	var pkts [][]byte
 	if pkt := s.deltaReport(now); pkt != nil {
 		s.sinceFull++
 		if s.sinceFull == 1 {
-			return append(slices.Clone(s.lastFull), pkt)
+			pkts = slices.Clone(s.lastFull)
 		}
-		return [][]byte{pkt}
+		pkts = append(pkts, pkt)
+	} else {
+		s.base, s.baseSeq, s.fullAt, s.sinceFull = append(s.base[:0], s.loads...), s.seq, now, 0
+		s.stats.fullReportsSent.Add(1)
+		base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
+		s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
+		pkts = slices.Clone(s.lastFull)
 	}
-	s.base, s.baseSeq, s.fullAt, s.sinceFull = append(s.base[:0], s.loads...), s.seq, now, 0
-	s.stats.fullReportsSent.Add(1)
-	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
-	s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
-	return slices.Clone(s.lastFull)
+	if counted != nil {
+		pkts = append(pkts, counted)
+	}
+	return pkts
 }
 
 // deltaReport encodes the counts changed since the last full report, or
@@ -280,6 +293,8 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveQueues(&r, now)
 		case msgCalibrations:
 			err = s.receiveCalibrations(&r)
+		case msgCounted:
+			err = s.receiveCounted(&r)
 		default:
 			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
 		}

@@ -24,6 +24,10 @@ const (
 	// worker since its last report. A peer of an older build that does not
 	// know the type counts it as a decode error and carries on.
 	msgCalibrations byte = 8
+	// msgCounted says which of the placer's answers an origin's load
+	// report counts (Counted); it follows that report. Likewise unknown to
+	// an older build.
+	msgCounted byte = 9
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.

@@ -97,9 +97,9 @@ var claimCases = []claimCase{
 		// every request of a step arrives in one instant, before any
 		// replica can hear of another's choices; here each arrives at a
 		// random time within its step, different arrivals at each seed.
-		name:   "the conversation trace, first 1000 records spread over their 3 s steps, 16 workers",
-		fleet:  func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
-		load:   func(seed int64) (Workload, error) { return claimTraceLoad(seed, 0) },
+		name:  "the conversation trace, first 1000 records spread over their 3 s steps, 16 workers",
+		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
+		load:  func(seed int64) (Workload, error) { return claimTraceLoad(seed, 0) },
 		// The spread trace's worst seeds move most with where a new
 		// conversation starts (8 replicas 0.908-1.101, mean 1.018; 64
 		// replicas 0.971-1.083): see the one replica against itself.

@@ -122,8 +122,8 @@ type Config struct {
 	OverloadOnReports bool
 	// Placer makes replica 0 the tier's placer: a replica that knows
 	// nothing of a request's prefix asks it for the worker, one GossipDelay
-	// each way (core.Replica.Place), and the placer holds its reservation
-	// until the asker's next load report can count the request. With
+	// each way (core.Replica.Ask, Answer), and the placer holds its
+	// reservation until the asker's load report counts the request. With
 	// SyncGossip only.
 	Placer bool
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is

@@ -44,8 +44,9 @@ type request struct {
 	// oracleOwner and oracleHit are the oracle's decision at arrival.
 	oracleOwner affinity.WorkerID
 	oracleHit   bool
-	// held is the placer's reservation until evUnhold.
-	held *affinity.Guard
+	// question is the request's question to the placer, while asked: the
+	// asking replica settles it when the answer's reservation is made.
+	question core.Question
 }
 
 // release gives back every guard the request still holds.

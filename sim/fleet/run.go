@@ -138,7 +138,7 @@ func (s *simulation) handle(e event) {
 	case evPlaced:
 		s.placed(e.req)
 	case evUnhold:
-		e.req.held.Release()
+		s.placer().core.Unhold(e.req.question.From, e.req.question.Seq)
 	}
 }
 
@@ -179,6 +179,7 @@ func (s *simulation) arrive(req *request) {
 		case core.PlaceHere:
 			decide = r.core.Place
 		case core.AskPlacer:
+			req.question = r.core.Ask(areq, r.pool)
 			s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlace, req: req})
 			return
 		}
@@ -190,21 +191,20 @@ func (s *simulation) arrive(req *request) {
 // placer is the tier's placer when Config.Placer is set.
 func (s *simulation) placer() *replica { return s.replicas[0] }
 
-// place decides a peer's cold request on the placer, holds the reservation
-// until the peer's next load report can count the request, and sends the
-// answer back.
+// place answers a peer's question on the placer, which holds the
+// reservation until the peer's load report counts the request (or the
+// bound, evUnhold), and sends the answer back.
 func (s *simulation) place(req *request) {
 	p := s.placer()
-	preq := p.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
-	d, g, err := p.core.Place(p.router, preq, p.pool)
+	d, err := p.core.Answer(p.router, req.question)
 	if err != nil {
+		req.replica.core.Settle(req.question.Seq)
 		s.fail(req)
 		return
 	}
 	now := s.clock.Elapsed()
-	req.placed, req.held = d.Decision, g
-	hold := p.core.PlacementHold()
-	s.agenda.push(event{at: now + hold, kind: evUnhold, req: req})
+	req.placed = d.Decision
+	s.agenda.push(event{at: now + p.core.PlacementHold(), kind: evUnhold, req: req})
 	s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlaced, req: req})
 }
 
@@ -212,6 +212,7 @@ func (s *simulation) place(req *request) {
 func (s *simulation) placed(req *request) {
 	r := req.replica
 	decided, guard, err := r.core.DecideOn(r.router, req.areq, r.pool, req.placed)
+	r.core.Settle(req.question.Seq)
 	s.dispatch(req, decided, guard, err)
 }
 
