@@ -24,7 +24,8 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	seeds = append(seeds, a.st.Tick(t0.Add(DefaultLoadInterval))...) // the full report again and a delta
 	queues := appendQueueReport(nil, &queueReport{origin: "seed", epoch: 1, seq: 1,
 		depths: []QueueDepth{{Class: 2, Tenant: 1 << 63, Queued: 3, InFlight: 4, Tokens: 1 << 20}}})
-	return append(seeds, a.st.LocalState(true), a.st.Meta(), queues, nil, []byte{msgLoad, protocolVersion, 0xff})
+	counted := appendCounted(nil, "seed", Counted{Through: 7, Also: []uint64{9, 1 << 40}})
+	return append(seeds, a.st.LocalState(true), a.st.Meta(), queues, counted, nil, []byte{msgLoad, protocolVersion, 0xff})
 }
 
 func FuzzReceive(f *testing.F) {
