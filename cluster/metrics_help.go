@@ -13,6 +13,7 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_cluster_registry_workers":                  "Workers in this replica's copy of the registry.",
 	"vllm_router_cluster_registry_loaded":                   "1 once this replica's registry is the cluster's (it serves inference), else 0.",
 	"vllm_router_cluster_placer_ask_seconds":                "Time of each question put to the placer (the leader), answered or not: what a cold request waits on this replica for its worker.",
+	"vllm_router_cluster_placer_conn_wait_seconds":          "The part of a question to the placer spent waiting for a connection to it (at most 4 are kept; a burst queues for them), for the questions that found no kept one idle.",
 	"vllm_router_cluster_placer_holds_ended_total":          "The placer's reservations for its peers' questions, by how they ended: report (the asker's load report said it counts the request), bound (no report said so within the load interval and three flush lags).",
 	"vllm_router_cluster_placements_total":                  "Decisions made on the placer's view, and cold decisions (no candidate known to hold the prefix) that did not reach it, by how they were placed: asked (the placer, the leader, chose), here (this replica is the placer: every request of its own), alone (the placer did not answer in time; decided here), for_peer (placed here for a peer).",
 	"vllm_router_cluster_members":                           "Live gossip members, this replica included.",

@@ -168,8 +168,10 @@ func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 type placerCounts struct {
 	asked, placedHere, alone, placedForPeers *metrics.Counter
 	// askTime is the time of every question put to the placer, answered
-	// or not: what a cold request waits for its worker on a peer.
-	askTime *metrics.PrometheusHistogram
+	// or not: what a cold request waits for its worker on a peer; connWait
+	// is the part of it a question waited for a connection to the placer
+	// (only questions that found no kept one idle).
+	askTime, connWait *metrics.PrometheusHistogram
 }
 
 // askBuckets are the bounds of askTime, in seconds: a loopback round trip
@@ -181,5 +183,6 @@ const placementsFamily = "vllm_router_cluster_placements_total"
 func newPlacerCounts(set *metrics.Set) *placerCounts {
 	c := func(how string) *metrics.Counter { return set.NewCounter(placementsFamily + `{how="` + how + `"}`) }
 	return &placerCounts{asked: c("asked"), placedHere: c("here"), alone: c("alone"), placedForPeers: c("for_peer"),
-		askTime: set.NewPrometheusHistogramExt("vllm_router_cluster_placer_ask_seconds", askBuckets)}
+		askTime:  set.NewPrometheusHistogramExt("vllm_router_cluster_placer_ask_seconds", askBuckets),
+		connWait: set.NewPrometheusHistogramExt("vllm_router_cluster_placer_conn_wait_seconds", askBuckets)}
 }

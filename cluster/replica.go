@@ -281,7 +281,10 @@ func (r *Replica) decider() proxy.Decider {
 	if !r.cfg.Placer {
 		return r.core
 	}
-	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: link.NewQuick(r.raft.Port()), counts: newPlacerCounts(r.metrics), log: r.log,
+	counts := newPlacerCounts(r.metrics)
+	rpc := link.NewQuick(r.raft.Port())
+	rpc.Waited = func(d time.Duration) { counts.connWait.Update(d.Seconds()) }
+	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: rpc, counts: counts, log: r.log,
 		timeout: cmp.Or(r.cfg.PlacerTimeout, defaultPlaceTimeout),
 		leader:  func() string { _, addr := r.raft.Leader(); return addr },
 		router:  func() *affinity.Router { return r.proxy.DecidingRouter() }}
