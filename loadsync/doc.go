@@ -41,6 +41,12 @@
 // a lost packet loses that interval's corrections, which later answers make
 // again.
 //
+// Counted answers follow a load report when they changed since the last
+// one: which of the tier's placer's answers to this replica's questions the
+// report counts (Counted, read before the loads). The placer ends its own
+// reservation for each then (OnCounted), so its view counts a placed request
+// once; a lost packet leaves those reservations to the placer's bound.
+//
 // Node metadata carries, besides the cluster configuration that CheckJoin
 // compares, free-form tags that are not compared: a replica announces there
 // where its other services (Raft, the HTTP API) listen.
