@@ -28,19 +28,20 @@ import (
 // questions numbers this replica's questions to the placer and tracks which
 // are settled.
 type questions struct {
-	next atomic.Uint64
-	mu   sync.Mutex
-	// out is the numbers asked and not settled, in increasing order.
-	out []uint64
+	mu sync.Mutex
+	// last is the number of the newest question, and out the numbers
+	// asked and not settled, in increasing order.
+	last uint64
+	out  []uint64
 }
 
 // ask numbers a new question; it is out until settle.
 func (q *questions) ask() uint64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := q.next.Add(1)
-	q.out = append(q.out, n)
-	return n
+	q.last++
+	q.out = append(q.out, q.last)
+	return q.last
 }
 
 func (q *questions) settle(n uint64) {
@@ -56,7 +57,7 @@ func (q *questions) settle(n uint64) {
 func (q *questions) counted() loadsync.Counted {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	last := q.next.Load()
+	last := q.last
 	if len(q.out) == 0 {
 		return loadsync.Counted{Through: last}
 	}
@@ -103,28 +104,28 @@ func (h *holds) take(from string, n uint64) *affinity.Guard {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	g := h.by[from][n]
-	if g != nil {
-		delete(h.by[from], n)
-		if len(h.by[from]) == 0 {
-			delete(h.by, from)
-		}
-	}
+	h.drop(from, n)
 	return g
+}
+
+// drop forgets from's question n, and from once it holds none. h.mu is
+// held.
+func (h *holds) drop(from string, n uint64) {
+	delete(h.by[from], n)
+	if len(h.by[from]) == 0 {
+		delete(h.by, from)
+	}
 }
 
 // counted ends the holds of from's questions that c names.
 func (h *holds) counted(from string, c loadsync.Counted) {
 	h.mu.Lock()
-	m := h.by[from]
 	var done []*affinity.Guard
-	for n, g := range m {
+	for n, g := range h.by[from] {
 		if _, also := slices.BinarySearch(c.Also, n); n <= c.Through || also {
 			done = append(done, g)
-			delete(m, n)
+			h.drop(from, n)
 		}
-	}
-	if len(m) == 0 {
-		delete(h.by, from)
 	}
 	h.mu.Unlock()
 	for _, g := range done {

@@ -121,11 +121,8 @@ type Question struct {
 // Ask is the question for req over pool, numbered: the caller must Settle
 // it, answered or not.
 func (r *Replica) Ask(req *affinity.Request, pool *affinity.Pool) Question {
-	q := Question{Seq: r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail, TextLen: req.Len(),
-		Candidates: make([]affinity.WorkerID, pool.Len())}
-	if r.sync != nil {
-		q.From = r.sync.Config().Origin
-	}
+	q := Question{From: r.origin, Seq: r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail,
+		TextLen: req.Len(), Candidates: make([]affinity.WorkerID, pool.Len())}
 	for i := range pool.Len() {
 		q.Candidates[i] = pool.At(i).ID()
 	}
@@ -157,10 +154,4 @@ func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, error) {
 // report that never says it was counted (a lost packet, an asker gone): a
 // regular report's interval and three flush lags, the answer's way back and
 // the report's way here on a loaded host.
-func (r *Replica) PlacementHold() time.Duration {
-	if r.sync == nil {
-		return 0
-	}
-	c := r.sync.Config()
-	return c.LoadInterval + 3*c.ReportLag()
-}
+func (r *Replica) PlacementHold() time.Duration { return r.holdBound }

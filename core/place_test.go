@@ -279,6 +279,31 @@ func TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt(t *testing.T) {
 	}
 }
 
+// TestAQuestionNumberedAgainReplacesItsHold: an asker that restarted numbers
+// its questions from 1 again while the placer still holds one of its
+// earlier life by that number; the new answer's hold replaces the old, so
+// the placer counts one request there, not two for as long as the bound.
+func TestAQuestionNumberedAgainReplacesItsHold(t *testing.T) {
+	reps, _ := tier(t, 2, 1)
+	placer, peer := reps[0], reps[1]
+	rt := router(t, peer)
+	req := rt.Prepare("m", coldBurst(1)[0], 0)
+	q := peer.Ask(req, allPool(peer))
+	placerRouter := router(t, placer)
+	for range 2 {
+		if _, err := placer.Answer(placerRouter, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := placer.Loads().Lookup(1).Local(); n != 1 {
+		t.Fatalf("the placer holds %d reservations for one question number, want 1", n)
+	}
+	placer.Unhold(q.From, q.Seq)
+	if n := placer.Loads().Lookup(1).Local(); n != 0 {
+		t.Fatalf("after the bound the placer holds %d, want 0", n)
+	}
+}
+
 // TestQuestionsCountedAreTheSettledOnes: a report counts every question
 // settled, the ones above an older one still out by number.
 func TestQuestionsCountedAreTheSettledOnes(t *testing.T) {

@@ -103,6 +103,10 @@ type Replica struct {
 
 	questions questions // this replica's questions to the placer
 	holds     holds     // the placer's reservations for its peers' questions
+	// origin is this replica's gossip name (what its questions are asked
+	// as), and holdBound PlacementHold; both set with the gossip.
+	origin    string
+	holdBound time.Duration
 }
 
 // New builds a Replica from cfg.
@@ -148,6 +152,8 @@ func (r *Replica) startGossip(gc loadsync.Config) error {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	r.sync = st
+	c := st.Config()
+	r.origin, r.holdBound = c.Origin, c.LoadInterval+3*c.ReportLag()
 	return nil
 }
 
