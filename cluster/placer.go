@@ -22,15 +22,13 @@ import (
 // which worker to take; the leader decides on its own view, in which every
 // other cold request of the tier is already counted, and holds that
 // reservation until the asker's load report counts the request (the report
-// says which of its questions it counts; core/holds.go). The questions
-// of a burst that find every connection to the leader busy go together,
-// in the next round trip (link.Batcher). An asker that gets no answer
-// within its bound (50 ms) (no leader, a leader cut off or overloaded)
-// decides alone, as without a placer, and does not ask that leader again
-// for placerQuiet.
+// says which of its questions it counts; core/holds.go). An asker
+// that gets no answer within its bound (50 ms) (no leader, a leader cut off or
+// overloaded) decides alone, as without a placer, and does not ask that
+// leader again for placerQuiet.
 
-// placePath is the cluster-port endpoint of the placer: POST a batch
-// (link.Batcher) of core.Questions, answer a batch of core placements.
+// placePath is the cluster-port endpoint of the placer: POST a
+// core.Question, answer a core placement.
 const placePath = "/cluster/place"
 
 // defaultPlaceTimeout bounds asking the placer (Config.PlacerTimeout):
@@ -59,10 +57,8 @@ type placing struct {
 	// is the leader's cluster-port address ("" while there is none).
 	isLeader func() bool
 	leader   func() string
-	// questions carries the questions to the placer, those of a burst
-	// together.
-	questions *link.Batcher
-	timeout   time.Duration // of a question
+	rpc      *link.Quick
+	timeout  time.Duration // of a question
 	// router is the router the proxy decides with (the prefill one under
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router
@@ -118,7 +114,7 @@ func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 		return affinity.Decision{}, fmt.Errorf("the placer at %s did not answer lately", addr)
 	}
 	start := time.Now()
-	a, err := p.questions.Put(addr, q.AppendBinary(nil), start.Add(p.timeout))
+	status, body, err := p.rpc.Post(addr, placePath, q.AppendBinary(nil), start.Add(p.timeout))
 	p.counts.askTime.UpdateDuration(start)
 	if err != nil {
 		if !p.answeredSince(addr, start) {
@@ -127,10 +123,10 @@ func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
 		return affinity.Decision{}, err
 	}
 	p.heard.Store(&answered{addr: addr, at: time.Now()})
-	if a.Status != http.StatusOK {
-		return affinity.Decision{}, fmt.Errorf("placer answered %d: %s", a.Status, a.Body)
+	if status != http.StatusOK {
+		return affinity.Decision{}, fmt.Errorf("placer answered %d", status)
 	}
-	return core.ParsePlacement(a.Body)
+	return core.ParsePlacement(body)
 }
 
 // answeredSince reports whether the placer at addr answered a question
@@ -143,33 +139,29 @@ func (p *placing) answeredSince(addr string, start time.Time) bool {
 	return h != nil && h.addr == addr && h.at.After(start)
 }
 
-// servePlace is placePath: the placer decides a batch of a peer's cold
-// requests (link.Batcher), each on the view that counts the ones before
-// it. A replica that is not the leader refuses the batch (409), so that an
-// asker whose view of the leader is stale decides alone rather than on a
-// second view.
+// servePlace is placePath: the placer decides a peer's cold request. A
+// replica that is not the leader refuses (409), so that an asker whose
+// view of the leader is stale decides alone rather than on a second view.
 func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 	if !p.isLeader() {
 		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "not the placer: this replica is not the leader"))
 		return
 	}
-	router := p.router()
-	link.ServeBatch(ctx, func(item []byte) link.BatchAnswer { return p.answer(router, item) })
-}
-
-// answer decides one question of a batch.
-func (p *placing) answer(router *affinity.Router, item []byte) link.BatchAnswer {
-	q, err := core.ParseQuestion(item)
+	q, err := core.ParseQuestion(ctx.PostBody())
 	if err != nil {
-		return link.BatchAnswer{Status: http.StatusBadRequest, Body: []byte(err.Error())}
+		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
+		return
 	}
-	d, err := p.Answer(router, q)
+	d, err := p.Answer(p.router(), q)
 	if err != nil {
-		return link.BatchAnswer{Status: http.StatusConflict, Body: []byte("no candidate to place on: " + err.Error())}
+		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "no candidate to place on: "+err.Error()))
+		return
 	}
 	time.AfterFunc(p.PlacementHold(), func() { p.Unhold(q.From, q.Seq) })
 	p.counts.placedForPeers.Inc()
-	return link.BatchAnswer{Status: http.StatusOK, Body: core.AppendPlacement(nil, d.Decision)}
+	ctx.SetStatusCode(http.StatusOK)
+	ctx.SetContentType("application/octet-stream")
+	ctx.SetBody(core.AppendPlacement(nil, d.Decision))
 }
 
 // placerCounts count the cold decisions by how they were placed.
@@ -178,17 +170,13 @@ type placerCounts struct {
 	// askTime is the time of every question put to the placer, answered
 	// or not: what a cold request waits for its worker on a peer; connWait
 	// is the part of it a question waited for a connection to the placer
-	// (only questions that found every one busy); batch is the number of
-	// questions each round trip to the placer carries.
-	askTime, connWait, batch *metrics.PrometheusHistogram
+	// (only questions that found no kept one idle).
+	askTime, connWait *metrics.PrometheusHistogram
 }
 
 // askBuckets are the bounds of askTime, in seconds: a loopback round trip
 // to the default 50 ms bound.
 var askBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}
-
-// batchBuckets are the bounds of batch: one question to a full batch.
-var batchBuckets = []float64{1, 2, 4, 8, 16, 32, link.MaxBatchItems}
 
 const placementsFamily = "vllm_router_cluster_placements_total"
 
@@ -196,6 +184,5 @@ func newPlacerCounts(set *metrics.Set) *placerCounts {
 	c := func(how string) *metrics.Counter { return set.NewCounter(placementsFamily + `{how="` + how + `"}`) }
 	return &placerCounts{asked: c("asked"), placedHere: c("here"), alone: c("alone"), placedForPeers: c("for_peer"),
 		askTime:  set.NewPrometheusHistogramExt("vllm_router_cluster_placer_ask_seconds", askBuckets),
-		connWait: set.NewPrometheusHistogramExt("vllm_router_cluster_placer_conn_wait_seconds", askBuckets),
-		batch:    set.NewPrometheusHistogramExt("vllm_router_cluster_placer_batch_questions", batchBuckets)}
+		connWait: set.NewPrometheusHistogramExt("vllm_router_cluster_placer_conn_wait_seconds", askBuckets)}
 }

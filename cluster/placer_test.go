@@ -114,64 +114,19 @@ func TestOnlyTheLeaderAnswersAsThePlacer(t *testing.T) {
 	c.startN(2, placerOn)
 	c.waitReady()
 	lead, follower := c.leader(), c.follower()
-	call := func(to *Replica, body []byte) (int, []byte) {
-		status, answer, err := follower.rpc.Call(t.Context(), http.MethodPost, to.RaftAddr(), placePath, body)
+	call := func(to *Replica, body []byte) int {
+		status, _, err := follower.rpc.Call(t.Context(), http.MethodPost, to.RaftAddr(), placePath, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return status, answer
+		return status
 	}
-	q := core.Question{From: "asker", Seq: 1, TextLen: 64}.AppendBinary(nil)
-	if s, _ := call(follower, link.AppendBatch(nil, [][]byte{q})); s != http.StatusConflict {
+	q := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0} // version, full 0, tail, text 64, no hashes, no candidates
+	if s := call(follower, q); s != http.StatusConflict {
 		t.Errorf("a follower asked to place answered %d, want 409", s)
 	}
-	if s, _ := call(lead, []byte("not a batch")); s != http.StatusBadRequest {
-		t.Errorf("the leader asked a malformed batch answered %d, want 400", s)
-	}
-	// A malformed question costs its own answer, not its batch's others.
-	status, body := call(lead, link.AppendBatch(nil, [][]byte{[]byte("not a question"), q}))
-	answers, err := link.ParseBatchAnswers(body, 2)
-	if status != http.StatusOK || err != nil || answers[0].Status != http.StatusBadRequest || answers[1].Status == http.StatusBadRequest {
-		t.Errorf("a batch of a malformed question and a good one: %d %v %v, want 200 with 400 for the first only", status, answers, err)
-	}
-}
-
-// TestTheLeaderAnswersEveryQuestionOfABatchInItsPlace: the questions of a
-// burst that travel together are each placed, and each answer comes back
-// in its question's place: question i, whose only candidate is worker i,
-// is answered worker i.
-func TestTheLeaderAnswersEveryQuestionOfABatchInItsPlace(t *testing.T) {
-	const n = 4
-	c := newTestCluster(t, n)
-	c.startN(2, placerOn)
-	c.waitReady()
-	lead, follower := c.leader(), c.follower()
-	router := follower.proxy.DecidingRouter()
-	var batch [][]byte
-	var want []affinity.WorkerID
-	for i, w := range c.workers {
-		id := c.workerID(follower, w.name)
-		pool := affinity.NewPool([]*affinity.Load{follower.loads.Get(id)})
-		q := follower.core.Ask(router.Prepare("m", []byte(prompt(fmt.Sprintf("batched session %d", i), 4)), 0), pool)
-		defer follower.core.Settle(q.Seq)
-		batch, want = append(batch, q.AppendBinary(nil)), append(want, id)
-	}
-	status, body, err := follower.rpc.Call(t.Context(), http.MethodPost, lead.RaftAddr(), placePath, link.AppendBatch(nil, batch))
-	if err != nil || status != http.StatusOK {
-		t.Fatalf("the batch: %d %q %v", status, body, err)
-	}
-	answers, err := link.ParseBatchAnswers(body, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, a := range answers {
-		d, err := core.ParsePlacement(a.Body)
-		if a.Status != http.StatusOK || err != nil || d.Worker != want[i] {
-			t.Errorf("question %d: %d %q %v, worker %d; want 200 and worker %d", i, a.Status, a.Body, err, d.Worker, want[i])
-		}
-	}
-	if p := lead.placer.counts.placedForPeers.Get(); p != n {
-		t.Errorf("the leader placed %d questions for peers, want %d", p, n)
+	if s := call(lead, []byte("not a question")); s != http.StatusBadRequest {
+		t.Errorf("the leader asked a malformed question answered %d, want 400", s)
 	}
 }
 
@@ -221,10 +176,10 @@ func TestAnAskerWithoutAnAnsweringPlacerDecidesAlone(t *testing.T) {
 	} {
 		set := metrics.NewSet()
 		counts := newPlacerCounts(set)
-		questions := link.NewBatcher(follower.raft.Port(), placePath)
-		defer questions.Close()
+		quick := link.NewQuick(follower.raft.Port())
+		defer quick.Close()
 		p := &placing{Replica: follower.core, isLeader: func() bool { return false }, leader: func() string { return leader },
-			questions: questions, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
+			rpc: quick, router: follower.proxy.DecidingRouter, counts: counts, timeout: defaultPlaceTimeout}
 		start := time.Now()
 		d, g, err := p.Decide(router, router.Prepare("m", []byte(prompt(name, 4)), 0), pool)
 		if err != nil {
@@ -306,22 +261,20 @@ func TestAPlacerThatAnsweredSinceIsAskedAgainAfterASlowQuestion(t *testing.T) {
 	pool := affinity.NewPool(ids)
 	placed := pool.At(0).ID()
 	queued, release := make(chan struct{}), make(chan struct{})
-	var batches atomic.Int32
+	var questions atomic.Int32
 	addr := servePlacer(t, func(ctx *fasthttp.RequestCtx) {
-		if batches.Add(1) == 1 {
+		if questions.Add(1) == 1 {
 			close(queued)
 			<-release
 		}
-		link.ServeBatch(ctx, func([]byte) link.BatchAnswer {
-			return link.BatchAnswer{Status: http.StatusOK, Body: core.AppendPlacement(nil, affinity.Decision{Worker: placed})}
-		})
+		ctx.SetBody(core.AppendPlacement(nil, affinity.Decision{Worker: placed}))
 	})
 	defer close(release)
-	questions := link.NewBatcher(r.raft.Port(), placePath)
-	defer questions.Close()
+	quick := link.NewQuick(r.raft.Port())
+	defer quick.Close()
 	counts := newPlacerCounts(metrics.NewSet())
 	p := &placing{Replica: r.core, isLeader: func() bool { return false }, leader: func() string { return addr },
-		questions: questions, router: r.proxy.DecidingRouter, counts: counts, timeout: 2 * time.Second}
+		rpc: quick, router: r.proxy.DecidingRouter, counts: counts, timeout: 2 * time.Second}
 	router := p.router()
 	decide := func(name string) affinity.WorkerID {
 		d, g, err := p.Decide(router, router.Prepare("m", []byte(prompt(name, 4)), 0), pool)

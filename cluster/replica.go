@@ -282,10 +282,9 @@ func (r *Replica) decider() proxy.Decider {
 		return r.core
 	}
 	counts := newPlacerCounts(r.metrics)
-	questions := link.NewBatcher(r.raft.Port(), placePath)
-	questions.Waited = func(d time.Duration) { counts.connWait.Update(d.Seconds()) }
-	questions.Carried = func(n int) { counts.batch.Update(float64(n)) }
-	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, questions: questions, counts: counts, log: r.log,
+	rpc := link.NewQuick(r.raft.Port())
+	rpc.Waited = func(d time.Duration) { counts.connWait.Update(d.Seconds()) }
+	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: rpc, counts: counts, log: r.log,
 		timeout: cmp.Or(r.cfg.PlacerTimeout, defaultPlaceTimeout),
 		leader:  func() string { _, addr := r.raft.Leader(); return addr },
 		router:  func() *affinity.Router { return r.proxy.DecidingRouter() }}
@@ -414,7 +413,7 @@ func (r *Replica) closeParts() error {
 		r.rpc.Close()
 	}
 	if r.placer != nil {
-		r.placer.questions.Close()
+		r.placer.rpc.Close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())

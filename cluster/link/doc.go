@@ -3,8 +3,7 @@
 // their kind by a first byte and carry either Raft or the replicas' own
 // HTTP), its mutual TLS against the cluster CA, the certificates
 // `router tls init` makes, and both halves of the HTTP between replicas
-// (Client for calls, Quick and Batcher for the small questions on a
-// request's path, Serve and ServeBatch for the answers). It knows nothing of routing
+// (Client for calls, Serve for the answers). It knows nothing of routing
 // or of the registry: Raft runs over Port.RaftLayer, the wiring decides
 // which paths the HTTP serves.
 package link

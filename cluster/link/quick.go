@@ -36,6 +36,11 @@ type Quick struct {
 	mu    sync.Mutex
 	peers map[string]*quickPeer
 	shut  bool
+	// Waited, when set before the first Post, hears how long a question
+	// waited for a connection (a free kept one, or room to dial one) when
+	// none was free at once: the part of a question's time spent queued
+	// on this side rather than on the way and at the peer.
+	Waited func(time.Duration)
 }
 
 // quickPeer is one peer's connections: idle ones ready for a question, and
@@ -117,6 +122,7 @@ func (q *Quick) conn(p *quickPeer, addr string, deadline time.Time, fresh bool) 
 		default:
 		}
 	}
+	start := time.Now()
 	wait := time.NewTimer(time.Until(deadline))
 	defer wait.Stop()
 	idle := p.idle
@@ -125,9 +131,12 @@ func (q *Quick) conn(p *quickPeer, addr string, deadline time.Time, fresh bool) 
 	}
 	select {
 	case c := <-idle:
+		q.waited(start)
 		return c, nil
 	case p.slots <- struct{}{}:
+		q.waited(start)
 	case <-wait.C:
+		q.waited(start)
 		return nil, fmt.Errorf("no connection to %s free before the deadline: %w", addr, os.ErrDeadlineExceeded)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), earliest(deadline, time.Now().Add(rpcConnectTimeout)))
@@ -138,6 +147,12 @@ func (q *Quick) conn(p *quickPeer, addr string, deadline time.Time, fresh bool) 
 		return nil, fmt.Errorf("connecting to %s: %v", addr, err)
 	}
 	return &quickConn{Conn: nc, r: bufio.NewReaderSize(nc, 4096), w: bufio.NewWriterSize(nc, 4096)}, nil
+}
+
+func (q *Quick) waited(start time.Time) {
+	if q.Waited != nil {
+		q.Waited(time.Since(start))
+	}
 }
 
 func earliest(a, b time.Time) time.Time {

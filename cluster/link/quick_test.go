@@ -132,6 +132,8 @@ func TestQuickHoldsAFewConnectionsToAPeerInABurst(t *testing.T) {
 		<-full
 		seen.handle(ctx)
 	})
+	var waited atomic.Int32
+	q.Waited = func(time.Duration) { waited.Add(1) }
 	var wg sync.WaitGroup
 	for i := range 32 {
 		wg.Add(1)
@@ -145,6 +147,11 @@ func TestQuickHoldsAFewConnectionsToAPeerInABurst(t *testing.T) {
 	wg.Wait()
 	if n := seen.distinct(); n != maxQuickConns {
 		t.Fatalf("32 questions at once came on %d connections, want %d", n, maxQuickConns)
+	}
+	// No connection is idle before maxQuickConns questions are in hand, so
+	// at least those found none free at once.
+	if n := waited.Load(); n < maxQuickConns {
+		t.Errorf("Waited heard %d questions, want at least %d", n, maxQuickConns)
 	}
 }
 
