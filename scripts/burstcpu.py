@@ -7,14 +7,20 @@ runtime traces of the Raft leader (the placer) and of one asker over the burst.
     scripts/burstcpu.py [REPLICAS] [SESSIONS]      # defaults: 8 64
     BURST_TRACE=DIR   also writes DIR/leader.trace and DIR/asker.trace
                       (go tool trace; -d=parsed dumps the events)
+    BURST_PROFILE=DIR also writes CPU profiles of the leader and of one asker
+                      over 8 s from the burst on, DIR/leader.pprof and
+                      DIR/asker.pprof (go tool pprof bin/router FILE)
+    BURST_TURNS=N, BURST_THINK=S
+                      turns per session and the think time between them
+                      [1 3s]: more turns keep the tier busy past the burst
     BURST_FLAGS='...' extra router flags, e.g. --gossip-flush-interval 100ms
 
 It starts 8 workersims and REPLICAS replicas on 127.0.0.1 as the tier sweep
 does (scripts/realtier.py), each with --debug-addr on loopback, waits for the
 tier to form, measures a second of idle, then sends SESSIONS first turns at
-once (loadgen agentic, one turn, the sweep's prompt sizes) and prints the CPU
-of each kind of process over the first 100, 200, 300 and 500 ms and each
-replica's placer question times. /proc counts CPU in ticks of 10 ms, so one
+once (loadgen agentic, the sweep's prompt sizes) and prints the CPU of each
+kind of process over the first 100, 200, 300 and 500 ms and over the whole
+load, and each replica's placer question times. /proc counts CPU in ticks of 10 ms, so one
 run's figures are that coarse.
 """
 
@@ -61,9 +67,15 @@ def start_tier(fleet, tmp, n, urls, flags):
     return apis, debug
 
 
-def trace(url, path):
-    with urllib.request.urlopen(url + "/debug/pprof/trace?seconds=2", timeout=10) as r, open(path, "wb") as f:
+def fetch(url, path):
+    with urllib.request.urlopen(url, timeout=30) as r, open(path, "wb") as f:
         f.write(r.read())
+
+
+def leader_and_asker(apis):
+    """The Raft leader's index and another replica's."""
+    lead = next(i for i, a in enumerate(apis) if rt.scrape(a).get(("vllm_router_cluster_raft_leader", ""), 0) == 1)
+    return lead, (lead + 1) % len(apis)
 
 
 def asks(api):
@@ -79,7 +91,8 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 8
     sessions = int(sys.argv[2]) if len(sys.argv) > 2 else 64
     flags = os.environ.get("BURST_FLAGS", "").split()
-    trace_dir = os.environ.get("BURST_TRACE")
+    trace_dir, profile_dir = os.environ.get("BURST_TRACE"), os.environ.get("BURST_PROFILE")
+    turns, think = os.environ.get("BURST_TURNS", "1"), os.environ.get("BURST_THINK", "3s")
     tmp = tempfile.mkdtemp(prefix="burstcpu-")
     fleet = rt.Fleet(tmp, "burst")
     try:
@@ -90,13 +103,16 @@ def main():
         idle = cpu_by_role(fleet)
         print("idle, 1000 ms: " + ", ".join(f"{r} {1000 * (idle[r] - before[r]):.0f} ms" for r in sorted(idle)))
         tracers = []
-        if trace_dir and n > 1:
-            lead = next(i for i, a in enumerate(apis) if rt.scrape(a).get(("vllm_router_cluster_raft_leader", ""), 0) == 1)
-            os.makedirs(trace_dir, exist_ok=True)
-            for i, name in ((lead, "leader"), ((lead + 1) % n, "asker")):
-                tracers.append(threading.Thread(target=trace, args=(debug[i], os.path.join(trace_dir, name + ".trace"))))
-            for t in tracers:
-                t.start()
+        for out, what in ((trace_dir, "trace?seconds=2"), (profile_dir, "profile?seconds=8")):
+            if not out or n == 1:
+                continue
+            os.makedirs(out, exist_ok=True)
+            for i, name in zip(leader_and_asker(apis), ("leader", "asker")):
+                path = os.path.join(out, name + (".trace" if what.startswith("trace") else ".pprof"))
+                tracers.append(threading.Thread(target=fetch, args=(f"{debug[i]}/debug/pprof/{what}", path)))
+        for t in tracers:
+            t.start()
+        if tracers:
             time.sleep(0.3)  # the traces start before the burst
         samples, stop = [], threading.Event()
 
@@ -108,12 +124,15 @@ def main():
         start, base = time.monotonic(), cpu_by_role(fleet)
         sampler.start()
         subprocess.run([f"{rt.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
-                        "--sessions", str(sessions), "--turns", "1", "--think-time", "3s", *rt.AGENTIC,
+                        "--sessions", str(sessions), "--turns", turns, "--think-time", think, *rt.AGENTIC,
                         "--endpoint", "chat", "--duration", "1m"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         time.sleep(max(0.0, 0.6 - (time.monotonic() - start)))
         stop.set()
         sampler.join()
+        end, whole = time.monotonic(), cpu_by_role(fleet)
+        print(f"the whole load, {1000 * (end - start):.0f} ms: " +
+              ", ".join(f"{r} {1000 * (whole[r] - base.get(r, 0)):.0f} ms" for r in sorted(whole)))
         for window in (0.1, 0.2, 0.3, 0.5):
             at = next(c for t, c in samples if t - start >= window)
             print(f"burst, first {1000 * window:.0f} ms: " +
