@@ -3,6 +3,9 @@ package loadsync
 import (
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,7 +65,15 @@ func Start(cfg GossipConfig, st *State, clk clock.WithTicker) (*Gossip, error) {
 	if err != nil {
 		return nil, err
 	}
+	logger := mc.Logger
+	if logger == nil {
+		logger = log.New(io.Discard, "", 0)
+	}
+	if mc.Transport, err = listen(net.ParseIP(mc.BindAddr), mc.BindPort, logger); err != nil {
+		return nil, fmt.Errorf("loadsync: start memberlist: %w", err)
+	}
 	if g.ml, err = memberlist.Create(mc); err != nil {
+		_ = mc.Transport.Shutdown()
 		return nil, fmt.Errorf("loadsync: start memberlist: %w", err)
 	}
 	g.keyring = mc.Keyring

@@ -14,6 +14,10 @@ runtime traces of the Raft leader (the placer) and of one asker over the burst.
                       turns per session and the think time between them
                       [1 3s]: more turns keep the tier busy past the burst
     BURST_FLAGS='...' extra router flags, e.g. --gossip-flush-interval 100ms
+    BURST_ROUTER=PATH another build of the router [bin/router]
+    BURST_ALLOCS=DIR  also writes the bytes the leader and an asker allocate
+                      over 8 s, DIR/leader.allocs and DIR/asker.allocs
+                      (go tool pprof -sample_index=alloc_space)
 
 It starts 8 workersims and REPLICAS replicas on 127.0.0.1 as the tier sweep
 does (scripts/realtier.py), each with --debug-addr on loopback, waits for the
@@ -50,7 +54,7 @@ def start_tier(fleet, tmp, n, urls, flags):
     for i in range(n):
         api, gossip, raft, dbg = ports[4 * i:4 * i + 4]
         join = ["--join", f"127.0.0.1:{ports[1]}"] if i else []
-        fleet.start([f"{rt.BIN}/router", "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
+        fleet.start([os.environ.get("BURST_ROUTER", f"{rt.BIN}/router"), "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
                      "--node-name", f"burst-{i}", "--data-dir", os.path.join(tmp, f"data-{i}"),
                      "--gossip-bind", f"127.0.0.1:{gossip}", "--raft-bind", f"127.0.0.1:{raft}",
                      "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(urls),
@@ -103,12 +107,12 @@ def main():
         idle = cpu_by_role(fleet)
         print("idle, 1000 ms: " + ", ".join(f"{r} {1000 * (idle[r] - before[r]):.0f} ms" for r in sorted(idle)))
         tracers = []
-        for out, what in ((trace_dir, "trace?seconds=2"), (profile_dir, "profile?seconds=8")):
+        for out, what in ((trace_dir, "trace?seconds=2"), (profile_dir, "profile?seconds=8"), (os.environ.get("BURST_ALLOCS"), "allocs?seconds=8")):
             if not out or n == 1:
                 continue
             os.makedirs(out, exist_ok=True)
             for i, name in zip(leader_and_asker(apis), ("leader", "asker")):
-                path = os.path.join(out, name + (".trace" if what.startswith("trace") else ".pprof"))
+                path = os.path.join(out, name + {"t": ".trace", "p": ".pprof", "a": ".allocs"}[what[0]])
                 tracers.append(threading.Thread(target=fetch, args=(f"{debug[i]}/debug/pprof/{what}", path)))
         for t in tracers:
             t.start()
