@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-sockaddr"
@@ -27,7 +26,7 @@ type transport struct {
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	logger  *log.Logger
-	closing atomic.Bool
+	done    chan struct{} // closed by Shutdown
 	wg      sync.WaitGroup
 }
 
@@ -60,7 +59,7 @@ func listen(ip net.IP, port int, logger *log.Logger) (*transport, error) {
 			break
 		}
 	}
-	t := &transport{tcp: tcp, udp: udp, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), logger: logger}
+	t := &transport{tcp: tcp, udp: udp, packets: make(chan *memberlist.Packet), streams: make(chan net.Conn), logger: logger, done: make(chan struct{})}
 	t.wg.Add(2)
 	go t.acceptStreams()
 	go t.readPackets()
@@ -75,7 +74,7 @@ func (t *transport) readPackets() {
 		n, from, err := t.udp.ReadFromUDPAddrPort(buf)
 		at := time.Now()
 		if err != nil {
-			if t.closing.Load() {
+			if t.closed() {
 				return
 			}
 			t.logger.Printf("[ERR] loadsync: reading a gossip packet: %v", err)
@@ -86,9 +85,6 @@ func (t *transport) readPackets() {
 		}
 		own := make([]byte, n)
 		copy(own, buf)
-		// A socket bound to every address hears IPv4 peers as IPv4-mapped
-		// IPv6 ones; memberlist names them as they advertise, in IPv4.
-		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		t.packets <- &memberlist.Packet{Buf: own, From: net.UDPAddrFromAddrPort(from), Timestamp: at}
 	}
 }
@@ -101,16 +97,29 @@ func (t *transport) acceptStreams() {
 	for {
 		conn, err := t.tcp.AcceptTCP()
 		if err != nil {
-			if t.closing.Load() {
+			if t.closed() {
 				return
 			}
 			t.logger.Printf("[ERR] loadsync: accepting a gossip connection: %v; retrying in %v", err, backoff)
-			time.Sleep(backoff)
+			select {
+			case <-t.done:
+				return
+			case <-time.After(backoff):
+			}
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
 		backoff = 5 * time.Millisecond
 		t.streams <- conn
+	}
+}
+
+func (t *transport) closed() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -178,7 +187,7 @@ func (t *transport) StreamCh() <-chan net.Conn { return t.streams }
 // handing memberlist a packet or a connection is released by taking it
 // here.
 func (t *transport) Shutdown() error {
-	t.closing.Store(true)
+	close(t.done)
 	errs := errors.Join(t.tcp.Close(), t.udp.Close())
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()

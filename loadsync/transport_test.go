@@ -103,3 +103,24 @@ func TestTheTransportShutsDownWithAPacketNobodyRead(t *testing.T) {
 		t.Fatal("Shutdown still waiting after 10 s")
 	}
 }
+
+// TestTheTransportNamesIPv4PeersInIPv4WhenBoundToEveryAddress: a socket
+// bound to every address hears an IPv4 peer as an IPv4-mapped IPv6 one;
+// the packet still names the peer as memberlist knows it, in IPv4 (a
+// net.UDPAddr prints a mapped address so; a netip.AddrPort would not).
+// Only loopback is sent to.
+func TestTheTransportNamesIPv4PeersInIPv4WhenBoundToEveryAddress(t *testing.T) {
+	from := loopbackTransport(t)
+	all, err := listen(nil, 0, log.New(io.Discard, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = all.Shutdown() })
+	to := net.JoinHostPort("127.0.0.1", strconv.Itoa(all.udp.LocalAddr().(*net.UDPAddr).Port))
+	if _, err := from.WriteTo([]byte("hello"), to); err != nil {
+		t.Fatal(err)
+	}
+	if p := receive(t, all); p.From.String() != from.udp.LocalAddr().String() {
+		t.Errorf("the packet names its sender %v, want %v", p.From, from.udp.LocalAddr())
+	}
+}

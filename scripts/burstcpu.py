@@ -43,10 +43,6 @@ rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)
 
 
-def cpu_by_role(fleet):
-    return fleet.cpu_seconds()
-
-
 def start_tier(fleet, tmp, n, urls, flags):
     """n replicas with a debug listener each; their API and debug URLs."""
     ports = rt.free_ports(4 * n)
@@ -102,9 +98,9 @@ def main():
     try:
         urls = fleet.workers(8, 65536, 1.0)
         apis, debug = start_tier(fleet, tmp, n, urls, flags)
-        before = cpu_by_role(fleet)
+        before = fleet.cpu_seconds()
         time.sleep(1.0)
-        idle = cpu_by_role(fleet)
+        idle = fleet.cpu_seconds()
         print("idle, 1000 ms: " + ", ".join(f"{r} {1000 * (idle[r] - before[r]):.0f} ms" for r in sorted(idle)))
         tracers = []
         for out, what in ((trace_dir, "trace?seconds=2"), (profile_dir, "profile?seconds=8"), (os.environ.get("BURST_ALLOCS"), "allocs?seconds=8")):
@@ -122,10 +118,10 @@ def main():
 
         def sample():
             while not stop.is_set():
-                samples.append((time.monotonic(), cpu_by_role(fleet)))
+                samples.append((time.monotonic(), fleet.cpu_seconds()))
                 time.sleep(0.005)
         sampler = threading.Thread(target=sample)
-        start, base = time.monotonic(), cpu_by_role(fleet)
+        start, base = time.monotonic(), fleet.cpu_seconds()
         sampler.start()
         subprocess.run([f"{rt.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
                         "--sessions", str(sessions), "--turns", turns, "--think-time", think, *rt.AGENTIC,
@@ -134,7 +130,7 @@ def main():
         time.sleep(max(0.0, 0.6 - (time.monotonic() - start)))
         stop.set()
         sampler.join()
-        end, whole = time.monotonic(), cpu_by_role(fleet)
+        end, whole = time.monotonic(), fleet.cpu_seconds()
         print(f"the whole load, {1000 * (end - start):.0f} ms: " +
               ", ".join(f"{r} {1000 * (whole[r] - base.get(r, 0)):.0f} ms" for r in sorted(whole)))
         for window in (0.1, 0.2, 0.3, 0.5):
