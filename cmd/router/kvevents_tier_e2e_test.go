@@ -18,16 +18,14 @@ const tierFormDeadline = time.Minute
 // join and read the endpoints from the registry.
 func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) []string {
 	t.Helper()
-	var urls, eps, gossip []string
+	var urls, eps []string
 	for _, w := range ws {
 		urls, eps = append(urls, w.url), append(eps, w.endpoint)
 	}
-	for range n {
-		gossip = append(gossip, freeAddr(t))
-	}
+	gossip := tierGossipBinds(t, n)
 	var procs []*process
 	for i := range n {
-		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0",
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--retry-initial-backoff-ms", "1"}
 		if kv {

@@ -259,6 +259,19 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// tierGossipBinds are the --gossip-bind addresses of a tier of n replicas
+// started together: only the first, which the others join, is chosen
+// here; every other replica binds a port the system picks, so no port
+// freed here can be taken by another test before the replica binds it.
+func tierGossipBinds(t *testing.T, n int) []string {
+	t.Helper()
+	binds := []string{freeAddr(t)}
+	for range n - 1 {
+		binds = append(binds, "127.0.0.1:0")
+	}
+	return binds
+}
+
 // TestStatusPageScreenshotForTheREADME makes docs/ui.png: three replicas as
 // one cluster in front of four workersims under load, the page open for
 // 90 polls a second apart so that its charts show a minute and a half.
@@ -302,13 +315,10 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 // API base URLs once each is ready. Every replica also gets extra flags.
 func startReplicaSet(t *testing.T, routerBin string, n int, workers []string, extra ...string) []string {
 	t.Helper()
-	var gossip []string
-	for range n {
-		gossip = append(gossip, freeAddr(t))
-	}
+	gossip := tierGossipBinds(t, n)
 	var procs []*process
 	for i := range n {
-		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0",
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--miss-placement", "rendezvous"}
 		args = append(args, extra...)

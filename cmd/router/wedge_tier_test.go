@@ -87,13 +87,10 @@ func TestAWedgedWorkerComesBackOnEveryReplicaOfATier(t *testing.T) {
 // each is ready.
 func startTier(t *testing.T, routerBin string, n int, workers []string, extra ...string) []string {
 	t.Helper()
-	var gossip []string
-	for range n {
-		gossip = append(gossip, freeAddr(t))
-	}
+	gossip := tierGossipBinds(t, n)
 	var procs []*process
 	for i := range n {
-		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0",
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--miss-placement", "rendezvous"}
 		if i > 0 {
