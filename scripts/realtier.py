@@ -28,7 +28,10 @@ come from environment variables (defaults in brackets):
                          and gossip interval are scaled to match [1]
     REALTIER_VARIANTS    router flag sets, name=flags;... ["default="]; e.g.
                          "default=;nohot=--hot-prefix-load 0"; a first word
-                         router=PATH runs another build: "new=;old=router=bin/router-old"
+                         router=PATH runs another build: "new=;old=router=bin/router-old";
+                         a first word nice=N runs the workersims and loadgen at
+                         niceness N, the routers at 0: "shared=;routers-first=nice=10"
+                         says how much of a tier's tail is the cores it shares
     REALTIER_AGAIN       0 runs one replica once a round, not twice [1]
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
@@ -144,9 +147,10 @@ class Fleet:
     def __init__(self, tmp, tag):
         self.tmp, self.tag, self.procs, self.roles = tmp, tag, [], []
 
-    def start(self, args, log):
+    def start(self, args, log, nice=0):
         f = open(os.path.join(self.tmp, log), "w")
-        self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT))
+        self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT,
+                                           preexec_fn=(lambda: os.nice(nice)) if nice else None))
         self.roles.append(os.path.basename(args[0]))
 
     def cpu_seconds(self):
@@ -163,19 +167,19 @@ class Fleet:
             out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
         return out
 
-    def workers(self, n, kv, time_scale):
+    def workers(self, n, kv, time_scale, nice=0):
         urls = []
         for i, port in enumerate(free_ports(n)):
             self.start([f"{BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", f"w{i + 1}",
                         "--model", "sim-model", "--time-scale", str(time_scale), "--kv-capacity-tokens", str(kv)],
-                       f"{self.tag}-workersim-{i + 1}.log")
+                       f"{self.tag}-workersim-{i + 1}.log", nice)
             urls.append(f"http://127.0.0.1:{port}")
         for u in urls:
             wait_for(f"workersim {u}", lambda u=u: get(u + "/health") is not None)
         return urls
 
     def tier(self, n, worker_urls, extra):
-        router, extra = router_of(extra)
+        router, _, extra = variant_of(extra)
         ports = free_ports(3 * n)
         apis = []
         for i in range(n):
@@ -282,11 +286,12 @@ def agentic_load(balance, sessions, turns, think_s, agentic):
                          "--endpoint", "chat", "--duration", "20m"]
 
 
-def loadgen(args, out_json, log):
+def loadgen(args, out_json, log, nice=0):
     args = [f"{BIN}/loadgen", *args, "--json", out_json, "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "w") as f:
-        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True,
+                       preexec_fn=(lambda: os.nice(nice)) if nice else None)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # loadgen's alone: the fleet's processes are not reaped yet
     with open(out_json) as f:
         rep = json.load(f)
@@ -298,11 +303,12 @@ def real_run(tmp, tag, cfg, replicas, extra, load):
     """One run on real processes, loadgen driven with load(replica URLs): its report, the
     attribution, the cores each kind of process kept busy, and the load average."""
     fleet = Fleet(tmp, tag)
+    _, nice, _ = variant_of(extra)
     try:
-        urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"])
+        urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"], nice)
         apis = fleet.tier(replicas, urls, extra)
         start, cpu_before = time.monotonic(), fleet.cpu_seconds()
-        rep = loadgen(load(apis), os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        rep = loadgen(load(apis), os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"), nice)
         rep["wall_s"] = time.monotonic() - start
         rep["cores"] = {role: (s - cpu_before.get(role, 0.0)) / rep["wall_s"]
                         for role, s in fleet.cpu_seconds().items()}
@@ -340,13 +346,21 @@ def fleetsim_runs(tmp, cfg, replicas, balance, sessions, think_s, seed, extra):
         return {r["replicas"]: r for r in json.load(f)["runs"]}
 
 
-def router_of(flags):
-    """The router binary a variant runs and its flags: a first word router=PATH names another build
-    than bin/router (REALTIER_VARIANTS='new=router=bin/router-new;old=router=bin/router-old'), so
-    two builds run side by side in every round."""
-    if flags and flags[0].startswith("router="):
-        return flags[0][len("router="):], flags[1:]
-    return f"{BIN}/router", flags
+def variant_of(flags):
+    """The router binary a variant runs, the niceness of its workersims and loadgen, and its router
+    flags. Leading words router=PATH name another build than bin/router
+    (REALTIER_VARIANTS='new=router=bin/router-new;old=router=bin/router-old'), so two builds run
+    side by side in every round; nice=N runs the workersims and loadgen at niceness N, the routers
+    at 0, so the kernel runs a router first when both wait for a core."""
+    router, nice = f"{BIN}/router", 0
+    while flags and flags[0].split("=")[0] in ("router", "nice"):
+        word, _, value = flags[0].partition("=")
+        if word == "router":
+            router = value
+        else:
+            nice = int(value)
+        flags = flags[1:]
+    return router, nice, flags
 
 
 def variants():
@@ -389,7 +403,7 @@ def fleetsim_flags(router_flags):
     out, i = [], 0
     while i < len(router_flags):
         flag = router_flags[i]
-        if flag.startswith("router="):  # a build, not a flag
+        if flag.startswith(("router=", "nice=")):  # a build or the others' niceness, not a flag
             pass
         elif flag.split("=")[0] == "--placer":  # a boolean: only its --placer=false form takes a value
             out.append(flag)
