@@ -112,21 +112,32 @@ type naiveFact struct {
 	w WorkerID
 }
 
-// naiveUse is a fact's last use and the blocks it is charged.
+// naiveUse is a fact's last use and the blocks it is charged; for one
+// recorded by Insert, its depth in the chain and the generation of the fact
+// before it there (parent, -1: none). A generation names one life of a
+// fact: a fact evicted and recorded again is another.
 type naiveUse struct {
 	tick, weight int
 	inserted     bool
+	gen, depth   int
+	parent       int
 }
 
 // naiveTrim evicts w's least recently used facts until the blocks charged
-// to w fit budget.
+// to w fit budget; the last one, charged for more than the excess, loses
+// the excess only.
 func naiveTrim(facts map[naiveFact]naiveUse, w WorkerID, budget int) {
-	for naiveCharged(facts, w) > budget {
+	for over := naiveCharged(facts, w) - budget; over > 0; over = naiveCharged(facts, w) - budget {
 		oldest, oldestTick := naiveFact{}, -1
 		for k, u := range facts {
 			if k.w == w && (oldestTick < 0 || u.tick < oldestTick) {
 				oldest, oldestTick = k, u.tick
 			}
+		}
+		if u := facts[oldest]; u.weight > over { // a stretch loses its deepest blocks only
+			u.weight -= over
+			facts[oldest] = u
+			return
 		}
 		delete(facts, oldest)
 	}
@@ -156,26 +167,40 @@ func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 		chains = append(chains, chain("m", 1+rng.IntN(12), string(rune('a'+i))))
 	}
 	all := []*Load{{id: 1}, {id: 2}, {id: 3}}
+	gens := 0
+	life := func(f naiveFact) int { // the fact's generation, a new one if it is not held
+		if u, ok := naive[f]; ok {
+			return u.gen
+		}
+		gens++
+		return gens
+	}
 	for range 3000 {
 		c, w := chains[rng.IntN(len(chains))], WorkerID(1+rng.IntN(3))
 		switch rng.IntN(4) {
 		case 0, 1:
 			ix.Insert(c, w)
+			g := make([]int, len(c))
+			for i := range c {
+				g[i] = life(naiveFact{c[i], w})
+			}
 			for i := len(c) - 1; i >= 0; i-- {
 				tick++
-				naive[naiveFact{c[i], w}] = naiveUse{tick, 1, true}
+				parent := -1
+				if i > 0 {
+					parent = g[i-1]
+				}
+				naive[naiveFact{c[i], w}] = naiveUse{tick: tick, weight: 1, inserted: true, gen: g[i], depth: i, parent: parent}
 			}
 			naiveTrim(naive, w, budget)
 		case 2:
-			h, span := c[rng.IntN(len(c))], uint32(rng.IntN(60))
-			ix.Learn(Fact{Hash: h, Worker: w, Span: span})
-			tick++
-			weight := min(max(int(span), 1), budget)
-			old, held := naive[naiveFact{h, w}]
-			if held && old.inserted {
-				weight = 1
+			at := rng.IntN(len(c))
+			h, span := c[at], uint32(rng.IntN(60))
+			if rng.IntN(4) == 0 {
+				span = SpanSuperseded
 			}
-			naive[naiveFact{h, w}] = naiveUse{tick, weight, held && old.inserted}
+			ix.Learn(Fact{Hash: h, Worker: w, Span: span})
+			naiveLearn(naive, c, at, w, span, budget, &tick, life)
 			naiveTrim(naive, w, budget)
 		default:
 			pool := NewPool(all[:1+rng.IntN(3)])
@@ -189,6 +214,58 @@ func TestMatchAgreesWithANaiveIndex(t *testing.T) {
 			t.Fatalf("worker %d is charged %d blocks, naive %d", w, got, want)
 		}
 	}
+}
+
+// naiveLearn is Learn of a peer's fact for block at of chain c: a learned
+// fact is charged its span; a recorded one keeps its charge of 1 and, for a
+// span, makes the recorded blocks before it within the span the newest,
+// charging it for those it no longer holds; superseded, it drops the
+// recorded blocks between it and the last checkpoint below it.
+func naiveLearn(naive map[naiveFact]naiveUse, c []uint64, at int, w WorkerID, span uint32, budget int, tick *int, life func(naiveFact) int) {
+	f := naiveFact{c[at], w}
+	u, held := naive[f]
+	*tick++
+	if !held || !u.inserted {
+		naive[f] = naiveUse{tick: *tick, weight: min(max(int(span), 1), budget), gen: life(f), parent: -1}
+		return
+	}
+	u.tick, u.weight = *tick, 1
+	// ancestor k of the fact while the chain of links holds: recorded, and
+	// the life the link was made with.
+	ancestor := func(k, want int) (naiveFact, naiveUse, bool) {
+		if at-k < 0 || want < 0 {
+			return naiveFact{}, naiveUse{}, false
+		}
+		a := naiveFact{c[at-k], w}
+		au, ok := naive[a]
+		return a, au, ok && au.inserted && au.gen == want
+	}
+	if span == SpanSuperseded {
+		last := LastCheckpointBelow(u.depth)
+		for k, want := 1, u.parent; ; k++ {
+			a, au, ok := ancestor(k, want)
+			if !ok || au.depth <= last {
+				break
+			}
+			delete(naive, a)
+			want = au.parent
+		}
+		u.parent = -1
+		naive[f] = u
+		return
+	}
+	n, want := int(span)-1, u.parent
+	for k := 1; k <= n; k++ {
+		a, au, ok := ancestor(k, want)
+		if !ok {
+			u.weight += n - k + 1
+			break
+		}
+		*tick++
+		want, au.tick = au.parent, *tick
+		naive[a] = au
+	}
+	naive[f] = u
 }
 
 func naiveMatch(facts map[naiveFact]naiveUse, c []uint64, pool *Pool) (int, map[WorkerID]bool) {
@@ -432,5 +509,129 @@ func TestIndexReadersRunBesideWriters(t *testing.T) {
 	wg.Wait()
 	if d, _ := ix.Match(hashes, pool, nil); d != 295 {
 		t.Fatalf("deepest block held %d, want 295", d)
+	}
+}
+
+// held reports whether the index holds block h for worker w.
+func held(ix *Index, h uint64, w WorkerID) bool {
+	_, ok := ix.Inserted(h, w)
+	return ok
+}
+
+// TestAPeersCheckpointKeepsTheBlocksBeforeItThatThisReplicaRecorded: a
+// checkpoint a peer announces for a conversation this replica recorded
+// (its own decision of an earlier turn) says the peer's decision used the
+// blocks of its span as well: they stay as recent as the checkpoint, so
+// the budget's pressure takes older conversations' blocks first, as the
+// engine's LRU does, and the checkpoint's stretch is not left charged 1.
+func TestAPeersCheckpointKeepsTheBlocksBeforeItThatThisReplicaRecorded(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 64)
+	live, older := chain("m", 32, "live"), chain("m", 32, "older")
+	ix.Insert(live, 1)
+	ix.Insert(older, 1) // now live is the older one
+	ix.Learn(Fact{Hash: live[31], Worker: 1, Span: 16})
+	ix.Insert(chain("m", 24, "new"), 1) // 24 blocks over the budget
+	for i := 16; i < 32; i++ {
+		if !held(ix, live[i], 1) {
+			t.Fatalf("block %d of the conversation the peer just used was evicted", i)
+		}
+	}
+	if held(ix, older[31], 1) {
+		t.Fatal("the deepest block of the conversation nobody used since is still held")
+	}
+	if n := ix.Blocks(1); n != 64 {
+		t.Fatalf("charged %d blocks, want the budget of 64", n)
+	}
+}
+
+// TestAPeersCheckpointIsChargedTheBlocksBeforeItThisReplicaNoLongerHolds:
+// where the blocks this replica recorded before a checkpoint aged out
+// alone, the checkpoint a peer announces again is charged for them: the
+// engine holds them, the peer's decision just used them.
+func TestAPeersCheckpointIsChargedTheBlocksBeforeItThisReplicaNoLongerHolds(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 40)
+	conv := chain("m", 32, "conv")
+	ix.Insert(conv, 1)
+	ix.Learn(Fact{Hash: conv[31], Worker: 1, Span: 1}) // the deepest block alone made recent
+	ix.Insert(chain("m", 24, "other"), 1)              // 16 over: the oldest 16 blocks go
+	if held(ix, conv[15], 1) || !held(ix, conv[14], 1) {
+		t.Fatalf("setup: block 15 held %v, block 14 held %v", held(ix, conv[15], 1), held(ix, conv[14], 1))
+	}
+	ix.SetBudget(1, 100) // room for the charge to show
+	before := ix.Blocks(1)
+	ix.Learn(Fact{Hash: conv[31], Worker: 1, Span: 16})
+	// Blocks 16..30 are gone: conv[31] stands for them again, 1 + 15.
+	if got := ix.Blocks(1) - before; got != 15 {
+		t.Fatalf("the checkpoint's charge grew by %d, want 15 for the blocks no longer held", got)
+	}
+}
+
+// TestASupersededFactDropsTheStretchADeeperFactStandsFor: a peer's hit
+// that continued a conversation this replica recorded announces the
+// earlier deepest block as superseded and a deeper fact whose span runs
+// back to the last checkpoint: the blocks this replica recorded in that
+// stretch are dropped, so the conversation is charged once, as the engine
+// holds it, and not twice until those blocks age out.
+func TestASupersededFactDropsTheStretchADeeperFactStandsFor(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 1000)
+	turn := chain("m", 100, "conv")
+	ix.Insert(turn, 1)
+	next := chain("m", 120, "conv") // the same text, longer: the next turn
+	ix.Learn(Fact{Hash: turn[99], Worker: 1, Span: SpanSuperseded})
+	ix.Learn(Fact{Hash: next[119], Worker: 1, Span: 120 - 64})
+	if n := ix.Blocks(1); n != 64+1+56 {
+		t.Fatalf("charged %d blocks, want 121: the 64 to the last checkpoint, the superseded block, the deeper fact's 56", n)
+	}
+	for i, want := range map[int]bool{63: true, 64: false, 98: false, 99: true} {
+		if got := held(ix, turn[i], 1); got != want {
+			t.Errorf("block %d held %v, want %v", i, got, want)
+		}
+	}
+	if d, _ := ix.Match(next, NewPool([]*Load{{id: 1}}), nil); d != 119 {
+		t.Fatalf("the next turn matched to depth %d, want 119", d)
+	}
+}
+
+// TestAPeersCheckpointRefreshesAcrossInsertChunks: a chain longer than one
+// insert chunk links its blocks across the chunks' seam.
+func TestAPeersCheckpointRefreshesAcrossInsertChunks(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 1<<16)
+	conv := make([]uint64, insertChunk+100) // chunks [100, 356) and [0, 100)
+	for i := range conv {
+		conv[i] = uint64(1000 + i)
+	}
+	ix.Insert(conv, 1)
+	ix.Insert([]uint64{1}, 1)
+	ix.Learn(Fact{Hash: conv[127], Worker: 1, Span: 64}) // blocks 64..127, across the seam at 100
+	var order []uint64
+	for _, f := range ix.Recent(65) {
+		order = append(order, f.Hash)
+	}
+	if want := conv[64:128]; !slices.Equal(order[:64], want) {
+		t.Fatalf("newest first %v, want blocks 64..127 %v", order[:64], want)
+	}
+	if order[64] != 1 {
+		t.Fatalf("after the checkpoint's stretch came %d, want the block inserted before", order[64])
+	}
+}
+
+// TestAStretchAtTheTailLosesOnlyTheExcess: a learned fact standing for 30
+// blocks at the tail of the LRU, 10 blocks over the budget, keeps standing
+// for 20: the engine gives up the deepest 10 blocks of that prefix, not all
+// of it.
+func TestAStretchAtTheTailLosesOnlyTheExcess(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 40)
+	learned := chain("m", 30, "learned")
+	ix.Learn(Fact{Hash: learned[29], Worker: 1, Span: 30})
+	ix.Insert(chain("m", 20, "new"), 1)
+	if n := ix.Blocks(1); n != 40 {
+		t.Fatalf("charged %d blocks, want the budget of 40", n)
+	}
+	if d, _ := ix.Match(learned, NewPool([]*Load{{id: 1}}), nil); d != 29 {
+		t.Fatalf("the learned prefix matched to depth %d, want 29: 20 of its 30 blocks are still charged", d)
+	}
+	ix.Insert(chain("m", 20, "newer"), 1) // 20 over: the 20 left go, and the fact with them
+	if d, _ := ix.Match(learned, NewPool([]*Load{{id: 1}}), nil); d != -1 {
+		t.Fatalf("the learned prefix matched to depth %d after its last blocks were evicted", d)
 	}
 }

@@ -78,7 +78,9 @@ type Fact struct {
 	// routing decision (1 for the first block), so the facts of one
 	// decision add up to its chain length. A receiver charges it to the
 	// worker's cache budget, as it would the blocks themselves. Owned
-	// always makes it at least 1; a fact's identity, for deduplication, is
+	// makes it at least 1, but for a conversation's earlier deepest fact
+	// that a deeper one now stands for, announced again with
+	// affinity.SpanSuperseded (0); a fact's identity, for deduplication, is
 	// (Hash, Worker) alone.
 	Span uint32
 }

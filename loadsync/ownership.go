@@ -1,6 +1,10 @@
 package loadsync
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
 
 // learnChunk is how many learned facts are recorded per lock hold.
 const learnChunk = 512
@@ -18,14 +22,15 @@ func (s *State) Owned(hashes []uint64, worker uint32) { s.OwnedBeyond(hashes, -1
 // hashes[:known+1] (a hit matched at depth known; -1 for a miss). When known
 // was the deepest fact of an earlier decision and not a checkpoint, the new
 // deepest fact's span covers its stretch again, so known is announced once
-// more with a span of 1: a peer then charges the conversation's prefix once,
-// as the engine holds it, not once per turn, and an old turn's fact aging out
-// of its index frees one block, not a stretch that is still cached.
+// more as superseded (affinity.SpanSuperseded, charged 1): a peer then
+// charges the conversation's prefix once, as the engine holds it, not once
+// per turn, and an old turn's fact aging out of its index frees one block,
+// not a stretch that is still cached.
 func (s *State) OwnedBeyond(hashes []uint64, known int, worker uint32) {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
 	if superseded(known, len(hashes)) {
-		s.demote(Fact{Hash: hashes[known], Worker: worker, Span: 1})
+		s.demote(Fact{Hash: hashes[known], Worker: worker, Span: affinity.SpanSuperseded})
 	}
 	checkpointDepths(len(hashes), func(i, span int) {
 		s.offer(Fact{Hash: hashes[i], Worker: worker, Span: uint32(span)})
@@ -37,20 +42,7 @@ func (s *State) OwnedBeyond(hashes []uint64, known int, worker uint32) {
 // new deepest fact stands for, and is no checkpoint (whose span never
 // changes).
 func superseded(known, n int) bool {
-	return known >= 0 && known < n-1 && !isCheckpoint(known) && known > lastCheckpointBelow(n-1)
-}
-
-// isCheckpoint reports whether index i is one of the sparse checkpoints
-// 0, 1, 3, 7, ...: i+1 is a power of two.
-func isCheckpoint(i int) bool { return (i+1)&i == 0 }
-
-// lastCheckpointBelow is the deepest checkpoint index below i (-1 if none).
-func lastCheckpointBelow(i int) int {
-	c := -1
-	for depth := 1; depth-1 < i; depth <<= 1 {
-		c = depth - 1
-	}
-	return c
+	return known >= 0 && known < n-1 && !affinity.IsCheckpoint(known) && known > affinity.LastCheckpointBelow(n-1)
 }
 
 // demote queues f, a fact the peers hold with a larger span, whatever was

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // queuedBy returns the facts one Owned call queued, by flushing the queue.
@@ -286,7 +288,7 @@ func TestFactSetIsBoundedAndKeepsFactsInUse(t *testing.T) {
 
 // TestAHitDemotesTheSupersededDeepestFact: a continuation turn routed as a
 // hit on the worker that held the previous turn announces the previous
-// turn's deepest fact again with a span of 1, since the new deepest fact's
+// turn's deepest fact again as superseded, since the new deepest fact's
 // span covers its stretch: the peers charge the prefix once.
 func TestAHitDemotesTheSupersededDeepestFact(t *testing.T) {
 	r := newReplica(t, "a", nil)
@@ -296,7 +298,7 @@ func TestAHitDemotesTheSupersededDeepestFact(t *testing.T) {
 	r.st.OwnedBeyond(hashes, 11, 3)
 	now = now.Add(DefaultLoadInterval)
 	got := factsIn(t, r.st.Tick(now))
-	want := []Fact{{Hash: hashes[11], Worker: 3, Span: 1}, {Hash: hashes[13], Worker: 3, Span: 6}}
+	want := []Fact{{Hash: hashes[11], Worker: 3, Span: affinity.SpanSuperseded}, {Hash: hashes[13], Worker: 3, Span: 6}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("continuation queued %v, want %v", got, want)
 	}
@@ -312,7 +314,7 @@ func TestNoDemotionOfACheckpointOrAMiss(t *testing.T) {
 		r.st.OwnedBeyond(hashes, known, 3)
 		now = now.Add(DefaultLoadInterval)
 		for _, f := range factsIn(t, r.st.Tick(now)) {
-			if f.Span == 1 && f.Hash != hashes[0] && f.Hash != hashes[1] {
+			if f.Span == affinity.SpanSuperseded {
 				t.Errorf("known %d: demoted %v", known, f)
 			}
 		}

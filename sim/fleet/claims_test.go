@@ -87,7 +87,11 @@ var claimCases = []claimCase{
 		name:   "the conversation trace, first 1000 records, 16 workers",
 		fleet:  func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
 		load:   func(int64) (Workload, error) { return claimTraceLoad(0, 0) },
-		hitLow: []float64{0.92, 0.95, 0.97}, thrLow: []float64{0.98, 0.98, 0.98},
+		// One replica against itself, its arrivals moved by up to 1 ms,
+		// gives 0.905-1.047 of its own hit rate here; since the peers'
+		// facts are counted as the engine keeps them, 64 replicas give
+		// 0.953-1.041 (mean 1.003), 32 replicas 0.997-1.045.
+		hitLow: []float64{0.92, 0.95, 0.95}, thrLow: []float64{0.98, 0.98, 0.98},
 		jittered: func(seed int64) (Workload, error) {
 			return claimTraceLoad(0, seed)
 		},
@@ -101,9 +105,10 @@ var claimCases = []claimCase{
 		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
 		load:  func(seed int64) (Workload, error) { return claimTraceLoad(seed, 0) },
 		// The spread trace's worst seeds move most with where a new
-		// conversation starts (8 replicas 0.908-1.101, mean 1.018; 64
-		// replicas 0.971-1.083): see the one replica against itself.
-		hitLow: []float64{0.90, 0.95, 0.95}, thrLow: []float64{0.98, 0.98, 0.98},
+		// conversation starts (8 replicas 0.920-1.102, mean 1.021; 32
+		// replicas 0.918-1.082, mean 1.020; 64 replicas 0.957-1.075): see
+		// the one replica against itself.
+		hitLow: []float64{0.90, 0.91, 0.95}, thrLow: []float64{0.98, 0.98, 0.98},
 		jittered: func(seed int64) (Workload, error) {
 			return claimTraceLoad(seed, seed)
 		},
