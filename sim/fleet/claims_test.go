@@ -84,9 +84,9 @@ var claimCases = []claimCase{
 		hitLow: []float64{0.99, 0.99, 0.99}, thrLow: []float64{0.98, 0.98, 0.98},
 	},
 	{
-		name:   "the conversation trace, first 1000 records, 16 workers",
-		fleet:  func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
-		load:   func(int64) (Workload, error) { return claimTraceLoad(0, 0) },
+		name:  "the conversation trace, first 1000 records, 16 workers",
+		fleet: func(n int, seed int64) Config { return Config{Workers: 16, Replicas: n, Seed: seed} },
+		load:  func(int64) (Workload, error) { return claimTraceLoad(0, 0) },
 		// One replica against itself, its arrivals moved by up to 1 ms,
 		// gives 0.905-1.047 of its own hit rate here; since the peers'
 		// facts are counted as the engine keeps them, 64 replicas give
