@@ -59,9 +59,10 @@ type ownerNode struct {
 	forks      bool
 	prev, next *ownerNode
 	// parent is the fact of the block before this one in the chain Insert
-	// recorded (nil at depth 0), while it is this owner's: what a peer's
-	// fact for an inserted block refreshes or supersedes (Learn). Written
-	// and read under the owner's lock; drop clears it.
+	// recorded (nil at depth 0), itself recorded by Insert: what a peer's
+	// fact for an inserted block refreshes or supersedes (Learn). A parent
+	// evicted since is unlinked (prev nil). Written and read under the
+	// owner's lock; drop clears it.
 	parent *ownerNode
 }
 
@@ -203,29 +204,33 @@ type insertBatch struct {
 // shards. The facts are not linked into o's LRU: new ones not at all,
 // known ones where they were. o.mu is held.
 func (ix *Index) record(b *insertBatch, hashes []uint64, w WorkerID, now int64, deeper bool) []*ownerNode {
-	var end [indexShards]uint16 // after the counting sort: where each shard's positions end in order
-	for _, h := range hashes {
-		end[h%indexShards]++
-	}
-	var at uint16
-	for s := range end {
-		at += end[s]
-		end[s] = at - end[s] // for now, where shard s's positions start
-	}
-	for i, h := range hashes {
-		s := h % indexShards
-		b.order[end[s]] = uint16(i)
-		end[s]++
-	}
+	bounds := b.sortByShard(hashes)
 	nodes := b.nodes[:len(hashes)]
-	var start uint16
-	for s := range end {
-		if end[s] > start {
-			ix.shards[s].record(hashes, b.order[start:end[s]], nodes, w, now, deeper)
+	for s := range indexShards {
+		if at := b.order[bounds[s]:bounds[s+1]]; len(at) > 0 {
+			ix.shards[s].record(hashes, at, nodes, w, now, deeper)
 		}
-		start = end[s]
 	}
 	return nodes
+}
+
+// sortByShard puts the positions of hashes (at most insertChunk) into
+// b.order sorted by their shard, a counting sort, and returns where each
+// shard's positions start: shard s's are b.order[bounds[s]:bounds[s+1]].
+func (b *insertBatch) sortByShard(hashes []uint64) (bounds [indexShards + 1]uint16) {
+	for _, h := range hashes {
+		bounds[h%indexShards+1]++
+	}
+	for s := range indexShards {
+		bounds[s+1] += bounds[s]
+	}
+	next := bounds
+	for i, h := range hashes {
+		s := h % indexShards
+		b.order[next[s]] = uint16(i)
+		next[s]++
+	}
+	return bounds
 }
 
 // record is Index.record for the positions of hashes that fall in s.
@@ -308,7 +313,7 @@ func (ix *Index) refreshAncestors(o *ownerLRU, node *ownerNode, n int, now int64
 	for n > 0 {
 		chunk := o.batch.nodes[:0]
 		for ; n > 0 && len(chunk) < insertChunk; n-- {
-			if p == nil || p.prev == nil || !p.inserted {
+			if p == nil || p.prev == nil { // the chain ends, or its fact was evicted
 				ix.restamp(o.batch, chunk, now)
 				return n
 			}
@@ -324,31 +329,20 @@ func (ix *Index) refreshAncestors(o *ownerLRU, node *ownerNode, n int, now int64
 // restamp stamps nodes now, taking each shard's lock once, and clears the
 // scratch they are in. o.mu is held.
 func (ix *Index) restamp(b *insertBatch, nodes []*ownerNode, now int64) {
-	var end [indexShards]uint16
-	for _, n := range nodes {
-		end[n.hash%indexShards]++
-	}
-	var at uint16
-	for s := range end {
-		at += end[s]
-		end[s] = at - end[s]
-	}
+	var hashes [insertChunk]uint64
 	for i, n := range nodes {
-		s := n.hash % indexShards
-		b.order[end[s]] = uint16(i)
-		end[s]++
+		hashes[i] = n.hash
 	}
-	var start uint16
-	for s := range end {
-		if end[s] > start {
+	bounds := b.sortByShard(hashes[:len(nodes)])
+	for s := range indexShards {
+		if at := b.order[bounds[s]:bounds[s+1]]; len(at) > 0 {
 			sh := &ix.shards[s]
 			sh.mu.Lock()
-			for _, i := range b.order[start:end[s]] {
+			for _, i := range at {
 				nodes[i].stamp = now
 			}
 			sh.mu.Unlock()
 		}
-		start = end[s]
 	}
 	clear(nodes)
 }
@@ -357,7 +351,7 @@ func (ix *Index) restamp(b *insertBatch, nodes []*ownerNode, now int64) {
 // checkpoint below it. o.mu is held.
 func (ix *Index) dropStretch(o *ownerLRU, node *ownerNode) {
 	c := LastCheckpointBelow(int(node.depth))
-	for p := node.parent; p != nil && p.prev != nil && p.inserted && int(p.depth) > c; {
+	for p := node.parent; p != nil && p.prev != nil && int(p.depth) > c; {
 		next := p.parent
 		ix.drop(o, p)
 		p = next
