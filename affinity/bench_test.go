@@ -36,7 +36,7 @@ func benchSelect(b *testing.B, policy string, workers int) {
 	}
 	pool := NewPool(members)
 	p, err := NewPolicy(Settings{Policy: policy, Thresholds: DefaultThresholds(),
-		MissPlacement: PlaceLeastLoad, BlockSize: DefaultBlockSize}, index)
+		MissPlacement: PlaceLeastPrefill, BlockSize: DefaultBlockSize}, index)
 	if err != nil {
 		b.Fatal(err)
 	}

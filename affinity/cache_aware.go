@@ -17,7 +17,9 @@ type CacheAware struct {
 	thresholds Thresholds
 	blockSize  int
 	rendezvous bool
-	fleetGate  bool
+	// byBacklog places a miss by prefill backlog (least_prefill).
+	byBacklog bool
+	fleetGate bool
 	// overloadOnReports: Settings.OverloadOnReports.
 	overloadOnReports bool
 	heat              heat // recent hits per prefix, for hot-prefix spreading
@@ -177,6 +179,9 @@ func (p *CacheAware) hotCandidates(key uint64, pool *Pool, sp spread, v burstVie
 // than about HotLoad of the burst.
 func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) Choice {
 	if !p.rendezvous && (depth >= 0 || req.burst.peers == 0) {
+		if p.byBacklog {
+			return p.leastBacklog(req, pool, sp)
+		}
 		return sp.pick(pool)
 	}
 	key := req.Tail
@@ -198,6 +203,36 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 		return sp.pick(pool)
 	}
 	return top[req.Tail%uint64(len(top))].Choice
+}
+
+// leastBacklog is the least_prefill placement: the candidate with the least
+// prefill backlog among those within the hot-prefix bound of the least
+// loaded (not busy), ties broken as least load breaks them.
+//
+// A miss's first token waits for the prompts queued ahead of it on its
+// worker as well as for its own, and a count of requests does not say how
+// much prompt is queued: a worker whose requests are decoding is free to
+// prefill, one that took a long conversation whose cache was evicted is
+// not. The count keeps its say through the bound, so a worker full of long
+// decodes is not handed every miss.
+func (p *CacheAware) leastBacklog(req *Request, pool *Pool, sp spread) Choice {
+	best, bestLoad, bestSeen, bestBacklog := -1, int64(0), int64(0), int64(0)
+	for i := range pool.Len() {
+		m := pool.At(i)
+		seen := m.local.Load()
+		l := m.selectLoad(seen, req.burst)
+		if p.busy(l, sp.min) {
+			continue
+		}
+		b := m.MergedBacklog()
+		if best < 0 || b < bestBacklog || b == bestBacklog && less(l, m, bestLoad, pool.At(best), req.Tail) {
+			best, bestLoad, bestSeen, bestBacklog = i, l, seen, b
+		}
+	}
+	if best < 0 {
+		return sp.pick(pool)
+	}
+	return Choice{Load: pool.At(best), Seen: bestSeen}
 }
 
 // spreadWidth is how many workers share a cold prefix's first instant: one

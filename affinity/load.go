@@ -22,6 +22,11 @@ type Load struct {
 	processed atomic.Uint64
 	// recent counts this replica's latest reservations, for the peer share.
 	recent recentReservations
+	// backlog is this replica's prefill backlog on the worker: the
+	// uncached prompt bytes of its in-flight requests whose first token
+	// has not come (Guard.Prefilled). remoteBacklog is the sum of the
+	// other live replicas' latest reports of theirs.
+	backlog, remoteBacklog atomic.Int64
 }
 
 // selectLoad is the load selection compares: local (as read by the caller)
@@ -39,6 +44,14 @@ func (l *Load) Local() int64 { return l.local.Load() }
 // Merged returns the in-flight count across the cluster: own exact count plus
 // the peers' latest reports.
 func (l *Load) Merged() int64 { return l.local.Load() + l.remote.Load() }
+
+// Backlog returns this replica's prefill backlog on the worker, in bytes of
+// uncached prompt text.
+func (l *Load) Backlog() int64 { return l.backlog.Load() }
+
+// MergedBacklog returns the prefill backlog across the cluster: own plus
+// the peers' latest reports.
+func (l *Load) MergedBacklog() int64 { return l.backlog.Load() + l.remoteBacklog.Load() }
 
 // Processed returns how many times this replica selected the worker.
 func (l *Load) Processed() uint64 { return l.processed.Load() }
@@ -94,6 +107,14 @@ func (t *LoadTable) SetRemote(id WorkerID, n int64) {
 	}
 }
 
+// SetRemoteBacklog records the sum of the peers' prefill backlogs for
+// worker id, when the table has it.
+func (t *LoadTable) SetRemoteBacklog(id WorkerID, n int64) {
+	if l := t.Lookup(id); l != nil {
+		l.remoteBacklog.Store(n)
+	}
+}
+
 // Remove drops worker id from the table: it left the registry. Guards
 // still held on its counters release them as usual.
 func (t *LoadTable) Remove(id WorkerID) {
@@ -117,6 +138,9 @@ func (t *LoadTable) Len() int { return len(*t.byID.Load()) }
 
 // SetRemote records the sum of the peers' in-flight counts.
 func (l *Load) SetRemote(n int64) { l.remote.Store(n) }
+
+// SetRemoteBacklog records the sum of the peers' prefill backlogs.
+func (l *Load) SetRemoteBacklog(n int64) { l.remoteBacklog.Store(n) }
 
 // Each calls fn for every known worker, in no particular order.
 func (t *LoadTable) Each(fn func(*Load)) {
@@ -145,15 +169,39 @@ func (t *LoadTable) reserve(l *Load, seen int64) (*Guard, bool) {
 }
 
 // Guard is one in-flight request on one worker. Release takes it back exactly
-// once, however many paths call it.
+// once, however many paths call it; the request's prefill backlog goes at
+// the first of Prefilled and Release.
 type Guard struct {
 	load     *Load
 	table    *LoadTable
 	released atomic.Bool
+	// backlog is the bytes charged on load.backlog (chargeBacklog), until
+	// prefilled.
+	backlog   int64
+	prefilled atomic.Bool
 }
 
 // Worker returns the id of the worker the guard counts on.
 func (g *Guard) Worker() WorkerID { return g.load.id }
+
+// chargeBacklog counts the request's uncached prompt bytes in its worker's
+// prefill backlog. The router calls it once, before handing the guard out.
+func (g *Guard) chargeBacklog(n int64) {
+	if n > 0 {
+		g.backlog = n
+		g.load.backlog.Add(n)
+	}
+}
+
+// Prefilled takes the request's prefill backlog back, once: its first
+// token came, so the engine no longer has its prompt to compute. Release
+// does it too, for a request that ends without one.
+func (g *Guard) Prefilled() {
+	if g == nil || g.backlog == 0 || !g.prefilled.CompareAndSwap(false, true) {
+		return
+	}
+	g.load.backlog.Add(-g.backlog)
+}
 
 // Release decrements the in-flight count, once; later calls do nothing. It
 // reports whether this call released the guard.
@@ -161,6 +209,7 @@ func (g *Guard) Release() bool {
 	if g == nil || !g.released.CompareAndSwap(false, true) {
 		return false
 	}
+	g.Prefilled()
 	if g.load.local.Add(-1) < 0 {
 		g.clampAtZero()
 	}

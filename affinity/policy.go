@@ -3,6 +3,7 @@ package affinity
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 )
 
@@ -113,9 +114,13 @@ var PolicyNames = []string{PolicyCacheAware, PolicyRoundRobin, PolicyRandom, Pol
 
 // Miss placements accepted by --miss-placement.
 const (
-	PlaceLeastLoad  = "least_load"
-	PlaceRendezvous = "rendezvous"
+	PlaceLeastLoad    = "least_load"
+	PlaceLeastPrefill = "least_prefill"
+	PlaceRendezvous   = "rendezvous"
 )
+
+// PlacementNames lists every miss placement, for flag help and validation.
+var PlacementNames = []string{PlaceLeastPrefill, PlaceLeastLoad, PlaceRendezvous}
 
 // Settings configure a policy.
 type Settings struct {
@@ -141,8 +146,8 @@ func NewPolicy(s Settings, ix *Index) (Policy, error) {
 	if rnd == nil {
 		rnd = rand.Uint64
 	}
-	if s.MissPlacement != PlaceLeastLoad && s.MissPlacement != PlaceRendezvous {
-		return nil, fmt.Errorf("unknown miss placement %q (want %s or %s)", s.MissPlacement, PlaceLeastLoad, PlaceRendezvous)
+	if !slices.Contains(PlacementNames, s.MissPlacement) {
+		return nil, fmt.Errorf("unknown miss placement %q (one of %v)", s.MissPlacement, PlacementNames)
 	}
 	switch s.Policy {
 	case PolicyRoundRobin:
@@ -160,7 +165,8 @@ func NewPolicy(s Settings, ix *Index) (Policy, error) {
 			return nil, fmt.Errorf("block size %d: must be positive", s.BlockSize)
 		}
 		return &CacheAware{index: ix, thresholds: s.Thresholds, blockSize: s.BlockSize,
-			rendezvous: s.MissPlacement == PlaceRendezvous, fleetGate: s.Policy == PolicyFleetGate,
+			rendezvous: s.MissPlacement == PlaceRendezvous, byBacklog: s.MissPlacement == PlaceLeastPrefill,
+			fleetGate:         s.Policy == PolicyFleetGate,
 			overloadOnReports: s.OverloadOnReports}, nil
 	}
 	return nil, fmt.Errorf("unknown policy %q", s.Policy)

@@ -82,7 +82,7 @@ func (r *Router) Route(req *Request, pool *Pool) (Decision, *Guard, error) {
 	if o, ok := r.policy.(routedObserver); ok {
 		o.routed(c)
 	}
-	return r.record(req, c), g, nil
+	return r.record(req, c, g), g, nil
 }
 
 // ErrNotACandidate is returned by RouteTo for a worker outside the pool.
@@ -101,20 +101,30 @@ func (r *Router) RouteTo(req *Request, pool *Pool, placed Decision) (Decision, *
 	m := pool.At(i)
 	req.reserved = m
 	g := r.loads.Acquire(m)
-	return r.record(req, Choice{Load: m, Hit: placed.Hit, Matched: placed.Matched}), g, nil
+	return r.record(req, Choice{Load: m, Hit: placed.Hit, Matched: placed.Matched}, g), g, nil
 }
 
-// record counts a reserved choice as processed and, for a prefix policy,
-// records its worker as the owner of the request's blocks and tells the
-// peers.
-func (r *Router) record(req *Request, c Choice) Decision {
+// record counts a reserved choice as processed and in its worker's prefill
+// backlog (g, its reservation) and, for a prefix policy, records its worker
+// as the owner of the request's blocks and tells the peers.
+func (r *Router) record(req *Request, c Choice, g *Guard) Decision {
 	c.Load.processed.Add(1)
+	g.chargeBacklog(int64(uncached(req, c)))
 	w := c.Load.id
 	if RoutesByPrefix(r.policy) && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
 		r.announce(req, c, w)
 	}
 	return Decision{Worker: w, Hit: c.Hit, Shed: c.Shed, Matched: c.Matched, Total: req.Len()}
+}
+
+// uncached is how much of req's text the chosen worker is expected to
+// compute: the unmatched rest of a hit, all of a miss.
+func uncached(req *Request, c Choice) int {
+	if c.Hit {
+		return max(req.Len()-c.Matched, 0)
+	}
+	return req.Len()
 }
 
 // announce tells the sink that w owns hashes, and, for a hit, how deep it

@@ -142,13 +142,21 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		}
 	})
 
-	t.Run("load views converge to zero after traffic", func(t *testing.T) {
+	t.Run("load views and prefill backlogs converge to zero after traffic", func(t *testing.T) {
 		c.t = t
 		defer c.releaseAll()
 		p := prompt("busy conversation", 4)
 		held1 := c.holdThrough(c.replicas["r1"], p, 2)
 		held2 := c.holdThrough(c.replicas["r2"], p, 1)
 		testwait.Eventually(t, testDeadline, func() bool { return c.mergedInFlight(c.replicas["r0"]) == 3 }, "r0 sees the others' load")
+		// The held requests wait for their first token: their prompts are
+		// their workers' backlog, at r0 as where they were sent.
+		backlog := c.backlog(c.replicas["r1"], (*affinity.Load).Backlog) + c.backlog(c.replicas["r2"], (*affinity.Load).Backlog)
+		if backlog == 0 {
+			t.Fatal("held requests left no prefill backlog")
+		}
+		testwait.Eventually(t, testDeadline, func() bool { return c.backlog(c.replicas["r0"], (*affinity.Load).MergedBacklog) == backlog },
+			"r0 sees the others' prefill backlog of %d bytes", backlog)
 		c.releaseAll()
 		held1()
 		held2()
@@ -370,6 +378,13 @@ func (c *testCluster) mergedInFlight(r *Replica) int64 {
 	return n
 }
 
+// backlog sums a prefill backlog (own or merged) over r's workers.
+func (c *testCluster) backlog(r *Replica, of func(*affinity.Load) int64) int64 {
+	var n int64
+	r.loads.Each(func(l *affinity.Load) { n += of(l) })
+	return n
+}
+
 func (c *testCluster) workerByName(name string) *fakeWorker {
 	for _, w := range c.workers {
 		if w.name == name {
@@ -380,14 +395,15 @@ func (c *testCluster) workerByName(name string) *fakeWorker {
 	return nil
 }
 
-// allLoadsZero reads r's /get_loads.
+// allLoadsZero reads r's /get_loads: no request and no prefill backlog
+// anywhere.
 func (c *testCluster) allLoadsZero(r *Replica) bool {
 	var loads struct{ Workers []adminapi.WorkerLoad }
 	if err := json.Unmarshal([]byte(c.get(r, "/get_loads").Body), &loads); err != nil {
 		c.t.Fatal(err)
 	}
 	for _, w := range loads.Workers {
-		if w.Load != 0 || w.LocalLoad != 0 {
+		if w.Load != 0 || w.LocalLoad != 0 || w.PrefillBacklog != 0 || w.LocalPrefillBacklog != 0 {
 			return false
 		}
 	}

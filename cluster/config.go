@@ -237,7 +237,7 @@ type Routing struct {
 func DefaultRouting() Routing {
 	return Routing{
 		Policy:           affinity.PolicyCacheAware,
-		MissPlacement:    affinity.PlaceLeastLoad,
+		MissPlacement:    affinity.PlaceLeastPrefill,
 		Thresholds:       affinity.DefaultThresholds(),
 		BlockSize:        affinity.DefaultBlockSize,
 		MaxTreeSize:      1 << 26,
@@ -293,8 +293,8 @@ func validPolicy(flag, name string) error {
 }
 
 func validPlacement(flag, name string) error {
-	if name != affinity.PlaceLeastLoad && name != affinity.PlaceRendezvous {
-		return flagErr(flag, "unknown miss placement %q (least_load or rendezvous)", name)
+	if !slices.Contains(affinity.PlacementNames, name) {
+		return flagErr(flag, "unknown miss placement %q (one of %v)", name, affinity.PlacementNames)
 	}
 	return nil
 }

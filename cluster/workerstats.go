@@ -48,12 +48,10 @@ func (v *adminViews) workerStats() adminapi.WorkerStats {
 }
 
 func (v *adminViews) workerStat(w store.Worker, t proxy.WorkerTally, peers map[string]map[uint32]int64) adminapi.WorkerStat {
-	l := v.loads.Get(affinity.WorkerID(w.ID))
 	st, _ := v.monitor.Status(health.WorkerID(w.ID))
 	s := adminapi.WorkerStat{
-		WorkerLoad: adminapi.WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
-			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)},
-		Model: w.Model, PeerLoads: map[string]int64{}, Probed: st.Probed, Circuit: st.Circuit.String(),
+		WorkerLoad: v.workerLoad(w, st),
+		Model:      w.Model, PeerLoads: map[string]int64{}, Probed: st.Probed, Circuit: st.Circuit.String(),
 		Wedged: st.Wedged, Degraded: st.Degraded, RemoteVerdicts: st.RemoteVerdicts,
 		Hits: t.Hits, Misses: t.Misses, Tokens: t.Tokens, Processed: t.Processed,
 		KVEvents: v.kv.stat(w.ID),
@@ -72,10 +70,16 @@ func (v *adminViews) workerLoads() []adminapi.WorkerLoad {
 	reg := v.fsm.View()
 	out := make([]adminapi.WorkerLoad, 0, reg.Len())
 	for _, w := range reg.Workers() {
-		l := v.loads.Get(affinity.WorkerID(w.ID))
 		st, _ := v.monitor.Status(health.WorkerID(w.ID))
-		out = append(out, adminapi.WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
-			LocalLoad: l.Local(), Healthy: st.Eligible, State: string(w.State)})
+		out = append(out, v.workerLoad(w, st))
 	}
 	return out
+}
+
+// workerLoad is w's row of /get_loads, with st its health here.
+func (v *adminViews) workerLoad(w store.Worker, st health.WorkerStatus) adminapi.WorkerLoad {
+	l := v.loads.Get(affinity.WorkerID(w.ID))
+	return adminapi.WorkerLoad{ID: w.ID, Worker: w.URL, URL: w.URL, Role: string(w.Role), Load: l.Merged(),
+		LocalLoad: l.Local(), PrefillBacklog: l.MergedBacklog(), LocalPrefillBacklog: l.Backlog(),
+		Healthy: st.Eligible, State: string(w.State)}
 }

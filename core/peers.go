@@ -46,6 +46,24 @@ func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
 	return dst
 }
 
+// localBacklogs is loadsync's LocalBacklogs: this replica's prefill
+// backlog on every known worker.
+func (r *Replica) localBacklogs(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	for _, l := range r.known.Load().inOrder {
+		if n := l.Backlog(); n != 0 {
+			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
+		}
+	}
+	return dst
+}
+
+// remoteBacklog takes the peers' prefill backlog for a known worker.
+func (r *Replica) remoteBacklog(w uint32, n int64) {
+	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {
+		l.SetRemoteBacklog(n)
+	}
+}
+
 // remoteLoad takes the peers' in-flight count for a known worker.
 func (r *Replica) remoteLoad(w uint32, n int64) {
 	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {

@@ -137,6 +137,8 @@ func New(cfg Config) (*Replica, error) {
 func (r *Replica) startGossip(gc loadsync.Config) error {
 	gc.LocalLoads = r.localLoads
 	gc.OnRemoteLoad = r.remoteLoad
+	gc.LocalBacklogs = r.localBacklogs
+	gc.OnRemoteBacklog = r.remoteBacklog
 	gc.KnownWorker = r.isKnown
 	gc.OnOwnership = r.ownership
 	gc.LocalVerdicts = r.cfg.LocalVerdicts

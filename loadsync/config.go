@@ -157,6 +157,12 @@ type Config struct {
 	// load lock held, so calls are ordered; it must be fast and must not
 	// call into State.
 	OnRemoteLoad func(worker uint32, remote int64)
+	// LocalBacklogs appends this replica's own prefill backlog per worker
+	// (bytes of uncached prompt its in-flight requests still wait on) to
+	// dst and returns it, like LocalLoads; nil sends none.
+	LocalBacklogs func(dst []WorkerLoad) []WorkerLoad
+	// OnRemoteBacklog is OnRemoteLoad for the peers' prefill backlogs.
+	OnRemoteBacklog func(worker uint32, remote int64)
 	// KnownWorker, if set, says whether a worker is one the replica knows
 	// (its registry's). A peer's counts for any other worker are dropped as
 	// they arrive, so what State holds never grows with what peers make up.

@@ -26,6 +26,10 @@ type loadReport struct {
 	sentAt     int64
 	lo, hi     uint32
 	entries    []WorkerLoad
+	// backlog marks a prefill backlog report (msgBacklog): each entry's
+	// InFlight is the uncached prompt bytes the origin's requests still
+	// wait on, not a count of requests.
+	backlog bool
 }
 
 // loadEntryMinBytes is the smallest encoding of one entry.
@@ -38,7 +42,11 @@ func loadHeaderMaxBytes(origin string) int {
 }
 
 func appendLoadReport(b []byte, rep *loadReport) []byte {
-	b = appendHeader(b, msgLoad)
+	typ := msgLoad
+	if rep.backlog {
+		typ = msgBacklog
+	}
+	b = appendHeader(b, typ)
 	b = appendString(b, rep.origin)
 	b = binary.AppendUvarint(b, rep.epoch)
 	b = binary.AppendUvarint(b, rep.seq)
@@ -60,19 +68,27 @@ func appendLoadEntries(b []byte, entries []WorkerLoad, next uint64) []byte {
 	return b
 }
 
-func decodeLoadReport(r *reader) (loadReport, error) {
+func decodeLoadReport(r *reader) (loadReport, error) { return decodeReport(r, false) }
+
+// decodeReport decodes a load report, or a backlog report when backlog.
+func decodeReport(r *reader, backlog bool) (loadReport, error) {
 	rep := loadReport{
-		origin: r.str(),
-		epoch:  r.uvarint(),
-		seq:    r.uvarint(),
-		sentAt: r.varint(),
-		lo:     r.uint32v(),
-		hi:     r.uint32v(),
+		backlog: backlog,
+		origin:  r.str(),
+		epoch:   r.uvarint(),
+		seq:     r.uvarint(),
+		sentAt:  r.varint(),
+		lo:      r.uint32v(),
+		hi:      r.uint32v(),
 	}
 	if r.err() == nil && rep.lo > rep.hi {
 		r.fail("range [%d, %d] reversed", rep.lo, rep.hi)
 	}
-	rep.entries = readLoadEntries(r, rep.lo, rep.hi)
+	bound := uint64(maxInFlight)
+	if backlog {
+		bound = maxBacklog
+	}
+	rep.entries = readEntries(r, rep.lo, rep.hi, bound)
 	if r.err() != nil {
 		return loadReport{}, r.err()
 	}
@@ -84,10 +100,19 @@ func decodeLoadReport(r *reader) (loadReport, error) {
 // sums a receiver keeps over every origin.
 const maxInFlight = 1 << 40
 
+// maxBacklog bounds one origin's prefill backlog for one worker, in bytes,
+// for the same reason.
+const maxBacklog = 1 << 50
+
 // readLoadEntries decodes the entries of a report whose workers lie in
 // [lo, hi]. They come out strictly increasing by construction, each count
 // in [0, maxInFlight]; nil after a failure, which r then holds.
 func readLoadEntries(r *reader, lo, hi uint32) []WorkerLoad {
+	return readEntries(r, lo, hi, maxInFlight)
+}
+
+// readEntries is readLoadEntries with each value in [0, bound].
+func readEntries(r *reader, lo, hi uint32, bound uint64) []WorkerLoad {
 	n := r.count(loadEntryMinBytes)
 	if r.err() != nil {
 		return nil
@@ -100,8 +125,8 @@ func readLoadEntries(r *reader, lo, hi uint32) []WorkerLoad {
 		if r.err() == nil && (next > uint64(hi) || gap > uint64(hi)-next) {
 			r.fail("worker %d+%d outside [%d, %d]", next, gap, lo, hi)
 		}
-		if r.err() == nil && load > maxInFlight {
-			r.fail("in-flight count %d over %d", load, uint64(maxInFlight))
+		if r.err() == nil && load > bound {
+			r.fail("value %d over %d", load, bound)
 		}
 		if r.err() != nil {
 			return nil

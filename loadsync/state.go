@@ -46,6 +46,12 @@ type State struct {
 	// base of the deltas to come.
 	lastFull [][]byte
 	diff     []WorkerLoad
+	// backlogs is the prefill backlogs last sent, at backlogAt, into the
+	// peers' backlogView; backlogProbe as read since.
+	backlogs     []WorkerLoad
+	backlogProbe []WorkerLoad
+	backlogAt    time.Time
+	backlogView  loadView
 	// counted is the Counted last sent.
 	counted Counted
 	// own and withdrawing are this replica's verdicts as last read, and
@@ -81,15 +87,16 @@ func New(cfg Config) (*State, error) {
 		return nil, err
 	}
 	s := &State{
-		cfg:      cfg,
-		view:     newLoadView(cfg.LoadTTL, cfg.OnRemoteLoad),
-		lags:     newLagWindow(cfg.LagSamples),
-		queue:    newFactRing(cfg.DigestQueueFacts),
-		known:    newFactSet(cfg.RecentSetFacts),
-		sent:     newFactSet(cfg.RecentSetFacts),
-		recent:   newFactRing(cfg.FullStateFacts),
-		verdicts: newVerdictView(cfg.LoadTTL, cfg.OnVerdicts),
-		queues:   newQueueGossip(cfg),
+		cfg:         cfg,
+		view:        newLoadView(cfg.LoadTTL, cfg.OnRemoteLoad),
+		backlogView: newLoadView(cfg.LoadTTL, cfg.OnRemoteBacklog),
+		lags:        newLagWindow(cfg.LagSamples),
+		queue:       newFactRing(cfg.DigestQueueFacts),
+		known:       newFactSet(cfg.RecentSetFacts),
+		sent:        newFactSet(cfg.RecentSetFacts),
+		recent:      newFactRing(cfg.FullStateFacts),
+		verdicts:    newVerdictView(cfg.LoadTTL, cfg.OnVerdicts),
+		queues:      newQueueGossip(cfg),
 	}
 	s.meta.Store(&meta)
 	return s, nil
@@ -113,6 +120,7 @@ func (s *State) Tick(now time.Time) [][]byte {
 	s.queues.tick(now)
 	s.loadMu.Lock()
 	s.view.expire(now)
+	s.backlogView.expire(now)
 	s.nextProbe = now.Add(s.cfg.LoadFlushInterval)
 	if early := s.lastLoad.Add(s.cfg.LoadFlushInterval); early.After(now) {
 		s.nextProbe = early // the soonest a change may be reported
@@ -158,13 +166,37 @@ func (s *State) changed(now time.Time) bool {
 		return false
 	}
 	s.probe = normalizeLoads(s.cfg.LocalLoads(s.probe[:0]))
-	if slices.Equal(s.probe, s.loads) {
+	if slices.Equal(s.probe, s.loads) && !s.backlogChanged() {
 		return false
 	}
 	// due fires half an interval early (a ticker's jitter): the next
 	// regular report comes one whole interval after this one.
 	s.nextLoad = now.Add(s.cfg.LoadInterval + s.cfg.LoadInterval/2)
 	return true
+}
+
+// backlogChanged reports whether the prefill backlogs changed since they
+// were last sent. loadMu is held.
+func (s *State) backlogChanged() bool {
+	if s.cfg.LocalBacklogs == nil {
+		return false
+	}
+	s.backlogProbe = normalizeLoads(s.cfg.LocalBacklogs(s.backlogProbe[:0]))
+	return !slices.Equal(s.backlogProbe, s.backlogs)
+}
+
+// backlogReport is the prefill backlog report that goes with a load report
+// numbered s.seq: when the backlogs changed since the last one, or that one
+// is a LoadInterval old (peers expire what they do not hear of again).
+// loadMu is held.
+func (s *State) backlogReport(now time.Time) [][]byte {
+	if s.cfg.LocalBacklogs == nil || !s.backlogChanged() && now.Sub(s.backlogAt) < s.cfg.LoadInterval {
+		return nil
+	}
+	s.backlogs, s.backlogProbe = s.backlogProbe, s.backlogs
+	s.backlogAt = now
+	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano(), backlog: true}
+	return packLoadReport(base, s.backlogs, s.cfg.MaxPacketBytes)
 }
 
 // NextTick is when Tick may next have a report to send, for drivers on
@@ -216,7 +248,7 @@ func (s *State) loadReport(now time.Time) [][]byte {
 	if counted != nil {
 		pkts = append(pkts, counted)
 	}
-	return pkts
+	return append(pkts, s.backlogReport(now)...)
 }
 
 // deltaReport encodes the counts changed since the last full report, or
@@ -295,6 +327,8 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveCalibrations(&r)
 		case msgCounted:
 			err = s.receiveCounted(&r)
+		case msgBacklog:
+			err = s.receiveBacklog(&r, now)
 		default:
 			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
 		}
@@ -341,6 +375,21 @@ func (s *State) receiveLoadDelta(r *reader, now time.Time) error {
 	return nil
 }
 
+// receiveBacklog merges a peer's prefill backlog report, one packet of it,
+// as receiveLoad merges its counts.
+func (s *State) receiveBacklog(r *reader, now time.Time) error {
+	rep, err := decodeReport(r, true)
+	if err != nil || rep.origin == s.cfg.Origin {
+		return err
+	}
+	rep.entries = s.knownOnly(rep.entries)
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.backlogView.expire(now)
+	s.backlogView.apply(&rep, now)
+	return nil
+}
+
 // knownOnly keeps, in place, the entries of workers Config.KnownWorker
 // knows.
 func (s *State) knownOnly(entries []WorkerLoad) []WorkerLoad {
@@ -372,6 +421,7 @@ func (s *State) Expire(now time.Time) {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.expire(now)
+	s.backlogView.expire(now)
 }
 
 func (s *State) expireVerdicts(now time.Time) {
@@ -391,6 +441,7 @@ func (s *State) Forget(origin string) {
 	s.loadMu.Lock()
 	defer s.loadMu.Unlock()
 	s.view.forget(origin)
+	s.backlogView.forget(origin)
 }
 
 // Remote returns the sum of the other live replicas' latest counts for

@@ -28,6 +28,10 @@ const (
 	// report counts (Counted); it follows that report. Likewise unknown to
 	// an older build.
 	msgCounted byte = 9
+	// msgBacklog is an origin's prefill backlog per worker, laid out as a
+	// full load report (loadreport.go), bytes of uncached prompt in place
+	// of requests. Likewise unknown to an older build.
+	msgBacklog byte = 10
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.

@@ -155,6 +155,7 @@ func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
 	}
 	a.first, a.firstBuf = (*buf)[:n], buf
 	a.x.firstByte = time.Now()
+	a.guard.Prefilled() // the engine has computed the prompt: no longer its worker's backlog
 	return a, nil, nil
 }
 

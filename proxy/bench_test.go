@@ -87,7 +87,7 @@ func benchProxy(b *testing.B, upstream string) string {
 	loads := affinity.NewLoadTable(nil)
 	index := affinity.NewIndex(clock.RealClock{}, 1<<16)
 	policy, err := affinity.NewPolicy(affinity.Settings{Policy: affinity.PolicyCacheAware, Thresholds: affinity.DefaultThresholds(),
-		MissPlacement: affinity.PlaceLeastLoad, BlockSize: affinity.DefaultBlockSize}, index)
+		MissPlacement: affinity.PlaceLeastPrefill, BlockSize: affinity.DefaultBlockSize}, index)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func startPDRouter(t *testing.T, mode, prefillPolicy string, prefill, decode []*
 
 func newTestRouter(policy string, loads *affinity.LoadTable, index *affinity.Index) (*affinity.Router, error) {
 	p, err := affinity.NewPolicy(affinity.Settings{Policy: policy, Thresholds: affinity.DefaultThresholds(),
-		MissPlacement: affinity.PlaceLeastLoad, BlockSize: 16}, index)
+		MissPlacement: affinity.PlaceLeastPrefill, BlockSize: 16}, index)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,16 @@ func startRouterDeps(t *testing.T, cfg Config, pdMode, policy string, ws []Worke
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, url: serveProxy(t, p), set: p.deps.Metrics}
+	r := &testRouter{proxy: p, index: p.deps.Index, loads: p.deps.Loads, set: p.deps.Metrics}
+	// Registered before serving, so it runs after the shutdown: on every
+	// path a test takes, a request's prefill backlog goes back with it.
+	t.Cleanup(func() {
+		if r.totalLoad() == 0 && r.totalBacklog() != 0 {
+			t.Errorf("prefill backlog %d bytes with no request in flight", r.totalBacklog())
+		}
+	})
+	r.url = serveProxy(t, p)
+	return r
 }
 
 // serveProxy serves p on a loopback port until the test ends, and returns
@@ -157,6 +166,13 @@ func (r *testRouter) load(id affinity.WorkerID) int64 { return r.loads.Get(id).L
 func (r *testRouter) totalLoad() int64 {
 	var n int64
 	r.loads.Each(func(l *affinity.Load) { n += l.Local() })
+	return n
+}
+
+// totalBacklog is the sum of the router's own prefill backlogs.
+func (r *testRouter) totalBacklog() int64 {
+	var n int64
+	r.loads.Each(func(l *affinity.Load) { n += l.Backlog() })
 	return n
 }
 

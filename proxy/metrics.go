@@ -184,10 +184,17 @@ func (m *Metrics) syncWorkers(v *view, loads *affinity.LoadTable, eligible func(
 		}
 		c.gauged = true
 		loadName := fmt.Sprintf(`vllm_router_worker_load{worker=%q,role=%q}`, w.URL, w.Role)
+		backlogName := fmt.Sprintf(`vllm_router_worker_prefill_backlog_bytes{worker=%q,role=%q}`, w.URL, w.Role)
 		healthName := fmt.Sprintf(`vllm_router_worker_health{worker=%q,role=%q}`, w.URL, w.Role)
 		m.set.GetOrCreateGauge(loadName, func() float64 {
 			if l := loads.Lookup(affinity.WorkerID(c.id.Load())); l != nil {
 				return float64(l.Merged())
+			}
+			return 0
+		})
+		m.set.GetOrCreateGauge(backlogName, func() float64 {
+			if l := loads.Lookup(affinity.WorkerID(c.id.Load())); l != nil {
+				return float64(l.MergedBacklog())
 			}
 			return 0
 		})
@@ -197,6 +204,6 @@ func (m *Metrics) syncWorkers(v *view, loads *affinity.LoadTable, eligible func(
 			}
 			return 0
 		})
-		c.names = append(c.names, loadName, healthName)
+		c.names = append(c.names, loadName, backlogName, healthName)
 	}
 }

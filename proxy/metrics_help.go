@@ -25,6 +25,7 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_processed_requests_total":      "Attempts each worker answered, by worker URL.",
 	"vllm_router_policy_decisions_total":        "Selections made by each policy, by policy and worker URL.",
 	"vllm_router_worker_load":                   "In-flight requests of each worker, merged over the replicas.",
+	"vllm_router_worker_prefill_backlog_bytes":  "Uncached prompt bytes of each worker's in-flight requests whose first token has not come, merged over the replicas.",
 	"vllm_router_worker_health":                 "1 when the worker is eligible for traffic on this replica, else 0.",
 	"vllm_router_pd_requests_total":             "Requests routed through prefill/decode disaggregation.",
 	"vllm_router_pd_prefill_requests_total":     "Prefill phases sent to a prefill worker.",

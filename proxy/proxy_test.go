@@ -174,8 +174,8 @@ func TestStreamIsRelayedEventByEvent(t *testing.T) {
 	if err != nil || line != "data: {\"n\":0}\n" {
 		t.Fatalf("first event %q, %v", line, err)
 	}
-	if r.totalLoad() != 1 {
-		t.Fatalf("load %d while streaming, want 1", r.totalLoad())
+	if r.totalLoad() != 1 || r.totalBacklog() != 0 {
+		t.Fatalf("load %d, prefill backlog %d while streaming, want 1 and 0 (the first token came)", r.totalLoad(), r.totalBacklog())
 	}
 	w.Open()
 	rest := readAll(t, events)
@@ -212,8 +212,8 @@ func TestClientDisconnectBeforeTheAnswerReleasesLoadAndClosesUpstream(t *testing
 	r := startRouter(t, Config{}, w)
 	conn, _ := rawPost(t, r.url, "/v1/completions", completion("x", false))
 	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the request to reach the worker")
-	if r.totalLoad() != 1 {
-		t.Fatalf("load %d while waiting, want 1", r.totalLoad())
+	if r.totalLoad() != 1 || r.totalBacklog() != int64(len("x")) {
+		t.Fatalf("load %d, prefill backlog %d while waiting, want 1 and the prompt's 1 byte", r.totalLoad(), r.totalBacklog())
 	}
 	conn.Close()
 	testwait.Eventually(t, waitDeadline, func() bool { return w.HungUp.Load() == 1 }, "the worker to see its connection closed")

@@ -255,12 +255,13 @@ func TestAdminWithoutATokenServesOnlyLoopbackClients(t *testing.T) {
 }
 
 func TestAdminServesLoadsAndStatusInTheirShapes(t *testing.T) {
-	loads := []adminapi.WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2, Healthy: true, State: "active"}}
+	loads := []adminapi.WorkerLoad{{ID: 3, Worker: "http://127.0.0.1:1", URL: "http://127.0.0.1:1", Role: "regular", Load: 7, LocalLoad: 2,
+		PrefillBacklog: 9000, LocalPrefillBacklog: 4000, Healthy: true, State: "active"}}
 	c := fakeAdmin(t, Config{
 		Loads:  func() []adminapi.WorkerLoad { return loads },
 		Status: func() any { return map[string]any{"leader": "n1", "term": 4} },
 	}, nil)
-	want := `{"workers":[{"id":3,"worker":"http://127.0.0.1:1","url":"http://127.0.0.1:1","role":"regular","load":7,"local_load":2,"healthy":true,"state":"active"}]}`
+	want := `{"workers":[{"id":3,"worker":"http://127.0.0.1:1","url":"http://127.0.0.1:1","role":"regular","load":7,"local_load":2,"prefill_backlog_bytes":9000,"local_prefill_backlog_bytes":4000,"healthy":true,"state":"active"}]}`
 	if r := c.Do("GET", "/get_loads", ""); r.Body != want {
 		t.Fatalf("get_loads = %s\nwant %s", r.Body, want)
 	}

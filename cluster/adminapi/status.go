@@ -7,7 +7,8 @@ import (
 
 // WorkerLoad is one worker's row in GET /get_loads: its registry entry, its
 // merged in-flight load (this replica's plus the peers' latest reports), this
-// replica's own share, and this replica's health verdict.
+// replica's own share, its prefill backlog likewise (bytes of uncached
+// prompt whose first token has not come), and this replica's health verdict.
 type WorkerLoad struct {
 	ID        store.WorkerID `json:"id"`
 	Worker    string         `json:"worker"` // the URL, under vllm-router's name
@@ -15,8 +16,12 @@ type WorkerLoad struct {
 	Role      string         `json:"role"`
 	Load      int64          `json:"load"`
 	LocalLoad int64          `json:"local_load"`
-	Healthy   bool           `json:"healthy"`
-	State     string         `json:"state"`
+	// PrefillBacklog is merged like Load, LocalPrefillBacklog this
+	// replica's own: what least_prefill places misses by.
+	PrefillBacklog      int64  `json:"prefill_backlog_bytes"`
+	LocalPrefillBacklog int64  `json:"local_prefill_backlog_bytes"`
+	Healthy             bool   `json:"healthy"`
+	State               string `json:"state"`
 }
 
 // Status is the answer of GET /cluster/status.

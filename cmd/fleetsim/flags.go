@@ -277,7 +277,7 @@ func checkPolicy(label string) error {
 	}
 	if err != nil || policy == "" {
 		return badFlag("policies", "names among "+strings.Join(affinity.PolicyNames, ", ")+
-			" (cache-aware ones optionally :least_load or :rendezvous)", label)
+			" (cache-aware ones optionally :"+strings.Join(affinity.PlacementNames, ", :")+")", label)
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func ownFlags() []cli.Flag {
 		intFlag("port", port, "port of the API, health, metrics and admin endpoints"),
 		sliceFlag("worker-urls", "worker URLs to register at start (repeatable or comma-separated)"),
 		stringFlag("policy", rt.Policy, "routing policy: cache_aware, round_robin, random, power_of_two, least_load, consistent_hash (alias rendezvous_hash), cache_aware_fleet_gate"),
-		stringFlag("miss-placement", rt.MissPlacement, "where cache_aware places a miss: least_load or rendezvous"),
+		stringFlag("miss-placement", rt.MissPlacement, "where cache_aware places a miss: least_prefill, least_load or rendezvous"),
 		floatFlag("cache-threshold", th.CacheThreshold, "share of the routing text that must be cached for a hit (strictly above)"),
 		floatFlag("balance-abs-threshold", th.BalanceAbs, "in-flight requests above the least-loaded candidate before a worker can be overloaded"),
 		floatFlag("balance-rel-threshold", th.BalanceRel, "factor over the least-loaded candidate before a worker can be overloaded"),

@@ -148,7 +148,7 @@ func (c Config) withDefaults() Config {
 	c.Replicas = cmpOr(c.Replicas, 1)
 	c.Sync = cmpOr(c.Sync, SyncGossip)
 	c.Policy = cmpOr(c.Policy, affinity.PolicyCacheAware)
-	c.MissPlacement = cmpOr(c.MissPlacement, affinity.PlaceLeastLoad)
+	c.MissPlacement = cmpOr(c.MissPlacement, affinity.PlaceLeastPrefill)
 	c.DecodePolicy = cmpOr(c.DecodePolicy, affinity.PolicyLeastLoad)
 	if c.Thresholds == (affinity.Thresholds{}) {
 		c.Thresholds = affinity.DefaultThresholds()
@@ -286,14 +286,14 @@ func validThresholds(t affinity.Thresholds) bool {
 }
 
 // ParsePolicy splits a policy label into the policy and its miss placement:
-// "cache_aware" is cache_aware with least_load placement,
+// "cache_aware" is cache_aware with the default least_prefill placement,
 // "cache_aware:rendezvous" the same policy placing misses by rendezvous
 // hashing. Only the cache-aware policies take a placement. Names are checked
 // by Validate, not here.
 func ParsePolicy(label string) (policy, placement string, err error) {
 	policy, placement, found := strings.Cut(label, policySeparator)
 	if !found {
-		return policy, affinity.PlaceLeastLoad, nil
+		return policy, affinity.PlaceLeastPrefill, nil
 	}
 	if policy != affinity.PolicyCacheAware && policy != affinity.PolicyFleetGate {
 		return "", "", fmt.Errorf("%w: policy %q: only %s and %s take a miss placement",
@@ -303,11 +303,12 @@ func ParsePolicy(label string) (policy, placement string, err error) {
 }
 
 // PolicyLabel is the inverse of ParsePolicy: the policy, followed by
-// ":rendezvous" when a cache-aware policy places misses that way.
+// ":" and the placement when a cache-aware policy places misses other than
+// the default way.
 func (c Config) PolicyLabel() string {
 	c = c.withDefaults()
 	cacheAware := c.Policy == affinity.PolicyCacheAware || c.Policy == affinity.PolicyFleetGate
-	if cacheAware && c.MissPlacement != affinity.PlaceLeastLoad {
+	if cacheAware && c.MissPlacement != affinity.PlaceLeastPrefill {
 		return c.Policy + policySeparator + c.MissPlacement
 	}
 	return c.Policy

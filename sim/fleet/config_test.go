@@ -32,7 +32,7 @@ func TestInvalidConfigsNameTheirField(t *testing.T) {
 }
 
 func TestPolicyLabelsRoundTrip(t *testing.T) {
-	for _, label := range []string{"cache_aware", "cache_aware:rendezvous", "cache_aware_fleet_gate:rendezvous", "round_robin"} {
+	for _, label := range []string{"cache_aware", "cache_aware:least_load", "cache_aware:rendezvous", "cache_aware_fleet_gate:rendezvous", "round_robin"} {
 		policy, placement, err := ParsePolicy(label)
 		if err != nil {
 			t.Fatalf("%s: %v", label, err)
@@ -41,7 +41,7 @@ func TestPolicyLabelsRoundTrip(t *testing.T) {
 			t.Errorf("%s came back as %s", label, got)
 		}
 	}
-	if got := (Config{Policy: "cache_aware", MissPlacement: "least_load"}).PolicyLabel(); got != "cache_aware" {
+	if got := (Config{Policy: "cache_aware", MissPlacement: "least_prefill"}).PolicyLabel(); got != "cache_aware" {
 		t.Errorf("the default placement is spelled out: %s", got)
 	}
 	if _, _, err := ParsePolicy("round_robin:rendezvous"); !errors.Is(err, ErrBadConfig) {

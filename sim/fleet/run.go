@@ -300,7 +300,12 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 	}
 	switch ev.Kind {
 	case sim.FirstToken:
-		if req.phase != phasePrefill {
+		// The proxy relays the first token as it comes: the request's
+		// prompt is no longer its worker's backlog.
+		if req.phase == phasePrefill {
+			req.prefillGuard.Prefilled()
+		} else {
+			req.guard.Prefilled()
 			s.stats.ttfts = append(s.stats.ttfts, ev.At-req.arrival.At)
 		}
 	case sim.Done:
