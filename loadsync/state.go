@@ -186,11 +186,11 @@ func (s *State) backlogChanged() bool {
 }
 
 // backlogReport is the prefill backlog report that goes with a load report
-// numbered s.seq: when the backlogs changed since the last one, or that one
-// is a LoadInterval old (peers expire what they do not hear of again).
-// loadMu is held.
+// numbered s.seq: when the backlogs changed since the last one, or with the
+// regular report after it (peers expire what they do not hear of again;
+// half an interval of tolerance, as due has). loadMu is held.
 func (s *State) backlogReport(now time.Time) [][]byte {
-	if s.cfg.LocalBacklogs == nil || !s.backlogChanged() && now.Sub(s.backlogAt) < s.cfg.LoadInterval {
+	if s.cfg.LocalBacklogs == nil || !s.backlogChanged() && now.Sub(s.backlogAt) < s.cfg.LoadInterval/2 {
 		return nil
 	}
 	s.backlogs, s.backlogProbe = s.backlogProbe, s.backlogs
