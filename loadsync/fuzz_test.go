@@ -25,7 +25,9 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	queues := appendQueueReport(nil, &queueReport{origin: "seed", epoch: 1, seq: 1,
 		depths: []QueueDepth{{Class: 2, Tenant: 1 << 63, Queued: 3, InFlight: 4, Tokens: 1 << 20}}})
 	counted := appendCounted(nil, "seed", Counted{Through: 7, Also: []uint64{9, 1 << 40}})
-	return append(seeds, a.st.LocalState(true), a.st.Meta(), queues, counted, nil, []byte{msgLoad, protocolVersion, 0xff})
+	backlog := appendLoadReport(nil, &loadReport{origin: "seed", epoch: 1, seq: 3, hi: math.MaxUint32, backlog: true,
+		entries: []WorkerLoad{{Worker: 7, InFlight: 1 << 30}, {Worker: math.MaxUint32, InFlight: maxBacklog}}})
+	return append(seeds, a.st.LocalState(true), a.st.Meta(), queues, counted, backlog, nil, []byte{msgLoad, protocolVersion, 0xff})
 }
 
 func FuzzReceive(f *testing.F) {
