@@ -97,7 +97,7 @@ func TestTheBacklogIsTakenBackOnceAtTheFirstTokenOrAtTheRelease(t *testing.T) {
 // peers', decides, as the merged count does.
 func TestPeersBacklogsCountInThePlacement(t *testing.T) {
 	f := newFleet(t, 2, Settings{MissPlacement: PlaceLeastPrefill})
-	f.loads.SetRemoteBacklog(1, 10_000)
+	f.loads.Get(1).SetRemoteBacklog(10_000)
 	for i := range 4 { // least_load would take turns
 		if got := f.route(t, text(fmt.Sprint("new", i), 100)).Worker; got != 2 {
 			t.Fatalf("miss %d went to worker %d, whose peers report 10000 bytes queued", i, got)

@@ -107,14 +107,6 @@ func (t *LoadTable) SetRemote(id WorkerID, n int64) {
 	}
 }
 
-// SetRemoteBacklog records the sum of the peers' prefill backlogs for
-// worker id, when the table has it.
-func (t *LoadTable) SetRemoteBacklog(id WorkerID, n int64) {
-	if l := t.Lookup(id); l != nil {
-		l.remoteBacklog.Store(n)
-	}
-}
-
 // Remove drops worker id from the table: it left the registry. Guards
 // still held on its counters release them as usual.
 func (t *LoadTable) Remove(id WorkerID) {

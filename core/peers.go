@@ -38,36 +38,38 @@ func (r *Replica) isKnown(w uint32) bool {
 
 // localLoads reports this replica's own in-flight counts to the gossip.
 func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
-	for _, l := range r.known.Load().inOrder {
-		if n := l.Local(); n != 0 {
-			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
-		}
-	}
-	return dst
+	return r.ownPerWorker(dst, (*affinity.Load).Local)
 }
 
-// localBacklogs is loadsync's LocalBacklogs: this replica's prefill
-// backlog on every known worker.
+// localBacklogs reports this replica's own prefill backlogs to the gossip.
 func (r *Replica) localBacklogs(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	return r.ownPerWorker(dst, (*affinity.Load).Backlog)
+}
+
+// ownPerWorker appends of(worker) for every known worker where it is not
+// zero: a load report's entries.
+func (r *Replica) ownPerWorker(dst []loadsync.WorkerLoad, of func(*affinity.Load) int64) []loadsync.WorkerLoad {
 	for _, l := range r.known.Load().inOrder {
-		if n := l.Backlog(); n != 0 {
+		if n := of(l); n != 0 {
 			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
 		}
 	}
 	return dst
-}
-
-// remoteBacklog takes the peers' prefill backlog for a known worker.
-func (r *Replica) remoteBacklog(w uint32, n int64) {
-	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {
-		l.SetRemoteBacklog(n)
-	}
 }
 
 // remoteLoad takes the peers' in-flight count for a known worker.
-func (r *Replica) remoteLoad(w uint32, n int64) {
+func (r *Replica) remoteLoad(w uint32, n int64) { r.setKnown(w, n, (*affinity.Load).SetRemote) }
+
+// remoteBacklog takes the peers' prefill backlog for a known worker.
+func (r *Replica) remoteBacklog(w uint32, n int64) {
+	r.setKnown(w, n, (*affinity.Load).SetRemoteBacklog)
+}
+
+// setKnown hands a peers' sum to a known worker's counters; what peers say
+// of any other worker is dropped.
+func (r *Replica) setKnown(w uint32, n int64, set func(*affinity.Load, int64)) {
 	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {
-		l.SetRemote(n)
+		set(l, n)
 	}
 }
 

@@ -186,18 +186,16 @@ func (m *Metrics) syncWorkers(v *view, loads *affinity.LoadTable, eligible func(
 		loadName := fmt.Sprintf(`vllm_router_worker_load{worker=%q,role=%q}`, w.URL, w.Role)
 		backlogName := fmt.Sprintf(`vllm_router_worker_prefill_backlog_bytes{worker=%q,role=%q}`, w.URL, w.Role)
 		healthName := fmt.Sprintf(`vllm_router_worker_health{worker=%q,role=%q}`, w.URL, w.Role)
-		m.set.GetOrCreateGauge(loadName, func() float64 {
-			if l := loads.Lookup(affinity.WorkerID(c.id.Load())); l != nil {
-				return float64(l.Merged())
+		merged := func(of func(*affinity.Load) int64) func() float64 {
+			return func() float64 {
+				if l := loads.Lookup(affinity.WorkerID(c.id.Load())); l != nil {
+					return float64(of(l))
+				}
+				return 0
 			}
-			return 0
-		})
-		m.set.GetOrCreateGauge(backlogName, func() float64 {
-			if l := loads.Lookup(affinity.WorkerID(c.id.Load())); l != nil {
-				return float64(l.MergedBacklog())
-			}
-			return 0
-		})
+		}
+		m.set.GetOrCreateGauge(loadName, merged((*affinity.Load).Merged))
+		m.set.GetOrCreateGauge(backlogName, merged((*affinity.Load).MergedBacklog))
 		m.set.GetOrCreateGauge(healthName, func() float64 {
 			if eligible(affinity.WorkerID(c.id.Load())) {
 				return 1
