@@ -166,7 +166,7 @@ func (c *client) do(ctx context.Context, req workload.Request, header http.Heade
 		return c.failed(ctx, reqCtx, res, kindTransport, err)
 	}
 	defer resp.Body.Close()
-	res.status, res.worker = resp.StatusCode, resp.Header.Get("x-worker-id")
+	res.status, res.worker, res.requestID = resp.StatusCode, resp.Header.Get("x-worker-id"), resp.Header.Get("x-request-id")
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // keep the connection
 		res.latency = c.clock.Now().Sub(start)

@@ -138,6 +138,7 @@ func (f *fakeServer) handle(ctx *fasthttp.RequestCtx) {
 	}
 	worker := f.pickWorker(req)
 	ctx.Response.Header.Set("x-worker-id", worker)
+	ctx.Response.Header.Set("x-request-id", fmt.Sprintf("%s-%d", f.url, req.n)) // as a router names its log line
 	if kind == faultStatus503 {
 		f.finish(worker, nil)
 		ctx.Error(`{"error":{"message":"overloaded"}}`, fasthttp.StatusServiceUnavailable)

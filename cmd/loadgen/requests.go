@@ -9,11 +9,12 @@ import (
 // requestLine is one finished request in --requests-json: enough to read a tail request by
 // request (which worker served the slow ones, and whether they were cache hits).
 type requestLine struct {
-	StartedMS    float64 `json:"started_ms"` // from the start of the run
-	Session      int     `json:"session"`    // agentic: session number; replay: record index
-	Turn         int     `json:"turn"`       // agentic turn; -1 for replay
-	Target       int     `json:"target"`     // index of the target that answered
-	Worker       string  `json:"worker"`     // x-worker-id; "unknown" when absent
+	StartedMS    float64 `json:"started_ms"`           // from the start of the run
+	Session      int     `json:"session"`              // agentic: session number; replay: record index
+	Turn         int     `json:"turn"`                 // agentic turn; -1 for replay
+	Target       int     `json:"target"`               // index of the target that answered
+	Worker       string  `json:"worker"`               // x-worker-id; "unknown" when absent
+	RequestID    string  `json:"request_id,omitempty"` // x-request-id: the router's log line of it
 	Status       int     `json:"status"`
 	Error        string  `json:"error,omitempty"` // error kind; empty for a success
 	TTFTMS       float64 `json:"ttft_ms"`
@@ -26,7 +27,7 @@ type requestLine struct {
 func lineOf(r result) requestLine {
 	l := requestLine{
 		StartedMS: round3(milliseconds(r.dispatched)), Session: r.id, Turn: r.turn, Target: r.target,
-		Worker: workerKey(r.worker), Status: r.status, Error: r.errKind,
+		Worker: workerKey(r.worker), RequestID: r.requestID, Status: r.status, Error: r.errKind,
 		TTFTMS: round3(milliseconds(r.ttft)), LatencyMS: round3(milliseconds(r.latency)),
 	}
 	if r.usage != nil {

@@ -27,6 +27,7 @@ type result struct {
 	latency         time.Duration // until the end of the response
 	status          int           // HTTP status; 0 if none arrived
 	worker          string        // x-worker-id of the response; empty if none
+	requestID       string        // x-request-id of the response: the router's log line of it
 	target          int           // index of the target that answered, or that failed last
 	// errKind is empty for a success, else the error kind; err says more.
 	errKind string

@@ -213,7 +213,7 @@ func TestAgenticChatRunOverTwoTargetsReportsBoth(t *testing.T) {
 	}
 }
 
-func TestRequestsJSONHasOneLinePerRequestWithItsWorkerAndTokens(t *testing.T) {
+func TestRequestsJSONHasOneLinePerRequestWithItsWorkerIDAndTokens(t *testing.T) {
 	a, b := newFakeServer(t, 1), newFakeServer(t, 1)
 	out := filepath.Join(t.TempDir(), "requests.jsonl")
 	runAgenticChat(t, a, b, 4, 3, "--requests-json", out)
@@ -222,6 +222,7 @@ func TestRequestsJSONHasOneLinePerRequestWithItsWorkerAndTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	turns := map[int]map[int]bool{} // session -> turns seen
+	ids := map[string]bool{}
 	var cached int64
 	for _, text := range strings.Split(strings.TrimSpace(string(data)), "\n") {
 		var l requestLine
@@ -231,6 +232,10 @@ func TestRequestsJSONHasOneLinePerRequestWithItsWorkerAndTokens(t *testing.T) {
 		if l.Status != 200 || l.Error != "" || l.Worker == unknownWorker || l.PromptTokens == 0 || l.TTFTMS <= 0 || l.LatencyMS < l.TTFTMS {
 			t.Fatalf("line %+v: want a success with its worker, tokens and timings", l)
 		}
+		if l.RequestID == "" || ids[l.RequestID] {
+			t.Fatalf("line %+v: want the response's own x-request-id", l)
+		}
+		ids[l.RequestID] = true
 		if turns[l.Session] == nil {
 			turns[l.Session] = map[int]bool{}
 		}
