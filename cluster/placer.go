@@ -84,7 +84,7 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		return p.Replica.Decide(router, req, pool)
 	case core.PlaceHere:
 		p.counts.placedHere.Inc()
-		return p.Place(router, req, pool)
+		return via(core.ViaPlacer)(p.Place(router, req, pool))
 	}
 	q := p.Ask(req, pool)
 	defer p.Settle(q.Seq) // after the reservation, whoever made it
@@ -94,6 +94,7 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		var g *affinity.Guard
 		if d, g, err = p.DecideOn(router, req, pool, placed); err == nil {
 			p.counts.asked.Inc()
+			d.Via = core.ViaAsked
 			return d, g, nil
 		}
 	}
@@ -101,7 +102,16 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 	if p.log != nil {
 		p.log.Debug("placer: decided alone", "err", err)
 	}
-	return p.Replica.Decide(router, req, pool)
+	return via(core.ViaAlone)(p.Replica.Decide(router, req, pool))
+}
+
+// via returns a function that marks a decision as placed by v, passing its
+// guard and error through.
+func via(v core.Via) func(core.Decided, *affinity.Guard, error) (core.Decided, *affinity.Guard, error) {
+	return func(d core.Decided, g *affinity.Guard, err error) (core.Decided, *affinity.Guard, error) {
+		d.Via = v
+		return d, g, err
+	}
 }
 
 // ask puts q to the placer at addr, unless that placer did not answer

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -323,4 +324,66 @@ func servePlacer(t *testing.T, h fasthttp.RequestHandler) string {
 		_ = port.Close()
 	})
 	return port.Addr().String()
+}
+
+// requestLines collects the request log lines of one replica (JSON).
+type requestLines struct {
+	mu    sync.Mutex
+	lines []map[string]any
+}
+
+func (s *requestLines) Write(p []byte) (int, error) {
+	var m map[string]any
+	if json.Unmarshal(p, &m) == nil && m["msg"] == "request" {
+		s.mu.Lock()
+		s.lines = append(s.lines, m)
+		s.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// nth is the n-th line (from 1), nil before it is written.
+func (s *requestLines) nth(n int) map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.lines) < n {
+		return nil
+	}
+	return s.lines[n-1]
+}
+
+// TestTheRequestLogSaysWhoPlacedEachDecisionOnWhatFact: an operator reading
+// one request's log line learns who chose its worker and what the replica
+// knew. A new conversation through a follower is placed by the leader
+// (via=asked, fact=none); one through the leader by the leader itself
+// (via=placer); the follower's next turn of its conversation, whose prefix
+// it recorded, is decided where it arrived on its own fact (via=here,
+// fact=own).
+func TestTheRequestLogSaysWhoPlacedEachDecisionOnWhatFact(t *testing.T) {
+	c := newTestCluster(t, 2)
+	sinks := map[string]*requestLines{}
+	c.startN(2, placerOn, func(cfg *Config) {
+		s := &requestLines{}
+		sinks[cfg.NodeName] = s
+		cfg.Logger = slog.New(slog.NewJSONHandler(s, nil))
+	})
+	c.waitReady()
+	lead, follower := c.leader(), c.follower()
+	// want checks r's n-th request line.
+	want := func(r *Replica, n int, what, via, fact string) {
+		t.Helper()
+		var line map[string]any
+		testwait.Eventually(t, testDeadline, func() bool { line = sinks[r.cfg.NodeName].nth(n); return line != nil },
+			"the log line of %s", what)
+		if line["via"] != via || line["fact"] != fact {
+			t.Errorf("%s: the log line says via=%v fact=%v, want via=%s fact=%s (%v)", what, line["via"], line["fact"], via, fact, line)
+		}
+	}
+	turn := prompt("a conversation through the follower", 4)
+	c.complete(follower, turn)
+	want(follower, 1, "a new conversation through the follower", "asked", "none")
+	c.complete(follower, turn+prompt("its next turn", 2))
+	want(follower, 2, "its next turn through the same follower", "here", "own")
+	c.complete(lead, prompt("a conversation through the leader", 4))
+	want(lead, 1, "a new conversation through the leader", "placer", "none")
 }

@@ -37,12 +37,35 @@ func (f Fact) String() string {
 	return "none"
 }
 
+// Via says who chose a decision's worker in a tier with a placer.
+type Via uint8
+
+// The ways a decision is placed.
+const (
+	// ViaHere: the replica the request reached decided it on its own view
+	// (it knew the prefix, or the tier has no placer).
+	ViaHere Via = iota
+	// ViaPlacer: this replica is the tier's placer and decided it.
+	ViaPlacer
+	// ViaAsked: the request was cold here and the placer chose its worker.
+	ViaAsked
+	// ViaAlone: the request was cold here, the placer gave no answer in
+	// time, and the replica decided alone.
+	ViaAlone
+)
+
+func (v Via) String() string {
+	return [...]string{"here", "placer", "asked", "alone"}[v]
+}
+
 // Decided is one decision with what the replica knew when it made it: what
 // Answered judges against the engine's answer.
 type Decided struct {
 	affinity.Decision
 	// Fact is where the matched block's owner came from.
 	Fact Fact
+	// Via is who chose the worker.
+	Via Via
 	// Ineligible says that the deepest owners the index knew of the
 	// prompt's prefix, holding more of it than the cache threshold, were
 	// none of them candidates (unhealthy, draining, another role or model,
@@ -62,6 +85,11 @@ type Decided struct {
 	// judged by nothing).
 	routed bool
 }
+
+// Routed reports whether d was decided on the prefix (through Decide or
+// DecideOn): its Fact and Via say something. A policy that ignores prefixes
+// leaves it false.
+func (d Decided) Routed() bool { return d.routed }
 
 // Decide routes req on router over pool (router.Route) and notes what the
 // replica knew; a router whose policy ignores prefixes predicts nothing,

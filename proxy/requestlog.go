@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // The request log: one structured line per request, at INFO on the
@@ -20,6 +21,9 @@ import (
 type route struct {
 	decision affinity.Decision
 	decided  bool
+	// known is the decision as the decider made it: what the replica knew
+	// of the prefix and who placed it (Fact and Via), when Routed.
+	known    core.Decided
 	attempts int
 	worker   affinity.WorkerID // the worker whose answer the client got
 	prefill  affinity.WorkerID // the prefill worker of a disaggregated request
@@ -37,6 +41,7 @@ func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters)
 	}
 	if !x.route.decided && !l.pinned {
 		x.route.decision, x.route.decided = dec, true
+		x.route.known = l.decided
 	}
 	x.route.worker, x.route.counters = dec.Worker, c
 }
@@ -52,6 +57,9 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if x.route.decided {
 		d := x.route.decision
 		attrs = append(attrs, slog.String("decision", decisionName(d)), slog.Float64("matched", share(d.Matched, d.Total)))
+		if k := x.route.known; k.Routed() {
+			attrs = append(attrs, slog.String("fact", k.Fact.String()), slog.String("via", k.Via.String()))
+		}
 	}
 	if x.route.worker != 0 {
 		attrs = append(attrs, slog.Uint64("worker", uint64(x.route.worker)))

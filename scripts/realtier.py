@@ -31,7 +31,10 @@ come from environment variables (defaults in brackets):
                          router=PATH runs another build: "new=;old=router=bin/router-old";
                          a first word nice=N runs the workersims and loadgen at
                          niceness N, the routers at 0: "shared=;routers-first=nice=10"
-                         says how much of a tier's tail is the cores it shares
+                         says how much of a tier's tail is the cores it shares;
+                         a first word pin=1 runs the routers on core 1 and the
+                         workersims and loadgen on core 0, so that no router
+                         takes a worker's core: "shared=;apart=pin=1"
     REALTIER_AGAIN       0 runs one replica once a round, not twice [1]
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
@@ -150,10 +153,9 @@ class Fleet:
     def __init__(self, tmp, tag):
         self.tmp, self.tag, self.procs, self.roles = tmp, tag, [], []
 
-    def start(self, args, log, nice=0):
+    def start(self, args, log, preexec=None):
         f = open(os.path.join(self.tmp, log), "w")
-        self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT,
-                                           preexec_fn=(lambda: os.nice(nice)) if nice else None))
+        self.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, preexec_fn=preexec))
         self.roles.append(os.path.basename(args[0]))
 
     def cpu_seconds(self):
@@ -170,29 +172,28 @@ class Fleet:
             out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
         return out
 
-    def workers(self, n, kv, time_scale, nice=0):
+    def workers(self, n, kv, time_scale, preexec=None):
         urls = []
         for i, port in enumerate(free_ports(n)):
             self.start([f"{BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", f"w{i + 1}",
                         "--model", "sim-model", "--time-scale", str(time_scale), "--kv-capacity-tokens", str(kv)],
-                       f"{self.tag}-workersim-{i + 1}.log", nice)
+                       f"{self.tag}-workersim-{i + 1}.log", preexec)
             urls.append(f"http://127.0.0.1:{port}")
         for u in urls:
             wait_for(f"workersim {u}", lambda u=u: get(u + "/health") is not None)
         return urls
 
-    def tier(self, n, worker_urls, extra):
-        router, _, extra = variant_of(extra)
+    def tier(self, n, worker_urls, variant):
         ports = free_ports(3 * n)
         apis = []
         for i in range(n):
             api, gossip, raft = ports[3 * i:3 * i + 3]
             join = ["--join", f"127.0.0.1:{ports[1]}"] if i else []
-            self.start([router, "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
+            self.start([variant.router, "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
                         "--node-name", f"{self.tag}-{i}", "--data-dir", os.path.join(self.tmp, f"data-{self.tag}-{i}"),
                         "--gossip-bind", f"127.0.0.1:{gossip}", "--raft-bind", f"127.0.0.1:{raft}",
-                        "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *extra],
-                       f"{self.tag}-router-{i}.log")
+                        "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *variant.flags],
+                       f"{self.tag}-router-{i}.log", variant.preexec("router"))
             apis.append(f"http://127.0.0.1:{api}")
 
         def formed(api):
@@ -328,12 +329,12 @@ def agentic_load(balance, sessions, turns, think_s, agentic):
                          "--endpoint", "chat", "--duration", "20m"]
 
 
-def loadgen(args, out_json, log, nice=0):
+def loadgen(args, out_json, log, preexec=None):
     args = [f"{BIN}/loadgen", *args, "--json", out_json, "--requests-json", out_json[:-len(".json")] + ".requests.jsonl"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(log, "w") as f:
         subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True,
-                       preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                       preexec_fn=preexec)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # loadgen's alone: the fleet's processes are not reaped yet
     with open(out_json) as f:
         rep = json.load(f)
@@ -345,12 +346,13 @@ def real_run(tmp, tag, cfg, replicas, extra, load):
     """One run on real processes, loadgen driven with load(replica URLs): its report, the
     attribution, the cores each kind of process kept busy, and the load average."""
     fleet = Fleet(tmp, tag)
-    _, nice, _ = variant_of(extra)
+    variant = Variant(extra)
     try:
-        urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"], nice)
-        apis = fleet.tier(replicas, urls, extra)
+        urls = fleet.workers(cfg["workers"], cfg["kv"], cfg["time_scale"], variant.preexec("load"))
+        apis = fleet.tier(replicas, urls, variant)
         start, cpu_before = time.monotonic(), fleet.cpu_seconds()
-        rep = loadgen(load(apis), os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"), nice)
+        rep = loadgen(load(apis), os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"),
+                      variant.preexec("load"))
         rep["wall_s"] = time.monotonic() - start
         rep["cores"] = {role: (s - cpu_before.get(role, 0.0)) / rep["wall_s"]
                         for role, s in fleet.cpu_seconds().items()}
@@ -390,21 +392,44 @@ def fleetsim_runs(tmp, cfg, replicas, balance, sessions, think_s, seed, extra):
         return {r["replicas"]: r for r in json.load(f)["runs"]}
 
 
-def variant_of(flags):
-    """The router binary a variant runs, the niceness of its workersims and loadgen, and its router
-    flags. Leading words router=PATH name another build than bin/router
-    (REALTIER_VARIANTS='new=router=bin/router-new;old=router=bin/router-old'), so two builds run
-    side by side in every round; nice=N runs the workersims and loadgen at niceness N, the routers
-    at 0, so the kernel runs a router first when both wait for a core."""
-    router, nice = f"{BIN}/router", 0
-    while flags and flags[0].split("=")[0] in ("router", "nice"):
-        word, _, value = flags[0].partition("=")
-        if word == "router":
-            router = value
-        else:
-            nice = int(value)
-        flags = flags[1:]
-    return router, nice, flags
+class Variant:
+    """How a variant runs its processes. Leading words of its flags: router=PATH names another build
+    than bin/router (REALTIER_VARIANTS='new=router=bin/router-new;old=router=bin/router-old'), so
+    two builds run side by side in every round; nice=N runs the workersims and loadgen at niceness
+    N, the routers at 0, so the kernel runs a router first when both wait for a core; pin=1 runs
+    the routers on core 1 and the workersims and loadgen on core 0, so no router takes a worker's
+    core (a tier's routers keep more of a core busy than one replica does). The rest are router
+    flags."""
+
+    WORDS = ("router", "nice", "pin")
+
+    def __init__(self, flags):
+        self.router, self.nice, self.pin = f"{BIN}/router", 0, False
+        while flags and flags[0].split("=")[0] in self.WORDS:
+            word, _, value = flags[0].partition("=")
+            if word == "router":
+                self.router = value
+            elif word == "nice":
+                self.nice = int(value)
+            else:
+                self.pin = value not in ("", "0")
+            flags = flags[1:]
+        self.flags = flags
+
+    def preexec(self, side):
+        """What a process of side runs before it starts ("router", or "load": the workersims and
+        loadgen): its niceness and its core; None when neither is set."""
+        nice = self.nice if side == "load" else 0
+        cores = ({1} if side == "router" else {0}) if self.pin else None
+        if not nice and cores is None:
+            return None
+
+        def setup():
+            if nice:
+                os.nice(nice)
+            if cores is not None:
+                os.sched_setaffinity(0, cores)
+        return setup
 
 
 def variants():
@@ -447,7 +472,7 @@ def fleetsim_flags(router_flags):
     out, i = [], 0
     while i < len(router_flags):
         flag = router_flags[i]
-        if flag.startswith(("router=", "nice=")):  # a build or the others' niceness, not a flag
+        if flag.split("=")[0] in Variant.WORDS:  # a build, or how the processes run: not a flag
             pass
         elif flag.split("=")[0] == "--placer":  # a boolean: only its --placer=false form takes a value
             out.append(flag)
