@@ -28,7 +28,10 @@
 // over the replicas. The room the engines leave is shared the same way: a
 // replica takes its share of it among the peers that report requests
 // waiting, since each learns of the others' admissions only from their next
-// report.
+// report; and while a tenant waits at a peer, its room across the tier is
+// shared in proportion to each replica's demand of it, so that a slot
+// freeing at a replica with a short queue goes to the peers with the
+// longer ones, and a request waits about as long wherever it arrived.
 //
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet

@@ -33,10 +33,11 @@ type peerKey struct {
 // peerView merges the peers' reports: per (class, tenant), what waits and
 // what is in flight elsewhere in the tier.
 type peerView struct {
-	origins  map[string][]PeerEntry
-	queued   map[peerKey]uint32
-	tokens   map[peerKey]int64
-	inflight map[uint64]int // per tenant, over its classes
+	origins    map[string][]PeerEntry
+	queued     map[peerKey]uint32
+	tokens     map[peerKey]int64
+	inflightBy map[peerKey]int
+	inflight   map[uint64]int // per tenant, over its classes
 }
 
 func newPeerView() peerView {
@@ -53,12 +54,13 @@ func (v *peerView) set(origin string, entries []PeerEntry) bool {
 	} else {
 		v.origins[origin] = slices.Clone(entries[:min(len(entries), MaxPeerEntries)])
 	}
-	v.queued, v.tokens, v.inflight = map[peerKey]uint32{}, map[peerKey]int64{}, map[uint64]int{}
+	v.queued, v.tokens, v.inflightBy, v.inflight = map[peerKey]uint32{}, map[peerKey]int64{}, map[peerKey]int{}, map[uint64]int{}
 	for _, es := range v.origins {
 		for _, e := range es {
 			k := peerKey{e.Class, e.Tenant}
 			v.queued[k] += e.Queued
 			v.tokens[k] += int64(e.Tokens)
+			v.inflightBy[k] += int(e.InFlight)
 			v.inflight[e.Tenant] += int(e.InFlight)
 		}
 	}

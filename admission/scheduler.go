@@ -78,8 +78,10 @@ type Scheduler struct {
 	reserved []int // per class
 	bucket   bucket
 	// limit is the engines' room for this replica's requests, from
-	// SetLimit; negative: unknown, no bound.
+	// SetLimit, after the share of the peers waiting; negative: unknown,
+	// no bound. engineRoom is the room as SetLimit was given it.
 	limit      int
+	engineRoom int
 	inflight   int
 	inflightBy []int // per class
 	queued     int
@@ -103,7 +105,7 @@ func New(cfg Config) *Scheduler {
 	cfg = cfg.withDefaults()
 	cl := NewClasses(cfg)
 	s := &Scheduler{cfg: cfg, classes: cl, reserved: make([]int, cl.Len()), bucket: newBucket(cfg.RatePerSec, cfg.Burst),
-		limit: -1, inflightBy: make([]int, cl.Len()), queuedBy: make([]int, cl.Len()), bands: make([]band, cl.Len()),
+		limit: -1, engineRoom: -1, inflightBy: make([]int, cl.Len()), queuedBy: make([]int, cl.Len()), bands: make([]band, cl.Len()),
 		tenants: map[tenantKey]*tenant{}, loads: map[string]int{}, byID: map[peerKey]*tenant{}, peers: newPeerView()}
 	for name, n := range cfg.Reserved {
 		for i, c := range cfg.Classes {
@@ -194,7 +196,7 @@ func (s *Scheduler) Done(tk *Ticket, now time.Time) {
 func (s *Scheduler) SetLimit(n int, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.limit = n
+	s.limit, s.engineRoom = n, n
 	if free := n - s.inflight; n >= 0 && free > 0 {
 		competing := 1 + s.peers.waitingOrigins()
 		s.limit = s.inflight + (free+competing-1)/competing
@@ -436,5 +438,37 @@ func (s *Scheduler) tenantHold(t *tenant, cost int64, w waitingMin) Hold {
 	if other, ok := w.without(t.id); ok && mine-other >= cost {
 		return HeldByFairShare
 	}
+	if s.overTierShare(t) {
+		return HeldBySaturation
+	}
 	return HeldByNothing
+}
+
+// overTierShare reports whether t, with requests waiting at a peer while
+// the engines bound the room, holds here at least its part of the room it
+// has across the tier (its requests in flight here and at the peers, and
+// the room the engines leave free, at least the slot at stake), shared in
+// proportion to each replica's demand of t (in flight and queued), rounded
+// up. Such a request waits, and the slot that frees here goes to the
+// peers, which see the room with their next limit.
+//
+// Without it a slot that frees goes to its own replica's queue first: a
+// replica that held many requests in flight kept them, and one whose queue
+// had grown (requests reach the replicas at random) kept few, so a request
+// waited as long as its own replica's queue took to drain. On real
+// processes with saturated engines the slowest 1% of a tier's turns waited
+// 0.74 s at the door, against 0.15 s through one replica, one queue.
+// Shared by demand, a replica with the longer queue holds more of the
+// engines, and a request waits about as long wherever it arrived.
+func (s *Scheduler) overTierShare(t *tenant) bool {
+	k := peerKey{t.key.class, t.id}
+	theirQueued := int(s.peers.queued[k])
+	if theirQueued == 0 || s.engineRoom < 0 {
+		return false
+	}
+	theirs := s.peers.inflightBy[k] + theirQueued
+	mine := t.inflight + len(t.queue)
+	room := t.inflight + s.peers.inflightBy[k] + max(s.engineRoom-s.inflight, 1)
+	share := (room*mine + mine + theirs - 1) / (mine + theirs)
+	return t.inflight >= share
 }

@@ -124,3 +124,68 @@ func TestWithoutTheTierViewAShareDependsOnWhereTheRequestsGo(t *testing.T) {
 			share(got, "light"), share(got, "heavy"))
 	}
 }
+
+// saturatedPair is two replicas of one tenant on engines of 8 slots, 4 in
+// flight at each, 12 requests queued at a and 2 at b, each having heard
+// the other's report: the state in which b's next free slot decides whose
+// request goes next.
+func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying []*Ticket) {
+	t.Helper()
+	a, b = New(cfg), New(cfg)
+	arrive := func(s *Scheduler, n int) []*Ticket {
+		var tks []*Ticket
+		for range n {
+			tks = append(tks, s.Arrive(Request{Class: 2, Tenant: "t", Cost: 1}, t0))
+		}
+		return tks
+	}
+	a.SetLimit(4, t0)
+	b.SetLimit(4, t0)
+	aFlying, bFlying = arrive(a, 4), arrive(b, 4)
+	arrive(a, 12)
+	arrive(b, 2)
+	a.SetPeer("b", b.Report(nil), t0)
+	b.SetPeer("a", a.Report(nil), t0)
+	if sa, sb := a.Stats(), b.Stats(); sa.InFlight != 4 || sa.Queued != 12 || sb.InFlight != 4 || sb.Queued != 2 {
+		t.Fatalf("setup: a %+v, b %+v", sa, sb)
+	}
+	return a, b, aFlying, bFlying
+}
+
+// TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest: with the engines
+// full, a request that ends at the replica with the short queue does not
+// hand its slot to that queue; the replica with the long queue, 12 against
+// 2, takes it with its next limit. Requests then wait about as long
+// wherever they arrive, as in one queue; slots that stayed where they freed
+// made a request wait as long as its own replica's queue took to drain.
+func TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest(t *testing.T) {
+	a, b, _, bFlying := saturatedPair(t, classes4())
+	b.Done(bFlying[0], t0)
+	if st := b.Stats(); st.InFlight != 3 || st.Queued != 2 {
+		t.Fatalf("b with 2 queued took its own freed slot against a's 12: %+v", st)
+	}
+	b.SetPeer("a", a.Report(nil), t0)
+	a.SetPeer("b", b.Report(nil), t0)
+	a.SetLimit(8-3, t0) // the engines' room less what b runs
+	if st := a.Stats(); st.InFlight != 5 || st.Queued != 11 {
+		t.Fatalf("a with 12 queued did not take the slot b freed: %+v", st)
+	}
+	// With nothing waiting at a, b's freed slots are b's own again.
+	b.SetPeer("a", New(classes4()).Report(nil), t0)
+	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
+		t.Fatalf("b did not take its freed slot with nothing waiting at a: %+v", st)
+	}
+}
+
+// TestWithoutTheTierViewASlotStaysWhereItFrees is the same without the
+// peers' queue reports (--disable-tier-fairness): b's freed slot goes to
+// b's own queue.
+func TestWithoutTheTierViewASlotStaysWhereItFrees(t *testing.T) {
+	cfg := classes4()
+	cfg.TierFair = false
+	_, b, _, bFlying := saturatedPair(t, cfg)
+	b.Done(bFlying[0], t0)
+	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
+		t.Fatalf("without the tier view b should take its own freed slot: %+v", st)
+	}
+}

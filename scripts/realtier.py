@@ -35,6 +35,7 @@ come from environment variables (defaults in brackets):
                          a first word pin=1 runs the routers on core 1 and the
                          workersims and loadgen on core 0, so that no router
                          takes a worker's core: "shared=;apart=pin=1"
+    REALTIER_PIN         1 pins every variant that does not say pin=0 [0]
     REALTIER_AGAIN       0 runs one replica once a round, not twice [1]
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
@@ -398,13 +399,13 @@ class Variant:
     two builds run side by side in every round; nice=N runs the workersims and loadgen at niceness
     N, the routers at 0, so the kernel runs a router first when both wait for a core; pin=1 runs
     the routers on core 1 and the workersims and loadgen on core 0, so no router takes a worker's
-    core (a tier's routers keep more of a core busy than one replica does). The rest are router
-    flags."""
+    core (a tier's routers keep more of a core busy than one replica does), and pin=0 does not;
+    REALTIER_PIN=1 pins every variant that does not say. The rest are router flags."""
 
     WORDS = ("router", "nice", "pin")
 
     def __init__(self, flags):
-        self.router, self.nice, self.pin = f"{BIN}/router", 0, False
+        self.router, self.nice, self.pin = f"{BIN}/router", 0, os.environ.get("REALTIER_PIN", "0") == "1"
         while flags and flags[0].split("=")[0] in self.WORDS:
             word, _, value = flags[0].partition("=")
             if word == "router":
@@ -586,13 +587,15 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "usage.prompt_tokens_details.cached_tokens. fleetsim runs the same configuration (workers, KV "
              "capacity, sessions, turns, think time and gossip interval scaled by the time scale, balancer, "
              "replicas) at seeds 1.."
-             f"{cfg['rounds']}, one per round; its ratio is to its own one-replica run.\n")
+             f"{cfg['rounds']}, one per round; its ratio is to its own one-replica run."
+             + pinning(cfg) + "\n")
     L.append("```\nscripts/bench.sh realtier   # this section; make bench runs it\n"
              + " ".join(f"REALTIER_{k.upper()}=" + (f"'{' '.join(map(str, v))}'" if isinstance(v, list) and len(v) > 1
                                                      else str(v[0] if isinstance(v, list) else v))
                         for k, v in cfg.items() if k in ("replicas", "think", "balance", "sessions", "turns",
                                                          "rounds", "workers", "kv", "time_scale"))
              + (f" REALTIER_VARIANTS='{os.environ['REALTIER_VARIANTS']}'" if "REALTIER_VARIANTS" in os.environ else "")
+             + (" REALTIER_PIN=1" if os.environ.get("REALTIER_PIN") == "1" else "")
              + " scripts/realtier.py sweep OUT.md\n```\n")
     L.append(f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}. The sweep took "
              f"{elapsed / 60:.1f} min ({len(runs)} real runs). Each row's load average is the 1-minute figure at "
@@ -668,6 +671,17 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                                  f"{spread(reps, cfg['workers'])} | "
                                  f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
     return "\n".join(L) + "\n"
+
+
+def pinning(cfg):
+    """What the sweep's text says of the cores: which variants ran their routers on a core of
+    their own."""
+    pinned = [name for name, flags in cfg["variants"] if Variant(flags).pin]
+    if not pinned:
+        return ""
+    which = "Every run" if len(pinned) == len(cfg["variants"]) else "The runs of " + ", ".join(pinned)
+    return (f" {which} pinned the routers to core 1 and the workersims and loadgen to core 0 (one replica and "
+            "tiers alike), as a tier runs on hosts of its own: the routers' CPU does not delay the engines' steps.")
 
 
 def again_row(cfg, agains, ones, vname, sessions, think):
