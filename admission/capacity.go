@@ -26,8 +26,13 @@ type WorkerLoad struct {
 // engine's last step waits too, for a moment: so a bound is set, or
 // lowered, only when two readings in a row show requests waiting while the
 // engine runs fewer than the bound (the more it ran of the two), and raised
-// at once when an engine runs more. A full
-// KV cache is a bound at once. An engine at its bound and not queueing for
+// at once when an engine runs more. A full KV cache is a bound at once
+// where it raises the bound or none is known; with fewer running than the
+// bound it lowers it as requests waiting do, on two readings in a row: how
+// many sequences fill the KV moves with their lengths from one reading to
+// the next, and the replicas of a tier read the engines at different
+// moments, so a bound that followed every reading down made their limits
+// disagree, and one replica's queue waited while the others admitted. An engine at its bound and not queueing for
 // ProbeAfter gets one more, so that an engine with more room than it showed
 // (a first reading taken at a moment of arrivals, a restart with more
 // memory) is found out. An engine never seen full has no known bound. Not
@@ -68,9 +73,10 @@ func (c *Capacity) Observe(r Reading) {
 	}
 	b.lastR = r.At
 	running := int(r.Running)
-	short := r.Waiting > 0 && (running < b.seqs || b.seqs == 0)
+	full := r.KVUsage >= c.kvFull()
+	short := (r.Waiting > 0 || full) && (running < b.seqs || b.seqs == 0)
 	switch {
-	case r.KVUsage >= c.kvFull():
+	case full && running >= b.seqs:
 		b.set(max(running, 1), r.At)
 	case running > b.seqs && b.seqs > 0:
 		b.set(running, r.At)

@@ -73,3 +73,23 @@ func TestARequestCaughtBetweenStepsDoesNotLowerTheBound(t *testing.T) {
 		t.Fatalf("bound %d after two readings in a row of 2 running and requests waiting, want 2", n)
 	}
 }
+
+func TestAFullKVCacheLowersTheBoundOnlyOnTwoReadingsInARow(t *testing.T) {
+	var c Capacity
+	c.Observe(Reading{Worker: 1, At: t0, Running: 8, KVUsage: 1})
+	if n, _ := c.Of(1); n != 8 {
+		t.Fatalf("a first full reading is a bound at once: %d", n)
+	}
+	// Longer prompts fill the KV with fewer sequences for a moment: one
+	// reading, which a replica reading a second later would not have seen.
+	c.Observe(Reading{Worker: 1, At: t0.Add(time.Second), Running: 5, KVUsage: 1})
+	c.Observe(Reading{Worker: 1, At: t0.Add(2 * time.Second), Running: 9, KVUsage: 1})
+	if n, _ := c.Of(1); n != 9 {
+		t.Fatalf("bound %d after one full reading of 5 between 8 and 9, want 9 (raised at once, not lowered)", n)
+	}
+	c.Observe(Reading{Worker: 1, At: t0.Add(3 * time.Second), Running: 6, KVUsage: 1})
+	c.Observe(Reading{Worker: 1, At: t0.Add(4 * time.Second), Running: 5, KVUsage: 0.99})
+	if n, _ := c.Of(1); n != 6 {
+		t.Fatalf("bound %d after two full readings in a row of 6 and 5, want 6 (the more it ran)", n)
+	}
+}

@@ -276,6 +276,38 @@ def ttft_split(requests_jsonl, apis, worker_urls):
             "engine_ms": mean_of(worker_urls, "vllm:time_to_first_token_seconds")}
 
 
+def door_split(requests_jsonl, router_logs):
+    """Where the slowest 1% of turns spent their TTFT: at the door (the client's TTFT less the
+    router's, which starts once the request is admitted and read: the admission queue) and after
+    it (routing and the engine), each the mean over those turns in ms; None when the routers'
+    log lines cannot be joined to loadgen's (an older build or loadgen)."""
+    router_ttft = {}
+    for path in router_logs:
+        with open(path) as f:
+            for line in f:
+                if "msg=request " not in line:
+                    continue
+                kv = dict(part.split("=", 1) for part in line.split() if "=" in part)
+                if "request_id" in kv and "ttft_ms" in kv:
+                    router_ttft[kv["request_id"]] = float(kv["ttft_ms"])
+    with open(requests_jsonl) as f:
+        rows = [(r["ttft_ms"], router_ttft[r["request_id"]]) for r in map(json.loads, f)
+                if r.get("status") == 200 and r.get("request_id") in router_ttft]
+    if len(rows) < 100:
+        return None
+    rows.sort(reverse=True)
+    top = rows[:len(rows) // 100]
+    return {"door_ms": statistics.mean(c - r for c, r in top), "after_ms": statistics.mean(r for _, r in top)}
+
+
+def fmt_door(reps):
+    splits = [r.get("door") for r in reps]
+    if any(s is None for s in splits):
+        return "-"
+    return (f"{statistics.mean(s['door_ms'] for s in splits):.0f} / "
+            f"{statistics.mean(s['after_ms'] for s in splits):.0f}")
+
+
 def ttfts(requests_jsonl):
     """Every answered request's TTFT in ms, from loadgen's per-request lines."""
     out = []
@@ -363,6 +395,8 @@ def real_run(tmp, tag, cfg, replicas, extra, load):
         rep.update(router_counts(apis))
         rep["ttft_split"] = ttft_split(os.path.join(tmp, tag + ".requests.jsonl"), apis, urls)
         rep["ttfts"] = ttfts(os.path.join(tmp, tag + ".requests.jsonl"))
+        rep["door"] = door_split(os.path.join(tmp, tag + ".requests.jsonl"),
+                                 [os.path.join(tmp, f"{tag}-router-{i}.log") for i in range(len(apis))])
         rep["late_misses"] = late_misses(os.path.join(tmp, tag + ".requests.jsonl"))
         keep = os.environ.get("REALTIER_KEEP")
         if keep:
@@ -609,9 +643,10 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst / rounds pooled | "
              "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
              "false / lost hits (mean per run) | late misses: back to the previous turn's worker / all (mean per run) | "
+             "slowest 1% of turns: ms at the door / after it (mean per run) | "
              "requests per worker: cv / max over mean (mean per run) | "
              "cores busy: routers / workersims / loadgen (mean per run) | load avg per round | verdict |")
-    L.append("|" + "---|" * 21)
+    L.append("|" + "---|" * 22)
     for vname, _ in cfg["variants"]:
         for sessions in cfg["sessions"]:
             for think in cfg["think"]:
@@ -624,6 +659,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                          f"{statistics.mean(o['throughput_rps'] for o in ones):.1f} req/s | | "
                          f"{statistics.mean(o['router_hit_rate'] for o in ones):.3f} | "
                          f"{statistics.mean(o['shed'] for o in ones):.0f} | {fmt_attr(ones)} | {fmt_misses(ones)} | "
+                         f"{fmt_door(ones)} | "
                          f"{spread(ones, cfg['workers'])} | "
                          f"{cores(ones)} | {' / '.join(o['loadavg'].split()[0] for o in ones)} | baseline |")
                 if cfg["again"]:
@@ -668,6 +704,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                                  f"{statistics.mean(thr):.2f} / {min(thr):.2f} | {sim_tail} | "
                                  f"{statistics.mean(r['router_hit_rate'] for r in reps):.3f} | "
                                  f"{statistics.mean(r['shed'] for r in reps):.0f} | {fmt_attr(reps)} | {fmt_misses(reps)} | "
+                                 f"{fmt_door(reps)} | "
                                  f"{spread(reps, cfg['workers'])} | "
                                  f"{cores(reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} | {verdict} |")
     return "\n".join(L) + "\n"
@@ -696,6 +733,7 @@ def again_row(cfg, agains, ones, vname, sessions, think):
             f"{statistics.mean(thr):.2f} / {min(thr):.2f} | | "
             f"{statistics.mean(a['router_hit_rate'] for a in agains):.3f} | "
             f"{statistics.mean(a['shed'] for a in agains):.0f} | {fmt_attr(agains)} | {fmt_misses(agains)} | "
+            f"{fmt_door(agains)} | "
             f"{spread(agains, cfg['workers'])} | "
             f"{cores(agains)} | {' / '.join(a['loadavg'].split()[0] for a in agains)} | "
             "one replica against itself: the spread of the measurement |")
