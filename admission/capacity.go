@@ -32,7 +32,8 @@ type WorkerLoad struct {
 // many sequences fill the KV moves with their lengths from one reading to
 // the next, and the replicas of a tier read the engines at different
 // moments, so a bound that followed every reading down made their limits
-// disagree, and one replica's queue waited while the others admitted. An engine at its bound and not queueing for
+// disagree, and one replica's queue waited while the others admitted. An
+// engine at its bound and not queueing for
 // ProbeAfter gets one more, so that an engine with more room than it showed
 // (a first reading taken at a moment of arrivals, a restart with more
 // memory) is found out. An engine never seen full has no known bound. Not
