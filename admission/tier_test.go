@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -129,7 +130,7 @@ func TestWithoutTheTierViewAShareDependsOnWhereTheRequestsGo(t *testing.T) {
 // flight at each, 12 requests queued at a and 2 at b, each having heard
 // the other's report: the state in which b's next free slot decides whose
 // request goes next.
-func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying []*Ticket) {
+func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying, bQueued []*Ticket) {
 	t.Helper()
 	a, b = New(cfg), New(cfg)
 	arrive := func(s *Scheduler, n int) []*Ticket {
@@ -143,13 +144,13 @@ func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying 
 	b.SetLimit(4, t0)
 	aFlying, bFlying = arrive(a, 4), arrive(b, 4)
 	arrive(a, 12)
-	arrive(b, 2)
+	bQueued = arrive(b, 2)
 	a.SetPeer("b", b.Report(nil), t0)
 	b.SetPeer("a", a.Report(nil), t0)
 	if sa, sb := a.Stats(), b.Stats(); sa.InFlight != 4 || sa.Queued != 12 || sb.InFlight != 4 || sb.Queued != 2 {
 		t.Fatalf("setup: a %+v, b %+v", sa, sb)
 	}
-	return a, b, aFlying, bFlying
+	return a, b, aFlying, bFlying, bQueued
 }
 
 // TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest: with the engines
@@ -159,10 +160,19 @@ func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying 
 // wherever they arrive, as in one queue; slots that stayed where they freed
 // made a request wait as long as its own replica's queue took to drain.
 func TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest(t *testing.T) {
-	a, b, _, bFlying := saturatedPair(t, classes4())
+	a, b, _, bFlying, bQueued := saturatedPair(t, classes4())
 	b.Done(bFlying[0], t0)
 	if st := b.Stats(); st.InFlight != 3 || st.Queued != 2 {
 		t.Fatalf("b with 2 queued took its own freed slot against a's 12: %+v", st)
+	}
+	// A request held so past its timeout is refused saying what held it
+	// (the door answers 408 queue_timeout, naming saturation).
+	if !b.Cancel(bQueued[1], TimedOut, t0) {
+		t.Fatal("b's last queued request is not queued")
+	}
+	var r *Refusal
+	if !errors.As(bQueued[1].Err(), &r) || r.Hold != HeldBySaturation {
+		t.Fatalf("the held request was refused with %v, want held by saturation", bQueued[1].Err())
 	}
 	b.SetPeer("a", a.Report(nil), t0)
 	a.SetPeer("b", b.Report(nil), t0)
@@ -172,7 +182,7 @@ func TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest(t *testing.T) {
 	}
 	// With nothing waiting at a, b's freed slots are b's own again.
 	b.SetPeer("a", New(classes4()).Report(nil), t0)
-	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
+	if st := b.Stats(); st.InFlight != 4 || st.Queued != 0 {
 		t.Fatalf("b did not take its freed slot with nothing waiting at a: %+v", st)
 	}
 }
@@ -183,7 +193,7 @@ func TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest(t *testing.T) {
 func TestWithoutTheTierViewASlotStaysWhereItFrees(t *testing.T) {
 	cfg := classes4()
 	cfg.TierFair = false
-	_, b, _, bFlying := saturatedPair(t, cfg)
+	_, b, _, bFlying, _ := saturatedPair(t, cfg)
 	b.Done(bFlying[0], t0)
 	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
 		t.Fatalf("without the tier view b should take its own freed slot: %+v", st)

@@ -84,7 +84,9 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 		return p.Replica.Decide(router, req, pool)
 	case core.PlaceHere:
 		p.counts.placedHere.Inc()
-		return via(core.ViaPlacer)(p.Place(router, req, pool))
+		d, g, err := p.Place(router, req, pool)
+		d.Via = core.ViaPlacer
+		return d, g, err
 	}
 	q := p.Ask(req, pool)
 	defer p.Settle(q.Seq) // after the reservation, whoever made it
@@ -102,16 +104,9 @@ func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *a
 	if p.log != nil {
 		p.log.Debug("placer: decided alone", "err", err)
 	}
-	return via(core.ViaAlone)(p.Replica.Decide(router, req, pool))
-}
-
-// via returns a function that marks a decision as placed by v, passing its
-// guard and error through.
-func via(v core.Via) func(core.Decided, *affinity.Guard, error) (core.Decided, *affinity.Guard, error) {
-	return func(d core.Decided, g *affinity.Guard, err error) (core.Decided, *affinity.Guard, error) {
-		d.Via = v
-		return d, g, err
-	}
+	d, g, err := p.Replica.Decide(router, req, pool)
+	d.Via = core.ViaAlone
+	return d, g, err
 }
 
 // ask puts q to the placer at addr, unless that placer did not answer

@@ -21,9 +21,11 @@ import (
 type route struct {
 	decision affinity.Decision
 	decided  bool
-	// known is the decision as the decider made it: what the replica knew
-	// of the prefix and who placed it (Fact and Via), when Routed.
-	known    core.Decided
+	// fact and via are what the replica knew of the prefix and who chose
+	// the worker, when judged says the decider routed it on the prefix.
+	fact     core.Fact
+	via      core.Via
+	judged   bool
 	attempts int
 	worker   affinity.WorkerID // the worker whose answer the client got
 	prefill  affinity.WorkerID // the prefill worker of a disaggregated request
@@ -41,7 +43,7 @@ func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters)
 	}
 	if !x.route.decided && !l.pinned {
 		x.route.decision, x.route.decided = dec, true
-		x.route.known = l.decided
+		x.route.fact, x.route.via, x.route.judged = l.decided.Fact, l.decided.Via, l.decided.Routed()
 	}
 	x.route.worker, x.route.counters = dec.Worker, c
 }
@@ -57,8 +59,8 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if x.route.decided {
 		d := x.route.decision
 		attrs = append(attrs, slog.String("decision", decisionName(d)), slog.Float64("matched", share(d.Matched, d.Total)))
-		if k := x.route.known; k.Routed() {
-			attrs = append(attrs, slog.String("fact", k.Fact.String()), slog.String("via", k.Via.String()))
+		if x.route.judged {
+			attrs = append(attrs, slog.String("fact", x.route.fact.String()), slog.String("via", x.route.via.String()))
 		}
 	}
 	if x.route.worker != 0 {
