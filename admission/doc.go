@@ -28,10 +28,10 @@
 // over the replicas. The room the engines leave is shared the same way: a
 // replica takes its share of it among the peers that report requests
 // waiting, since each learns of the others' admissions only from their next
-// report; and while a tenant waits at a peer, its room across the tier is
-// shared in proportion to each replica's demand of it, so that a slot
-// freeing at a replica with a short queue goes to the peers with the
-// longer ones, and a request waits about as long wherever it arrived.
+// report; and while the engines bound the room, a request waits while its
+// tenant has an older request waiting at a peer, so that a slot that frees
+// goes to the tier's longest-waiting request wherever it waits, and a
+// request waits about as long wherever it arrived, as in one queue.
 //
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet

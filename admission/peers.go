@@ -13,6 +13,9 @@ type PeerEntry struct {
 	// not done, Tokens their cost.
 	Queued, InFlight uint32
 	Tokens           uint64
+	// Waited is how long the oldest of the queued had waited when the
+	// report was made; 0 from a replica that does not say.
+	Waited time.Duration
 }
 
 // MaxPeerEntries bounds one replica's report, and what is kept of each
@@ -31,37 +34,50 @@ type peerKey struct {
 }
 
 // peerView merges the peers' reports: per (class, tenant), what waits and
-// what is in flight elsewhere in the tier.
+// what is in flight elsewhere in the tier, and since when its oldest
+// request waits.
 type peerView struct {
-	origins    map[string][]PeerEntry
-	queued     map[peerKey]uint32
-	tokens     map[peerKey]int64
-	inflightBy map[peerKey]int
-	inflight   map[uint64]int // per tenant, over its classes
+	origins  map[string]peerReport
+	queued   map[peerKey]uint32
+	tokens   map[peerKey]int64
+	inflight map[uint64]int // per tenant, over its classes
+	oldest   map[peerKey]time.Time
+}
+
+// peerReport is one peer's last report and when it arrived.
+type peerReport struct {
+	entries []PeerEntry
+	at      time.Time
 }
 
 func newPeerView() peerView {
-	return peerView{origins: map[string][]PeerEntry{}}
+	return peerView{origins: map[string]peerReport{}}
 }
 
-// set replaces origin's report and rebuilds the merged maps.
-func (v *peerView) set(origin string, entries []PeerEntry) bool {
+// set replaces origin's report, arrived at now, and rebuilds the merged
+// maps.
+func (v *peerView) set(origin string, entries []PeerEntry, now time.Time) bool {
 	if _, ok := v.origins[origin]; !ok && len(entries) > 0 && len(v.origins) >= MaxPeers {
 		return false
 	}
 	if len(entries) == 0 {
 		delete(v.origins, origin)
 	} else {
-		v.origins[origin] = slices.Clone(entries[:min(len(entries), MaxPeerEntries)])
+		v.origins[origin] = peerReport{entries: slices.Clone(entries[:min(len(entries), MaxPeerEntries)]), at: now}
 	}
-	v.queued, v.tokens, v.inflightBy, v.inflight = map[peerKey]uint32{}, map[peerKey]int64{}, map[peerKey]int{}, map[uint64]int{}
-	for _, es := range v.origins {
-		for _, e := range es {
+	v.queued, v.tokens, v.inflight, v.oldest = map[peerKey]uint32{}, map[peerKey]int64{}, map[uint64]int{}, map[peerKey]time.Time{}
+	for _, rep := range v.origins {
+		for _, e := range rep.entries {
 			k := peerKey{e.Class, e.Tenant}
 			v.queued[k] += e.Queued
 			v.tokens[k] += int64(e.Tokens)
-			v.inflightBy[k] += int(e.InFlight)
 			v.inflight[e.Tenant] += int(e.InFlight)
+			if e.Queued == 0 {
+				continue
+			}
+			if since, ok := v.oldest[k]; !ok || rep.at.Add(-e.Waited).Before(since) {
+				v.oldest[k] = rep.at.Add(-e.Waited)
+			}
 		}
 	}
 	return true
@@ -70,8 +86,8 @@ func (v *peerView) set(origin string, entries []PeerEntry) bool {
 // waitingOrigins counts the peers that report requests waiting.
 func (v *peerView) waitingOrigins() int {
 	n := 0
-	for _, es := range v.origins {
-		if slices.ContainsFunc(es, func(e PeerEntry) bool { return e.Queued > 0 }) {
+	for _, rep := range v.origins {
+		if slices.ContainsFunc(rep.entries, func(e PeerEntry) bool { return e.Queued > 0 }) {
 			n++
 		}
 	}
@@ -161,19 +177,23 @@ func (s *Scheduler) SetPeer(origin string, entries []PeerEntry, now time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.peers.set(origin, known)
+	s.peers.set(origin, known, now)
 	s.dispatch(now)
 }
 
-// Report appends this replica's queue report: per (class, tenant) with
-// requests queued or in flight, at most MaxPeerEntries, those with the most
-// queued and then the most tokens in flight first.
-func (s *Scheduler) Report(dst []PeerEntry) []PeerEntry {
+// Report appends this replica's queue report at now: per (class, tenant)
+// with requests queued or in flight, at most MaxPeerEntries, those with the
+// most queued and then the most tokens in flight first.
+func (s *Scheduler) Report(dst []PeerEntry, now time.Time) []PeerEntry {
 	s.mu.Lock()
 	start := len(dst)
 	for _, t := range s.tenants {
-		dst = append(dst, PeerEntry{Class: t.key.class, Tenant: t.id, Queued: uint32(len(t.queue)),
-			InFlight: uint32(max(t.inflight, 0)), Tokens: uint64(max(t.tokens, 0))})
+		e := PeerEntry{Class: t.key.class, Tenant: t.id, Queued: uint32(len(t.queue)),
+			InFlight: uint32(max(t.inflight, 0)), Tokens: uint64(max(t.tokens, 0))}
+		if len(t.queue) > 0 {
+			e.Waited = max(now.Sub(t.queue[0].arrived), 0)
+		}
+		dst = append(dst, e)
 	}
 	s.mu.Unlock()
 	mine := dst[start:]

@@ -133,7 +133,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 	defer s.mu.Unlock()
 	t := s.tenantOf(req)
 	tk := &Ticket{req: req, t: t, arrived: now}
-	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now) == HeldByNothing {
+	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now, now) == HeldByNothing {
 		s.admit(tk, now)
 		return tk
 	}
@@ -275,7 +275,7 @@ func (s *Scheduler) admit(tk *Ticket, now time.Time) {
 
 func (s *Scheduler) refuse(tk *Ticket, reason Reason, now time.Time) {
 	tk.state, tk.waited = refused, now.Sub(tk.arrived)
-	tk.refusal = &Refusal{Reason: reason, Hold: s.hold(tk.t, tk.req.Cost, now), Class: s.classes.Name(tk.req.Class),
+	tk.refusal = &Refusal{Reason: reason, Hold: s.hold(tk.t, tk.req.Cost, tk.arrived, now), Class: s.classes.Name(tk.req.Class),
 		Tenant: tk.req.Tenant}
 	tk.decided()
 }
@@ -332,7 +332,7 @@ func (s *Scheduler) pick(now time.Time) *tenant {
 		}
 		w := s.waitingMin(Class(c))
 		if t := s.bands[c].pick(s.cfg.Quantum, func(t *tenant) bool {
-			return s.tenantHold(t, t.queue[0].req.Cost, w) == HeldByNothing
+			return s.tenantHold(t, t.queue[0].req.Cost, t.queue[0].arrived, w) == HeldByNothing
 		}); t != nil {
 			return t
 		}
@@ -412,8 +412,9 @@ func (s *Scheduler) reclaims(c Class) bool {
 	return s.inflight < s.limit+borrowed
 }
 
-// hold says what keeps a request of t costing cost from going at now.
-func (s *Scheduler) hold(t *tenant, cost int64, now time.Time) Hold {
+// hold says what keeps a request of t costing cost, arrived at arrived,
+// from going at now.
+func (s *Scheduler) hold(t *tenant, cost int64, arrived, now time.Time) Hold {
 	if !s.classHasRoom(t.key.class) {
 		if h := s.roomHold(); h != HeldByNothing {
 			return h
@@ -423,11 +424,12 @@ func (s *Scheduler) hold(t *tenant, cost int64, now time.Time) Hold {
 	if !s.bucket.ready(now) {
 		return HeldByRate
 	}
-	return s.tenantHold(t, cost, s.waitingMin(t.key.class))
+	return s.tenantHold(t, cost, arrived, s.waitingMin(t.key.class))
 }
 
-// tenantHold says whether t's ceiling or its share holds it.
-func (s *Scheduler) tenantHold(t *tenant, cost int64, w waitingMin) Hold {
+// tenantHold says whether t's ceiling or its share holds its request
+// costing cost that arrived at arrived.
+func (s *Scheduler) tenantHold(t *tenant, cost int64, arrived time.Time, w waitingMin) Hold {
 	if c := s.cfg.TenantMaxInFlight; c > 0 && s.loads[t.key.name]+s.peers.remoteInFlight(t.id, s.cfg.TierFair) >= c {
 		return HeldByTenantCeiling
 	}
@@ -438,37 +440,30 @@ func (s *Scheduler) tenantHold(t *tenant, cost int64, w waitingMin) Hold {
 	if other, ok := w.without(t.id); ok && mine-other >= cost {
 		return HeldByFairShare
 	}
-	if s.overTierShare(t) {
+	if s.olderAtPeer(t, arrived) {
 		return HeldBySaturation
 	}
 	return HeldByNothing
 }
 
-// overTierShare reports whether t, with requests waiting at a peer while
-// the engines bound the room, holds here at least its part of the room it
-// has across the tier (its requests in flight here and at the peers, and
-// the room the engines leave free, at least the slot at stake), shared in
-// proportion to each replica's demand of t (in flight and queued), rounded
-// up. Such a request waits, and the slot that frees here goes to the
-// peers, which see the room with their next limit.
+// olderAtPeer reports whether a request of t that arrived at arrived
+// should wait because t has an older request waiting at a peer while the
+// engines bound the room: the slot goes to the tier's longest-waiting
+// request, as through one replica's queue, and the peer, whose report
+// shows this replica's in flight fall, takes it with its next limit. A
+// peer's oldest is reckoned from its report: the wait it reported, back
+// from when the report arrived.
 //
 // Without it a slot that frees goes to its own replica's queue first: a
-// replica that held many requests in flight kept them, and one whose queue
-// had grown (requests reach the replicas at random) kept few, so a request
-// waited as long as its own replica's queue took to drain. On real
-// processes with saturated engines the slowest 1% of a tier's turns waited
-// 0.74 s at the door, against 0.15 s through one replica, one queue.
-// Shared by demand, a replica with the longer queue holds more of the
-// engines, and a request waits about as long wherever it arrived.
-func (s *Scheduler) overTierShare(t *tenant) bool {
-	k := peerKey{t.key.class, t.id}
-	theirQueued := int(s.peers.queued[k])
-	if theirQueued == 0 || s.engineRoom < 0 {
+// replica whose queue had grown (requests reach the replicas at random)
+// kept as many slots as the others, and a request waited as long as its
+// own replica's queue took to drain. On real processes with saturated
+// engines the slowest 1% of a tier's turns waited 0.74 s at the door,
+// against 0.15 s through one replica, one queue.
+func (s *Scheduler) olderAtPeer(t *tenant, arrived time.Time) bool {
+	if s.engineRoom < 0 {
 		return false
 	}
-	theirs := s.peers.inflightBy[k] + theirQueued
-	mine := t.inflight + len(t.queue)
-	room := t.inflight + s.peers.inflightBy[k] + max(s.engineRoom-s.inflight, 1)
-	share := (room*mine + mine + theirs - 1) / (mine + theirs)
-	return t.inflight >= share
+	since, ok := s.peers.oldest[peerKey{t.key.class, t.id}]
+	return ok && since.Before(arrived)
 }

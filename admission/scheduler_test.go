@@ -239,9 +239,9 @@ func TestAPeersReportIsBounded(t *testing.T) {
 	if st.Peers != MaxPeers {
 		t.Fatalf("%d peers kept, want %d", st.Peers, MaxPeers)
 	}
-	for _, es := range s.peers.origins {
-		if len(es) > MaxPeerEntries {
-			t.Fatalf("%d entries kept of a report, want at most %d", len(es), MaxPeerEntries)
+	for _, rep := range s.peers.origins {
+		if len(rep.entries) > MaxPeerEntries {
+			t.Fatalf("%d entries kept of a report, want at most %d", len(rep.entries), MaxPeerEntries)
 		}
 	}
 }
@@ -254,7 +254,7 @@ func TestTheReportKeepsTheLongestQueues(t *testing.T) {
 			s.Arrive(Request{Tenant: string(rune('a' + i))}, t0)
 		}
 	}
-	rep := s.Report(nil)
+	rep := s.Report(nil, t0)
 	if len(rep) != MaxPeerEntries || rep[0].Queued != 4 || rep[len(rep)-1].Queued < 3 {
 		t.Fatalf("report %+v", rep)
 	}

@@ -77,7 +77,7 @@ func tierRun(t *testing.T, tier bool, pinned bool, replicas, slots, light, heavy
 			s.SetLimit(max(0, slots-others), now)
 			for j, o := range ss {
 				if j != i {
-					o.SetPeer(fmt.Sprint(i), s.Report(nil), now)
+					o.SetPeer(fmt.Sprint(i), s.Report(nil, now), now)
 				}
 			}
 		}
@@ -127,74 +127,91 @@ func TestWithoutTheTierViewAShareDependsOnWhereTheRequestsGo(t *testing.T) {
 }
 
 // saturatedPair is two replicas of one tenant on engines of 8 slots, 4 in
-// flight at each, 12 requests queued at a and 2 at b, each having heard
-// the other's report: the state in which b's next free slot decides whose
-// request goes next.
-func saturatedPair(t *testing.T, cfg Config) (a, b *Scheduler, aFlying, bFlying, bQueued []*Ticket) {
+// flight at each, 12 requests queued at a (arrived at aAt) and 2 at b (at
+// bAt), each having heard the other's report made at reported: the state
+// in which b's next free slot decides whose request goes next.
+func saturatedPair(t *testing.T, cfg Config, aAt, bAt, reported time.Time) (a, b *Scheduler, bFlying, bQueued []*Ticket) {
 	t.Helper()
 	a, b = New(cfg), New(cfg)
-	arrive := func(s *Scheduler, n int) []*Ticket {
+	arrive := func(s *Scheduler, n int, at time.Time) []*Ticket {
 		var tks []*Ticket
 		for range n {
-			tks = append(tks, s.Arrive(Request{Class: 2, Tenant: "t", Cost: 1}, t0))
+			tks = append(tks, s.Arrive(Request{Class: 2, Tenant: "t", Cost: 1}, at))
 		}
 		return tks
 	}
 	a.SetLimit(4, t0)
 	b.SetLimit(4, t0)
-	aFlying, bFlying = arrive(a, 4), arrive(b, 4)
-	arrive(a, 12)
-	bQueued = arrive(b, 2)
-	a.SetPeer("b", b.Report(nil), t0)
-	b.SetPeer("a", a.Report(nil), t0)
+	arrive(a, 4, t0)
+	bFlying = arrive(b, 4, t0)
+	arrive(a, 12, aAt)
+	bQueued = arrive(b, 2, bAt)
+	a.SetPeer("b", b.Report(nil, reported), reported)
+	b.SetPeer("a", a.Report(nil, reported), reported)
 	if sa, sb := a.Stats(), b.Stats(); sa.InFlight != 4 || sa.Queued != 12 || sb.InFlight != 4 || sb.Queued != 2 {
 		t.Fatalf("setup: a %+v, b %+v", sa, sb)
 	}
-	return a, b, aFlying, bFlying, bQueued
+	return a, b, bFlying, bQueued
 }
 
-// TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest: with the engines
-// full, a request that ends at the replica with the short queue does not
-// hand its slot to that queue; the replica with the long queue, 12 against
-// 2, takes it with its next limit. Requests then wait about as long
-// wherever they arrive, as in one queue; slots that stayed where they freed
-// made a request wait as long as its own replica's queue took to drain.
-func TestASlotThatFreesGoesWhereTheTiersRequestsWaitLongest(t *testing.T) {
-	a, b, _, bFlying, bQueued := saturatedPair(t, classes4())
-	b.Done(bFlying[0], t0)
+// TestASlotThatFreesGoesToTheTiersLongestWaitingRequest: with the engines
+// full, a request that ends at b does not hand its slot to b's queue while
+// a's requests have waited longer; a takes it with its next limit. A
+// request then waits about as long wherever it arrived, as in one queue;
+// slots that stayed where they freed made a request wait as long as its
+// own replica's queue took to drain.
+func TestASlotThatFreesGoesToTheTiersLongestWaitingRequest(t *testing.T) {
+	later := t0.Add(100 * time.Millisecond)
+	now := t0.Add(200 * time.Millisecond)
+	a, b, bFlying, bQueued := saturatedPair(t, classes4(), t0, later, now)
+	b.Done(bFlying[0], now)
 	if st := b.Stats(); st.InFlight != 3 || st.Queued != 2 {
-		t.Fatalf("b with 2 queued took its own freed slot against a's 12: %+v", st)
+		t.Fatalf("b took its freed slot for a request younger than a's: %+v", st)
 	}
 	// A request held so past its timeout is refused saying what held it
 	// (the door answers 408 queue_timeout, naming saturation).
-	if !b.Cancel(bQueued[1], TimedOut, t0) {
+	if !b.Cancel(bQueued[1], TimedOut, now) {
 		t.Fatal("b's last queued request is not queued")
 	}
 	var r *Refusal
 	if !errors.As(bQueued[1].Err(), &r) || r.Hold != HeldBySaturation {
 		t.Fatalf("the held request was refused with %v, want held by saturation", bQueued[1].Err())
 	}
-	b.SetPeer("a", a.Report(nil), t0)
-	a.SetPeer("b", b.Report(nil), t0)
-	a.SetLimit(8-3, t0) // the engines' room less what b runs
+	a.SetPeer("b", b.Report(nil, now), now)
+	a.SetLimit(8-3, now) // the engines' room less what b runs
 	if st := a.Stats(); st.InFlight != 5 || st.Queued != 11 {
-		t.Fatalf("a with 12 queued did not take the slot b freed: %+v", st)
+		t.Fatalf("a, whose requests waited longest, did not take the slot b freed: %+v", st)
 	}
 	// With nothing waiting at a, b's freed slots are b's own again.
-	b.SetPeer("a", New(classes4()).Report(nil), t0)
+	b.SetPeer("a", New(classes4()).Report(nil, now), now)
 	if st := b.Stats(); st.InFlight != 4 || st.Queued != 0 {
 		t.Fatalf("b did not take its freed slot with nothing waiting at a: %+v", st)
 	}
 }
 
+// TestASlotStaysWhereItsRequestWaitedLongest: the order is by how long a
+// request waited, not by how many wait. b's 2 arrived before a's 12, so
+// the slot b frees is b's; a peer's oldest is reckoned back from when its
+// report arrived, by the wait it reported.
+func TestASlotStaysWhereItsRequestWaitedLongest(t *testing.T) {
+	later := t0.Add(100 * time.Millisecond)
+	now := t0.Add(200 * time.Millisecond)
+	_, b, bFlying, _ := saturatedPair(t, classes4(), later, t0, now)
+	b.Done(bFlying[0], now)
+	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
+		t.Fatalf("b's request, the tier's oldest, did not take b's freed slot: %+v", st)
+	}
+}
+
 // TestWithoutTheTierViewASlotStaysWhereItFrees is the same without the
 // peers' queue reports (--disable-tier-fairness): b's freed slot goes to
-// b's own queue.
+// b's own queue, however long a's requests waited.
 func TestWithoutTheTierViewASlotStaysWhereItFrees(t *testing.T) {
 	cfg := classes4()
 	cfg.TierFair = false
-	_, b, _, bFlying, _ := saturatedPair(t, cfg)
-	b.Done(bFlying[0], t0)
+	now := t0.Add(200 * time.Millisecond)
+	_, b, bFlying, _ := saturatedPair(t, cfg, t0, t0.Add(100*time.Millisecond), now)
+	b.Done(bFlying[0], now)
 	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
 		t.Fatalf("without the tier view b should take its own freed slot: %+v", st)
 	}

@@ -32,32 +32,16 @@ func (b *admissionBridge) engineReadings(dst []admission.Reading) []admission.Re
 
 // localQueues reports the door's queue to the gossip.
 func (b *admissionBridge) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
-	p := b.proxy
-	if p == nil {
+	if b.proxy == nil {
 		return dst
 	}
-	for _, e := range p.AdmissionReport(nil) {
-		dst = append(dst, loadsync.QueueDepth{Class: uint8(e.Class), Tenant: e.Tenant, Queued: e.Queued,
-			InFlight: e.InFlight, Tokens: e.Tokens})
-	}
-	return dst
+	return b.proxy.AdmissionReport(dst)
 }
 
 // remoteQueues hands a peer's queue report to the door; nil forgets the
 // peer.
 func (b *admissionBridge) remoteQueues(origin string, ds []loadsync.QueueDepth) {
-	p := b.proxy
-	if p == nil {
-		return
+	if b.proxy != nil {
+		b.proxy.SetAdmissionPeer(origin, ds)
 	}
-	if ds == nil {
-		p.SetAdmissionPeer(origin, nil)
-		return
-	}
-	entries := make([]admission.PeerEntry, 0, len(ds))
-	for _, d := range ds {
-		entries = append(entries, admission.PeerEntry{Class: admission.Class(d.Class), Tenant: d.Tenant,
-			Queued: d.Queued, InFlight: d.InFlight, Tokens: d.Tokens})
-	}
-	p.SetAdmissionPeer(origin, entries)
 }

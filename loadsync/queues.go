@@ -18,6 +18,9 @@ type QueueDepth struct {
 	Tenant           uint64
 	Queued, InFlight uint32
 	Tokens           uint64 // the cost of its requests in flight
+	// WaitedMs is how long the oldest of the queued had waited when the
+	// report was made, in milliseconds; 0 from an older build.
+	WaitedMs uint32
 }
 
 // MaxQueueDepths bounds one queue report: an origin sends its largest
@@ -38,7 +41,11 @@ const queueWithdrawReports = 3
 //
 // Layout after the header: origin (string), epoch, seq, count (uvarints),
 // then count entries of (class byte, tenant fixed 8 bytes, queued, in
-// flight, tokens uvarints).
+// flight, tokens uvarints), then count waits (uvarint ms each, in the
+// entries' order). The waits come last so that an older build's report,
+// which ends after the entries, still decodes (its waits are 0); an older
+// build reading this one counts the trailing waits as a decode error and
+// ignores the report.
 type queueReport struct {
 	origin     string
 	epoch, seq uint64
@@ -63,6 +70,9 @@ func appendQueueReport(b []byte, rep *queueReport) []byte {
 		b = binary.AppendUvarint(b, uint64(d.InFlight))
 		b = binary.AppendUvarint(b, d.Tokens)
 	}
+	for _, d := range rep.depths {
+		b = binary.AppendUvarint(b, uint64(d.WaitedMs))
+	}
 	return b
 }
 
@@ -84,6 +94,11 @@ func decodeQueueReport(r *reader) (queueReport, error) {
 			return queueReport{}, r.err()
 		}
 		rep.depths = append(rep.depths, d)
+	}
+	if r.remaining() > 0 {
+		for i := range rep.depths {
+			rep.depths[i].WaitedMs = r.uint32v()
+		}
 	}
 	return rep, r.end()
 }

@@ -59,8 +59,8 @@ func TestQueueDepthsReachPeersAndAreWithdrawn(t *testing.T) {
 	b, bb := newQueueReplica(t, "b")
 	_ = b
 	now := t0
-	small := QueueDepth{Class: 1, Tenant: 7, Queued: 2, InFlight: 1, Tokens: 300}
-	big := QueueDepth{Class: 3, Tenant: 9, Queued: 40, InFlight: 4, Tokens: 4000}
+	small := QueueDepth{Class: 1, Tenant: 7, Queued: 2, InFlight: 1, Tokens: 300, WaitedMs: 1200}
+	big := QueueDepth{Class: 3, Tenant: 9, Queued: 40, InFlight: 4, Tokens: 4000, WaitedMs: 35}
 	ab.set(small, big)
 	deliver(t, a.st.Tick(now), now, b)
 	if got := bb.get("a"); !slices.Equal(got, []QueueDepth{big, small}) {
@@ -74,11 +74,28 @@ func TestQueueDepthsReachPeersAndAreWithdrawn(t *testing.T) {
 	}
 }
 
+// TestAnOlderBuildsQueueReportStillDecodes: a report without the waits
+// (an older build's, which ends after its entries) is taken, its waits 0.
+func TestAnOlderBuildsQueueReportStillDecodes(t *testing.T) {
+	b, bb := newQueueReplica(t, "b")
+	d := QueueDepth{Class: 2, Tenant: 5, Queued: 3, InFlight: 2, Tokens: 900, WaitedMs: 70}
+	p := appendQueueReport(nil, &queueReport{origin: "old", epoch: 1, seq: 1, depths: []QueueDepth{d}})
+	old := p[:len(p)-1] // the one wait is one byte
+	if err := b.st.Receive(old, t0); err != nil {
+		t.Fatalf("an older build's report: %v", err)
+	}
+	d.WaitedMs = 0
+	if got := bb.get("old"); !slices.Equal(got, []QueueDepth{d}) {
+		t.Fatalf("b holds %v for the older build, want %v", got, d)
+	}
+}
+
 func TestAQueueReportIsBoundedAndSizedInHundredsOfBytes(t *testing.T) {
 	a, ab := newQueueReplica(t, "a")
 	var many []QueueDepth
 	for i := range 100 {
-		many = append(many, QueueDepth{Class: uint8(i % 4), Tenant: uint64(i) << 50, Queued: uint32(i), InFlight: 100, Tokens: 1 << 20})
+		many = append(many, QueueDepth{Class: uint8(i % 4), Tenant: uint64(i) << 50, Queued: uint32(i), InFlight: 100, Tokens: 1 << 20,
+			WaitedMs: 60_000})
 	}
 	ab.set(many...)
 	for _, p := range a.st.Tick(t0) {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/loadsync"
 )
 
 // Admission is what the door admits requests with (see the admission
@@ -69,8 +71,9 @@ type Admission struct {
 	KVFull float64
 }
 
-// scheduler returns the admission package's config of a.
-func (a Admission) scheduler() admission.Config {
+// Scheduler returns the admission package's config of a: what the door's
+// Scheduler is built with.
+func (a Admission) Scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
 		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
 		Lend: a.LendReserved}
@@ -85,10 +88,10 @@ func (a Admission) scheduler() admission.Config {
 
 // Validate refuses settings out of range, naming the flag.
 func (a Admission) Validate() error {
-	if err := a.scheduler().Validate(); err != nil {
+	if err := a.Scheduler().Validate(); err != nil {
 		return err
 	}
-	cl := admission.NewClasses(a.scheduler())
+	cl := admission.NewClasses(a.Scheduler())
 	for _, name := range a.KeyClasses {
 		if _, err := cl.Parse(name); err != nil || !cl.Enabled() {
 			return errors.New("--api-key-classes: " + name + " is not one of --priority-classes")
@@ -125,14 +128,15 @@ const expectedOutputTokens = 256
 // maxTenantBytes bounds a tenant header's value.
 const maxTenantBytes = 64
 
-// admitter admits the proxy's requests through an admission.Scheduler.
+// admitter admits the proxy's requests through the replica's door
+// (core.Door).
 type admitter struct {
-	s        *admission.Scheduler
+	door     *core.Door
+	s        *admission.Scheduler // the door's
 	classes  admission.Classes
 	timeout  time.Duration
 	keyClass map[[32]byte]admission.Class
 	tenantHd string
-	capacity admission.Capacity // the refresher's alone
 	metrics  *admissionMetrics
 	watcher  *watcher // looks at the clients of queued requests
 	// stamp: pass the class on as the engine's priority field
@@ -141,13 +145,13 @@ type admitter struct {
 }
 
 func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
-	s := admission.New(a.scheduler())
+	door := core.NewDoor(a.Scheduler(), a.KVFull, time.Now)
+	s := door.Scheduler()
 	if a.QueueTimeout <= 0 {
 		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
 	}
-	d := &admitter{s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
-		tenantHd: a.TenantHeader, capacity: admission.Capacity{KVFull: a.KVFull}, metrics: m, watcher: w,
-		stamp: a.EnginePriority && s.Classes().Enabled()}
+	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
+		tenantHd: a.TenantHeader, metrics: m, watcher: w, stamp: a.EnginePriority && s.Classes().Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[sha256.Sum256([]byte(key))] = c
@@ -363,17 +367,12 @@ func (d *admitter) release(tk *admission.Ticket) {
 	}
 }
 
-// refreshEvery is how often the door reads the engines' saturation signal
-// and the tier's load, and lets the rate bucket's refills through.
-const refreshEvery = 50 * time.Millisecond
-
-// run refreshes the engines' limit until ctx ends. engines nil: no
-// saturation signal, the limit stays unknown.
+// run refreshes the engines' limit every core.DoorRefreshEvery until ctx
+// ends. engines nil: no saturation signal, the limit stays unknown.
 func (d *admitter) run(ctx context.Context, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading) {
-	t := time.NewTicker(refreshEvery)
+	t := time.NewTicker(core.DoorRefreshEvery)
 	defer t.Stop()
 	var readings []admission.Reading
-	var workers []admission.WorkerLoad
 	for {
 		select {
 		case <-ctx.Done():
@@ -386,25 +385,20 @@ func (d *admitter) run(ctx context.Context, loads *affinity.LoadTable, engines f
 			continue
 		}
 		readings = engines(readings[:0])
-		for _, r := range readings {
-			d.capacity.Observe(r)
-		}
-		workers = workers[:0]
-		loads.Each(func(l *affinity.Load) {
-			workers = append(workers, admission.WorkerLoad{Worker: uint32(l.ID()), Others: l.Merged() - l.Local()})
-		})
-		d.s.SetLimit(d.capacity.Limit(workers), now)
+		d.door.Refresh(loads, readings, now)
 	}
 }
 
-// AdmissionReport appends this replica's queue report for the tier.
-func (p *Proxy) AdmissionReport(dst []admission.PeerEntry) []admission.PeerEntry {
-	return p.admission.s.Report(dst)
+// AdmissionReport appends this replica's queue report for the tier's
+// gossip (loadsync.Config.LocalQueues).
+func (p *Proxy) AdmissionReport(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
+	return p.admission.door.LocalQueues(dst)
 }
 
-// SetAdmissionPeer takes a peer's queue report; nil forgets the peer.
-func (p *Proxy) SetAdmissionPeer(origin string, entries []admission.PeerEntry) {
-	p.admission.s.SetPeer(origin, entries, time.Now())
+// SetAdmissionPeer takes a peer's queue report; nil forgets the peer
+// (loadsync.Config.OnQueues).
+func (p *Proxy) SetAdmissionPeer(origin string, depths []loadsync.QueueDepth) {
+	p.admission.door.RemoteQueues(origin, depths, time.Now())
 }
 
 // AdmissionStats is the door's queue, for /ui.

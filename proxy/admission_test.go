@@ -383,7 +383,7 @@ func TestLendingIsItsOwnChoiceNotTheEnginePriority(t *testing.T) {
 		a    Admission
 		lend bool
 	}{{Admission{EnginePriority: true}, false}, {Admission{LendReserved: true}, true}, {Admission{}, false}} {
-		if got := tc.a.scheduler().Lend; got != tc.lend {
+		if got := tc.a.Scheduler().Lend; got != tc.lend {
 			t.Errorf("engine priority %v, lend reserved %v: the scheduler lends %v, want %v",
 				tc.a.EnginePriority, tc.a.LendReserved, got, tc.lend)
 		}

@@ -641,7 +641,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                          "same thing, against which a tier's worst round is read." if cfg["again"] else "") + "\n")
     L.append("| variant | sessions | think s | replicas | balance | cached-token ratio | vs 1: mean / worst | "
              "fleetsim vs 1: mean / min | fleetsim - real | TTFT p50 vs 1: mean / worst | TTFT p99 vs 1: mean / worst / rounds pooled | "
-             "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1 | router hit rate | shed | "
+             "throughput vs 1: mean / worst | fleetsim TTFT p50 / p99 / thr vs 1; its slowest 1% of turns: ms at the door / after | router hit rate | shed | "
              "false / lost hits (mean per run) | late misses: back to the previous turn's worker / all (mean per run) | "
              "slowest 1% of turns: ms at the door / after it (mean per run) | "
              "requests per worker: cv / max over mean (mean per run) | "
@@ -680,7 +680,9 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
                             sim_cols = (f"| {statistics.mean(sc):.3f} / {min(sc):.3f} | {gap:+.3f} | ")
                             sim_tail = (f"{statistics.mean(x[n]['ttft_p50_ms'] / x[1]['ttft_p50_ms'] for x in s):.2f} / "
                                         f"{statistics.mean(x[n]['ttft_p99_ms'] / x[1]['ttft_p99_ms'] for x in s):.2f} / "
-                                        f"{statistics.mean(x[n]['throughput_rps'] / x[1]['throughput_rps'] for x in s):.2f}")
+                                        f"{statistics.mean(x[n]['throughput_rps'] / x[1]['throughput_rps'] for x in s):.2f}"
+                                        f"; slowest 1%: {statistics.mean(x[n].get('slowest_at_door_ms', 0) for x in s):.0f}"
+                                        f" / {statistics.mean(x[n].get('slowest_after_door_ms', 0) for x in s):.0f}")
                         else:
                             sim_tail = ""
                         want_cached, want_ttft, want_thr = targets(think)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"errors"
 	"fmt"
 	"math"
@@ -80,6 +82,8 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
 
+		&cli.BoolFlag{Name: "door", Value: true, Usage: "each replica runs the router's admission door with its defaults: a request waits at its replica while the engines, by that replica's last reading of them (every --engine-scrape-interval-secs), run all they can (--door=false: every request is routed as it arrives)"},
+		&cli.Float64Flag{Name: "engine-scrape-interval-secs", Value: fleet.DefaultEngineScrapeInterval.Seconds(), Usage: "with --door: seconds between a replica's reads of each engine, as the router's flag"},
 		&cli.StringFlag{Name: "balance", Value: "random", Usage: "load balancer in front of the replicas: random (each request to a random replica) or session (every turn of an agentic session to the same one)"},
 		&cli.Int64Flag{Name: "seed", Value: 1, Usage: "seed of every random choice (load balancer, policies, loss, agentic draws)"},
 		&cli.StringFlag{Name: "json", Usage: `also write {"runs":[...]} to this file`},
@@ -223,6 +227,8 @@ func readGossip(c *cli.Context, p *plan) error {
 	p.base.NoDemotion = !c.Bool("demote-superseded")
 	p.base.OverloadOnReports = !c.Bool("share-in-overload")
 	p.base.Placer = c.Bool("placer")
+	p.base.Door = c.Bool("door")
+	p.base.EngineScrapeInterval = time.Duration(c.Float64("engine-scrape-interval-secs") * float64(time.Second))
 	p.base.NoCalibration = !c.Bool("calibrate-index")
 	p.base.NoCalibrationGossip = !c.Bool("gossip-calibration")
 	p.base.Seed = c.Int64("seed")
@@ -236,6 +242,7 @@ func readGossip(c *cli.Context, p *plan) error {
 	return firstBad([]check{
 		{"gossip-interval", p.base.GossipInterval <= 0, "> 0", p.base.GossipInterval},
 		{"gossip-flush-interval", p.base.GossipFlushInterval <= 0, "> 0", p.base.GossipFlushInterval},
+		{"engine-scrape-interval-secs", p.base.EngineScrapeInterval <= 0, "> 0", p.base.EngineScrapeInterval},
 		{"gossip-delay", c.Duration("gossip-delay") < 0, ">= 0", c.Duration("gossip-delay")},
 		{"gossip-loss", !(p.base.GossipLoss >= 0 && p.base.GossipLoss < 1), "in [0, 1)", p.base.GossipLoss},
 	})

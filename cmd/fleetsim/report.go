@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"text/tabwriter"
 )
 
@@ -31,6 +32,10 @@ func writeTable(w io.Writer, rows []row) error {
 	if len(rows) > 0 && rows[0].InfiniteCacheHitRate != nil {
 		header = append(header[:len(header):len(header)], "infinite_cache_hit_rate")
 	}
+	door := slices.ContainsFunc(rows, func(r row) bool { return r.SlowestAfterDoorMs > 0 })
+	if door {
+		header = append(header[:len(header):len(header)], "door_wait_p99_ms", "slowest_at_door_ms", "slowest_after_door_ms")
+	}
 	for _, h := range header {
 		fmt.Fprint(tw, h, "\t")
 	}
@@ -53,6 +58,9 @@ func writeTable(w io.Writer, rows []row) error {
 		}
 		if r.InfiniteCacheHitRate != nil {
 			fmt.Fprintf(tw, "%.4f\t", *r.InfiniteCacheHitRate)
+		}
+		if door {
+			fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t", r.DoorWaitP99Ms, r.SlowestAtDoorMs, r.SlowestAfterDoorMs)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -130,6 +130,17 @@ type Config struct {
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
 
+	// Door runs each replica's admission door as the router does by
+	// default (core.Door with proxy.DefaultConfig's admission): a request
+	// waits at the replica it reached while the engines, by what that
+	// replica last read of them, run all they can, and the wait is part
+	// of its TTFT. Off: every request is routed as it arrives.
+	Door bool
+	// EngineScrapeInterval is how often, with Door, each replica reads
+	// each engine's running, waiting and KV usage. Default
+	// DefaultEngineScrapeInterval (1 s, the router's).
+	EngineScrapeInterval time.Duration
+
 	// StickySessions makes the load balancer session-sticky: every turn of
 	// a closed-loop session reaches the same replica (the session's number
 	// modulo the replicas), the control of a tier measurement. Arrivals of
@@ -164,6 +175,7 @@ func (c Config) withDefaults() Config {
 		c.GossipDelay = 0
 	}
 	c.Model = cmpOr(c.Model, DefaultModel)
+	c.EngineScrapeInterval = cmpOr(c.EngineScrapeInterval, DefaultEngineScrapeInterval)
 	return c
 }
 
@@ -211,6 +223,7 @@ func (c Config) Validate() error {
 		{"Sync", !validSync(c.Sync), "one of " + syncNames(), c.Sync},
 		{"BlockSize", c.BlockSize <= 0, "> 0", c.BlockSize},
 		{"GossipInterval", c.GossipInterval <= 0, "> 0", c.GossipInterval},
+		{"EngineScrapeInterval", c.EngineScrapeInterval <= 0, "> 0", c.EngineScrapeInterval},
 		{"GossipLoss", !(c.GossipLoss >= 0 && c.GossipLoss < 1), "in [0, 1)", c.GossipLoss},
 		{"Thresholds", !validThresholds(c.Thresholds), "finite and >= 0", c.Thresholds},
 	} {

@@ -33,6 +33,14 @@
 // spread over one interval), travel GossipDelay, and are merged when
 // they arrive; a request holds its worker for as long as the engine takes.
 //
+// With Door (on in the fleetsim command by default, as in the router) each
+// replica runs the router's admission door (core.Door, with
+// proxy.DefaultConfig's admission) before it routes: it reads every
+// engine's running, waiting and KV usage every EngineScrapeInterval, sets
+// its limit every core.DoorRefreshEvery, and trades queue reports with its
+// load reports; a request waits at the door while the engines, by its
+// replica's readings, run all they can, and that wait is part of its TTFT.
+//
 // The routed (prefill) workers' waiting queues are read every virtual second
 // (an event that changes nothing), and closed-loop sessions count as rollouts
 // when their last turn completes: the figures of the seed's P/D collapse

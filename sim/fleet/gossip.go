@@ -43,11 +43,14 @@ func (s *simulation) tick(i int) {
 
 // deliver hands packets to replica i's gossip state.
 func (s *simulation) deliver(i int, pkts [][]byte) {
-	st := s.replicas[i].core
+	r := s.replicas[i]
 	now := s.clock.Now()
 	for _, p := range pkts {
-		if err := st.Receive(p, now); err != nil && s.err == nil {
-			s.err = fmt.Errorf("%w by %s: %w", ErrGossip, s.replicas[i].name, err)
+		if err := r.core.Receive(p, now); err != nil && s.err == nil {
+			s.err = fmt.Errorf("%w by %s: %w", ErrGossip, r.name, err)
 		}
+	}
+	if r.doorMoved {
+		s.letIn(r)
 	}
 }

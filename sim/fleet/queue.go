@@ -24,6 +24,16 @@ const (
 	evPlaced
 	// evUnhold: the placer's reservation for a peer's request ends.
 	evUnhold
+	// evRefresh: a replica's door is due to set its limit.
+	evRefresh
+	// evScrape: a replica is due to read a worker's engine (gen: the
+	// worker's index).
+	evScrape
+	// evAdmitted: a request its door queued is let in and is routed.
+	evAdmitted
+	// evQueueTimeout: a request may have waited at its door for the
+	// queue timeout.
+	evQueueTimeout
 )
 
 // event is one entry of the simulation's agenda. Only the fields its kind

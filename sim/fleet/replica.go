@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -29,6 +30,16 @@ type replica struct {
 	heard heardSet
 	// own lists this replica's counters of every worker in id order.
 	own []*affinity.Load
+
+	// door is the replica's admission door, nil without Config.Door;
+	// readings holds its latest reading of each worker's engine (by
+	// index), queued the requests waiting at it, and doorMoved says a
+	// peer's queue report reached it since it was last looked at.
+	door      *core.Door
+	readings  []admission.Reading
+	scratch   []admission.Reading
+	queued    []*request
+	doorMoved bool
 
 	router     *affinity.Router // the main policy: prefill in a split fleet
 	pool       *affinity.Pool
@@ -57,9 +68,12 @@ func indexBudget(cfg Config) int {
 // newReplica builds replica number n over st, on clk. rnd supplies its
 // policies' random bits.
 func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.Rand) (*replica, error) {
-	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard}
+	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard, door: newDoor(cfg, clk)}
+	if r.door != nil {
+		r.readings = make([]admission.Reading, cfg.totalWorkers())
+	}
 	c, err := core.New(core.Config{Clock: clk, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
-		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
+		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n, clk), NoPeerShare: cfg.NoPeerShare,
 		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration,
 		NoCalibrationGossip: cfg.NoCalibrationGossip, Heard: r.recordHeard, Loads: st.loads,
 		Index: st.index})
@@ -89,13 +103,22 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 }
 
 // gossipConfig is the replica's side of the gossip with SyncGossip, nil
-// otherwise: the product's State with the fleet's report interval.
-func (r *replica) gossipConfig(cfg Config, n int) *loadsync.Config {
+// otherwise: the product's State with the fleet's report interval, and
+// with a door its queue reports, as the router's.
+func (r *replica) gossipConfig(cfg Config, n int, clk clock.PassiveClock) *loadsync.Config {
 	if cfg.Sync != SyncGossip {
 		return nil
 	}
-	return &loadsync.Config{Origin: r.name, BootEpoch: uint64(n + 1), LoadInterval: cfg.GossipInterval,
+	lc := &loadsync.Config{Origin: r.name, BootEpoch: uint64(n + 1), LoadInterval: cfg.GossipInterval,
 		LoadFlushInterval: cfg.GossipFlushInterval, LoadTTL: 3*cfg.GossipInterval + ttlSlack}
+	if r.door != nil {
+		lc.LocalQueues = r.door.LocalQueues
+		lc.OnQueues = func(origin string, ds []loadsync.QueueDepth) {
+			r.door.RemoteQueues(origin, ds, clk.Now())
+			r.doorMoved = true
+		}
+	}
+	return lc
 }
 
 func (r *replica) newRouter(cfg Config, policy string, rnd *rand.Rand) (*affinity.Router, error) {

@@ -1,6 +1,9 @@
 package fleet
 
 import (
+	"time"
+
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/sim"
@@ -44,9 +47,20 @@ type request struct {
 	// oracleOwner and oracleHit are the oracle's decision at arrival.
 	oracleOwner affinity.WorkerID
 	oracleHit   bool
+	// ticket is the request's place at its replica's door, from its
+	// arrival to its end; nil without a door.
+	ticket *admission.Ticket
 	// question is the request's question to the placer, while asked: the
 	// asking replica settles it when the answer's reservation is made.
 	question core.Question
+}
+
+// doorWait is how long the request waited at its replica's door.
+func (r *request) doorWait() time.Duration {
+	if r.ticket == nil {
+		return 0
+	}
+	return r.ticket.Waited()
 }
 
 // release gives back every guard the request still holds.

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -51,6 +52,17 @@ type Result struct {
 	MakespanSeconds float64 `json:"makespan_seconds"`
 	// TTFTMeanMs is the mean time to first token, in milliseconds.
 	TTFTMeanMs float64 `json:"ttft_mean_ms"`
+	// DoorWaitP99Ms and DoorWaitMeanMs are how long requests waited at
+	// their replica's admission door (Config.Door), in milliseconds: part
+	// of their TTFT.
+	DoorWaitP99Ms  float64 `json:"door_wait_p99_ms,omitempty"`
+	DoorWaitMeanMs float64 `json:"door_wait_mean_ms,omitempty"`
+	// SlowestAtDoorMs and SlowestAfterDoorMs split the TTFT of the slowest
+	// 1% of requests, on average: the time at the door and the time after
+	// it (routing, the engine's queue and prefill), as realtier's table does
+	// for real processes.
+	SlowestAtDoorMs    float64 `json:"slowest_at_door_ms,omitempty"`
+	SlowestAfterDoorMs float64 `json:"slowest_after_door_ms,omitempty"`
 	// RouterHitRate is the share of requests the (prefill) router sent to
 	// the owner of a prefix it matched; Shed counts the matches it gave up
 	// because the owner was overloaded.
@@ -99,13 +111,38 @@ type Result struct {
 
 // collector gathers what happens to requests during a run.
 type collector struct {
-	ttfts            []time.Duration
+	// turns holds every first token's TTFT and its request's wait at the
+	// door (0 without one); doorWaits, with a door, every request's wait
+	// at it, refused ones too.
+	turns            []turn
+	doorWaits        []time.Duration
 	completed, errs  int
 	routed, hits     int
 	rollouts         int
 	shed             int
 	first, last      time.Duration
 	started, stopped bool
+}
+
+// turn is one request's TTFT and its wait at the door within it.
+type turn struct{ ttft, door time.Duration }
+
+// firstToken counts a request's first token.
+func (c *collector) firstToken(ttft, door time.Duration) {
+	c.turns = append(c.turns, turn{ttft, door})
+}
+
+// slowest is the mean TTFT of the slowest 1% of requests (at least one),
+// split into the wait at the door and the rest, in ms.
+func (c *collector) slowest() (door, after float64) {
+	slow := slices.SortedFunc(slices.Values(c.turns), func(a, b turn) int { return cmp.Compare(b.ttft, a.ttft) })
+	slow = slow[:min(max(len(slow)/100, 1), len(slow))]
+	var d, all time.Duration
+	for _, f := range slow {
+		d, all = d+f.door, all+f.ttft
+	}
+	n := float64(max(len(slow), 1))
+	return ms(d) / n, ms(all-d) / n
 }
 
 // route counts one decision of the (prefill) router.
@@ -196,9 +233,18 @@ func ratio(a, b float64) float64 {
 
 // summary fills the request-side figures of r.
 func (c *collector) summary(r *Result) {
-	slices.Sort(c.ttfts)
+	ttfts := make([]time.Duration, 0, len(c.turns))
+	for _, t := range c.turns {
+		ttfts = append(ttfts, t.ttft)
+	}
+	slices.Sort(ttfts)
 	r.Requests, r.Errors, r.Shed = c.completed, c.errs, c.shed
-	r.TTFTP50Ms, r.TTFTP99Ms, r.TTFTMeanMs = quantile(c.ttfts, 0.5), quantile(c.ttfts, 0.99), mean(c.ttfts)
+	r.TTFTP50Ms, r.TTFTP99Ms, r.TTFTMeanMs = quantile(ttfts, 0.5), quantile(ttfts, 0.99), mean(ttfts)
+	slices.Sort(c.doorWaits)
+	r.DoorWaitP99Ms, r.DoorWaitMeanMs = quantile(c.doorWaits, 0.99), mean(c.doorWaits)
+	if len(c.doorWaits) > 0 {
+		r.SlowestAtDoorMs, r.SlowestAfterDoorMs = c.slowest()
+	}
 	r.RouterHitRate = ratio(float64(c.hits), float64(c.routed))
 	span := c.makespan().Seconds()
 	r.MakespanSeconds = span

@@ -108,6 +108,7 @@ func (s *simulation) run() {
 		s.schedule(a)
 	}
 	s.startGossip()
+	s.startDoors()
 	s.startQueueSampling()
 	for s.pending > 0 && s.agenda.len() > 0 && s.err == nil {
 		e := s.agenda.pop()
@@ -139,6 +140,14 @@ func (s *simulation) handle(e event) {
 		s.placed(e.req)
 	case evUnhold:
 		s.placer().core.Unhold(e.req.question.From, e.req.question.Seq)
+	case evRefresh:
+		s.refresh(e.target)
+	case evScrape:
+		s.scrape(e.target, int(e.gen))
+	case evAdmitted:
+		s.route(e.req)
+	case evQueueTimeout:
+		s.queueTimeout(e.req)
 	}
 }
 
@@ -157,9 +166,8 @@ func (s *simulation) schedule(a Arrival) {
 	s.agenda.push(event{at: max(a.At, s.clock.Elapsed()), kind: evArrival, req: &request{arrival: a}})
 }
 
-// arrive routes a request on a replica picked by the load balancer and
-// submits it to the chosen worker. A split fleet routes both phases at once,
-// as the proxy does, so the decode guard is held from dispatch.
+// arrive takes a request to a replica picked by the load balancer, and
+// through its door.
 func (s *simulation) arrive(req *request) {
 	now := s.clock.Elapsed()
 	s.stats.arrived(now)
@@ -169,9 +177,20 @@ func (s *simulation) arrive(req *request) {
 	s.nextID++
 	req.id = s.nextID
 	s.inflight[req.id] = req
-	r := s.balance(req.arrival)
+	req.replica = s.balance(req.arrival)
+	if s.knock(req.replica, req) {
+		s.route(req)
+	}
+}
+
+// route decides a request on its replica and submits it to the chosen
+// worker. A split fleet routes both phases at once, as the proxy does, so
+// the decode guard is held from dispatch.
+func (s *simulation) route(req *request) {
+	now := s.clock.Elapsed()
+	r := req.replica
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
-	req.replica, req.areq = r, areq
+	req.areq = areq
 	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
 	decide := r.core.Decide
 	if s.cfg.Placer && s.cfg.Sync == SyncGossip {
@@ -306,7 +325,7 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 			req.prefillGuard.Prefilled()
 		} else {
 			req.guard.Prefilled()
-			s.stats.ttfts = append(s.stats.ttfts, ev.At-req.arrival.At)
+			s.stats.firstToken(ev.At-req.arrival.At, req.doorWait())
 		}
 	case sim.Done:
 		s.workers[w].end(ev.At, ev.Usage)
@@ -328,6 +347,7 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 
 // finish retires a request and lets a closed-loop workload send the next.
 func (s *simulation) finish(req *request, at time.Duration) {
+	s.leave(req)
 	delete(s.inflight, req.id)
 	s.pending--
 	s.stats.completed++
@@ -346,6 +366,7 @@ func (s *simulation) finish(req *request, at time.Duration) {
 // session goes on with its next turn, as an agent retries past an error.
 func (s *simulation) fail(req *request) {
 	req.release()
+	s.leave(req)
 	delete(s.inflight, req.id)
 	s.pending--
 	s.stats.errs++

@@ -17,6 +17,7 @@ func TestSameConfigGivesTheSameResult(t *testing.T) {
 		{Workers: 6, Replicas: 3, Sync: SyncNone, Policy: affinity.PolicyPowerOfTwo, Seed: 7},
 		{Prefill: 2, Decode: 3, Replicas: 2, Sync: SyncGossip, Policy: affinity.PolicyCacheAware,
 			MissPlacement: affinity.PlaceRendezvous, Seed: 7},
+		{Workers: 4, Replicas: 3, Sync: SyncGossip, Door: true, Seed: 7, Engine: sim.Config{KVCapacityTokens: 1 << 14}},
 	} {
 		first, second := run(t, cfg, smallSessions()), run(t, cfg, smallSessions())
 		if !reflect.DeepEqual(first, second) {
