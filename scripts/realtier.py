@@ -620,7 +620,7 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              "one-replica run of the same round. Cached tokens are the workers' "
              "usage.prompt_tokens_details.cached_tokens. fleetsim runs the same configuration (workers, KV "
              "capacity, sessions, turns, think time and gossip interval scaled by the time scale, balancer, "
-             "replicas) at seeds 1.."
+             "replicas; every replica with the router's admission door) at seeds 1.."
              f"{cfg['rounds']}, one per round; its ratio is to its own one-replica run."
              + pinning(cfg) + "\n")
     L.append("```\nscripts/bench.sh realtier   # this section; make bench runs it\n"
