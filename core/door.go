@@ -22,9 +22,8 @@ const DoorRefreshEvery = 50 * time.Millisecond
 type Door struct {
 	s        *admission.Scheduler
 	now      func() time.Time
-	capacity admission.Capacity // Refresh's alone
-	workers  []admission.WorkerLoad
-	peer     []admission.PeerEntry // RemoteQueues' scratch
+	capacity admission.Capacity     // Refresh's alone
+	workers  []admission.WorkerLoad // Refresh's scratch
 }
 
 // NewDoor builds a door from a valid admission config; kvFull is the KV
@@ -62,17 +61,13 @@ func (d *Door) LocalQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
 	return dst
 }
 
-// RemoteQueues hands a peer's queue report to the door; nil forgets the
-// peer (loadsync.Config.OnQueues, whose calls are ordered).
+// RemoteQueues hands a peer's queue report, arrived at now, to the door;
+// nil forgets the peer (loadsync.Config.OnQueues).
 func (d *Door) RemoteQueues(origin string, ds []loadsync.QueueDepth, now time.Time) {
-	if ds == nil {
-		d.s.SetPeer(origin, nil, now)
-		return
-	}
-	d.peer = d.peer[:0]
+	var entries []admission.PeerEntry
 	for _, q := range ds {
-		d.peer = append(d.peer, admission.PeerEntry{Class: admission.Class(q.Class), Tenant: q.Tenant,
+		entries = append(entries, admission.PeerEntry{Class: admission.Class(q.Class), Tenant: q.Tenant,
 			Queued: q.Queued, InFlight: q.InFlight, Tokens: q.Tokens, Waited: time.Duration(q.WaitedMs) * time.Millisecond})
 	}
-	d.s.SetPeer(origin, d.peer, now)
+	d.s.SetPeer(origin, entries, now)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -140,6 +141,9 @@ type Config struct {
 	// each engine's running, waiting and KV usage. Default
 	// DefaultEngineScrapeInterval (1 s, the router's).
 	EngineScrapeInterval time.Duration
+	// DoorQueueTimeout is how long, with Door, a request may wait at its
+	// door before it fails. Default the router's --queue-timeout-secs.
+	DoorQueueTimeout time.Duration
 
 	// StickySessions makes the load balancer session-sticky: every turn of
 	// a closed-loop session reaches the same replica (the session's number
@@ -176,6 +180,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Model = cmpOr(c.Model, DefaultModel)
 	c.EngineScrapeInterval = cmpOr(c.EngineScrapeInterval, DefaultEngineScrapeInterval)
+	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, proxy.DefaultConfig().Admission.QueueTimeout)
 	return c
 }
 
@@ -224,6 +229,7 @@ func (c Config) Validate() error {
 		{"BlockSize", c.BlockSize <= 0, "> 0", c.BlockSize},
 		{"GossipInterval", c.GossipInterval <= 0, "> 0", c.GossipInterval},
 		{"EngineScrapeInterval", c.EngineScrapeInterval <= 0, "> 0", c.EngineScrapeInterval},
+		{"DoorQueueTimeout", c.DoorQueueTimeout <= 0, "> 0", c.DoorQueueTimeout},
 		{"GossipLoss", !(c.GossipLoss >= 0 && c.GossipLoss < 1), "in [0, 1)", c.GossipLoss},
 		{"Thresholds", !validThresholds(c.Thresholds), "finite and >= 0", c.Thresholds},
 	} {

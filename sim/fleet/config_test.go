@@ -10,16 +10,18 @@ import (
 
 func TestInvalidConfigsNameTheirField(t *testing.T) {
 	for field, cfg := range map[string]Config{
-		"Workers":        {},
-		"Decode":         {Prefill: 2},
-		"Replicas":       {Workers: 1, Replicas: -1},
-		"Sync":           {Workers: 1, Sync: "carrier pigeon"},
-		"GossipLoss":     {Workers: 1, GossipLoss: 1},
-		"Thresholds":     {Workers: 1, Thresholds: affinity.Thresholds{BalanceAbs: -1}},
-		"Policy":         {Workers: 1, Policy: "fastest"},
-		"DecodePolicy":   {Prefill: 1, Decode: 1, DecodePolicy: "fastest"},
-		"Slowdown":       {Workers: 2, Slowdown: map[affinity.WorkerID]float64{3: 2}},
-		"GossipInterval": {Workers: 1, GossipInterval: -1},
+		"Workers":              {},
+		"Decode":               {Prefill: 2},
+		"Replicas":             {Workers: 1, Replicas: -1},
+		"Sync":                 {Workers: 1, Sync: "carrier pigeon"},
+		"GossipLoss":           {Workers: 1, GossipLoss: 1},
+		"Thresholds":           {Workers: 1, Thresholds: affinity.Thresholds{BalanceAbs: -1}},
+		"Policy":               {Workers: 1, Policy: "fastest"},
+		"DecodePolicy":         {Prefill: 1, Decode: 1, DecodePolicy: "fastest"},
+		"Slowdown":             {Workers: 2, Slowdown: map[affinity.WorkerID]float64{3: 2}},
+		"GossipInterval":       {Workers: 1, GossipInterval: -1},
+		"EngineScrapeInterval": {Workers: 1, Door: true, EngineScrapeInterval: -1},
+		"DoorQueueTimeout":     {Workers: 1, Door: true, DoorQueueTimeout: -1},
 	} {
 		err := cfg.Validate()
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), field) {

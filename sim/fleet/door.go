@@ -24,7 +24,7 @@ const DefaultEngineScrapeInterval = time.Second
 // phase), the limit set every core.DoorRefreshEvery, and the peers' queue
 // reports riding their load reports.
 
-// newDoor is replica n's door with the router's default admission, or nil
+// newDoor is a replica's door with the router's default admission, or nil
 // without Config.Door.
 func newDoor(cfg Config, clk clock.PassiveClock) *core.Door {
 	if !cfg.Door {
@@ -97,14 +97,14 @@ func (s *simulation) knock(r *replica, req *request) bool {
 	case <-tk.Ready():
 		s.stats.doorWaits = append(s.stats.doorWaits, 0)
 		if tk.Err() != nil {
-			s.fail(req)
+			s.refused(req)
 			return false
 		}
 		return true
 	default:
 	}
 	r.queued = append(r.queued, req)
-	s.agenda.push(event{at: s.clock.Elapsed() + proxy.DefaultConfig().Admission.QueueTimeout, kind: evQueueTimeout, req: req})
+	s.agenda.push(event{at: s.clock.Elapsed() + s.cfg.DoorQueueTimeout, kind: evQueueTimeout, req: req})
 	s.letIn(r) // the arrival may have let an earlier request go, or itself
 	return false
 }
@@ -128,13 +128,20 @@ func (s *simulation) letIn(r *replica) {
 		}
 		s.stats.doorWaits = append(s.stats.doorWaits, req.ticket.Waited())
 		if req.ticket.Err() != nil {
-			s.fail(req)
+			s.refused(req)
 			continue
 		}
 		s.agenda.push(event{at: s.clock.Elapsed(), kind: evAdmitted, req: req})
 	}
 	clear(r.queued[len(kept):])
 	r.queued = kept
+}
+
+// refused fails a request its door turned away: its ticket holds no slot
+// to give back.
+func (s *simulation) refused(req *request) {
+	req.ticket = nil
+	s.fail(req)
 }
 
 // queueTimeout refuses a request still queued at its door after the

@@ -72,3 +72,24 @@ func TestMeasureTheTiersDoorAgainstOneReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestThatWaitsPastTheQueueTimeoutFails: one worker whose cache
+// holds a few conversations, sessions with no time between turns, and a
+// door that lets a request wait 50 ms: the requests that waited longer
+// fail (the router's 408), the rest are served, and the sessions go on.
+func TestARequestThatWaitsPastTheQueueTimeoutFails(t *testing.T) {
+	w := smallSessions()
+	w.ThinkTime = 0
+	cfg := Config{Workers: 1, Replicas: 2, Seed: 1, Door: true, DoorQueueTimeout: 50 * time.Millisecond,
+		Engine: sim.Config{KVCapacityTokens: 1 << 14}}
+	r, err := runE(cfg, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors == 0 || r.Requests == 0 {
+		t.Fatalf("%d served, %d failed: want some of each", r.Requests, r.Errors)
+	}
+	if r.DoorWaitP99Ms < 50 {
+		t.Fatalf("door wait p99 %.0f ms: the failed requests waited the 50 ms timeout", r.DoorWaitP99Ms)
+	}
+}
