@@ -31,7 +31,9 @@
 // report; and while the engines bound the room, a request waits while its
 // tenant has an older request waiting at a peer, so that a slot that frees
 // goes to the tier's longest-waiting request wherever it waits, and a
-// request waits about as long wherever it arrived, as in one queue.
+// request waits about as long wherever it arrived, as in one queue (a
+// replica leaves free at most the slots its peers' waiting requests could
+// fill).
 //
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet

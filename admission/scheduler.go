@@ -452,7 +452,12 @@ func (s *Scheduler) tenantHold(t *tenant, cost int64, arrived time.Time, w waiti
 // request, as through one replica's queue, and the peer, whose report
 // shows this replica's in flight fall, takes it with its next limit. A
 // peer's oldest is reckoned from its report: the wait it reported, back
-// from when the report arrived.
+// from when the report arrived. A replica leaves free at most as many
+// slots as the peers have requests of t waiting, so that a peer whose
+// oldest cannot go for a reason of its own (its own
+// --max-concurrent-requests, its rate bucket, a view of the engines that
+// shows it no room) holds up only the slots it could fill, not this
+// replica's whole queue.
 //
 // Without it a slot that frees goes to its own replica's queue first: a
 // replica whose queue had grown (requests reach the replicas at random)
@@ -464,6 +469,7 @@ func (s *Scheduler) olderAtPeer(t *tenant, arrived time.Time) bool {
 	if s.engineRoom < 0 {
 		return false
 	}
-	since, ok := s.peers.oldest[peerKey{t.key.class, t.id}]
-	return ok && since.Before(arrived)
+	k := peerKey{t.key.class, t.id}
+	since, ok := s.peers.oldest[k]
+	return ok && since.Before(arrived) && s.engineRoom-s.inflight <= int(s.peers.queued[k])
 }

@@ -216,3 +216,28 @@ func TestWithoutTheTierViewASlotStaysWhereItFrees(t *testing.T) {
 		t.Fatalf("without the tier view b should take its own freed slot: %+v", st)
 	}
 }
+
+// TestAPeerWhoseOldestCannotGoHoldsUpOnlyTheSlotsItCouldFill: b's one
+// request waits for a reason of b's own (its limit shows no room), older
+// than anything at a. a, with the engines' room for 4 (its share of it 2
+// while b reports a queue), admits its share rather than holding its whole
+// queue behind a request that does not go; with b's queue gone, the rest.
+func TestAPeerWhoseOldestCannotGoHoldsUpOnlyTheSlotsItCouldFill(t *testing.T) {
+	a, b := New(classes4()), New(classes4())
+	b.SetLimit(0, t0)
+	b.Arrive(Request{Class: 2, Tenant: "t", Cost: 1}, t0)
+	later := t0.Add(time.Second)
+	a.SetPeer("b", b.Report(nil, later), later)
+	a.SetLimit(4, later)
+	for range 4 {
+		a.Arrive(Request{Class: 2, Tenant: "t", Cost: 1}, later)
+	}
+	if st := a.Stats(); st.InFlight != 2 || st.Queued != 2 {
+		t.Fatalf("a behind b's stuck request: %+v, want its share of the room, 2, in flight", st)
+	}
+	a.SetPeer("b", nil, later)
+	a.SetLimit(4, later)
+	if st := a.Stats(); st.InFlight != 4 || st.Queued != 0 {
+		t.Fatalf("a with b's queue gone: %+v, want all 4 in flight", st)
+	}
+}
