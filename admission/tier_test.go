@@ -154,6 +154,19 @@ func saturatedPair(t *testing.T, cfg Config, aAt, bAt, reported time.Time) (a, b
 	return a, b, bFlying, bQueued
 }
 
+// reportedAt is when saturatedPair's replicas hear each other: 200 ms
+// after the first of them queued.
+var reportedAt = t0.Add(200 * time.Millisecond)
+
+// bFreesASlot is saturatedPair with a's requests queued at aAt and b's at
+// bAt, after one of b's requests in flight ends at reportedAt.
+func bFreesASlot(t *testing.T, cfg Config, aAt, bAt time.Time) (a, b *Scheduler, bQueued []*Ticket) {
+	t.Helper()
+	a, b, bFlying, bQueued := saturatedPair(t, cfg, aAt, bAt, reportedAt)
+	b.Done(bFlying[0], reportedAt)
+	return a, b, bQueued
+}
+
 // TestASlotThatFreesGoesToTheTiersLongestWaitingRequest: with the engines
 // full, a request that ends at b does not hand its slot to b's queue while
 // a's requests have waited longer; a takes it with its next limit. A
@@ -161,10 +174,8 @@ func saturatedPair(t *testing.T, cfg Config, aAt, bAt, reported time.Time) (a, b
 // slots that stayed where they freed made a request wait as long as its
 // own replica's queue took to drain.
 func TestASlotThatFreesGoesToTheTiersLongestWaitingRequest(t *testing.T) {
-	later := t0.Add(100 * time.Millisecond)
-	now := t0.Add(200 * time.Millisecond)
-	a, b, bFlying, bQueued := saturatedPair(t, classes4(), t0, later, now)
-	b.Done(bFlying[0], now)
+	now := reportedAt
+	a, b, bQueued := bFreesASlot(t, classes4(), t0, t0.Add(100*time.Millisecond))
 	if st := b.Stats(); st.InFlight != 3 || st.Queued != 2 {
 		t.Fatalf("b took its freed slot for a request younger than a's: %+v", st)
 	}
@@ -194,10 +205,7 @@ func TestASlotThatFreesGoesToTheTiersLongestWaitingRequest(t *testing.T) {
 // the slot b frees is b's; a peer's oldest is reckoned back from when its
 // report arrived, by the wait it reported.
 func TestASlotStaysWhereItsRequestWaitedLongest(t *testing.T) {
-	later := t0.Add(100 * time.Millisecond)
-	now := t0.Add(200 * time.Millisecond)
-	_, b, bFlying, _ := saturatedPair(t, classes4(), later, t0, now)
-	b.Done(bFlying[0], now)
+	_, b, _ := bFreesASlot(t, classes4(), t0.Add(100*time.Millisecond), t0)
 	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
 		t.Fatalf("b's request, the tier's oldest, did not take b's freed slot: %+v", st)
 	}
@@ -209,9 +217,7 @@ func TestASlotStaysWhereItsRequestWaitedLongest(t *testing.T) {
 func TestWithoutTheTierViewASlotStaysWhereItFrees(t *testing.T) {
 	cfg := classes4()
 	cfg.TierFair = false
-	now := t0.Add(200 * time.Millisecond)
-	_, b, bFlying, _ := saturatedPair(t, cfg, t0, t0.Add(100*time.Millisecond), now)
-	b.Done(bFlying[0], now)
+	_, b, _ := bFreesASlot(t, cfg, t0, t0.Add(100*time.Millisecond))
 	if st := b.Stats(); st.InFlight != 4 || st.Queued != 1 {
 		t.Fatalf("without the tier view b should take its own freed slot: %+v", st)
 	}
