@@ -7,7 +7,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
+.PHONY: help build peers run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -17,6 +17,9 @@ build: ## static binaries into bin/: router, workersim, loadgen, fleetsim
 	@for c in $(CMDS); do \
 		if ls cmd/$$c/*.go >/dev/null 2>&1; then CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; fi; \
 	done
+
+peers: ## build the public engines the tests also run against (llm-d-inference-sim) once into a cache (PEER_CACHE)
+	@scripts/peers.sh
 
 run: build ## a router on the embedded default in front of three workersims on loopback
 	@scripts/run.sh regular
