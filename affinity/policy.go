@@ -23,6 +23,10 @@ type Request struct {
 	// Tokens are the prompt's token IDs as the engine computes them, when
 	// the router asked for them (KV-event routing); nil otherwise.
 	Tokens []uint32
+	// CacheIdentity is what the engine caches the prompt's blocks under
+	// besides its tokens (the LoRA adapter it runs with; "" for the base
+	// model): blocks of two identities never match each other.
+	CacheIdentity string
 	// TokenText is how many leading bytes of Text the Tokens stand for
 	// when they are a prefix's (a conversation's earlier prompt, whose
 	// tokens were known before this one's); 0: all of Text.

@@ -72,7 +72,7 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 // verdicts.
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
-	kv, err := newKVHub(r.cfg.KVEvents, r.dialer, r.metrics, r.log, func() *core.Replica { return r.core })
+	kv, err := newKVHub(r.cfg.KVEvents, r.dialer, r.metrics, r.log, func() *core.Replica { return r.core }, r.kvPeers())
 	if err != nil {
 		return err
 	}
@@ -119,6 +119,7 @@ func (r *Replica) startGossip() error {
 		SecretKey:     r.cfg.GossipKey,
 		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
+		Channels:      r.channels(),
 	}
 	g, err := loadsync.Start(cfg, r.sync, r.clock)
 	if err != nil {

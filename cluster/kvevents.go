@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -15,13 +16,16 @@ import (
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/kvevents/zmtp"
 	"github.com/kvrouter/kvrouter/store"
 )
 
-// KVEvents configures routing on the engines' KV events (--kv-events): each
-// replica subscribes to every worker's KV-event endpoint (the registry's
-// kv_events_endpoint, else the worker's host on port 5557) and matches
-// requests that carry their tokens on what each engine holds now. Zero
+// KVEvents configures routing on the engines' KV events (--kv-events).
+// Engines are heard in either topology, or both at once: each replica dials
+// every worker's KV-event endpoint (the registry's kv_events_endpoint, else
+// the worker's host on port 5557: vLLM bound to tcp://*:5557), and with
+// Bind each replica also binds a socket that engines dial (vLLM given the
+// tier's address), and relays what it hears there to its peers. Zero
 // fields take the defaults in their comments.
 type KVEvents struct {
 	// Enabled turns the mode on; off, nothing here is used.
@@ -30,26 +34,36 @@ type KVEvents struct {
 	// (--kv-events-block-size, default 16, vLLM's).
 	BlockSize int
 	// MaxBlocks bounds each worker's set of blocks (--kv-events-max-blocks,
-	// default 65536).
+	// default 65536). A replica takes the relay only of peers that agree
+	// with it on this and the block size (each relay packet says both), so
+	// that a relayed set is the same set.
 	MaxBlocks int
 	// ReplayOffset is the replay socket's port minus the event socket's
 	// (--kv-events-replay-offset, default 1: vLLM's 5557 and 5558); negative
 	// means the engines have no replay socket, and every gap empties a set.
 	ReplayOffset int
-	// StaleAfter is how long an engine given work may publish nothing before
-	// its stream is stale, and how long a set emptied by a reset is not
-	// trusted (--kv-events-stale-after, default 10 s).
+	// StaleAfter is how long an engine given work (or reporting requests
+	// running) may publish nothing before its stream is stale, and how long
+	// a set emptied by a reset is not trusted (--kv-events-stale-after,
+	// default 10 s).
 	StaleAfter time.Duration
 	// Reservation is how long a decision's blocks count as the worker's
 	// before its events show them (--kv-events-reservation, default 2 s).
 	Reservation time.Duration
+	// Bind, when set, is the tcp://host:port of a SUB socket the engines
+	// dial (--kv-events-bind). A worker is then dialed only where its
+	// kv_events_endpoint is given.
+	Bind string
+	// MaxMessageBytes bounds one message of an engine's event sockets
+	// (--kv-events-max-message-bytes, default 16 MiB).
+	MaxMessageBytes int
 }
 
 // DefaultKVEvents is the mode's settings when no flag is given: off, with
 // vLLM's block size and sockets.
 func DefaultKVEvents() KVEvents {
 	return KVEvents{BlockSize: 16, MaxBlocks: 1 << 16, ReplayOffset: 1, StaleAfter: 10 * time.Second,
-		Reservation: 2 * time.Second}
+		Reservation: 2 * time.Second, MaxMessageBytes: zmtp.DefaultMaxMessageBytes}
 }
 
 // Validate refuses a bad config, naming the flag.
@@ -65,21 +79,48 @@ func (k KVEvents) Validate() error {
 		return flagErr("kv-events-stale-after", "must not be negative")
 	case k.Reservation < 0:
 		return flagErr("kv-events-reservation", "must not be negative")
+	case k.MaxMessageBytes < 0:
+		return flagErr("kv-events-max-message-bytes", "must not be negative")
+	}
+	if k.Bind != "" {
+		if _, err := bindAddr(k.Bind); err != nil {
+			return flagErr("kv-events-bind", "%v", err)
+		}
 	}
 	return nil
 }
 
-// kvHub is the replica's side of the KV events: the hub of subscribers and
-// the per-worker metric series it registered. A nil *kvHub is the mode off:
-// each method then does nothing.
+// bindAddr is the host:port of a tcp://host:port bind endpoint ("*" for the
+// host: every interface).
+func bindAddr(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Scheme != "tcp" || u.Port() == "" || u.Path != "" || u.User != nil || u.RawQuery != "" {
+		return "", fmt.Errorf("%q is not tcp://host:port", endpoint)
+	}
+	host := u.Hostname()
+	if host == "*" {
+		host = ""
+	}
+	return net.JoinHostPort(host, u.Port()), nil
+}
+
+// kvHub is the replica's side of the KV events: the hub of views, what
+// feeds them, and the per-worker metric series it registered. A nil *kvHub
+// is the mode off: each method then does nothing.
 type kvHub struct {
 	hub     *kvevents.Hub
 	cfg     KVEvents
 	metrics *metrics.Set
 	log     *slog.Logger
-	mu      sync.Mutex // guards names
+	mu      sync.Mutex // guards names and listening
 	names   map[store.WorkerID][]string
 	dialer  *workerurl.Dialer // resolves and checks every endpoint before it is dialed
+	// bound is the --kv-events-bind listener, bound at start (a port in
+	// use is refused then) and handed to the hub once the registry is
+	// first known (an engine that dials before is held in its handshake,
+	// not refused as a stranger).
+	bound     net.Listener
+	listening bool
 	// onSync, when set, also hears the registry's workers (the
 	// benchmark's oracle, kvevents_oracle.go).
 	onSync func([]store.Worker)
@@ -90,11 +131,19 @@ type kvHub struct {
 // makes.
 var kvOracle func(*kvHub) core.KVSource
 
-// newKVHub builds the hub when the mode is on, and registers the mode's
-// replica-wide families, read from the core that routing returns; off, it
-// is nil (the text index alone).
+// kvPeers is how the hub reaches the peers: its name, the live peers, and a
+// snapshot fetch (kvevents_peers.go).
+type kvPeers struct {
+	origin string
+	peers  func() []string
+	fetch  func(ctx context.Context, origin string, workers []uint32) (map[uint32]kvevents.Snapshot, error)
+}
+
+// newKVHub builds the hub when the mode is on, binds --kv-events-bind, and
+// registers the mode's replica-wide families, read from the core that
+// routing returns; off, it is nil (the text index alone).
 func newKVHub(k KVEvents, dialer *workerurl.Dialer, set *metrics.Set, log *slog.Logger,
-	routing func() *core.Replica) (*kvHub, error) {
+	routing func() *core.Replica, peers kvPeers) (*kvHub, error) {
 	if !k.Enabled {
 		return nil, nil
 	}
@@ -102,13 +151,23 @@ func newKVHub(k KVEvents, dialer *workerurl.Dialer, set *metrics.Set, log *slog.
 		k.BlockSize = 16
 	}
 	h := &kvHub{cfg: k, metrics: set, log: log, names: map[store.WorkerID][]string{}, dialer: dialer}
-	hub, err := kvevents.NewHub(kvevents.HubConfig{BlockSize: k.BlockSize, MaxBlocks: k.MaxBlocks,
-		Allow: h.allow, StaleAfter: k.StaleAfter})
+	hub, err := kvevents.NewHub(kvevents.HubConfig{
+		ViewConfig: kvevents.ViewConfig{BlockSize: k.BlockSize, MaxBlocks: k.MaxBlocks, StaleAfter: k.StaleAfter},
+		Origin:     peers.origin, Allow: h.allow, Limits: zmtp.Limits{MaxMessageBytes: k.MaxMessageBytes},
+		Fetch: peers.fetch, Peers: peers.peers})
 	if err != nil {
 		return nil, err
 	}
 	h.hub = hub
+	if k.Bind != "" {
+		addr, _ := bindAddr(k.Bind)
+		if h.bound, err = net.Listen("tcp", addr); err != nil {
+			hub.Close()
+			return nil, fmt.Errorf("--kv-events-bind: %w", err)
+		}
+	}
 	registerKVMetrics(set, routing)
+	registerKVTierMetrics(set, hub)
 	return h, nil
 }
 
@@ -124,28 +183,39 @@ func (h *kvHub) source() core.KVSource {
 	return h.hub
 }
 
-// allow is the worker-host policy for an event endpoint's host:port: the
-// replica's dialer resolves the name and checks it, and the first allowed
-// address is the one dialed, so the events' sockets reach no destination a
-// worker's HTTP could not.
+// allow is the worker-host policy for an endpoint's or a worker's
+// host:port: the replica's dialer resolves the name and checks it, and the
+// first allowed address is the one dialed (or the one a bound connection
+// must come from), so the events' sockets reach no destination a worker's
+// HTTP could not.
 func (h *kvHub) allow(hostport string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return h.dialer.Resolve(ctx, hostport)
 }
 
-// endpoints are a worker's event and replay sockets.
-func (h *kvHub) endpoints(w store.Worker) (kvevents.HubWorker, error) {
+// hubWorker is what the hub knows of a registered worker: where to dial
+// its engine (none when engines dial this tier and the worker names no
+// endpoint), its replay socket, its host:port and its topic.
+func (h *kvHub) hubWorker(w store.Worker) (kvevents.HubWorker, error) {
+	u, err := workerurl.Parse(w.URL)
+	if err != nil {
+		return kvevents.HubWorker{}, err
+	}
+	hw := kvevents.HubWorker{ID: uint32(w.ID), Host: u.Addr(), Topic: w.KVEventsTopic}
 	ep := w.KVEventsEndpoint
-	if ep == "" {
-		var err error
+	if ep == "" && h.cfg.Bind == "" {
 		if ep, err = store.DefaultKVEventsEndpoint(w.URL); err != nil {
-			return kvevents.HubWorker{}, err
+			return hw, err
 		}
 	}
-	hw := kvevents.HubWorker{ID: uint32(w.ID), Endpoint: ep}
-	if off := h.cfg.replayOffset(); off >= 0 {
-		host, port, err := net.SplitHostPort(ep[len("tcp://"):])
+	hw.Endpoint = ep
+	replayBase := ep
+	if replayBase == "" {
+		replayBase, _ = store.DefaultKVEventsEndpoint(w.URL) // vLLM's replay binds on the engine's host
+	}
+	if off := h.cfg.replayOffset(); off >= 0 && replayBase != "" {
+		host, port, err := net.SplitHostPort(replayBase[len("tcp://"):])
 		if err != nil {
 			return hw, err
 		}
@@ -162,9 +232,10 @@ func (k KVEvents) replayOffset() int {
 	return k.ReplayOffset
 }
 
-// syncKVEvents makes the hub hear the registry's workers (the prefill
-// workers' events are what a P/D prefill finds cached; decode workers are
-// not matched, and are not heard).
+// sync makes the hub know the registry's workers (the prefill workers'
+// events are what a P/D prefill finds cached; decode workers are not
+// matched, and are not heard), and opens the bound socket once it knows
+// them.
 func (h *kvHub) sync(workers []store.Worker) {
 	if h == nil {
 		return
@@ -174,7 +245,7 @@ func (h *kvHub) sync(workers []store.Worker) {
 		if w.Role == store.RoleDecode {
 			continue
 		}
-		hw, err := h.endpoints(w)
+		hw, err := h.hubWorker(w)
 		if err != nil {
 			h.log.Warn("no KV-event endpoint for a worker: it routes on the text index", "worker", w.URL, "err", err)
 			continue
@@ -184,16 +255,49 @@ func (h *kvHub) sync(workers []store.Worker) {
 	if err := h.hub.Sync(ws); err != nil {
 		h.log.Warn("some workers' KV events cannot be heard: they route on the text index", "err", err)
 	}
+	h.listen()
 	h.syncMetrics(h.metrics, workers)
 	if h.onSync != nil {
 		h.onSync(workers)
 	}
 }
 
-// close closes every subscriber.
+// listen hands the bound socket to the hub, once.
+func (h *kvHub) listen() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bound == nil || h.listening {
+		return
+	}
+	h.listening = true
+	if err := h.hub.Listen(h.bound); err != nil {
+		h.log.Warn("the KV-event bind socket could not listen", "err", err)
+		return
+	}
+	h.log.Info("engines may publish KV events here", "bind", h.bound.Addr().String())
+}
+
+// engineRunning hands the hub the engines' latest readings of requests
+// running, for the stale judgement of an engine busy and silent.
+func (h *kvHub) engineRunning(readings func() map[store.WorkerID]float64) {
+	if h == nil {
+		return
+	}
+	for id, running := range readings() {
+		h.hub.EngineRunning(uint32(id), int(running))
+	}
+}
+
+// close closes every subscriber and the bound socket.
 func (h *kvHub) close() {
-	if h != nil {
-		h.hub.Close()
+	if h == nil {
+		return
+	}
+	h.hub.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.bound != nil && !h.listening {
+		h.bound.Close()
 	}
 }
 
@@ -205,79 +309,9 @@ func (h *kvHub) stat(id store.WorkerID) *adminapi.KVEventsStat {
 	}
 	s, _ := h.hub.Status(uint32(id))
 	st := s.Stats
-	return &adminapi.KVEventsStat{State: s.Trust.String(), Blocks: s.Blocks, Batches: st.Batches, Events: st.Events,
-		Gaps: st.Gaps, Repaired: st.Repaired, Lost: st.Lost, Rewinds: st.Rewinds, Malformed: st.Malformed,
-		Orphans: st.Orphans, Refused: st.Refused}
-}
-
-// syncMetrics registers the series of new workers and drops those of
-// workers gone.
-func (h *kvHub) syncMetrics(set *metrics.Set, workers []store.Worker) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	keep := map[store.WorkerID]bool{}
-	for _, w := range workers {
-		keep[w.ID] = true
-		if _, ok := h.names[w.ID]; ok {
-			continue
-		}
-		h.names[w.ID] = h.registerWorker(set, w)
-	}
-	for id, names := range h.names {
-		if !keep[id] {
-			for _, name := range names {
-				set.UnregisterMetric(name)
-			}
-			delete(h.names, id)
-		}
-	}
-}
-
-func (h *kvHub) registerWorker(set *metrics.Set, w store.Worker) []string {
-	id := uint32(w.ID)
-	status := func() kvevents.WorkerStatus { s, _ := h.hub.Status(id); return s }
-	var names []string
-	gauge := func(name string, f func() float64) {
-		set.GetOrCreateGauge(name, f)
-		names = append(names, name)
-	}
-	for _, t := range kvevents.Trusts {
-		gauge(fmt.Sprintf(`vllm_router_kv_events_stream{worker=%q,state=%q}`, w.URL, t),
-			func() float64 { return boolGauge(status().Trust == t) })
-	}
-	gauge(fmt.Sprintf(`vllm_router_kv_events_blocks{worker=%q}`, w.URL), func() float64 { return float64(status().Blocks) })
-	for cause, f := range map[string]func(kvevents.Stats) uint64{
-		"lost": func(s kvevents.Stats) uint64 { return s.Lost }, "rewind": func(s kvevents.Stats) uint64 { return s.Rewinds },
-		"malformed": func(s kvevents.Stats) uint64 { return s.Malformed },
-	} {
-		gauge(fmt.Sprintf(`vllm_router_kv_events_resets{worker=%q,cause=%q}`, w.URL, cause),
-			func() float64 { return float64(f(status().Stats)) })
-	}
-	gauge(fmt.Sprintf(`vllm_router_kv_events_batches{worker=%q}`, w.URL), func() float64 { return float64(status().Stats.Batches) })
-	return names
-}
-
-// registerKVMetrics registers the replica-wide families of the mode, read
-// from the core routing returns (nil until it is built).
-func registerKVMetrics(set *metrics.Set, routing func() *core.Replica) {
-	for on, f := range map[string]func(core.KVRouting) uint64{
-		"events":   func(k core.KVRouting) uint64 { return k.OnEvents },
-		"text":     func(k core.KVRouting) uint64 { return k.OnText },
-		"reserved": func(k core.KVRouting) uint64 { return k.Reserved },
-	} {
-		set.GetOrCreateGauge(fmt.Sprintf(`vllm_router_kv_matched_candidates{on=%q}`, on), func() float64 {
-			c := routing()
-			if c == nil {
-				return 0
-			}
-			return float64(f(c.KVRouting()))
-		})
-	}
-	set.GetOrCreateGauge("vllm_router_kv_routed_requests", func() float64 {
-		c := routing()
-		if c == nil {
-			return 0
-		}
-		return float64(c.KVRouting().Requests)
-	})
+	return &adminapi.KVEventsStat{State: s.Trust.String(), Source: s.Source, Blocks: s.Blocks, Bytes: s.Bytes,
+		Epoch: s.Epoch, Next: s.Next, Batches: st.Batches, Events: st.Events, Followed: st.Followed,
+		Restored: st.Restored, Gaps: st.Gaps, Repaired: st.Repaired, Lost: st.Lost, Rewinds: st.Rewinds,
+		Malformed: st.Malformed, PeerResets: st.PeerResets, TopicChanges: st.TopicChanges,
+		Unparsable: st.Unparsable, Orphans: st.Orphans, Refused: st.Refused, Violations: s.Violations}
 }

@@ -79,7 +79,7 @@ func loopbackURL(raw string) error {
 
 // Matched asks worker w's engine how many leading blocks of keys it holds now; a worker that
 // cannot be asked is not trusted (the text index).
-func (o *oracleSource) Matched(w uint32, keys []uint64) (int, kvevents.Trust) {
+func (o *oracleSource) Matched(w uint32, keys []kvevents.Key) (int, kvevents.Trust) {
 	base, ok := (*o.urls.Load())[w]
 	if !ok {
 		return 0, kvevents.Disconnected
@@ -92,7 +92,7 @@ func (o *oracleSource) Matched(w uint32, keys []uint64) (int, kvevents.Trust) {
 	return n, kvevents.Trusted
 }
 
-func (o *oracleSource) ask(base string, keys []uint64) (int, error) {
+func (o *oracleSource) ask(base string, keys []kvevents.Key) (int, error) {
 	body, err := json.Marshal(keys)
 	if err != nil {
 		return 0, err

@@ -12,14 +12,32 @@ import (
 
 func TestAWorkersKVEventSocketsDefaultToItsHostOnVLLMsPorts(t *testing.T) {
 	h := &kvHub{cfg: KVEvents{Enabled: true}}
-	got, err := h.endpoints(storeWorker(3, "http://127.0.0.1:8000", ""))
-	if err != nil || got.Endpoint != "tcp://127.0.0.1:5557" || got.ReplayEndpoint != "tcp://127.0.0.1:5558" {
+	got, err := h.hubWorker(storeWorker(3, "http://127.0.0.1:8000", ""))
+	if err != nil || got.Endpoint != "tcp://127.0.0.1:5557" || got.ReplayEndpoint != "tcp://127.0.0.1:5558" ||
+		got.Host != "127.0.0.1:8000" {
 		t.Fatalf("default: %+v, %v", got, err)
 	}
 	h.cfg.ReplayOffset = -1
-	got, err = h.endpoints(storeWorker(3, "http://127.0.0.1:8000", "tcp://127.0.0.1:7000"))
+	got, err = h.hubWorker(storeWorker(3, "http://127.0.0.1:8000", "tcp://127.0.0.1:7000"))
 	if err != nil || got.Endpoint != "tcp://127.0.0.1:7000" || got.ReplayEndpoint != "" {
 		t.Fatalf("given, no replay: %+v, %v", got, err)
+	}
+}
+
+// With a bound socket, a worker that names no endpoint is not dialed (its
+// engine dials the tier), while one that names its endpoint still is; the
+// replay socket stays on the engine's host.
+func TestWithABoundSocketOnlyWorkersThatNameTheirEndpointAreDialed(t *testing.T) {
+	h := &kvHub{cfg: KVEvents{Enabled: true, Bind: "tcp://127.0.0.1:5557"}}
+	w := storeWorker(3, "http://127.0.0.1:8000", "")
+	w.KVEventsTopic = "engine-3"
+	got, err := h.hubWorker(w)
+	if err != nil || got.Endpoint != "" || got.ReplayEndpoint != "tcp://127.0.0.1:5558" || got.Topic != "engine-3" {
+		t.Fatalf("bound, no endpoint: %+v, %v", got, err)
+	}
+	got, err = h.hubWorker(storeWorker(4, "http://127.0.0.1:8001", "tcp://127.0.0.1:7000"))
+	if err != nil || got.Endpoint != "tcp://127.0.0.1:7000" {
+		t.Fatalf("bound, an endpoint given: %+v, %v", got, err)
 	}
 }
 

@@ -307,6 +307,9 @@ func (r *Replica) serve() {
 	r.goRun(func() { _ = r.monitor.Run(r.ctx) })
 	r.goRun(r.countLiveReplicas)
 	r.goRun(r.sweepIndex)
+	if r.kv != nil {
+		r.goRun(r.feedKVReadings)
+	}
 	r.goRun(func() { r.members.Run(r.ctx) })
 	r.goRun(func() { r.members.RunRejoin(r.ctx, r.gossipAddr) })
 	r.goRun(r.views.recordHistory)

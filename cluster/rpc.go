@@ -40,6 +40,9 @@ func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
 	if r.placer != nil {
 		routes[placePath] = postOnly(r.placer.servePlace)
 	}
+	if r.kv != nil {
+		routes[kvSnapshotPath] = postOnly(r.serveKVSnapshots)
+	}
 	return routes
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/kvevents"
 )
 
 // Fact says where the knowledge behind a decision came from.
@@ -79,7 +80,7 @@ type Decided struct {
 	// kvKeys and at are the prompt's engine block keys and the decision's
 	// time, when it was made on the engines' events: the answer asks
 	// whether the engine evicted them since.
-	kvKeys []uint64
+	kvKeys []kvevents.Key
 	at     time.Time
 	// routed says the decision came through Decide (a zero Decided is
 	// judged by nothing).

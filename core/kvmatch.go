@@ -13,15 +13,16 @@ import (
 type KVSource interface {
 	// BlockSize is the engines' block size in tokens.
 	BlockSize() int
-	// Keys appends the keys of a prompt's full blocks of tokens.
-	Keys(dst []uint64, tokens []uint32) []uint64
+	// Keys appends the keys of a prompt's full blocks of tokens, for the
+	// prompt's cache identity (an adapter's name, "" for the base model).
+	Keys(dst []kvevents.Key, identity string, tokens []uint32) []kvevents.Key
 	// Matched is how many leading blocks of keys worker w's engine holds
 	// now, and whether its stream may be routed on.
-	Matched(w uint32, keys []uint64) (int, kvevents.Trust)
+	Matched(w uint32, keys []kvevents.Key) (int, kvevents.Trust)
 	// EvictedSince reports whether w's engine removed any of keys, or its
 	// set was emptied, at or after t: a reservation made at t no longer
 	// stands for blocks the engine has yet to store.
-	EvictedSince(w uint32, keys []uint64, t time.Time) bool
+	EvictedSince(w uint32, keys []kvevents.Key, t time.Time) bool
 	// Expect says w was given work that should store blocks.
 	Expect(w uint32)
 }
@@ -63,7 +64,7 @@ func (r *Replica) KVRouting() KVRouting {
 // cache threshold and the overload check judge it as they judge the index's.
 type kvMatch struct {
 	r    *Replica
-	keys []uint64
+	keys []kvevents.Key
 }
 
 var _ affinity.PrefixMatcher = (*kvMatch)(nil)
@@ -74,7 +75,7 @@ func (r *Replica) useEvents(req *affinity.Request) {
 	if r.cfg.KV == nil || len(req.Tokens) == 0 || req.Matcher != nil {
 		return
 	}
-	req.Matcher = &kvMatch{r: r, keys: r.cfg.KV.Keys(nil, req.Tokens)}
+	req.Matcher = &kvMatch{r: r, keys: r.cfg.KV.Keys(nil, req.CacheIdentity, req.Tokens)}
 	r.kv.requests.Add(1)
 }
 

@@ -16,23 +16,23 @@ const kvBlock = 4 // tokens per engine block in these tests
 // fakeEvents is a KVSource whose engines hold what the test says: worker ->
 // the keys its set holds, and its stream's state.
 type fakeEvents struct {
-	held     map[uint32]map[uint64]bool
+	held     map[uint32]map[kvevents.Key]bool
 	trust    map[uint32]kvevents.Trust
 	expected []uint32
 	evicted  map[uint32]time.Time // when the worker's engine last evicted anything
 }
 
 func newFakeEvents() *fakeEvents {
-	return &fakeEvents{held: map[uint32]map[uint64]bool{}, trust: map[uint32]kvevents.Trust{}, evicted: map[uint32]time.Time{}}
+	return &fakeEvents{held: map[uint32]map[kvevents.Key]bool{}, trust: map[uint32]kvevents.Trust{}, evicted: map[uint32]time.Time{}}
 }
 
 func (f *fakeEvents) BlockSize() int { return kvBlock }
 
-func (f *fakeEvents) Keys(dst []uint64, tokens []uint32) []uint64 {
-	return kvevents.AppendKeys(dst, kvevents.Seed(""), tokens, kvBlock)
+func (f *fakeEvents) Keys(dst []kvevents.Key, identity string, tokens []uint32) []kvevents.Key {
+	return kvevents.AppendKeys(dst, kvevents.Seed(identity), tokens, kvBlock)
 }
 
-func (f *fakeEvents) Matched(w uint32, keys []uint64) (int, kvevents.Trust) {
+func (f *fakeEvents) Matched(w uint32, keys []kvevents.Key) (int, kvevents.Trust) {
 	if t, ok := f.trust[w]; ok && t != kvevents.Trusted {
 		return 0, t
 	}
@@ -46,7 +46,7 @@ func (f *fakeEvents) Matched(w uint32, keys []uint64) (int, kvevents.Trust) {
 
 func (f *fakeEvents) Expect(w uint32) { f.expected = append(f.expected, w) }
 
-func (f *fakeEvents) EvictedSince(w uint32, _ []uint64, t time.Time) bool {
+func (f *fakeEvents) EvictedSince(w uint32, _ []kvevents.Key, t time.Time) bool {
 	at, ok := f.evicted[w]
 	return ok && !at.Before(t)
 }
@@ -54,9 +54,9 @@ func (f *fakeEvents) EvictedSince(w uint32, _ []uint64, t time.Time) bool {
 // stores makes w's engine hold the first blocks of tokens.
 func (f *fakeEvents) stores(w uint32, tokens []uint32, blocks int) {
 	if f.held[w] == nil {
-		f.held[w] = map[uint64]bool{}
+		f.held[w] = map[kvevents.Key]bool{}
 	}
-	for _, k := range f.Keys(nil, tokens)[:blocks] {
+	for _, k := range f.Keys(nil, "", tokens)[:blocks] {
 		f.held[w][k] = true
 	}
 }

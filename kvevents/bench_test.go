@@ -40,7 +40,7 @@ func BenchmarkSetMemoryPerWorker(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		s := NewStream(NewSet("", benchBlock, blocks))
+		s := NewStream(NewSet(benchBlock, blocks))
 		for seq, p := range batches {
 			s.Offer(uint64(seq), p)
 		}
@@ -77,7 +77,7 @@ func BenchmarkStreamCPUPer1000Events(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s := NewStream(NewSet("", benchBlock, 1<<16))
+	s := NewStream(NewSet(benchBlock, 1<<16))
 	b.ReportAllocs()
 	b.ResetTimer()
 	seq := uint64(0)
@@ -105,7 +105,7 @@ func BenchmarkLookupPerRequest(b *testing.B) {
 	}
 	sets := make([]*Set, workers)
 	for w := range sets {
-		s := NewStream(NewSet("", benchBlock, blocks))
+		s := NewStream(NewSet(benchBlock, blocks))
 		for i := range (blocks - promptBlocks) / 64 {
 			s.Offer(uint64(i), storedBatch(b, EngineHash(w<<24|i*64+1), 64))
 		}
@@ -118,11 +118,11 @@ func BenchmarkLookupPerRequest(b *testing.B) {
 		}
 		sets[w] = s.Set()
 	}
-	keys := make([]uint64, 0, promptBlocks)
+	keys := make([]Key, 0, promptBlocks)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		keys = sets[0].Keys(keys[:0], prompt)
+		keys = sets[0].Keys(keys[:0], "", prompt)
 		for _, s := range sets {
 			if s.Matched(keys) != promptBlocks {
 				b.Fatal("a set does not hold the prompt")

@@ -225,6 +225,8 @@ func (d decoder) field(e *Event, name string) (err error) {
 		if medium, err = d.optionalString(); err == nil && medium != "" && medium != gpuMedium {
 			e.Tier = false
 		}
+	case "lora_name":
+		e.Identity, err = d.optionalString()
 	case "group_idx":
 		var group int64
 		if group, err = d.optionalInt(); err == nil && group != 0 {
@@ -259,7 +261,9 @@ func (d decoder) optionalHash() (EngineHash, bool, error) {
 		return 0, false, d.DecodeNil()
 	}
 	h, err := d.hash()
-	return h, err == nil, err
+	// An integer 0 is "no parent" as well as nil: llm-d's positional
+	// encoding sends its empty block hash, 0, for a chain's first block.
+	return h, err == nil && h != 0, err
 }
 
 // hash reads an integer hash as it is, and a bytes hash folded with xxh3.

@@ -132,7 +132,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		s := NewSet("m", 4, 1<<10)
+		s := NewSet(4, 1<<10)
 		for _, e := range b.Events {
 			if e.Kind == Stored && len(e.Tokens) != len(e.Hashes)*e.BlockSize {
 				t.Fatalf("a stored event passed with %d tokens for %d blocks of %d", len(e.Tokens), len(e.Hashes), e.BlockSize)

@@ -41,6 +41,10 @@ type Event struct {
 	// Tokens are the token IDs of the stored blocks, BlockSize per block.
 	Tokens    []uint32
 	BlockSize int
+	// Identity is the cache identity the stored blocks belong to: the LoRA
+	// adapter they were computed with ("" for the base model). A chain
+	// without a parent starts from Seed(Identity).
+	Identity string
 	// Tier is false when the event concerns another medium than the GPU
 	// (an offloading connector's CPU or disk tier) or another KV-cache group
 	// than the first: such blocks do not make a prefill hit here.

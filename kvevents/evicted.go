@@ -2,28 +2,42 @@ package kvevents
 
 import "time"
 
+// maxEvictions bounds the removals an evictions log keeps: a decision's
+// reservation lasts a couple of seconds, and an engine evicting faster than
+// this many blocks in that time makes the log say "evicted" for every
+// prompt (its oldest entry is then younger than the decision), which is the
+// safe answer.
+const maxEvictions = 1024
+
 // evictions remembers when the engine last removed each block lately, and
 // when its set was last emptied, so that a decision made before an eviction
-// is not taken for blocks the engine has yet to store. Bounded: the oldest
-// entries go first. Guarded by its Subscriber's lock.
+// is not taken for blocks the engine has yet to store. Bounded in entries
+// and so in bytes: the oldest entries go first, and a question about a time
+// older than the oldest entry kept is answered "evicted". Guarded by its
+// owner's lock.
 type evictions struct {
-	at      map[uint64]time.Time
-	order   []uint64 // keys in the order they were stamped, a FIFO
-	limit   int
+	at      map[Key]time.Time
+	order   []Key // keys in the order they were stamped, a FIFO
 	resets  uint64
 	resetAt time.Time
-	scratch []uint64
+	// lostAt is the stamp of the newest entry dropped for room: what the log
+	// no longer knows happened before then.
+	lostAt  time.Time
+	scratch []Key
 }
 
 // note stamps what set removed since the last note at now.
 func (e *evictions) note(set *Set, now time.Time) {
-	if e.at == nil {
-		e.at, e.limit = map[uint64]time.Time{}, max(set.limit, 1)
-	}
 	var resets uint64
 	e.scratch, resets = set.TakeRemoved(e.scratch[:0])
 	if resets != e.resets {
 		e.resets, e.resetAt = resets, now
+	}
+	if len(e.scratch) == 0 {
+		return
+	}
+	if e.at == nil {
+		e.at = map[Key]time.Time{}
 	}
 	for _, k := range e.scratch {
 		if _, ok := e.at[k]; !ok {
@@ -31,16 +45,23 @@ func (e *evictions) note(set *Set, now time.Time) {
 		}
 		e.at[k] = now
 	}
-	for len(e.order) > e.limit {
+	for len(e.order) > maxEvictions {
+		e.lostAt = e.at[e.order[0]]
 		delete(e.at, e.order[0])
 		e.order = e.order[1:]
+	}
+	if cap(e.order) > 4*maxEvictions {
+		e.order = append([]Key(nil), e.order...)
 	}
 }
 
 // since reports whether any of keys was removed, or the whole set emptied,
 // at or after t.
-func (e *evictions) since(keys []uint64, t time.Time) bool {
-	if !e.resetAt.IsZero() && !e.resetAt.Before(t) {
+func (e *evictions) since(keys []Key, t time.Time) bool {
+	switch {
+	case !e.resetAt.IsZero() && !e.resetAt.Before(t):
+		return true
+	case !e.lostAt.IsZero() && !e.lostAt.Before(t):
 		return true
 	}
 	for _, k := range keys {

@@ -30,7 +30,7 @@ func names(base EngineHash) func(int) EngineHash {
 	return func(i int) EngineHash { return base + EngineHash(i) }
 }
 
-func encode(t *testing.T, enc Encoding, events ...Event) []byte {
+func encode(t testing.TB, enc Encoding, events ...Event) []byte {
 	t.Helper()
 	b, err := Encode(Batch{TS: 1.5, Events: events}, enc)
 	if err != nil {
@@ -39,4 +39,4 @@ func encode(t *testing.T, enc Encoding, events ...Event) []byte {
 	return b
 }
 
-func matched(s *Set, tokens []uint32) int { return s.Matched(s.Keys(nil, tokens)) }
+func matched(s *Set, tokens []uint32) int { return s.Matched(s.Keys(nil, "", tokens)) }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -14,8 +15,6 @@ import (
 // replay, as vLLM's publisher does (buffer_steps).
 const DefaultReplayBatches = 10_000
 
-// endOfReplay is the sequence number that ends a replay answer.
-var endOfReplay = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 // Publisher is an engine's side of the stream, as vLLM runs it: a PUB socket
 // that sends [topic, sequence (8 bytes, big-endian), payload] and a ROUTER
@@ -26,8 +25,10 @@ type Publisher struct {
 	pub, replay zmq4.Socket
 	cancel      context.CancelFunc
 	done        chan struct{}
+	dialed      chan struct{} // closed once a dial-out connection is made, or given up
 	closeOnce   sync.Once
 	closeErr    error
+	topic       []byte
 
 	mu   sync.Mutex
 	seq  uint64
@@ -36,33 +37,81 @@ type Publisher struct {
 	enc  Encoding
 }
 
-// NewPublisher binds the PUB socket at endpoint and, unless replayEndpoint is
-// empty, the replay socket there (tcp://host:port; port 0 picks one), keeping
-// the last keep batches (DefaultReplayBatches when keep < 1).
-func NewPublisher(endpoint, replayEndpoint string, keep int, enc Encoding) (*Publisher, error) {
+// PublisherConfig is an engine's side of its KV events.
+type PublisherConfig struct {
+	// Endpoint is where live batches go, tcp://host:port: bound (port 0
+	// picks one), or dialed when Connect is set, as vLLM dials an endpoint
+	// that is not a wildcard (a router's bound socket, --kv-events-bind),
+	// retrying and reconnecting on its own.
+	Endpoint string
+	Connect  bool
+	// ReplayEndpoint, unless empty, is where the replay socket binds.
+	ReplayEndpoint string
+	// Keep is how many batches are kept for replay (DefaultReplayBatches
+	// when < 1).
+	Keep int
+	// Encoding is the batches' msgpack layout.
+	Encoding Encoding
+	// Topic is every message's first frame (llm-d names the engine there:
+	// kv@<host>@<model>; vLLM's default is empty).
+	Topic string
+}
+
+// NewPublisher starts an engine's sockets as cfg says.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &Publisher{pub: zmq4.NewPub(ctx), cancel: cancel, done: make(chan struct{}), keep: keep, enc: enc}
+	p := &Publisher{cancel: cancel, done: make(chan struct{}), dialed: make(chan struct{}), keep: cfg.Keep,
+		enc: cfg.Encoding, topic: []byte(cfg.Topic)}
 	if p.keep < 1 {
 		p.keep = DefaultReplayBatches
 	}
-	if err := p.pub.Listen(endpoint); err != nil {
+	if err := p.open(ctx, cfg); err != nil {
 		p.close()
-		return nil, fmt.Errorf("kv events endpoint %s: %w", endpoint, err)
+		return nil, err
 	}
-	if replayEndpoint == "" {
+	if cfg.ReplayEndpoint == "" {
 		close(p.done)
 		return p, nil
 	}
 	p.replay = zmq4.NewRouter(ctx)
-	if err := p.replay.Listen(replayEndpoint); err != nil {
+	if err := p.replay.Listen(cfg.ReplayEndpoint); err != nil {
 		p.close()
-		return nil, fmt.Errorf("kv events replay endpoint %s: %w", replayEndpoint, err)
+		return nil, fmt.Errorf("kv events replay endpoint %s: %w", cfg.ReplayEndpoint, err)
 	}
 	go p.serveReplays()
 	return p, nil
 }
 
-// Endpoint is where subscribers connect for live batches.
+// open binds the PUB socket, or starts dialing it out.
+func (p *Publisher) open(ctx context.Context, cfg PublisherConfig) error {
+	if !cfg.Connect {
+		close(p.dialed)
+		p.pub = zmq4.NewPub(ctx)
+		if err := p.pub.Listen(cfg.Endpoint); err != nil {
+			return fmt.Errorf("kv events endpoint %s: %w", cfg.Endpoint, err)
+		}
+		return nil
+	}
+	p.pub = zmq4.NewPub(ctx, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true),
+		zmq4.WithDialerRetry(100*time.Millisecond))
+	go func() {
+		defer close(p.dialed)
+		// The socket retries a refused connection on its own, but not one
+		// whose handshake failed (a router that did not know the worker
+		// yet): that is tried again here, until the socket is closed.
+		for p.pub.Dial(cfg.Endpoint) != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return nil
+}
+
+// Endpoint is where subscribers connect for live batches (a bound socket's
+// address).
 func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
 
 // ReplayEndpoint is where subscribers ask for missed batches; empty without
@@ -89,7 +138,7 @@ func (p *Publisher) Publish(b Batch) error {
 	if len(p.kept) > p.keep {
 		p.kept = p.kept[len(p.kept)-p.keep:]
 	}
-	return p.pub.Send(zmq4.NewMsgFrom(nil, seqBytes(seq), payload))
+	return p.pub.Send(zmq4.NewMsgFrom(p.topic, seqBytes(seq), payload))
 }
 
 // Withhold numbers b and keeps it for replay without sending it: a batch a
@@ -149,7 +198,7 @@ func (p *Publisher) answer(client []byte, from uint64) {
 			}
 		}
 	}
-	_ = p.replay.Send(zmq4.NewMsgFrom(client, nil, endOfReplay, nil))
+	_ = p.replay.Send(zmq4.NewMsgFrom(client, nil, endOfReplay[:], nil))
 }
 
 // Close stops the sockets and the replay server. Idempotent.
@@ -163,6 +212,7 @@ func (p *Publisher) Close() error {
 
 func (p *Publisher) close() error {
 	p.cancel()
+	<-p.dialed
 	err := p.pub.Close()
 	if p.replay != nil {
 		err = errors.Join(err, p.replay.Close())

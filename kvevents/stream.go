@@ -20,6 +20,22 @@ type Stats struct {
 	Malformed uint64 // batches that did not decode
 	Orphans   uint64 // stored events that followed an unknown block
 	Refused   uint64 // stored events refused: set full or another block size
+	// Followed counts the batches applied from a peer's relay, and
+	// PeerResets the times the peer's stream emptied the set (a peer's
+	// loss, rewind or malformed batch, which it relays as a fresh start).
+	Followed   uint64
+	PeerResets uint64
+	// Restored counts the snapshots of a peer's set taken in.
+	Restored uint64
+	// TopicChanges counts live batches under another topic than the one
+	// before (each empties the set), Unparsable the messages that were not
+	// [topic, sequence, payload].
+	TopicChanges, Unparsable uint64
+}
+
+// resets is every cause of an emptied set.
+func (s Stats) resets() uint64 {
+	return s.Lost + s.Rewinds + s.Malformed + s.PeerResets + s.TopicChanges
 }
 
 // Stream follows one worker's numbered batches into its Set: in order they
@@ -44,6 +60,28 @@ type Stream struct {
 	sumsFrom uint64
 	catching bool // a catch-up replay is under way
 	stats    Stats
+	// epoch counts the times the stream emptied its set and started over
+	// (a rewind, a loss, a malformed batch): with next it is the stream's
+	// position, which a peer's copy follows (relay.go).
+	epoch uint32
+	// fresh says the set was emptied by the stream since the last batch
+	// applied: the next one starts the epoch.
+	fresh bool
+	// ops collects the set's changes while a batch is applied, and
+	// applied, when set, hears them with the batch's position.
+	ops     []Op
+	applied func(Applied)
+}
+
+// Applied is one batch as the stream applied it: its position and the
+// changes it made to the set (a peer applying Ops in order holds the same
+// set). Fresh says the stream emptied the set just before it: the batch
+// starts Epoch, and a peer that missed what came before may begin there.
+type Applied struct {
+	Epoch uint32
+	Seq   uint64
+	Fresh bool
+	Ops   []Op
 }
 
 // span is the numbers from, from+1, ... up to but not including to.
@@ -64,33 +102,44 @@ type numbered struct {
 // NewStream follows a worker's batches into set.
 func NewStream(set *Set) *Stream { return &Stream{set: set} }
 
+// OnApplied makes fn hear every batch applied from now on; fn must not keep
+// Ops past its call.
+func (s *Stream) OnApplied(fn func(Applied)) { s.applied = fn }
+
+// Position is the stream's epoch and the sequence number it expects next,
+// and whether it has heard any batch since it started over.
+func (s *Stream) Position() (epoch uint32, next uint64, started bool) {
+	return s.epoch, s.next, s.started
+}
+
 // Stats is what the stream has seen so far.
 func (s *Stream) Stats() Stats { return s.stats }
 
 // Set is the blocks the worker holds, as far as the stream knows.
 func (s *Stream) Set() *Set { return s.set }
 
-// Rejoin forgets everything: the stream starts over from a new connection,
-// where the engine may have restarted unseen. The next live batch asks for a
-// replay from the start, which rebuilds the set as far as the engine kept
-// its batches.
+// Rejoin readies the stream for a new connection to the engine, which may
+// have restarted unseen meanwhile. The set is kept, and the next batch
+// tells: one that follows on comes from the same engine; one numbered
+// lower, from a restarted one, and empties the set; one past a gap asks for
+// a replay of what was missed.
 func (s *Stream) Rejoin() {
-	s.set.Reset()
-	s.next, s.started, s.pending, s.lossy, s.replayed = 0, false, nil, false, span{}
+	s.pending, s.lossy, s.replayed = nil, false, span{}
 	s.sums, s.catching = s.sums[:0], false
 }
 
-// CatchUp begins a replay from the start right after the stream joined,
-// before any live batch, so the set holds what the engine kept without
-// waiting for its next batch: Replayed for each batch, then EndCatchUp. A
-// stream that already took batches has nothing to catch up, and CatchUp
-// says so.
-func (s *Stream) CatchUp() bool {
-	if s.started || s.pending != nil {
-		return false
+// CatchUp begins a replay right after the stream joined, before any live
+// batch, so the set holds what the engine kept without waiting for its
+// next batch: Replayed for each batch, then EndCatchUp. It replays from
+// where the stream is (the start, for one that never took a batch); a
+// stream holding a live batch for a replay already has nothing to catch up,
+// and CatchUp says so.
+func (s *Stream) CatchUp() (from uint64, ok bool) {
+	if s.pending != nil {
+		return 0, false
 	}
-	s.catching, s.sums, s.sumsFrom = true, s.sums[:0], 0
-	return true
+	s.catching, s.sums, s.sumsFrom = true, s.sums[:0], s.next
+	return s.next, true
 }
 
 // EndCatchUp ends a catch-up: the batches it applied count as a late join's
@@ -103,7 +152,7 @@ func (s *Stream) EndCatchUp() {
 		return
 	}
 	s.catching = false
-	if len(s.sums) == 0 && s.next == 0 {
+	if len(s.sums) == 0 {
 		return
 	}
 	s.started = true
@@ -135,7 +184,7 @@ func (s *Stream) Offer(seq uint64, payload []byte) (replayFrom uint64, gap bool)
 		return s.next, true
 	case s.started && seq < s.next:
 		s.stats.Rewinds++
-		s.set.Reset()
+		s.restart()
 		s.next = seq
 	}
 	s.started = true
@@ -206,16 +255,27 @@ func (s *Stream) lose(seq uint64) {
 		s.stats.Lost++
 	}
 	s.lossy = s.pending != nil || s.catching
-	s.set.Reset()
+	s.restart()
 	s.next = seq
+}
+
+// restart empties the set and begins a new epoch.
+func (s *Stream) restart() {
+	s.set.Reset()
+	s.epoch++
+	s.fresh = true
 }
 
 func (s *Stream) apply(seq uint64, payload []byte) {
 	s.next = seq + 1
+	s.ops = s.ops[:0]
+	s.set.Record(&s.ops)
+	defer s.set.Record(nil)
+	defer s.announce(seq)
 	b, err := Decode(payload)
 	if err != nil {
 		s.stats.Malformed++
-		s.set.Reset()
+		s.restart()
 		return
 	}
 	s.stats.Batches++
@@ -228,4 +288,67 @@ func (s *Stream) apply(seq uint64, payload []byte) {
 			s.stats.Refused++
 		}
 	}
+}
+
+// announce hands the batch just applied, numbered seq, to OnApplied's fn.
+func (s *Stream) announce(seq uint64) {
+	if s.applied != nil {
+		s.applied(Applied{Epoch: s.epoch, Seq: seq, Fresh: s.fresh, Ops: s.ops})
+	}
+	s.fresh = false
+}
+
+// Follow applies (part of) a batch a peer's stream applied (Applied). The
+// caller has checked that it follows on (Follows, for its first part).
+// Once complete, the stream is where the peer's was after the batch.
+func (s *Stream) Follow(a Applied, complete bool) {
+	if a.Fresh {
+		s.set.Reset()
+		s.stats.PeerResets++
+	}
+	s.set.ApplyOps(a.Ops)
+	if !complete {
+		return
+	}
+	s.epoch, s.next, s.started = a.Epoch, a.Seq+1, true
+	s.pending, s.replayed = nil, span{}
+	s.stats.Batches++
+	s.stats.Followed++
+}
+
+// Follows says how a peer's batch stands to the stream: next (it follows
+// on, or starts a newer epoch afresh), old (already applied, or of an
+// older epoch), or neither (batches are missing before it).
+func (s *Stream) Follows(a Applied) (next, old bool) {
+	switch {
+	case s.started && (a.Epoch < s.epoch || a.Epoch == s.epoch && a.Seq < s.next):
+		return false, true
+	case s.started && a.Epoch == s.epoch && a.Seq == s.next:
+		return true, false
+	case a.Fresh && (!s.started || a.Epoch > s.epoch):
+		return true, false
+	case !s.started && a.Epoch == 0 && a.Seq == 0:
+		return true, false // the engine's first batch, heard from the start
+	}
+	return false, false
+}
+
+// Restore puts the stream where a peer's snapshot says, its set holding
+// the snapshot's content.
+func (s *Stream) Restore(snap Snapshot) {
+	_ = s.set.Restore(snap.Names, snap.Keys)
+	// A live batch held for a replay stays held: EndReplay applies it if
+	// the snapshot does not already hold it.
+	s.epoch, s.next, s.started = snap.Epoch, snap.Next, true
+	s.replayed, s.fresh, s.sums = span{}, false, s.sums[:0]
+	s.stats.Restored++
+}
+
+// Retopic starts the stream over for another topic: the set is emptied and
+// the next batch is taken as the first one heard.
+func (s *Stream) Retopic() {
+	s.stats.TopicChanges++
+	s.restart()
+	s.started, s.pending, s.lossy, s.replayed = false, nil, false, span{}
+	s.sums = s.sums[:0]
 }

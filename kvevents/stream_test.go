@@ -5,12 +5,12 @@ import "testing"
 // engine plays one engine's numbered batches: each stores a prompt of its
 // own.
 type engine struct {
-	t       *testing.T
+	t       testing.TB
 	batches [][]byte
 	prompts [][]uint32
 }
 
-func newEngine(t *testing.T, n int) *engine {
+func newEngine(t testing.TB, n int) *engine {
 	e := &engine{t: t}
 	for i := range n {
 		p := prompt(uint32(1000*i+1), 2)
@@ -20,7 +20,7 @@ func newEngine(t *testing.T, n int) *engine {
 	return e
 }
 
-func newTestStream() *Stream { return NewStream(NewSet("m", testBlock, 1000)) }
+func newTestStream() *Stream { return NewStream(NewSet(testBlock, 1000)) }
 
 func (e *engine) held(s *Stream, i int) bool { return matched(s.Set(), e.prompts[i]) == 2 }
 
@@ -149,8 +149,8 @@ func TestLiveCopiesOfReplayedBatchesAreNoRewind(t *testing.T) {
 // socket meanwhile, are duplicates.
 func TestACatchUpAtJoinFillsTheSetBeforeAnyLiveBatch(t *testing.T) {
 	e, s := newEngine(t, 4), newTestStream()
-	if !s.CatchUp() {
-		t.Fatal("a stream that just joined has nothing to catch up")
+	if from, ok := s.CatchUp(); !ok || from != 0 {
+		t.Fatalf("a stream that just joined catches up from %d, %v; want from 0", from, ok)
 	}
 	for i := range 3 {
 		s.Replayed(uint64(i), e.batches[i])
@@ -165,8 +165,14 @@ func TestACatchUpAtJoinFillsTheSetBeforeAnyLiveBatch(t *testing.T) {
 	if st := s.Stats(); st.Rewinds != 0 || st.Gaps != 1 || st.Repaired != 1 || st.Batches != 4 || !e.held(s, 0) || !e.held(s, 3) {
 		t.Fatalf("after the live copies: held %v %v, stats %+v", e.held(s, 0), e.held(s, 3), st)
 	}
-	if s.CatchUp() {
-		t.Error("a stream under way caught up again")
+	// Rejoined (a new connection), it catches up from where it is.
+	s.Rejoin()
+	if from, ok := s.CatchUp(); !ok || from != 4 {
+		t.Errorf("a rejoined stream catches up from %d, %v; want from 4", from, ok)
+	}
+	s.EndCatchUp()
+	if !e.held(s, 0) {
+		t.Error("a rejoin emptied the set: the next batch, not the connection, tells a restarted engine")
 	}
 }
 

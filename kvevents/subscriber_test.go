@@ -22,7 +22,7 @@ func loopbackOnly(hostport string) (string, error) {
 
 func startPublisher(t *testing.T, enc Encoding) *Publisher {
 	t.Helper()
-	p, err := NewPublisher("tcp://127.0.0.1:0", "tcp://127.0.0.1:0", 0, enc)
+	p, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0", Encoding: enc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,19 +30,34 @@ func startPublisher(t *testing.T, enc Encoding) *Publisher {
 	return p
 }
 
-func subscribe(t *testing.T, p *Publisher, replay bool) *Subscriber {
+// heard is a subscriber and the view it feeds.
+type heard struct {
+	*Subscriber
+	view *View
+}
+
+func (h heard) Matched(tokens []uint32) int {
+	return h.view.Matched(AppendKeys(nil, Seed(""), tokens, testBlock))
+}
+
+func (h heard) Stats() (Stats, int) {
+	st := h.view.Status()
+	return st.Stats, st.Blocks
+}
+
+func subscribe(t *testing.T, p *Publisher, replay bool) heard {
 	t.Helper()
-	cfg := SubscriberConfig{Endpoint: p.Endpoint(), Model: "m", BlockSize: testBlock, MaxBlocks: 1000,
-		Allow: loopbackOnly, Retry: 20 * time.Millisecond}
+	cfg := SubscriberConfig{Endpoint: p.Endpoint(), Allow: loopbackOnly, Retry: 20 * time.Millisecond}
 	if replay {
 		cfg.ReplayEndpoint = p.ReplayEndpoint()
 	}
-	s, err := Subscribe(cfg)
+	v := NewView(ViewConfig{BlockSize: testBlock, MaxBlocks: 1000})
+	s, err := Subscribe(v, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s
+	return heard{s, v}
 }
 
 // eventually waits for cond, publishing a batch of nudge each try (a PUB
@@ -59,6 +74,17 @@ func eventually(t *testing.T, what string, nudge func(), cond func() bool) {
 		}
 		return false
 	}, "%s", what)
+}
+
+// withhold numbers a batch and keeps it for the replay without sending it:
+// what no subscriber heard. (A batch published before any subscriber may
+// still be on its way when one connects: the publisher's socket sends
+// from a goroutine of its own.)
+func withhold(t *testing.T, p *Publisher, events ...Event) {
+	t.Helper()
+	if err := p.Withhold(Batch{TS: 1, Events: events}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func publish(t *testing.T, p *Publisher, events ...Event) {
@@ -85,7 +111,7 @@ func TestASubscriberHearsWhatTheEngineStores(t *testing.T) {
 func TestASubscriberJoiningLateGetsTheEarlierBatchesFromTheReplay(t *testing.T) {
 	p := startPublisher(t, Keyed)
 	early := prompt(1, 2)
-	publish(t, p, stored(names(10), nil, early)) // before anyone listens
+	withhold(t, p, stored(names(10), nil, early)) // before anyone listens
 	s := subscribe(t, p, true)
 	late := prompt(900, 1)
 	// The live batch may be applied from the replay before the replay ends
@@ -102,7 +128,7 @@ func TestASubscriberJoiningLateGetsTheEarlierBatchesFromTheReplay(t *testing.T) 
 
 func TestWithoutAReplaySocketAGapEmptiesTheSet(t *testing.T) {
 	p := startPublisher(t, Keyed)
-	publish(t, p, stored(names(10), nil, prompt(1, 2)))
+	withhold(t, p, stored(names(10), nil, prompt(1, 2)))
 	s := subscribe(t, p, false)
 	late := prompt(900, 1)
 	eventually(t, "a live batch", func() { publish(t, p, stored(names(500), nil, late)) },
@@ -139,7 +165,8 @@ func TestAnEndpointThePolicyRefusesIsNeverDialed(t *testing.T) {
 		asked = append(asked, hostport)
 		return "", errors.New("refused by the worker-host policy")
 	}
-	_, err := Subscribe(SubscriberConfig{Endpoint: "tcp://metadata.internal:5557", Model: "m", BlockSize: 16, Allow: policy})
+	v := NewView(ViewConfig{BlockSize: 16})
+	_, err := Subscribe(v, SubscriberConfig{Endpoint: "tcp://metadata.internal:5557", Allow: policy})
 	if err == nil || !strings.Contains(err.Error(), "refused by the worker-host policy") {
 		t.Fatalf("err = %v, want the policy's refusal", err)
 	}
@@ -147,7 +174,7 @@ func TestAnEndpointThePolicyRefusesIsNeverDialed(t *testing.T) {
 		t.Errorf("the policy was asked %v", asked)
 	}
 	for _, bad := range []string{"udp://127.0.0.1:1", "tcp://127.0.0.1", "127.0.0.1:5557", "tcp://127.0.0.1:5557/x"} {
-		if _, err := Subscribe(SubscriberConfig{Endpoint: bad, Model: "m", BlockSize: 16, Allow: loopbackOnly}); err == nil {
+		if _, err := Subscribe(v, SubscriberConfig{Endpoint: bad, Allow: loopbackOnly}); err == nil {
 			t.Errorf("endpoint %q accepted", bad)
 		}
 	}
@@ -159,8 +186,8 @@ func TestAnEndpointThePolicyRefusesIsNeverDialed(t *testing.T) {
 func TestASubscriberCatchesUpAtConnectWithoutALiveBatch(t *testing.T) {
 	p := startPublisher(t, Keyed)
 	early := prompt(1, 2)
-	publish(t, p, stored(names(10), nil, early))
-	publish(t, p, Event{Kind: Stored, Tier: true, BlockSize: testBlock})
+	withhold(t, p, stored(names(10), nil, early))
+	withhold(t, p, Event{Kind: Stored, Tier: true, BlockSize: testBlock})
 	s := subscribe(t, p, true)
 	eventually(t, "the engine's earlier blocks, from the catch-up", nil, func() bool {
 		st, _ := s.Stats()

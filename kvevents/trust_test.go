@@ -16,7 +16,7 @@ func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c
 
 func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
-func TestAStreamIsTrustedOnlyWhileConnectedInOrderAndHeardWhenItHadWork(t *testing.T) {
+func TestAStreamIsTrustedOnlyOnceHeardAndWhileConnectedInOrderAndHeardWhenItHadWork(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	const stale = 10 * time.Second
 	var w watch
@@ -24,6 +24,9 @@ func TestAStreamIsTrustedOnlyWhileConnectedInOrderAndHeardWhenItHadWork(t *testi
 		t.Fatalf("never connected: %v", got)
 	}
 	w.connected = true
+	if got := w.trust(t0, stale); got != Unheard {
+		t.Fatalf("connected and nothing heard: %v, want unheard (silence is not an empty cache)", got)
+	}
 	w.note(Stats{}, t0, true)
 	if got := w.trust(t0, stale); got != Trusted {
 		t.Fatalf("connected and heard: %v", got)
@@ -58,13 +61,45 @@ func TestAStreamIsTrustedOnlyWhileConnectedInOrderAndHeardWhenItHadWork(t *testi
 	if got := w.trust(t1.Add(stale), stale); got != Disconnected {
 		t.Fatalf("the connection dropped: %v", got)
 	}
+	w.relayedTo = t1.Add(stale + time.Second)
+	if got := w.trust(t1.Add(stale), stale); got != Trusted {
+		t.Fatalf("a peer says it hears the engine: %v", got)
+	}
+}
+
+// An engine that reports running requests and publishes nothing goes
+// stale, whoever sent it the requests; an idle one does not.
+func TestAnEngineBusyAndSilentGoesStale(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const stale = 10 * time.Second
+	w := watch{connected: true}
+	w.note(Stats{}, t0, true)
+	if got := w.trust(t0.Add(time.Hour), stale); got != Trusted {
+		t.Fatalf("idle and silent for an hour: %v", got)
+	}
+	t1 := t0.Add(time.Hour)
+	w.busy(true, t1)
+	if got := w.trust(t1.Add(stale), stale); got != Trusted {
+		t.Fatalf("busy for exactly the window: %v", got)
+	}
+	if got := w.trust(t1.Add(stale+time.Millisecond), stale); got != Stale {
+		t.Fatalf("busy and silent past the window: %v", got)
+	}
+	w.note(Stats{Batches: 1}, t1.Add(stale+time.Second), true)
+	if got := w.trust(t1.Add(stale+time.Second), stale); got != Trusted {
+		t.Fatalf("a batch from the busy engine: %v", got)
+	}
+	w.busy(false, t1.Add(2*stale))
+	if got := w.trust(t1.Add(time.Hour), stale); got != Trusted {
+		t.Fatalf("idle again: %v", got)
+	}
 }
 
 func TestAHubHearsTheRegistrysWorkersAndTrustsOnlyAFreshStream(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1000, 0)}
 	p := startPublisher(t, Keyed)
-	h, err := NewHub(HubConfig{BlockSize: testBlock, Allow: loopbackOnly, StaleAfter: 5 * time.Second,
-		Now: clock.Now, Retry: 20 * time.Millisecond})
+	h, err := NewHub(HubConfig{ViewConfig: ViewConfig{BlockSize: testBlock, StaleAfter: 5 * time.Second, Now: clock.Now},
+		Allow: loopbackOnly, Retry: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +109,7 @@ func TestAHubHearsTheRegistrysWorkersAndTrustsOnlyAFreshStream(t *testing.T) {
 		t.Fatal("an endpoint the policy refuses was accepted")
 	}
 	held := prompt(1, 3)
-	keys := h.Keys(nil, held)
+	keys := h.Keys(nil, "", held)
 	n := EngineHash(0)
 	eventually(t, "stored blocks heard", func() {
 		n += 100
@@ -105,7 +140,8 @@ func TestAHubHearsTheRegistrysWorkersAndTrustsOnlyAFreshStream(t *testing.T) {
 func TestAHubRemembersWhenAnEngineEvictedAPromptsBlocks(t *testing.T) {
 	clock := &fakeClock{now: time.Unix(1000, 0)}
 	p := startPublisher(t, Keyed)
-	h, err := NewHub(HubConfig{BlockSize: testBlock, Allow: loopbackOnly, Now: clock.Now, Retry: 20 * time.Millisecond})
+	h, err := NewHub(HubConfig{ViewConfig: ViewConfig{BlockSize: testBlock, Now: clock.Now}, Allow: loopbackOnly,
+		Retry: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +150,7 @@ func TestAHubRemembersWhenAnEngineEvictedAPromptsBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := prompt(1, 2)
-	keys := h.Keys(nil, held)
+	keys := h.Keys(nil, "", held)
 	n := EngineHash(0)
 	eventually(t, "stored blocks heard", func() {
 		n += 100

@@ -115,10 +115,18 @@ func (g *Gossip) pump(tick <-chan time.Time, stopTicker func()) {
 		case <-g.stop:
 			return
 		case <-tick:
-			g.broadcast(g.st.Tick(g.clock.Now()))
+			now := g.clock.Now()
+			g.broadcast(g.st.Tick(now))
+			g.tickChannels(now)
 		case pkt := <-g.inbox:
-			// Errors are counted in the State's stats; a stranger's
-			// garbage is not worth a log line per packet.
+			// Errors are counted in the State's stats (or the channels');
+			// a stranger's garbage is not worth a log line per packet.
+			if c := g.channel(pkt); c != nil {
+				if c.Receive(pkt, g.clock.Now()) != nil {
+					g.counters.channelErrors.Add(1)
+				}
+				continue
+			}
 			_ = g.st.Receive(pkt, g.clock.Now())
 		}
 	}
@@ -279,12 +287,14 @@ type GossipStats struct {
 	StateBytesSent, StateBytesReceived uint64
 	// JoinRefusals counts peers refused by CheckJoin.
 	JoinRefusals uint64
+	// ChannelErrors counts packets of a Channel that it refused.
+	ChannelErrors uint64
 }
 
 type gossipCounters struct {
 	packetsSent, bytesSent, packetsReceived, bytesReceived       atomic.Uint64
 	sendErrors, inboxDropped, stateBytesSent, stateBytesReceived atomic.Uint64
-	joinRefusals                                                 atomic.Uint64
+	joinRefusals, channelErrors                                  atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -301,5 +311,6 @@ func (g *Gossip) Stats() GossipStats {
 		StateBytesSent:     c.stateBytesSent.Load(),
 		StateBytesReceived: c.stateBytesReceived.Load(),
 		JoinRefusals:       c.joinRefusals.Load(),
+		ChannelErrors:      c.channelErrors.Load(),
 	}
 }

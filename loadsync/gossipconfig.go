@@ -70,6 +70,9 @@ type GossipConfig struct {
 	// UpdateTimeout bounds SetTags' wait for the broadcast of the new
 	// metadata. Default 1 s.
 	UpdateTimeout time.Duration
+	// Channels are kinds of messages that ride the gossip beside the
+	// State's own (channel.go).
+	Channels []Channel
 }
 
 // DecodeGossipKey decodes a base64 gossip key (the --gossip-key flag) and

@@ -56,7 +56,8 @@ func addWorker(reg *Registry, a AddWorker) (*Registry, Result) {
 		role = RoleRegular
 	}
 	w := Worker{ID: reg.nextID, URL: a.URL, Role: role, Model: a.Model,
-		BootstrapPort: a.BootstrapPort, KVEventsEndpoint: a.KVEventsEndpoint, Labels: cloneLabels(a.Labels), State: StateActive}
+		BootstrapPort: a.BootstrapPort, KVEventsEndpoint: a.KVEventsEndpoint, KVEventsTopic: a.KVEventsTopic,
+		Labels: cloneLabels(a.Labels), State: StateActive}
 	workers := append(slices.Clip(reg.workers), w) // ids only grow: stays sorted
 	return reg.withWorkers(workers, reg.nextID+1), Result{ID: w.ID, Created: true}
 }
@@ -73,6 +74,8 @@ func conflict(w Worker, a AddWorker) error {
 		return conflictError(w, "bootstrap_port", fmt.Sprint(w.BootstrapPort), fmt.Sprint(a.BootstrapPort))
 	case a.KVEventsEndpoint != "" && a.KVEventsEndpoint != w.KVEventsEndpoint:
 		return conflictError(w, "kv_events_endpoint", w.KVEventsEndpoint, a.KVEventsEndpoint)
+	case a.KVEventsTopic != "" && a.KVEventsTopic != w.KVEventsTopic:
+		return conflictError(w, "kv_events_topic", w.KVEventsTopic, a.KVEventsTopic)
 	case len(a.Labels) > 0 && !maps.Equal(a.Labels, w.Labels):
 		return conflictError(w, "labels", fmt.Sprint(w.Labels), fmt.Sprint(a.Labels))
 	}

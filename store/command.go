@@ -54,8 +54,10 @@ type AddWorker struct {
 	Model         string `json:"model,omitempty"`
 	BootstrapPort int    `json:"bootstrap_port,omitempty"`
 	// KVEventsEndpoint: Worker.KVEventsEndpoint.
-	KVEventsEndpoint string            `json:"kv_events_endpoint,omitempty"`
-	Labels           map[string]string `json:"labels,omitempty"`
+	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsTopic: Worker.KVEventsTopic.
+	KVEventsTopic string            `json:"kv_events_topic,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
 }
 
 // RemoveWorker removes a worker; its id is never handed out again.
@@ -224,6 +226,9 @@ func (a *AddWorker) normalize() (*AddWorker, error) {
 	}
 	ep, err := NormalizeKVEventsEndpoint(a.KVEventsEndpoint)
 	if err != nil {
+		return nil, err
+	}
+	if err := ValidateKVEventsTopic(a.KVEventsTopic); err != nil {
 		return nil, err
 	}
 	if err := validateLabels(a.Labels); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 )
@@ -50,4 +51,22 @@ func DefaultKVEventsEndpoint(workerURL string) (string, error) {
 		return "", err
 	}
 	return "tcp://" + net.JoinHostPort(w.Host(), "5557"), nil
+}
+
+// MaxKVEventsTopicBytes bounds a worker's kv_events_topic.
+const MaxKVEventsTopicBytes = 256
+
+// ValidateKVEventsTopic refuses a kv_events_topic that is too long or holds
+// control characters (it is shown in logs and metrics). Errors are
+// *FieldError for field "kv_events_topic".
+func ValidateKVEventsTopic(topic string) error {
+	if len(topic) > MaxKVEventsTopicBytes {
+		return fieldError("kv_events_topic", "longer than %d bytes", MaxKVEventsTopicBytes)
+	}
+	for _, r := range topic {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return fieldError("kv_events_topic", "%q holds a control character or is not UTF-8", topic)
+		}
+	}
+	return nil
 }

@@ -158,5 +158,8 @@ func validateStoredWorker(w *Worker, prev, nextID WorkerID) error {
 	if ep, err := NormalizeKVEventsEndpoint(w.KVEventsEndpoint); err != nil || ep != w.KVEventsEndpoint {
 		return fieldError("kv_events_endpoint", "%q is not a normalised tcp://host:port", w.KVEventsEndpoint)
 	}
+	if err := ValidateKVEventsTopic(w.KVEventsTopic); err != nil {
+		return err
+	}
 	return validateLabels(w.Labels)
 }

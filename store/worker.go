@@ -63,6 +63,10 @@ type Worker struct {
 	// for a router in --kv-events mode; "" takes the default (the worker's
 	// host, port 5557).
 	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsTopic is the topic the engine's events come under when it
+	// dials a router's bound socket (--kv-events-bind), for an engine its
+	// topic would not otherwise name (kvevents/topic.go); "" when unset.
+	KVEventsTopic string `json:"kv_events_topic,omitempty"`
 	// Labels are free-form operator tags, carried but not interpreted.
 	Labels map[string]string `json:"labels,omitempty"`
 	// State is StateActive or StateDraining.

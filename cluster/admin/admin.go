@@ -314,8 +314,10 @@ type workerRequest struct {
 	Model         string     `json:"model"`
 	BootstrapPort int        `json:"bootstrap_port"`
 	// KVEventsEndpoint: store.Worker.KVEventsEndpoint.
-	KVEventsEndpoint string            `json:"kv_events_endpoint"`
-	Labels           map[string]string `json:"labels"`
+	KVEventsEndpoint string `json:"kv_events_endpoint"`
+	// KVEventsTopic: store.Worker.KVEventsTopic.
+	KVEventsTopic string            `json:"kv_events_topic"`
+	Labels        map[string]string `json:"labels"`
 }
 
 func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
@@ -324,8 +326,8 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		WriteError(ctx, err)
 		return
 	}
-	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model,
-		BootstrapPort: req.BootstrapPort, KVEventsEndpoint: req.KVEventsEndpoint, Labels: req.Labels}
+	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model, BootstrapPort: req.BootstrapPort,
+		KVEventsEndpoint: req.KVEventsEndpoint, KVEventsTopic: req.KVEventsTopic, Labels: req.Labels}
 	if err := errors.Join(a.allowWorker(req.URL), a.allowKVEvents(req.KVEventsEndpoint)); err != nil {
 		WriteError(ctx, err)
 		return
@@ -390,7 +392,8 @@ func (a *Admin) allowKVEvents(endpoint string) error {
 // has not caught up with the write yet (it was forwarded to the leader).
 func addedWorker(id store.WorkerID, add store.AddWorker) store.Worker {
 	w := store.Worker{ID: id, URL: add.URL, Role: add.Role, Model: add.Model,
-		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint, Labels: add.Labels, State: store.StateActive}
+		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint, KVEventsTopic: add.KVEventsTopic,
+		Labels: add.Labels, State: store.StateActive}
 	if u, err := store.NormalizeURL(add.URL); err == nil {
 		w.URL = u
 	}

@@ -38,17 +38,32 @@ type WorkerStat struct {
 // holds as the events say, and the stream's counters since it was first
 // heard.
 type KVEventsStat struct {
-	// State is trusted, disconnected, replaying, recovering or stale: every
-	// state but trusted routes the worker on the text index.
-	State     string `json:"state"`
-	Blocks    int    `json:"blocks"`
-	Batches   uint64 `json:"batches"`   // batches applied
-	Events    uint64 `json:"events"`    // events applied
-	Gaps      uint64 `json:"gaps"`      // gaps seen on the live stream
-	Repaired  uint64 `json:"repaired"`  // gaps filled whole from the replay socket
-	Lost      uint64 `json:"lost"`      // gaps the replay could not fill
-	Rewinds   uint64 `json:"rewinds"`   // sequences that went back: the engine restarted
-	Malformed uint64 `json:"malformed"` // batches that did not decode
-	Orphans   uint64 `json:"orphans"`   // stored events that followed an unknown block
-	Refused   uint64 `json:"refused"`   // stored events refused: set full or another block size
+	// State is trusted, disconnected, unheard, replaying, recovering or
+	// stale: every state but trusted routes the worker on the text index.
+	State string `json:"state"`
+	// Source is where this replica hears the engine: dial (it dials the
+	// engine's socket), bind (the engine dials this replica), peer (a peer
+	// relays what it hears), or "" (nothing).
+	Source string `json:"source"`
+	Blocks int    `json:"blocks"`
+	Bytes  int    `json:"bytes"` // what the set's tables hold
+	// Epoch and Next are the stream's position: its resets, and the
+	// sequence number it expects next.
+	Epoch        uint32 `json:"epoch"`
+	Next         uint64 `json:"next"`
+	Batches      uint64 `json:"batches"`       // batches applied
+	Events       uint64 `json:"events"`        // events applied
+	Followed     uint64 `json:"followed"`      // batches applied from a peer's relay
+	Restored     uint64 `json:"restored"`      // peers' snapshots taken
+	Gaps         uint64 `json:"gaps"`          // gaps seen on the live stream
+	Repaired     uint64 `json:"repaired"`      // gaps filled whole from the replay socket
+	Lost         uint64 `json:"lost"`          // gaps the replay could not fill
+	Rewinds      uint64 `json:"rewinds"`       // sequences that went back: the engine restarted
+	Malformed    uint64 `json:"malformed"`     // batches that did not decode
+	PeerResets   uint64 `json:"peer_resets"`   // a peer's stream emptied the set
+	TopicChanges uint64 `json:"topic_changes"` // batches under another topic than before
+	Unparsable   uint64 `json:"unparsable"`    // messages not [topic, sequence, payload]
+	Orphans      uint64 `json:"orphans"`       // stored events that followed an unknown block
+	Refused      uint64 `json:"refused"`       // stored events refused: set full or another block size
+	Violations   uint64 `json:"violations"`    // connections ended by a breach of ZMTP or of the limits
 }

@@ -128,14 +128,32 @@ func (c *Client) Call(ctx context.Context, method, addr, path string, body []byt
 	return c.do(req)
 }
 
+// CallUpTo is Call for an answer that may be larger than most (a peer's
+// snapshot of the engines' sets): it reads up to limit bytes of it, and an
+// answer over limit is an error rather than cut short.
+func (c *Client) CallUpTo(ctx context.Context, method, addr, path string, body []byte, limit int64) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	status, data, err := c.doUpTo(req, limit+1)
+	if err == nil && int64(len(data)) > limit {
+		return 0, nil, fmt.Errorf("an answer over %d bytes", limit)
+	}
+	return status, data, err
+}
+
 // do sends req and reads the status and body of the answer.
-func (c *Client) do(req *http.Request) (int, []byte, error) {
+func (c *Client) do(req *http.Request) (int, []byte, error) { return c.doUpTo(req, maxRPCResponse) }
+
+func (c *Client) doUpTo(req *http.Request, limit int64) (int, []byte, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxRPCResponse))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading the answer: %w", err)
 	}

@@ -179,14 +179,16 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"saturation-kv-usage":         sets(func(c cluster.Config) any { return c.Proxy.Admission.KVFull }, d.Proxy.Admission.KVFull),
 		"engine-scrape-interval-secs": sets(func(c cluster.Config) any { return c.Health.EngineScrapeInterval }, d.Health.EngineScrapeInterval),
 
-		"kv-events":                  sets(func(c cluster.Config) any { return [2]bool{c.KVEvents.Enabled, c.Proxy.Tokenize.Enabled} }, [2]bool{d.KVEvents.Enabled, d.Proxy.Tokenize.Enabled}),
-		"kv-events-endpoints":        seeds,
-		"kv-events-block-size":       sets(func(c cluster.Config) any { return c.KVEvents.BlockSize }, d.KVEvents.BlockSize),
-		"kv-events-max-blocks":       sets(func(c cluster.Config) any { return c.KVEvents.MaxBlocks }, d.KVEvents.MaxBlocks),
-		"kv-events-replay-offset":    sets(func(c cluster.Config) any { return c.KVEvents.ReplayOffset }, d.KVEvents.ReplayOffset),
-		"kv-events-stale-after":      sets(func(c cluster.Config) any { return c.KVEvents.StaleAfter }, d.KVEvents.StaleAfter),
-		"kv-events-reservation":      sets(func(c cluster.Config) any { return c.KVEvents.Reservation }, d.KVEvents.Reservation),
-		"kv-events-tokenize-timeout": sets(func(c cluster.Config) any { return c.Proxy.Tokenize.Timeout }, d.Proxy.Tokenize.Timeout),
+		"kv-events":                   sets(func(c cluster.Config) any { return [2]bool{c.KVEvents.Enabled, c.Proxy.Tokenize.Enabled} }, [2]bool{d.KVEvents.Enabled, d.Proxy.Tokenize.Enabled}),
+		"kv-events-endpoints":         seeds,
+		"kv-events-block-size":        sets(func(c cluster.Config) any { return c.KVEvents.BlockSize }, d.KVEvents.BlockSize),
+		"kv-events-max-blocks":        sets(func(c cluster.Config) any { return c.KVEvents.MaxBlocks }, d.KVEvents.MaxBlocks),
+		"kv-events-replay-offset":     sets(func(c cluster.Config) any { return c.KVEvents.ReplayOffset }, d.KVEvents.ReplayOffset),
+		"kv-events-stale-after":       sets(func(c cluster.Config) any { return c.KVEvents.StaleAfter }, d.KVEvents.StaleAfter),
+		"kv-events-reservation":       sets(func(c cluster.Config) any { return c.KVEvents.Reservation }, d.KVEvents.Reservation),
+		"kv-events-tokenize-timeout":  sets(func(c cluster.Config) any { return c.Proxy.Tokenize.Timeout }, d.Proxy.Tokenize.Timeout),
+		"kv-events-bind":              sets(func(c cluster.Config) any { return c.KVEvents.Bind }, d.KVEvents.Bind),
+		"kv-events-max-message-bytes": sets(func(c cluster.Config) any { return c.KVEvents.MaxMessageBytes }, d.KVEvents.MaxMessageBytes),
 	}
 }
 

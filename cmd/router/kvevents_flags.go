@@ -25,6 +25,8 @@ func kvEventsFlags() []cli.Flag {
 		durationFlag("kv-events-stale-after", k.StaleAfter, "an engine given work that publishes nothing for this long, or whose set was emptied this recently, routes on the text index"),
 		durationFlag("kv-events-reservation", k.Reservation, "how long a decision's blocks count as its worker's before the engine's events show them"),
 		durationFlag("kv-events-tokenize-timeout", tk.Timeout, "bound on the latency tokenization adds; past it the request routes on the text index"),
+		stringFlag("kv-events-bind", "", "also bind a SUB socket here, tcp://host:port, that engines dial (vLLM's --kv-events-config endpoint set to the tier's address); what each replica hears there it relays to its peers, and a worker is then dialed only where its KV-event endpoint is given"),
+		intFlag("kv-events-max-message-bytes", k.MaxMessageBytes, "most bytes one message of an engine's event or replay socket may hold; a peer that sends more is cut off"),
 	}
 }
 
@@ -34,15 +36,21 @@ func kvEventsFlags() []cli.Flag {
 // hub subscribes, before any dial.
 func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 	on, eps := c.Bool("kv-events"), c.StringSlice("kv-events-endpoints")
-	if !on && len(eps) > 0 {
-		return fmt.Errorf("--kv-events-endpoints: needs --kv-events")
+	for _, flag := range []string{"kv-events-endpoints", "kv-events-bind"} {
+		if !on && c.IsSet(flag) {
+			return fmt.Errorf("--%s: needs --kv-events", flag)
+		}
 	}
 	k := cluster.KVEvents{Enabled: on, BlockSize: c.Int("kv-events-block-size"), MaxBlocks: c.Int("kv-events-max-blocks"),
 		ReplayOffset: c.Int("kv-events-replay-offset"), StaleAfter: c.Duration("kv-events-stale-after"),
-		Reservation: c.Duration("kv-events-reservation")}
+		Reservation: c.Duration("kv-events-reservation"), Bind: c.String("kv-events-bind"),
+		MaxMessageBytes: c.Int("kv-events-max-message-bytes")}
 	tokenize := c.Duration("kv-events-tokenize-timeout")
 	if k.BlockSize < 1 {
 		return fmt.Errorf("--kv-events-block-size: must be at least 1")
+	}
+	if k.MaxMessageBytes < 1<<10 {
+		return fmt.Errorf("--kv-events-max-message-bytes: must be at least 1024")
 	}
 	if k.ReplayOffset == 0 {
 		return fmt.Errorf("--kv-events-replay-offset: 0 would be the event socket itself; -1 means no replay socket")
@@ -52,6 +60,9 @@ func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 		if d <= 0 {
 			return fmt.Errorf("--%s: want a positive duration such as 20ms (got %v)", flag, d)
 		}
+	}
+	if err := k.Validate(); err != nil {
+		return err
 	}
 	cfg.KVEvents = k
 	cfg.Proxy.Tokenize.Enabled, cfg.Proxy.Tokenize.Timeout = on, tokenize

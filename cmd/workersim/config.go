@@ -44,6 +44,11 @@ type serverConfig struct {
 	// kvEvents and kvEventsReplay are where the engine's KV-cache events are published and
 	// replayed (vLLM's --kv-events-config endpoint and replay_endpoint); empty: not published.
 	kvEvents, kvEventsReplay string
+	// kvEventsConnect dials kvEvents rather than binding it (vLLM dials an
+	// endpoint that is not a wildcard: a router's bound socket), and
+	// kvEventsTopic is every message's topic (llm-d's kv@<host>@<model>).
+	kvEventsConnect bool
+	kvEventsTopic   string
 }
 
 // Defaults of the flags of the extra endpoints.
@@ -78,6 +83,8 @@ func (c serverConfig) validate() error {
 		{"kv-events-endpoint", c.kvEvents == "" || isTCPEndpoint(c.kvEvents), "tcp://host:port"},
 		{"kv-events-replay-endpoint", c.kvEventsReplay == "" || c.kvEvents != "" && isTCPEndpoint(c.kvEventsReplay),
 			"tcp://host:port, with --kv-events-endpoint"},
+		{"kv-events-connect", !c.kvEventsConnect || c.kvEvents != "", "--kv-events-endpoint to dial"},
+		{"kv-events-topic", len(c.kvEventsTopic) <= 256, "at most 256 bytes"},
 	}
 	for _, ch := range checks {
 		if !ch.ok {

@@ -51,6 +51,10 @@ func flags() []cli.Flag {
 			Usage: "publish the engine's KV-cache events here as vLLM does (tcp://127.0.0.1:5557; port 0 picks one); empty: none"},
 		&cli.StringFlag{Name: "kv-events-replay-endpoint", EnvVars: env("kv-events-replay-endpoint"),
 			Usage: "answer replay requests for the last 10,000 event batches here (tcp://127.0.0.1:5558); empty: none"},
+		&cli.BoolFlag{Name: "kv-events-connect", EnvVars: env("kv-events-connect"),
+			Usage: "dial --kv-events-endpoint (a router's --kv-events-bind) rather than bind it, as vLLM does for an endpoint that is not a wildcard; reconnects on its own"},
+		&cli.StringFlag{Name: "kv-events-topic", EnvVars: env("kv-events-topic"),
+			Usage: "the topic of every event message (llm-d's kv@<host:port>@<model>; vLLM's default is empty)"},
 	}
 }
 
@@ -87,6 +91,8 @@ func configFromCLI(c *cli.Context) (serverConfig, error) {
 		healthGenerateTimeout: c.Duration("health-generate-timeout"),
 		kvEvents:              c.String("kv-events-endpoint"),
 		kvEventsReplay:        c.String("kv-events-replay-endpoint"),
+		kvEventsConnect:       c.Bool("kv-events-connect"),
+		kvEventsTopic:         c.String("kv-events-topic"),
 	}
 	cfg.engine.CacheEvents = cfg.kvEvents != ""
 	return cfg, cfg.validate()

@@ -22,7 +22,8 @@ func newKVEventPublisher(cfg serverConfig) (*kvEventPublisher, error) {
 	if cfg.kvEvents == "" {
 		return nil, nil
 	}
-	pub, err := kvevents.NewPublisher(cfg.kvEvents, cfg.kvEventsReplay, kvevents.DefaultReplayBatches, kvevents.Keyed)
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: cfg.kvEvents, Connect: cfg.kvEventsConnect,
+		ReplayEndpoint: cfg.kvEventsReplay, Encoding: kvevents.Keyed, Topic: cfg.kvEventsTopic})
 	if err != nil {
 		return nil, err
 	}

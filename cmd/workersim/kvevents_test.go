@@ -11,18 +11,33 @@ import (
 	"github.com/kvrouter/kvrouter/kvevents"
 )
 
+// engineView is a router's view of a worker's engine, fed by a subscriber.
+type engineView struct {
+	view  *kvevents.View
+	block int
+}
+
+func (e engineView) Matched(tokens []uint32) int {
+	return e.view.Matched(kvevents.AppendKeys(nil, kvevents.Seed(""), tokens, e.block))
+}
+
+func (e engineView) Stats() (kvevents.Stats, int) {
+	s := e.view.Status()
+	return s.Stats, s.Blocks
+}
+
 // kvWorker is a worker publishing its KV events on loopback, with a small cache, and a
 // subscriber hearing them as a router would.
-func kvWorker(t *testing.T, capacityTokens int) (*testWorker, *kvevents.Subscriber) {
+func kvWorker(t *testing.T, capacityTokens int) (*testWorker, engineView) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.engine.KVCapacityTokens = capacityTokens
 	cfg.engine.CacheEvents = true
 	cfg.kvEvents, cfg.kvEventsReplay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	w := startWorker(t, cfg)
-	sub, err := kvevents.Subscribe(kvevents.SubscriberConfig{
+	view := kvevents.NewView(kvevents.ViewConfig{BlockSize: cfg.engine.BlockTokens, MaxBlocks: 1 << 16})
+	sub, err := kvevents.Subscribe(view, kvevents.SubscriberConfig{
 		Endpoint: w.s.kv.pub.Endpoint(), ReplayEndpoint: w.s.kv.pub.ReplayEndpoint(),
-		Model: "sim-model", BlockSize: cfg.engine.BlockTokens, MaxBlocks: 1 << 16,
 		Allow: func(hostport string) (string, error) {
 			if host, _, _ := net.SplitHostPort(hostport); host != "127.0.0.1" {
 				return "", fmt.Errorf("%s is not loopback", hostport)
@@ -42,10 +57,10 @@ func kvWorker(t *testing.T, capacityTokens int) (*testWorker, *kvevents.Subscrib
 		if err := w.s.kv.pub.Publish(kvevents.Batch{}); err != nil {
 			t.Fatal(err)
 		}
-		st, _ := sub.Stats()
+		st, _ := engineView{view, cfg.engine.BlockTokens}.Stats()
 		return st.Live > 0 // heard live, not from the catch-up: subscribed
 	}, "the subscriber hears the engine")
-	return w, sub
+	return w, engineView{view, cfg.engine.BlockTokens}
 }
 
 func chatBody(content string) string {
@@ -91,7 +106,7 @@ func tokenize(t *testing.T, w *testWorker, content string) []uint32 {
 }
 
 // heard waits until the subscriber's match for tokens is want blocks.
-func heard(t *testing.T, sub *kvevents.Subscriber, tokens []uint32, want int) {
+func heard(t *testing.T, sub engineView, tokens []uint32, want int) {
 	t.Helper()
 	if !testwait.Holds(20*time.Second, func() bool { return sub.Matched(tokens) == want }) {
 		st, n := sub.Stats()

@@ -26,7 +26,7 @@ var errNotLoopback = errors.New("the KV oracle endpoint answers loopback peers o
 // publishes and at the same instant, whether or not they reach the socket (mute_kv_events):
 // what the engine holds, with no lag and no loss. Owned by the driver's goroutine.
 func newOracleSet(blockSize int) *kvevents.Set {
-	return kvevents.NewSet("", blockSize, 1<<30)
+	return kvevents.NewSet(blockSize, 1<<30)
 }
 
 // applyOracle keeps the oracle's set in step with a batch of the engine's events; a stored block
@@ -39,7 +39,7 @@ func (p *kvEventPublisher) applyOracle(events []kvevents.Event) {
 
 // matched is how many leading blocks of keys the engine holds now: the engine is caught up to
 // this instant first, so a block its latest step stored is counted.
-func (d *driver) matched(keys []uint64) (int, error) {
+func (d *driver) matched(keys []kvevents.Key) (int, error) {
 	n := 0
 	err := d.call(func() {
 		d.catchUp()
@@ -70,7 +70,7 @@ func (s *server) handleKVOracle(ctx *fasthttp.RequestCtx) {
 	ctx.Response.AppendBodyString("}")
 }
 
-func (s *server) oracleKeys(body []byte) ([]uint64, error) {
+func (s *server) oracleKeys(body []byte) ([]kvevents.Key, error) {
 	parser := s.parsers.Get()
 	defer s.parsers.Put(parser)
 	v, err := parser.ParseBytes(body)
@@ -81,11 +81,13 @@ func (s *server) oracleKeys(body []byte) ([]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)
 	}
-	keys := make([]uint64, len(items))
+	keys := make([]kvevents.Key, len(items))
 	for i, item := range items {
-		if keys[i], err = item.Uint64(); err != nil {
-			return nil, fmt.Errorf("%w: %w", errBadRequest, err)
+		k, err := item.Uint()
+		if err != nil || k > 1<<32-1 {
+			return nil, fmt.Errorf("%w: key %s is not a 32-bit key", errBadRequest, item)
 		}
+		keys[i] = kvevents.Key(k)
 	}
 	return keys, nil
 }

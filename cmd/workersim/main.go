@@ -44,7 +44,10 @@ func run(ctx context.Context, cfg serverConfig, stdout io.Writer, exit func(int)
 		ln.Close()
 		return err
 	}
-	if s.kv != nil {
+	switch {
+	case s.kv != nil && cfg.kvEventsConnect:
+		fmt.Fprintf(stdout, "publishing KV events to %s (dialed), replay on %s\n", cfg.kvEvents, s.kv.pub.ReplayEndpoint())
+	case s.kv != nil:
 		fmt.Fprintf(stdout, "publishing KV events on %s, replay on %s\n", s.kv.pub.Endpoint(), s.kv.pub.ReplayEndpoint())
 	}
 	served := make(chan error, 1)

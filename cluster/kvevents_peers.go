@@ -1,0 +1,187 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/loadsync"
+	"github.com/kvrouter/kvrouter/store"
+)
+
+// How the replicas share what they hear of the engines: the relay rides
+// the gossip as a channel of its own (each batch an engine publishes to
+// this replica goes to every peer within a gossip tick), and a replica that
+// starts, or that missed a relayed batch, asks a peer for its snapshot of
+// the workers' sets over the cluster port.
+
+// kvSnapshotPath is the cluster port's route of those snapshots: the body
+// lists worker ids (uvarints), the answer is kvevents.AppendSnapshots of
+// the trusted views among them.
+const kvSnapshotPath = "/cluster/kv-snapshots"
+
+// maxSnapshotAnswer bounds one snapshot answer read from a peer; a fetch
+// asks for as many workers at a time as fit.
+const maxSnapshotAnswer = 64 << 20
+
+// relayChannel carries the hub's relay on the gossip.
+type relayChannel struct{ hub *kvevents.Hub }
+
+var _ loadsync.Channel = relayChannel{}
+
+func (c relayChannel) Type() byte                              { return kvevents.RelayType }
+func (c relayChannel) Outbox(now time.Time) [][]byte           { return c.hub.Outbox(now) }
+func (c relayChannel) Receive(pkt []byte, now time.Time) error { return c.hub.Receive(pkt, now) }
+
+// channels are the gossip channels of this replica: the relay, when the
+// mode is on.
+func (r *Replica) channels() []loadsync.Channel {
+	if r.kv == nil {
+		return nil
+	}
+	return []loadsync.Channel{relayChannel{r.kv.hub}}
+}
+
+// kvPeers is how this replica's hub reaches its peers.
+func (r *Replica) kvPeers() kvPeers {
+	return kvPeers{origin: r.cfg.NodeName, peers: r.livePeers, fetch: r.fetchSnapshots}
+}
+
+// livePeers names the live members but this one.
+func (r *Replica) livePeers() []string {
+	g := r.gossiper()
+	if g == nil {
+		return nil
+	}
+	var names []string
+	for _, m := range g.Members() {
+		if !m.Self {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// fetchSnapshots asks peer origin for its snapshots of workers, as many at
+// a time as an answer may hold.
+func (r *Replica) fetchSnapshots(ctx context.Context, origin string, workers []uint32) (map[uint32]kvevents.Snapshot, error) {
+	addr := r.peerRPCAddr(origin)
+	if addr == "" {
+		return nil, fmt.Errorf("peer %s is not a live member with a cluster port", origin)
+	}
+	maxBlocks := r.cfg.KVEvents.MaxBlocks
+	perWorker := 64 + 12*maxBlocks
+	step := max(1, maxSnapshotAnswer/perWorker)
+	out := map[uint32]kvevents.Snapshot{}
+	for len(workers) > 0 {
+		n := min(step, len(workers))
+		got, err := r.fetchSome(ctx, addr, workers[:n], maxBlocks)
+		if err != nil {
+			return out, err
+		}
+		for id, s := range got {
+			out[id] = s
+		}
+		workers = workers[n:]
+	}
+	return out, nil
+}
+
+func (r *Replica) fetchSome(ctx context.Context, addr string, workers []uint32, maxBlocks int) (map[uint32]kvevents.Snapshot, error) {
+	var body []byte
+	for _, id := range workers {
+		body = binary.AppendUvarint(body, uint64(id))
+	}
+	status, data, err := r.rpc.CallUpTo(ctx, http.MethodPost, addr, kvSnapshotPath, body, maxSnapshotAnswer)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("answered %d", status)
+	}
+	return kvevents.DecodeSnapshots(data, len(workers), maxBlocks)
+}
+
+// peerRPCAddr is the cluster port of live member name, "" if none.
+func (r *Replica) peerRPCAddr(name string) string {
+	g := r.gossiper()
+	if g == nil {
+		return ""
+	}
+	for _, m := range g.Members() {
+		if m.Name == name && !m.Self {
+			return m.Tags[tagRaft]
+		}
+	}
+	return ""
+}
+
+// maxSnapshotAsk bounds the workers one ask names.
+const maxSnapshotAsk = 1 << 16
+
+// serveKVSnapshots is kvSnapshotPath: this replica's trusted views of the
+// workers a peer asks for.
+func (r *Replica) serveKVSnapshots(ctx *fasthttp.RequestCtx) {
+	ids, err := decodeWorkerIDs(ctx.PostBody())
+	if err != nil {
+		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
+		return
+	}
+	ctx.SetContentType("application/octet-stream")
+	ctx.SetBody(kvevents.AppendSnapshots(nil, r.kv.hub.Snapshots(ids)))
+}
+
+func decodeWorkerIDs(b []byte) ([]uint32, error) {
+	var ids []uint32
+	for len(b) > 0 {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || v > 1<<32-1 {
+			return nil, errors.New("the body is not a list of worker ids")
+		}
+		if len(ids) == maxSnapshotAsk {
+			return nil, fmt.Errorf("more than %d worker ids", maxSnapshotAsk)
+		}
+		ids = append(ids, uint32(v))
+		b = b[n:]
+	}
+	return ids, nil
+}
+
+// kvReadings is how often the engines' readings reach the hub, for its
+// judgement of an engine busy and silent.
+const kvReadings = time.Second
+
+// feedKVReadings hands the hub the engines' requests running, until the
+// replica stops.
+func (r *Replica) feedKVReadings() {
+	t := r.clock.NewTicker(kvReadings)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C():
+			r.kv.engineRunning(r.runningReadings)
+		}
+	}
+}
+
+// runningReadings are the engines' latest readings of requests running,
+// those read within the last few seconds.
+func (r *Replica) runningReadings() map[store.WorkerID]float64 {
+	now := r.clock.Now()
+	out := map[store.WorkerID]float64{}
+	for _, e := range r.monitor.EngineReadings(nil) {
+		if now.Sub(e.At) < 5*kvReadings {
+			out[store.WorkerID(e.ID)] = e.Running
+		}
+	}
+	return out
+}
