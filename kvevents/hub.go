@@ -194,7 +194,8 @@ func (h *Hub) newEntry(w HubWorker) (*hubEntry, error) {
 	}
 	if w.Endpoint != "" {
 		sub, err := Subscribe(e.view, SubscriberConfig{Endpoint: w.Endpoint, ReplayEndpoint: w.ReplayEndpoint,
-			Allow: h.cfg.Allow, Limits: h.cfg.Limits, Retry: h.cfg.Retry, ReplayTimeout: h.cfg.ReplayTimeout})
+			Allow: h.cfg.Allow, Limits: h.cfg.Limits, Retry: h.cfg.Retry, ReplayTimeout: h.cfg.ReplayTimeout,
+			FromPeers: func(ctx context.Context) bool { return h.fromPeers(ctx, w.ID, e.view) }})
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -221,3 +221,24 @@ func (h *Hub) fetch(ctx context.Context, t *hubTable, origin string, ids []uint3
 		}
 	}
 }
+
+// fromPeers fills worker id's view from the first live peer that has a
+// trusted one (View.Restore), and says whether one did.
+func (h *Hub) fromPeers(ctx context.Context, id uint32, v *View) bool {
+	if h.cfg.Fetch == nil || h.cfg.Peers == nil {
+		return false
+	}
+	peers := h.cfg.Peers()
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	for _, origin := range peers[:min(len(peers), 3)] {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		h.rc.fetched.Add(1)
+		snaps, err := h.cfg.Fetch(ctx, origin, []uint32{id})
+		cancel()
+		if s, ok := snaps[id]; err == nil && ok && v.Restore(s) {
+			h.rc.restored.Add(1)
+			return true
+		}
+	}
+	return false
+}

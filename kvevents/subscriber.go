@@ -32,6 +32,11 @@ type SubscriberConfig struct {
 	// doubles, up to a minute, after each connection that ended in a
 	// breach of the protocol or of Limits.
 	Retry time.Duration
+	// FromPeers, when set, fills the view from a peer's snapshot and says
+	// whether it did: asked first when the stream starts with a gap (a
+	// replica that starts while the engine runs), before the engine's own
+	// replay socket, which may no longer keep the engine's first batches.
+	FromPeers func(ctx context.Context) bool
 }
 
 // Subscriber dials one worker's engine and feeds what it hears into the
@@ -154,8 +159,12 @@ func eventMessage(frames [][]byte) (topic string, seq uint64, payload []byte, ok
 	return string(frames[0]), binary.BigEndian.Uint64(frames[1]), frames[2], true
 }
 
-// fill replays a gap from the engine's replay socket, if it has one.
+// fill fills a gap: a stream that starts with one asks a peer first; then
+// the engine's replay socket, if it has one, gives what is still missing.
 func (s *Subscriber) fill(ctx context.Context, from uint64) {
+	if from == 0 && s.cfg.FromPeers != nil && s.cfg.FromPeers(ctx) {
+		_, from, _ = s.view.position()
+	}
 	if s.replayTo != "" {
 		replay(ctx, s.replayTo, from, s.cfg, s.view.Replayed)
 	}

@@ -35,6 +35,7 @@ type nodeOptions struct {
 	config   map[string]string
 	onMember func(MemberEvent)
 	tweak    func(*Config) // changes the State's Config after the defaults above
+	channels []Channel
 }
 
 func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
@@ -58,6 +59,7 @@ func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
 		SecretKey:    o.key,
 		OnMember:     o.onMember,
 		LocalNetwork: true,
+		Channels:     o.channels,
 	}, r.st, clk)
 	if err != nil {
 		return nil, err

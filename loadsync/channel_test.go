@@ -1,0 +1,72 @@
+package loadsync
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// echoChannel sends what it is given once, and keeps what it receives.
+type echoChannel struct {
+	typ  byte
+	mu   sync.Mutex
+	out  [][]byte
+	got  [][]byte
+	fail bool
+}
+
+func (c *echoChannel) Type() byte { return c.typ }
+
+func (c *echoChannel) Outbox(time.Time) [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.out
+	c.out = nil
+	return out
+}
+
+func (c *echoChannel) Receive(pkt []byte, _ time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail {
+		return errors.New("refused")
+	}
+	c.got = append(c.got, bytes.Clone(pkt))
+	return nil
+}
+
+func (c *echoChannel) send(pkt []byte) {
+	c.mu.Lock()
+	c.out = append(c.out, pkt)
+	c.mu.Unlock()
+}
+
+func (c *echoChannel) received() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.got
+}
+
+// A channel's packets reach every peer's channel of the same type, and
+// nothing of it reaches the State (which would count a decode error).
+func TestAChannelsPacketsReachThePeersChannelNotTheirState(t *testing.T) {
+	a, b := &echoChannel{typ: 200}, &echoChannel{typ: 200}
+	nodes := []*node{mustStart(t, "r0", nodeOptions{channels: []Channel{a}})}
+	nodes = append(nodes, mustStart(t, "r1", nodeOptions{channels: []Channel{b}, join: []string{nodes[0].g.LocalAddr()}}))
+	waitFor(t, "both members", func() bool { return len(nodes[1].g.Members()) == 2 })
+	a.send([]byte{200, 1, 2, 3})
+	waitFor(t, "r1's channel got r0's packet", func() bool { return len(b.received()) == 1 })
+	if got := b.received()[0]; !bytes.Equal(got, []byte{200, 1, 2, 3}) {
+		t.Fatalf("got %v", got)
+	}
+	if st := nodes[1].g.Stats(); st.DecodeErrors != 0 {
+		t.Errorf("the State decoded a channel's packet: %+v", st)
+	}
+	b.mu.Lock()
+	b.fail = true
+	b.mu.Unlock()
+	a.send([]byte{200, 9})
+	waitFor(t, "a refused packet counted", func() bool { return nodes[1].g.Stats().ChannelErrors == 1 })
+}
