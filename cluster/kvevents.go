@@ -210,6 +210,10 @@ func (h *kvHub) hubWorker(w store.Worker) (kvevents.HubWorker, error) {
 		}
 	}
 	hw.Endpoint = ep
+	if w.KVEventsReplayEndpoint != "" {
+		hw.ReplayEndpoint = w.KVEventsReplayEndpoint
+		return hw, nil
+	}
 	replayBase := ep
 	if replayBase == "" {
 		replayBase, _ = store.DefaultKVEventsEndpoint(w.URL) // vLLM's replay binds on the engine's host
@@ -234,8 +238,7 @@ func (k KVEvents) replayOffset() int {
 
 // sync makes the hub know the registry's workers (the prefill workers'
 // events are what a P/D prefill finds cached; decode workers are not
-// matched, and are not heard), and opens the bound socket once it knows
-// them.
+// matched, and are not heard).
 func (h *kvHub) sync(workers []store.Worker) {
 	if h == nil {
 		return
@@ -255,15 +258,20 @@ func (h *kvHub) sync(workers []store.Worker) {
 	if err := h.hub.Sync(ws); err != nil {
 		h.log.Warn("some workers' KV events cannot be heard: they route on the text index", "err", err)
 	}
-	h.listen()
 	h.syncMetrics(h.metrics, workers)
 	if h.onSync != nil {
 		h.onSync(workers)
 	}
 }
 
-// listen hands the bound socket to the hub, once.
+// listen hands the bound socket to the hub, once: when the registry is the
+// cluster's (an engine that dials before is held in its handshake, not
+// refused as a stranger: llm-d-inference-sim, for one, never dials again
+// after a refusal).
 func (h *kvHub) listen() {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.bound == nil || h.listening {

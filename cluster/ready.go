@@ -36,6 +36,9 @@ func (r *Replica) becomeReady() {
 		}
 	}
 	r.useRegistry(r.fsm.View())
+	// Engines that dial the tier are taken from now on: they are checked
+	// against the registry's workers, which are the cluster's now.
+	r.kv.listen()
 	r.awaitFirstProbes(r.ctx)
 	r.loaded.Store(true)
 	close(r.ready)

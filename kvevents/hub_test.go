@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvrouter/kvrouter/internal/tcpforward"
 )
 
 // loopbackNet is a worker-host policy for the tests: 127.0.0.0/8 only.
@@ -118,6 +120,11 @@ func workers(replay string) []HubWorker {
 }
 
 var twoWorkers = workers("")
+
+func lbAddr(f *tcpforward.Forwarder) net.Addr {
+	a, _ := net.ResolveTCPAddr("tcp", f.Addr())
+	return a
+}
 
 func matchedOn(h *Hub, id uint32, tokens []uint32) (int, Trust) {
 	return h.Matched(id, h.Keys(nil, "", tokens))
@@ -234,8 +241,8 @@ func TestEveryReplicaHoldsWhatTheEnginePublishedToOne(t *testing.T) {
 func TestWhenTheHearerDiesTheEngineGoesOnWithAPeerWithoutAReset(t *testing.T) {
 	tr := newTier(t)
 	r1, r2 := tr.hub("r1", twoWorkers), tr.hub("r2", twoWorkers)
-	lb := newForwarder(t, r1.BoundAddr())
-	p := dialingEngine(t, lb.addr(), "kv@127.0.0.1:8101@m")
+	lb := tcpforward.New(t, r1.BoundAddr().String())
+	p := dialingEngine(t, lbAddr(lb), "kv@127.0.0.1:8101@m")
 	for _, h := range []*Hub{r1, r2} {
 		if err := h.Sync(workers(p.ReplayEndpoint())); err != nil {
 			t.Fatal(err)
@@ -248,7 +255,7 @@ func TestWhenTheHearerDiesTheEngineGoesOnWithAPeerWithoutAReset(t *testing.T) {
 		publish(t, p, stored(names(n), nil, before))
 		tr.pump()
 	}, func() bool { m, _ := matchedOn(r2, 1, before); return m == 2 })
-	lb.to(r2.BoundAddr()) // r1 dies: its connections go, new ones reach r2
+	lb.To(r2.BoundAddr().String()) // r1 dies: its connections go, new ones reach r2
 	tr.mu.Lock()
 	delete(tr.hubs, "r1")
 	tr.mu.Unlock()
@@ -265,88 +272,6 @@ func TestWhenTheHearerDiesTheEngineGoesOnWithAPeerWithoutAReset(t *testing.T) {
 	if st.Stats.Lost+st.Stats.Rewinds+st.Stats.PeerResets != 0 {
 		t.Errorf("the switch reset the set: %+v", st.Stats)
 	}
-}
-
-// forwarder is a TCP load balancer in front of one replica's bound socket
-// at a time: to moves new connections to another and cuts the old ones.
-type forwarder struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	target net.Addr
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newForwarder(t *testing.T, target net.Addr) *forwarder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &forwarder{ln: ln, target: target}
-	f.wg.Add(1)
-	go f.accept()
-	t.Cleanup(f.close)
-	return f
-}
-
-func (f *forwarder) addr() net.Addr { return f.ln.Addr() }
-
-func (f *forwarder) accept() {
-	defer f.wg.Done()
-	for {
-		c, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		up, err := net.Dial("tcp", f.target.String())
-		if err != nil {
-			f.mu.Unlock()
-			c.Close()
-			continue
-		}
-		f.conns = append(f.conns, c, up)
-		f.mu.Unlock()
-		f.wg.Add(2)
-		go f.copy(up, c)
-		go f.copy(c, up)
-	}
-}
-
-func (f *forwarder) copy(dst, src net.Conn) {
-	defer f.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	dst.Close()
-	src.Close()
-}
-
-// to sends new connections to target and cuts those made before.
-func (f *forwarder) to(target net.Addr) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.target = target
-	for _, c := range f.conns {
-		c.Close()
-	}
-	f.conns = nil
-}
-
-func (f *forwarder) close() {
-	f.ln.Close()
-	f.to(f.target)
-	f.wg.Wait()
 }
 
 // TestAReplicaThatStartsWhileAnEngineRunsTakesItsSetFromAPeer: dialing an

@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -23,6 +23,7 @@ const DefaultReplayBatches = 10_000
 // it, so routers and tests hear events in the engine's own format.
 type Publisher struct {
 	pub, replay zmq4.Socket
+	dialer      *dialPub // the PUB side when it dials (Connect), instead of pub
 	cancel      context.CancelFunc
 	done        chan struct{}
 	dialed      chan struct{} // closed once a dial-out connection is made, or given up
@@ -92,21 +93,16 @@ func (p *Publisher) open(ctx context.Context, cfg PublisherConfig) error {
 		}
 		return nil
 	}
-	p.pub = zmq4.NewPub(ctx, zmq4.WithDialerMaxRetries(-1), zmq4.WithAutomaticReconnect(true),
-		zmq4.WithDialerRetry(100*time.Millisecond))
-	go func() {
-		defer close(p.dialed)
-		// The socket retries a refused connection on its own, but not one
-		// whose handshake failed (a router that did not know the worker
-		// yet): that is tried again here, until the socket is closed.
-		for p.pub.Dial(cfg.Endpoint) != nil {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	// Dialing goes through a PUB of this package's own rather than
+	// go-zeromq's, whose reconnection can deadlock a publisher whose
+	// subscriber went away mid-send, and which drops what is published
+	// while it reconnects where vLLM's (libzmq) keeps it.
+	close(p.dialed)
+	addr, ok := strings.CutPrefix(cfg.Endpoint, "tcp://")
+	if !ok {
+		return fmt.Errorf("kv events endpoint %s: want tcp://host:port", cfg.Endpoint)
+	}
+	p.dialer = newDialPub(addr)
 	return nil
 }
 
@@ -137,6 +133,10 @@ func (p *Publisher) Publish(b Batch) error {
 	p.kept = append(p.kept, numbered{seq, payload})
 	if len(p.kept) > p.keep {
 		p.kept = p.kept[len(p.kept)-p.keep:]
+	}
+	if p.dialer != nil {
+		p.dialer.send(p.topic, seqBytes(seq), payload)
+		return nil
 	}
 	return p.pub.Send(zmq4.NewMsgFrom(p.topic, seqBytes(seq), payload))
 }
@@ -213,7 +213,12 @@ func (p *Publisher) Close() error {
 func (p *Publisher) close() error {
 	p.cancel()
 	<-p.dialed
-	err := p.pub.Close()
+	var err error
+	if p.dialer != nil {
+		p.dialer.close()
+	} else if p.pub != nil {
+		err = p.pub.Close()
+	}
 	if p.replay != nil {
 		err = errors.Join(err, p.replay.Close())
 	}

@@ -56,8 +56,9 @@ func addWorker(reg *Registry, a AddWorker) (*Registry, Result) {
 		role = RoleRegular
 	}
 	w := Worker{ID: reg.nextID, URL: a.URL, Role: role, Model: a.Model,
-		BootstrapPort: a.BootstrapPort, KVEventsEndpoint: a.KVEventsEndpoint, KVEventsTopic: a.KVEventsTopic,
-		Labels: cloneLabels(a.Labels), State: StateActive}
+		BootstrapPort: a.BootstrapPort, KVEventsEndpoint: a.KVEventsEndpoint, KVEventsReplayEndpoint: a.KVEventsReplayEndpoint,
+		KVEventsTopic: a.KVEventsTopic,
+		Labels:        cloneLabels(a.Labels), State: StateActive}
 	workers := append(slices.Clip(reg.workers), w) // ids only grow: stays sorted
 	return reg.withWorkers(workers, reg.nextID+1), Result{ID: w.ID, Created: true}
 }
@@ -74,6 +75,8 @@ func conflict(w Worker, a AddWorker) error {
 		return conflictError(w, "bootstrap_port", fmt.Sprint(w.BootstrapPort), fmt.Sprint(a.BootstrapPort))
 	case a.KVEventsEndpoint != "" && a.KVEventsEndpoint != w.KVEventsEndpoint:
 		return conflictError(w, "kv_events_endpoint", w.KVEventsEndpoint, a.KVEventsEndpoint)
+	case a.KVEventsReplayEndpoint != "" && a.KVEventsReplayEndpoint != w.KVEventsReplayEndpoint:
+		return conflictError(w, "kv_events_replay_endpoint", w.KVEventsReplayEndpoint, a.KVEventsReplayEndpoint)
 	case a.KVEventsTopic != "" && a.KVEventsTopic != w.KVEventsTopic:
 		return conflictError(w, "kv_events_topic", w.KVEventsTopic, a.KVEventsTopic)
 	case len(a.Labels) > 0 && !maps.Equal(a.Labels, w.Labels):

@@ -55,6 +55,8 @@ type AddWorker struct {
 	BootstrapPort int    `json:"bootstrap_port,omitempty"`
 	// KVEventsEndpoint: Worker.KVEventsEndpoint.
 	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsReplayEndpoint: Worker.KVEventsReplayEndpoint.
+	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint,omitempty"`
 	// KVEventsTopic: Worker.KVEventsTopic.
 	KVEventsTopic string            `json:"kv_events_topic,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
@@ -228,6 +230,10 @@ func (a *AddWorker) normalize() (*AddWorker, error) {
 	if err != nil {
 		return nil, err
 	}
+	replay, err := NormalizeEndpointField("kv_events_replay_endpoint", a.KVEventsReplayEndpoint)
+	if err != nil {
+		return nil, err
+	}
 	if err := ValidateKVEventsTopic(a.KVEventsTopic); err != nil {
 		return nil, err
 	}
@@ -235,7 +241,7 @@ func (a *AddWorker) normalize() (*AddWorker, error) {
 		return nil, err
 	}
 	n := *a
-	n.URL, n.Labels, n.KVEventsEndpoint = u, cloneLabels(a.Labels), ep
+	n.URL, n.Labels, n.KVEventsEndpoint, n.KVEventsReplayEndpoint = u, cloneLabels(a.Labels), ep, replay
 	return &n, nil
 }
 

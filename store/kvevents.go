@@ -19,10 +19,16 @@ const MaxKVEventsEndpointBytes = 512
 // "" stays "" (the default endpoint). Errors are *FieldError for field
 // "kv_events_endpoint". The destination policy is checked by the caller.
 func NormalizeKVEventsEndpoint(raw string) (string, error) {
+	return NormalizeEndpointField("kv_events_endpoint", raw)
+}
+
+// NormalizeEndpointField is NormalizeKVEventsEndpoint for the field named field
+// (kv_events_replay_endpoint, say).
+func NormalizeEndpointField(field, raw string) (string, error) {
 	if raw == "" {
 		return "", nil
 	}
-	bad := func(why string) error { return fieldError("kv_events_endpoint", "%q: %s", raw, why) }
+	bad := func(why string) error { return fieldError(field, "%q: %s", raw, why) }
 	if len(raw) > MaxKVEventsEndpointBytes {
 		return "", bad("too long")
 	}

@@ -158,6 +158,10 @@ func validateStoredWorker(w *Worker, prev, nextID WorkerID) error {
 	if ep, err := NormalizeKVEventsEndpoint(w.KVEventsEndpoint); err != nil || ep != w.KVEventsEndpoint {
 		return fieldError("kv_events_endpoint", "%q is not a normalised tcp://host:port", w.KVEventsEndpoint)
 	}
+	if ep, err := NormalizeEndpointField("kv_events_replay_endpoint", w.KVEventsReplayEndpoint); err != nil ||
+		ep != w.KVEventsReplayEndpoint {
+		return fieldError("kv_events_replay_endpoint", "%q is not a normalised tcp://host:port", w.KVEventsReplayEndpoint)
+	}
 	if err := ValidateKVEventsTopic(w.KVEventsTopic); err != nil {
 		return err
 	}

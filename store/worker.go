@@ -63,6 +63,11 @@ type Worker struct {
 	// for a router in --kv-events mode; "" takes the default (the worker's
 	// host, port 5557).
 	KVEventsEndpoint string `json:"kv_events_endpoint,omitempty"`
+	// KVEventsReplayEndpoint is the engine's replay socket, tcp://host:port;
+	// "" takes the default (the event socket's port plus the router's
+	// --kv-events-replay-offset, on the event socket's host or, for an
+	// engine that dials the tier, the worker's).
+	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint,omitempty"`
 	// KVEventsTopic is the topic the engine's events come under when it
 	// dials a router's bound socket (--kv-events-bind), for an engine its
 	// topic would not otherwise name (kvevents/topic.go); "" when unset.

@@ -315,6 +315,8 @@ type workerRequest struct {
 	BootstrapPort int        `json:"bootstrap_port"`
 	// KVEventsEndpoint: store.Worker.KVEventsEndpoint.
 	KVEventsEndpoint string `json:"kv_events_endpoint"`
+	// KVEventsReplayEndpoint: store.Worker.KVEventsReplayEndpoint.
+	KVEventsReplayEndpoint string `json:"kv_events_replay_endpoint"`
 	// KVEventsTopic: store.Worker.KVEventsTopic.
 	KVEventsTopic string            `json:"kv_events_topic"`
 	Labels        map[string]string `json:"labels"`
@@ -327,8 +329,10 @@ func (a *Admin) createWorker(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
 		return
 	}
 	add := store.AddWorker{URL: req.URL, Role: req.Role, Model: req.Model, BootstrapPort: req.BootstrapPort,
-		KVEventsEndpoint: req.KVEventsEndpoint, KVEventsTopic: req.KVEventsTopic, Labels: req.Labels}
-	if err := errors.Join(a.allowWorker(req.URL), a.allowKVEvents(req.KVEventsEndpoint)); err != nil {
+		KVEventsEndpoint: req.KVEventsEndpoint, KVEventsReplayEndpoint: req.KVEventsReplayEndpoint,
+		KVEventsTopic: req.KVEventsTopic, Labels: req.Labels}
+	if err := errors.Join(a.allowWorker(req.URL), a.allowKVEvents("kv_events_endpoint", req.KVEventsEndpoint),
+		a.allowKVEvents("kv_events_replay_endpoint", req.KVEventsReplayEndpoint)); err != nil {
 		WriteError(ctx, err)
 		return
 	}
@@ -375,15 +379,19 @@ func (a *Admin) allowWorker(url string) error {
 	return nil
 }
 
-// allowKVEvents vets a kv_events_endpoint given to POST /workers against the
-// destination policy, as a 400 that names the field.
-func (a *Admin) allowKVEvents(endpoint string) error {
-	ep, err := store.NormalizeKVEventsEndpoint(endpoint)
-	if err != nil || ep == "" || a.cfg.AllowWorker == nil {
+// allowKVEvents vets an endpoint of an engine's events given to POST
+// /workers (field) against the destination policy, as a 400 that names the
+// field.
+func (a *Admin) allowKVEvents(field, endpoint string) error {
+	ep, err := store.NormalizeEndpointField(field, endpoint)
+	if err != nil {
 		return err
 	}
+	if ep == "" || a.cfg.AllowWorker == nil {
+		return nil
+	}
 	if err := a.cfg.AllowWorker("http://" + ep[len("tcp://"):]); err != nil {
-		return &store.FieldError{Field: "kv_events_endpoint", Problem: err.Error()}
+		return &store.FieldError{Field: field, Problem: err.Error()}
 	}
 	return nil
 }
@@ -392,7 +400,8 @@ func (a *Admin) allowKVEvents(endpoint string) error {
 // has not caught up with the write yet (it was forwarded to the leader).
 func addedWorker(id store.WorkerID, add store.AddWorker) store.Worker {
 	w := store.Worker{ID: id, URL: add.URL, Role: add.Role, Model: add.Model,
-		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint, KVEventsTopic: add.KVEventsTopic,
+		BootstrapPort: add.BootstrapPort, KVEventsEndpoint: add.KVEventsEndpoint,
+		KVEventsReplayEndpoint: add.KVEventsReplayEndpoint, KVEventsTopic: add.KVEventsTopic,
 		Labels: add.Labels, State: store.StateActive}
 	if u, err := store.NormalizeURL(add.URL); err == nil {
 		w.URL = u

@@ -76,6 +76,9 @@ func addWorkerFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Usage: "model the worker serves (empty: any)"},
 		&cli.IntFlag{Name: "bootstrap-port", Usage: "KV-transfer bootstrap port of a prefill worker"},
 		&cli.StringSliceFlag{Name: "label", Usage: "key=value tag (repeatable)"},
+		&cli.StringFlag{Name: "kv-events-endpoint", Usage: "the engine's KV-event PUB socket, tcp://host:port (--kv-events; default: the worker's host, port 5557)"},
+		&cli.StringFlag{Name: "kv-events-replay-endpoint", Usage: "the engine's replay socket, tcp://host:port (default: the event socket's port plus --kv-events-replay-offset)"},
+		&cli.StringFlag{Name: "kv-events-topic", Usage: "the topic the engine publishes under when it dials the tier (--kv-events-bind), where the topic does not name its host"},
 	}
 }
 
@@ -262,7 +265,8 @@ func addWorker(c *cli.Context) error {
 		return err
 	}
 	body := map[string]any{"url": c.String("url"), "role": c.String("role"), "model": c.String("model"),
-		"bootstrap_port": c.Int("bootstrap-port"), "labels": labels}
+		"bootstrap_port": c.Int("bootstrap-port"), "labels": labels, "kv_events_endpoint": c.String("kv-events-endpoint"),
+		"kv_events_replay_endpoint": c.String("kv-events-replay-endpoint"), "kv_events_topic": c.String("kv-events-topic")}
 	data, status, err := newAdminClient(c, adminRequestTimeout).call(http.MethodPost, "/workers", body)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 // The socket types this package speaks, and the peers each accepts.
 var (
 	pubPeers    = []string{"PUB", "XPUB"}
+	subPeers    = []string{"SUB", "XSUB"}
 	routerPeers = []string{"ROUTER", "DEALER"}
 )
 
@@ -27,6 +28,14 @@ func DialSub(ctx context.Context, addr string, limits Limits) (*Conn, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// DialPub connects a PUB socket to the subscriber at addr (host:port): an
+// engine's side when it dials a router's bound socket. The caller reads
+// the subscriber's subscriptions (Recv) and sends messages (Send). The
+// connection ends when ctx does.
+func DialPub(ctx context.Context, addr string, limits Limits) (*Conn, error) {
+	return dial(ctx, addr, "PUB", subPeers, limits)
 }
 
 // DialDealer connects a DEALER socket to the ROUTER at addr (host:port).
