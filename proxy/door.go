@@ -30,7 +30,8 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
-	tk, err := p.admitted(ctx, rt)
+	who := p.callerOf(ctx)
+	tk, err := p.admitted(ctx, rt, &who)
 	if err != nil {
 		p.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
@@ -41,7 +42,7 @@ func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 		return passed{}, false
 	}
 	p.admission.stampPriority(ctx, tk)
-	return passed{held: held, buf: buf, ticket: tk}, true
+	return passed{held: held, buf: buf, ticket: tk, caller: who}, true
 }
 
 // passed is what a request that went through the door holds.
@@ -49,6 +50,7 @@ type passed struct {
 	held   int64             // its body's share of the budget of bodies held
 	buf    *[]byte           // the pooled buffer its body was read into; nil when none
 	ticket *admission.Ticket // its admission slot; nil on routes that take none
+	caller caller            // who it says it is
 }
 
 // served gives back what the request held once it was served: its share of
@@ -62,20 +64,23 @@ func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
-func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute) (*admission.Ticket, error) {
-	if err := p.headersAllow(ctx, rt); err != nil {
+func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*admission.Ticket, error) {
+	if err := p.headersAllow(ctx, rt, who); err != nil {
 		return nil, err
 	}
 	if rt.admits {
-		return p.admission.admit(p.ctx, ctx)
+		return p.admission.admit(p.ctx, ctx, who)
 	}
 	return nil, nil
 }
 
 // headersAllow runs the steps decided on the headers: the key, then the
 // announced size. The Expect: 100-continue handler runs them too.
-func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
-	if !p.mayUse(ctx, rt.access) {
+func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) error {
+	if !p.mayUse(who, rt.access) {
+		if who.ambiguous && p.keys.enabled() {
+			return errAmbiguousKey
+		}
 		return errUnauthorized
 	}
 	if ctx.Request.Header.ContentLength() > p.cfg.MaxPayloadSize {
@@ -97,7 +102,7 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 		ctx.SetConnectionClose()
 	}
 	switch {
-	case errors.Is(err, errUnauthorized):
+	case errors.Is(err, errNoKey):
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
 	case errors.Is(err, errBodiesHeld):
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -220,8 +225,10 @@ func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
 
 var (
 	// errUnauthorized: a request without the credential its route needs.
-	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>")
+	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>, or x-api-key: <key>")
 	errNoKey        = errors.New("unauthorized")
+	// errAmbiguousKey: two different keys, one in each header.
+	errAmbiguousKey = errorf(errNoKey, "two different API keys, in Authorization and in x-api-key: send one")
 	// errBodiesHeld: the budget of request bodies is spent.
 	errBodiesHeld = errors.New("too many request bytes held")
 	// errBodyTimeout: the body did not arrive within --body-read-timeout-secs.

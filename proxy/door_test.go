@@ -22,10 +22,8 @@ import (
 // adminToken is an admin API token for the proxy's /metrics rule.
 type adminToken string
 
-func (a adminToken) HasToken() bool { return a != "" }
-func (a adminToken) CarriesToken(h []byte) bool {
-	return a != "" && string(h) == "Bearer "+string(a)
-}
+func (a adminToken) HasToken() bool            { return a != "" }
+func (a adminToken) IsToken(token []byte) bool { return a != "" && string(token) == string(a) }
 
 // serveProxyWith serves a proxy whose Deps adjust changes, in front of
 // workers, and returns its base URL.

@@ -263,6 +263,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x := p.newExchange(ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
+	x.caller = pass.caller
 	p.serveExchange(x, rt.plan)
 }
 
@@ -344,7 +345,8 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	if rt == noRoute {
 		rt = &apiRoute{access: open} // perhaps the admin API's: only the size
 	}
-	if err := p.headersAllow(ctx, rt); err != nil {
+	who := p.callerOf(ctx)
+	if err := p.headersAllow(ctx, rt, &who); err != nil {
 		p.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
 		return ctx.Response.StatusCode()
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -90,14 +89,13 @@ func (o *responseOwners) forget(id string) {
 	delete(o.owner, id)
 }
 
-// callerKey is the fingerprint of the key ctx's request presents, or the
+// callerKey is the fingerprint of the key x's request presents, or the
 // zero keyPrint when the API takes no keys.
-func (p *Proxy) callerKey(ctx *fasthttp.RequestCtx) keyPrint {
-	if !p.keys.enabled() {
+func callerKey(x *exchange) keyPrint {
+	if !x.caller.verified {
 		return keyPrint{}
 	}
-	key, _ := bearerToken(ctx.Request.Header.Peek("Authorization"))
-	return keyPrintOf(key) // the door let only a key of --api-keys in
+	return keyPrintOf(x.caller.token) // the door let only a key of --api-keys in
 }
 
 // keyPrintOf is the fingerprint of key.
@@ -185,7 +183,7 @@ func jsonMemberString(doc []byte, key string) ([]byte, bool) {
 // the caller's key, under the id of that answer.
 func (p *Proxy) learnOwner(x *exchange, w affinity.WorkerID, answer []byte) {
 	if id := responseID(answer); id != "" {
-		p.owners.put(id, responseOwner{worker: w, key: p.callerKey(x.ctx)})
+		p.owners.put(id, responseOwner{worker: w, key: callerKey(x)})
 	}
 }
 
@@ -269,7 +267,7 @@ func storedResponseID(path []byte) (string, bool) {
 func (p *Proxy) planStored(x *exchange) (*leg, error) {
 	id, _ := storedResponseID(x.ctx.Path())
 	p.begin(x)
-	owner, ok := p.ownerOf(&x.life, id, p.callerKey(x.ctx))
+	owner, ok := p.ownerOf(&x.life, id, callerKey(x))
 	switch {
 	case x.life.why() != nil:
 		return nil, x.life.why()
@@ -308,7 +306,7 @@ func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
 // stored response (previous_response_id): to the worker that holds it for
 // the caller's key, since no other worker could answer it.
 func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
-	owner, ok := p.ownerOf(&x.life, x.in.previous, p.callerKey(x.ctx))
+	owner, ok := p.ownerOf(&x.life, x.in.previous, callerKey(x))
 	if !ok {
 		if why := x.life.why(); why != nil {
 			return nil, why

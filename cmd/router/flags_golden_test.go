@@ -171,6 +171,7 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"priority-default-class":      sets(func(c cluster.Config) any { return c.Proxy.Admission.DefaultClass }, d.Proxy.Admission.DefaultClass),
 		"priority-reserved":           sets(func(c cluster.Config) any { return c.Proxy.Admission.Reserved }, d.Proxy.Admission.Reserved),
 		"api-key-classes":             sets(func(c cluster.Config) any { return c.Proxy.Admission.KeyClasses }, d.Proxy.Admission.KeyClasses),
+		"api-key-tenants":             sets(func(c cluster.Config) any { return c.Proxy.Admission.KeyTenants }, d.Proxy.Admission.KeyTenants),
 		"engine-priority":             sets(func(c cluster.Config) any { return c.Proxy.Admission.EnginePriority }, d.Proxy.Admission.EnginePriority),
 		"lend-reserved-slots":         sets(func(c cluster.Config) any { return c.Proxy.Admission.LendReserved }, d.Proxy.Admission.LendReserved),
 		"tenant-header":               sets(func(c cluster.Config) any { return c.Proxy.Admission.TenantHeader }, d.Proxy.Admission.TenantHeader),

@@ -43,6 +43,11 @@ func TestServeRefusesBadEdgeFlagsNamingThem(t *testing.T) {
 		{[]string{"--api-keys", " , "}, "--api-keys"},
 		{[]string{"--max-buffered-body-bytes", "1048576"}, "--max-buffered-body-bytes"},
 		{[]string{"--rate-limit-tokens-per-second", "-1"}, "--rate-limit-tokens-per-second"},
+		{[]string{"--api-key-classes", "k1=bulk"}, "--api-key-classes"},
+		{[]string{"--api-key-tenants", "k1=acme"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1=a b"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--tenant-header", "x-tenant"}, "--tenant-header"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {
