@@ -93,6 +93,11 @@ type Scheduler struct {
 	loads   map[string]int
 	byID    map[peerKey]*tenant // tenants by their tier name
 	peers   peerView
+	// tenantBytes is what the tenants take of MaxTenantBytes
+	// (tenantbudget.go); overflowed counts the requests that went to
+	// OverflowTenant for want of it.
+	tenantBytes int64
+	overflowed  uint64
 }
 
 type tenantKey struct {
@@ -131,6 +136,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	req.Tenant = s.admitTenant(req)
 	t := s.tenantOf(req)
 	tk := &Ticket{req: req, t: t, arrived: now}
 	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now, now) == HeldByNothing {
@@ -219,6 +225,7 @@ func (s *Scheduler) tenantOf(req Request) *tenant {
 		t = &tenant{key: k, id: TenantID(req.Tenant)}
 		s.tenants[k] = t
 		s.byID[peerKey{k.class, t.id}] = t
+		s.tenantBytes += namedTenantBytes(k.name)
 	}
 	return t
 }
@@ -235,6 +242,7 @@ func (s *Scheduler) dropIfIdle(t *tenant) {
 	if t.inflight == 0 && len(t.queue) == 0 {
 		delete(s.tenants, t.key)
 		delete(s.byID, peerKey{t.key.class, t.id})
+		s.tenantBytes -= namedTenantBytes(t.key.name)
 	}
 }
 

@@ -74,6 +74,10 @@ type Admission struct {
 	TenantMaxInFlight int
 	// TierFair makes the peers' queue reports count (--tier-fairness).
 	TierFair bool
+	// MaxTenantBytes bounds the admission's tenant tables, in bytes; past
+	// it new tenants share admission.OverflowTenant. Default
+	// admission.DefaultMaxTenantBytes.
+	MaxTenantBytes int64
 	// KVFull is the KV cache usage at which an engine counts as full
 	// (--saturation-kv-usage, default 0.95).
 	KVFull float64
@@ -84,7 +88,7 @@ type Admission struct {
 func (a Admission) Scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
 		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
-		Lend: a.LendReserved}
+		Lend: a.LendReserved, MaxTenantBytes: a.MaxTenantBytes}
 	if a.Capacity > 0 {
 		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
 		if c.RatePerSec <= 0 {
@@ -249,14 +253,14 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *call
 	case <-tk.Ready():
 	default:
 		if !d.wait(ctx, rc, tk) {
-			d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+			d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
 			if tk.Err() == nil {
 				d.s.Done(tk, time.Now())
 			}
 			return nil, errorf(ErrNoWorker, "the replica is shutting down")
 		}
 	}
-	d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+	d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
 	setQueueTime(&rc.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {

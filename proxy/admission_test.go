@@ -389,3 +389,38 @@ func TestLendingIsItsOwnChoiceNotTheEnginePriority(t *testing.T) {
 		}
 	}
 }
+
+// Without keys a stranger names its tenants: made up per request and held
+// in flight, they take the tenant tables no further than their budget
+// (vllm_router_admission_tenant_bytes says how far), and the rest share
+// the overflow tenant.
+func TestMadeUpTenantHeadersStayWithinTheTenantBudget(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	cfg := classesConfig()
+	cfg.Admission.TenantHeader = "x-tenant"
+	const budget = 4 * (256 + 9)
+	cfg.Admission.MaxTenantBytes = budget
+	r := startRouter(t, cfg, w)
+	const n = 12
+	done := make(chan int, n)
+	for i := range n {
+		go func() { s, _ := postWith(t, r.url, "x-tenant", fmt.Sprintf("tenant-%02d", i)); done <- s }()
+	}
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == n }, "every request at the worker")
+	if got := metric(t, r, "vllm_router_admission_tenant_bytes"); got > budget || got == 0 {
+		t.Fatalf("vllm_router_admission_tenant_bytes %v, want at most the budget %d", got, budget)
+	}
+	w.Open()
+	for range n {
+		if s := <-done; s != http.StatusOK {
+			t.Fatalf("a request: %d", s)
+		}
+	}
+	if got := metric(t, r, `vllm_router_admission_admitted_total{class="default",tenant="(overflow)"}`); got != n-4 {
+		t.Fatalf("%v requests under the overflow tenant, want %d", got, n-4)
+	}
+	if got := metric(t, r, "vllm_router_admission_tenant_bytes"); got != 0 {
+		t.Fatalf("vllm_router_admission_tenant_bytes %v with nothing in flight", got)
+	}
+}
