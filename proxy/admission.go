@@ -1,15 +1,12 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
 	"time"
-	"unicode"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
@@ -42,9 +39,11 @@ type Admission struct {
 	// (--priority-reserved).
 	Reserved map[string]int
 	// EnginePriority says the engines run vLLM's priority scheduling
-	// (--engine-priority): a completion's class goes on to the engine as
-	// its priority field (the class's rank, 0 the highest: vLLM serves lower
-	// first), replacing any the client sent. Off: the body goes unchanged.
+	// (--engine-priority): a request's class goes on to the engine as its
+	// body's priority field (the class's rank, 0 the highest: vLLM serves
+	// lower first), replacing any the client sent, on every route whose body
+	// an engine reads one from (enginepriority.go). Off: the body goes
+	// unchanged.
 	EnginePriority bool
 	// LendReserved lets lower classes borrow the reserved slots a class
 	// leaves unused (--lend-reserved-slots), which the class takes back
@@ -310,56 +309,6 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 	}
 	<-tk.Ready() // Cancel lost to an admission: it is admitted
 	return live
-}
-
-// stampPriority passes an admitted completion's class on to the engine as
-// vLLM's priority field, once its body is read (see EnginePriority). A body
-// that is not a JSON object is left for the route to refuse.
-func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
-	if !d.stamp || tk == nil {
-		return
-	}
-	if p := rc.Path(); string(p) != "/v1/completions" && string(p) != "/v1/chat/completions" {
-		return
-	}
-	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {
-		rc.Request.SetBodyRaw(body)
-	}
-}
-
-// withPriority is body with its priority field set to rank: written after
-// the opening brace, or, when the body may name one already (it says
-// priority, or holds an escape that could spell it), set by a parse that
-// first deletes every priority the client sent, so that no parser, whether
-// the first or the last of duplicate keys wins, reads the client's.
-func withPriority(body []byte, rank int) ([]byte, bool) {
-	if bytes.Contains(body, []byte("priority")) || bytes.IndexByte(body, '\\') >= 0 {
-		var parser fastjson.Parser
-		v, err := parser.ParseBytes(body)
-		if err != nil || v.Type() != fastjson.TypeObject {
-			return nil, false
-		}
-		o, _ := v.Object()
-		for o.Get("priority") != nil {
-			o.Del("priority")
-		}
-		var a fastjson.Arena
-		o.Set("priority", a.NewNumberInt(rank))
-		return v.MarshalTo(nil), true
-	}
-	open := bytes.IndexFunc(body, func(r rune) bool { return !unicode.IsSpace(r) })
-	if open < 0 || body[open] != '{' {
-		return nil, false
-	}
-	rest := bytes.TrimLeftFunc(body[open+1:], unicode.IsSpace)
-	out := make([]byte, 0, len(body)+24)
-	out = append(out, body[:open+1]...)
-	out = append(out, `"priority":`...)
-	out = strconv.AppendInt(out, int64(rank), 10)
-	if len(rest) > 0 && rest[0] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, body[open+1:]...), true
 }
 
 // queuedClient is the watch on the client of a queued request: a client

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -240,103 +239,6 @@ func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
 	if n := w.Inference.Load(); n != 2 {
 		t.Fatalf("%d requests reached the worker, want 2: the one that left never does", n)
 	}
-}
-
-// TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority: a
-// completion's class rank is the body's priority field at the worker (0
-// the highest, as vLLM reads it), whatever priority the client sent; a
-// route other than completions, and a replica without --engine-priority,
-// pass the body unchanged.
-func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
-	w := startFake(t, "w1")
-	bodies := make(chan string, 8)
-	w.Set(func(e *fakeworker.Exchange) {
-		bodies <- string(e.Body)
-		fakeworker.Default()(e)
-	})
-	send := func(r *testRouter, path, body, class string) string {
-		req, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
-		req.Header.Set("x-priority", class)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return <-bodies
-	}
-	cfg := classesConfig()
-	cfg.Admission.EnginePriority = true
-	r := startRouter(t, cfg, w)
-	for _, c := range []struct{ body, class, want string }{
-		{`{"model":"m","prompt":"hi"}`, "interactive", `"priority":1`},
-		{`{"model":"m","prompt":"hi","priority":-7}`, "bulk", `"priority":3`},
-		{` {"model":"m","prompt":"hi"}`, "system", `"priority":0`},
-	} {
-		got := send(r, "/v1/completions", c.body, c.class)
-		if !strings.Contains(got, c.want) || strings.Count(got, `"priority"`) != 1 {
-			t.Errorf("%s as %s reached the worker as %s; want one %s", c.body, c.class, got, c.want)
-		}
-	}
-	if got := send(r, "/v1/embeddings", `{"model":"m","input":"hi"}`, "bulk"); strings.Contains(got, "priority") {
-		t.Errorf("an embeddings body was given a priority: %s", got)
-	}
-	plain := startRouter(t, classesConfig(), w)
-	if got := send(plain, "/v1/completions", `{"model":"m","prompt":"hi"}`, "bulk"); strings.Contains(got, "priority") {
-		t.Errorf("without --engine-priority the body changed: %s", got)
-	}
-}
-
-func TestWithPriorityWritesOneValidField(t *testing.T) {
-	for in, want := range map[string]string{
-		`{}`:                                 `{"priority":2}`,
-		` { }`:                               ` {"priority":2 }`,
-		`{"a":1}`:                            `{"priority":2,"a":1}`,
-		`{"priority":-1,"a":1}`:              `{"a":1,"priority":2}`,
-		`{"priority":-1,"pri\u006frity":-2}`: `{"priority":2}`,
-	} {
-		got, ok := withPriority([]byte(in), 2)
-		if !ok || string(got) != want {
-			t.Errorf("withPriority(%s) = %s, %v; want %s", in, got, ok, want)
-		}
-	}
-	for _, in := range []string{`[1]`, ``, `{"priority":`, `"priority"`} {
-		if _, ok := withPriority([]byte(in), 2); ok {
-			t.Errorf("withPriority(%q) took a body that is not a JSON object", in)
-		}
-	}
-}
-
-// FuzzWithPriority: whatever a client sends, a body withPriority takes
-// comes out a JSON object with one priority, the rank, and every other
-// field of a valid object as it was.
-func FuzzWithPriority(f *testing.F) {
-	for _, s := range []string{`{}`, ` {"a":1}`, `{"priority":"x","b":[1,{"priority":2}]}`, `{"a":"\"priority\""}`, `[`, `{`,
-		`{"pri\u006frity":-9}`, `{"priority":-1,"priority":-2}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		out, ok := withPriority(body, 3)
-		if !ok {
-			return
-		}
-		var in, got map[string]any
-		inValid := json.Unmarshal(body, &in) == nil && in != nil
-		if err := json.Unmarshal(out, &got); err != nil {
-			if inValid {
-				t.Fatalf("%q became %q, not JSON: %v", body, out, err)
-			}
-			return // a malformed body stays malformed, for the route's 400
-		}
-		if got["priority"] != float64(3) {
-			t.Fatalf("%q became %q: priority %v", body, out, got["priority"])
-		}
-		if inValid {
-			in["priority"] = float64(3)
-			if a, b := fmt.Sprint(in), fmt.Sprint(got); a != b {
-				t.Fatalf("%q became %q: fields changed", body, out)
-			}
-		}
-	})
 }
 
 // TestAHalfClosedClientStaysQueued: a client that shuts down its sending
