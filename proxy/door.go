@@ -114,6 +114,7 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 		ctx.SetStatusCode(statusClientGone)
 		p.metrics.disconnects.Inc()
 	}
+	p.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
 	if rt.metered != nil {
 		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
 		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})

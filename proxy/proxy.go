@@ -79,6 +79,7 @@ type Proxy struct {
 	keys      apiKeys
 	bodies    bodyBudget // the request bodies held at once
 	owners    *responseOwners
+	refusals  *refusals   // every refusal, counted and logged
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
 	flights   flights     // the exchanges in flight
@@ -103,6 +104,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		owners: newResponseOwners()}
 	p.keys.replace(p.cfg.APIKeys)
+	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()
 	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics), p.watcher)
 	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
@@ -274,6 +276,7 @@ func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
 	ctx.SetConnectionClose()
 	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
+	p.refusals.refused(ctx, refusedConnection, fasthttp.StatusServiceUnavailable, "max_connections", true)
 }
 
 // CutOffReporter is a Health that can tell when this replica, not its
@@ -317,20 +320,31 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 	if ec := edgeOf(ctx.Conn()); ec != nil {
 		ec.lingerOnClose()
 	}
+	reason := p.serverRefusal(ctx, err)
+	p.refusals.refused(ctx, refusedBeforeRouting, ctx.Response.StatusCode(), reason, true)
+}
+
+// serverRefusal answers an error fasthttp met, and names it for the
+// refusals' count.
+func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, errBareLF):
 		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
+		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, p.tooLarge())
+		return errorType(ErrTooLarge)
 	case errors.As(err, &small):
 		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
 			fmt.Sprintf("request line and headers exceed the limit of %d bytes", p.cfg.Edge.MaxHeaderSize))
+		return "headers_too_large"
 	case isTimeout(err):
 		writeErrorStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
-	default:
-		writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
+		return "header_timeout"
 	}
+	writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
+	return errorType(ErrBadRequest)
 }
 
 func (p *Proxy) tooLarge() error {
@@ -343,7 +357,7 @@ func (p *Proxy) tooLarge() error {
 func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	rt := routeOf(ctx)
 	if rt == noRoute {
-		rt = &apiRoute{access: open} // perhaps the admin API's: only the size
+		rt = &apiRoute{name: noRoute.name, access: open} // perhaps the admin API's: only the size
 	}
 	who := p.callerOf(ctx)
 	if err := p.headersAllow(ctx, rt, &who); err != nil {
