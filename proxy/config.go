@@ -65,6 +65,11 @@ type Config struct {
 	// Tokenize asks the engines for prompts' token IDs, for routing on
 	// their KV events (tokenize.go); off by default.
 	Tokenize TokenizeConfig
+	// StoredResponseOwnerBytes bounds the owners of stored responses the
+	// replica remembers, in bytes (default
+	// DefaultStoredResponseOwnerBytes); past it the least recently used
+	// are forgotten, and found again by asking the workers.
+	StoredResponseOwnerBytes int64
 }
 
 // Edge holds the limits and timeouts of the client listener, each what a
@@ -153,7 +158,8 @@ func DefaultConfig() Config {
 		Edge:              DefaultEdge(),
 		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
 			KVFull: admission.DefaultKVFull},
-		Tokenize: TokenizeConfig{Timeout: DefaultTokenizeTimeout},
+		Tokenize:                 TokenizeConfig{Timeout: DefaultTokenizeTimeout},
+		StoredResponseOwnerBytes: DefaultStoredResponseOwnerBytes,
 	}
 }
 
@@ -187,5 +193,8 @@ func withDefaults(c Config) Config {
 		c.WorkerIdleTimeout = d.WorkerIdleTimeout
 	}
 	c.Edge = c.Edge.withDefaults()
+	if c.StoredResponseOwnerBytes <= 0 {
+		c.StoredResponseOwnerBytes = DefaultStoredResponseOwnerBytes
+	}
 	return c
 }

@@ -66,6 +66,7 @@ type exchange struct {
 
 	ticket      *admission.Ticket      // its admission slot, released by finish
 	caller      caller                 // who it says it is, as the door read it
+	responseID  string                 // the id the router chose for the response a POST /v1/responses makes
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
@@ -124,10 +125,11 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		in.text = affinity.Text{in.text.AppendTo(nil)}
 	}
 	x.in = in
-	if x.ep == responses && p.keys.enabled() {
-		// The engine stores the key's fingerprint with the response, so
-		// that every replica can tell whose it is (stored.go).
-		if x.body, err = stampOwner(x.body, callerKey(x)); err != nil {
+	if x.ep == responses {
+		// The engine stores the seal of the response's id and the key
+		// with the response, so that every replica can tell whose it is
+		// (stored.go).
+		if err := p.stampOwner(x); err != nil {
 			return nil, err
 		}
 	}

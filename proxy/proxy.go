@@ -61,6 +61,12 @@ type Deps struct {
 	// saturation signal admission bounds the requests in flight by. nil:
 	// no such bound.
 	Engines func([]admission.Reading) []admission.Reading
+	// OwnerSecrets, when set, returns the secrets the tier shares (the
+	// gossip keyring, the primary first): a stored response's owner is
+	// sealed with the first and checked against all (ownerseal.go). nil,
+	// or none returned: a secret of this replica's own, and a response is
+	// found only through the replica that relayed it.
+	OwnerSecrets func() [][]byte
 }
 
 // Proxy serves the inference API of one replica.
@@ -79,6 +85,7 @@ type Proxy struct {
 	keys      apiKeys
 	bodies    bodyBudget // the request bodies held at once
 	owners    *responseOwners
+	seal      *ownerSeal  // seals the owners of stored responses
 	refusals  *refusals   // every refusal, counted and logged
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
@@ -102,7 +109,9 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		deps.Health = allHealthy{}
 	}
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
-		owners: newResponseOwners()}
+		seal: newOwnerSeal(deps.OwnerSecrets)}
+	p.owners = newResponseOwners(p.cfg.StoredResponseOwnerBytes)
+	deps.Metrics.NewGauge("vllm_router_stored_response_owner_bytes", func() float64 { return float64(p.owners.held()) })
 	p.keys.replace(p.cfg.APIKeys)
 	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()

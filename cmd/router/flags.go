@@ -189,7 +189,7 @@ func ownFlags() []cli.Flag {
 		stringFlag("raft-advertise", "", "Raft host:port other replicas reach (default: --raft-bind)"),
 		sliceFlag("join", "memberlist host:port of a running replica (repeatable)"),
 		intFlag("bootstrap-expect", d.BootstrapExpect, "replicas that form the voter set"),
-		stringFlag("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) that encrypts gossip"),
+		stringFlag("gossip-key", "", "base64 AES key (16, 24 or 32 bytes) that encrypts gossip, and from which the seals of stored responses' owners are derived"),
 		stringFlag("admin-token", "", "bearer token of the admin API; without one only loopback clients may use it (ROUTER_ADMIN_TOKEN or --admin-token-file keep it out of ps)"),
 		stringFlag("admin-token-file", "", "file whose content is --admin-token"),
 		stringFlag("cluster-tls-cert", "", "PEM certificate this replica presents to its peers (see: router tls init)"),
