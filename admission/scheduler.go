@@ -192,6 +192,21 @@ func (s *Scheduler) Done(tk *Ticket, now time.Time) {
 	s.dispatch(now)
 }
 
+// SetCost corrects an admitted ticket's cost to what its request turned out
+// to be (a body without a length, charged the least at arrival): its
+// tenant's tokens in flight, which fairness weighs, follow. A ticket not
+// admitted, or released, is left alone.
+func (s *Scheduler) SetCost(tk *Ticket, cost int64) {
+	cost = max(cost, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tk.state != admitted {
+		return
+	}
+	tk.t.tokens += cost - tk.req.Cost
+	tk.req.Cost = cost
+}
+
 // SetLimit sets how many requests this replica may have in flight by the
 // engines' account (see Capacity.Limit): the engines' bounds less what the
 // peers run on them; negative: no bound. The room left is shared with the

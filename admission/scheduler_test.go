@@ -382,3 +382,21 @@ func TestMadeUpTenantsStayWithinTheirBudget(t *testing.T) {
 		t.Fatalf("once the tenants left, a new one is %q", tk.Request().Tenant)
 	}
 }
+
+// A request whose cost was not known at arrival (a body without a length)
+// is charged its real cost once known: its tenant's tokens follow, and go
+// back whole when it is done.
+func TestSetCostCorrectsAnAdmittedRequestsTokens(t *testing.T) {
+	s := New(Config{})
+	t0 := time.Unix(0, 0)
+	tk := s.Arrive(Request{Tenant: "a", Cost: 256}, t0)
+	s.SetCost(tk, 100_256)
+	if got := s.Stats().Tenants[0].Tokens; got != 100_256 {
+		t.Fatalf("tenant tokens %d after SetCost, want 100256", got)
+	}
+	s.Done(tk, t0)
+	s.SetCost(tk, 5) // released: left alone
+	if st := s.Stats(); len(st.Tenants) != 0 || tk.Request().Cost != 100_256 {
+		t.Fatalf("after Done: %+v, cost %d", st.Tenants, tk.Request().Cost)
+	}
+}

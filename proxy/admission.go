@@ -153,6 +153,10 @@ var priorityHeaders = []string{"x-priority", "x-smg-priority", "x-dynamo-request
 // known yet.
 const expectedOutputTokens = 256
 
+// costOf is the cost in tokens of a request whose body is n bytes: about
+// four bytes a prompt token, and the output expected.
+func costOf(n int) int64 { return int64(n)/4 + expectedOutputTokens }
+
 // admitter admits the proxy's requests through the replica's door
 // (core.Door).
 type admitter struct {
@@ -192,7 +196,7 @@ func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
 // header that is too long or not printable is a 400; a tenant the caller's
 // key may not name is a 403 (tenants.go).
 func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.Request, error) {
-	req := admission.Request{Cost: int64(max(h.ContentLength(), 0))/4 + expectedOutputTokens}
+	req := admission.Request{Cost: costOf(max(h.ContentLength(), 0))}
 	var err error
 	if req.Class, err = d.classOf(h, who); err != nil {
 		return req, err
@@ -320,6 +324,14 @@ type queuedClient struct {
 }
 
 func (q *queuedClient) clientGone() { q.s.Cancel(q.tk, admission.ClientGone, time.Now()) }
+
+// recost charges an admitted request whose body had no length for what it
+// turned out to be: n bytes, as requestOf would have from a Content-Length.
+func (d *admitter) recost(tk *admission.Ticket, n int) {
+	if tk != nil {
+		d.s.SetCost(tk, costOf(n))
+	}
+}
 
 // release frees tk's slot; a ticket released already, or none, is left
 // alone.

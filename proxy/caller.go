@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/hex"
+	"net"
 
 	"github.com/valyala/fasthttp"
 
@@ -43,3 +44,21 @@ func (c *caller) hasKey() bool { return c.token != nil }
 // keyTenant is the tenant of a key that --api-key-tenants names none for:
 // "key:" and 12 hex digits of its identity (never the key).
 func (c *caller) keyTenant() string { return "key:" + hex.EncodeToString(c.id[:6]) }
+
+// clientOf is who a body's share of the budget is charged to
+// (bodybudget.go): the key when it is a verified one, else the client's
+// address, an IPv6 one by its /64 (a host is given a /64, and can take any
+// address of it).
+func clientOf(c *caller, ctx *fasthttp.RequestCtx) bodyClient {
+	if c.verified {
+		return bodyClient{id: c.id}
+	}
+	b := bodyClient{addr: true}
+	ip := ctx.RemoteIP()
+	if v4 := ip.To4(); v4 != nil {
+		copy(b.id[:], v4)
+	} else if v6 := ip.To16(); v6 != nil {
+		copy(b.id[:], v6.Mask(net.CIDRMask(64, 128)))
+	}
+	return b
+}

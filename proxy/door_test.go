@@ -201,18 +201,19 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 		t.Fatalf("the worker was sent %d inference requests, want the one admitted", n)
 	}
 
-	// A body that fills the budget is held open, half sent, while the next
-	// one arrives: 503 with Retry-After, before its body.
+	// A body that fills the budget (its first MiB sent, it holds its
+	// whole length) is held open while the next one arrives: 503 with
+	// Retry-After, before its body.
 	p, base := serveProxyWith(t, Config{MaxPayloadSize: 64 << 20, Edge: Edge{MaxBufferedBodyBytes: 64 << 20}}, nil, w)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := io.WriteString(conn, post("", 40<<20)+`"model":"m",`); err != nil {
+	if _, err := io.WriteString(conn, post("", 64<<20)+`"model":"m","prompt":"`+strings.Repeat("x", commitBytes)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 40<<20 }, "the first body to take its share of the budget")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 64<<20 }, "the first body to take its share of the budget")
 	if st, h := rawExchange(t, base, post("", 30<<20)); !strings.Contains(st, " 503 ") || !strings.Contains(h, "Retry-After: 1") {
 		t.Fatalf("past the budget of bodies held: %q %q, want 503 with Retry-After", st, h)
 	}

@@ -83,7 +83,7 @@ type Proxy struct {
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
 	keys      apiKeys
-	bodies    bodyBudget // the request bodies held at once
+	bodies    *bodyBudget // the request bodies held at once
 	owners    *responseOwners
 	seal      *ownerSeal  // seals the owners of stored responses
 	refusals  *refusals   // every refusal, counted and logged
@@ -116,7 +116,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()
 	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics), p.watcher)
-	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
+	p.bodies = newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)
 	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
