@@ -210,3 +210,21 @@ func TestAKeyNamesOnlyItsTenants(t *testing.T) {
 		}
 	}
 }
+
+// A browser may send the key as x-api-key (Anthropic's SDK does): the
+// preflight allows it.
+func TestAPreflightAllowsTheAnthropicKeyHeader(t *testing.T) {
+	r := startRouter(t, Config{CORSOrigins: []string{"https://app.example"}})
+	req, _ := http.NewRequest(http.MethodOptions, r.url+"/v1/completions", nil)
+	req.Header.Set("Origin", "https://app.example")
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	req.Header.Set("Access-Control-Request-Headers", "x-api-key")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get("Access-Control-Allow-Headers"); !strings.Contains(strings.ToLower(got), "x-api-key") {
+		t.Fatalf("Access-Control-Allow-Headers %q lacks x-api-key", got)
+	}
+}
