@@ -193,17 +193,7 @@ func TestAChunkedBodyStaysWithinTheBudget(t *testing.T) {
 	w := startFake(t, "w1")
 	cfg := Config{MaxPayloadSize: 4 << 20, Edge: Edge{MaxBufferedBodyBytes: 4 << 20, MaxBodyShare: 1}}
 	p, base := serveProxyWith(t, cfg, nil, w)
-	send := func(body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", io.MultiReader(strings.NewReader(body)))
-		req.ContentLength = -1
-		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	send := func(body string) (int, string) { return postChunked(t, base, body) }
 	if status, body := send(completion(strings.Repeat("x", 3<<20), false)); status != http.StatusRequestEntityTooLarge ||
 		!strings.Contains(body, "Content-Length") {
 		t.Fatalf("a chunked body that cannot grow within the budget: %d %s, want 413", status, body)

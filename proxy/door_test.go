@@ -229,17 +229,7 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 func TestAChunkedBodyIsBoundedAsItIsRead(t *testing.T) {
 	w := startFake(t, "w1")
 	_, base := serveProxyWith(t, Config{MaxPayloadSize: 1 << 20}, nil, w)
-	send := func(body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", io.MultiReader(strings.NewReader(body)))
-		req.ContentLength = -1 // chunked
-		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	send := func(body string) (int, string) { return postChunked(t, base, body) }
 	if status, body := send(completion("small", false)); status != http.StatusOK {
 		t.Fatalf("a small chunked body: %d %s", status, body)
 	}
@@ -303,4 +293,19 @@ func TestHeadEndsFollowsAHeadAcrossReads(t *testing.T) {
 			t.Errorf("%q: bad %v, want %v", tc.parts, h.bad, tc.bad)
 		}
 	}
+}
+
+// postChunked posts a completion body without a length (chunked) and
+// returns the answer's status and body.
+func postChunked(t *testing.T, base, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", io.MultiReader(strings.NewReader(body)))
+	req.ContentLength = -1 // chunked
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

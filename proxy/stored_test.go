@@ -38,12 +38,7 @@ func (s *responseStore) serve(e *fakeworker.Exchange) {
 	path := e.Req.URL.Path
 	switch {
 	case e.Req.Method == http.MethodPost && path == "/v1/responses":
-		var req struct {
-			Metadata  map[string]string `json:"metadata"`
-			Previous  string            `json:"previous_response_id"`
-			RequestID string            `json:"request_id"`
-		}
-		_ = json.Unmarshal(e.Body, &req)
+		req := readCreate(e.Body)
 		if req.Previous != "" && s.get(req.Previous) == "" {
 			e.JSON(404, `{"error":{"message":"no such previous response"}}`)
 			return
@@ -84,6 +79,21 @@ func (s *responseStore) serve(e *fakeworker.Exchange) {
 	default:
 		e.JSON(404, `{"error":{"message":"not found"}}`)
 	}
+}
+
+// createRequest is what a fake engine reads of a POST /v1/responses: a
+// key its metadata names twice keeps its last value, as Python's json
+// does.
+type createRequest struct {
+	Metadata  map[string]string `json:"metadata"`
+	Previous  string            `json:"previous_response_id"`
+	RequestID string            `json:"request_id"`
+}
+
+func readCreate(body []byte) createRequest {
+	var req createRequest
+	_ = json.Unmarshal(body, &req)
+	return req
 }
 
 func (s *responseStore) get(id string) string {

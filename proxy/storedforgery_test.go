@@ -31,12 +31,7 @@ func (f *forger) serve(e *fakeworker.Exchange) {
 	case strings.HasSuffix(path, "/health"):
 		e.JSON(200, `{}`)
 	case e.Req.Method == http.MethodPost && path == "/v1/responses":
-		var req struct {
-			Metadata  map[string]string `json:"metadata"`
-			Previous  string            `json:"previous_response_id"`
-			RequestID string            `json:"request_id"`
-		}
-		_ = json.Unmarshal(e.Body, &req)
+		req := readCreate(e.Body)
 		if req.Previous != "" {
 			f.continued.Add(1)
 		}
