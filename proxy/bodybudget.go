@@ -32,7 +32,8 @@ type bodyBudget struct {
 	mu      sync.Mutex
 	clients map[bodyClient]int64 // a client's bytes, while it holds any
 	reading map[*intake]int64    // the bodies being read, which may be cut, and their buffers' sizes
-	freed   chan struct{}        // closed, and replaced, whenever bytes are given back
+	freed   chan struct{}        // closed, and replaced, when bytes are given back while growths wait
+	waiting bool                 // a growth waits on freed
 }
 
 // maxRoomWait bounds how long a growth waits for the room a cut frees.
@@ -61,19 +62,30 @@ func (b *bodyBudget) grow(in *intake, from, to int64, transient bool) error {
 		return errorf(ErrTooLarge, "a body of unknown length takes its buffer and the next, twice as large, while it grows: "+
 			"past %d bytes it needs more than the router's %d (--max-buffered-body-bytes); send a Content-Length", from, b.limit)
 	}
+	freed, err := b.tryGrow(in, from, to, need)
+	if freed == nil {
+		return err
+	}
+	return b.await(in, from, to, need, freed)
+}
+
+// await waits, up to maxRoomWait, for the room a cut frees, and charges
+// in's growth once there is.
+func (b *bodyBudget) await(in *intake, from, to, need int64, freed <-chan struct{}) error {
 	wait := time.NewTimer(maxRoomWait)
 	defer wait.Stop()
-	for {
-		freed, err := b.tryGrow(in, from, to, need)
-		if freed == nil {
-			return err
-		}
+	for freed != nil {
 		select {
 		case <-freed:
 		case <-wait.C:
 			return b.full()
 		}
+		var err error
+		if freed, err = b.tryGrow(in, from, to, need); freed == nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // tryGrow charges in's growth if there is room; else it cuts a body of a
@@ -98,6 +110,7 @@ func (b *bodyBudget) tryGrow(in *intake, from, to, need int64) (<-chan struct{},
 		return nil, b.full()
 	}
 	victim.cut()
+	b.waiting = true
 	return b.freed, nil
 }
 
@@ -147,8 +160,11 @@ func (b *bodyBudget) give(c bodyClient, n int64) {
 	b.wake()
 }
 
-// wake tells the growths waiting for room that some freed. b.mu is held.
+// wake tells the growths waiting for room that some freed (each looks
+// again, and waits again if it must). b.mu is held.
 func (b *bodyBudget) wake() {
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.waiting {
+		close(b.freed)
+		b.freed, b.waiting = make(chan struct{}), false
+	}
 }

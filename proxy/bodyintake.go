@@ -41,7 +41,7 @@ type intake struct {
 	want   int // the announced length; -1: none (chunked)
 	max    int // the largest body taken (--max-payload-size)
 	pooled bool
-	rate   float64       // --min-body-rate, bytes a second; 0: none
+	rate   float64       // bytes a second it must arrive at past the grace (requiredRate); 0: none
 	grace  time.Duration // --body-rate-grace-secs
 	start  time.Time     // when its reading began
 	end    time.Time     // --body-read-timeout-secs from the end of its headers
@@ -55,6 +55,17 @@ type intake struct {
 	// the other.
 	mu   sync.Mutex
 	cuts bool
+}
+
+// intakes are kept for reuse: one a request with a body is not worth an
+// allocation.
+var intakes = sync.Pool{New: func() any { return new(intake) }}
+
+// releaseIntake returns in to intakes once its body belongs to the
+// request: the budget no longer knows it (done), so nothing else holds it.
+func releaseIntake(in *intake) {
+	in.stream, in.ctx, in.budget, in.body, in.buf, in.size, in.cuts = nil, nil, nil, nil, nil, 0, false
+	intakes.Put(in)
 }
 
 // read reads the whole body, or fails with the error to answer: 503 when

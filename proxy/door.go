@@ -141,6 +141,7 @@ func (p *Proxy) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admiss
 		return 0, nil, nil
 	}
 	in := p.intake(ctx, stream, client, n)
+	defer releaseIntake(in)
 	err = in.read()
 	held = int64(in.size)
 	if err != nil {
@@ -159,9 +160,11 @@ func (p *Proxy) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admiss
 // for client.
 func (p *Proxy) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyClient, n int) *intake {
 	e := p.cfg.Edge
-	return &intake{stream: stream, ctx: ctx, budget: p.bodies, client: client, want: n, max: p.cfg.MaxPayloadSize,
-		pooled: p.pd == nil, rate: float64(max(e.MinBodyRate, 0)), grace: max(e.BodyRateGrace, 0), start: time.Now(),
-		end: ctx.Time().Add(e.BodyReadTimeout)}
+	in := intakes.Get().(*intake)
+	in.stream, in.ctx, in.budget, in.client, in.want, in.max = stream, ctx, p.bodies, client, n, p.cfg.MaxPayloadSize
+	in.pooled, in.rate, in.grace = p.pd == nil, float64(max(e.MinBodyRate, 0)), max(e.BodyRateGrace, 0)
+	in.start, in.end = time.Now(), ctx.Time().Add(e.BodyReadTimeout)
+	return in
 }
 
 var (
