@@ -72,6 +72,10 @@ type Config struct {
 	// TierFair makes the peers' reports count (--tier-fairness); without it
 	// each replica judges only its own requests.
 	TierFair bool
+	// MaxTenantBytes bounds the bytes the tenants with requests here take
+	// in the Scheduler's tables; past it a new tenant's requests go to
+	// OverflowTenant (tenantbudget.go). Default DefaultMaxTenantBytes.
+	MaxTenantBytes int64
 }
 
 // ErrConfig is wrapped by every error Validate returns.
@@ -96,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Quantum <= 0 {
 		c.Quantum = 4096
+	}
+	if c.MaxTenantBytes <= 0 {
+		c.MaxTenantBytes = DefaultMaxTenantBytes
 	}
 	return c
 }

@@ -2,9 +2,10 @@
 // cannot take every request at once.
 //
 // A request arrives with a class (an ordered priority band: system,
-// interactive, default, bulk unless the operator names others), a tenant (an
-// API key, or a header the operator names) and a cost in tokens (prompt plus
-// expected output). The Scheduler admits it at once while there is room, and
+// interactive, default, bulk unless the operator names others), a tenant
+// (its API key's, as the operator gives keys tenants, or without keys a
+// header the operator names) and a cost in tokens (prompt plus expected
+// output). The Scheduler admits it at once while there is room, and
 // otherwise queues it. Room is the smallest of three bounds: the in-flight
 // limit (--max-concurrent-requests), the rate bucket
 // (--rate-limit-tokens-per-second) and the engines' own capacity, which

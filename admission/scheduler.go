@@ -93,6 +93,11 @@ type Scheduler struct {
 	loads   map[string]int
 	byID    map[peerKey]*tenant // tenants by their tier name
 	peers   peerView
+	// tenantBytes is what the tenants take of MaxTenantBytes
+	// (tenantbudget.go); overflowed counts the requests that went to
+	// OverflowTenant for want of it.
+	tenantBytes int64
+	overflowed  uint64
 }
 
 type tenantKey struct {
@@ -131,6 +136,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	req.Tenant = s.admitTenant(req)
 	t := s.tenantOf(req)
 	tk := &Ticket{req: req, t: t, arrived: now}
 	if s.waitingAbove(req.Class) == 0 && s.hold(t, req.Cost, now, now) == HeldByNothing {
@@ -186,6 +192,21 @@ func (s *Scheduler) Done(tk *Ticket, now time.Time) {
 	s.dispatch(now)
 }
 
+// SetCost corrects an admitted ticket's cost to what its request turned out
+// to be (a body without a length, charged the least at arrival): its
+// tenant's tokens in flight, which fairness weighs, follow. A ticket not
+// admitted, or released, is left alone.
+func (s *Scheduler) SetCost(tk *Ticket, cost int64) {
+	cost = max(cost, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tk.state != admitted {
+		return
+	}
+	tk.t.tokens += cost - tk.req.Cost
+	tk.req.Cost = cost
+}
+
 // SetLimit sets how many requests this replica may have in flight by the
 // engines' account (see Capacity.Limit): the engines' bounds less what the
 // peers run on them; negative: no bound. The room left is shared with the
@@ -219,6 +240,7 @@ func (s *Scheduler) tenantOf(req Request) *tenant {
 		t = &tenant{key: k, id: TenantID(req.Tenant)}
 		s.tenants[k] = t
 		s.byID[peerKey{k.class, t.id}] = t
+		s.tenantBytes += namedTenantBytes(k.name)
 	}
 	return t
 }
@@ -235,6 +257,7 @@ func (s *Scheduler) dropIfIdle(t *tenant) {
 	if t.inflight == 0 && len(t.queue) == 0 {
 		delete(s.tenants, t.key)
 		delete(s.byID, peerKey{t.key.class, t.id})
+		s.tenantBytes -= namedTenantBytes(t.key.name)
 	}
 }
 

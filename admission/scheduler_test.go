@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -344,5 +345,58 @@ func TestATicketDecidedAtArrivalMakesNoChannel(t *testing.T) {
 	s.Done(held, t0)
 	if !isAdmitted(queued) {
 		t.Fatal("a queued ticket is not ready once admitted")
+	}
+}
+
+// A stranger naming a new tenant per request (no keys: the tenant header
+// is taken as sent) cannot grow the tenant tables past MaxTenantBytes: past
+// it new tenants share OverflowTenant, and the bytes go back as tenants
+// leave.
+func TestMadeUpTenantsStayWithinTheirBudget(t *testing.T) {
+	const budget = 10 * (tenantEntryBytes + 9)
+	s := New(Config{MaxTenantBytes: budget})
+	t0 := time.Unix(0, 0)
+	var tickets []*Ticket
+	for i := range 1000 {
+		tk := s.Arrive(Request{Tenant: fmt.Sprintf("tenant-%03d", i)}, t0)
+		if tk.Err() != nil {
+			t.Fatalf("request %d refused: %v", i, tk.Err())
+		}
+		tickets = append(tickets, tk)
+	}
+	st := s.Stats()
+	if st.TenantBytes > budget {
+		t.Fatalf("the tenants take %d bytes, over their budget of %d", st.TenantBytes, budget)
+	}
+	if st.Overflowed < 990 || tickets[999].Request().Tenant != OverflowTenant || tickets[0].Request().Tenant != "tenant-000" {
+		t.Fatalf("overflowed %d, the last tenant %q, the first %q", st.Overflowed, tickets[999].Request().Tenant,
+			tickets[0].Request().Tenant)
+	}
+	for _, tk := range tickets {
+		s.Done(tk, t0)
+	}
+	if st := s.Stats(); st.TenantBytes != 0 {
+		t.Fatalf("%d bytes of tenants left with nothing in flight", st.TenantBytes)
+	}
+	if tk := s.Arrive(Request{Tenant: "tenant-999"}, t0); tk.Request().Tenant != "tenant-999" {
+		t.Fatalf("once the tenants left, a new one is %q", tk.Request().Tenant)
+	}
+}
+
+// A request whose cost was not known at arrival (a body without a length)
+// is charged its real cost once known: its tenant's tokens follow, and go
+// back whole when it is done.
+func TestSetCostCorrectsAnAdmittedRequestsTokens(t *testing.T) {
+	s := New(Config{})
+	t0 := time.Unix(0, 0)
+	tk := s.Arrive(Request{Tenant: "a", Cost: 256}, t0)
+	s.SetCost(tk, 100_256)
+	if got := s.Stats().Tenants[0].Tokens; got != 100_256 {
+		t.Fatalf("tenant tokens %d after SetCost, want 100256", got)
+	}
+	s.Done(tk, t0)
+	s.SetCost(tk, 5) // released: left alone
+	if st := s.Stats(); len(st.Tenants) != 0 || tk.Request().Cost != 100_256 {
+		t.Fatalf("after Done: %+v, cost %d", st.Tenants, tk.Request().Cost)
 	}
 }

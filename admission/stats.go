@@ -21,6 +21,10 @@ type Stats struct {
 	Tenants []TenantStats `json:"tenants"`
 	// Peers is how many peers' queue reports are held.
 	Peers int `json:"peers"`
+	// TenantBytes is what the tenants here take of MaxTenantBytes, and
+	// Overflowed how many requests went to OverflowTenant for want of it.
+	TenantBytes int64  `json:"tenant_bytes"`
+	Overflowed  uint64 `json:"overflowed"`
 }
 
 // ClassStats is one class's share of the Stats.
@@ -51,7 +55,7 @@ func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Limit: s.limit, MaxInFlight: s.cfg.MaxInFlight, InFlight: s.inflight, Queued: s.queued,
-		QueueSize: s.cfg.QueueSize, Peers: len(s.peers.origins)}
+		QueueSize: s.cfg.QueueSize, Peers: len(s.peers.origins), TenantBytes: s.tenantBytes, Overflowed: s.overflowed}
 	for i := range s.bands {
 		cs := ClassStats{Name: s.classes.Name(Class(i)), Reserved: s.reserved[i], InFlight: s.inflightBy[i], Queued: s.queuedBy[i]}
 		for k, q := range s.peers.queued {

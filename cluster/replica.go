@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -265,7 +266,7 @@ func (r *Replica) buildFrontEnd() error {
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: r.decider(), Engines: r.admission.engineReadings})
+		Dialer: r.dialer, Decider: r.decider(), Engines: r.admission.engineReadings, OwnerSecrets: r.ownerSecrets})
 	r.routing.proxy = r.proxy
 	r.admission.proxy = r.proxy
 	r.views.proxy = r.proxy
@@ -331,6 +332,29 @@ func (r *Replica) serveAPI() {
 // Failed delivers the error that ended the replica's ability to serve, if
 // one does; its owner should stop it and exit non-zero.
 func (r *Replica) Failed() <-chan error { return r.failed }
+
+// ownerSecrets are the secrets the tier shares, for the seals of stored
+// responses' owners (proxy.Deps.OwnerSecrets): the gossip keyring, its
+// primary first, so that a key rotation seals with the new key and still
+// accepts what the old one sealed until it is removed. None without a
+// gossip key: each replica then seals with a secret of its own.
+func (r *Replica) ownerSecrets() [][]byte {
+	g := r.gossiper()
+	if g == nil {
+		return nil
+	}
+	kr, err := g.Keyring()
+	if err != nil {
+		return nil
+	}
+	secrets := [][]byte{kr.Primary}
+	for _, k := range kr.Keys {
+		if !bytes.Equal(k, kr.Primary) {
+			secrets = append(secrets, k)
+		}
+	}
+	return secrets
+}
 
 // gossiper is the replica's gossip node, nil before build made it.
 func (r *Replica) gossiper() *loadsync.Gossip { return r.gossip.Load() }

@@ -1,21 +1,17 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strconv"
 	"time"
-	"unicode"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
@@ -43,9 +39,11 @@ type Admission struct {
 	// (--priority-reserved).
 	Reserved map[string]int
 	// EnginePriority says the engines run vLLM's priority scheduling
-	// (--engine-priority): a completion's class goes on to the engine as
-	// its priority field (the class's rank, 0 the highest: vLLM serves lower
-	// first), replacing any the client sent. Off: the body goes unchanged.
+	// (--engine-priority): a request's class goes on to the engine as its
+	// body's priority field (the class's rank, 0 the highest: vLLM serves
+	// lower first), replacing any the client sent, on every route whose body
+	// an engine reads one from (enginepriority.go). Off: the body goes
+	// unchanged.
 	EnginePriority bool
 	// LendReserved lets lower classes borrow the reserved slots a class
 	// leaves unused (--lend-reserved-slots), which the class takes back
@@ -55,17 +53,30 @@ type Admission struct {
 	// slot a borrower frees (BENCHMARKS.md: 70x the interactive TTFT p99).
 	// Off: a reserved slot stays idle while its class is.
 	LendReserved bool
-	// KeyClasses gives, per API key, the class of its requests that name
-	// none (--api-key-classes).
+	// KeyClasses gives, per API key, the class of its requests
+	// (--api-key-classes): the class of those that name none, and the
+	// highest any of them gets. A key without one is held to DefaultClass.
+	// Needs APIKeys: a key the router does not check proves nothing.
 	KeyClasses map[string]string
+	// KeyTenants gives, per API key, the tenants it speaks for, its own
+	// first (--api-key-tenants KEY=tenant, repeatable): several keys may
+	// share a tenant, and a key may name one of its tenants in
+	// TenantHeader. Without an entry a key's tenant is the key itself (a
+	// digest of it: the key never appears). Needs APIKeys.
+	KeyTenants map[string][]string
 	// TenantHeader names the header that says a request's tenant
-	// (--tenant-header); without one, or when a request lacks it, the
-	// tenant is its API key (a digest of it: the key never appears).
+	// (--tenant-header). Without API keys it is taken as sent; with them a
+	// key may name only a tenant of KeyTenants' (403 otherwise). A request
+	// without it is its key's first tenant, else "anonymous".
 	TenantHeader string
 	// TenantMaxInFlight is one tenant's ceiling (--tenant-max-inflight).
 	TenantMaxInFlight int
 	// TierFair makes the peers' queue reports count (--tier-fairness).
 	TierFair bool
+	// MaxTenantBytes bounds the admission's tenant tables, in bytes; past
+	// it new tenants share admission.OverflowTenant. Default
+	// admission.DefaultMaxTenantBytes.
+	MaxTenantBytes int64
 	// KVFull is the KV cache usage at which an engine counts as full
 	// (--saturation-kv-usage, default 0.95).
 	KVFull float64
@@ -76,7 +87,7 @@ type Admission struct {
 func (a Admission) Scheduler() admission.Config {
 	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
 		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
-		Lend: a.LendReserved}
+		Lend: a.LendReserved, MaxTenantBytes: a.MaxTenantBytes}
 	if a.Capacity > 0 {
 		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
 		if c.RatePerSec <= 0 {
@@ -99,6 +110,23 @@ func (a Admission) Validate() error {
 	}
 	if a.TenantHeader != "" && !validHeaderName(a.TenantHeader) {
 		return errors.New("--tenant-header: " + a.TenantHeader + " is not a header name")
+	}
+	return validKeyTenants(a.KeyTenants)
+}
+
+// ValidateKeyed refuses what needs --api-keys without them (keys, the
+// keys the API takes): a class or a tenant given to a key the router does
+// not check would be anyone's for the asking. With keys, a tenant header
+// counts only for the tenants --api-key-tenants gives keys, so a header
+// without any is refused too.
+func (a Admission) ValidateKeyed(keys []string) error {
+	switch {
+	case len(keys) == 0 && len(a.KeyClasses) > 0:
+		return errors.New("--api-key-classes: needs --api-keys (a key the router does not check proves nothing)")
+	case len(keys) == 0 && len(a.KeyTenants) > 0:
+		return errors.New("--api-key-tenants: needs --api-keys (a key the router does not check proves nothing)")
+	case len(keys) > 0 && a.TenantHeader != "" && len(a.KeyTenants) == 0:
+		return errors.New("--tenant-header: with --api-keys a request's tenant is its key's, and the header names only a tenant --api-key-tenants gives the key; give some, or drop the header")
 	}
 	return nil
 }
@@ -125,8 +153,9 @@ var priorityHeaders = []string{"x-priority", "x-smg-priority", "x-dynamo-request
 // known yet.
 const expectedOutputTokens = 256
 
-// maxTenantBytes bounds a tenant header's value.
-const maxTenantBytes = 64
+// costOf is the cost in tokens of a request whose body is n bytes: about
+// four bytes a prompt token, and the output expected.
+func costOf(n int) int64 { return int64(n)/4 + expectedOutputTokens }
 
 // admitter admits the proxy's requests through the replica's door
 // (core.Door).
@@ -135,8 +164,8 @@ type admitter struct {
 	s        *admission.Scheduler // the door's
 	classes  admission.Classes
 	timeout  time.Duration
-	keyClass map[[32]byte]admission.Class
-	tenantHd string
+	keyClass map[credential.ID]admission.Class
+	tenants  keyTenants
 	metrics  *admissionMetrics
 	watcher  *watcher // looks at the clients of queued requests
 	// stamp: pass the class on as the engine's priority field
@@ -150,78 +179,65 @@ func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
 	if a.QueueTimeout <= 0 {
 		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
 	}
-	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[[32]byte]admission.Class{},
-		tenantHd: a.TenantHeader, metrics: m, watcher: w, stamp: a.EnginePriority && s.Classes().Enabled()}
+	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[credential.ID]admission.Class{},
+		tenants: newKeyTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
+		stamp: a.EnginePriority && s.Classes().Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
-			d.keyClass[sha256.Sum256([]byte(key))] = c
+			d.keyClass[credential.IDOf([]byte(key))] = c
 		}
 	}
 	m.watch(s)
 	return d
 }
 
-// requestOf reads a request's class, tenant and cost from its headers. A
-// class that is not one of ours, a negative rank or a tenant header that
-// is too long or not printable is a 400.
-func (d *admitter) requestOf(h *fasthttp.RequestHeader) (admission.Request, error) {
-	key, hasKey := bytesCutBearer(h.Peek("Authorization"))
-	var digest [32]byte
-	if hasKey {
-		digest = sha256.Sum256(key)
+// requestOf reads a request's class, tenant and cost from its headers and
+// its caller. A class that is not one of ours, a negative rank or a tenant
+// header that is too long or not printable is a 400; a tenant the caller's
+// key may not name is a 403 (tenants.go).
+func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.Request, error) {
+	req := admission.Request{Cost: costOf(max(h.ContentLength(), 0))}
+	var err error
+	if req.Class, err = d.classOf(h, who); err != nil {
+		return req, err
 	}
-	req := admission.Request{Class: d.classes.Default(), Cost: int64(max(h.ContentLength(), 0))/4 + expectedOutputTokens}
-	if c, ok := d.keyClass[digest]; ok && hasKey {
-		req.Class = c
+	req.Tenant, err = d.tenantOf(h, who)
+	return req, err
+}
+
+// classOf is the class a request gets. With --api-keys a key's class
+// (--api-key-classes, else the default class) is the highest its requests
+// may have: a priority header may ask for a lower one, and one that asks
+// for a higher one gets the key's. Without keys a caller is nobody in
+// particular, and a header is taken as sent.
+func (d *admitter) classOf(h *fasthttp.RequestHeader, who *caller) (admission.Class, error) {
+	ceiling := d.classes.Default()
+	if c, ok := d.keyClass[who.id]; ok && who.verified {
+		ceiling = c
 	}
+	asked, ok, err := d.askedClass(h)
+	switch {
+	case err != nil || !ok:
+		return ceiling, err
+	case who.verified && asked < ceiling: // a lower rank is a higher class
+		return ceiling, nil
+	}
+	return asked, nil
+}
+
+// askedClass is the class the request's priority headers name, the first
+// of them that is set; ok is false when none is.
+func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok bool, err error) {
 	for _, name := range priorityHeaders {
 		if v := h.Peek(name); len(v) > 0 {
 			c, err := d.classes.Parse(string(v))
 			if err != nil {
-				return req, errorf(ErrBadRequest, "%s: %v", name, err)
+				return 0, false, errorf(ErrBadRequest, "%s: %v", name, err)
 			}
-			req.Class = c
-			break
+			return c, true, nil
 		}
 	}
-	tenant, err := d.tenantOf(h, digest, hasKey)
-	req.Tenant = tenant
-	return req, err
-}
-
-// tenantOf is the tenant header's value, else "key:" and the start of the
-// API key's digest, else "anonymous".
-func (d *admitter) tenantOf(h *fasthttp.RequestHeader, digest [32]byte, hasKey bool) (string, error) {
-	if d.tenantHd != "" {
-		if v := h.Peek(d.tenantHd); len(v) > 0 {
-			if len(v) > maxTenantBytes || !printableLabel(v) {
-				return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", d.tenantHd,
-					maxTenantBytes)
-			}
-			return string(v), nil
-		}
-	}
-	if hasKey {
-		return "key:" + hex.EncodeToString(digest[:6]), nil
-	}
-	return "anonymous", nil
-}
-
-func printableLabel(v []byte) bool {
-	for _, c := range v {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func bytesCutBearer(v []byte) ([]byte, bool) {
-	const prefix = "Bearer "
-	if len(v) <= len(prefix) || string(v[:len(prefix)]) != prefix {
-		return nil, false
-	}
-	return v[len(prefix):], true
+	return 0, false, nil
 }
 
 // admit decides rc's admission from its headers, waiting in the queue for
@@ -230,8 +246,8 @@ func bytesCutBearer(v []byte) ([]byte, bool) {
 // queue is full or the request was shed for a higher class, 408 after the
 // timeout, each naming the class, the tenant and what held it). The
 // ticket's slot is released by release (the exchange's finish).
-func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admission.Ticket, error) {
-	req, err := d.requestOf(&rc.Request.Header)
+func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *caller) (*admission.Ticket, error) {
+	req, err := d.requestOf(&rc.Request.Header, who)
 	if err != nil {
 		return nil, err
 	}
@@ -240,14 +256,14 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx) (*admissi
 	case <-tk.Ready():
 	default:
 		if !d.wait(ctx, rc, tk) {
-			d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+			d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
 			if tk.Err() == nil {
 				d.s.Done(tk, time.Now())
 			}
 			return nil, errorf(ErrNoWorker, "the replica is shutting down")
 		}
 	}
-	d.metrics.decided(d.classes.Name(req.Class), req.Tenant, tk)
+	d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
 	setQueueTime(&rc.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {
@@ -299,56 +315,6 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 	return live
 }
 
-// stampPriority passes an admitted completion's class on to the engine as
-// vLLM's priority field, once its body is read (see EnginePriority). A body
-// that is not a JSON object is left for the route to refuse.
-func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
-	if !d.stamp || tk == nil {
-		return
-	}
-	if p := rc.Path(); string(p) != "/v1/completions" && string(p) != "/v1/chat/completions" {
-		return
-	}
-	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {
-		rc.Request.SetBodyRaw(body)
-	}
-}
-
-// withPriority is body with its priority field set to rank: written after
-// the opening brace, or, when the body may name one already (it says
-// priority, or holds an escape that could spell it), set by a parse that
-// first deletes every priority the client sent, so that no parser, whether
-// the first or the last of duplicate keys wins, reads the client's.
-func withPriority(body []byte, rank int) ([]byte, bool) {
-	if bytes.Contains(body, []byte("priority")) || bytes.IndexByte(body, '\\') >= 0 {
-		var parser fastjson.Parser
-		v, err := parser.ParseBytes(body)
-		if err != nil || v.Type() != fastjson.TypeObject {
-			return nil, false
-		}
-		o, _ := v.Object()
-		for o.Get("priority") != nil {
-			o.Del("priority")
-		}
-		var a fastjson.Arena
-		o.Set("priority", a.NewNumberInt(rank))
-		return v.MarshalTo(nil), true
-	}
-	open := bytes.IndexFunc(body, func(r rune) bool { return !unicode.IsSpace(r) })
-	if open < 0 || body[open] != '{' {
-		return nil, false
-	}
-	rest := bytes.TrimLeftFunc(body[open+1:], unicode.IsSpace)
-	out := make([]byte, 0, len(body)+24)
-	out = append(out, body[:open+1]...)
-	out = append(out, `"priority":`...)
-	out = strconv.AppendInt(out, int64(rank), 10)
-	if len(rest) > 0 && rest[0] != '}' {
-		out = append(out, ',')
-	}
-	return append(out, body[open+1:]...), true
-}
-
 // queuedClient is the watch on the client of a queued request: a client
 // that leaves takes its ticket out of the queue.
 type queuedClient struct {
@@ -358,6 +324,14 @@ type queuedClient struct {
 }
 
 func (q *queuedClient) clientGone() { q.s.Cancel(q.tk, admission.ClientGone, time.Now()) }
+
+// recost charges an admitted request whose body had no length for what it
+// turned out to be: n bytes, as requestOf would have from a Content-Length.
+func (d *admitter) recost(tk *admission.Ticket, n int) {
+	if tk != nil {
+		d.s.SetCost(tk, costOf(n))
+	}
+}
 
 // release frees tk's slot; a ticket released already, or none, is left
 // alone.

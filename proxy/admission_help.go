@@ -11,4 +11,5 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_admission_admitted_total": "Requests admitted, by class and tenant (the first 32 tenants seen; the others are other).",
 	"vllm_router_admission_refused_total":  "Requests refused at admission, by class, tenant and reason (queue_full, shed, queue_timeout, client_gone: the client left while queued).",
 	"vllm_router_admission_queue_seconds":  "Time a request waited for admission, by class and tenant.",
+	"vllm_router_admission_tenant_bytes":   "Bytes the tenants with requests here take in admission's tables, at most 4 MiB; past it new tenants share the tenant (overflow).",
 })

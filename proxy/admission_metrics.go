@@ -41,6 +41,7 @@ func newAdmissionMetrics(set *metrics.Set) *admissionMetrics {
 // watch registers the gauges read from s's stats at each scrape.
 func (m *admissionMetrics) watch(s *admission.Scheduler) {
 	m.set.NewGauge("vllm_router_admission_limit", func() float64 { return float64(s.Stats().Limit) })
+	m.set.NewGauge("vllm_router_admission_tenant_bytes", func() float64 { return float64(s.Stats().TenantBytes) })
 	for i := range s.Classes().Len() {
 		name := s.Classes().Name(admission.Class(i))
 		class := func(f func(admission.ClassStats) int) func() float64 {

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -242,103 +241,6 @@ func TestAClientThatLeavesWhileQueuedFreesItsPlaceAtOnce(t *testing.T) {
 	}
 }
 
-// TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority: a
-// completion's class rank is the body's priority field at the worker (0
-// the highest, as vLLM reads it), whatever priority the client sent; a
-// route other than completions, and a replica without --engine-priority,
-// pass the body unchanged.
-func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
-	w := startFake(t, "w1")
-	bodies := make(chan string, 8)
-	w.Set(func(e *fakeworker.Exchange) {
-		bodies <- string(e.Body)
-		fakeworker.Default()(e)
-	})
-	send := func(r *testRouter, path, body, class string) string {
-		req, _ := http.NewRequest(http.MethodPost, r.url+path, strings.NewReader(body))
-		req.Header.Set("x-priority", class)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return <-bodies
-	}
-	cfg := classesConfig()
-	cfg.Admission.EnginePriority = true
-	r := startRouter(t, cfg, w)
-	for _, c := range []struct{ body, class, want string }{
-		{`{"model":"m","prompt":"hi"}`, "interactive", `"priority":1`},
-		{`{"model":"m","prompt":"hi","priority":-7}`, "bulk", `"priority":3`},
-		{` {"model":"m","prompt":"hi"}`, "system", `"priority":0`},
-	} {
-		got := send(r, "/v1/completions", c.body, c.class)
-		if !strings.Contains(got, c.want) || strings.Count(got, `"priority"`) != 1 {
-			t.Errorf("%s as %s reached the worker as %s; want one %s", c.body, c.class, got, c.want)
-		}
-	}
-	if got := send(r, "/v1/embeddings", `{"model":"m","input":"hi"}`, "bulk"); strings.Contains(got, "priority") {
-		t.Errorf("an embeddings body was given a priority: %s", got)
-	}
-	plain := startRouter(t, classesConfig(), w)
-	if got := send(plain, "/v1/completions", `{"model":"m","prompt":"hi"}`, "bulk"); strings.Contains(got, "priority") {
-		t.Errorf("without --engine-priority the body changed: %s", got)
-	}
-}
-
-func TestWithPriorityWritesOneValidField(t *testing.T) {
-	for in, want := range map[string]string{
-		`{}`:                                 `{"priority":2}`,
-		` { }`:                               ` {"priority":2 }`,
-		`{"a":1}`:                            `{"priority":2,"a":1}`,
-		`{"priority":-1,"a":1}`:              `{"a":1,"priority":2}`,
-		`{"priority":-1,"pri\u006frity":-2}`: `{"priority":2}`,
-	} {
-		got, ok := withPriority([]byte(in), 2)
-		if !ok || string(got) != want {
-			t.Errorf("withPriority(%s) = %s, %v; want %s", in, got, ok, want)
-		}
-	}
-	for _, in := range []string{`[1]`, ``, `{"priority":`, `"priority"`} {
-		if _, ok := withPriority([]byte(in), 2); ok {
-			t.Errorf("withPriority(%q) took a body that is not a JSON object", in)
-		}
-	}
-}
-
-// FuzzWithPriority: whatever a client sends, a body withPriority takes
-// comes out a JSON object with one priority, the rank, and every other
-// field of a valid object as it was.
-func FuzzWithPriority(f *testing.F) {
-	for _, s := range []string{`{}`, ` {"a":1}`, `{"priority":"x","b":[1,{"priority":2}]}`, `{"a":"\"priority\""}`, `[`, `{`,
-		`{"pri\u006frity":-9}`, `{"priority":-1,"priority":-2}`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		out, ok := withPriority(body, 3)
-		if !ok {
-			return
-		}
-		var in, got map[string]any
-		inValid := json.Unmarshal(body, &in) == nil && in != nil
-		if err := json.Unmarshal(out, &got); err != nil {
-			if inValid {
-				t.Fatalf("%q became %q, not JSON: %v", body, out, err)
-			}
-			return // a malformed body stays malformed, for the route's 400
-		}
-		if got["priority"] != float64(3) {
-			t.Fatalf("%q became %q: priority %v", body, out, got["priority"])
-		}
-		if inValid {
-			in["priority"] = float64(3)
-			if a, b := fmt.Sprint(in), fmt.Sprint(got); a != b {
-				t.Fatalf("%q became %q: fields changed", body, out)
-			}
-		}
-	})
-}
-
 // TestAHalfClosedClientStaysQueued: a client that shuts down its sending
 // side after its request (a FIN) but still reads is probed while queued,
 // not dropped: it reads the probe's interim 100 Continue, then its answer
@@ -387,5 +289,40 @@ func TestLendingIsItsOwnChoiceNotTheEnginePriority(t *testing.T) {
 			t.Errorf("engine priority %v, lend reserved %v: the scheduler lends %v, want %v",
 				tc.a.EnginePriority, tc.a.LendReserved, got, tc.lend)
 		}
+	}
+}
+
+// Without keys a stranger names its tenants: made up per request and held
+// in flight, they take the tenant tables no further than their budget
+// (vllm_router_admission_tenant_bytes says how far), and the rest share
+// the overflow tenant.
+func TestMadeUpTenantHeadersStayWithinTheTenantBudget(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(fakeworker.Hold())
+	cfg := classesConfig()
+	cfg.Admission.TenantHeader = "x-tenant"
+	const budget = 4 * (256 + 9)
+	cfg.Admission.MaxTenantBytes = budget
+	r := startRouter(t, cfg, w)
+	const n = 12
+	done := make(chan int, n)
+	for i := range n {
+		go func() { s, _ := postWith(t, r.url, "x-tenant", fmt.Sprintf("tenant-%02d", i)); done <- s }()
+	}
+	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == n }, "every request at the worker")
+	if got := metric(t, r, "vllm_router_admission_tenant_bytes"); got > budget || got == 0 {
+		t.Fatalf("vllm_router_admission_tenant_bytes %v, want at most the budget %d", got, budget)
+	}
+	w.Open()
+	for range n {
+		if s := <-done; s != http.StatusOK {
+			t.Fatalf("a request: %d", s)
+		}
+	}
+	if got := metric(t, r, `vllm_router_admission_admitted_total{class="default",tenant="(overflow)"}`); got != n-4 {
+		t.Fatalf("%v requests under the overflow tenant, want %d", got, n-4)
+	}
+	if got := metric(t, r, "vllm_router_admission_tenant_bytes"); got != 0 {
+		t.Fatalf("vllm_router_admission_tenant_bytes %v with nothing in flight", got)
 	}
 }

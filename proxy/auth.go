@@ -1,56 +1,40 @@
 package proxy
 
 import (
-	"bytes"
-	"crypto/sha256"
 	"sync/atomic"
 
-	"github.com/valyala/fasthttp"
+	"github.com/kvrouter/kvrouter/internal/credential"
 )
 
-// apiKeys are the bearer keys clients must present on the inference API
-// (--api-keys). They are kept as SHA-256 digests: a lookup compares digests
-// of fixed length, so its timing says nothing about the keys.
+// apiKeys are the keys clients must present on the inference API
+// (--api-keys), kept as their identities (credential.ID, a SHA-256): a
+// lookup compares digests of fixed length, so its timing says nothing
+// about the keys.
 type apiKeys struct {
-	digests atomic.Pointer[map[[32]byte]struct{}]
+	ids atomic.Pointer[map[credential.ID]struct{}]
 }
 
 // replace installs keys; none turns the check off.
 func (k *apiKeys) replace(keys []string) {
-	set := make(map[[32]byte]struct{}, len(keys))
+	set := make(map[credential.ID]struct{}, len(keys))
 	for _, key := range keys {
 		if key != "" {
-			set[sha256.Sum256([]byte(key))] = struct{}{}
+			set[credential.IDOf([]byte(key))] = struct{}{}
 		}
 	}
-	k.digests.Store(&set)
+	k.ids.Store(&set)
 }
 
 // enabled reports whether clients must present a key.
 func (k *apiKeys) enabled() bool {
-	set := k.digests.Load()
+	set := k.ids.Load()
 	return set != nil && len(*set) > 0
 }
 
-// allows reports whether an Authorization header carries one of the keys.
-func (k *apiKeys) allows(authorization []byte) bool {
-	token, ok := bearerToken(authorization)
-	if !ok {
-		return false
-	}
-	_, ok = (*k.digests.Load())[sha256.Sum256(token)]
+// holds reports whether id is one of the keys.
+func (k *apiKeys) holds(id credential.ID) bool {
+	_, ok := (*k.ids.Load())[id]
 	return ok
-}
-
-// bearerToken reads "Bearer <token>"; the scheme is case-insensitive (RFC
-// 9110, 11.1), as on the admin API.
-func bearerToken(authorization []byte) ([]byte, bool) {
-	const scheme = "bearer "
-	if len(authorization) <= len(scheme) || !bytes.EqualFold(authorization[:len(scheme)], []byte(scheme)) {
-		return nil, false
-	}
-	token := bytes.TrimSpace(authorization[len(scheme):])
-	return token, len(token) > 0
 }
 
 // SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
@@ -62,25 +46,25 @@ func (p *Proxy) SetAPIKeys(keys []string) { p.keys.replace(keys) }
 type AdminCredential interface {
 	// HasToken reports whether the admin API has a token (--admin-token).
 	HasToken() bool
-	// CarriesToken reports whether an Authorization header carries it.
-	CarriesToken(authorization []byte) bool
+	// IsToken reports whether a credential (as package credential reads
+	// it) is that token.
+	IsToken(token []byte) bool
 }
 
-// mayUse reports whether ctx's request carries what a route of this
-// access needs.
-func (p *Proxy) mayUse(ctx *fasthttp.RequestCtx, a access) bool {
-	authorization := ctx.Request.Header.Peek(fasthttp.HeaderAuthorization)
+// mayUse reports whether a request of caller c carries what a route of
+// this access needs.
+func (p *Proxy) mayUse(c *caller, a access) bool {
 	switch a {
 	case open:
 		return true
 	case keyedOrAdmin:
 		admin := p.deps.AdminToken
-		if admin != nil && admin.HasToken() && admin.CarriesToken(authorization) {
+		if admin != nil && admin.HasToken() && c.token != nil && admin.IsToken(c.token) {
 			return true
 		}
 		if !p.keys.enabled() {
 			return admin == nil || !admin.HasToken()
 		}
 	}
-	return !p.keys.enabled() || p.keys.allows(authorization)
+	return !p.keys.enabled() || c.verified
 }

@@ -39,7 +39,7 @@ func TestAPIKeysAreRequiredAndNeverReachWorkers(t *testing.T) {
 	w := startFake(t, "w1")
 	r := startRouter(t, Config{APIKeys: []string{"k-one", "k-two"}, APIKey: "worker-key"}, w)
 	for _, key := range []string{"", "wrong"} {
-		if resp, body := postKey(t, r.url, key); resp.StatusCode != 401 || !strings.Contains(body, `"error"`) || strings.Contains(body, key+"x") {
+		if resp, body := postKey(t, r.url, key); resp.StatusCode != 401 || !strings.Contains(body, `"error"`) || (key != "" && strings.Contains(body, key)) {
 			t.Fatalf("key %q: %d %s, want 401", key, resp.StatusCode, body)
 		}
 	}

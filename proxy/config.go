@@ -65,6 +65,11 @@ type Config struct {
 	// Tokenize asks the engines for prompts' token IDs, for routing on
 	// their KV events (tokenize.go); off by default.
 	Tokenize TokenizeConfig
+	// StoredResponseOwnerBytes bounds the owners of stored responses the
+	// replica remembers, in bytes (default
+	// DefaultStoredResponseOwnerBytes); past it the least recently used
+	// are forgotten, and found again by asking the workers.
+	StoredResponseOwnerBytes int64
 }
 
 // Edge holds the limits and timeouts of the client listener, each what a
@@ -93,17 +98,35 @@ type Edge struct {
 	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
 	MaxHeaderSize int
 	// MaxBufferedBodyBytes bounds the bytes of request bodies the replica
-	// holds at once, each from before it is read until its answer is
-	// written or its stream starts (--max-buffered-body-bytes, default
-	// 512 MiB, at least MaxPayloadSize); a body past it is answered 503
-	// with Retry-After before it is read.
+	// holds at once, each as it arrives (bodyintake.go) until its answer
+	// is written or its stream starts (--max-buffered-body-bytes, default
+	// 512 MiB, at least MaxPayloadSize); a body that has no room to grow
+	// is answered 503 with Retry-After (before it is read, when there is no
+	// room for its first 16 KiB).
 	MaxBufferedBodyBytes int64
+	// MaxBodyShare is the share of MaxBufferedBodyBytes one client keeps
+	// while others need room: one API key, or without keys one address (an
+	// IPv6 one by its /64), over all its connections (--max-body-share,
+	// default 0.5, in (0, 1]). A client uses what the others leave; when
+	// another needs room, the largest body still arriving of a client past
+	// its share is cut with 503 (bodybudget.go).
+	MaxBodyShare float64
+	// MinBodyRate is the rate, in bytes a second, at which a body must
+	// arrive on average once BodyRateGrace has passed (--min-body-rate,
+	// default 16 KiB/s); a body that falls behind is cut with 408 and its
+	// connection closed. Negative: no such rate.
+	MinBodyRate int
+	// BodyRateGrace is the time a body has before MinBodyRate applies,
+	// from when its reading begins (--body-rate-grace-secs, default 10 s).
+	// Negative: none.
+	BodyRateGrace time.Duration
 }
 
 // DefaultEdge returns the defaults of the client listener's limits.
 func DefaultEdge() Edge {
 	return Edge{HeaderReadTimeout: 30 * time.Second, BodyReadTimeout: 120 * time.Second, WriteTimeout: 60 * time.Second,
-		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10, MaxBufferedBodyBytes: 512 << 20}
+		IdleTimeout: 90 * time.Second, MaxConnections: 16384, MaxHeaderSize: 64 << 10, MaxBufferedBodyBytes: 512 << 20,
+		MaxBodyShare: 0.5, MinBodyRate: 16 << 10, BodyRateGrace: 10 * time.Second}
 }
 
 func (e Edge) withDefaults() Edge {
@@ -122,6 +145,15 @@ func (e Edge) withDefaults() Edge {
 	}
 	if e.MaxBufferedBodyBytes <= 0 {
 		e.MaxBufferedBodyBytes = d.MaxBufferedBodyBytes
+	}
+	if e.MaxBodyShare <= 0 || e.MaxBodyShare > 1 {
+		e.MaxBodyShare = d.MaxBodyShare
+	}
+	if e.MinBodyRate == 0 {
+		e.MinBodyRate = d.MinBodyRate
+	}
+	if e.BodyRateGrace == 0 {
+		e.BodyRateGrace = d.BodyRateGrace
 	}
 	return e
 }
@@ -153,7 +185,8 @@ func DefaultConfig() Config {
 		Edge:              DefaultEdge(),
 		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
 			KVFull: admission.DefaultKVFull},
-		Tokenize: TokenizeConfig{Timeout: DefaultTokenizeTimeout},
+		Tokenize:                 TokenizeConfig{Timeout: DefaultTokenizeTimeout},
+		StoredResponseOwnerBytes: DefaultStoredResponseOwnerBytes,
 	}
 }
 
@@ -187,5 +220,8 @@ func withDefaults(c Config) Config {
 		c.WorkerIdleTimeout = d.WorkerIdleTimeout
 	}
 	c.Edge = c.Edge.withDefaults()
+	if c.StoredResponseOwnerBytes <= 0 {
+		c.StoredResponseOwnerBytes = DefaultStoredResponseOwnerBytes
+	}
 	return c
 }

@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"io"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -17,9 +16,11 @@ import (
 //  1. key: 401 without the credential its route needs (access);
 //  2. size and headers: 413 for a Content-Length over --max-payload-size;
 //  3. admission: 429 (or 408 after queueing) on the routes that take a token;
-//  4. body: 503 with Retry-After when holding it would take the bodies held
-//     at once past --max-buffered-body-bytes; else it is read, and a body
-//     without a length (chunked) past --max-payload-size is a 413.
+//  4. body: read as it arrives, charged to --max-buffered-body-bytes for
+//     what arrived (bodyintake.go), fairly between clients
+//     (bodybudget.go): 503 with Retry-After when it has no room to grow,
+//     408 when it arrives too slowly or too late, 413 for a body without
+//     a length (chunked) past --max-payload-size.
 //
 // The server streams request bodies (StreamRequestBody), so steps 1 to 3
 // are decided on the headers alone: a refused request costs the router its
@@ -30,31 +31,35 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
-	tk, err := p.admitted(ctx, rt)
+	who := p.callerOf(ctx)
+	tk, err := p.admitted(ctx, rt, &who)
 	if err != nil {
 		p.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
 	}
-	held, buf, err := p.readBody(ctx)
+	client := clientOf(&who, ctx)
+	held, buf, err := p.readBody(ctx, client, tk)
 	if err != nil {
 		p.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
 	p.admission.stampPriority(ctx, tk)
-	return passed{held: held, buf: buf, ticket: tk}, true
+	return passed{held: held, client: client, buf: buf, ticket: tk, caller: who}, true
 }
 
 // passed is what a request that went through the door holds.
 type passed struct {
-	held   int64             // its body's share of the budget of bodies held
+	held   int64             // its body's share of the budget
+	client bodyClient        // who it is charged to of bodies held
 	buf    *[]byte           // the pooled buffer its body was read into; nil when none
 	ticket *admission.Ticket // its admission slot; nil on routes that take none
+	caller caller            // who it says it is
 }
 
 // served gives back what the request held once it was served: its share of
 // the budget and its body's buffer, which the request no longer names.
 func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
-	p.bodies.give(pass.held)
+	p.bodies.give(pass.client, pass.held)
 	if pass.buf != nil {
 		ctx.Request.SetBodyRaw(nil)
 		giveBody(pass.buf)
@@ -62,20 +67,23 @@ func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
-func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute) (*admission.Ticket, error) {
-	if err := p.headersAllow(ctx, rt); err != nil {
+func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*admission.Ticket, error) {
+	if err := p.headersAllow(ctx, rt, who); err != nil {
 		return nil, err
 	}
 	if rt.admits {
-		return p.admission.admit(p.ctx, ctx)
+		return p.admission.admit(p.ctx, ctx, who)
 	}
 	return nil, nil
 }
 
 // headersAllow runs the steps decided on the headers: the key, then the
 // announced size. The Expect: 100-continue handler runs them too.
-func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute) error {
-	if !p.mayUse(ctx, rt.access) {
+func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) error {
+	if !p.mayUse(who, rt.access) {
+		if who.ambiguous && p.keys.enabled() {
+			return errAmbiguousKey
+		}
 		return errUnauthorized
 	}
 	if ctx.Request.Header.ContentLength() > p.cfg.MaxPayloadSize {
@@ -97,7 +105,7 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 		ctx.SetConnectionClose()
 	}
 	switch {
-	case errors.Is(err, errUnauthorized):
+	case errors.Is(err, errNoKey):
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
 	case errors.Is(err, errBodiesHeld):
 		ctx.Response.Header.Set("Retry-After", "1")
@@ -109,6 +117,7 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 		ctx.SetStatusCode(statusClientGone)
 		p.metrics.disconnects.Inc()
 	}
+	p.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
 	if rt.metered != nil {
 		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
 		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
@@ -120,110 +129,53 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 	return ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0
 }
 
-// readBody reads the request's body, charged to the budget of bodies held
-// before a byte of it is read, and makes it the request's body (PostBody).
-// held is its share of the budget, buf the pooled buffer it was read into
-// (bodypool.go), nil when it has none.
-func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (held int64, buf *[]byte, err error) {
+// readBody reads the request's body (bodyintake.go), charged to the
+// budget of bodies held as it arrives, and makes it the request's body
+// (PostBody). held is its share of the budget, buf the pooled buffer it
+// was read into (bodypool.go), nil when it has none. A body of no length
+// (chunked) is charged to its admission for what it turned out to be.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
 	stream := ctx.RequestBodyStream()
 	n := ctx.Request.Header.ContentLength()
 	if stream == nil || n == 0 {
 		return 0, nil, nil
 	}
-	var body []byte
-	if n > 0 {
-		if !p.bodies.take(int64(n)) {
-			return 0, nil, p.bodiesHeld()
-		}
-		held = int64(n)
-		if p.pd == nil {
-			body, buf = takeBody(n)
-		} else {
-			body = make([]byte, n)
-		}
-		_, err = io.ReadFull(stream, body)
-	} else {
-		body, held, err = p.readChunked(stream)
-	}
+	in := p.intake(ctx, stream, client, n)
+	defer releaseIntake(in)
+	err = in.read()
+	held = int64(in.size)
 	if err != nil {
-		p.bodies.give(held)
-		giveBody(buf)
-		return 0, nil, bodyReadError(err)
+		p.bodies.give(in.client, held)
+		giveBody(in.buf)
+		return 0, nil, err
 	}
-	ctx.Request.SetBodyRaw(body)
-	return held, buf, nil
-}
-
-// readChunked reads a body of no announced length, growing its share of
-// the budget as it grows.
-func (p *Proxy) readChunked(stream io.Reader) (body []byte, held int64, err error) {
-	const step = 64 << 10
-	for {
-		if len(body) == cap(body) {
-			grow := min(max(cap(body), step), p.cfg.MaxPayloadSize+1-cap(body))
-			if !p.bodies.take(int64(grow)) {
-				return nil, held, p.bodiesHeld()
-			}
-			held += int64(grow)
-			body = append(body, make([]byte, grow)...)[:len(body)]
-		}
-		var n int
-		n, err = stream.Read(body[len(body):cap(body)])
-		body = body[:len(body)+n]
-		switch {
-		case len(body) > p.cfg.MaxPayloadSize:
-			return nil, held, p.tooLarge()
-		case err == io.EOF:
-			return body, held, nil
-		case err != nil:
-			return nil, held, err
-		}
+	if n < 0 {
+		p.admission.recost(tk, len(in.body))
 	}
+	ctx.Request.SetBodyRaw(in.body)
+	return held, in.buf, nil
 }
 
-// bodyReadError is what a body that could not be read is answered.
-func bodyReadError(err error) error {
-	var api *apiError
-	switch {
-	case errors.As(err, &api):
-		return err
-	case isTimeout(err):
-		return errorf(errBodyTimeout, "the request was not received in time")
-	}
-	return errorf(ErrBadRequest, "malformed HTTP request body")
+// intake is the reading of ctx's body, announced at n bytes (-1: none),
+// for client.
+func (p *Proxy) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyClient, n int) *intake {
+	e := p.cfg.Edge
+	in := intakes.Get().(*intake)
+	in.stream, in.ctx, in.budget, in.client, in.want, in.max = stream, ctx, p.bodies, client, n, p.cfg.MaxPayloadSize
+	in.pooled, in.rate, in.grace = p.pd == nil, float64(max(e.MinBodyRate, 0)), max(e.BodyRateGrace, 0)
+	in.start, in.end = time.Now(), ctx.Time().Add(e.BodyReadTimeout)
+	return in
 }
-
-func (p *Proxy) bodiesHeld() error {
-	return errorf(errBodiesHeld, "the router holds %d bytes of request bodies, its limit (--max-buffered-body-bytes); retry shortly",
-		p.bodies.limit)
-}
-
-// bodyBudget bounds the bytes of request bodies the router holds at once
-// (--max-buffered-body-bytes): each body takes its share before it is
-// read, and gives it back when the handler returns (its answer written, or
-// its stream started).
-type bodyBudget struct {
-	limit int64
-	held  atomic.Int64
-}
-
-// take reserves n bytes, or reports that they would pass the limit.
-func (b *bodyBudget) take(n int64) bool {
-	if b.held.Add(n) > b.limit {
-		b.held.Add(-n)
-		return false
-	}
-	return true
-}
-
-func (b *bodyBudget) give(n int64) { b.held.Add(-n) }
 
 var (
 	// errUnauthorized: a request without the credential its route needs.
-	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>")
+	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>, or x-api-key: <key>")
 	errNoKey        = errors.New("unauthorized")
+	// errAmbiguousKey: two different keys, one in each header.
+	errAmbiguousKey = errorf(errNoKey, "two different API keys, in Authorization and in x-api-key: send one")
 	// errBodiesHeld: the budget of request bodies is spent.
 	errBodiesHeld = errors.New("too many request bytes held")
-	// errBodyTimeout: the body did not arrive within --body-read-timeout-secs.
+	// errBodyTimeout: the body did not arrive within --body-read-timeout-secs,
+	// or fell behind --min-body-rate.
 	errBodyTimeout = errors.New("request body timed out")
 )

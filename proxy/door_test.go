@@ -22,10 +22,8 @@ import (
 // adminToken is an admin API token for the proxy's /metrics rule.
 type adminToken string
 
-func (a adminToken) HasToken() bool { return a != "" }
-func (a adminToken) CarriesToken(h []byte) bool {
-	return a != "" && string(h) == "Bearer "+string(a)
-}
+func (a adminToken) HasToken() bool            { return a != "" }
+func (a adminToken) IsToken(token []byte) bool { return a != "" && string(token) == string(a) }
 
 // serveProxyWith serves a proxy whose Deps adjust changes, in front of
 // workers, and returns its base URL.
@@ -203,18 +201,19 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 		t.Fatalf("the worker was sent %d inference requests, want the one admitted", n)
 	}
 
-	// A body that fills the budget is held open, half sent, while the next
-	// one arrives: 503 with Retry-After, before its body.
+	// A body that fills the budget (its first MiB sent, it holds its
+	// whole length) is held open while the next one arrives: 503 with
+	// Retry-After, before its body.
 	p, base := serveProxyWith(t, Config{MaxPayloadSize: 64 << 20, Edge: Edge{MaxBufferedBodyBytes: 64 << 20}}, nil, w)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := io.WriteString(conn, post("", 40<<20)+`"model":"m",`); err != nil {
+	if _, err := io.WriteString(conn, post("", 64<<20)+`"model":"m","prompt":"`+strings.Repeat("x", commitBytes)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 40<<20 }, "the first body to take its share of the budget")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 64<<20 }, "the first body to take its share of the budget")
 	if st, h := rawExchange(t, base, post("", 30<<20)); !strings.Contains(st, " 503 ") || !strings.Contains(h, "Retry-After: 1") {
 		t.Fatalf("past the budget of bodies held: %q %q, want 503 with Retry-After", st, h)
 	}
@@ -230,17 +229,7 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 func TestAChunkedBodyIsBoundedAsItIsRead(t *testing.T) {
 	w := startFake(t, "w1")
 	_, base := serveProxyWith(t, Config{MaxPayloadSize: 1 << 20}, nil, w)
-	send := func(body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", io.MultiReader(strings.NewReader(body)))
-		req.ContentLength = -1 // chunked
-		resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	send := func(body string) (int, string) { return postChunked(t, base, body) }
 	if status, body := send(completion("small", false)); status != http.StatusOK {
 		t.Fatalf("a small chunked body: %d %s", status, body)
 	}
@@ -304,4 +293,19 @@ func TestHeadEndsFollowsAHeadAcrossReads(t *testing.T) {
 			t.Errorf("%q: bad %v, want %v", tc.parts, h.bad, tc.bad)
 		}
 	}
+}
+
+// postChunked posts a completion body without a length (chunked) and
+// returns the answer's status and body.
+func postChunked(t *testing.T, base, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", io.MultiReader(strings.NewReader(body)))
+	req.ContentLength = -1 // chunked
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -14,6 +14,7 @@ import (
 // statusOf, the single place where errors meet HTTP.
 var (
 	ErrBadRequest      = errors.New("bad request")
+	ErrForbidden       = errors.New("forbidden") // the caller's key may not do what it asked
 	ErrTooLarge        = errors.New("request body too large")
 	ErrModelNotFound   = errors.New("model not found")
 	ErrNotFound        = errors.New("not found") // a stored response no worker holds for the caller
@@ -61,6 +62,8 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusBadRequest, "invalid_request_error"
 	case errors.Is(err, errNoKey):
 		return fasthttp.StatusUnauthorized, "invalid_request_error"
+	case errors.Is(err, ErrForbidden):
+		return fasthttp.StatusForbidden, "permission_error"
 	case errors.Is(err, errBodiesHeld):
 		return fasthttp.StatusServiceUnavailable, "service_unavailable"
 	case errors.Is(err, errBodyTimeout):
@@ -93,6 +96,8 @@ func errorType(err error) string {
 		return "bad_request"
 	case errors.Is(err, errNoKey):
 		return "unauthorized"
+	case errors.Is(err, ErrForbidden):
+		return "forbidden"
 	case errors.Is(err, errBodiesHeld):
 		return "bodies_held"
 	case errors.Is(err, errBodyTimeout):

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/credential"
 )
 
 // exchange is one client request on its way through the proxy, from the
@@ -64,6 +65,8 @@ type exchange struct {
 	routed    time.Time     // when its first worker was chosen: the door and the decision behind it
 
 	ticket      *admission.Ticket      // its admission slot, released by finish
+	caller      caller                 // who it says it is, as the door read it
+	responseID  string                 // the id the router chose for the response a POST /v1/responses makes
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
 }
@@ -122,10 +125,11 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		in.text = affinity.Text{in.text.AppendTo(nil)}
 	}
 	x.in = in
-	if x.ep == responses && p.keys.enabled() {
-		// The engine stores the key's fingerprint with the response, so
-		// that every replica can tell whose it is (stored.go).
-		if x.body, err = stampOwner(x.body, p.callerKey(x.ctx)); err != nil {
+	if x.ep == responses {
+		// The engine stores the seal of the response's id and the key
+		// with the response, so that every replica can tell whose it is
+		// (stored.go).
+		if err := p.stampOwner(x); err != nil {
 			return nil, err
 		}
 	}
@@ -346,7 +350,9 @@ func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
 	}
 	h.SetBytesV("x-request-id", x.id)
 	if p.keys.enabled() {
-		h.Del("Authorization") // the client's key is the router's, not the workers'
+		// the client's key is the router's, not the workers', in either form
+		h.Del(fasthttp.HeaderAuthorization)
+		h.Del(credential.APIKeyHeader)
 	}
 	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
 		h.Set("Authorization", p.bearer)

@@ -260,6 +260,8 @@ func TestEveryRequestEndsOnceWithOneLogLineAndOneSpan(t *testing.T) {
 				}
 				e.JSON(200, `{"id":"resp_1","object":"response"}`)
 			})
+			// made through the router, which learns its owner from the answer
+			r.send(t, "stored-made", "POST", "/v1/responses", `{"model":"m","input":"hi"}`, 200, "")
 			r.send(t, "stored", "GET", "/v1/responses/resp_1", "", 200, "")
 			r.send(t, "stored-streamed", "GET", "/v1/responses/resp_1?stream=true", "", 200, "")
 		}},

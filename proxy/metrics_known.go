@@ -22,7 +22,7 @@ func knownErrors() []knownError {
 	return []knownError{
 		own(ErrBadRequest), own(ErrTooLarge), own(ErrModelNotFound), own(ErrNoWorker), own(ErrTooManyRequests),
 		own(errQueueTimeout), own(ErrUpstream), own(ErrUpstreamTimeout), own(&abortError{ErrUpstream}),
-		own(errUnauthorized), own(errBodiesHeld), own(errBodyTimeout),
+		own(errUnauthorized), own(ErrForbidden), own(errBodiesHeld), own(errBodyTimeout),
 		{"client_disconnected", statusClientGone},
 		{"stream_cut", fasthttp.StatusOK},
 		{timedOut.errType, timedOut.status},

@@ -19,7 +19,7 @@ func TestEveryOwnErrorTypeIsKnownUpFront(t *testing.T) {
 	}
 	for _, err := range []error{ErrBadRequest, ErrTooLarge, ErrModelNotFound, ErrNoWorker, affinity.ErrNoCandidates,
 		ErrUpstream, ErrUpstreamTimeout, ErrTooManyRequests, ErrClientGone, errQueueTimeout, errAnswerTooLarge,
-		&abortError{ErrUpstream}} {
+		&abortError{ErrUpstream}, ErrForbidden} {
 		if typ := errorType(err); !slices.Contains(known, typ) {
 			t.Errorf("%v is counted as %q, which is not made at start", err, typ)
 		}

@@ -61,6 +61,12 @@ type Deps struct {
 	// saturation signal admission bounds the requests in flight by. nil:
 	// no such bound.
 	Engines func([]admission.Reading) []admission.Reading
+	// OwnerSecrets, when set, returns the secrets the tier shares (the
+	// gossip keyring, the primary first): a stored response's owner is
+	// sealed with the first and checked against all (ownerseal.go). nil,
+	// or none returned: a secret of this replica's own, and a response is
+	// found only through the replica that relayed it.
+	OwnerSecrets func() [][]byte
 }
 
 // Proxy serves the inference API of one replica.
@@ -77,8 +83,10 @@ type Proxy struct {
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
 	keys      apiKeys
-	bodies    bodyBudget // the request bodies held at once
+	bodies    *bodyBudget // the request bodies held at once
 	owners    *responseOwners
+	seal      *ownerSeal  // seals the owners of stored responses
+	refusals  *refusals   // every refusal, counted and logged
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
 	flights   flights     // the exchanges in flight
@@ -101,11 +109,14 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		deps.Health = allHealthy{}
 	}
 	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
-		owners: newResponseOwners()}
+		seal: newOwnerSeal(deps.OwnerSecrets)}
+	p.owners = newResponseOwners(p.cfg.StoredResponseOwnerBytes)
+	deps.Metrics.NewGauge("vllm_router_stored_response_owner_bytes", func() float64 { return float64(p.owners.held()) })
 	p.keys.replace(p.cfg.APIKeys)
+	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()
 	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics), p.watcher)
-	p.bodies.limit = p.cfg.Edge.MaxBufferedBodyBytes
+	p.bodies = newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)
 	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
 	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
@@ -263,6 +274,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x := p.newExchange(ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
+	x.caller = pass.caller
 	p.serveExchange(x, rt.plan)
 }
 
@@ -273,6 +285,7 @@ func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
 	ctx.SetConnectionClose()
 	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
+	p.refusals.refused(ctx, refusedConnection, fasthttp.StatusServiceUnavailable, "max_connections", true)
 }
 
 // CutOffReporter is a Health that can tell when this replica, not its
@@ -316,20 +329,31 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 	if ec := edgeOf(ctx.Conn()); ec != nil {
 		ec.lingerOnClose()
 	}
+	reason := p.serverRefusal(ctx, err)
+	p.refusals.refused(ctx, refusedBeforeRouting, ctx.Response.StatusCode(), reason, true)
+}
+
+// serverRefusal answers an error fasthttp met, and names it for the
+// refusals' count.
+func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, errBareLF):
 		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
+		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, p.tooLarge())
+		return errorType(ErrTooLarge)
 	case errors.As(err, &small):
 		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
 			fmt.Sprintf("request line and headers exceed the limit of %d bytes", p.cfg.Edge.MaxHeaderSize))
+		return "headers_too_large"
 	case isTimeout(err):
 		writeErrorStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
-	default:
-		writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
+		return "header_timeout"
 	}
+	writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
+	return errorType(ErrBadRequest)
 }
 
 func (p *Proxy) tooLarge() error {
@@ -342,9 +366,10 @@ func (p *Proxy) tooLarge() error {
 func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	rt := routeOf(ctx)
 	if rt == noRoute {
-		rt = &apiRoute{access: open} // perhaps the admin API's: only the size
+		rt = &apiRoute{name: noRoute.name, access: open} // perhaps the admin API's: only the size
 	}
-	if err := p.headersAllow(ctx, rt); err != nil {
+	who := p.callerOf(ctx)
+	if err := p.headersAllow(ctx, rt, &who); err != nil {
 		p.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
 		return ctx.Response.StatusCode()
 	}

@@ -28,16 +28,22 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+func (s *syncBuffer) lines(t *testing.T) []map[string]any { return s.messages(t, "request") }
+
+// messages are the JSON lines logged with msg.
+func (s *syncBuffer) messages(t *testing.T, msg string) []map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []map[string]any
 	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		if l == "" {
+			continue
+		}
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("log line %q: %v", l, err)
 		}
-		if m["msg"] == "request" {
+		if m["msg"] == msg {
 			out = append(out, m)
 		}
 	}

@@ -3,15 +3,12 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"strings"
-	"sync"
 
-	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/credential"
 )
 
 // A stored response of the Responses API lives on the worker that made it:
@@ -23,91 +20,29 @@ import (
 // The replica remembers the owner (worker and key) of every response it
 // relayed, by the id it found in that worker's own answer. A response some
 // other replica relayed is found by asking the workers, and the key must
-// travel with it: every replica stamps the key's fingerprint into the
-// request's metadata (ownerMetadataKey), the engine stores it with the
-// response and shows it on retrieval, and a replica accepts a worker's
-// answer as the owner only when it is that very response (its id) and
-// carries the caller's fingerprint. A worker that answers 200 to any id
-// therefore owns nothing it did not make for that key.
+// travel with it: every replica chooses the response's id (vLLM's
+// request_id) and writes into the request's metadata (ownerMetadataKey) a
+// seal of that id and the key (ownerseal.go), which no worker can make;
+// the engine stores it with the response and shows it on retrieval, and a
+// replica accepts a worker's answer as the owner only when it is that very
+// response (its id) and carries the seal of that id for the caller's key.
+// A worker that answers 200 to any id, with any seal it saw, therefore owns
+// nothing it did not make for that key.
 
-// maxStoredResponses bounds how many owners a replica remembers.
-const maxStoredResponses = 100_000
-
-// ownerMetadataKey is the metadata entry that carries the fingerprint of
-// the key that made a stored response.
+// ownerMetadataKey is the metadata entry that carries the seal of the key
+// that made a stored response.
 const ownerMetadataKey = "kvrouter_owner"
 
-// keyPrint is the fingerprint of a client's API key: the first 16 bytes of
-// a SHA-256 of the key under a label of its own, so it matches nothing
-// else derived from the key. The zero value is "no key" (--api-keys off).
-type keyPrint [16]byte
+// responseIDField is the body field vLLM takes a response's id from.
+const responseIDField = "request_id"
 
-func (k keyPrint) String() string { return hex.EncodeToString(k[:]) }
-
-// responseOwner is who a stored response belongs to.
-type responseOwner struct {
-	worker affinity.WorkerID
-	key    keyPrint
-}
-
-// responseOwners remembers which worker made which stored response for
-// which key: a map with a ring that evicts the oldest ids first.
-type responseOwners struct {
-	mu    sync.Mutex
-	owner map[string]responseOwner
-	ring  []string
-	next  int
-}
-
-func newResponseOwners() *responseOwners {
-	return &responseOwners{owner: map[string]responseOwner{}, ring: make([]string, maxStoredResponses)}
-}
-
-func (o *responseOwners) put(id string, w responseOwner) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if _, ok := o.owner[id]; ok {
-		o.owner[id] = w
-		return
+// callerKey is the identity of the key x's request presents, or the zero
+// ID when the API takes no keys.
+func callerKey(x *exchange) credential.ID {
+	if !x.caller.verified {
+		return credential.ID{}
 	}
-	if old := o.ring[o.next]; old != "" {
-		delete(o.owner, old)
-	}
-	o.ring[o.next], o.next = id, (o.next+1)%len(o.ring)
-	o.owner[id] = w
-}
-
-func (o *responseOwners) get(id string) (responseOwner, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	w, ok := o.owner[id]
-	return w, ok
-}
-
-func (o *responseOwners) forget(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.owner, id)
-}
-
-// callerKey is the fingerprint of the key ctx's request presents, or the
-// zero keyPrint when the API takes no keys.
-func (p *Proxy) callerKey(ctx *fasthttp.RequestCtx) keyPrint {
-	if !p.keys.enabled() {
-		return keyPrint{}
-	}
-	key, _ := bearerToken(ctx.Request.Header.Peek("Authorization"))
-	return keyPrintOf(key) // the door let only a key of --api-keys in
-}
-
-// keyPrintOf is the fingerprint of key.
-func keyPrintOf(key []byte) keyPrint {
-	h := sha256.New()
-	h.Write([]byte("kvrouter stored response owner\x00"))
-	h.Write(key)
-	var k keyPrint
-	copy(k[:], h.Sum(nil))
-	return k
+	return x.caller.id // the door let only a key of --api-keys in
 }
 
 // maxResponseIDLen bounds the ids the router learns.
@@ -182,17 +117,25 @@ func jsonMemberString(doc []byte, key string) ([]byte, bool) {
 }
 
 // learnOwner records the worker that answered a POST /v1/responses for
-// the caller's key, under the id of that answer.
+// the caller's key, under the id of that answer: the id the router chose,
+// or, from an engine that ignores request_id, one the replica does not
+// know yet (a worker that answers with another response's id takes
+// nothing from its owner).
 func (p *Proxy) learnOwner(x *exchange, w affinity.WorkerID, answer []byte) {
-	if id := responseID(answer); id != "" {
-		p.owners.put(id, responseOwner{worker: w, key: p.callerKey(x.ctx)})
+	id := responseID(answer)
+	switch owner := (responseOwner{worker: w, key: callerKey(x)}); {
+	case id == "":
+	case id == x.responseID:
+		p.owners.put(id, owner)
+	default:
+		p.owners.putNew(id, owner)
 	}
 }
 
 // ownerOf returns the worker that holds response id for the caller's key,
 // asking the workers of the final role in turn when this replica did not
 // relay it. ctx is the request's: a client that leaves ends the search.
-func (p *Proxy) ownerOf(ctx context.Context, id string, key keyPrint) (affinity.WorkerID, bool) {
+func (p *Proxy) ownerOf(ctx context.Context, id string, key credential.ID) (affinity.WorkerID, bool) {
 	if o, ok := p.owners.get(id); ok {
 		return o.worker, o.key == key
 	}
@@ -203,7 +146,7 @@ func (p *Proxy) ownerOf(ctx context.Context, id string, key keyPrint) (affinity.
 		if ctx.Err() != nil {
 			return 0, false
 		}
-		if body, err := p.get(ctx, m.Worker, "/v1/responses/"+id); err == nil && holdsResponse(body, id, key) {
+		if body, err := p.get(ctx, m.Worker, "/v1/responses/"+id); err == nil && p.holdsResponse(body, id, key) {
 			p.owners.put(id, responseOwner{worker: m.ID, key: key})
 			return m.ID, true
 		}
@@ -212,40 +155,74 @@ func (p *Proxy) ownerOf(ctx context.Context, id string, key keyPrint) (affinity.
 }
 
 // holdsResponse reports whether a worker's answer to GET /v1/responses/id
-// is that response, made for key.
-func holdsResponse(body []byte, id string, key keyPrint) bool {
+// is that response, sealed for key.
+func (p *Proxy) holdsResponse(body []byte, id string, key credential.ID) bool {
 	got, ok := jsonMemberString(body, "id")
 	if !ok || string(got) != id {
 		return false
-	}
-	if key == (keyPrint{}) {
-		return true
 	}
 	meta, ok := jsonMember(body, "metadata")
 	if !ok {
 		return false
 	}
-	print, ok := jsonMemberString(meta, ownerMetadataKey)
-	return ok && string(print) == key.String()
+	seal, ok := jsonMemberString(meta, ownerMetadataKey)
+	return ok && p.seal.holds(seal, id, key)
 }
 
-// stampOwner writes the fingerprint of the caller's key into the metadata
-// of a POST /v1/responses body, over any value the client gave it, so the
-// engine stores it with the response.
-func stampOwner(body []byte, key keyPrint) ([]byte, error) {
-	var parser fastjson.Parser
-	v, err := parser.ParseBytes(body)
-	if err != nil {
-		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+// stampOwner gives a POST /v1/responses body the response's id, chosen by
+// the router (request_id), and the seal of that id and the caller's key in
+// its metadata, each over any value the client gave it: every spelling of
+// the field is deleted first, so no parser, whether the first or the last
+// of duplicate keys wins, reads the client's. A metadata object that names
+// a key twice is a 400: vLLM keeps the last, and a client could otherwise
+// plant a seal behind the router's.
+func (p *Proxy) stampOwner(x *exchange) error {
+	if err := uniqueMetadata(x.body); err != nil {
+		return err
 	}
+	var parser fastjson.Parser
+	v, err := parser.ParseBytes(x.body)
+	if err != nil {
+		return errorf(ErrBadRequest, "malformed JSON body: %v", err)
+	}
+	x.responseID = newResponseID()
 	var a fastjson.Arena
+	setOnly(v, responseIDField, a.NewString(x.responseID))
 	meta := v.Get("metadata")
 	if meta == nil || meta.Type() != fastjson.TypeObject {
 		meta = a.NewObject()
-		v.Set("metadata", meta)
+		setOnly(v, "metadata", meta)
 	}
-	meta.Set(ownerMetadataKey, a.NewString(key.String()))
-	return v.MarshalTo(nil), nil
+	setOnly(meta, ownerMetadataKey, a.NewString(p.seal.seal(x.responseID, callerKey(x))))
+	x.body = v.MarshalTo(nil)
+	return nil
+}
+
+// setOnly makes val the one value of key in the object o.
+func setOnly(o *fastjson.Value, key string, val *fastjson.Value) {
+	for o.Get(key) != nil {
+		o.Del(key)
+	}
+	o.Set(key, val)
+}
+
+// uniqueMetadata refuses a body whose metadata object names a key twice.
+func uniqueMetadata(body []byte) error {
+	meta, ok := jsonMember(body, "metadata")
+	if !ok || len(meta) == 0 || meta[0] != '{' {
+		return nil
+	}
+	var keys keySet
+	_, err := jsonEachMember(meta, 0, 2, func(raw []byte, vs int) (int, error) {
+		if key, dup := keys.add(raw); dup {
+			return vs, duplicateKey("metadata", key)
+		}
+		return jsonSkipValue(meta, vs, 2)
+	})
+	if _, isAPI := err.(*apiError); err != nil && !isAPI {
+		return malformed(err)
+	}
+	return err
 }
 
 // storedResponseID reads the id of /v1/responses/{id}[/cancel|/input|/input_items].
@@ -269,7 +246,7 @@ func storedResponseID(path []byte) (string, bool) {
 func (p *Proxy) planStored(x *exchange) (*leg, error) {
 	id, _ := storedResponseID(x.ctx.Path())
 	p.begin(x)
-	owner, ok := p.ownerOf(&x.life, id, p.callerKey(x.ctx))
+	owner, ok := p.ownerOf(&x.life, id, callerKey(x))
 	switch {
 	case x.life.why() != nil:
 		return nil, x.life.why()
@@ -308,7 +285,7 @@ func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
 // stored response (previous_response_id): to the worker that holds it for
 // the caller's key, since no other worker could answer it.
 func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
-	owner, ok := p.ownerOf(&x.life, x.in.previous, p.callerKey(x.ctx))
+	owner, ok := p.ownerOf(&x.life, x.in.previous, callerKey(x))
 	if !ok {
 		if why := x.life.why(); why != nil {
 			return nil, why

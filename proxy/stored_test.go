@@ -17,10 +17,12 @@ import (
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
-// responseStore is a fake engine's store of responses, as the Responses
-// API keeps them: POST makes one (with the metadata it was given), GET
-// shows it, DELETE removes it, .../cancel and .../input_items answer for it,
-// and a continuation needs its previous response.
+// responseStore is a fake engine's store of responses, as vLLM's Responses
+// API keeps them: POST makes one under the request_id it was given (else
+// an id of its own) with the metadata it was given (a key named twice
+// keeps its last value, as Python's json does), GET shows it, DELETE
+// removes it, .../cancel and .../input_items answer for it, and a
+// continuation needs its previous response.
 type responseStore struct {
 	name string
 	mu   sync.Mutex
@@ -36,20 +38,20 @@ func (s *responseStore) serve(e *fakeworker.Exchange) {
 	path := e.Req.URL.Path
 	switch {
 	case e.Req.Method == http.MethodPost && path == "/v1/responses":
-		var req struct {
-			Metadata json.RawMessage `json:"metadata"`
-			Previous string          `json:"previous_response_id"`
-		}
-		_ = json.Unmarshal(e.Body, &req)
+		req := readCreate(e.Body)
 		if req.Previous != "" && s.get(req.Previous) == "" {
 			e.JSON(404, `{"error":{"message":"no such previous response"}}`)
 			return
 		}
 		meta := "{}"
-		if len(req.Metadata) > 0 {
-			meta = string(req.Metadata)
+		if req.Metadata != nil {
+			b, _ := json.Marshal(req.Metadata)
+			meta = string(b)
 		}
-		id := fmt.Sprintf("resp_%s%d", s.name, s.n.Add(1))
+		id := req.RequestID
+		if id == "" {
+			id = fmt.Sprintf("resp_%s%d", s.name, s.n.Add(1))
+		}
 		// spacing as Python's json.dumps writes it: "id": "resp_..."
 		obj := fmt.Sprintf(`{"id": %q, "object": "response", "status": "completed", "metadata": %s, "output": []}`, id, meta)
 		s.mu.Lock()
@@ -77,6 +79,21 @@ func (s *responseStore) serve(e *fakeworker.Exchange) {
 	default:
 		e.JSON(404, `{"error":{"message":"not found"}}`)
 	}
+}
+
+// createRequest is what a fake engine reads of a POST /v1/responses: a
+// key its metadata names twice keeps its last value, as Python's json
+// does.
+type createRequest struct {
+	Metadata  map[string]string `json:"metadata"`
+	Previous  string            `json:"previous_response_id"`
+	RequestID string            `json:"request_id"`
+}
+
+func readCreate(body []byte) createRequest {
+	var req createRequest
+	_ = json.Unmarshal(body, &req)
+	return req
 }
 
 func (s *responseStore) get(id string) string {
@@ -112,15 +129,40 @@ func createResponse(t *testing.T, url, key string) string {
 	return created.ID
 }
 
-// storeTier is two replicas (proxies that share nothing but the workers)
-// in front of two engines that keep stored responses.
+// storeTier is two replicas (proxies that share nothing but the workers
+// and the tier's secret) in front of two engines that keep stored
+// responses.
 func storeTier(t *testing.T, keys []string) (a, b *testRouter) {
 	t.Helper()
 	w1, w2 := startFake(t, "w1"), startFake(t, "w2")
 	w1.SetEvery(newResponseStore("w1").serve)
 	w2.SetEvery(newResponseStore("w2").serve)
 	cfg := Config{APIKeys: keys}
-	return startRouter(t, cfg, w1, w2), startRouter(t, cfg, w1, w2)
+	return startTierRouter(t, cfg, w1, w2), startTierRouter(t, cfg, w1, w2)
+}
+
+// tierSecrets are the secrets a test tier shares (its gossip keyring).
+func tierSecrets() [][]byte { return [][]byte{[]byte("0123456789abcdef")} }
+
+// startTierRouter is startRouter for a replica of a tier: it shares
+// tierSecrets.
+func startTierRouter(t *testing.T, cfg Config, workers ...*fakeworker.Worker) *testRouter {
+	t.Helper()
+	var ws []Worker
+	for i, w := range workers {
+		ws = append(ws, Worker{ID: affinity.WorkerID(i + 1), URL: w.URL, Role: RoleRegular})
+	}
+	return startTierRouterOf(t, cfg, ws)
+}
+
+// startTierRouterOf is startTierRouter in front of the workers ws.
+func startTierRouterOf(t *testing.T, cfg Config, ws []Worker) *testRouter {
+	t.Helper()
+	p, err := buildProxyWith(cfg, affinity.PolicyCacheAware, ws, func(d *Deps) { d.OwnerSecrets = tierSecrets })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveRouter(t, p)
 }
 
 // With --api-keys a stored response belongs to the key that made it, on
@@ -154,22 +196,31 @@ func TestAStoredResponseBelongsToTheKeyThatMadeIt(t *testing.T) {
 	}
 }
 
-// A client cannot claim another key's response by writing its fingerprint
-// into the metadata itself: the router writes it.
-func TestTheOwnerFingerprintIsTheRoutersToWrite(t *testing.T) {
+// A client cannot claim another key's response by writing an owner into
+// the metadata itself, nor choose the response's id: the router writes
+// both, over the client's.
+func TestTheOwnerIsTheRoutersToWrite(t *testing.T) {
 	a, b := storeTier(t, []string{"k1", "k2"})
-	forged := keyPrintOf([]byte("k1")).String()
-	body := fmt.Sprintf(`{"model":"m","input":"x","metadata":{%q:%q}}`, ownerMetadataKey, forged)
+	k1 := createResponse(t, a.url, "k1")
+	_, shown := callKey(t, "GET", a.url+"/v1/responses/"+k1, "k1", "")
+	var obj struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	_ = json.Unmarshal([]byte(shown), &obj)
+	body := fmt.Sprintf(`{"model":"m","input":"x","request_id":%q,"metadata":{%q:%q}}`, k1, ownerMetadataKey, obj.Metadata[ownerMetadataKey])
 	status, answer := callKey(t, "POST", a.url+"/v1/responses", "k2", body)
 	var created struct{ ID string }
-	if json.Unmarshal([]byte(answer), &created); status != 200 || created.ID == "" {
-		t.Fatalf("create: %d %s", status, answer)
+	if json.Unmarshal([]byte(answer), &created); status != 200 || created.ID == "" || created.ID == k1 {
+		t.Fatalf("create with k1's id and seal: %d %s", status, answer)
 	}
 	if status, _ := callKey(t, "GET", b.url+"/v1/responses/"+created.ID, "k1", ""); status != 404 {
-		t.Fatalf("k1 read k2's response by a forged fingerprint: %d", status)
+		t.Fatalf("k1 read k2's response by a copied seal: %d", status)
 	}
 	if status, _ := callKey(t, "GET", b.url+"/v1/responses/"+created.ID, "k2", ""); status != 200 {
 		t.Fatalf("k2 could not read its own response on the other replica: %d", status)
+	}
+	if status, body := callKey(t, "GET", b.url+"/v1/responses/"+k1, "k1", ""); status != 200 || !strings.Contains(body, k1) {
+		t.Fatalf("k1's response after k2 asked for its id: %d %s", status, body)
 	}
 }
 
@@ -180,10 +231,11 @@ func TestAWorkerThatAnswersAnyIDOwnsNothing(t *testing.T) {
 	liar.SetEvery(func(e *fakeworker.Exchange) {
 		e.JSON(200, `{"id":"resp_other","object":"response","status":"completed","metadata":{}}`)
 	})
-	maker.SetEvery(newResponseStore("maker").serve)
+	store := newResponseStore("maker")
+	maker.SetEvery(store.serve)
 	ws := []Worker{{ID: 1, URL: liar.URL, Role: RoleRegular}, {ID: 2, URL: maker.URL, Role: RoleRegular}}
-	a := startRouterWith(t, Config{}, "", affinity.PolicyCacheAware, ws)
-	b := startRouterWith(t, Config{}, "", affinity.PolicyCacheAware, ws)
+	a := startTierRouterOf(t, Config{}, ws)
+	b := startTierRouterOf(t, Config{}, ws)
 	var id string
 	for i := 0; id == "" && i < 50; i++ { // until the maker made one (the router picks the worker)
 		status, body := callKey(t, "POST", b.url+"/v1/responses", "", fmt.Sprintf(`{"model":"m","input":"prompt %d"}`, i))
@@ -191,7 +243,7 @@ func TestAWorkerThatAnswersAnyIDOwnsNothing(t *testing.T) {
 		if json.Unmarshal([]byte(body), &created); status != 200 {
 			t.Fatalf("create: %d %s", status, body)
 		}
-		if strings.HasPrefix(created.ID, "resp_maker") {
+		if store.get(created.ID) != "" {
 			id = created.ID
 		}
 	}

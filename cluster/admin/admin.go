@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -22,6 +21,7 @@ import (
 	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/cluster/statuspage"
+	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/store"
 )
 
@@ -231,9 +231,8 @@ func (a *Admin) authorize(ctx *fasthttp.RequestCtx) error {
 		}
 		return sameSite(ctx)
 	}
-	token, ok := bearerToken(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
-	got := sha256.Sum256(token)
-	if !ok || subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) != 1 {
+	token, ok := credential.Bearer(ctx.Request.Header.Peek(fasthttp.HeaderAuthorization))
+	if !ok || !a.IsToken(token) {
 		ctx.Response.Header.Set(fasthttp.HeaderWWWAuthenticate, `Bearer realm="router-admin"`)
 		return &statusError{http.StatusUnauthorized, "authentication_error",
 			"missing or wrong admin token (Authorization: Bearer <token>)"}
@@ -244,12 +243,12 @@ func (a *Admin) authorize(ctx *fasthttp.RequestCtx) error {
 // HasToken reports whether the admin API has a token (--admin-token).
 func (a *Admin) HasToken() bool { return a.cfg.Token != "" }
 
-// CarriesToken reports whether an Authorization header carries the admin
-// token, compared as authorize does.
-func (a *Admin) CarriesToken(authorization []byte) bool {
-	token, ok := bearerToken(authorization)
+// IsToken reports whether token, a credential as package credential reads
+// it, is the admin token: compared in constant time, over hashes so that
+// the length does not leak either.
+func (a *Admin) IsToken(token []byte) bool {
 	got := sha256.Sum256(token)
-	return a.HasToken() && ok && subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
+	return a.HasToken() && subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) == 1
 }
 
 // boundBody reads a streamed request body once the request is authorised,
@@ -277,14 +276,6 @@ func boundBody(ctx *fasthttp.RequestCtx, limit int) error {
 func tooLargeBody(n int) error {
 	return &statusError{http.StatusRequestEntityTooLarge, "invalid_request_error",
 		fmt.Sprintf("body of %d bytes exceeds %d", n, MaxBody)}
-}
-
-func bearerToken(header []byte) ([]byte, bool) {
-	const scheme = "bearer "
-	if len(header) <= len(scheme) || !strings.EqualFold(string(header[:len(scheme)]), scheme) {
-		return nil, false
-	}
-	return bytes.TrimSpace(header[len(scheme):]), true
 }
 
 // apply runs a write bounded by ApplyTimeout.

@@ -23,8 +23,9 @@ func admissionFlags() []cli.Flag {
 		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
 		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field"),
 		boolFlag("lend-reserved-slots", "let lower classes borrow unused --priority-reserved slots, the class taking them back over the engines' bound; for engines that preempt a running request for a higher-priority waiting one (vLLM v1 does not: there the class waits at the engine for a borrower to end)"),
-		sliceFlag("api-key-classes", "default class of an API key's requests, as KEY=class (repeatable)"),
-		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant (default: its API key)"),
+		sliceFlag("api-key-classes", "class of an API key's requests, as KEY=class (repeatable): the class of those that name none, and the highest any of them gets (a key without one is held to --priority-default-class); needs --api-keys"),
+		sliceFlag("api-key-tenants", "tenants an API key speaks for, as KEY=tenant (repeatable; several keys may share a tenant): its first is its requests' tenant, and --tenant-header may name any of them; needs --api-keys"),
+		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant: as sent without --api-keys; with them, one of the tenants --api-key-tenants gives the key (403 otherwise); default: the key's tenant"),
 		intFlag("tenant-max-inflight", a.TenantMaxInFlight, "ceiling of one tenant's requests in flight across the tier; 0: none"),
 		boolFlag("disable-tier-fairness", "share the engines between tenants by this replica's own requests only, ignoring the peers' queue reports"),
 		floatFlag("saturation-kv-usage", a.KVFull, "KV cache usage (0..1) at which an engine counts as full"),
@@ -57,6 +58,14 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 		}
 		a.KeyClasses[key] = class
 	}
+	a.KeyTenants = map[string][]string{}
+	for _, kv := range c.StringSlice("api-key-tenants") {
+		key, tenant, ok := strings.Cut(kv, "=")
+		if !ok || key == "" {
+			return fmt.Errorf("--api-key-tenants: want KEY=tenant")
+		}
+		a.KeyTenants[key] = append(a.KeyTenants[key], tenant)
+	}
 	a.TenantHeader = c.String("tenant-header")
 	a.TenantMaxInFlight = c.Int("tenant-max-inflight")
 	a.TierFair = !c.Bool("disable-tier-fairness")
@@ -66,5 +75,8 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 	if !(a.KVFull > 0 && a.KVFull <= 1) {
 		return fmt.Errorf("--saturation-kv-usage: want a share in (0, 1], got %v", a.KVFull)
 	}
-	return a.Validate()
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	return a.ValidateKeyed(p.APIKeys)
 }

@@ -305,7 +305,14 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.Edge = proxy.Edge{HeaderReadTimeout: seconds(c, "header-read-timeout-secs"), BodyReadTimeout: seconds(c, "body-read-timeout-secs"),
 		WriteTimeout: seconds(c, "write-timeout-secs"), IdleTimeout: seconds(c, "idle-timeout-secs"),
 		MaxConnections: c.Int("max-connections"), MaxHeaderSize: c.Int("max-header-size"),
-		MaxBufferedBodyBytes: c.Int64("max-buffered-body-bytes")}
+		MaxBufferedBodyBytes: c.Int64("max-buffered-body-bytes"), MaxBodyShare: c.Float64("max-body-share"),
+		MinBodyRate: c.Int("min-body-rate"), BodyRateGrace: seconds(c, "body-rate-grace-secs")}
+	if p.Edge.MinBodyRate == 0 {
+		p.Edge.MinBodyRate = -1 // the flag's 0 is none; the config's, the default
+	}
+	if p.Edge.BodyRateGrace == 0 {
+		p.Edge.BodyRateGrace = -1
+	}
 	return p
 }
 
@@ -328,11 +335,29 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 			return fmt.Errorf("--%s: must be positive", name)
 		}
 	}
-	if held, payload := c.Int64("max-buffered-body-bytes"), c.Int64("max-payload-size"); held < payload {
-		return fmt.Errorf("--max-buffered-body-bytes: %d is less than --max-payload-size %d: a body of the largest size could never be held", held, payload)
+	if err := bodyBudgetFlags(c); err != nil {
+		return err
 	}
 	if c.Float64("rate-limit-tokens-per-second") < 0 {
 		return fmt.Errorf("--rate-limit-tokens-per-second: must not be negative")
+	}
+	return nil
+}
+
+// bodyBudgetFlags refuses a budget of bodies held in which a body of the
+// largest size could never be read, a share that is none or more than all,
+// and negative rates.
+func bodyBudgetFlags(c *cli.Context) error {
+	held, payload, share := c.Int64("max-buffered-body-bytes"), c.Int64("max-payload-size"), c.Float64("max-body-share")
+	switch {
+	case held < payload:
+		return fmt.Errorf("--max-buffered-body-bytes: %d is less than --max-payload-size %d: a body of the largest size could never be held", held, payload)
+	case !(share > 0 && share <= 1):
+		return fmt.Errorf("--max-body-share: want a share in (0, 1], got %v", share)
+	case c.Int("min-body-rate") < 0:
+		return fmt.Errorf("--min-body-rate: must not be negative (0: no such rate)")
+	case c.Int("body-rate-grace-secs") < 0:
+		return fmt.Errorf("--body-rate-grace-secs: must not be negative")
 	}
 	return nil
 }

@@ -43,6 +43,15 @@ func TestServeRefusesBadEdgeFlagsNamingThem(t *testing.T) {
 		{[]string{"--api-keys", " , "}, "--api-keys"},
 		{[]string{"--max-buffered-body-bytes", "1048576"}, "--max-buffered-body-bytes"},
 		{[]string{"--rate-limit-tokens-per-second", "-1"}, "--rate-limit-tokens-per-second"},
+		{[]string{"--max-body-share", "0"}, "--max-body-share"},
+		{[]string{"--max-body-share", "1.5"}, "--max-body-share"},
+		{[]string{"--min-body-rate", "-1"}, "--min-body-rate"},
+		{[]string{"--body-rate-grace-secs", "-1"}, "--body-rate-grace-secs"},
+		{[]string{"--api-key-classes", "k1=bulk"}, "--api-key-classes"},
+		{[]string{"--api-key-tenants", "k1=acme"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1=a b"}, "--api-key-tenants"},
+		{[]string{"--api-keys", "k1", "--tenant-header", "x-tenant"}, "--tenant-header"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,15 +29,17 @@ func callAs(t *testing.T, key, method, u, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// TestEndToEndAStoredResponseIsItsKeysOnEveryReplica: two replicas in
-// front of the same workersims, with --api-keys; a response made with one
-// key through one replica is that key's through either replica, and no
-// other key's, whatever it asks.
+// TestEndToEndAStoredResponseIsItsKeysOnEveryReplica: two replicas of a
+// tier (one gossip key, the secret their owner seals share) in front of
+// the same workersims, with --api-keys; a response made with one key
+// through one replica is that key's through either replica, and no other
+// key's, whatever it asks.
 func TestEndToEndAStoredResponseIsItsKeysOnEveryReplica(t *testing.T) {
 	router, workersim := binaries(t)
 	_, w0 := startWorkersim(t, workersim, "w0")
 	_, w1 := startWorkersim(t, workersim, "w1")
-	args := []string{"--worker-urls", w0 + "," + w1, "--api-keys", "key-one,key-two"}
+	args := []string{"--worker-urls", w0 + "," + w1, "--api-keys", "key-one,key-two",
+		"--gossip-key", base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))}
 	replicas := []string{startRouterProcess(t, router, args...), startRouterProcess(t, router, args...)}
 	status, body := callAs(t, "key-one", "POST", replicas[0]+"/v1/responses",
 		`{"model":"sim-model","input":"my secret","max_output_tokens":4,"metadata":{"app":"e2e"}}`)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"time"
@@ -34,6 +35,7 @@ type responsesRequest struct {
 	instructions    string
 	hasInstructions bool
 	previousID      string
+	requestID       string // the id to give the response (vLLM's request_id), "" for one of the worker's own
 	metadata        []byte // the metadata object as given (compacted), nil when absent
 	maxOutput       int    // max_output_tokens as given, 0 when absent
 	stream          bool
@@ -70,7 +72,7 @@ func (s *server) responsesJob(parser *fastjson.Parser, body []byte) (job, error)
 	r := &responsesRenderer{
 		s: s, input: req.input, history: history, maxTokens: maxTokens,
 		meta: responseMeta{
-			id: s.responseID(), created: time.Now().Unix(), model: req.model,
+			id: cmp.Or(req.requestID, s.responseID()), created: time.Now().Unix(), model: req.model,
 			instructions: req.instructions, hasInstructions: req.hasInstructions,
 			maxOutput: req.maxOutput, previousID: req.previousID, store: req.store, background: req.background,
 			metadata: req.metadata,
@@ -107,6 +109,11 @@ func (s *server) parseResponses(p *fastjson.Parser, body []byte) (responsesReque
 		},
 		func(v *fastjson.Value) (err error) {
 			req.previousID, _, err = optionalString(v, "previous_response_id")
+			return err
+		},
+		func(v *fastjson.Value) (err error) {
+			// vLLM's request_id names the response it makes, as given
+			req.requestID, _, err = optionalString(v, "request_id")
 			return err
 		},
 		func(v *fastjson.Value) (err error) {

@@ -109,6 +109,19 @@ func TestResponsesAnswerAResponseObjectNamingTheWorker(t *testing.T) {
 	}
 }
 
+// A request_id names the response it makes, as vLLM takes it: the router
+// chooses a stored response's id so that it can seal its owner.
+func TestARequestIDNamesTheResponse(t *testing.T) {
+	w := startWorker(t, testConfig())
+	o := w.respond(`{"model":"sim-model","input":"hello","request_id":"resp_chosen1","metadata":{"kvrouter_owner":"s"}}`, http.StatusOK)
+	if o.ID != "resp_chosen1" {
+		t.Fatalf("id %q, want the request_id", o.ID)
+	}
+	if got := w.stored(http.MethodGet, "resp_chosen1", "", http.StatusOK); got.ID != "resp_chosen1" {
+		t.Fatalf("stored as %q", got.ID)
+	}
+}
+
 // TestPreviousResponseContinuesTheConversationFromThePrefixCache: a continuation's prompt is the
 // stored conversation (input and output) followed by the new input, so it finds the earlier
 // turn in the prefix cache; the instructions are its own.

@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/internal/credential"
+)
+
+// A tenant is who fairness is between (admission's deficit round robin,
+// --tenant-max-inflight). With --api-keys it is decided by the key, never
+// by what a request says of itself: a key's tenants are the ones
+// --api-key-tenants gives it (several keys may share one, an organisation
+// with many keys), and a tenant header may choose among them, as a gateway
+// that holds one key for several teams does; naming any other tenant is a
+// 403. Otherwise one key could make another key's tenant wait, or name a
+// new tenant per request and pass --tenant-max-inflight. Without keys a
+// request is nobody in particular, and the header is taken as sent.
+
+// maxTenantBytes bounds a tenant's name.
+const maxTenantBytes = 64
+
+// keyTenants resolves a request's tenant.
+type keyTenants struct {
+	header string                     // --tenant-header; "" for none
+	byKey  map[credential.ID][]string // --api-key-tenants, the key's own first
+}
+
+func newKeyTenants(header string, tenants map[string][]string) keyTenants {
+	t := keyTenants{header: header, byKey: map[credential.ID][]string{}}
+	for key, names := range tenants {
+		t.byKey[credential.IDOf([]byte(key))] = names
+	}
+	return t
+}
+
+// tenantOf is the request's tenant (see above).
+func (d *admitter) tenantOf(h *fasthttp.RequestHeader, who *caller) (string, error) {
+	named, err := d.tenants.named(h)
+	if err != nil || !who.verified {
+		return unkeyedTenant(named, who), err
+	}
+	own := d.tenants.byKey[who.id]
+	switch {
+	case named == "" && len(own) > 0:
+		return own[0], nil
+	case named == "":
+		return who.keyTenant(), nil
+	case slices.Contains(own, named):
+		return named, nil
+	}
+	return "", errorf(ErrForbidden, "%s: this API key may not name the tenant %q%s", d.tenants.header, named, mayName(own))
+}
+
+// unkeyedTenant is the tenant of a request the API takes without a key:
+// the header's, else its credential's, else "anonymous".
+func unkeyedTenant(named string, who *caller) string {
+	switch {
+	case named != "":
+		return named
+	case who.hasKey():
+		return who.keyTenant()
+	}
+	return "anonymous"
+}
+
+// mayName says which tenants a key may name, for its 403.
+func mayName(own []string) string {
+	if len(own) == 0 {
+		return " (--api-key-tenants gives it none)"
+	}
+	return " (--api-key-tenants gives it " + strings.Join(own, ", ") + ")"
+}
+
+// named is the tenant the request's header names, "" when none; a value
+// too long or not printable is a 400.
+func (t keyTenants) named(h *fasthttp.RequestHeader) (string, error) {
+	if t.header == "" {
+		return "", nil
+	}
+	v := h.Peek(t.header)
+	if len(v) == 0 {
+		return "", nil
+	}
+	if !validTenant(v) {
+		return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", t.header, maxTenantBytes)
+	}
+	return string(v), nil
+}
+
+func validTenant(v []byte) bool { return len(v) <= maxTenantBytes && printableLabel(v) }
+
+// validKeyTenants refuses --api-key-tenants entries that name no key or a
+// tenant no header could name.
+func validKeyTenants(tenants map[string][]string) error {
+	for key, names := range tenants {
+		for _, name := range names {
+			if key == "" || name == "" || !validTenant([]byte(name)) {
+				return fmt.Errorf("--api-key-tenants: %q is not KEY=tenant with a tenant of at most %d letters, digits and . _ : -",
+					name, maxTenantBytes)
+			}
+		}
+	}
+	return nil
+}
+
+func printableLabel(v []byte) bool {
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
