@@ -220,6 +220,9 @@ func BenchmarkParseInference(b *testing.B) {
 	for _, size := range benchSizes {
 		benchParse(b, "agent/"+sizeName(size), chatCompletions, benchAgentChatBody(size))
 	}
+	for _, size := range benchSizes {
+		benchParse(b, "agent-messages/"+sizeName(size), messages, benchAgentMessagesBody(size))
+	}
 }
 
 func benchParse(b *testing.B, name string, ep *endpoint, body []byte) {
@@ -250,6 +253,24 @@ func benchTools(n int) string {
 	return s.String()
 }
 
+// benchAgentMessagesBody is benchAgentChatBody's agent on Anthropic's
+// Messages API.
+func benchAgentMessagesBody(size int) []byte {
+	var s strings.Builder
+	tools := strings.NewReplacer(`{"type":"function","function":`, ``, `"parameters"`, `"input_schema"`, `}}},`, `}},`).
+		Replace(benchTools(20) + ",")
+	s.WriteString(`{"model":"m","max_tokens":16,"system":"You are a careful coding agent. Use the tools.","tools":[` +
+		strings.TrimSuffix(tools, ",") + `],"messages":[{"role":"user","content":"Fix the failing test in the parser package."}`)
+	result := strings.Repeat("ok 1 parser 0.02s\\nFAIL parse_test.go:12 want 3 got 4\\n", 20)
+	for turn := 0; s.Len() < size; turn++ {
+		fmt.Fprintf(&s, `,{"role":"assistant","content":[{"type":"tool_use","id":"toolu_%d","name":"tool_%d",`+
+			`"input":{"path":"parse_%d.go"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_%d",`+
+			`"content":"%s"}]}`, turn, turn%20, turn, turn, result)
+	}
+	s.WriteString(`]}`)
+	return []byte(s.String())
+}
+
 // benchAgentChatBody is a chat request of about size bytes: twenty tools,
 // a system prompt, a task, then turns of a tool call and its result.
 func benchAgentChatBody(size int) []byte {
@@ -257,7 +278,7 @@ func benchAgentChatBody(size int) []byte {
 	s.WriteString(`{"model":"m","max_tokens":16,"tools":[` + benchTools(20) + `],"messages":[` +
 		`{"role":"system","content":"You are a careful coding agent. Use the tools."},` +
 		`{"role":"user","content":"Fix the failing test in the parser package."}`)
-	result := strings.Repeat("ok 1 parser 0.02s\nFAIL parse_test.go:12 want 3 got 4\n", 20)
+	result := strings.Repeat("ok 1 parser 0.02s\\nFAIL parse_test.go:12 want 3 got 4\\n", 20)
 	for turn := 0; s.Len() < size; turn++ {
 		fmt.Fprintf(&s, `,{"role":"assistant","content":null,"tool_calls":[{"id":"call_%d","type":"function",`+
 			`"function":{"name":"tool_%d","arguments":"{\"path\":\"parse_%d.go\"}"}}]},`+
