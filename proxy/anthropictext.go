@@ -13,7 +13,8 @@ import (
 //	role\n{blocks in order}\n                     each message
 //
 // where a text block is its text, an image its digest (appendDigest), a
-// tool_use "<tool_call:name>{input}</tool_call>" and a tool_result
+// tool_use "<tool_call:name>{input}</tool_call>" (no input, or null, is
+// {}: vLLM takes it so, and some engines answer so) and a tool_result
 // "<tool_result>{its text and images}</tool_result>". A system block that
 // starts with x-anthropic-billing-header is left out: Claude Code puts a
 // hash of each request there, and vLLM leaves it out of the prompt for
@@ -21,7 +22,8 @@ import (
 //
 // The route reads strictly, as Anthropic's API does: a block that is not
 // an object or names no type, a text block without text, an image without
-// its source, a tool_use without id, name and input, a tool_result that
+// its source, a tool_use without id and name or with an input that is not
+// an object, a tool_result that
 // answers no tool_use of the message before it are refused with a 400,
 // and nothing is forwarded that the router could not read. A block of a
 // type the router does not know (thinking, document, a server tool's, the
@@ -301,10 +303,14 @@ func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error 
 	if !r.isString(f[blockID]) || !r.isString(f[blockName]) {
 		return errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
 	}
-	if !r.isObject(f[blockInput]) {
+	input := f[blockInput]
+	switch {
+	case !input.present() || r.b[input.start] == 'n':
+		input = span{} // no input is none, {}, as vLLM takes it
+	case !r.isObject(input):
 		return errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
 	}
-	r.appendCall(f[blockName], f[blockInput])
+	r.appendCall(f[blockName], input)
 	r.ids[1] = append(r.ids[1], r.b[f[blockID].start+1:f[blockID].end-1])
 	return nil
 }

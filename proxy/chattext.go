@@ -265,9 +265,12 @@ func (r *bodyReader) appendCall(name, arguments span) {
 	r.text = append(r.text, "<tool_call:"...)
 	r.appendStringAt(name)
 	r.text = append(r.text, '>')
-	if r.isObject(arguments) {
+	switch {
+	case r.isObject(arguments):
 		r.appendCompact(arguments)
-	} else {
+	case r.ep.kind == kindMessages: // a tool_use without input
+		r.text = append(r.text, "{}"...)
+	default:
 		r.appendStringAt(arguments)
 	}
 	r.text = append(r.text, "</tool_call>"...)

@@ -191,6 +191,7 @@ var badMessages = map[string]string{
 	"tool_use without an id":     `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","name":"f","input":{}}]}]}`,
 	"tool_use without a name":    `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","input":{}}]}]}`,
 	"tool_use input a string":    `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":"{}"}]}]}`,
+	"tool_use input an array":    `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":[]}]}]}`,
 	"tool_result with no use":    `{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"42"}]}]}`,
 	"tool_result of another use": `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t2"}]}]}`,
 	"tool_result two turns late": `{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},{"role":"user","content":"wait"},{"role":"assistant","content":"ok"},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"}]}]}`,
@@ -261,6 +262,8 @@ var agreeMessagesBodies = []string{
 	`{"model":"m","system":[{"type":"text","text":"x-anthropic-billing-header: x"}],"messages":[{"role":"user","content":[{"type":"mystery"}]}]}`,
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f"}},{"type":"image","source":{"type":"new_kind"}}]}]}`,
 	`{"model":"m","metadata":{"user_id":"a","user_id":"b"},"messages":[]}`,
+	`{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f"},{"type":"tool_use","id":"t2","name":"g","input":null}]},` +
+		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"},{"type":"tool_result","tool_use_id":"t2"}]}]}`,
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"a","url":"b"}}]}]}`,
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"document","source":{"type":"x","type":"y"}}]}]}`,
 }

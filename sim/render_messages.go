@@ -112,11 +112,14 @@ func appendBlock(dst []byte, b *fastjson.Value, ids, before [][]byte, nested boo
 		dst, err = appendImage(dst, b.Get("source"))
 	case nested:
 	case t == "tool_use":
-		input := b.Get("input")
-		if !isString(b.Get("id")) || !isString(b.Get("name")) || input == nil || input.Type() != fastjson.TypeObject {
-			return dst, ids, fmt.Errorf("%w: a tool_use needs a string id and name and an input object", ErrRender)
+		input, none := b.Get("input"), []byte("{}") // no input, or null, is none, as vLLM takes it
+		if !isString(b.Get("id")) || !isString(b.Get("name")) || input != nil && input.Type() != fastjson.TypeObject && input.Type() != fastjson.TypeNull {
+			return dst, ids, fmt.Errorf("%w: a tool_use needs a string id and name, and an input object if any", ErrRender)
 		}
-		dst = AppendToolCall(dst, b.GetStringBytes("name"), input.MarshalTo(nil))
+		if input != nil && input.Type() == fastjson.TypeObject {
+			none = input.MarshalTo(nil)
+		}
+		dst = AppendToolCall(dst, b.GetStringBytes("name"), none)
 		ids = append(ids, b.GetStringBytes("id"))
 	case t == "tool_result":
 		dst, err = appendToolResult(dst, b, before)
