@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -28,22 +27,8 @@ func anthropicBody(text string, stream bool) string {
 // the status, the headers and the body.
 func postMessages(t *testing.T, url, path, body string, headers ...string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	resp, b := post(t, url, path, body, headers...)
+	return resp.StatusCode, resp.Header, b
 }
 
 // anthropicErrorOf reads an error body in Anthropic's shape; ok is false
@@ -130,16 +115,17 @@ func TestTheRoutersOwnErrorsOnTheMessagesAPIAreInAnthropicsShape(t *testing.T) {
 	}
 }
 
-// The door admits the Messages API as every generation: a full queue is a
-// 429, a request that waited too long a 408, both in Anthropic's shape.
+// The door admits the Messages API as every generation, by class and
+// tenant: with its one slot taken, a full queue is a 429, a request that
+// waited too long a 408, both in Anthropic's shape.
 func TestTheDoorRefusesAMessagesRequestInAnthropicsShape(t *testing.T) {
 	w := startFake(t, "w1")
 	w.Set(fakeworker.Hold())
 	cfg := classesConfig()
+	cfg.Admission.Capacity, cfg.Admission.RefillPerSec = 1, 1e6
 	cfg.Admission.QueueSize = 1
 	cfg.Admission.QueueTimeout = 300 * time.Millisecond
-	r := startSaturated(t, cfg, w)
-	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engines' limit")
+	r := startRouter(t, cfg, w)
 	first := make(chan int, 1)
 	go func() { s, _, _ := postMessages(t, r.url, "/v1/messages", anthropicBody("one", false)); first <- s }()
 	testwait.Eventually(t, waitDeadline, func() bool { return int(w.Inference.Load()) == 1 }, "the first request at the worker")
@@ -296,20 +282,9 @@ func TestTheClientsKeyDoesNotReachTheWorker(t *testing.T) {
 	}
 }
 
-func TestAnthropicErrorTypesFollowTheStatus(t *testing.T) {
-	for status, want := range map[int]string{400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-		404: "not_found_error", 408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error", 431: "invalid_request_error",
-		500: "api_error", 502: "api_error", 503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"} {
-		if got := anthropicErrorType(status); got != want {
-			t.Errorf("%d: %s, want %s", status, got, want)
-		}
-	}
-	for path, want := range map[string]bool{"/v1/messages": true, "/v1/messages/count_tokens": true, "/v1/messages/batches/x": true,
-		"/v1/messagesx": false, "/v1/chat/completions": false, "/v1/message": false} {
-		if speaksAnthropic([]byte(path)) != want {
-			t.Errorf("%s speaks Anthropic: %v", path, !want)
-		}
-	}
+// A stream the router cuts on the Messages API ends with an event named
+// error, in Anthropic's shape; elsewhere with OpenAI's data event.
+func TestTheErrorEventOfACutStreamIsInTheRoutesShape(t *testing.T) {
 	event := sseErrorEvent([]byte("/v1/messages"), errorf(ErrUpstream, "the worker died"))
 	sc := bufio.NewScanner(strings.NewReader(string(event)))
 	var lines []string
@@ -319,8 +294,8 @@ func TestAnthropicErrorTypesFollowTheStatus(t *testing.T) {
 	if typ, _, ok := anthropicErrorOf(strings.TrimPrefix(lines[1], "data: ")); len(lines) != 3 || lines[0] != "event: error" || !ok || typ != "api_error" {
 		t.Fatalf("the error event: %q", event)
 	}
-	if !errors.Is(errorf(ErrUpstream, "x"), ErrUpstream) {
-		t.Fatal("errorf does not wrap")
+	if event := sseErrorEvent([]byte("/v1/chat/completions"), errorf(ErrUpstream, "x")); !strings.HasPrefix(string(event), `data: {"error":{`) {
+		t.Fatalf("chat's error event: %q", event)
 	}
 }
 

@@ -101,18 +101,7 @@ func (r *bodyReader) systemBlocks(vs int) error {
 // anthropicMessages renders the messages of a Messages API request, the
 // array at vs: each message is its role, its blocks and a newline.
 func (r *bodyReader) anthropicMessages(vs int) (int, error) {
-	if vs >= len(r.b) || r.b[vs] != '[' {
-		ve, err := jsonSkipValue(r.b, vs, 1)
-		if err != nil {
-			return ve, err
-		}
-		return ve, errorf(ErrBadRequest, "field messages must be an array")
-	}
-	n := 0
-	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
-		n++
-		return r.anthropicMessage(ms, n-1)
-	})
+	return r.eachMessage(vs, r.anthropicMessage)
 }
 
 // anthropicMessage renders messages[n], which starts at ms: its role, a

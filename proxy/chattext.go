@@ -69,7 +69,11 @@ func (r *bodyReader) tools(vs int) (int, error) {
 
 // messages renders chat messages, the array at vs: each message is its
 // role, its content, its tool calls and a newline (see message).
-func (r *bodyReader) messages(vs int) (int, error) {
+func (r *bodyReader) messages(vs int) (int, error) { return r.eachMessage(vs, r.message) }
+
+// eachMessage reads the messages array at vs with message, which is given
+// each message's start and index.
+func (r *bodyReader) eachMessage(vs int, message func(ms, n int) (int, error)) (int, error) {
 	if vs >= len(r.b) || r.b[vs] != '[' {
 		ve, err := jsonSkipValue(r.b, vs, 1)
 		if err != nil {
@@ -80,7 +84,7 @@ func (r *bodyReader) messages(vs int) (int, error) {
 	n := 0
 	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
 		n++
-		return r.message(ms, n-1)
+		return message(ms, n-1)
 	})
 }
 

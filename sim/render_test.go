@@ -63,28 +63,31 @@ func TestRenderRefusesWrongShapes(t *testing.T) {
 	}
 }
 
-func TestAppendChatRequestJSONRendersToolsThenCalls(t *testing.T) {
-	req := fastjson.MustParse(`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",` +
-		`"function":{"name":"read","arguments":"{\"path\":\"a\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],` +
-		`"tools":[{"type": "function", "function": {"name": "read"}}]}`)
-	got, err := AppendChatRequestJSON(nil, req)
-	want := "tools\n{\"type\":\"function\",\"function\":{\"name\":\"read\"}}\n" +
-		"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\ntool\nok\n"
-	if err != nil || string(got) != want {
-		t.Fatalf("AppendChatRequestJSON = %q, %v; want %q", got, err, want)
-	}
-}
-
-func TestAppendMessagesJSONRendersAnAgentsTurn(t *testing.T) {
-	req := fastjson.MustParse(`{"system":[{"type":"text","text":"x-anthropic-billing-header: h"},{"type":"text","text":"Be brief."}],` +
-		`"tools":[{"name":"read","input_schema":{}}],"messages":[{"role":"user","content":"Read a."},` +
-		`{"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"t1","name":"read","input":{"path": "a"}}]},` +
-		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}]}]}]}`)
-	got, err := AppendMessagesJSON(nil, req)
-	want := "tools\n{\"name\":\"read\",\"input_schema\":{}}\nsystem\nBe brief.\nuser\nRead a.\n" +
-		"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\nuser\n<tool_result>ok</tool_result>\n"
-	if err != nil || string(got) != want {
-		t.Fatalf("AppendMessagesJSON = %q, %v; want %q", got, err, want)
+// An agent's requests render their tools first, as JSON compacted, then the messages with their
+// calls and results, on chat completions and Anthropic's Messages API alike.
+func TestAnAgentsRequestsRenderToolsThenCallsAndResults(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		render func([]byte, *fastjson.Value) ([]byte, error)
+		req    string
+		want   string
+	}{
+		{"chat", AppendChatRequestJSON, `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",` +
+			`"function":{"name":"read","arguments":"{\"path\":\"a\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],` +
+			`"tools":[{"type": "function", "function": {"name": "read"}}]}`,
+			"tools\n{\"type\":\"function\",\"function\":{\"name\":\"read\"}}\n" +
+				"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\ntool\nok\n"},
+		{"messages", AppendMessagesJSON, `{"system":[{"type":"text","text":"x-anthropic-billing-header: h"},{"type":"text","text":"Be brief."}],` +
+			`"tools":[{"name":"read","input_schema":{}}],"messages":[{"role":"user","content":"Read a."},` +
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"t1","name":"read","input":{"path": "a"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}]}]}]}`,
+			"tools\n{\"name\":\"read\",\"input_schema\":{}}\nsystem\nBe brief.\nuser\nRead a.\n" +
+				"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\nuser\n<tool_result>ok</tool_result>\n"},
+	} {
+		got, err := c.render(nil, fastjson.MustParse(c.req))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
+		}
 	}
 }
 

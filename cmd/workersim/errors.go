@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 
+	"github.com/kvrouter/kvrouter/internal/anthropicapi"
 	"github.com/kvrouter/kvrouter/sim"
 	"github.com/valyala/fasthttp"
 )
@@ -74,32 +74,8 @@ func (s *server) writeError(ctx *fasthttp.RequestCtx, err error) {
 // errorBody is an error in the shape of path's API: Anthropic's on its Messages API (and any
 // path under it), OpenAI's elsewhere.
 func errorBody(path []byte, message string, e apiError) []byte {
-	if rest, ok := bytes.CutPrefix(path, []byte(pathMessages)); ok && (len(rest) == 0 || rest[0] == '/') {
-		return appendAnthropicError(nil, message, anthropicErrorType(e.status))
+	if anthropicapi.Serves(path) {
+		return anthropicapi.AppendError(nil, e.status, message)
 	}
 	return appendErrorBody(nil, message, e.typ, e.code)
-}
-
-// anthropicErrorType is the type Anthropic's API gives an error of status, for the statuses
-// workersim answers with.
-func anthropicErrorType(status int) string {
-	switch status {
-	case http.StatusBadRequest, http.StatusConflict:
-		return "invalid_request_error"
-	case http.StatusNotFound:
-		return "not_found_error"
-	case http.StatusServiceUnavailable:
-		return "overloaded_error"
-	}
-	return "api_error"
-}
-
-// appendAnthropicError appends an error in Anthropic's shape:
-// {"type":"error","error":{"type","message"}}.
-func appendAnthropicError(dst []byte, message, typ string) []byte {
-	dst = append(dst, `{"type":"error","error":{"type":`...)
-	dst = appendJSONString(dst, typ)
-	dst = append(dst, `,"message":`...)
-	dst = appendJSONString(dst, message)
-	return append(dst, "}}"...)
 }

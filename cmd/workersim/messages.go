@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/kvrouter/kvrouter/internal/anthropicapi"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -17,8 +18,8 @@ import (
 // Anthropic's accounting: input_tokens are the prompt's tokens not read from the prefix cache,
 // cache_read_input_tokens those that were.
 const (
-	pathMessages    = "/v1/messages"
-	pathCountTokens = "/v1/messages/count_tokens"
+	pathMessages    = anthropicapi.Path
+	pathCountTokens = anthropicapi.Path + "/count_tokens"
 )
 
 // handleMessages serves POST /v1/messages.

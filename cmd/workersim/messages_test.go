@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,6 +33,19 @@ type anthropicMessage struct {
 		Type    string `json:"type"`
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// number posts body to path, which must answer 200, and reads the integer field of the answer.
+func (w *testWorker) number(path, body, field string) int {
+	w.t.Helper()
+	status, _, b := w.post(path, body)
+	var answer map[string]json.RawMessage
+	decodeInto(w.t, b, &answer)
+	n, err := strconv.Atoi(string(answer[field]))
+	if status != http.StatusOK || err != nil {
+		w.t.Fatalf("%s: %d %s", path, status, b)
+	}
+	return n
 }
 
 func (w *testWorker) message(body string) (int, anthropicMessage) {
@@ -69,14 +83,10 @@ func TestAnAgentsNextTurnReadsItsPrefixFromTheCache(t *testing.T) {
 	w := startWorker(t, testConfig())
 	_, first := w.message(agentBody(2, ""))
 	_, next := w.message(agentBody(3, ""))
-	_, _, b := w.post(pathCountTokens, agentBody(3, ""))
-	var count struct {
-		InputTokens int `json:"input_tokens"`
-	}
-	decodeInto(t, b, &count)
+	count := w.number(pathCountTokens, agentBody(3, ""), "input_tokens")
 	if first.Usage.CacheReadInputTokens != 0 || next.Usage.CacheReadInputTokens < first.Usage.InputTokens-16 ||
-		next.Usage.InputTokens+next.Usage.CacheReadInputTokens != count.InputTokens {
-		t.Fatalf("first turn %+v, next %+v, the next turn's prompt %d tokens", first.Usage, next.Usage, count.InputTokens)
+		next.Usage.InputTokens+next.Usage.CacheReadInputTokens != count {
+		t.Fatalf("first turn %+v, next %+v, the next turn's prompt %d tokens", first.Usage, next.Usage, count)
 	}
 	if hits := w.metric(`vllm:prefix_cache_hits_total{model_name="sim-model"}`); int(hits) != next.Usage.CacheReadInputTokens {
 		t.Fatalf("prefix cache hits %v, the answer says %d", hits, next.Usage.CacheReadInputTokens)
@@ -185,18 +195,8 @@ func TestMessagesErrorsAreInAnthropicsShape(t *testing.T) {
 
 func TestCountTokensCountsThePromptAndGeneratesNothing(t *testing.T) {
 	w := startWorker(t, testConfig())
-	count := func(body string) int {
-		status, _, b := w.post(pathCountTokens, body)
-		var c struct {
-			InputTokens int `json:"input_tokens"`
-		}
-		decodeInto(t, b, &c)
-		if status != 200 {
-			t.Fatalf("%d %s", status, b)
-		}
-		return c.InputTokens
-	}
-	short, long := count(`{"model":"sim-model","messages":[{"role":"user","content":"hi"}]}`), count(agentBody(2, ""))
+	short := w.number(pathCountTokens, `{"model":"sim-model","messages":[{"role":"user","content":"hi"}]}`, "input_tokens")
+	long := w.number(pathCountTokens, agentBody(2, ""), "input_tokens")
 	if short <= 0 || long <= short {
 		t.Fatalf("counts %d and %d", short, long)
 	}
@@ -248,16 +248,9 @@ func TestAMessagesPrefillAnswersItsTransferParameters(t *testing.T) {
 // vLLM's /tokenize renders a chat's tools into its prompt, as the chat endpoint does.
 func TestTokenizeCountsAChatsTools(t *testing.T) {
 	w := startWorker(t, testConfig())
-	count := func(body string) int {
-		_, _, b := w.post(pathTokenize, body)
-		var c struct {
-			Count int `json:"count"`
-		}
-		decodeInto(t, b, &c)
-		return c.Count
-	}
-	bare := count(`{"messages":[{"role":"user","content":"hi"}]}`)
-	if with := count(`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"read"}}]}`); with <= bare {
+	bare := w.number(pathTokenize, `{"messages":[{"role":"user","content":"hi"}]}`, "count")
+	if with := w.number(pathTokenize, `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"read"}}]}`,
+		"count"); with <= bare {
 		t.Fatalf("with a tool %d tokens, without %d", with, bare)
 	}
 }
