@@ -77,13 +77,30 @@ func TestAMessagesRequestIsRoutedByItsPrefixAndPassedOnWhole(t *testing.T) {
 	}
 }
 
+// modelsKnown waits until every worker of p has said which model it serves,
+// one worker each of models: until then a worker serves any.
+func modelsKnown(t *testing.T, p *Proxy, models ...string) {
+	t.Helper()
+	testwait.Eventually(t, waitDeadline, func() bool {
+		v := p.fleet.view()
+		if v.hasAny[RoleRegular] {
+			return false
+		}
+		for _, m := range models {
+			if pool, err := v.pool(RoleRegular, m); err != nil || pool.Len() != 1 {
+				return false
+			}
+		}
+		return true
+	}, "the workers' models known")
+}
+
 func TestTheRoutersOwnErrorsOnTheMessagesAPIAreInAnthropicsShape(t *testing.T) {
 	w := startFake(t, "w1")
 	w.SetModels("m")
 	cfg := Config{APIKeys: []string{"k1"}, MaxPayloadSize: 4 << 10}
 	p, url := serveProxyWith(t, cfg, nil, w)
-	testwait.Eventually(t, waitDeadline, func() bool { _, err := p.fleet.view().pool(RoleRegular, "m"); return err == nil },
-		"the worker's models known")
+	modelsKnown(t, p, "m")
 	key := []string{"Authorization", "Bearer k1"}
 	for _, c := range []struct {
 		name, path, body string
@@ -244,8 +261,7 @@ func TestCountTokensGoesToAWorkerOfItsModelWithoutAnAdmissionSlot(t *testing.T) 
 	counter.SetModels("m")
 	counter.Set(fakeworker.Sequence(fakeworker.Hold(), fakeworker.Status(200, `{"input_tokens":12}`)))
 	p, url := serveProxyWith(t, Config{Admission: Admission{Capacity: 1, RefillPerSec: 1e6, QueueSize: 0}}, nil, idle, counter)
-	testwait.Eventually(t, waitDeadline, func() bool { _, err := p.fleet.view().pool(RoleRegular, "other"); return err == nil },
-		"the workers' models known")
+	modelsKnown(t, p, "m", "other")
 	held := make(chan int, 1)
 	go func() { s, _, _ := postMessages(t, url, "/v1/messages", anthropicBody("long", false)); held <- s }()
 	testwait.Eventually(t, waitDeadline, func() bool { return counter.Inference.Load() == 1 }, "the generation at its worker")
