@@ -118,7 +118,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 		}
 		return me, errorf(ErrBadRequest, "%s must be an object", where())
 	}
-	r.turnIDs()
+	r.uses.turn()
 	var role span
 	start, holes := len(r.text), len(r.holes)
 	placed, read := false, false
@@ -300,7 +300,7 @@ func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error 
 		return errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
 	}
 	r.appendCall(f[blockName], input)
-	r.ids[1] = append(r.ids[1], r.b[f[blockID].start+1:f[blockID].end-1])
+	r.uses.add(r.b[f[blockID].start+1 : f[blockID].end-1])
 	return nil
 }
 
@@ -311,7 +311,7 @@ func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func
 	if !r.isString(id) {
 		return errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
 	}
-	if !r.answers(id) {
+	if !r.uses.answers(r.b[id.start+1 : id.end-1]) {
 		return errorf(ErrBadRequest, "%s is the result of tool_use %s, which the message before it does not call",
 			where(), r.b[id.start:id.end])
 	}
@@ -329,28 +329,6 @@ func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func
 	}
 	r.text = append(r.text, "</tool_result>"...)
 	return nil
-}
-
-// turnIDs starts a message: the tool_use ids of the message that was
-// current become those its tool_results may answer.
-func (r *bodyReader) turnIDs() {
-	r.ids[0], r.ids[1] = r.ids[1], r.ids[0][:0]
-}
-
-// answers reports whether id, a tool_result's tool_use_id, names a
-// tool_use of the message before (Anthropic's rule: each tool_result
-// answers a tool_use of the previous message).
-func (r *bodyReader) answers(id span) bool {
-	raw := r.b[id.start+1 : id.end-1]
-	for _, use := range r.ids[0] {
-		if bytes.Equal(use, raw) {
-			return true
-		}
-		if (hasBackslash(use) || hasBackslash(raw)) && bytes.Equal(jsonAppendUnescaped(nil, use), jsonAppendUnescaped(nil, raw)) {
-			return true
-		}
-	}
-	return false
 }
 
 // stringIs reports whether the string at s is want, escapes read.

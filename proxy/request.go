@@ -33,8 +33,10 @@ func parseInference(ep *endpoint, body []byte, into *routingText) (inference, er
 	if into == nil {
 		into = new(routingText)
 	}
-	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], ids: into.ids, calls: into.calls[:0]}
-	defer func() { into.rendered, into.holes, into.ids, into.calls = r.text, r.holes, r.ids, r.calls }() // what they grew to
+	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0], uses: into.uses}
+	defer func() { into.rendered, into.holes, into.calls, into.uses = r.text, r.holes, r.calls, r.uses }() // what they grew to
+	// An earlier reading's ids answer nothing here.
+	r.uses.reset()
 	if err := r.read(); err != nil {
 		return inference{}, err
 	}
@@ -61,8 +63,8 @@ type bodyReader struct {
 	// sections are where each part of the routing text was rendered
 	// (routingtext.go).
 	sections [numSections]section
-	ids      [2][][]byte // tool_use ids of the message before and of this one (Anthropic)
-	calls    []callSpan  // the tool calls of the chat message being read
+	uses     toolUses   // tool_use ids of the message before and of this one (Anthropic)
+	calls    []callSpan // the tool calls of the chat message being read
 	// The spans of the fields rendered only once the whole body is read
 	// (their order in the text is not their order in the body).
 	query, documents    span // rerank

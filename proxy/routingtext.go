@@ -27,9 +27,9 @@ type routingText struct {
 	rendered []byte
 	holes    []hole
 	pieces   affinity.Text
-	// ids are the tool_use ids of an Anthropic message and of the one
-	// before it, which its tool_results must name (anthropictext.go).
-	ids [2][][]byte
+	// uses are the tool_use ids of an Anthropic message and of the one
+	// before it, which its tool_results must name (tooluses.go).
+	uses toolUses
 	// calls are the tool calls of a chat message (chattext.go).
 	calls []callSpan
 }
@@ -46,10 +46,7 @@ func releaseText(t *routingText) {
 	}
 	clear(t.holes) // nothing pooled keeps a body
 	clear(t.pieces)
-	for i := range t.ids {
-		clear(t.ids[i])
-		t.ids[i] = t.ids[i][:0]
-	}
+	t.uses.reset()
 	t.rendered, t.holes, t.pieces = t.rendered[:0], t.holes[:0], t.pieces[:0]
 	textBuffers.Put(t)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fastjson"
 
@@ -342,5 +343,36 @@ func TestPiecesFollowTheSections(t *testing.T) {
 	want := "tools\n{\"name\":\"f\"}\nsystem\n" + long + "\nuser\n" + long + "\n"
 	if textOf(in) != want || !slices.ContainsFunc(in.text, func(p []byte) bool { return len(p) == minLeftInBody }) {
 		t.Fatalf("%d pieces make %q", len(in.text), textOf(in))
+	}
+}
+
+// A body of thousands of calls and as many results is read in n log n: its
+// results are looked up in an index of the calls' digests, which still
+// tells a result that answers no call.
+func TestManyToolResultsAreMatchedToTheirCalls(t *testing.T) {
+	const n = 5000
+	var uses, results []string
+	for i := range n {
+		uses = append(uses, fmt.Sprintf(`{"type":"tool_use","id":"toolu_%d","name":"f","input":{}}`, i))
+		results = append(results, fmt.Sprintf(`{"type":"tool_result","tool_use_id":"toolu_%d"}`, n-1-i))
+	}
+	body := func(results []string) []byte {
+		return []byte(`{"model":"m","messages":[{"role":"assistant","content":[` + strings.Join(uses, ",") +
+			`]},{"role":"user","content":[` + strings.Join(results, ",") + `]}]}`)
+	}
+	start := time.Now()
+	if _, err := parseInference(messages, body(results), nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("%d results took %v", n, took)
+	}
+	results[n/2] = `{"type":"tool_result","tool_use_id":"toolu_\u0031x"}`
+	if _, err := parseInference(messages, body(results), nil); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("a result that answers none of %d calls: %v", n, err)
+	}
+	results[n/2] = `{"type":"tool_result","tool_use_id":"toolu_\u0031"}` // toolu_1, escaped
+	if _, err := parseInference(messages, body(results), nil); err != nil {
+		t.Fatalf("an escaped id: %v", err)
 	}
 }
