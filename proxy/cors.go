@@ -42,7 +42,8 @@ func (p *Proxy) cors(ctx *fasthttp.RequestCtx, preflight bool) bool {
 	if allowed {
 		h := &ctx.Response.Header
 		h.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
-		h.Set("Access-Control-Allow-Headers", "Authorization, X-Api-Key, Content-Type, X-Request-ID, X-Session-ID")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-ID, X-Session-ID, "+
+			"X-API-Key, Anthropic-Version, Anthropic-Beta, Anthropic-Dangerous-Direct-Browser-Access")
 		h.Set("Access-Control-Max-Age", "3600")
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)

@@ -1,9 +1,11 @@
 // Package proxy is the request path of a router replica: the fasthttp front
-// end of the OpenAI-compatible API, request parsing, worker selection through
-// package affinity, forwarding over pooled upstream connections, SSE relayed
-// event by event, retries before the first byte, and the in-flight guards
-// that keep load counts honest on every path (success, error, retry, client
-// disconnect).
+// end of the OpenAI-compatible API and Anthropic's Messages API, request
+// parsing (the routing text is the prompt's real prefix, in the order
+// engines render it: routingtext.go, chattext.go, anthropictext.go), worker
+// selection through package affinity, forwarding over pooled upstream
+// connections, SSE relayed event by event, retries before the first byte,
+// and the in-flight guards that keep load counts honest on every path
+// (success, error, retry, client disconnect).
 //
 // Every request of the inference API is an exchange (exchange.go) from the
 // moment the door (door.go) decides on it, and ends in one function,

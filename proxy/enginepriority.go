@@ -21,8 +21,7 @@ import (
 // enginePriority tells, for each endpoint with a body, whether an engine
 // reads a priority from it. A route added to endpoints with a body must
 // take a side here: TestEveryRouteWithABodyDecidesOnEnginePriority fails
-// until it does. The Anthropic Messages route belongs on the true side if
-// the engines it goes to read priority from its body (vLLM's chat does).
+// until it does.
 var enginePriority = map[*endpoint]bool{
 	completions:     true, // vLLM CompletionRequest.priority
 	chatCompletions: true, // vLLM ChatCompletionRequest.priority
@@ -33,6 +32,11 @@ var enginePriority = map[*endpoint]bool{
 	// SGLang's native API (GenerateReqInput.priority); an SGLang engine
 	// reads it as vLLM does with --schedule-low-priority-values-first.
 	generate: true,
+	// vLLM's Anthropic request (AnthropicMessagesRequest) has no priority:
+	// its engine schedules a message at the default priority, whatever
+	// the body says, and a count is no generation.
+	messages:            false,
+	messagesCountTokens: false,
 }
 
 // carriesEnginePriority reports whether an engine reads a priority from

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -122,14 +121,15 @@ func errorType(err error) string {
 	return "upstream_error"
 }
 
-// writeError answers with an OpenAI-style error body.
+// writeError answers with the router's own error: in OpenAI's shape, or in
+// Anthropic's on its Messages API (anthropic.go).
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, typ := statusOf(err)
 	writeErrorStatus(ctx, status, typ, err.Error())
 }
 
 func writeErrorStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": status}})
+	body := errorBody(ctx.Path(), status, typ, msg)
 	ctx.Response.ResetBody()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")

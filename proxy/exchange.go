@@ -114,17 +114,16 @@ func (p *Proxy) serveExchange(x *exchange, planned plan) {
 // disaggregated one, or the leg to the worker that holds the response a
 // Responses API request continues.
 func (p *Proxy) planInference(x *exchange) (*leg, error) {
-	x.text = textBuffers.Get().(*routingText)
-	in, err := parseInference(x.ep, x.body, x.text)
-	if err != nil {
+	if err := x.parse(); err != nil {
 		return nil, err
 	}
+	in := x.in
 	if p.pd != nil {
 		// A concurrent prefill may outlive the exchange, and route with
 		// the text after it is done: it gets a copy of its own.
 		in.text = affinity.Text{in.text.AppendTo(nil)}
+		x.in = in
 	}
-	x.in = in
 	if x.ep == responses {
 		// The engine stores the seal of the response's id and the key
 		// with the response, so that every replica can tell whose it is
@@ -156,6 +155,15 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 	l := p.newLeg(x, "", router, router.PrepareText(in.model, in.text, key), pool)
 	p.tokens.attach(x, l.req, pool)
 	return l, nil
+}
+
+// parse reads x's body into x.in, its routing text into a buffer of
+// textBuffers that finish returns.
+func (x *exchange) parse() error {
+	x.text = textBuffers.Get().(*routingText)
+	in, err := parseInference(x.ep, x.body, x.text)
+	x.in = in
+	return err
 }
 
 // maxReadyWait bounds how long a request that arrives before the replica is

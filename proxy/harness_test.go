@@ -179,10 +179,20 @@ func (r *testRouter) totalBacklog() int64 {
 // waitDeadline is how long a test waits for what it cannot be told about.
 const waitDeadline = 5 * time.Second
 
-func post(t *testing.T, url, path, body string) (*http.Response, string) {
+// post posts body to path with the header pairs given (name, value, ...),
+// and returns the response, its body read, and the body.
+func post(t *testing.T, url, path, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Post(url+path, "application/json", strings.NewReader(body))
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

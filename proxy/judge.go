@@ -40,20 +40,34 @@ func (l *leg) judge(status int, u core.Usage) {
 // answer or a stream's last events, without parsing them: OpenAI's
 // usage.prompt_tokens and usage.prompt_tokens_details.cached_tokens
 // (input_tokens and input_tokens_details for /v1/responses), SGLang's
-// meta_info.prompt_tokens and meta_info.cached_tokens. The last
-// occurrence counts.
+// meta_info.prompt_tokens and meta_info.cached_tokens, Anthropic's
+// usage.input_tokens and cache_read_input_tokens. The last occurrence
+// counts.
 func usageOf(body []byte) core.Usage {
 	var u core.Usage
 	prompt, ok := lastNumber(body, `"prompt_tokens":`)
 	if !ok {
-		prompt, ok = lastNumber(body, `"input_tokens":`)
-	}
-	if !ok {
-		return u
+		if prompt, ok = lastNumber(body, `"input_tokens":`); !ok {
+			return u
+		}
+		if read, ok := lastNumber(body, `"cache_read_input_tokens":`); ok {
+			return anthropicUsage(body, prompt, read)
+		}
 	}
 	u.PromptTokens = prompt
 	u.CachedTokens, u.HasCached = lastNumber(body, `"cached_tokens":`)
 	return u
+}
+
+// anthropicUsage is the usage of an answer in Anthropic's accounting, where
+// input_tokens are only the prompt's tokens neither read from the cache
+// nor written to it: the prompt is the three together, and what was read
+// is what was cached. (vLLM's Messages API says input_tokens for the whole
+// prompt and no cache_read_input_tokens: usageOf reads it as the
+// Responses API's, and finds nothing cached to judge.)
+func anthropicUsage(body []byte, input, read int) core.Usage {
+	written, _ := lastNumber(body, `"cache_creation_input_tokens":`)
+	return core.Usage{PromptTokens: input + read + written, CachedTokens: read, HasCached: true}
 }
 
 // lastIndex is bytes.LastIndex by forward searches for the key less its

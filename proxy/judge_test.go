@@ -24,6 +24,11 @@ func TestUsageOfReadsWhatEachEngineSaysItHadCached(t *testing.T) {
 			core.Usage{PromptTokens: 40, HasCached: true}},
 		{"the last chunk of a stream", "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\": 9,\"prompt_tokens_details\":{\"cached_tokens\": 8}}}\n\ndata: [DONE]\n\n",
 			core.Usage{PromptTokens: 9, CachedTokens: 8, HasCached: true}},
+		{"Anthropic's accounting, input_tokens the uncached rest", `{"type":"message","usage":{"input_tokens":50,` +
+			`"cache_creation_input_tokens":30,"cache_read_input_tokens":120,"output_tokens":9}}`,
+			core.Usage{PromptTokens: 200, CachedTokens: 120, HasCached: true}},
+		{"vLLM's Messages API, silent about its cache", `{"type":"message","usage":{"input_tokens":80,"output_tokens":9}}`,
+			core.Usage{PromptTokens: 80}},
 		{"silent about its cache", `{"usage":{"prompt_tokens":7,"completion_tokens":1}}`, core.Usage{PromptTokens: 7}},
 		{"no usage", `{"choices":[{"text":"ok"}]}`, core.Usage{}},
 	} {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/core"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -41,7 +42,11 @@ type relay struct {
 	event    []byte  // the error event still to send
 	events   sseCount
 	usage    streamTail // the last bytes relayed, where the engine's final usage is
-	l        *leg       // the leg the stream answers, judged at its end
+	// opened is the usage of the stream's first read: Anthropic's streams
+	// say the prompt's in their first event (message_start), and some
+	// engines only there.
+	opened core.Usage
+	l      *leg // the leg the stream answers, judged at its end
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -68,6 +73,9 @@ func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	r := &relay{p: p, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
+	if speaksAnthropic(x.ctx.Path()) {
+		r.opened = usageOf(r.pending)
+	}
 	r.note(r.pending)
 	resp.SetBodyStream(r, -1)
 	var probe prober
@@ -266,6 +274,15 @@ func (r *relay) tokens() int {
 	return max(r.events.n-1, 0)
 }
 
+// engineUsage is what the stream said of its prompt: its last usage, else,
+// when that names no prompt tokens, its first event's.
+func (r *relay) engineUsage() core.Usage {
+	if u := usageOf(r.usage.bytes()); u.PromptTokens > 0 {
+		return u
+	}
+	return r.opened
+}
+
 // sseCount counts the data lines of an SSE stream as it passes, read by
 // read: a "data:" at the start of a line, wherever the reads cut it.
 type sseCount struct {
@@ -326,7 +343,7 @@ func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 func (r *relay) fail(err error) {
 	r.outcome, r.failed = r.a.failure(err)
 	if r.sse && r.boundary && r.outcome != Canceled {
-		r.event = sseErrorEvent(r.failed)
+		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
 	}
 }
 
@@ -371,7 +388,7 @@ func (r *relay) end(werr error) ending {
 		return ending{status: r.status, cut: cut}
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
-		r.l.judge(r.status, usageOf(r.usage.bytes()))
+		r.l.judge(r.status, r.engineUsage())
 		if events := r.events.n; events > 2 {
 			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
@@ -407,12 +424,4 @@ func (r *relay) probe(conn net.Conn) error {
 	_ = conn.SetWriteDeadline(time.Now().Add(probeWriteTimeout)) // the next chunk sets its own
 	_, err := conn.Write(keepaliveChunk)
 	return err
-}
-
-// sseErrorEvent is an SSE event in the shape of the OpenAI API's errors,
-// which the OpenAI SDKs raise when a stream carries one.
-func sseErrorEvent(err error) []byte {
-	status, typ := statusOf(err)
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": err.Error(), "type": typ, "code": status}})
-	return append(append([]byte("data: "), body...), "\n\n"...)
 }

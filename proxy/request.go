@@ -2,8 +2,7 @@ package proxy
 
 import (
 	"bytes"
-	"fmt"
-	"sync"
+	"strings"
 
 	"github.com/zeebo/xxh3"
 
@@ -26,32 +25,6 @@ type inference struct {
 	previous string
 }
 
-// routingText holds one request's routing text (inference.text): the
-// bytes rendered, the strings left in the body, and the pieces they make.
-// An exchange takes one from textBuffers and returns it when it is done,
-// so that reading a body allocates nothing per byte of it.
-type routingText struct {
-	rendered []byte
-	holes    []hole
-	pieces   affinity.Text
-}
-
-var textBuffers = sync.Pool{New: func() any { return &routingText{rendered: make([]byte, 0, 8<<10)} }}
-
-// maxPooledText is the largest buffer kept for reuse: a rare huge prompt
-// should not pin its memory in the pool.
-const maxPooledText = 1 << 20
-
-func releaseText(t *routingText) {
-	if t == nil || cap(t.rendered) > maxPooledText {
-		return
-	}
-	clear(t.holes) // nothing pooled keeps a body
-	clear(t.pieces)
-	t.rendered, t.holes, t.pieces = t.rendered[:0], t.holes[:0], t.pieces[:0]
-	textBuffers.Put(t)
-}
-
 // parseInference reads an inference request body in one pass (see
 // jsonscan.go). The routing text goes into into (nil: a new one), and the
 // result's text is its pieces, valid while into is not released and the
@@ -60,8 +33,10 @@ func parseInference(ep *endpoint, body []byte, into *routingText) (inference, er
 	if into == nil {
 		into = new(routingText)
 	}
-	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0]}
-	defer func() { into.rendered, into.holes = r.text, r.holes }() // what they grew to
+	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0], uses: into.uses}
+	defer func() { into.rendered, into.holes, into.calls, into.uses = r.text, r.holes, r.calls, r.uses }() // what they grew to
+	// An earlier reading's ids answer nothing here.
+	r.uses.reset()
 	if err := r.read(); err != nil {
 		return inference{}, err
 	}
@@ -83,8 +58,13 @@ type bodyReader struct {
 	holes   []hole // its strings left in the body
 	model   span
 	stream  span
-	session [2]span // session_id, user
+	session [3]span // session_id, user, metadata.user_id (Anthropic)
 	found   bool    // the field of the routing text was present
+	// sections are where each part of the routing text was rendered
+	// (routingtext.go).
+	sections [numSections]section
+	uses     toolUses   // tool_use ids of the message before and of this one (Anthropic)
+	calls    []callSpan // the tool calls of the chat message being read
 	// The spans of the fields rendered only once the whole body is read
 	// (their order in the text is not their order in the body).
 	query, documents    span // rerank
@@ -142,8 +122,9 @@ func (r *bodyReader) tail(end int) error {
 }
 
 // member reads one top-level member, whose unescaped key is key. The
-// routing text of completions and chat, the hot path, is rendered as it is
-// read; the other endpoints' fields are kept as spans for result.
+// routing text of completions, chat and messages, the hot path, is
+// rendered as it is read, each field in its section; the other endpoints'
+// fields are kept as spans for result.
 func (r *bodyReader) member(key []byte, vs int) (int, error) {
 	var dst *span
 	switch k, kind := string(key), r.ep.kind; {
@@ -155,13 +136,23 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 		dst = &r.session[0]
 	case k == "user":
 		dst = &r.session[1]
+	case k == "tools" && (kind == kindChat || kind == kindMessages):
+		return r.tools(vs)
 	case k == "messages" && kind == kindChat:
 		r.found = true
-		return r.messages(vs)
+		return r.inSection(sectionMessages, vs, r.messages)
+	case k == "messages" && kind == kindMessages:
+		r.found = true
+		return r.inSection(sectionMessages, vs, r.anthropicMessages)
+	case k == "system" && kind == kindMessages:
+		return r.system(vs)
+	case k == "metadata" && kind == kindMessages:
+		return r.metadata(vs)
 	case k == "prompt" && kind == kindCompletions, k == "input" && kind == kindEmbeddings,
 		k == "text" && kind == kindGenerate, k == "input_ids" && kind == kindGenerate && !r.found:
 		r.found = true
-		return r.prompt(vs, k)
+		field := promptField(kind, key)
+		return r.inSection(sectionMessages, vs, func(vs int) (int, error) { return r.prompt(vs, field) })
 	case k == "query" && kind == kindRerank:
 		dst = &r.query
 	case k == "documents" && kind == kindRerank:
@@ -180,14 +171,41 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 	return ve, err
 }
 
+// promptField names the prompt field key of an endpoint of kind, for its
+// errors: a constant, so that reading a body's keys allocates nothing (a
+// key kept as a string past the switch would be copied to the heap, for
+// every member of every body).
+func promptField(kind endpointKind, key []byte) string {
+	switch {
+	case kind == kindCompletions:
+		return "prompt"
+	case kind == kindEmbeddings:
+		return "input"
+	case string(key) == "text":
+		return "text"
+	}
+	return "input_ids"
+}
+
+// inSection renders the value at vs with render, in section k.
+func (r *bodyReader) inSection(k sectionKind, vs int, render func(vs int) (int, error)) (int, error) {
+	r.open(k)
+	defer r.close(k)
+	return render(vs)
+}
+
 // render renders the routing text of the endpoints whose fields were kept
 // as spans: rerank's query and then its documents, the Responses API's
 // instructions and then its input.
 func (r *bodyReader) render() error {
 	switch r.ep.kind {
 	case kindRerank:
+		r.open(sectionMessages)
+		defer r.close(sectionMessages)
 		return r.renderRerank()
 	case kindResponses:
+		r.open(sectionMessages)
+		defer r.close(sectionMessages)
 		return r.renderResponses()
 	}
 	return nil
@@ -263,6 +281,9 @@ func (r *bodyReader) result() (inference, error) {
 	if in.model == "" && r.ep.needsModel {
 		return inference{}, errorf(ErrBadRequest, "missing required field: model")
 	}
+	if err := checkModelName(in.model); err != nil {
+		return inference{}, err
+	}
 	if s := r.stream; s.present() {
 		switch v := string(r.b[s.start:s.end]); v {
 		case "true", "false":
@@ -287,6 +308,31 @@ func (r *bodyReader) result() (inference, error) {
 		return inference{}, errorf(ErrBadRequest, "missing required field: %s", r.ep.textField)
 	}
 	return in, nil
+}
+
+// maxModelName bounds the length of a model's name.
+const maxModelName = 512
+
+// checkModelName refuses a model name that could be read as a path outside
+// the models' own: engines resolve an adapter's name to a directory (vLLM's
+// LoRA resolvers), so a "." or ".." segment, a backslash or a control
+// character must not reach them. A name that is a path, as vLLM names a
+// model served from one (/models/llama), is a name like any other.
+func checkModelName(model string) error {
+	bad := len(model) > maxModelName
+	for i := 0; i < len(model) && !bad; i++ {
+		bad = model[i] < ' ' || model[i] == 0x7f || model[i] == '\\'
+	}
+	for rest := model; rest != "" && !bad; {
+		var seg string
+		seg, rest, _ = strings.Cut(rest, "/")
+		bad = seg == "." || seg == ".."
+	}
+	if bad {
+		return errorf(ErrBadRequest, "field model is not a model's name: at most %d bytes, no '.' or '..' path segment, "+
+			"backslash or control character", maxModelName)
+	}
+	return nil
 }
 
 // str is the unescaped string at s: "" for a missing value or null, ok
@@ -336,141 +382,6 @@ func (r *bodyReader) prompt(vs int, field string) (int, error) {
 		}
 		return ie, err
 	})
-}
-
-// messages renders chat messages the way workers see them for prefix
-// purposes: role + "\n" + content + "\n" each, where content is a string or
-// the concatenated text parts of an array.
-func (r *bodyReader) messages(vs int) (int, error) {
-	if vs >= len(r.b) || r.b[vs] != '[' {
-		ve, err := jsonSkipValue(r.b, vs, 1)
-		if err != nil {
-			return ve, err
-		}
-		return ve, errorf(ErrBadRequest, "field messages must be an array")
-	}
-	n := 0
-	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
-		n++
-		return r.message(ms, n-1)
-	})
-}
-
-// message renders messages[n], which starts at ms.
-func (r *bodyReader) message(ms, n int) (int, error) {
-	if ms >= len(r.b) || r.b[ms] != '{' {
-		me, err := jsonSkipValue(r.b, ms, 2)
-		if err != nil {
-			return me, err
-		}
-		return me, errorf(ErrBadRequest, "messages[%d] must be an object", n)
-	}
-	var keys keySet
-	var role, content span
-	me, err := jsonEachMember(r.b, ms, 3, func(raw []byte, vs int) (int, error) {
-		key, dup := keys.add(raw)
-		if dup {
-			return vs, duplicateKey(fmt.Sprintf("messages[%d]", n), key)
-		}
-		ve, err := jsonSkipValue(r.b, vs, 3)
-		switch string(key) {
-		case "role":
-			role = span{vs, ve}
-		case "content":
-			content = span{vs, ve}
-		}
-		return ve, err
-	})
-	if err != nil {
-		return me, err
-	}
-	r.appendStringAt(role)
-	r.text = append(r.text, '\n')
-	if err := r.content(content, n); err != nil {
-		return me, err
-	}
-	r.text = append(r.text, '\n')
-	return me, nil
-}
-
-// appendStringAt appends the string at s to the routing text; nothing when
-// s holds no string.
-func (r *bodyReader) appendStringAt(s span) {
-	if s.present() && r.b[s.start] == '"' {
-		r.appendString(r.b[s.start+1 : s.end-1])
-	}
-}
-
-// minLeftInBody is the length from which a string without escapes is left
-// in the body rather than copied into the routing text: the text's blocks
-// are hashed where they lie, and only a block across two pieces is copied.
-const minLeftInBody = 1024
-
-// appendString appends the contents of the raw string raw (still escaped)
-// to the routing text: a long one without escapes stays in the body, as a
-// piece of its own; any other is unescaped into the rendered bytes.
-func (r *bodyReader) appendString(raw []byte) {
-	n := bytes.IndexByte(raw, '\\')
-	switch {
-	case n < 0 && len(raw) >= minLeftInBody:
-		r.holes = append(r.holes, hole{at: len(r.text), raw: raw})
-	case n < 0:
-		r.text = append(r.text, raw...)
-	default:
-		r.text = jsonAppendUnescaped(append(r.text, raw[:n]...), raw[n:])
-	}
-}
-
-// hole is a string left in the body: it comes in the routing text before
-// the rendered byte at.
-type hole struct {
-	at  int
-	raw []byte
-}
-
-// pieces appends the routing text to dst: the rendered bytes, cut where
-// the strings left in the body go.
-func (r *bodyReader) pieces(dst affinity.Text) affinity.Text {
-	at := 0
-	for _, h := range r.holes {
-		if h.at > at {
-			dst = append(dst, r.text[at:h.at])
-		}
-		dst, at = append(dst, h.raw), h.at
-	}
-	if len(r.text) > at {
-		dst = append(dst, r.text[at:])
-	}
-	return dst
-}
-
-// content renders the content of messages[n]: a string, or the text of
-// each part of an array.
-func (r *bodyReader) content(c span, n int) error {
-	if !c.present() || r.b[c.start] != '[' {
-		r.appendStringAt(c)
-		return nil
-	}
-	part := -1
-	_, err := jsonEachElement(r.b, c.start, 4, func(ps int) (int, error) {
-		part++
-		if r.b[ps] != '{' {
-			return jsonSkipValue(r.b, ps, 4)
-		}
-		var keys keySet
-		return jsonEachMember(r.b, ps, 5, func(raw []byte, vs int) (int, error) {
-			key, dup := keys.add(raw)
-			if dup {
-				return vs, duplicateKey(fmt.Sprintf("messages[%d].content[%d]", n, part), key)
-			}
-			ve, err := jsonSkipValue(r.b, vs, 5)
-			if err == nil && string(key) == "text" {
-				r.appendStringAt(span{vs, ve})
-			}
-			return ve, err
-		})
-	})
-	return err
 }
 
 // keySet finds a key named twice in one object. fastjson (and so the

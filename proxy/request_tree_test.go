@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/valyala/fastjson"
+	"github.com/zeebo/xxh3"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -42,14 +43,58 @@ func parseInferenceTree(ep *endpoint, body []byte) (inference, error) {
 			break
 		}
 	}
+	if err := checkModelName(in.model); err != nil {
+		return inference{}, err
+	}
 	var text []byte
-	if ep == chatCompletions {
-		text, err = treeRenderMessages(v.Get("messages"))
-	} else {
+	switch ep.kind {
+	case kindChat:
+		text, err = treeRenderChat(v)
+	case kindMessages:
+		text, err = treeRenderAnthropic(v)
+		if in.session == "" {
+			in.session, _ = treeStringField(v.Get("metadata"), "user_id")
+		}
+	default:
 		text, err = treeRenderPrompt(v.Get("prompt"))
 	}
 	in.text = affinity.Text{text}
 	return in, err
+}
+
+// treeRenderChat renders a chat request: its tools, then its messages.
+func treeRenderChat(v *fastjson.Value) ([]byte, error) {
+	text, err := treeRenderTools(nil, v.Get("tools"))
+	if err != nil {
+		return nil, err
+	}
+	messages, err := treeRenderMessages(v.Get("messages"))
+	return append(text, messages...), err
+}
+
+// treeRenderTools renders the tools a request declares: each as its JSON.
+func treeRenderTools(out []byte, tools *fastjson.Value) ([]byte, error) {
+	if tools == nil || tools.Type() == fastjson.TypeNull {
+		return out, nil
+	}
+	ts, err := tools.Array()
+	if err != nil {
+		return nil, errorf(ErrBadRequest, "field tools must be an array of objects")
+	}
+	if len(ts) > maxTools {
+		return nil, errorf(ErrBadRequest, "too many tools")
+	}
+	if len(ts) == 0 {
+		return out, nil
+	}
+	out = append(out, "tools\n"...)
+	for i, t := range ts {
+		if t.Type() != fastjson.TypeObject {
+			return nil, errorf(ErrBadRequest, "tools[%d] must be an object", i)
+		}
+		out = append(t.MarshalTo(out), '\n')
+	}
+	return out, nil
 }
 
 func treeStringField(v *fastjson.Value, key string) (string, error) {
@@ -87,9 +132,8 @@ func treeRenderPrompt(p *fastjson.Value) ([]byte, error) {
 	return nil, errorf(ErrBadRequest, "field prompt must be a string or an array")
 }
 
-// treeRenderMessages renders chat messages the way workers see them for prefix
-// purposes: role + "\n" + content + "\n" each, where content is a string or
-// the concatenated text parts of an array.
+// treeRenderMessages renders chat messages: role, content, tool calls and
+// a newline each.
 func treeRenderMessages(m *fastjson.Value) ([]byte, error) {
 	if m == nil {
 		return nil, errorf(ErrBadRequest, "missing required field: messages")
@@ -108,12 +152,64 @@ func treeRenderMessages(m *fastjson.Value) ([]byte, error) {
 		}
 		out = append(out, msg.GetStringBytes("role")...)
 		out = append(out, '\n')
-		if out, err = treeAppendContent(out, msg.Get("content"), i); err != nil {
+		for _, key := range []string{"content", "output"} {
+			if out, err = treeAppendContent(out, msg.Get(key), i); err != nil {
+				return nil, err
+			}
+		}
+		if msg.Get("arguments") != nil && msg.Get("arguments").Type() == fastjson.TypeString {
+			out = treeAppendCall(out, msg.Get("name"), msg.Get("arguments"))
+		}
+		if out, err = treeAppendFunction(out, msg.Get("function_call")); err != nil {
 			return nil, err
+		}
+		if calls := msg.Get("tool_calls"); calls != nil && calls.Type() == fastjson.TypeArray {
+			for _, c := range calls.GetArray() {
+				if c.Type() != fastjson.TypeObject {
+					continue
+				}
+				if err := treeUniqueKeys(c, "tool call"); err != nil {
+					return nil, err
+				}
+				if out, err = treeAppendFunction(out, c.Get("function")); err != nil {
+					return nil, err
+				}
+			}
 		}
 		out = append(out, '\n')
 	}
 	return out, nil
+}
+
+// treeAppendFunction appends a function call, f, when it is an object.
+func treeAppendFunction(out []byte, f *fastjson.Value) ([]byte, error) {
+	if f == nil || f.Type() != fastjson.TypeObject {
+		return out, nil
+	}
+	if err := treeUniqueKeys(f, "function"); err != nil {
+		return nil, err
+	}
+	return treeAppendCall(out, f.Get("name"), f.Get("arguments")), nil
+}
+
+// treeAppendCall appends "<tool_call:name>arguments</tool_call>".
+func treeAppendCall(out []byte, name, arguments *fastjson.Value) []byte {
+	out = append(out, "<tool_call:"...)
+	out = append(treeAppendString(out, name), '>')
+	if arguments != nil && arguments.Type() == fastjson.TypeObject {
+		out = arguments.MarshalTo(out)
+	} else {
+		out = treeAppendString(out, arguments)
+	}
+	return append(out, "</tool_call>"...)
+}
+
+// treeAppendString appends v's contents when it is a string.
+func treeAppendString(out []byte, v *fastjson.Value) []byte {
+	if v != nil && v.Type() == fastjson.TypeString {
+		out = append(out, v.GetStringBytes()...)
+	}
+	return out
 }
 
 func treeAppendContent(out []byte, c *fastjson.Value, msg int) ([]byte, error) {
@@ -125,12 +221,43 @@ func treeAppendContent(out []byte, c *fastjson.Value, msg int) ([]byte, error) {
 		return append(out, c.GetStringBytes()...), nil
 	case fastjson.TypeArray:
 		for j, part := range c.GetArray() {
-			if part.Type() == fastjson.TypeObject {
-				if err := treeUniqueKeys(part, fmt.Sprintf("messages[%d].content[%d]", msg, j)); err != nil {
+			if part.Type() != fastjson.TypeObject {
+				continue
+			}
+			if err := treeUniqueKeys(part, fmt.Sprintf("messages[%d].content[%d]", msg, j)); err != nil {
+				return nil, err
+			}
+			out = treeAppendString(out, part.Get("text"))
+			var err error
+			for _, m := range []struct{ kind, field, key, alt string }{
+				{"image", "image_url", "url", ""}, {"audio", "input_audio", "data", ""}, {"file", "file", "file_data", "file_id"},
+			} {
+				if out, err = treeAppendMedia(out, m.kind, part.Get(m.field), m.key, m.alt); err != nil {
 					return nil, err
 				}
 			}
-			out = append(out, part.GetStringBytes("text")...)
+		}
+	}
+	return out, nil
+}
+
+// treeAppendMedia appends the digest of a medium: v itself when it is a
+// string, else its member key (or alt) when it is an object.
+func treeAppendMedia(out []byte, kind string, v *fastjson.Value, key, alt string) ([]byte, error) {
+	if v == nil {
+		return out, nil
+	}
+	switch v.Type() {
+	case fastjson.TypeString:
+		return appendMedia(out, kind, xxh3.Hash(v.GetStringBytes())), nil
+	case fastjson.TypeObject:
+		if err := treeUniqueKeys(v, kind); err != nil {
+			return nil, err
+		}
+		for _, k := range []string{key, alt} {
+			if f := v.Get(k); k != "" && f != nil && f.Type() == fastjson.TypeString {
+				return appendMedia(out, kind, xxh3.Hash(f.GetStringBytes())), nil
+			}
 		}
 	}
 	return out, nil

@@ -56,15 +56,21 @@ var routes = append(inferenceRoutes(), []*apiRoute{
 }...)
 
 // inferenceRoutes are the POSTs of the inference endpoints, one route each.
+// A count of a prompt's tokens takes no admission token (planCountTokens
+// says why).
 func inferenceRoutes() []*apiRoute {
 	var rs []*apiRoute
 	for _, ep := range endpoints {
 		if ep.kind == kindNone {
 			continue
 		}
-		rs = append(rs, &apiRoute{name: "POST " + ep.path, sample: "POST " + ep.path,
+		rt := &apiRoute{name: "POST " + ep.path, sample: "POST " + ep.path,
 			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.path },
-			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep }, plan: (*Proxy).planInference})
+			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep }, plan: (*Proxy).planInference}
+		if ep.counts {
+			rt.admits, rt.plan = false, (*Proxy).planCountTokens
+		}
+		rs = append(rs, rt)
 	}
 	return rs
 }

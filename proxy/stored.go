@@ -297,17 +297,4 @@ func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
 
 // planAnyWorker is the plan of a request about the engine (get_model_info,
 // get_server_info, health_generate): to the least loaded eligible worker.
-func (p *Proxy) planAnyWorker(x *exchange) (*leg, error) {
-	pool, err := p.fleet.view().pool(p.finalRole(), "")
-	if err != nil {
-		return nil, err
-	}
-	least := pool.At(0)
-	for i := range pool.Len() {
-		if l := pool.At(i); l.Merged() < least.Merged() {
-			least = l
-		}
-	}
-	p.begin(x)
-	return p.pinnedLeg(x, least.ID()), nil
-}
+func (p *Proxy) planAnyWorker(x *exchange) (*leg, error) { return p.leastLoadedLeg(x, "") }

@@ -31,9 +31,9 @@ type prompt struct {
 }
 
 // tokenizeRequest reads a client's body into vLLM's /tokenize request:
-// {"model", "messages"} for a chat (the template applied with the
-// generation prompt, as the chat endpoint applies it) or {"model",
-// "prompt"} for a completion whose prompt is one string.
+// {"model", "messages", "tools"} for a chat (the template applied with the
+// generation prompt and the tools, as the chat endpoint applies it) or
+// {"model", "prompt"} for a completion whose prompt is one string.
 func tokenizeRequest(ep *endpoint, model string, body []byte) (prompt, bool) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
@@ -48,19 +48,27 @@ func tokenizeRequest(ep *endpoint, model string, body []byte) (prompt, bool) {
 	m, _ := json.Marshal(model)
 	out := append(append([]byte(`{"model":`), m...), `,"`+ep.textField+`":`...)
 	out = field.MarshalTo(out)
+	var tools []byte
+	if t := v.Get("tools"); ep == chatCompletions && t != nil && len(t.GetArray()) > 0 {
+		out = append(out, `,"tools":`...)
+		n := len(out)
+		out = t.MarshalTo(out)
+		tools = out[n:]
+	}
 	out = append(out, '}')
 	if ep == completions {
 		return completionPrompt(out, model, field.GetStringBytes()), true
 	}
 	messages := field.GetArray()
-	return chatPrompt(out, model, messages), len(messages) > 0
+	return chatPrompt(out, model, tools, messages), len(messages) > 0
 }
 
 // chatPrompt marks a chat after each message: the next turn of a
-// conversation repeats them all and adds its own.
-func chatPrompt(body []byte, model string, messages []*fastjson.Value) prompt {
+// conversation repeats them all and adds its own. Its tools come before
+// them in the prompt: the marks of a chat with other tools are others.
+func chatPrompt(body []byte, model string, tools []byte, messages []*fastjson.Value) prompt {
 	p := prompt{body: body, marks: make([]uint64, 0, len(messages))}
-	h := xxh3.HashString("chat\x00" + model)
+	h := xxh3.HashSeed(tools, xxh3.HashString("chat\x00"+model))
 	var buf []byte
 	for _, msg := range messages {
 		buf = msg.MarshalTo(buf[:0])

@@ -331,3 +331,28 @@ func TestTokenizationConnectsOnlyWhereTheWorkerHostPolicyAllows(t *testing.T) {
 		}
 	}
 }
+
+// The engine renders a chat's tools into its prompt: the router asks for
+// its tokens with them, and a chat with other tools is not taken for the
+// continuation of one it saw.
+func TestAChatIsTokenizedWithItsTools(t *testing.T) {
+	w := startTokenizingWorker(t, "")
+	r, seen := tokenizingRouter(t, w, time.Second)
+	withTools := func(tools, body string) string {
+		return strings.Replace(body, `{"model":"m",`, `{"model":"m","tools":`+tools+`,`, 1)
+	}
+	first := withTools(chatTools, chatTurns("read the file"))
+	if resp, body := post(t, r.url, "/v1/chat/completions", first); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if asked := w.bodies(); len(asked) != 1 || !strings.Contains(asked[0], `"tools":[{"type":"function"`) {
+		t.Fatalf("asked %q", asked)
+	}
+	other := withTools(otherChatTools, chatTurns("read the file", "here it is", "now summarise it"))
+	if resp, body := post(t, r.url, "/v1/chat/completions", other); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	if m := scrape(t, r); strings.Contains(m, `vllm_router_kv_tokenize_total{result="prefix"} 1`) {
+		t.Fatalf("a chat with other tools was routed on the tokens of the first: %v", seen.last())
+	}
+}

@@ -125,7 +125,7 @@ def main():
         sampler.start()
         subprocess.run([f"{rt.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
                         "--sessions", str(sessions), "--turns", turns, "--think-time", think, *rt.AGENTIC,
-                        "--endpoint", "chat", "--duration", "1m"],
+                        "--endpoint", "chat", "--tools", "0", "--duration", "1m"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         time.sleep(max(0.0, 0.6 - (time.monotonic() - start)))
         stop.set()

@@ -359,7 +359,7 @@ def agentic_load(balance, sessions, turns, think_s, agentic):
     """loadgen's arguments for agentic chat sessions, given the replicas' URLs."""
     return lambda apis: ["agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
                          "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
-                         "--endpoint", "chat", "--duration", "20m"]
+                         "--endpoint", "chat", "--tools", "0", "--duration", "20m"]
 
 
 def loadgen(args, out_json, log, preexec=None):

@@ -23,7 +23,8 @@ func TestAppendChatJSONMatchesRenderChat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RenderChat([]Message{{"system", "be brief"}, {"user", "look here"}, {"assistant", ""}, {"user", "a\"bé"}})
+	image := string(AppendMedia(nil, "image", []byte("x")))
+	want := RenderChat([]Message{{"system", "be brief"}, {"user", "look " + image + "here"}, {"assistant", ""}, {"user", "a\"bé"}})
 	if string(got) != string(want) {
 		t.Fatalf("AppendChatJSON = %q, want %q", got, want)
 	}
@@ -59,5 +60,40 @@ func TestRenderRefusesWrongShapes(t *testing.T) {
 	}
 	if _, err := AppendPromptJSON(nil, nil); !errors.Is(err, ErrRender) {
 		t.Errorf("missing prompt: err = %v", err)
+	}
+}
+
+// An agent's requests render their tools first, as JSON compacted, then the messages with their
+// calls and results, on chat completions and Anthropic's Messages API alike.
+func TestAnAgentsRequestsRenderToolsThenCallsAndResults(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		render func([]byte, *fastjson.Value) ([]byte, error)
+		req    string
+		want   string
+	}{
+		{"chat", AppendChatRequestJSON, `{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",` +
+			`"function":{"name":"read","arguments":"{\"path\":\"a\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],` +
+			`"tools":[{"type": "function", "function": {"name": "read"}}]}`,
+			"tools\n{\"type\":\"function\",\"function\":{\"name\":\"read\"}}\n" +
+				"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\ntool\nok\n"},
+		{"messages", AppendMessagesJSON, `{"system":[{"type":"text","text":"x-anthropic-billing-header: h"},{"type":"text","text":"Be brief."}],` +
+			`"tools":[{"name":"read","input_schema":{}}],"messages":[{"role":"user","content":"Read a."},` +
+			`{"role":"assistant","content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"t1","name":"read","input":{"path": "a"}}]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"ok"}]}]}]}`,
+			"tools\n{\"name\":\"read\",\"input_schema\":{}}\nsystem\nBe brief.\nuser\nRead a.\n" +
+				"assistant\n<tool_call:read>{\"path\":\"a\"}</tool_call>\nuser\n<tool_result>ok</tool_result>\n"},
+	} {
+		got, err := c.render(nil, fastjson.MustParse(c.req))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.name, got, err, c.want)
+		}
+	}
+}
+
+func TestAppendMessagesJSONRefusesAnOrphanToolResult(t *testing.T) {
+	req := fastjson.MustParse(`{"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1"}]}]}`)
+	if _, err := AppendMessagesJSON(nil, req); !errors.Is(err, ErrRender) {
+		t.Fatalf("err = %v, want ErrRender", err)
 	}
 }

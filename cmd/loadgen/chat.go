@@ -1,9 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-
 	"github.com/kvrouter/kvrouter/sim/workload"
 )
 
@@ -39,12 +36,5 @@ func chatBody(req workload.Request, systemBytes int) []byte {
 	if split < len(req.Prompt) || split == 0 {
 		body.Messages = append(body.Messages, chatMessage{Role: "user", Content: string(req.Prompt[split:])})
 	}
-	var out bytes.Buffer
-	out.Grow(len(req.Prompt) + 256)
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false) // prompts are not HTML; keep them as they are
-	if err := enc.Encode(body); err != nil {
-		panic("chat body of strings and ints does not encode: " + err.Error())
-	}
-	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
+	return encodeBody(body)
 }

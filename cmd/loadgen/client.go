@@ -31,9 +31,14 @@ var errBadTarget = errors.New("want an http:// or https:// URL with a host")
 const (
 	endpointCompletions = "completions"
 	endpointChat        = "chat"
+	endpointMessages    = "messages" // Anthropic's Messages API
 	completionsPath     = "/v1/completions"
 	chatPath            = "/v1/chat/completions"
+	messagesPath        = "/v1/messages"
 )
+
+// endpointPaths are the paths of the APIs.
+var endpointPaths = map[string]string{endpointCompletions: completionsPath, endpointChat: chatPath, endpointMessages: messagesPath}
 
 // readBufferSize is the buffer a stream is read through: large enough for any ordinary chunk.
 const readBufferSize = 32 << 10
@@ -56,16 +61,20 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readBu
 // A client is safe for concurrent use; close releases its idle connections.
 type client struct {
 	urls []string // one endpoint URL per target
-	// chat sends /v1/chat/completions bodies (messages) instead of /v1/completions (prompt).
-	chat bool
-	// systemBytes, in chat, is how many leading bytes of a prompt go in a system message (the
-	// agentic sessions' shared system prompt); the rest is one user message.
+	// api is the API of the bodies sent: endpointCompletions (a prompt), endpointChat (messages)
+	// or endpointMessages (Anthropic's).
+	api string
+	// systemBytes, in chat and messages, is how many leading bytes of a prompt go in a system
+	// message (the agentic sessions' shared system prompt); the rest is one user message.
 	systemBytes int
-	apiKey      string // sent as a bearer token when set
-	clock       Clock
-	timeout     time.Duration // per request, from sending to the end of the stream
-	transport   *http.Transport
-	http        *http.Client
+	// tools, when any, are those of a tool-calling agent: an agentic turn goes as the agent's
+	// conversation, each earlier turn a tool call and its result (agent.go).
+	tools     []agentTool
+	apiKey    string // sent as a bearer token when set
+	clock     Clock
+	timeout   time.Duration // per request, from sending to the end of the stream
+	transport *http.Transport
+	http      *http.Client
 	// sticky sends every request carrying the same X-Session-ID to the same target, as a
 	// session-sticky load balancer would; requests without one still go to a random target.
 	sticky bool
@@ -76,8 +85,9 @@ type client struct {
 // clientConfig is what a client is built from.
 type clientConfig struct {
 	targets     []string // server URLs; the endpoint's path is appended unless a URL ends with it
-	endpoint    string   // endpointCompletions (default) or endpointChat
+	endpoint    string   // endpointCompletions (default), endpointChat or endpointMessages
 	systemBytes int
+	tools       int // the agent's tools; 0: none
 	apiKey      string
 	timeout     time.Duration
 	balance     string // balanceRandom (default) or balanceSession
@@ -106,7 +116,7 @@ func newClient(cfg clientConfig, clock Clock) (*client, error) {
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
 	return &client{
-		urls: urls, chat: cfg.endpoint == endpointChat, systemBytes: cfg.systemBytes, apiKey: cfg.apiKey,
+		urls: urls, api: cfg.endpoint, systemBytes: cfg.systemBytes, tools: agentTools(cfg.tools), apiKey: cfg.apiKey,
 		clock: clock, timeout: cfg.timeout, transport: transport, http: &http.Client{Transport: transport},
 		sticky: cfg.balance == balanceSession,
 	}, nil
@@ -128,16 +138,16 @@ func endpointURLs(targets []string, endpoint string) ([]string, error) {
 	return urls, nil
 }
 
-// endpointURL validates target and returns the endpoint's URL under it: /v1/completions or
-// /v1/chat/completions appended, unless the URL already ends with that path.
+// endpointURL validates target and returns the endpoint's URL under it: /v1/completions,
+// /v1/chat/completions or /v1/messages appended, unless the URL already ends with that path.
 func endpointURL(target, endpoint string) (string, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%w, got %q", errBadTarget, target)
 	}
-	path := completionsPath
-	if endpoint == endpointChat {
-		path = chatPath
+	path, ok := endpointPaths[endpoint]
+	if !ok {
+		path = completionsPath
 	}
 	if !strings.HasSuffix(u.Path, path) {
 		u.Path = strings.TrimSuffix(u.Path, "/") + path
@@ -228,9 +238,18 @@ func failsOver(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// body renders req for the client's endpoint, streamed with a final usage chunk.
+// body renders req for the client's endpoint, streamed with a final usage chunk: an agentic
+// turn as a tool-calling agent's conversation when the client has tools.
 func (c *client) body(req workload.Request) []byte {
-	if c.chat {
+	agent := len(c.tools) > 0 && len(req.Pieces) >= 2
+	switch {
+	case c.api == endpointMessages && agent:
+		return agentMessagesBody(req, c.tools)
+	case c.api == endpointMessages:
+		return messagesBody(req, c.systemBytes)
+	case c.api == endpointChat && agent:
+		return agentChatBody(req, c.tools)
+	case c.api == endpointChat:
 		return chatBody(req, c.systemBytes)
 	}
 	return req.OpenAIBody(true)
@@ -247,6 +266,9 @@ func (c *client) newRequest(ctx context.Context, url string, body []byte, header
 	}
 	httpReq.Header.Set("Content-Type", "application/json")
 	httpReq.Header.Set("Accept", "text/event-stream")
+	if c.api == endpointMessages {
+		httpReq.Header.Set("anthropic-version", "2023-06-01") // what Anthropic's clients send
+	}
 	if c.apiKey != "" {
 		httpReq.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
@@ -263,7 +285,7 @@ func (c *client) follow(body io.Reader, start time.Time, res *result) (string, e
 		readers.Put(in)
 	}()
 	events := newSSEReader(in)
-	var stream completionStream
+	stream := completionStream{anthropic: c.api == endpointMessages}
 	defer func() {
 		res.events = stream.events
 		if stream.usage != nil {

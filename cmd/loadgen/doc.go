@@ -2,8 +2,9 @@
 // of them as a load balancer would (--target repeated: a random one per request, or with
 // --balance session every turn of a session through the same one; the next when the connection
 // is refused or dropped before an answer), and reports what it did, honestly:
-// every request streams over /v1/completions, or /v1/chat/completions with --endpoint chat,
-// and the report gives
+// every request streams over /v1/completions, or /v1/chat/completions with --endpoint chat, or
+// Anthropic's /v1/messages with --endpoint messages (on either, an agentic session is a
+// tool-calling agent's conversation, --tools), and the report gives
 // requests, errors by kind, TTFT and latency percentiles, throughput, the share of prompt tokens
 // the server answered from its prefix cache (from the usage of the final chunk) and how many
 // requests each worker served (from the x-worker-id response header).

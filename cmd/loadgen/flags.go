@@ -31,7 +31,7 @@ func commonFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "target", Required: true, Usage: "server URL (a router replica or a worker), repeatable: each request goes to a random one, and to another when its connection fails; the endpoint's path is appended"},
 		&cli.StringFlag{Name: "balance", Value: balanceRandom, Usage: "how requests spread over the targets: random (each request to a random one) or session (every turn of an agentic session to the same one, as a session-sticky load balancer)"},
-		&cli.StringFlag{Name: "endpoint", Value: endpointCompletions, Usage: "API to call: completions (/v1/completions, prompt) or chat (/v1/chat/completions, messages)"},
+		&cli.StringFlag{Name: "endpoint", Value: endpointCompletions, Usage: "API to call: completions (/v1/completions, prompt), chat (/v1/chat/completions, messages) or messages (Anthropic's /v1/messages)"},
 		&cli.StringFlag{Name: "model", Value: "sim-model", Usage: `"model" of every request (workersim serves sim-model by default); empty leaves it out`},
 		&cli.StringFlag{Name: "api-key", EnvVars: []string{"LOADGEN_API_KEY"}, Usage: "bearer token sent with every request"},
 		&cli.DurationFlag{Name: "duration", Value: defaultDuration, Usage: "stop after this long, cancelling what is in flight"},
@@ -67,8 +67,12 @@ func agenticFlags() []cli.Flag {
 		&cli.IntFlag{Name: "answer-tokens", Value: d.AnswerTokens, Usage: "max_tokens per turn, in tokens"},
 		&cli.DurationFlag{Name: "think-time", Value: d.ThinkTime, Usage: "mean tool latency between turns"},
 		&cli.Int64Flag{Name: "seed", Usage: "seed of the texts and random draws"},
+		&cli.IntFlag{Name: "tools", Value: defaultAgentTools, Usage: "on chat and messages, the tools every session declares: each turn is then the agent's conversation, every earlier turn the model's call of a tool and the tool's output as its result (0: a system message and one growing user message)"},
 	)
 }
+
+// defaultAgentTools is how many tools an agentic session declares (--tools).
+const defaultAgentTools = 20
 
 // commonConfig is what the common flags say.
 type commonConfig struct {
@@ -89,8 +93,8 @@ func readCommon(c *cli.Context) (commonConfig, error) {
 	if cfg.balance != balanceRandom && cfg.balance != balanceSession {
 		return cfg, badFlag("balance", "random or session", cfg.balance)
 	}
-	if cfg.endpoint != endpointCompletions && cfg.endpoint != endpointChat {
-		return cfg, badFlag("endpoint", "completions or chat", cfg.endpoint)
+	if _, ok := endpointPaths[cfg.endpoint]; !ok {
+		return cfg, badFlag("endpoint", "completions, chat or messages", cfg.endpoint)
 	}
 	if _, err := endpointURLs(cfg.targets, cfg.endpoint); err != nil {
 		return cfg, fmt.Errorf("%w --target: %w", errBadFlag, err)

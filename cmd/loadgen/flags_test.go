@@ -94,6 +94,8 @@ func TestBadFlagsAreRefusedAtStartNamingTheFlag(t *testing.T) {
 		{[]string{"replay", "--trace", filepath.Join(t.TempDir(), "absent"), "--target", target}, "--trace"},
 		{[]string{"replay", "--trace", badTrace, "--target", target}, "trace line 2"},
 		{agentic("--endpoint", "responses"), "--endpoint"},
+		{agentic("--tools", "-1"), "--tools"},
+		{agentic("--tools", "5000"), "--tools"},
 		{agentic("--target", "ftp://127.0.0.1:2"), "--target"},
 		{agentic("--sessions", "0"), "--sessions"},
 		{agentic("--turns", "-3"), "--turns"},

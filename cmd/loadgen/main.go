@@ -70,7 +70,7 @@ func replayAction(c *cli.Context, env environment) error {
 	if err != nil {
 		return err
 	}
-	return execute(c.Context, env, common, modeReplay, 0, func(r *run, ctx context.Context, start time.Time) {
+	return execute(c.Context, env, common, modeReplay, shape{}, func(r *run, ctx context.Context, start time.Time) {
 		r.replay(ctx, start, plan)
 	})
 }
@@ -85,19 +85,31 @@ func agenticAction(c *cli.Context, env environment) error {
 	if err != nil {
 		return err
 	}
-	// In chat, the shared system prompt is the system message.
-	systemBytes := cfg.SystemPromptTokens * workload.TokenBytes
-	return execute(c.Context, env, common, modeAgentic, systemBytes, func(r *run, ctx context.Context, start time.Time) {
+	tools := c.Int("tools")
+	if tools < 0 || tools > maxAgentTools {
+		return badFlag("tools", fmt.Sprintf("in [0, %d]", maxAgentTools), tools)
+	}
+	// In chat and messages, the shared system prompt is the system message.
+	body := shape{systemBytes: cfg.SystemPromptTokens * workload.TokenBytes, tools: tools}
+	return execute(c.Context, env, common, modeAgentic, body, func(r *run, ctx context.Context, start time.Time) {
 		r.agentic(ctx, start, cfg)
 	})
 }
 
-// execute runs drive against the targets and writes the report. systemBytes is the leading part
-// of every prompt sent as the system message in chat.
-func execute(ctx context.Context, env environment, common commonConfig, mode string, systemBytes int,
+// maxAgentTools bounds --tools: the router refuses a request declaring more.
+const maxAgentTools = 1024
+
+// shape is how prompts become chat and messages bodies: the leading part of every prompt sent as
+// the system message, and the tools of an agent (agent.go).
+type shape struct {
+	systemBytes, tools int
+}
+
+// execute runs drive against the targets and writes the report.
+func execute(ctx context.Context, env environment, common commonConfig, mode string, body shape,
 	drive func(*run, context.Context, time.Time)) error {
 	client, err := newClient(clientConfig{
-		targets: common.targets, endpoint: common.endpoint, systemBytes: systemBytes,
+		targets: common.targets, endpoint: common.endpoint, systemBytes: body.systemBytes, tools: body.tools,
 		apiKey: common.apiKey, timeout: common.requestTimeout, balance: common.balance,
 	}, env.clock)
 	if err != nil {

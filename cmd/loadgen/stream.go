@@ -28,11 +28,13 @@ type usage struct {
 // completionStream follows the events of one streamed completion. It is not safe for concurrent
 // use; one per request.
 type completionStream struct {
-	parser   fastjson.Parser
-	events   int    // data events other than [DONE]
-	done     bool   // [DONE] arrived
-	usage    *usage // from the last chunk carrying a usage object
-	usageBuf usage
+	// anthropic: the stream is Anthropic's Messages API's (messagesEvent).
+	anthropic bool
+	parser    fastjson.Parser
+	events    int    // data events other than [DONE] (Anthropic's: text and tool input deltas)
+	done      bool   // [DONE] (Anthropic's message_stop) arrived
+	usage     *usage // from the last chunk carrying a usage object
+	usageBuf  usage
 }
 
 var (
@@ -46,6 +48,9 @@ var (
 // generator, not the server, the bottleneck. A quoted key cannot hide inside a JSON string
 // (its quotes would be escaped), so the test on raw bytes finds every such key.
 func (s *completionStream) onEvent(data []byte) error {
+	if s.anthropic {
+		return s.messagesEvent(data)
+	}
 	if bytes.Equal(bytes.TrimSpace(data), doneMarker) {
 		s.done = true
 		return nil
@@ -107,4 +112,59 @@ func excerpt(data []byte) string {
 		return string(data[:limit]) + "..."
 	}
 	return string(data)
+}
+
+var (
+	messageStop  = []byte(`"type":"message_stop"`)
+	contentDelta = []byte(`"type":"content_block_delta"`)
+)
+
+// messagesEvent takes the data of one event of Anthropic's Messages API: message_stop ends the
+// stream, an error event fails it, and the usage comes in two parts, the prompt's in
+// message_start (input_tokens, cache_read_input_tokens) and the output's in message_delta, which
+// may restate the prompt's. In Anthropic's accounting input_tokens are the prompt's tokens not
+// read from the cache: the prompt is the sum.
+func (s *completionStream) messagesEvent(data []byte) error {
+	if bytes.Contains(data, messageStop) {
+		s.done = true
+		return nil
+	}
+	if bytes.Contains(data, contentDelta) {
+		s.events++
+	}
+	hasUsage, hasError := bytes.Contains(data, usageKey), bytes.Contains(data, errorKey)
+	if !hasUsage && !hasError {
+		return nil
+	}
+	ev, err := s.parser.ParseBytes(data)
+	if err != nil || hasError && string(ev.GetStringBytes("type")) == "error" {
+		return fmt.Errorf("%w: %s", errStreamError, excerpt(data))
+	}
+	u := ev.Get("usage")
+	if m := ev.Get("message"); m != nil {
+		u = m.Get("usage")
+	}
+	return s.readMessagesUsage(u)
+}
+
+// readMessagesUsage adds an Anthropic usage object to what the stream said so far.
+func (s *completionStream) readMessagesUsage(u *fastjson.Value) error {
+	if u == nil || u.Type() != fastjson.TypeObject {
+		return nil
+	}
+	input, err1 := countField(u, "input_tokens")
+	read, err2 := countField(u, "cache_read_input_tokens")
+	written, err3 := countField(u, "cache_creation_input_tokens")
+	output, err4 := countField(u, "output_tokens")
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return err
+	}
+	if u.Exists("input_tokens") {
+		s.usageBuf.promptTokens, s.usageBuf.cachedTokens = input+read+written, read
+	}
+	if u.Exists("output_tokens") {
+		s.usageBuf.completionTokens = output
+	}
+	s.usage = &s.usageBuf
+	return nil
 }

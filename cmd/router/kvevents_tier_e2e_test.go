@@ -15,8 +15,9 @@ const tierFormDeadline = time.Minute
 
 // startKVTier starts n replicas over ws in KV-event mode when kv is set: the
 // first seeds the registry with the workers and their endpoints, the others
-// join and read the endpoints from the registry.
-func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) []string {
+// join and read the endpoints from the registry. Every replica takes the
+// flags extra too.
+func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool, extra ...string) []string {
 	t.Helper()
 	var urls, eps []string
 	for _, w := range ws {
@@ -40,7 +41,7 @@ func startKVTier(t *testing.T, routerBin string, n int, ws []kvWorker, kv bool) 
 				args = append(args, "--kv-events-endpoints", strings.Join(eps, ","))
 			}
 		}
-		procs = append(procs, start(t, routerBin, args...))
+		procs = append(procs, start(t, routerBin, append(args, extra...)...))
 	}
 	var routers []string
 	for _, p := range procs {

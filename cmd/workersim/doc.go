@@ -1,6 +1,7 @@
 // Command workersim is a stand-in for a vLLM worker: it serves the OpenAI completion and chat
 // APIs (streaming and not), embeddings, rerank, the Responses API (stored responses, background
-// mode), SGLang's native /generate, /health_generate, /get_model_info, /get_server_info and
+// mode), Anthropic's Messages API as vLLM serves it (text and tool_use answers, count_tokens),
+// SGLang's native /generate, /health_generate, /get_model_info, /get_server_info and
 // /flush_cache, vLLM's /reset_prefix_cache, /v1/models, /health and vLLM's Prometheus metrics,
 // and answers with deterministic filler text and vectors after the time a real engine would
 // take. The timing and the prefix cache come from package sim, driven in real time (scaled by

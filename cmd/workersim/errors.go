@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/kvrouter/kvrouter/internal/anthropicapi"
 	"github.com/kvrouter/kvrouter/sim"
 	"github.com/valyala/fasthttp"
 )
@@ -60,12 +61,21 @@ func (s *server) failRequest(ctx *fasthttp.RequestCtx, err error) {
 	s.writeError(ctx, err)
 }
 
-// writeError answers with err as an OpenAI-style error body.
+// writeError answers with err as an error body in the shape of the request's API.
 func (s *server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	e := classify(err)
 	ctx.Response.Reset()
 	s.setCommonHeaders(ctx)
 	ctx.SetStatusCode(e.status)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(appendErrorBody(nil, err.Error(), e.typ, e.code))
+	ctx.SetBody(errorBody(ctx.Path(), err.Error(), e))
+}
+
+// errorBody is an error in the shape of path's API: Anthropic's on its Messages API (and any
+// path under it), OpenAI's elsewhere.
+func errorBody(path []byte, message string, e apiError) []byte {
+	if anthropicapi.Serves(path) {
+		return anthropicapi.AppendError(nil, e.status, message)
+	}
+	return appendErrorBody(nil, message, e.typ, e.code)
 }

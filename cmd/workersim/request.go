@@ -120,11 +120,10 @@ func (r *inferenceRequest) readPriority(v *fastjson.Value) error {
 func (r *inferenceRequest) readPrompt(v *fastjson.Value) error {
 	var err error
 	if r.chat {
-		msgs := v.Get("messages")
-		if msgs == nil {
+		if v.Get("messages") == nil {
 			return fmt.Errorf("%w: messages is required", errBadRequest)
 		}
-		r.prompt, err = sim.AppendChatJSON(nil, msgs)
+		r.prompt, err = sim.AppendChatRequestJSON(nil, v) // tools first, as the chat template renders them
 	} else {
 		r.prompt, err = sim.AppendPromptJSON(nil, v.Get("prompt"))
 	}

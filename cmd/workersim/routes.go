@@ -6,8 +6,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The endpoints: vLLM's OpenAI-compatible API, the SGLang-native endpoints vllm-router forwards,
-// and workersim's own.
+// The endpoints: vLLM's OpenAI-compatible API and its Anthropic Messages API (messages.go), the
+// SGLang-native endpoints vllm-router forwards, and workersim's own.
 const (
 	pathCompletions      = "/v1/completions"
 	pathChatCompletions  = "/v1/chat/completions"
@@ -32,7 +32,7 @@ const (
 // inferencePaths are the endpoints counted in workersim_requests_total.
 var inferencePaths = []string{
 	pathCompletions, pathChatCompletions, pathEmbeddings, pathRerank, pathRerankV1, pathRerankV2,
-	pathResponses, pathGenerate,
+	pathResponses, pathGenerate, pathMessages,
 }
 
 // endpoint holds the handlers of one path by method; a nil handler is not served there.
@@ -79,6 +79,8 @@ func (s *server) routes() map[string]endpoint {
 		pathFlushCache:       {get: flush, post: flush},
 		pathAdminFault:       {get: s.handleFault, post: s.handleFault},
 		pathTokenize:         {post: s.handleTokenize},
+		pathMessages:         {post: s.handleMessages},
+		pathCountTokens:      {post: s.handleCountTokens},
 	}
 }
 
@@ -90,8 +92,8 @@ func (s *server) handle(ctx *fasthttp.RequestCtx) {
 	}
 	ctx.SetStatusCode(fasthttp.StatusNotFound)
 	ctx.SetContentType("application/json")
-	ctx.SetBody(appendErrorBody(nil, "no route for "+string(ctx.Method())+" "+string(ctx.Path()),
-		"invalid_request_error", "not_found"))
+	ctx.SetBody(errorBody(ctx.Path(), "no route for "+string(ctx.Method())+" "+string(ctx.Path()),
+		apiError{status: fasthttp.StatusNotFound, typ: "invalid_request_error", code: "not_found"}))
 }
 
 func (s *server) route(ctx *fasthttp.RequestCtx) fasthttp.RequestHandler {

@@ -12,7 +12,7 @@ import (
 // for a prompt's token IDs, chat template applied.
 const pathTokenize = "/tokenize"
 
-// handleTokenize answers {"prompt": ...} or {"messages": [...]} with the token IDs the engine
+// handleTokenize answers {"prompt": ...} or {"messages": [...], "tools": [...]} with the token IDs the engine
 // would compute: {"count", "max_model_len", "tokens"}, as vLLM does. The IDs are the simulated
 // tokenizer's (sim.Config.Tokens) over the text the engine renders, so block i of them is the
 // block whose KV events name those tokens.
@@ -48,7 +48,7 @@ func (s *server) tokenizeText(body []byte) ([]byte, error) {
 	var text []byte
 	switch {
 	case v.Exists("messages"):
-		text, err = sim.AppendChatJSON(nil, v.Get("messages"))
+		text, err = sim.AppendChatRequestJSON(nil, v) // vLLM's /tokenize renders the tools too
 	case v.Exists("prompt"):
 		text, err = sim.AppendPromptJSON(nil, v.Get("prompt"))
 	default:

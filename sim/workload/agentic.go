@@ -110,6 +110,9 @@ type Turn struct {
 	Prompt []byte
 	// MaxTokens is the max_tokens of the request (AgenticConfig.AnswerTokens).
 	MaxTokens int
+	// Pieces are where the pieces of Prompt end: the system prompt, the task, then each earlier
+	// turn's answer and the tool output that followed it. Shared like Prompt: read-only.
+	Pieces []int
 	// Delay is the tool latency to wait after the previous turn completed before sending this
 	// one; zero for a session's first turn.
 	Delay time.Duration
@@ -117,7 +120,7 @@ type Turn struct {
 
 // Request returns the request of t for the given model.
 func (t Turn) Request(model string) Request {
-	return Request{Model: model, Prompt: t.Prompt, MaxTokens: t.MaxTokens}
+	return Request{Model: model, Prompt: t.Prompt, MaxTokens: t.MaxTokens, Pieces: t.Pieces}
 }
 
 // Agentic generates the turns of closed-loop agentic sessions: a session's next turn exists only
@@ -134,6 +137,7 @@ type Agentic struct {
 // agenticSession is the state of one session, touched only by Start and that session's Next.
 type agenticSession struct {
 	conversation []byte   // every prompt of the session is a prefix of it
+	pieces       []int    // where each piece of the conversation ends in it (Turn.Pieces)
 	next         int      // index of the turn Next returns
 	random       splitmix // draws of observation lengths and think times
 }
@@ -169,7 +173,9 @@ func (a *Agentic) Start() []Turn {
 		s := &a.sessions[id]
 		s.random = splitmix{state: a.textKey(kindRandom, id, 0)}
 		s.conversation = append([]byte(nil), a.system...)
+		s.pieces = []int{len(s.conversation)}
 		s.conversation = a.appendText(s.conversation, kindTask, id, 0, a.cfg.TaskTokens)
+		s.pieces = append(s.pieces, len(s.conversation))
 		s.next = 1
 		turns[id] = a.turn(id, 0, 0)
 	}
@@ -189,19 +195,22 @@ func (a *Agentic) Next(id int) (Turn, bool) {
 	index := s.next
 	s.next++
 	s.conversation = a.appendText(s.conversation, kindAnswer, id, index-1, a.cfg.AnswerTokens)
+	s.pieces = append(s.pieces, len(s.conversation))
 	observationTokens := jitter(&s.random, a.cfg.ObservationTokens)
 	s.conversation = a.appendText(s.conversation, kindObservation, id, index-1, observationTokens)
+	s.pieces = append(s.pieces, len(s.conversation))
 	delay := time.Duration(jitter(&s.random, int(a.cfg.ThinkTime)))
 	return a.turn(id, index, delay), true
 }
 
 // turn wraps the session's conversation so far as a Turn.
 func (a *Agentic) turn(id, index int, delay time.Duration) Turn {
-	conversation := a.sessions[id].conversation
+	conversation, pieces := a.sessions[id].conversation, a.sessions[id].pieces
 	return Turn{
 		Session:   id,
 		Index:     index,
 		Prompt:    conversation[:len(conversation):len(conversation)],
+		Pieces:    pieces[:len(pieces):len(pieces)],
 		MaxTokens: a.cfg.AnswerTokens,
 		Delay:     delay,
 	}

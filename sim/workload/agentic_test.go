@@ -63,6 +63,26 @@ func TestAgenticTurnsExtendThePreviousPrompt(t *testing.T) {
 	}
 }
 
+// A turn's pieces are its system prompt, its task, then an answer and the tool's output per turn
+// before it: where a client cuts the conversation into messages.
+func TestAgenticTurnsSayWhereTheirPiecesEnd(t *testing.T) {
+	cfg := smallAgentic(1)
+	for _, session := range runSessions(NewAgentic(cfg), []int{0, 1, 2}) {
+		for i, turn := range session {
+			p := turn.Pieces
+			if len(p) != 2+2*i || p[0] != cfg.SystemPromptTokens*TokenBytes || p[len(p)-1] != len(turn.Prompt) {
+				t.Fatalf("turn %d of %d bytes has pieces ending at %v", i, len(turn.Prompt), p)
+			}
+			if i > 0 && p[len(p)-2]-p[len(p)-3] != cfg.AnswerTokens*TokenBytes {
+				t.Fatalf("turn %d's last answer is %d bytes, want %d", i, p[len(p)-2]-p[len(p)-3], cfg.AnswerTokens*TokenBytes)
+			}
+			if r := turn.Request("m"); len(r.Pieces) != len(p) {
+				t.Fatalf("the request of turn %d lost its pieces", i)
+			}
+		}
+	}
+}
+
 func TestAgenticSessionsShareOnlyTheSystemPrompt(t *testing.T) {
 	cfg := smallAgentic(2)
 	turns := NewAgentic(cfg).Start()

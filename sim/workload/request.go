@@ -17,6 +17,11 @@ type Request struct {
 	Prompt []byte
 	// MaxTokens is the number of tokens to generate (max_tokens).
 	MaxTokens int
+	// Pieces, when set, are where the pieces of an agentic conversation end in Prompt, in order:
+	// the system prompt, the task, then each turn's answer and the tool's output after it (see
+	// Agentic), so that a client can send the conversation as messages, tool calls and tool
+	// results. Read-only.
+	Pieces []int
 }
 
 // OpenAIBody renders r as the JSON body of an OpenAI /v1/completions request. With stream it asks
