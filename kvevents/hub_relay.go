@@ -58,9 +58,7 @@ func (h *Hub) Outbox(now time.Time) [][]byte {
 			continue
 		}
 		epoch, next, started := e.view.position()
-		if started {
-			w.heartbeat(Heartbeat{Worker: id, Epoch: epoch, Next: next})
-		}
+		w.heartbeat(Heartbeat{Worker: id, Epoch: epoch, Next: next, Started: started})
 	}
 	w.flush()
 	return append(pkts, w.packets...)
@@ -108,7 +106,7 @@ func (h *Hub) Receive(pkt []byte, now time.Time) error {
 		}
 	}, func(origin string, hb Heartbeat) {
 		if e := t.entries[hb.Worker]; e != nil {
-			e.view.HeardOf(origin, hb.Epoch, hb.Next, until)
+			e.view.HeardOf(origin, hb, until)
 		}
 	})
 	switch {

@@ -55,11 +55,13 @@ type RelayedBatch struct {
 }
 
 // Heartbeat is a heartbeat record: the relaying replica hears worker Worker
-// at (Epoch, Next).
+// at (Epoch, Next); Started is false while it has heard no batch of it yet
+// (connected, the engine silent so far).
 type Heartbeat struct {
-	Worker uint32
-	Epoch  uint32
-	Next   uint64
+	Worker  uint32
+	Epoch   uint32
+	Next    uint64
+	Started bool
 }
 
 // maxOriginBytes bounds the name a packet starts with.
@@ -98,11 +100,12 @@ func (w *relayWriter) flush() {
 
 // heartbeat appends a heartbeat record.
 func (w *relayWriter) heartbeat(h Heartbeat) {
-	w.room(1 + 3*binary.MaxVarintLen64)
+	w.room(2 + 3*binary.MaxVarintLen64)
 	w.cur = append(w.cur, recHeartbeat)
 	w.cur = binary.AppendUvarint(w.cur, uint64(h.Worker))
 	w.cur = binary.AppendUvarint(w.cur, uint64(h.Epoch))
 	w.cur = binary.AppendUvarint(w.cur, h.Next)
+	w.cur = append(w.cur, flags(h.Started, false))
 }
 
 // batchHeader is the most a batch record's header takes.
@@ -211,7 +214,13 @@ func DecodeRelay(pkt []byte, geo geometry, onBatch func(string, RelayedBatch), o
 		case recBatch:
 			batches = append(batches, r.batch())
 		case recHeartbeat:
-			beats = append(beats, Heartbeat{Worker: r.u32(), Epoch: r.u32(), Next: r.uvarint()})
+			h := Heartbeat{Worker: r.u32(), Epoch: r.u32(), Next: r.uvarint()}
+			if f := r.byte(); f&^1 != 0 {
+				r.fail("heartbeat flags %#x", f)
+			} else {
+				h.Started = f == 1
+			}
+			beats = append(beats, h)
 		default:
 			r.fail("record kind %d", kind)
 		}

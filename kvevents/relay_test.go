@@ -26,7 +26,7 @@ func (f follower) take(pkts [][]byte) {
 	f.t.Helper()
 	for _, p := range pkts {
 		err := DecodeRelay(p, testGeo, func(o string, b RelayedBatch) { f.view.Relayed(o, b) },
-			func(o string, h Heartbeat) { f.view.HeardOf(o, h.Epoch, h.Next, time.Now().Add(time.Second)) })
+			func(o string, h Heartbeat) { f.view.HeardOf(o, h, time.Now().Add(time.Second)) })
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func TestAFollowerHoldsWhatTheHearerHolds(t *testing.T) {
 	if st := f.view.Status(); st.Trust != Disconnected || st.Next != 3 {
 		t.Errorf("status %+v: nothing said the hearer hears the engine yet", st)
 	}
-	f.view.HeardOf("hearer", 0, 3, time.Now().Add(time.Second))
+	f.view.HeardOf("hearer", Heartbeat{Epoch: 0, Next: 3, Started: true}, time.Now().Add(time.Second))
 	if got := f.view.Trust(); got != Trusted {
 		t.Errorf("a follower in step with a live hearer: %v", got)
 	}
@@ -109,7 +109,7 @@ func TestAFollowerThatMissesABatchWantsASnapshotAndHoldsWhatFollows(t *testing.T
 	if origin, ok := f.view.Wanted(); !ok || origin != "hearer" {
 		t.Fatalf("a gap: wanted %v from %q", ok, origin)
 	}
-	f.view.HeardOf("hearer", 0, 3, time.Now().Add(time.Second))
+	f.view.HeardOf("hearer", Heartbeat{Epoch: 0, Next: 3, Started: true}, time.Now().Add(time.Second))
 	if got := f.view.Trust(); got != Replaying {
 		t.Fatalf("a follower that missed a batch: %v, want replaying", got)
 	}
@@ -129,15 +129,20 @@ func TestAHeartbeatAheadOfTheFollowerIsAGap(t *testing.T) {
 	e, h, f := newEngine(t, 2), newHearer(), newFollower(t)
 	h.stream.Offer(0, e.batches[0])
 	f.take(h.packets())
-	f.view.HeardOf("hearer", 0, 1, time.Now().Add(time.Second))
+	f.view.HeardOf("hearer", Heartbeat{Epoch: 0, Next: 1, Started: true}, time.Now().Add(time.Second))
 	if _, ok := f.view.Wanted(); ok {
 		t.Fatal("a heartbeat at the follower's own position is no gap")
 	}
 	h.stream.Offer(1, e.batches[1])
 	_ = h.packets() // the last batch before a quiet spell, lost
-	f.view.HeardOf("hearer", 0, 2, time.Now().Add(time.Second))
+	f.view.HeardOf("hearer", Heartbeat{Epoch: 0, Next: 2, Started: true}, time.Now().Add(time.Second))
 	if _, ok := f.view.Wanted(); !ok {
 		t.Fatal("a heartbeat past the follower's position is a gap")
+	}
+	g := newFollower(t)
+	g.view.HeardOf("hearer", Heartbeat{}, time.Now().Add(time.Second))
+	if _, ok := g.view.Wanted(); ok || g.view.Trust() != Unheard {
+		t.Fatalf("a hearer that heard nothing yet: wanted %v, %v; want unheard and nothing to fetch", ok, g.view.Trust())
 	}
 }
 
@@ -155,7 +160,7 @@ func TestAHearersResetStartsAFreshEpochThatFollowersTakeFromAnywhere(t *testing.
 	if st := f.view.Status(); st.Stats.PeerResets != 1 {
 		t.Errorf("stats %+v: the peer's reset is counted", st.Stats)
 	}
-	f.view.HeardOf("hearer", 1, 4, time.Now().Add(time.Second))
+	f.view.HeardOf("hearer", Heartbeat{Epoch: 1, Next: 4, Started: true}, time.Now().Add(time.Second))
 	if got := f.view.Trust(); got != Recovering {
 		t.Errorf("after the hearer's reset: %v, want recovering, as the hearer is", got)
 	}
@@ -198,7 +203,8 @@ func TestRelayPacketsThatDoNotDecodeWholeChangeNothing(t *testing.T) {
 		"geometry":     append([]byte{RelayType, RelayVersion, 0, testBlock, 9}, recHeartbeat, 1, 0, 0),
 		"ops over":     append(head(), recBatch, 7, 0, 0, 0, 0, 0xff, 0xff, 0x03),
 		"zero store":   append(head(), recBatch, 7, 0, 0, 0, 0, 1, byte(OpStore), 0, 0, 0, 0, 1, 0, 0, 0),
-		"over 32 bits": append(head(), recHeartbeat, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0),
+		"over 32 bits": append(head(), recHeartbeat, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 1),
+		"beat flags":   append(head(), recHeartbeat, 1, 0, 0, 4),
 		"long origin":  append([]byte{RelayType, RelayVersion, 0xff, 0x01}, make([]byte, 300)...),
 	} {
 		called := false
@@ -259,7 +265,7 @@ func FuzzDecodeRelay(f *testing.F) {
 				t.Fatalf("%d ops from %d bytes", len(b.Ops), len(pkt))
 			}
 			v.Relayed(o, b)
-		}, func(o string, h Heartbeat) { v.HeardOf(o, h.Epoch, h.Next, time.Now()) })
+		}, func(o string, h Heartbeat) { v.HeardOf(o, h, time.Now()) })
 		checkSet(t, v.stream.Set(), 64)
 	})
 }

@@ -102,21 +102,22 @@ func (v *View) releaseHeldLocked(origin string) {
 	}
 }
 
-// HeardOf notes peer origin's word that it hears the engine, at the
-// position (epoch, next), until until (a few of its heartbeats): the view
-// is not Disconnected meanwhile, and a position past its own is a gap it
-// wants a snapshot for.
-func (v *View) HeardOf(origin string, epoch uint32, next uint64, until time.Time) {
+// HeardOf notes peer origin's heartbeat: it hears the engine, at the
+// position of hb, until until (a few of its heartbeats). The view is not
+// Disconnected meanwhile, and a position past its own is a gap it wants a
+// snapshot for (one that has heard nothing of the engine yet is past no
+// one).
+func (v *View) HeardOf(origin string, hb Heartbeat, until time.Time) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if until.After(v.watch.relayedTo) {
 		v.watch.relayedTo = until
 	}
 	e, n, started := v.stream.Position()
-	if v.partial.active {
-		return // the batch under way will bring the view there
+	if v.partial.active || !hb.Started {
+		return // the batch under way will bring the view there; or there is nothing to have
 	}
-	if !started || epoch > e || epoch == e && next > n {
+	if !started || hb.Epoch > e || hb.Epoch == e && hb.Next > n {
 		v.wantLocked(origin)
 	}
 }

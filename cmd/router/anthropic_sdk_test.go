@@ -42,10 +42,16 @@ func anthropicClientWithKey(url, key string, opts ...option.RequestOption) anthr
 // own and waits for it to answer.
 func startPeerSim(t *testing.T, model string, args ...string) string {
 	t.Helper()
+	return startPeerSimAt(t, freeAddr(t), nil, model, args...)
+}
+
+// startPeerSimAt is startPeerSim on addr, with env added to the
+// simulator's environment (POD_IP names it in its KV events' topic).
+func startPeerSimAt(t *testing.T, addr string, env []string, model string, args ...string) string {
+	t.Helper()
 	bin := peers.Sim(t)
-	addr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	start(t, bin, append([]string{"--port", port, "--model", model, "--force-dummy-tokenizer", "--max-num-seqs", "16",
+	startWithEnv(t, env, bin, append([]string{"--port", port, "--model", model, "--force-dummy-tokenizer", "--max-num-seqs", "16",
 		"--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms"}, args...)...)
 	url := "http://" + addr
 	testwait.EventuallyNil(t, 20*time.Second, func() error {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,8 +90,17 @@ func (o *outputTail) String() string {
 
 func start(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
+	return startWithEnv(t, nil, bin, args...)
+}
+
+// startWithEnv is start with env added to the process's environment.
+func startWithEnv(t *testing.T, env []string, bin string, args ...string) *process {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.StdoutPipe()
@@ -173,7 +183,13 @@ type completion struct {
 func complete(t *testing.T, url, prompt string, stream bool) completion {
 	t.Helper()
 	body := fmt.Sprintf(`{"model":"sim-model","prompt":%q,"max_tokens":8,"stream":%v,"stream_options":{"include_usage":true}}`, prompt, stream)
-	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	return postCompletion(t, url, []byte(body))
+}
+
+// postCompletion posts body to url's /v1/completions.
+func postCompletion(t *testing.T, url string, body []byte) completion {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,13 +193,15 @@ func TestEndToEndAnEngineThatGoesQuietOrRestartsFallsBackVisiblyAndRecovers(t *t
 	testwait.Eventually(t, 20*time.Second, func() bool { s := kvStates(t, router); return len(s) == 2 && allConnected(s) }, "%s", "every stream connected")
 
 	quiet := ws[0]
+	n := 0
+	work := func() { n++; complete(t, router, document(100+n), false) } // cold prompts: some go to each engine
+	// Heard first: an engine that never published is unheard, not stale.
+	until(t, router, quiet.url, "trusted", work)
 	if resp, err := http.Post(quiet.url+"/admin/fault", "application/json", strings.NewReader(`{"mode":"mute_kv_events"}`)); err != nil {
 		t.Fatal(err)
 	} else {
 		resp.Body.Close()
 	}
-	n := 0
-	work := func() { n++; complete(t, router, document(100+n), false) } // cold prompts: some go to the quiet engine
 	until(t, router, quiet.url, "stale", work)
 	if resp, err := http.Post(quiet.url+"/admin/fault", "application/json", strings.NewReader(`{"mode":"none"}`)); err != nil {
 		t.Fatal(err)
