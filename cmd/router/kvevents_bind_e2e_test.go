@@ -21,14 +21,21 @@ import (
 // out, and workersim with --kv-events-connect.
 
 // bindTier starts len(binds) replicas, replica i binding its KV-event
-// socket at binds[i], over the workers at urls (seeded by the first).
-func bindTier(t *testing.T, routerBin string, binds []string, urls []string, extra ...string) []*process {
+// socket at binds[i], over the workers at urls (seeded by the first). It
+// returns the processes and the arguments each was started with.
+func bindTier(t *testing.T, routerBin string, binds []string, urls []string, extra ...string) ([]*process, [][]string) {
 	t.Helper()
 	n := len(binds)
-	gossip := tierGossipBinds(t, n)
 	var procs []*process
+	var argv [][]string
+	// Every port is chosen here, so that a replica restarted with the same
+	// arguments comes back at its addresses, as a restarted pod does.
+	gossip := make([]string, n)
+	for i := range gossip {
+		gossip[i] = freeAddr(t)
+	}
 	for i := range n {
-		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0",
+		args := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", freeAddr(t),
 			"--gossip-bind", gossip[i], "--data-dir", t.TempDir(), "--node-name", fmt.Sprintf("router-%d", i+1),
 			"--bootstrap-expect", fmt.Sprint(n), "--retry-initial-backoff-ms", "1",
 			// llm-d-inference-sim holds its events up to a second before it
@@ -40,9 +47,11 @@ func bindTier(t *testing.T, routerBin string, binds []string, urls []string, ext
 		} else {
 			args = append(args, "--worker-urls", strings.Join(urls, ","))
 		}
-		procs = append(procs, start(t, routerBin, append(args, extra...)...))
+		args = append(args, extra...)
+		argv = append(argv, args)
+		procs = append(procs, start(t, routerBin, args...))
 	}
-	return procs
+	return procs, argv
 }
 
 // routerURL waits for p to be ready and returns its URL.
@@ -102,11 +111,16 @@ func portString(t *testing.T, addr string) string {
 // two llm-d-inference-sims (model fake-model) and a workersim (sim-model),
 // engine i dialing replica i, workersim's through lb.
 type engineTier struct {
-	routers []string
-	procs   []*process
-	engines []string // the engines' URLs, workersim's last
-	lbTo    func(addr string)
-	binds   []string
+	routerBin, workersim string
+	routers              []string
+	procs                []*process
+	argv                 [][]string
+	engines              []string // the engines' URLs, workersim's last
+	lbTo                 func(addr string)
+	lbAddr               string
+	binds                []string
+	ws                   *process // workersim
+	replay               string   // workersim's replay socket
 }
 
 func startEngineTier(t *testing.T) engineTier {
@@ -119,25 +133,53 @@ func startEngineTier(t *testing.T) engineTier {
 	for _, e := range engines {
 		urls = append(urls, "http://"+e)
 	}
-	procs := bindTier(t, routerBin, binds, urls)
+	// The simulators are seeded; workersim, whose engine keeps a replay
+	// socket, is added through the admin API with it and its topic.
+	procs, argv := bindTier(t, routerBin, binds, urls[:2])
 	var routers []string
 	for _, p := range procs {
 		routers = append(routers, routerURL(t, p))
+	}
+	replay := freeAddr(t)
+	add := fmt.Sprintf(`{"url":%q,"kv_events_replay_endpoint":"tcp://%s","kv_events_topic":"kv@%s@sim-model"}`, urls[2], replay, engines[2])
+	testwait.EventuallyNil(t, tierFormDeadline, func() error { // the tier's first election may be under way
+		if status, _, body := call(t, http.MethodPost, routers[0]+"/workers", add); status != http.StatusCreated {
+			return fmt.Errorf("adding workersim: %d %s", status, body)
+		}
+		return nil
+	}, "workersim added")
+	for _, r := range routers {
+		testwait.EventuallyNil(t, tierFormDeadline, func() error {
+			if n := len(kvRows(t, r)); n != len(engines) {
+				return fmt.Errorf("%d of %d workers", n, len(engines))
+			}
+			return nil
+		}, "every worker registered on %s", r)
 	}
 	for i, e := range engines[:2] {
 		startPeerSimAt(t, e, []string{"POD_IP=" + e}, "fake-model", "--enable-kvcache", "--kv-cache-size", "512",
 			"--block-size", "16", "--zmq-endpoint", "tcp://"+binds[i])
 	}
 	lb := tcpforward.New(t, binds[2])
-	ws := start(t, workersim, "--port", portString(t, engines[2]), "--worker-id", "w3", "--time-scale", "50",
-		"--kv-capacity-tokens", "4096", "--kv-events-endpoint", "tcp://"+lb.Addr(), "--kv-events-connect",
-		"--kv-events-topic", "kv@"+engines[2]+"@sim-model")
-	ws.await(t, `^listening on (\S+)`)
+	ws := startDialingWorkersim(t, workersim, engines[2], lb.Addr(), replay)
 	for _, r := range routers {
 		testwait.EventuallyNil(t, time.Minute, func() error { return servesModels(r, "fake-model", "sim-model") },
 			"%s knows which engine serves which model", r)
 	}
-	return engineTier{routers: routers, procs: procs, engines: urls, lbTo: lb.To, binds: binds}
+	return engineTier{routerBin: routerBin, workersim: workersim, routers: routers, procs: procs, argv: argv,
+		engines: urls, lbTo: lb.To, lbAddr: lb.Addr(), binds: binds, ws: ws, replay: replay}
+}
+
+// startDialingWorkersim starts workersim on addr, serving sim-model,
+// dialing its KV events to to and keeping its batches for replay at
+// replay.
+func startDialingWorkersim(t *testing.T, bin, addr, to, replay string) *process {
+	t.Helper()
+	ws := start(t, bin, "--port", portString(t, addr), "--worker-id", "w3", "--time-scale", "50",
+		"--kv-capacity-tokens", "4096", "--kv-events-endpoint", "tcp://"+to, "--kv-events-connect",
+		"--kv-events-topic", "kv@"+addr+"@sim-model", "--kv-events-replay-endpoint", "tcp://"+replay)
+	ws.await(t, `^listening on (\S+)`)
+	return ws
 }
 
 // engineModels are the models of et.engines, in order.
@@ -247,4 +289,197 @@ func servesModels(router string, models ...string) error {
 		}
 	}
 	return nil
+}
+
+// TestEndToEndATiersViewOfTheEnginesSurvivesRestartsAndTheHearersDeath
+// measures, on real processes, the three events a tier on bound events
+// lives through: an engine restarted (every replica must empty its set of
+// it, within 1 s of its first batch), a replica restarted (it must know
+// every worker's set within 5 s of ready, from its peers), and the death of
+// the replica an engine publishes to (no replica may distrust the worker
+// for longer than the engine takes to reconnect).
+func TestEndToEndATiersViewOfTheEnginesSurvivesRestartsAndTheHearersDeath(t *testing.T) {
+	et := startEngineTier(t)
+	round := 0
+	traffic := func() { round++; et.traffic(t, round) }
+	testwait.EventuallyNil(t, time.Minute, func() error { traffic(); return et.agree(t) }, "the tier agrees")
+	wsURL := et.engines[2]
+
+	// An engine restarted: its sequence starts over, which the replica it
+	// reaches takes for a restart and relays as a fresh start.
+	before := et.resets(t, wsURL)
+	et.ws.kill()
+	et.ws = startDialingWorkersim(t, et.workersim, strings.TrimPrefix(wsURL, "http://"), et.lbAddr, et.replay)
+	published := time.Now()
+	if c := completeModel(t, wsURL, "sim-model", "the restarted engine's first prompt, "+strings.Repeat("word ", 80)); c.status != http.StatusOK {
+		t.Fatalf("status %d", c.status)
+	}
+	testwait.EventuallyNil(t, 10*time.Second, func() error {
+		for i, n := range et.resets(t, wsURL) {
+			if n <= before[i] {
+				return fmt.Errorf("replica %d has not emptied its set", i+1)
+			}
+		}
+		return nil
+	}, "every replica emptying the restarted engine's set")
+	emptied := time.Since(published)
+	t.Logf("an engine restarted: every replica emptied its set %v after its first batch was asked for", emptied.Round(time.Millisecond))
+	if emptied > time.Second {
+		t.Errorf("the restarted engine's set emptied everywhere after %v, over 1 s", emptied)
+	}
+
+	// A replica restarted: from its peers' snapshots, before any batch of
+	// its own. It is replica 3, which workersim's engine dials (through
+	// its load balancer): llm-d-inference-sim's publisher (go-zeromq) does
+	// not come back once the replica it dialed went away.
+	testwait.EventuallyNil(t, time.Minute, func() error { traffic(); return et.agree(t) }, "the tier agrees again")
+	et.procs[2].kill()
+	et.procs[2] = start(t, et.routerBin, et.argv[2]...)
+	et.routers[2] = routerURL(t, et.procs[2])
+	ready := time.Now()
+	testwait.EventuallyNil(t, 30*time.Second, et.knows(t, 2), "the restarted replica knowing every worker's set")
+	known := time.Since(ready)
+	// The engine it heard comes back to it with its next batch.
+	testwait.EventuallyNil(t, time.Minute, func() error { traffic(); return et.agree(t) }, "the tier agrees again")
+	t.Logf("a replica restarted: every worker's set known %v after it was ready", known.Round(time.Millisecond))
+	if known > 5*time.Second {
+		t.Errorf("the restarted replica knew every set %v after ready, over 5 s", known)
+	}
+
+	// The hearer of workersim's engine dies; its load balancer sends the
+	// engine to replica 1. Replicas 1 and 2 are watched meanwhile.
+	testwait.EventuallyNil(t, time.Minute, func() error { traffic(); return et.agree(t) }, "the tier agrees again")
+	watch := et.watchTrust(t, wsURL, 0, 1)
+	busy := et.keepBusy(wsURL) // batches in flight when the hearer dies: the replay's to fill
+	et.procs[2].kill()
+	et.lbTo(et.binds[0])
+	busy()
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
+		if c := completeModel(t, wsURL, "sim-model", fmt.Sprintf("after the hearer died, %d ", time.Now().UnixNano())+strings.Repeat("word ", 60)); c.status != http.StatusOK {
+			return fmt.Errorf("status %d", c.status)
+		}
+		if row := kvRows(t, et.routers[0])[wsURL]; row.Source != "bind" || row.State != "trusted" {
+			return fmt.Errorf("replica 1 hears it from %q, %s", row.Source, row.State)
+		}
+		return nil
+	}, "replica 1 hearing the engine itself")
+	longest := watch()
+	t.Logf("the hearer killed: the longest time a surviving replica did not trust the engine's set: %v", longest.Round(time.Millisecond))
+	if row := kvRows(t, et.routers[0])[wsURL]; row.Lost+row.Resets != 0 {
+		t.Errorf("replica 1 emptied the set when the engine came to it: %+v", row)
+	}
+	if longest > 2*time.Second {
+		t.Errorf("a surviving replica distrusted the engine's set for %v", longest)
+	}
+}
+
+// resets is each replica's count of the times worker's set was emptied.
+func (et engineTier) resets(t *testing.T, worker string) []uint64 {
+	t.Helper()
+	var out []uint64
+	for _, r := range et.routers {
+		row := kvRows(t, r)[worker]
+		out = append(out, row.Lost+row.Resets+row.Peer)
+	}
+	return out
+}
+
+// knows says whether replica i holds every worker's set as a peer does
+// (an engine whose connection went with the replica is not trusted until
+// it publishes again: an idle connection names no worker).
+func (et engineTier) knows(t *testing.T, i int) func() error {
+	return func() error {
+		other := et.routers[(i+1)%len(et.routers)]
+		want, got := kvRows(t, other), kvRows(t, et.routers[i])
+		for _, e := range et.engines {
+			if got[e].Blocks != want[e].Blocks || got[e].Next != want[e].Next || got[e].Blocks == 0 {
+				return fmt.Errorf("%s: %d blocks at %d, a peer %d at %d", e, got[e].Blocks, got[e].Next, want[e].Blocks, want[e].Next)
+			}
+		}
+		return nil
+	}
+}
+
+// watchTrust polls worker's state on replicas is every 10 ms until the
+// returned func is called, which says the longest span any of them did not
+// trust it.
+func (et engineTier) watchTrust(t *testing.T, worker string, is ...int) func() time.Duration {
+	t.Helper()
+	stop := make(chan struct{})
+	done := make(chan time.Duration)
+	go func() {
+		var longest time.Duration
+		since := map[int]time.Time{}
+		for {
+			select {
+			case <-stop:
+				done <- longest
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			now := time.Now()
+			for _, i := range is {
+				if state := kvRowsOrNil(et.routers[i])[worker].State; state == "trusted" {
+					delete(since, i)
+				} else if _, ok := since[i]; !ok {
+					since[i] = now
+				}
+				if s, ok := since[i]; ok && now.Sub(s) > longest {
+					longest = now.Sub(s)
+				}
+			}
+		}
+	}()
+	return func() time.Duration { close(stop); return <-done }
+}
+
+// kvRowsOrNil is kvRows for a goroutine of the test's own: nil when the
+// replica does not answer.
+func kvRowsOrNil(router string) map[string]kvRow {
+	resp, err := http.Get(router + "/cluster/workers")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Workers []struct {
+			URL string `json:"url"`
+			KV  *kvRow `json:"kv_events"`
+		} `json:"workers"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return nil
+	}
+	rows := map[string]kvRow{}
+	for _, w := range body.Workers {
+		if w.KV != nil {
+			rows[w.URL] = *w.KV
+		}
+	}
+	return rows
+}
+
+// keepBusy sends workersim at url a stream of new prompts, straight, until
+// the returned func is called (which waits for the last).
+func (et engineTier) keepBusy(url string) func() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 1,
+				"prompt": fmt.Sprintf("busy %d %d ", i, time.Now().UnixNano()) + strings.Repeat("word ", 40)})
+			if resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(string(body))); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+	}
 }
