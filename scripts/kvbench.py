@@ -27,12 +27,22 @@ found no more than the threshold cached), summed; the added latency is the
 replicas' histogram of what tokenization added to each request (a cached
 prompt's lookup included), the bucket bounds of its p50 and p99.
 
+Two topologies (KVBENCH_TOPOLOGY): dial, every replica dials each engine's
+bound publisher (vLLM with tcp://*:5557); bind, each replica binds a socket
+(--kv-events-bind) and engine i dials replica i mod n (vLLM given the tier's
+address, as llm-d deploys it), which relays what it hears to the others.
+Two engines (KVBENCH_ENGINE): workersim, and llm-d-inference-sim (sim), the
+public vLLM simulator `make peers` builds, which publishes by dialing out
+only (the bind topology) and has no oracle endpoint.
+
 Environment (defaults in brackets): KVBENCH_WORKERS [8], KVBENCH_KV (each
-workersim's --kv-capacity-tokens) [32768], KVBENCH_SESSIONS [128],
+engine's KV cache in tokens: workersim's --kv-capacity-tokens, the
+simulator's --kv-cache-size times 16) [32768], KVBENCH_SESSIONS [128],
 KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
 KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
 KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
-KVBENCH_BEFORE (a git revision) [].
+KVBENCH_BEFORE (a git revision) [], KVBENCH_TOPOLOGY [dial], KVBENCH_ENGINE
+[workersim].
 """
 
 import json
@@ -67,10 +77,17 @@ def config():
         "think": float(e("KVBENCH_THINK", "0.3")),
         "rounds": int(e("KVBENCH_ROUNDS", "3")),
         "replicas": [int(x) for x in e("KVBENCH_REPLICAS", "1 4").split()],
-        "modes": e("KVBENCH_MODES", "text events oracle" + (" before" if e("KVBENCH_BEFORE") else "")).split(),
+        "modes": e("KVBENCH_MODES", "text events" + ("" if e("KVBENCH_ENGINE") == "sim" else " oracle") +
+                   (" before" if e("KVBENCH_BEFORE") else "")).split(),
         "flags": e("KVBENCH_FLAGS", "").split(),
         "before": e("KVBENCH_BEFORE", ""),
+        "topology": e("KVBENCH_TOPOLOGY", "dial"),
+        "engine": e("KVBENCH_ENGINE", "workersim"),
     }
+
+
+def model(cfg):
+    return "fake-model" if cfg["engine"] == "sim" else "sim-model"
 
 
 def loadgen(apis, cfg, out_json, log):
@@ -79,7 +96,7 @@ def loadgen(apis, cfg, out_json, log):
     system's)."""
     args = [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
             "--sessions", str(cfg["sessions"]), "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s",
-            *AGENTIC, "--endpoint", "completions", "--duration", "20m", "--json", out_json]
+            *AGENTIC, "--endpoint", "completions", "--model", model(cfg), "--duration", "20m", "--json", out_json]
     with open(log, "w") as f:
         subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
     with open(out_json) as f:
@@ -104,7 +121,7 @@ def event_ports(n):
 
 
 def kv_workers(fleet, n, kv):
-    """n workersims publishing their KV events: (URLs, event endpoints)."""
+    """n workersims publishing their KV events on sockets they bind: (URLs, event endpoints)."""
     urls, eps = [], []
     for i, (port, ev) in enumerate(zip(realtier.free_ports(n), event_ports(n))):
         ep = f"tcp://127.0.0.1:{ev}"
@@ -113,16 +130,62 @@ def kv_workers(fleet, n, kv):
                      "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}"], f"{fleet.tag}-workersim-{i + 1}.log")
         urls.append(f"http://127.0.0.1:{port}")
         eps.append(ep)
-    for u in urls:
-        realtier.wait_for(f"workersim {u}", lambda u=u: realtier.get(u + "/health") is not None)
+    wait_healthy(urls)
     return urls, eps
 
 
-def streams_trusted(api, n):
+def wait_healthy(urls):
+    for u in urls:
+        realtier.wait_for(f"engine {u}", lambda u=u: realtier.get(u + "/health") is not None)
+
+
+def dialing_engines(fleet, cfg, ports, binds):
+    """Engines on ports, engine i dialing binds[i % len(binds)] with its host:port in its topic."""
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    for i, port in enumerate(ports):
+        host, to = f"127.0.0.1:{port}", f"tcp://127.0.0.1:{binds[i % len(binds)]}"
+        if cfg["engine"] == "sim":
+            env = dict(os.environ, POD_IP=host)
+            f = open(os.path.join(fleet.tmp, f"{fleet.tag}-sim-{i + 1}.log"), "w")
+            fleet.procs.append(subprocess.Popen(
+                [peer_sim(), "--port", str(port), "--model", "fake-model", "--force-dummy-tokenizer",
+                 "--enable-kvcache", "--kv-cache-size", str(cfg["kv"] // 16), "--block-size", "16",
+                 "--max-num-seqs", "64", "--max-model-len", "65536", "--zmq-endpoint", to,
+                 "--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms"],
+                stdout=f, stderr=subprocess.STDOUT, env=env))
+            fleet.roles.append("llm-d-inference-sim")
+        else:
+            fleet.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
+                         f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(cfg["kv"]),
+                         "--kv-events-endpoint", to, "--kv-events-connect", "--kv-events-topic", f"kv@{host}@sim-model"],
+                        f"{fleet.tag}-workersim-{i + 1}.log")
+    wait_healthy(urls)
+    return urls
+
+
+def peer_sim():
+    """llm-d-inference-sim, as `make peers` builds it."""
+    p = os.environ.get("KVROUTER_PEER_SIM") or os.path.join(
+        os.environ.get("PEER_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                                      "kvrouter", "peers"), "llm-d-inference-sim")
+    if not os.access(p, os.X_OK):
+        sys.exit("kvbench: llm-d-inference-sim is not built: make peers")
+    return p
+
+
+def all_healthy(api, n):
+    with urllib.request.urlopen(api + "/cluster/workers", timeout=5) as r:
+        rows = json.load(r)["workers"]
+    return len(rows) >= n and all(w.get("healthy") for w in rows)
+
+
+def streams_connected(api, n):
+    """Every worker's stream is connected on api: trusted, or unheard (an idle engine has published
+    nothing yet), or, in the bind topology, heard of from a peer (any state but disconnected)."""
     with urllib.request.urlopen(api + "/cluster/workers", timeout=5) as r:
         rows = json.load(r)["workers"]
     states = [(w.get("kv_events") or {}).get("state") for w in rows]
-    return len(states) >= n and all(s == "trusted" for s in states)
+    return len(states) >= n and all(s and s != "disconnected" for s in states)
 
 
 def buckets(pages, family):
@@ -152,16 +215,30 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
     fleet = realtier.Fleet(tmp, tag)
     realtier.BIN = bindir[mode]
     try:
-        urls, eps = kv_workers(fleet, cfg["workers"], cfg["kv"])
         extra = ["--policy", "cache_aware", *cfg["flags"]]
-        if mode != "text":
-            extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
-        if mode == "oracle":
-            extra += ["--kv-events-tokenize-timeout", "5s"]  # the oracle knows every prompt's tokens
-        apis = fleet.tier(replicas, urls, extra)
-        if mode != "text":
+        if cfg["topology"] == "bind":
+            binds, ports = realtier.free_ports(replicas), realtier.free_ports(cfg["workers"])
+            urls = [f"http://127.0.0.1:{p}" for p in ports]
+            if mode != "text":
+                # The engines keep no replay socket here; llm-d-inference-sim holds its events up
+                # to a second before it publishes them.
+                extra += ["--kv-events", "--kv-events-replay-offset", "-1", "--kv-events-stale-after", "3s"]
+            apis = fleet.tier(replicas, urls, realtier.Variant(extra),
+                              lambda i: ["--kv-events-bind", f"tcp://127.0.0.1:{binds[i]}"] if mode != "text" else [])
+            dialing_engines(fleet, cfg, ports, binds)
+            for a in apis:  # the engines started after the replicas: their first health checks
+                realtier.wait_for(f"{a}: every worker healthy", lambda a=a: all_healthy(a, len(urls)))
+        else:
+            urls, eps = kv_workers(fleet, cfg["workers"], cfg["kv"])
+            if mode != "text":
+                extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
+            if mode == "oracle":
+                extra += ["--kv-events-tokenize-timeout", "5s"]  # the oracle knows every prompt's tokens
+            apis = fleet.tier(replicas, urls, realtier.Variant(extra))
+        if mode != "text" and cfg["topology"] == "dial":
+            # (A connection to the bound socket names its worker with its first batch.)
             for a in apis:
-                realtier.wait_for(f"{a}: every worker's stream trusted", lambda a=a: streams_trusted(a, len(urls)))
+                realtier.wait_for(f"{a}: every worker's stream connected", lambda a=a: streams_connected(a, len(urls)))
         rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
         pages = [realtier.scrape(a) for a in apis]
         added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)

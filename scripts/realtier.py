@@ -184,7 +184,8 @@ class Fleet:
             wait_for(f"workersim {u}", lambda u=u: get(u + "/health") is not None)
         return urls
 
-    def tier(self, n, worker_urls, variant):
+    def tier(self, n, worker_urls, variant, per_replica=lambda i: []):
+        """n replicas over worker_urls, each with variant's flags and per_replica(i)'s."""
         ports = free_ports(3 * n)
         apis = []
         for i in range(n):
@@ -193,7 +194,8 @@ class Fleet:
             self.start([variant.router, "serve", "--host", "127.0.0.1", "--port", str(api), "--prometheus-port", "0",
                         "--node-name", f"{self.tag}-{i}", "--data-dir", os.path.join(self.tmp, f"data-{self.tag}-{i}"),
                         "--gossip-bind", f"127.0.0.1:{gossip}", "--raft-bind", f"127.0.0.1:{raft}",
-                        "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *variant.flags],
+                        "--bootstrap-expect", str(n), *join, "--worker-urls", ",".join(worker_urls), *variant.flags,
+                        *per_replica(i)],
                        f"{self.tag}-router-{i}.log", variant.preexec("router"))
             apis.append(f"http://127.0.0.1:{api}")
 
