@@ -42,7 +42,18 @@ KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
 KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
 KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
 KVBENCH_BEFORE (a git revision) [], KVBENCH_TOPOLOGY [dial], KVBENCH_ENGINE
-[workersim].
+[workersim], KVBENCH_SCENARIO [control].
+
+Scenarios (KVBENCH_SCENARIO), where the text index cannot know what the engines
+hold and the events can:
+
+    control   the sessions alone
+    restart   engine 1 is killed and started again (its cache empty) after
+              KVBENCH_RESTART_AFTER seconds [8] of the run
+    sizes     the odd engines' caches are a quarter of the even ones'
+    bypass    as many sessions again go straight to the engines, round robin,
+              without passing the router (their prompts evict what the
+              router's sessions cached)
 """
 
 import json
@@ -83,6 +94,8 @@ def config():
         "before": e("KVBENCH_BEFORE", ""),
         "topology": e("KVBENCH_TOPOLOGY", "dial"),
         "engine": e("KVBENCH_ENGINE", "workersim"),
+        "scenario": e("KVBENCH_SCENARIO", "control"),
+        "restart_after": float(e("KVBENCH_RESTART_AFTER", "8")),
     }
 
 
@@ -90,15 +103,33 @@ def model(cfg):
     return "fake-model" if cfg["engine"] == "sim" else "sim-model"
 
 
-def loadgen(apis, cfg, out_json, log):
+def loadgen_args(targets, cfg, out_json, seed="7", balance="random"):
     """The agentic sessions, on /v1/completions: each turn's prompt is the turn before's, extended
     (loadgen's chat sends one growing user message, so its turns share no whole message but the
     system's)."""
-    args = [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in apis), []), "--balance", "random",
+    return [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in targets), []), "--balance", balance,
             "--sessions", str(cfg["sessions"]), "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s",
-            *AGENTIC, "--endpoint", "completions", "--model", model(cfg), "--duration", "20m", "--json", out_json]
+            *AGENTIC[:-1], seed, "--endpoint", "completions", "--model", model(cfg), "--duration", "20m",
+            "--json", out_json]
+
+
+def loadgen(apis, cfg, out_json, log, fleet, engines):
+    """The sessions through apis, with the scenario's doings meanwhile; the report of the sessions."""
+    side = None
+    if cfg["scenario"] == "bypass":
+        side = subprocess.Popen(loadgen_args(engines, cfg, out_json + ".bypass", seed="11", balance="round_robin"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(log, "w") as f:
-        subprocess.run(args, stdout=f, stderr=subprocess.DEVNULL, check=True)
+        main = subprocess.Popen(loadgen_args(apis, cfg, out_json), stdout=f, stderr=subprocess.DEVNULL)
+        if cfg["scenario"] == "restart":
+            try:
+                main.wait(timeout=cfg["restart_after"])
+            except subprocess.TimeoutExpired:
+                fleet.restart_engine(0)
+        if main.wait() != 0:
+            raise RuntimeError(f"loadgen failed: {log}")
+    if side is not None:
+        side.wait()
     with open(out_json) as f:
         return json.load(f)
 
@@ -120,14 +151,43 @@ def event_ports(n):
     return out
 
 
-def kv_workers(fleet, n, kv):
-    """n workersims publishing their KV events on sockets they bind: (URLs, event endpoints)."""
+def engine_kv(cfg, i):
+    """Engine i's KV cache in tokens: the odd engines' a quarter in the sizes scenario."""
+    return cfg["kv"] // 4 if cfg["scenario"] == "sizes" and i % 2 else cfg["kv"]
+
+
+class Engines:
+    """The engines of a run: how each was started, so that one can be started again."""
+
+    def __init__(self, fleet):
+        self.fleet, self.started = fleet, []
+
+    def start(self, args, log, env=None):
+        f = open(os.path.join(self.fleet.tmp, log), "a")
+        self.fleet.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env))
+        self.fleet.roles.append(os.path.basename(args[0]))
+        self.started.append((len(self.fleet.procs) - 1, args, log, env))
+
+    def restart(self, i):
+        """Kills engine i and starts it again with its arguments: an engine restarted, its cache empty."""
+        at, args, log, env = self.started[i]
+        p = self.fleet.procs[at]
+        p.kill()
+        p.wait()
+        f = open(os.path.join(self.fleet.tmp, log), "a")
+        self.fleet.procs[at] = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env)
+
+
+def kv_workers(fleet, cfg):
+    """workersims publishing their KV events on sockets they bind: (URLs, event endpoints)."""
+    n = cfg["workers"]
     urls, eps = [], []
     for i, (port, ev) in enumerate(zip(realtier.free_ports(n), event_ports(n))):
         ep = f"tcp://127.0.0.1:{ev}"
-        fleet.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", f"w{i + 1}",
-                     "--model", "sim-model", "--kv-capacity-tokens", str(kv), "--kv-events-endpoint", ep,
-                     "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}"], f"{fleet.tag}-workersim-{i + 1}.log")
+        fleet.engines.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
+                             f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(engine_kv(cfg, i)),
+                             "--kv-events-endpoint", ep, "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}"],
+                            f"{fleet.tag}-workersim-{i + 1}.log")
         urls.append(f"http://127.0.0.1:{port}")
         eps.append(ep)
     wait_healthy(urls)
@@ -145,20 +205,17 @@ def dialing_engines(fleet, cfg, ports, binds):
     for i, port in enumerate(ports):
         host, to = f"127.0.0.1:{port}", f"tcp://127.0.0.1:{binds[i % len(binds)]}"
         if cfg["engine"] == "sim":
-            env = dict(os.environ, POD_IP=host)
-            f = open(os.path.join(fleet.tmp, f"{fleet.tag}-sim-{i + 1}.log"), "w")
-            fleet.procs.append(subprocess.Popen(
+            fleet.engines.start(
                 [peer_sim(), "--port", str(port), "--model", "fake-model", "--force-dummy-tokenizer",
-                 "--enable-kvcache", "--kv-cache-size", str(cfg["kv"] // 16), "--block-size", "16",
+                 "--enable-kvcache", "--kv-cache-size", str(engine_kv(cfg, i) // 16), "--block-size", "16",
                  "--max-num-seqs", "64", "--max-model-len", "65536", "--zmq-endpoint", to,
                  "--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "2ms"],
-                stdout=f, stderr=subprocess.STDOUT, env=env))
-            fleet.roles.append("llm-d-inference-sim")
+                f"{fleet.tag}-sim-{i + 1}.log", env=dict(os.environ, POD_IP=host))
         else:
-            fleet.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
-                         f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(cfg["kv"]),
-                         "--kv-events-endpoint", to, "--kv-events-connect", "--kv-events-topic", f"kv@{host}@sim-model"],
-                        f"{fleet.tag}-workersim-{i + 1}.log")
+            fleet.engines.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
+                                 f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(engine_kv(cfg, i)),
+                                 "--kv-events-endpoint", to, "--kv-events-connect", "--kv-events-topic",
+                                 f"kv@{host}@sim-model"], f"{fleet.tag}-workersim-{i + 1}.log")
     wait_healthy(urls)
     return urls
 
@@ -213,6 +270,8 @@ def summed(pages, name, labels=""):
 
 def run(tmp, tag, cfg, mode, replicas, bindir):
     fleet = realtier.Fleet(tmp, tag)
+    fleet.engines = Engines(fleet)
+    fleet.restart_engine = fleet.engines.restart
     realtier.BIN = bindir[mode]
     try:
         extra = ["--policy", "cache_aware", *cfg["flags"]]
@@ -229,7 +288,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
             for a in apis:  # the engines started after the replicas: their first health checks
                 realtier.wait_for(f"{a}: every worker healthy", lambda a=a: all_healthy(a, len(urls)))
         else:
-            urls, eps = kv_workers(fleet, cfg["workers"], cfg["kv"])
+            urls, eps = kv_workers(fleet, cfg)
             if mode != "text":
                 extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
             if mode == "oracle":
@@ -239,7 +298,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
             # (A connection to the bound socket names its worker with its first batch.)
             for a in apis:
                 realtier.wait_for(f"{a}: every worker's stream connected", lambda a=a: streams_connected(a, len(urls)))
-        rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"))
+        rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"), fleet, urls)
         pages = [realtier.scrape(a) for a in apis]
         added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)
         res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in RESULTS}
@@ -286,7 +345,7 @@ def ms(s):
 
 def render(cfg, runs, load_before, load_after, elapsed):
     rounds = range(1, cfg["rounds"] + 1)
-    L = ["## Routing on the engines' KV events\n",
+    L = [f"### KV events: {cfg['scenario']}, {cfg['topology']} topology, {cfg['engine']}\n",
          f"{cfg['workers']} workersims publishing their KV events (vLLM's msgpack batches over ZMQ, with the replay "
          f"socket), --kv-capacity-tokens {cfg['kv']} each, so the caches evict; loadgen runs {cfg['sessions']} "
          f"concurrent agentic sessions on /v1/completions (each turn's prompt extends the one before) of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
@@ -308,7 +367,8 @@ def render(cfg, runs, load_before, load_after, elapsed):
          + (f" before: events with the router of {cfg['before']} (the same bench before the change), side by side."
             if cfg["before"] else "") + "\n",
          "```\nscripts/bench.sh kvevents   # this section\n"
-         + f"KVBENCH_WORKERS={cfg['workers']} KVBENCH_KV={cfg['kv']} KVBENCH_SESSIONS={cfg['sessions']} "
+         + f"KVBENCH_SCENARIO={cfg['scenario']} KVBENCH_TOPOLOGY={cfg['topology']} KVBENCH_ENGINE={cfg['engine']} "
+         f"KVBENCH_WORKERS={cfg['workers']} KVBENCH_KV={cfg['kv']} KVBENCH_SESSIONS={cfg['sessions']} "
          f"KVBENCH_TURNS={cfg['turns']} KVBENCH_THINK={cfg['think']:g} KVBENCH_ROUNDS={cfg['rounds']} "
          f"KVBENCH_REPLICAS='{' '.join(map(str, cfg['replicas']))}'"
          + (f" KVBENCH_BEFORE={cfg['before']}" if cfg["before"] else "") + " scripts/kvbench.py OUT.md\n```\n",
