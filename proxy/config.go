@@ -185,7 +185,7 @@ func DefaultConfig() Config {
 		Edge:              DefaultEdge(),
 		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
 			KVFull: admission.DefaultKVFull},
-		Tokenize:                 TokenizeConfig{Timeout: DefaultTokenizeTimeout},
+		Tokenize:                 TokenizeConfig{Timeout: DefaultTokenizeTimeout, CacheBytes: DefaultTokenCacheBytes},
 		StoredResponseOwnerBytes: DefaultStoredResponseOwnerBytes,
 	}
 }

@@ -27,15 +27,38 @@ type TokenizeConfig struct {
 	Timeout time.Duration
 	// CacheEntries bounds the prompts whose tokens are kept (default 4096).
 	CacheEntries int
+	// CacheBytes bounds the memory their tokens take, 4 bytes a token
+	// (--kv-events-tokenize-cache-bytes, default 64 MiB): an engine that
+	// answers long lists cannot make the cache hold more.
+	CacheBytes int
 }
 
 // The defaults of TokenizeConfig.
 const (
 	DefaultTokenizeTimeout = 20 * time.Millisecond
 	defaultTokenCache      = 4096
+	DefaultTokenCacheBytes = 64 << 20
 	pathTokenize           = "/tokenize"
 	maxTokenizeAnswer      = 64 << 20
+	// templateTokens is how many tokens an engine may add to a prompt's
+	// own (a chat template's): a tokenizer makes at most one token of a
+	// byte of text, so an answer of more than the request's bytes and these
+	// is a lie, refused before it is decoded.
+	templateTokens = 4096
+	// tokenJSONBytes is the most one token takes in the answer's JSON
+	// ("4294967295, ").
+	tokenJSONBytes = 12
 )
+
+// answerLimit bounds the answer to a /tokenize request of n bytes: the
+// tokens it can honestly hold, and room for the rest of the answer.
+func answerLimit(n int) int {
+	return min((n+templateTokens)*tokenJSONBytes+4096, maxTokenizeAnswer)
+}
+
+// ErrTooManyTokens says an engine's /tokenize answer holds more tokens than
+// the prompt could make.
+var ErrTooManyTokens = errors.New("tokenize: more tokens than the prompt could make")
 
 // The results of a tokenization, the values of vllm_router_kv_tokenize_total's
 // result label.
@@ -96,7 +119,12 @@ func newTokenizer(cfg TokenizeConfig, apiKey string, fleet *Fleet, set *metrics.
 	if cfg.CacheEntries <= 0 {
 		cfg.CacheEntries = defaultTokenCache
 	}
-	t := &tokenizer{cfg: cfg, apiKey: apiKey, fleet: fleet, cache: newTokenCache(cfg.CacheEntries),
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = DefaultTokenCacheBytes
+	}
+	cache := newTokenCache(cfg.CacheEntries, cfg.CacheBytes)
+	set.NewGauge("vllm_router_kv_tokenize_cache_bytes", func() float64 { return float64(cache.size()) })
+	t := &tokenizer{cfg: cfg, apiKey: apiKey, fleet: fleet, cache: cache,
 		latency:  set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_duration_seconds", tokenizeBuckets),
 		added:    set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_added_seconds", addedBuckets),
 		results:  map[string]*metrics.Counter{},
@@ -205,7 +233,7 @@ func (t *tokenizer) ask(parent context.Context, m *member, body []byte, timeout 
 	if t.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+t.apiKey)
 	}
-	answer, status, err := m.exchangeBody(ctx, req, body, resp, maxTokenizeAnswer)
+	answer, status, err := m.exchangeBody(ctx, req, body, resp, answerLimit(len(body)))
 	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, os.ErrDeadlineExceeded) {
 		// The socket's deadline, the bound's, came before the context's timer.
 		return nil, fmt.Errorf("tokenize: %w", context.DeadlineExceeded)
@@ -216,7 +244,7 @@ func (t *tokenizer) ask(parent context.Context, m *member, body []byte, timeout 
 	if status != fasthttp.StatusOK {
 		return nil, fmt.Errorf("tokenize: status %d", status)
 	}
-	return tokensOf(answer)
+	return tokensOf(answer, len(body)+templateTokens)
 }
 
 // exchangeBody sends req with body over m's pool and reads at most limit
@@ -246,14 +274,17 @@ func (m *member) exchangeBody(ctx context.Context, req *fasthttp.Request, body [
 	return resp.Body(), resp.StatusCode(), nil
 }
 
-// tokensOf reads vLLM's answer: {"count": n, "max_model_len": m,
-// "tokens": [ids...]}.
-func tokensOf(body []byte) ([]uint32, error) {
+// tokensOf reads vLLM's answer, {"count": n, "max_model_len": m,
+// "tokens": [ids...]}, of at most most tokens.
+func tokensOf(body []byte, most int) ([]uint32, error) {
 	var answer struct {
 		Tokens []uint32 `json:"tokens"`
 	}
 	if err := json.Unmarshal(body, &answer); err != nil {
 		return nil, fmt.Errorf("tokenize: %w", err)
+	}
+	if len(answer.Tokens) > most {
+		return nil, fmt.Errorf("%w: %d tokens, at most %d", ErrTooManyTokens, len(answer.Tokens), most)
 	}
 	return answer.Tokens, nil
 }

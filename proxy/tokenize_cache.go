@@ -98,7 +98,9 @@ func completionPrompt(body []byte, model string, text []byte) prompt {
 // which the newest prompt ending past each mark is kept).
 type tokenCache struct {
 	mu     sync.Mutex
-	limit  int
+	limit  int        // entries
+	budget int        // bytes of tokens and entries
+	bytes  int        // what the entries take now
 	order  *list.List // of *tokenEntry, newest first
 	byFull map[uint64]*list.Element
 	byMark map[uint64]*list.Element
@@ -115,8 +117,22 @@ type tokenEntry struct {
 	text int
 }
 
-func newTokenCache(limit int) *tokenCache {
-	return &tokenCache{limit: limit, order: list.New(), byFull: map[uint64]*list.Element{}, byMark: map[uint64]*list.Element{}}
+func newTokenCache(limit, budget int) *tokenCache {
+	return &tokenCache{limit: limit, budget: budget, order: list.New(), byFull: map[uint64]*list.Element{},
+		byMark: map[uint64]*list.Element{}}
+}
+
+// entryOverhead is what an entry takes besides its tokens: the entry, its
+// list element and its two map slots, roughly.
+const entryOverhead = 160
+
+func (e *tokenEntry) bytes() int { return 4*cap(e.tokens) + entryOverhead }
+
+// size is the bytes the entries take now.
+func (c *tokenCache) size() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes
 }
 
 // lookup finds p's own tokens (whole), or else those of the longest earlier
@@ -155,7 +171,9 @@ func (p prompt) starts(e *tokenEntry) bool {
 	return e.size < len(p.text) && xxh3.HashSeed(p.text[:e.size], p.marks[0]) == e.full
 }
 
-// put keeps p's tokens, standing for text bytes of routing text.
+// put keeps p's tokens, standing for text bytes of routing text, within
+// the cache's bounds in entries and bytes (the least recently used go);
+// tokens larger than the whole budget are not kept.
 func (c *tokenCache) put(p prompt, tokens []uint32, text int) {
 	e := &tokenEntry{mark: p.marks[len(p.marks)-1], full: p.full, size: len(p.text), tokens: tokens, text: text}
 	c.mu.Lock()
@@ -164,16 +182,21 @@ func (c *tokenCache) put(p prompt, tokens []uint32, text int) {
 		c.order.MoveToFront(el)
 		return
 	}
+	if e.bytes() > c.budget {
+		return
+	}
 	el := c.order.PushFront(e)
 	c.byFull[e.full] = el
 	c.byMark[e.mark] = el // the newest prompt past a mark is the one a continuation most likely starts with
-	for c.order.Len() > c.limit {
+	c.bytes += e.bytes()
+	for c.order.Len() > c.limit || c.bytes > c.budget {
 		c.drop(c.order.Back())
 	}
 }
 
 func (c *tokenCache) drop(el *list.Element) {
 	e := c.order.Remove(el).(*tokenEntry)
+	c.bytes -= e.bytes()
 	delete(c.byFull, e.full)
 	if c.byMark[e.mark] == el {
 		delete(c.byMark, e.mark)

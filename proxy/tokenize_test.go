@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -278,7 +279,7 @@ func TestACompletionIsRoutedOnTheTokensOfAnEarlierPromptOnlyWhenItStartsWithAllO
 
 // The cache holds at most its bound of prompts, the least recently used out.
 func TestTheTokenCacheKeepsItsBound(t *testing.T) {
-	c := newTokenCache(2)
+	c := newTokenCache(2, 1<<30)
 	var ps []prompt
 	for i := range 3 {
 		p, _ := tokenizeRequest(completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
@@ -298,6 +299,49 @@ func TestTheTokenCacheKeepsItsBound(t *testing.T) {
 	}
 	if c.order.Len() != 2 || len(c.byFull) != 2 || len(c.byMark) > 2 {
 		t.Errorf("%d entries, %d names, %d marks: want 2, 2, at most 2", c.order.Len(), len(c.byFull), len(c.byMark))
+	}
+}
+
+// The cache holds at most its budget of bytes, whatever the engines answer:
+// the lying /tokenize of the security review (long lists, cached per
+// prompt) cannot grow it past the budget; a list larger than the whole
+// budget is not kept at all.
+func TestTheTokenCacheKeepsItsBudgetInBytes(t *testing.T) {
+	const budget = 1 << 20
+	c := newTokenCache(4096, budget)
+	long := make([]uint32, 100_000) // 400 kB
+	for i := range 50 {
+		p, _ := tokenizeRequest(completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
+		c.put(p, long, 8)
+		if c.size() > budget {
+			t.Fatalf("after %d answers the cache holds %d bytes, over its budget %d", i+1, c.size(), budget)
+		}
+	}
+	if c.order.Len() != 2 {
+		t.Errorf("%d entries of 400 kB in a budget of 1 MiB, want 2", c.order.Len())
+	}
+	p, _ := tokenizeRequest(completions, "m", []byte(`{"prompt":"too long"}`))
+	c.put(p, make([]uint32, 300_000), 8)
+	if e, _ := c.lookup(p); e != nil {
+		t.Error("a list larger than the budget was kept")
+	}
+}
+
+// An engine whose /tokenize answers more tokens than the prompt could
+// make is refused before its list is decoded past the bound, and the
+// request routes on the text index.
+func TestALyingTokenizeAnswerIsRefused(t *testing.T) {
+	body := []byte(`{"model":"m","prompt":"hello"}`)
+	lie := []byte(`{"count":9000,"tokens":[` + strings.Repeat("1,", 8999) + `1]}`)
+	if _, err := tokensOf(lie, len(body)+templateTokens); !errors.Is(err, ErrTooManyTokens) {
+		t.Fatalf("err %v, want ErrTooManyTokens", err)
+	}
+	honest := []byte(`{"count":3,"tokens":[1,2,3]}`)
+	if got, err := tokensOf(honest, len(body)+templateTokens); err != nil || len(got) != 3 {
+		t.Fatalf("%v, %v", got, err)
+	}
+	if limit := answerLimit(len(body)); limit >= maxTokenizeAnswer || limit < (len(body)+templateTokens)*tokenJSONBytes {
+		t.Errorf("the answer to %d bytes may be %d bytes long", len(body), limit)
 	}
 }
 

@@ -26,6 +26,7 @@ func kvEventsFlags() []cli.Flag {
 		durationFlag("kv-events-reservation", k.Reservation, "how long a decision's blocks count as its worker's before the engine's events show them"),
 		durationFlag("kv-events-tokenize-timeout", tk.Timeout, "bound on the latency tokenization adds; past it the request routes on the text index"),
 		stringFlag("kv-events-bind", "", "also bind a SUB socket here, tcp://host:port, that engines dial (vLLM's --kv-events-config endpoint set to the tier's address); what each replica hears there it relays to its peers, and a worker is then dialed only where its KV-event endpoint is given"),
+		intFlag("kv-events-tokenize-cache-bytes", tk.CacheBytes, "most bytes the prompts' cached token IDs may take (4 a token), the least recently used out"),
 		intFlag("kv-events-max-message-bytes", k.MaxMessageBytes, "most bytes one message of an engine's event or replay socket may hold; a peer that sends more is cut off"),
 	}
 }
@@ -46,6 +47,9 @@ func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 		Reservation: c.Duration("kv-events-reservation"), Bind: c.String("kv-events-bind"),
 		MaxMessageBytes: c.Int("kv-events-max-message-bytes")}
 	tokenize := c.Duration("kv-events-tokenize-timeout")
+	if n := c.Int("kv-events-tokenize-cache-bytes"); n < 1<<20 {
+		return fmt.Errorf("--kv-events-tokenize-cache-bytes: must be at least 1048576")
+	}
 	if k.BlockSize < 1 {
 		return fmt.Errorf("--kv-events-block-size: must be at least 1")
 	}
@@ -66,6 +70,7 @@ func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 	}
 	cfg.KVEvents = k
 	cfg.Proxy.Tokenize.Enabled, cfg.Proxy.Tokenize.Timeout = on, tokenize
+	cfg.Proxy.Tokenize.CacheBytes = c.Int("kv-events-tokenize-cache-bytes")
 	if !on {
 		return nil
 	}
