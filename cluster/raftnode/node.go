@@ -273,7 +273,8 @@ func (n *Node) start() error {
 	if n.lastAtOpen, err = n.stores.Log.LastIndex(); err != nil {
 		return fmt.Errorf("raft: reading the log: %w", err)
 	}
-	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
+	held := heldTransport{NetworkTransport: n.transport, port: n.links}
+	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, held)
 	if err != nil {
 		return fmt.Errorf("raft: start: %w", err)
 	}
@@ -671,7 +672,7 @@ func (n *Node) Close() error {
 		n.mu.Unlock()
 		var err error
 		if n.links != nil {
-			n.links.StopHolding() // or Shutdown waits on Raft's held dials
+			n.links.StopHolding() // or Shutdown waits on Raft's held dials and RPCs
 		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()
