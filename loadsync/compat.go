@@ -30,6 +30,10 @@ const gossipWire = "gossip"
 // build before releases were announced.
 const legacyRelease = "v0.1.0 or earlier"
 
+// Protocol is the gossip protocol this build speaks and the message types
+// it reads, as it announces them ("1-10,13").
+func Protocol() (version uint32, types string) { return uint32(protocolVersion), readable.String() }
+
 // VersionRange is the versions of one wire a build speaks, Min to Max: it
 // reads all of them and writes one of them, the highest its peers read.
 type VersionRange struct{ Min, Max uint32 }
