@@ -22,7 +22,7 @@ import (
 // data dir that every build it runs shares, as on a host being upgraded.
 type upgradeReplica struct {
 	name, http, raft, gossip, dir string
-	proc                           *process
+	proc                          *process
 }
 
 func (r *upgradeReplica) base() string { return "http://" + r.http }
