@@ -25,11 +25,15 @@ import (
 // error names the command's version and the versions this build reads.
 var ErrHalted = errors.New("registry halted")
 
-// halt stops the FSM for good at a command it cannot read. writeMu is held.
+// halt stops the FSM for good at a command it cannot read, and wakes the
+// watchers (the registry is the same) so that they see Halted. writeMu is
+// held.
 func (f *FSM) halt(index uint64, err error) error {
 	halted := fmt.Errorf("%w at log index %d: %w; the log is kept, not compacted, for a build that reads it "+
 		"(this one reads command versions 1..%d)", ErrHalted, index, err, CommandVersion)
-	f.halted.CompareAndSwap(nil, &halted)
+	if f.halted.CompareAndSwap(nil, &halted) {
+		f.publish(f.View())
+	}
 	return *f.halted.Load()
 }
 
