@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAMessageOfAnUnknownTypeIsSkippedAndCountedApart: a type this build
@@ -225,4 +226,28 @@ func TestTheTypesAnnouncedRoundTrip(t *testing.T) {
 	if b.reads != legacyReadable {
 		t.Fatal("unreadable types were not taken as the legacy set")
 	}
+}
+
+// TestTheLagOfAStepIsTheLagOfItsOrigin: a flush's step says no epoch (it
+// steps on what the receiver holds), yet its send time, relative to that
+// epoch, gives the receiver the lag it measures for every report.
+func TestTheLagOfAStepIsTheLagOfItsOrigin(t *testing.T) {
+	a := newReplica(t, "a", func(c *Config) { c.BootEpoch = uint64(t0.Add(-time.Hour).UnixNano()) })
+	b := newReplica(t, "b", nil)
+	busy(a, 50) // a full report larger than a step
+	deliver(t, a.st.Tick(t0), t0, b)
+	for i := 1; i <= 5; i++ {
+		a.local.set(1, int64(i+1))
+		at := t0.Add(time.Duration(i) * DefaultLoadFlushInterval)
+		pkts := a.st.Tick(at)
+		if len(pkts) == 0 || !hasSection(pkts[len(pkts)-1], secLoadStep) {
+			continue // not a flush's step
+		}
+		deliver(t, pkts, at.Add(3*time.Millisecond), b)
+		if lag := b.st.Origins(at)[0].LastLag; lag != 3*time.Millisecond {
+			t.Fatalf("the lag of a step sent at %v and heard 3 ms later is %v", at, lag)
+		}
+		return
+	}
+	t.Fatal("no report was a step")
 }

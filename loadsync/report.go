@@ -75,6 +75,9 @@ type reportHeader struct {
 	origin     string
 	epoch, seq uint64
 	sentAt     int64 // unix ns
+	// stepsOnly writes the epoch as 0: the packet steps on what the
+	// receiver holds. sentAt stays relative to the real epoch.
+	stepsOnly bool
 }
 
 // reportHeaderMaxBytes bounds an encoded header of origin.
@@ -85,7 +88,11 @@ func reportHeaderMaxBytes(origin string) int {
 func appendReportHeader(b []byte, h *reportHeader) []byte {
 	b = appendHeader(b, msgReport)
 	b = appendString(b, h.origin)
-	b = binary.AppendUvarint(b, h.epoch)
+	epoch := h.epoch
+	if h.stepsOnly {
+		epoch = 0
+	}
+	b = binary.AppendUvarint(b, epoch)
 	b = binary.AppendUvarint(b, h.seq)
 	return binary.AppendVarint(b, h.sentAt/1e3-int64(h.epoch)/1e3)
 }

@@ -218,7 +218,7 @@ func (s *State) encodeReport(rep *report) [][]byte {
 	var pkts [][]byte
 	var rest []section
 	restHeader := rep.reportHeader
-	restHeader.epoch = 0 // but where it carries a cumulative delta or a full range
+	restHeader.stepsOnly = true // but where it carries a cumulative delta or a full range
 	switch {
 	case rep.full:
 		full := rangeSections(secLoadFull, secLoadFullDense, s.loads, budget)
@@ -232,7 +232,7 @@ func (s *State) encodeReport(rep *report) [][]byte {
 		rest = append(rest, s.loadsSection(rep, budget))
 		rest = append(rest, s.backlogSections(budget)...)
 		if slices.ContainsFunc(rest, saysEpoch) {
-			restHeader.epoch = rep.epoch
+			restHeader.stepsOnly = false
 		}
 	}
 	if rep.counted != nil {
