@@ -89,10 +89,7 @@ func leaderFrozen(t *testing.T) {
 func healedWrite(t *testing.T) {
 	const sc = "heal-after-25s-netdisconnect"
 	clusterFormed(t)
-	heal := disconnect("r3")(t)
-	time.Sleep(25 * time.Second) // the partition the scenario holds, not a wait for a condition
-	heal(t)
-	healed := time.Now()
+	healed := faultFor(t, disconnect("r3"), 25*time.Second)
 	setState(t, "r1", drainedWorker, "drain")
 	everyoneSees(t, drainedWorker, "draining")
 	everywhere := time.Since(healed)
@@ -128,10 +125,7 @@ func healedWrite(t *testing.T) {
 func healedBlackHole(t *testing.T) {
 	const sc = "heal-after-25s-iptables-drop"
 	clusterFormed(t)
-	heal := firewall("r3")(t)
-	time.Sleep(25 * time.Second) // the partition the scenario holds, not a wait for a condition
-	heal(t)
-	healed := time.Now()
+	healed := faultFor(t, firewall("r3"), 25*time.Second)
 	setState(t, "r3", drainedWorker, "drain")
 	committed := time.Since(healed)
 	testwait.EventuallyNil(t, 30*time.Second, func() error {
@@ -153,16 +147,22 @@ func healedBlackHole(t *testing.T) {
 	registryIdentical(t)
 }
 
+// faultFor holds the fault inject makes for long, heals it, and returns
+// when it healed.
+func faultFor(t *testing.T, inject func(*testing.T) func(*testing.T), long time.Duration) time.Time {
+	heal := inject(t)
+	time.Sleep(long) // the fault the scenario holds, not a wait for a condition
+	heal(t)
+	return time.Now()
+}
+
 // networkBack cuts r3 off its network for 20 s (workers and peers all
 // unreachable at once) and sends requests to r3 alone from the moment it
 // is back: the requests it answered 503 are counted.
 func networkBack(t *testing.T) {
 	const sc = "network-back-after-20s-netdisconnect"
 	clusterFormed(t)
-	heal := disconnect("r3")(t)
-	time.Sleep(20 * time.Second) // the outage the scenario holds, not a wait for a condition
-	heal(t)
-	healed := time.Now()
+	healed := faultFor(t, disconnect("r3"), 20*time.Second)
 	var answered, refused, other int
 	var firstOK, slowest time.Duration = -1, 0
 	var slowestWas string

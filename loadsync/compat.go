@@ -49,16 +49,8 @@ func (r VersionRange) String() string {
 }
 
 func parseVersionRange(v string) (VersionRange, bool) {
-	lo, hi, isRange := strings.Cut(v, "-")
-	if !isRange {
-		hi = lo
-	}
-	a, errA := strconv.ParseUint(lo, 10, 32)
-	b, errB := strconv.ParseUint(hi, 10, 32)
-	if errA != nil || errB != nil || a > b {
-		return VersionRange{}, false
-	}
-	return VersionRange{Min: uint32(a), Max: uint32(b)}, true
+	lo, hi, ok := parseRange(v, 32)
+	return VersionRange{Min: uint32(lo), Max: uint32(hi)}, ok
 }
 
 // wiresOf is what cfg speaks: its Wires and the gossip protocol.

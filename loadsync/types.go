@@ -87,13 +87,8 @@ func (s typeSet) String() string {
 func parseTypeSet(v string) (typeSet, error) {
 	var s typeSet
 	for _, part := range strings.Split(v, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !isRange {
-			hi = lo
-		}
-		a, errA := strconv.ParseUint(lo, 10, 8)
-		b, errB := strconv.ParseUint(hi, 10, 8)
-		if errA != nil || errB != nil || a > b {
+		a, b, ok := parseRange(part, 8)
+		if !ok {
 			return typeSet{}, malformed("message types %q", v)
 		}
 		for t := a; t <= b; t++ {
@@ -101,6 +96,18 @@ func parseTypeSet(v string) (typeSet, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseRange reads "lo-hi" or "n" (n-n) of numbers of at most bits bits,
+// as the metadata's types and versions are written.
+func parseRange(v string, bits int) (lo, hi uint64, ok bool) {
+	a, b, isRange := strings.Cut(v, "-")
+	if !isRange {
+		b = a
+	}
+	lo, errA := strconv.ParseUint(a, 10, bits)
+	hi, errB := strconv.ParseUint(b, 10, bits)
+	return lo, hi, errA == nil && errB == nil && lo <= hi
 }
 
 // intersect is the types both sets hold.
