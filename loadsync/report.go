@@ -61,10 +61,13 @@ const (
 	secFacts byte = 9
 )
 
-// backlogUnit is the precision of a backlog in a report: 256 bytes of
-// prompt, a block at the default --block-size. Placement compares backlogs
-// of kilobytes and more, and a coarser value changes less often.
-const backlogUnit = 256
+// BacklogUnit is the precision at which peers hear a prefill backlog: 256
+// bytes of prompt, a block at the default --block-size, rounded up.
+// Placement compares backlogs of kilobytes and more, and a coarser value
+// changes less often.
+const BacklogUnit = 256
+
+const backlogUnit = BacklogUnit
 
 // backlogUnits is bytes of backlog in backlogUnits, rounded up so that a
 // worker with any backlog shows some.
