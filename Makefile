@@ -36,7 +36,7 @@ test: ## go vet, the race-enabled tests of every package, and the alert rules' t
 	$(GO) test -race -count=1 -timeout 8m ./...
 	@$(MAKE) --no-print-directory rules
 
-upgrade: build ## a rolling upgrade and a rollback of three replicas between the previous release (CHANGELOG.md) and this build, under traffic
+upgrade: ## a rolling upgrade and a rollback of three replicas between the previous release (CHANGELOG.md) and this build, under traffic
 	KVROUTER_UPGRADE=1 $(GO) test -count=1 -timeout 15m -run '^TestRollingUpgradeAndRollback$$' -v ./cmd/router/
 
 release: ## the release's static binaries and image, reproducibly, into dist/<version>/ (scripts/version.sh names it)

@@ -94,6 +94,22 @@ func pair(t *testing.T, legacy bool, tweakA func(*Config)) (a, b *replica) {
 	return a, b
 }
 
+// busyPair is pair with workers busy workers at a, ticked from t0.
+func busyPair(t *testing.T, legacy bool, workers int) (a, b *replica, tk *ticker) {
+	a, b = pair(t, legacy, nil)
+	busy(a, workers)
+	return a, b, &ticker{r: a, now: t0}
+}
+
+// settledPair is busyPair after b heard a's full report and its copy: b's
+// view of a is exact.
+func settledPair(t *testing.T, legacy bool, workers int) (a, b *replica, tk *ticker) {
+	a, b, tk = busyPair(t, legacy, workers)
+	deliver(t, tk.tick(), tk.now, b)
+	deliver(t, tk.tick(), tk.now, b)
+	return a, b, tk
+}
+
 // bothEncodings runs test against a receiver of msgReport and one of the
 // older types.
 func bothEncodings(t *testing.T, test func(t *testing.T, legacy bool)) {
@@ -103,9 +119,7 @@ func bothEncodings(t *testing.T, test func(t *testing.T, legacy bool)) {
 
 func TestDeltaCarriesOnlyTheChangedCounts(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 500)
-		tk := &ticker{r: a, now: t0}
+		a, b, tk := busyPair(t, legacy, 500)
 		first := wanted(b, tk.tick())
 		if f, d := kinds(first); f == 0 || d != 0 {
 			t.Fatalf("the first report is %d full and %d delta packets, want full only", f, d)
@@ -129,11 +143,7 @@ func TestDeltaCarriesOnlyTheChangedCounts(t *testing.T) {
 
 func TestLostDeltasAreRepairedByTheNextOne(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 100)
-		tk := &ticker{r: a, now: t0}
-		deliver(t, tk.tick(), tk.now, b)
-		deliver(t, tk.tick(), tk.now, b)
+		a, b, tk := settledPair(t, legacy, 100)
 		a.local.set(3, 50) // changed, then back to its base value while lost
 		deliver(t, tk.tick(), tk.now, b)
 		a.local.set(3, 4)
@@ -151,11 +161,7 @@ func TestLostDeltasAreRepairedByTheNextOne(t *testing.T) {
 
 func TestReorderedDeltaIsIgnored(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 50)
-		tk := &ticker{r: a, now: t0}
-		deliver(t, tk.tick(), tk.now, b)
-		deliver(t, tk.tick(), tk.now, b)
+		a, b, tk := settledPair(t, legacy, 50)
 		a.local.set(1, 30)
 		older := tk.tick()
 		a.local.set(1, 31)
@@ -170,9 +176,7 @@ func TestReorderedDeltaIsIgnored(t *testing.T) {
 
 func TestDeltaAheadOfItsBaseIsMergedAndTheBaseStillCounts(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 50)
-		tk := &ticker{r: a, now: t0}
+		a, b, tk := busyPair(t, legacy, 50)
 		full := tk.tick()
 		a.local.set(4, 20)
 		second := tk.tick() // the full report again and a delta on it
@@ -205,11 +209,7 @@ func TestDeltaAheadOfItsBaseIsMergedAndTheBaseStillCounts(t *testing.T) {
 // view is exact again once the next full report has arrived.
 func TestLostFullReportIsRepairedWithinTheFullInterval(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 50)
-		tk := &ticker{r: a, now: t0}
-		deliver(t, tk.tick(), tk.now, b)
-		deliver(t, tk.tick(), tk.now, b)
+		a, b, tk := settledPair(t, legacy, 50)
 		perFull := int(DefaultFullReportInterval / DefaultLoadInterval)
 		for range perFull - 2 { // up to the next full report
 			deliver(t, tk.tick(), tk.now, b)
@@ -246,9 +246,7 @@ func TestLostFullReportIsRepairedWithinTheFullInterval(t *testing.T) {
 func TestDeltaViewMatchesTheOriginUnderLossAndReordering(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
 		rng := rand.New(rand.NewPCG(11, 12))
-		a, b := pair(t, legacy, nil)
-		busy(a, 200)
-		tk := &ticker{r: a, now: t0}
+		a, b, tk := busyPair(t, legacy, 200)
 		truth := map[uint64]map[uint32]int64{} // seq -> a's counts then
 		var delayed [][]byte
 		exactChecks := 0
@@ -319,11 +317,7 @@ func TestEveryReportIsFullWhenTheFullIntervalIsOneInterval(t *testing.T) {
 // view is untouched.
 func TestBadLoadPacketsAreRefusedAndChangeNothing(t *testing.T) {
 	bothEncodings(t, func(t *testing.T, legacy bool) {
-		a, b := pair(t, legacy, nil)
-		busy(a, 20)
-		tk := &ticker{r: a, now: t0}
-		deliver(t, tk.tick(), tk.now, b)
-		deliver(t, tk.tick(), tk.now, b)
+		a, b, tk := settledPair(t, legacy, 20)
 		a.local.set(3, 8)
 		good := wanted(b, tk.tick())[0]
 
