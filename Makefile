@@ -2,12 +2,13 @@
 
 GO        ?= go
 BIN       := bin
-LDFLAGS   := -s -w -X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)
+VERSION   := $(shell scripts/version.sh)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
 CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build peers run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean
+.PHONY: help build peers run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean release release-check upgrade
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,6 +35,15 @@ test: ## go vet, the race-enabled tests of every package, and the alert rules' t
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 8m ./...
 	@$(MAKE) --no-print-directory rules
+
+upgrade: ## a rolling upgrade and a rollback of three replicas between the previous release (CHANGELOG.md) and this build, under traffic
+	KVROUTER_UPGRADE=1 $(GO) test -count=1 -timeout 15m -run '^TestRollingUpgradeAndRollback$$' -v ./cmd/router/
+
+release: ## the release's static binaries and image, reproducibly, into dist/<version>/ (scripts/version.sh names it)
+	@scripts/release.sh
+
+release-check: ## build the release twice (the second from an empty build cache) and compare every sha256
+	@scripts/release.sh --check
 
 rules: ## promtool check and unit tests of deploy/prometheus/rules.yml (skipped, saying so, without promtool)
 	@if command -v promtool >/dev/null 2>&1; then \
@@ -67,4 +77,4 @@ ui-screenshot: ## docs/ui.png: the status page of three replicas and four worker
 	KVROUTER_UI_SCREENSHOT=$(CURDIR)/docs/ui.png $(GO) test -count=1 -timeout 10m -run '^TestStatusPageScreenshotForTheREADME$$' -v ./cmd/router
 
 clean: ## remove build output
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

@@ -37,6 +37,7 @@ func noteRecovery(t *testing.T, scenario, figure, value string) {
 func TestChaosRecovery(t *testing.T) {
 	t.Run("leader-frozen-sigstop", leaderFrozen)
 	t.Run("heal-after-25s-netdisconnect", healedWrite)
+	t.Run("heal-after-25s-iptables-drop", healedBlackHole)
 	t.Run("network-back-after-20s-netdisconnect", networkBack)
 }
 
@@ -88,10 +89,7 @@ func leaderFrozen(t *testing.T) {
 func healedWrite(t *testing.T) {
 	const sc = "heal-after-25s-netdisconnect"
 	clusterFormed(t)
-	heal := disconnect("r3")(t)
-	time.Sleep(25 * time.Second) // the partition the scenario holds, not a wait for a condition
-	heal(t)
-	healed := time.Now()
+	healed := faultFor(t, disconnect("r3"), 25*time.Second)
 	setState(t, "r1", drainedWorker, "drain")
 	everyoneSees(t, drainedWorker, "draining")
 	everywhere := time.Since(healed)
@@ -117,16 +115,54 @@ func healedWrite(t *testing.T) {
 	registryIdentical(t)
 }
 
+// healedBlackHole drops every packet between r3 and its peers for 25 s
+// with iptables DROP in r3's network namespace, a black hole (no refusal,
+// no reset: the leader's RPCs to r3 time out), heals it, and at once drains
+// a worker through r3 itself, sent again while r3 answers 503 (it has not
+// heard from the leader yet): the write must be in r3's own registry within
+// 2 s of the heal. Raft's replication used to back off after each RPC that
+// timed out, and r3 stayed stale for 5 s and more.
+func healedBlackHole(t *testing.T) {
+	const sc = "heal-after-25s-iptables-drop"
+	clusterFormed(t)
+	healed := faultFor(t, firewall("r3"), 25*time.Second)
+	setState(t, "r3", drainedWorker, "drain")
+	committed := time.Since(healed)
+	testwait.EventuallyNil(t, 30*time.Second, func() error {
+		st, err := workerState("r3", drainedWorker)
+		if err == nil && st != "draining" {
+			err = fmt.Errorf("r3 sees it %s", st)
+		}
+		return err
+	}, "the drain made through r3 in its own registry")
+	onR3 := time.Since(healed)
+	noteRecovery(t, sc, "a write through the healed r3, committed / in r3's registry",
+		fmt.Sprintf("%.1f s / %.1f s after the heal", committed.Seconds(), onR3.Seconds()))
+	if onR3 > 2*time.Second {
+		t.Errorf("the write made through r3 after the heal was in its registry %.1f s after it, want within 2 s", onR3.Seconds())
+	}
+	setState(t, "r1", drainedWorker, "activate")
+	everyoneSees(t, drainedWorker, "active")
+	testwait.EventuallyNil(t, 90*time.Second, converged, "membership to converge after healing")
+	registryIdentical(t)
+}
+
+// faultFor holds the fault inject makes for long, heals it, and returns
+// when it healed.
+func faultFor(t *testing.T, inject func(*testing.T) func(*testing.T), long time.Duration) time.Time {
+	heal := inject(t)
+	time.Sleep(long) // the fault the scenario holds, not a wait for a condition
+	heal(t)
+	return time.Now()
+}
+
 // networkBack cuts r3 off its network for 20 s (workers and peers all
 // unreachable at once) and sends requests to r3 alone from the moment it
 // is back: the requests it answered 503 are counted.
 func networkBack(t *testing.T) {
 	const sc = "network-back-after-20s-netdisconnect"
 	clusterFormed(t)
-	heal := disconnect("r3")(t)
-	time.Sleep(20 * time.Second) // the outage the scenario holds, not a wait for a condition
-	heal(t)
-	healed := time.Now()
+	healed := faultFor(t, disconnect("r3"), 20*time.Second)
 	var answered, refused, other int
 	var firstOK, slowest time.Duration = -1, 0
 	var slowestWas string

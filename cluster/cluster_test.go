@@ -150,8 +150,9 @@ func TestClusterRoutesAsOne(t *testing.T) {
 		held2 := c.holdThrough(c.replicas["r2"], p, 1)
 		testwait.Eventually(t, testDeadline, func() bool { return c.mergedInFlight(c.replicas["r0"]) == 3 }, "r0 sees the others' load")
 		// The held requests wait for their first token: their prompts are
-		// their workers' backlog, at r0 as where they were sent.
-		backlog := c.backlog(c.replicas["r1"], (*affinity.Load).Backlog) + c.backlog(c.replicas["r2"], (*affinity.Load).Backlog)
+		// their workers' backlog, at r0 as where they were sent, to the
+		// block (loadsync.BacklogUnit, rounded up).
+		backlog := c.backlog(c.replicas["r1"], heardBacklog) + c.backlog(c.replicas["r2"], heardBacklog)
 		if backlog == 0 {
 			t.Fatal("held requests left no prefill backlog")
 		}
@@ -376,6 +377,12 @@ func (c *testCluster) mergedInFlight(r *Replica) int64 {
 	var n int64
 	r.loads.Each(func(l *affinity.Load) { n += l.Merged() })
 	return n
+}
+
+// heardBacklog is a worker's own prefill backlog as the peers hear it: in
+// whole blocks of loadsync.BacklogUnit, rounded up.
+func heardBacklog(l *affinity.Load) int64 {
+	return (l.Backlog() + loadsync.BacklogUnit - 1) / loadsync.BacklogUnit * loadsync.BacklogUnit
 }
 
 // backlog sums a prefill backlog (own or merged) over r's workers.

@@ -36,6 +36,11 @@ type Config struct {
 	// accepted.
 	DebugAddr string
 
+	// Release names this build ("v0.2.0"), announced to the peers in the
+	// gossip metadata with the wire versions it speaks (wires.go), and
+	// named when a peer of a build that cannot share the tier is refused.
+	Release string
+
 	NodeName string // --node-name, default the host name
 	DataDir  string // --data-dir: the Raft log, stable store and snapshots
 	// RaftBind and RaftAdvertise are the Raft transport's host:port. An

@@ -49,6 +49,16 @@ func (r *Replica) channels() []loadsync.Channel {
 	return []loadsync.Channel{relayChannel{r.kv.hub}}
 }
 
+// channelTypes are the message types of channels(), announced to the
+// peers.
+func (r *Replica) channelTypes() []byte {
+	var types []byte
+	for _, c := range r.channels() {
+		types = append(types, c.Type())
+	}
+	return types
+}
+
 // kvPeers is how this replica's hub reaches its peers.
 func (r *Replica) kvPeers() kvPeers {
 	return kvPeers{origin: r.cfg.NodeName, peers: r.livePeers, fetch: r.fetchSnapshots}

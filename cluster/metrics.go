@@ -49,6 +49,7 @@ func (f clusterFamilies) register(set *metrics.Set) {
 	})
 	set.NewGauge("vllm_router_cluster_registry_workers", func() float64 { return float64(f.fsm.View().Len()) })
 	set.NewGauge("vllm_router_cluster_registry_loaded", func() float64 { return boolGauge(f.loaded()) })
+	set.NewGauge("vllm_router_cluster_registry_halted", func() float64 { return boolGauge(f.fsm.Halted() != nil) })
 	set.RegisterMetricsWriter(f.writeVoters)
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		metrics.WriteCounterUint64(w, "vllm_router_cluster_link_refusals_total", f.raft.Port().Refused())
@@ -123,6 +124,7 @@ func (f clusterFamilies) writeGossipMetrics(w io.Writer) {
 		{"vllm_router_cluster_gossip_send_errors_total", st.SendErrors},
 		{"vllm_router_cluster_gossip_inbox_dropped_total", st.InboxDropped},
 		{"vllm_router_cluster_gossip_decode_errors_total", st.DecodeErrors},
+		{"vllm_router_cluster_gossip_unknown_messages_total", st.UnknownMessages},
 		{"vllm_router_cluster_gossip_join_refusals_total", st.JoinRefusals},
 		{"vllm_router_cluster_gossip_stale_reports_total", st.ReportsStale},
 		{"vllm_router_cluster_gossip_full_reports_sent_total", st.FullReportsSent},

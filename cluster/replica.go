@@ -534,11 +534,18 @@ func (r *Replica) apply(ctx context.Context, cmd store.Command) (store.Result, e
 	return r.writes.Apply(ctx, cmd)
 }
 
-// followRegistry hands every new registry to the proxy and the monitor.
+// followRegistry hands every new registry to the proxy and the monitor,
+// and says once when the registry halted (store/halt.go).
 func (r *Replica) followRegistry() {
+	halted := false
 	for {
 		reg, changed := r.fsm.Watch()
 		r.useRegistry(reg)
+		if err := r.fsm.Halted(); err != nil && !halted {
+			halted = true
+			r.log.Error("the registry halted: a newer build wrote a log entry this build cannot read; "+
+				"it routes on the registry it has until a build that reads it starts on --data-dir", "err", err)
+		}
 		select {
 		case <-changed:
 		case <-r.ctx.Done():

@@ -42,7 +42,7 @@ func (v *adminViews) statusMembers(servers []raftnode.Server, suffrage map[strin
 	for _, m := range v.gossip().Members() {
 		live[m.Name] = true
 		out = append(out, adminapi.Member{Name: m.Name, Address: m.Addr, State: "alive", RaftAddress: m.Tags[tagRaft],
-			APIAddress: m.Tags[tagAPI], Suffrage: suffrage[m.Name].Suffrage})
+			APIAddress: m.Tags[tagAPI], Suffrage: suffrage[m.Name].Suffrage, Release: m.Release})
 	}
 	for _, s := range servers {
 		if !live[s.ID] {

@@ -31,10 +31,19 @@ import (
 // would measure the machine, not the design. TestMeasure runs real
 // memberlist on loopback at small sizes.
 //
+// Every message a replica sends is there: load reports, prefill backlogs
+// (each request's uncached prompt until its first token), the calibrations
+// of predicted hits (judged at the first token) and the placer's counted
+// answers (a tenth of the requests start a new session and ask the
+// placer). Admission queues are empty and no worker is judged wedged, as in
+// a tier that is not saturated.
+//
 // Knobs (environment): LOADSYNC_BUDGET_SECONDS (measured virtual seconds,
 // default 10), LOADSYNC_BUDGET_SIZES ("8x16,64x1024", default all nine),
 // LOADSYNC_BUDGET_LOSS (packet loss, default 0.01), LOADSYNC_BUDGET_SCHEMES
-// ("full,delta", default both).
+// (default "older,report": the encoding of v0.1.0, the older types, and
+// this build's msgReport; "full" is msgReport with every report full),
+// LOADSYNC_BUDGET_INFLIGHT (requests per worker, default 64).
 func TestGossipBudget(t *testing.T) {
 	if os.Getenv("LOADSYNC_BUDGET") != "1" {
 		t.Skip("set LOADSYNC_BUDGET=1 to measure the gossip budget")
@@ -47,19 +56,21 @@ func TestGossipBudget(t *testing.T) {
 	if err != nil {
 		t.Fatalf("LOADSYNC_BUDGET_LOSS: %v", err)
 	}
-	schemes := strings.Split(cmpOr(os.Getenv("LOADSYNC_BUDGET_SCHEMES"), "full,delta"), ",")
+	schemes := strings.Split(cmpOr(os.Getenv("LOADSYNC_BUDGET_SCHEMES"), "older,report"), ",")
+	inflight, _ := strconv.Atoi(cmpOr(os.Getenv("LOADSYNC_BUDGET_INFLIGHT"), "64"))
 	var rows []budgetRow
 	for _, size := range budgetSizes(t) {
 		for _, scheme := range schemes {
 			b := budgetRun{
 				replicas: size[0], workers: size[1], scheme: scheme, loss: loss,
 				measured: measured,
-				inflight: 64, meanDuration: 10 * time.Second,
+				inflight: inflight, meanDuration: 10 * time.Second,
 			}
 			rows = append(rows, b.run(t))
 		}
 	}
 	fmt.Println(budgetTable(rows, loss))
+	fmt.Println(breakdownTable(rows))
 }
 
 func cmpOr(v, def string) string {
@@ -91,11 +102,13 @@ func budgetSizes(t *testing.T) [][2]int {
 // workers x inflight / meanDuration whatever the replica count.
 type budgetRun struct {
 	replicas, workers int
-	scheme            string // "full": every report full, as before deltas; "delta": the default
-	loss              float64
-	measured          time.Duration
-	inflight          int
-	meanDuration      time.Duration
+	// scheme is "older" (the older types, as v0.1.0 sends them), "report"
+	// (msgReport, the default) or "full" (msgReport, every report full).
+	scheme       string
+	loss         float64
+	measured     time.Duration
+	inflight     int
+	meanDuration time.Duration
 }
 
 // budgetRow is what one run measured.
@@ -108,6 +121,10 @@ type budgetRow struct {
 	loadTableBytes, indexByte uint64 // of replica 0
 	indexFacts                int
 	requestsPerSec            float64
+	// parts is the payload per replica per second by what it carries
+	// (budgetPart), and reports the load reports per replica per second.
+	parts   map[string]float64
+	reports float64
 }
 
 const (
@@ -129,10 +146,14 @@ const (
 // budgetEvent is one thing that happens on the virtual clock.
 type budgetEvent struct {
 	at      time.Duration
-	kind    int // evTick, evDeliver, evArrive, evDepart, evSample
+	kind    int // evTick, evDeliver, evArrive, evDepart, evSample, evFirstToken, evSettle
 	replica int
 	worker  uint32
 	pkt     []byte
+	// uncached is the prompt bytes a request's first token waits on, and
+	// judged says whether the engine's answer judges a predicted hit.
+	uncached int64
+	judged   bool
 }
 
 const (
@@ -141,6 +162,21 @@ const (
 	evArrive
 	evDepart
 	evSample
+	evFirstToken
+	evSettle
+)
+
+// The request model beyond counts: a tenth of the requests start a new
+// session (the placer is asked, its answer settles 2 ms later); a
+// request's first token comes after an exponential time of mean
+// budgetTTFT, until which its uncached prompt (the whole of a new
+// session's, a turn's new blocks otherwise) is its worker's backlog; the
+// answer of a predicted hit is judged then, held 95 times in 100.
+const (
+	budgetNewSessions = 0.1
+	budgetTTFT        = 200 * time.Millisecond
+	budgetAnswer      = 2 * time.Millisecond
+	budgetHeld        = 0.95
 )
 
 type budgetAgenda []budgetEvent
@@ -174,6 +210,10 @@ type budgetSim struct {
 	loadBytes, digestBytes, packets uint64
 	requests                        uint64
 	chainBuf                        []uint64
+	backlog                         [][]int64 // [replica][worker] own prefill backlog
+	asked, settled                  []uint64  // per replica, the placer's questions
+	parts                           map[string]uint64
+	reportsSent                     uint64
 }
 
 // change is one origin's count of one worker from time at on.
@@ -188,10 +228,14 @@ func (b budgetRun) run(t *testing.T) budgetRow {
 		clock: testingclock.NewFakePassiveClock(t0)}
 	s.index = affinity.NewIndex(s.clock, budgetIndexBlocks)
 	s.local = make([][]int64, b.replicas)
+	s.backlog = make([][]int64, b.replicas)
+	s.asked, s.settled = make([]uint64, b.replicas), make([]uint64, b.replicas)
+	s.parts = map[string]uint64{}
 	s.history = make([][]change, b.replicas*b.workers)
 	s.turns = make([]int, b.workers*b.inflight)
 	for i := range b.replicas {
 		s.local[i] = make([]int64, b.workers)
+		s.backlog[i] = make([]int64, b.workers)
 		s.names = append(s.names, fmt.Sprintf("replica-%02d", i))
 		s.states = append(s.states, s.newState(t, i))
 		// Phases spread over one interval, as independent processes.
@@ -214,9 +258,16 @@ func (b budgetRun) run(t *testing.T) budgetRow {
 
 func (s *budgetSim) newState(t *testing.T, i int) *State {
 	cfg := Config{
-		Origin:     s.names[i],
-		BootEpoch:  1,
-		LocalLoads: func(dst []WorkerLoad) []WorkerLoad { return appendLoads(dst, s.local[i]) },
+		Origin: s.names[i],
+		// A replica up for a day, as the product stamps it (the start in
+		// nanoseconds): the epoch and the send time take the bytes they
+		// take there.
+		BootEpoch:      uint64(t0.Add(-24 * time.Hour).UnixNano()),
+		LocalLoads:     func(dst []WorkerLoad) []WorkerLoad { return appendLoads(dst, s.local[i]) },
+		LocalBacklogs:  func(dst []WorkerLoad) []WorkerLoad { return appendLoads(dst, s.backlog[i]) },
+		CountedAnswers: func() Counted { return Counted{Through: s.settled[i]} },
+		OnCounted:      func(string, Counted) {},
+		OnCalibration:  func(Calibration) {},
 	}
 	if s.b.scheme == "full" {
 		cfg.FullReportInterval = DefaultLoadInterval
@@ -230,7 +281,17 @@ func (s *budgetSim) newState(t *testing.T, i int) *State {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.SetLegacyPeers(s.b.scheme == "older")
 	return st
+}
+
+// reads is what every replica of the run reads: the older types only when
+// the run measures them.
+func (s *budgetSim) reads() typeSet {
+	if s.b.scheme == "older" {
+		return legacyReadable
+	}
+	return readable
 }
 
 func appendLoads(dst []WorkerLoad, local []int64) []WorkerLoad {
@@ -263,6 +324,13 @@ func (s *budgetSim) step(e budgetEvent) {
 	case evSample:
 		s.sample()
 		heap.Push(&s.agenda, budgetEvent{at: s.now + budgetSampleEvery, kind: evSample})
+	case evFirstToken:
+		s.backlog[e.replica][e.worker] -= e.uncached
+		if e.judged {
+			s.states[e.replica].Judged(e.worker, s.rng.Float64() < budgetHeld)
+		}
+	case evSettle:
+		s.settled[e.replica]++
 	}
 }
 
@@ -271,18 +339,24 @@ func (s *budgetSim) step(e budgetEvent) {
 // run's probability.
 func (s *budgetSim) tick(i int) {
 	st := s.states[i]
-	for _, p := range st.Tick(s.clock.Now()) {
+	before := st.Stats().ReportsSent
+	pkts := st.Tick(s.clock.Now())
+	if s.counting {
+		s.reportsSent += st.Stats().ReportsSent - before
+	}
+	reads := s.reads()
+	for _, p := range pkts {
+		if !reads.wants(p[0]) {
+			continue
+		}
 		for peer := range s.states {
 			if peer == i {
 				continue
 			}
 			if s.counting {
 				s.packets++
-				if p[0] == msgDigest {
-					s.digestBytes += uint64(len(p))
-				} else {
-					s.loadBytes += uint64(len(p))
-				}
+				s.loadBytes += uint64(len(p))
+				addParts(s.parts, p)
 			}
 			if s.rng.Float64() < s.b.loss {
 				continue
@@ -301,13 +375,20 @@ func (s *budgetSim) nextArrival() time.Duration {
 }
 
 // arrive starts one request at a random replica: the routing decision
-// (ownership recorded), the in-flight count, and its departure.
+// (ownership recorded, the placer asked for a new session), the in-flight
+// count, its backlog until its first token, and its departure.
 func (s *budgetSim) arrive() {
 	r := s.rng.IntN(s.b.replicas)
 	session := s.rng.IntN(len(s.turns))
+	if s.rng.Float64() < budgetNewSessions {
+		s.turns[session] = 0
+		s.asked[r]++
+		heap.Push(&s.agenda, budgetEvent{at: s.now + budgetAnswer, kind: evSettle, replica: r})
+	}
 	s.turns[session]++
 	w := uint32(mix(uint64(session)) % uint64(s.b.workers))
-	hashes := s.chainOf(uint64(session), min(8+4*s.turns[session], 400))
+	blocks := min(8+4*s.turns[session], 400)
+	hashes := s.chainOf(uint64(session), blocks)
 	s.states[r].Owned(hashes, w)
 	if r == 0 {
 		s.index.Insert(hashes, affinity.WorkerID(w))
@@ -316,7 +397,15 @@ func (s *budgetSim) arrive() {
 	if s.counting {
 		s.requests++
 	}
+	uncached := int64(4 * 256)
+	if s.turns[session] == 1 {
+		uncached = int64(blocks * 256)
+	}
+	s.backlog[r][w] += uncached
 	life := time.Duration(s.rng.ExpFloat64() * float64(s.b.meanDuration))
+	ttft := min(time.Duration(s.rng.ExpFloat64()*float64(budgetTTFT)), life)
+	heap.Push(&s.agenda, budgetEvent{at: s.now + ttft, kind: evFirstToken, replica: r, worker: w,
+		uncached: uncached, judged: s.turns[session] > 1})
 	heap.Push(&s.agenda, budgetEvent{at: s.now + life, kind: evDepart, replica: r, worker: w})
 }
 
@@ -380,7 +469,14 @@ func (s *budgetSim) row() budgetRow {
 		run: s.b, loadBytes: float64(s.loadBytes) / secs, digestBytes: float64(s.digestBytes) / secs,
 		packets: float64(s.packets) / secs, lagP50: lag.P50, lagP99: lag.P99, lagMax: lag.Max,
 		samples: len(s.lags), requestsPerSec: float64(s.requests) / s.b.measured.Seconds(),
+		parts: map[string]float64{}, reports: float64(s.reportsSent) / secs,
 	}
+	for part, n := range s.parts {
+		row.parts[part] = float64(n) / secs
+	}
+	// Digests ride report packets: their part is theirs, the rest is load.
+	row.digestBytes = row.parts["digests"]
+	row.loadBytes -= row.digestBytes
 	row.indexFacts = len(s.index.Recent(math.MaxInt32))
 	st := s.states[0]
 	s.lags, s.history = nil, nil

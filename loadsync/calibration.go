@@ -87,40 +87,58 @@ func (s *State) Judged(worker uint32, held bool) {
 	}
 }
 
-// calibrationReport packs the pending calibrations into packets of at most
-// MaxPacketBytes, or returns nil when there are none.
-func (s *State) calibrationReport() [][]byte {
+// takeCalibrations empties the pending calibrations into a slice of their
+// own, in worker order, and counts them sent.
+func (s *State) takeCalibrations() []Calibration {
 	s.calibMu.Lock()
 	defer s.calibMu.Unlock()
-	cs := s.calibs.take()
-	if len(cs) == 0 {
-		return nil
-	}
+	cs := slices.Clone(s.calibs.take())
 	s.stats.calibrationsSent.Add(uint64(len(cs)))
+	return cs
+}
+
+// legacyCalibrations packs calibrations into msgCalibrations packets of at
+// most MaxPacketBytes, for peers that do not read msgReport.
+func (s *State) legacyCalibrations(cs []Calibration) [][]byte {
 	budget := s.cfg.MaxPacketBytes - headerBytes - uvarintLen(uint64(len(s.cfg.Origin))) - len(s.cfg.Origin) -
 		binary.MaxVarintLen32
 	var pkts [][]byte
+	for _, chunk := range chunkCalibrations(cs, budget) {
+		pkts = append(pkts, appendCalibrations(make([]byte, 0, s.cfg.MaxPacketBytes), s.cfg.Origin, chunk))
+	}
+	return pkts
+}
+
+// chunkCalibrations cuts cs into runs whose entries fit budget bytes each.
+func chunkCalibrations(cs []Calibration, budget int) [][]Calibration {
+	var out [][]Calibration
 	for len(cs) > 0 {
 		n, used := 0, 0
-		for n < len(cs) && used+calibrationBytes(cs[n]) <= budget {
+		for n < len(cs) && (n == 0 || used+calibrationBytes(cs[n]) <= budget) {
 			used += calibrationBytes(cs[n])
 			n++
 		}
-		pkts = append(pkts, appendCalibrations(make([]byte, 0, s.cfg.MaxPacketBytes), s.cfg.Origin, cs[:n]))
+		out = append(out, cs[:n])
 		cs = cs[n:]
 	}
-	return pkts
+	return out
 }
 
 func calibrationBytes(c Calibration) int {
 	return uvarintLen(uint64(c.Worker)) + uvarintLen(uint64(c.Held)) + uvarintLen(uint64(c.Missed))
 }
 
-// appendCalibrations encodes calibrations as header, origin (string), count,
-// then entries of (worker, held, missed uvarints).
+// appendCalibrations encodes calibrations as header, origin (string), then
+// their body.
 func appendCalibrations(b []byte, origin string, cs []Calibration) []byte {
 	b = appendHeader(b, msgCalibrations)
 	b = appendString(b, origin)
+	return appendCalibrationsBody(b, cs)
+}
+
+// appendCalibrationsBody encodes calibrations as a count, then entries of
+// (worker, held, missed uvarints).
+func appendCalibrationsBody(b []byte, cs []Calibration) []byte {
 	b = binary.AppendUvarint(b, uint64(len(cs)))
 	for _, c := range cs {
 		b = binary.AppendUvarint(b, uint64(c.Worker))
@@ -132,19 +150,27 @@ func appendCalibrations(b []byte, origin string, cs []Calibration) []byte {
 
 func decodeCalibrations(r *reader) (string, []Calibration, error) {
 	origin := r.str()
+	cs, err := decodeCalibrationsBody(r)
+	if err != nil {
+		return "", nil, err
+	}
+	return origin, cs, r.end()
+}
+
+func decodeCalibrationsBody(r *reader) ([]Calibration, error) {
 	n := r.count(calibrationMinBytes)
 	if r.err() != nil {
-		return "", nil, r.err()
+		return nil, r.err()
 	}
 	cs := make([]Calibration, 0, n)
 	for range n {
 		c := Calibration{Worker: r.uint32v(), Held: r.uint32v(), Missed: r.uint32v()}
 		if r.err() != nil {
-			return "", nil, r.err()
+			return nil, r.err()
 		}
 		cs = append(cs, c)
 	}
-	return origin, cs, r.end()
+	return cs, nil
 }
 
 // receiveCalibrations hands a peer's calibrations of known workers, their
@@ -154,8 +180,15 @@ func (s *State) receiveCalibrations(r *reader) error {
 	if err != nil {
 		return err
 	}
+	s.calibrated(origin, cs)
+	return nil
+}
+
+// calibrated hands origin's calibrations of known workers, their counts
+// capped, to OnCalibration.
+func (s *State) calibrated(origin string, cs []Calibration) {
 	if origin == s.cfg.Origin || s.cfg.OnCalibration == nil {
-		return nil
+		return
 	}
 	for _, c := range cs {
 		if s.cfg.KnownWorker != nil && !s.cfg.KnownWorker(c.Worker) {
@@ -165,5 +198,4 @@ func (s *State) receiveCalibrations(r *reader) error {
 		s.stats.calibrationsLearned.Add(1)
 		s.cfg.OnCalibration(c)
 	}
-	return nil
 }

@@ -95,18 +95,18 @@ func TestPendingCalibrationsAreBoundedByWorkers(t *testing.T) {
 	}
 	var sent int
 	for _, p := range a.st.Tick(t0) {
-		if p[0] != msgCalibrations {
+		if p[0] != msgReport {
 			continue
 		}
 		if len(p) > DefaultMaxPacketBytes {
-			t.Fatalf("a calibration packet of %d bytes, over %d", len(p), DefaultMaxPacketBytes)
+			t.Fatalf("a report packet of %d bytes, over %d", len(p), DefaultMaxPacketBytes)
 		}
 		_, r, _ := readHeader(p)
-		_, cs, err := decodeCalibrations(&r)
+		rep, err := decodeReportPacket(&r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		sent += len(cs)
+		sent += len(rep.calibs)
 	}
 	if sent != maxCalibrationWorkers {
 		t.Fatalf("%d calibrations sent, want %d", sent, maxCalibrationWorkers)

@@ -8,7 +8,9 @@ import "time"
 // packets go to every live peer as the State's do, straight and best
 // effort; what it does about a packet lost is its own business.
 //
-// Outbox and Receive are called from the pump's goroutine only.
+// Outbox and Receive are called from the pump's goroutine only. A
+// replica announces its channels' types (Config.ChannelTypes), and a
+// channel's packets go only to the peers that announced its type.
 type Channel interface {
 	// Type is the first byte of every packet of the channel: one that no
 	// message of the State uses (wire.go lists those).

@@ -70,3 +70,20 @@ func TestAChannelsPacketsReachThePeersChannelNotTheirState(t *testing.T) {
 	a.send([]byte{200, 9})
 	waitFor(t, "a refused packet counted", func() bool { return nodes[1].g.Stats().ChannelErrors == 1 })
 }
+
+// A channel's packets go only to the peers that run it (they announce its
+// type): a peer without it is not sent them, so it counts no unknown
+// message.
+func TestAChannelsPacketsGoOnlyToThePeersThatRunIt(t *testing.T) {
+	a, b := &echoChannel{typ: 200}, &echoChannel{typ: 200}
+	nodes := []*node{mustStart(t, "r0", nodeOptions{channels: []Channel{a}})}
+	join := []string{nodes[0].g.LocalAddr()}
+	nodes = append(nodes, mustStart(t, "r1", nodeOptions{join: join}))
+	nodes = append(nodes, mustStart(t, "r2", nodeOptions{channels: []Channel{b}, join: join}))
+	waitFor(t, "every member", func() bool { return len(nodes[0].g.Members()) == 3 })
+	a.send([]byte{200, 7})
+	waitFor(t, "r2's channel got the packet", func() bool { return len(b.received()) == 1 })
+	if st := nodes[1].g.Stats(); st.DecodeErrors != 0 || st.UnknownMessages != 0 {
+		t.Errorf("r1, which runs no channel, was sent its packet: %+v", st)
+	}
+}

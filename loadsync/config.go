@@ -101,8 +101,31 @@ type Config struct {
 	ClusterConfig map[string]string
 	// Tags are named values announced to the peers with the metadata but
 	// never compared: the addresses of this replica's other services, say.
-	// Same size limits as ClusterConfig; SetTags replaces them later.
+	// Same size limits as ClusterConfig; SetTags replaces them later. The
+	// names release, wire and types are reserved (compat.go).
 	Tags map[string]string
+	// Release names this build ("v0.2.0"), announced to the peers and
+	// named in the error that refuses a peer of a build that cannot share
+	// the tier. Empty announces none.
+	Release string
+	// ChannelTypes are the message types of the gossip channels this
+	// replica runs (GossipConfig.Channels), announced with the State's own
+	// so that a peer sends a channel's packets only to the replicas that
+	// run it.
+	ChannelTypes []byte
+	// Wires are the version ranges this build speaks of the wires beside
+	// the gossip, by name (the cluster port's RPCs, Raft's log entries, the
+	// registry on disk): a peer that speaks none of a wire's versions is
+	// refused at join (*VersionMismatchError). The gossip's own protocol is
+	// announced and compared as "gossip".
+	Wires map[string]VersionRange
+	// LegacyWires are the versions a peer that announces none speaks: a
+	// build from before versions were announced.
+	LegacyWires map[string]VersionRange
+	// asLegacyBuild makes the State behave as a build of v0.1.0 on the
+	// wire, for tests: it announces no build and reads only the types that
+	// build read, counting any other as unknown.
+	asLegacyBuild bool
 
 	// LoadInterval is how often Tick emits a load report and flushes
 	// digests while this replica's loads do not change. Default
@@ -184,9 +207,9 @@ type Config struct {
 	// State.
 	OnVerdicts func(origin string, verdicts []Verdict)
 	// LocalQueues appends this replica's admission queue depths (see
-	// QueueDepth) to dst and returns it. Called by Tick once per
-	// LoadInterval; at most MaxQueueDepths of them, the longest queues
-	// first, are sent. Must not call into State.
+	// QueueDepth) to dst and returns it. Called by Tick with every report;
+	// at most MaxQueueDepths of them, the longest queues first, are sent.
+	// Must not call into State.
 	LocalQueues func(dst []QueueDepth) []QueueDepth
 	// OnQueues is called with every newer queue report of a peer, and with
 	// nil when the peer left, died or sent none for LoadTTL. It runs with

@@ -26,24 +26,17 @@ func (c Counted) equal(o Counted) bool {
 	return c.Through == o.Through && slices.Equal(c.Also, o.Also)
 }
 
-// countedReport is the packet that follows this tick's load report when
-// what it counts changed since the last one sent, or nil. It is read before
-// the loads (CountedAnswers), so every request it names is in them unless
-// it already finished. loadMu is held.
-func (s *State) countedReport(c Counted) []byte {
-	if c.equal(s.counted) {
-		return nil
-	}
-	s.counted = Counted{Through: c.Through, Also: append(s.counted.Also[:0], c.Also...)}
-	return appendCounted(make([]byte, 0, 32+len(c.Also)*2), s.cfg.Origin, c)
-}
-
-// appendCounted encodes c as header, origin (string), through, count, then
-// the Also numbers as gaps: the first from Through, each next from the one
-// before (uvarints, at least 1: Also is strictly increasing).
+// appendCounted encodes c as header, origin (string), then its body.
 func appendCounted(b []byte, origin string, c Counted) []byte {
 	b = appendHeader(b, msgCounted)
 	b = appendString(b, origin)
+	return appendCountedBody(b, c)
+}
+
+// appendCountedBody encodes c as through, count, then the Also numbers as
+// gaps: the first from Through, each next from the one before (uvarints, at
+// least 1: Also is strictly increasing).
+func appendCountedBody(b []byte, c Counted) []byte {
 	b = binary.AppendUvarint(b, c.Through)
 	b = binary.AppendUvarint(b, uint64(len(c.Also)))
 	prev := c.Through
@@ -56,13 +49,21 @@ func appendCounted(b []byte, origin string, c Counted) []byte {
 
 func decodeCounted(r *reader) (string, Counted, error) {
 	origin := r.str()
+	c, err := decodeCountedBody(r)
+	if err != nil {
+		return "", Counted{}, err
+	}
+	return origin, c, r.end()
+}
+
+func decodeCountedBody(r *reader) (Counted, error) {
 	c := Counted{Through: r.uvarint()}
 	n := r.count(1)
 	if r.err() == nil && n > MaxCountedAlso {
 		r.fail("%d counted answers above the first, over %d", n, MaxCountedAlso)
 	}
 	if r.err() != nil {
-		return "", Counted{}, r.err()
+		return Counted{}, r.err()
 	}
 	prev := c.Through
 	for range n {
@@ -71,12 +72,12 @@ func decodeCounted(r *reader) (string, Counted, error) {
 			r.fail("answer numbers not increasing")
 		}
 		if r.err() != nil {
-			return "", Counted{}, r.err()
+			return Counted{}, r.err()
 		}
 		prev += gap
 		c.Also = append(c.Also, prev)
 	}
-	return origin, c, r.end()
+	return c, nil
 }
 
 // receiveCounted hands a peer's counted answers to OnCounted. It follows
@@ -86,9 +87,13 @@ func (s *State) receiveCounted(r *reader) error {
 	if err != nil {
 		return err
 	}
-	if origin == s.cfg.Origin || s.cfg.OnCounted == nil {
-		return nil
-	}
-	s.cfg.OnCounted(origin, c)
+	s.heardCounted(origin, c)
 	return nil
+}
+
+// heardCounted hands origin's Counted to OnCounted.
+func (s *State) heardCounted(origin string, c Counted) {
+	if origin != s.cfg.Origin && s.cfg.OnCounted != nil {
+		s.cfg.OnCounted(origin, c)
+	}
 }

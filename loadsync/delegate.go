@@ -70,10 +70,11 @@ func (d *delegate) NotifyLeave(n *memberlist.Node) {
 }
 
 // notify records the change and queues it for OnMember. memberlist holds
-// its node lock around these calls, so n is read consistently here.
+// its node lock around these calls, so n is read consistently here. The
+// State learns whether a live peer reads no msgReport.
 func (d *delegate) notify(kind MemberEventKind, n *memberlist.Node) {
 	m := memberOf(kind, n, d.g.st.cfg.Origin)
-	d.g.members.apply(kind, m)
+	d.g.st.SetLegacyPeers(d.g.members.apply(kind, m))
 	if d.g.cfg.OnMember != nil {
 		d.g.events.push(MemberEvent{Kind: kind, Member: m})
 	}

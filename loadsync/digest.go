@@ -28,14 +28,7 @@ func checkpointDepths(n int, fn func(i, span int)) {
 // appendFacts encodes a fact list (a digest or a full state) as header,
 // count and entries of (worker uvarint, span uvarint, hash fixed 8 bytes).
 func appendFacts(b []byte, typ byte, facts []Fact) []byte {
-	b = appendHeader(b, typ)
-	b = binary.AppendUvarint(b, uint64(len(facts)))
-	for _, f := range facts {
-		b = binary.AppendUvarint(b, uint64(f.Worker))
-		b = binary.AppendUvarint(b, uint64(f.Span))
-		b = binary.LittleEndian.AppendUint64(b, f.Hash)
-	}
-	return b
+	return appendFactsBody(appendHeader(b, typ), facts)
 }
 
 func factBytes(f Fact) int { return uvarintLen(uint64(f.Worker)) + uvarintLen(uint64(f.Span)) + 8 }
@@ -53,6 +46,14 @@ func decodeFacts(msg []byte, want byte) ([]Fact, error) {
 }
 
 func readFacts(r *reader) ([]Fact, error) {
+	facts, err := readFactsBody(r)
+	if err != nil {
+		return nil, err
+	}
+	return facts, r.end()
+}
+
+func readFactsBody(r *reader) ([]Fact, error) {
 	n := r.count(factMinBytes)
 	if r.err() != nil {
 		return nil, r.err()
@@ -65,24 +66,51 @@ func readFacts(r *reader) ([]Fact, error) {
 		}
 		facts = append(facts, f)
 	}
-	return facts, r.end()
+	return facts, nil
 }
 
-// packDigests takes facts from the front of queue into at most maxPackets
-// digest packets of at most maxBytes each. Facts that do not fit stay
-// queued for the next call.
-func packDigests(queue *factRing, maxBytes, maxPackets int, scratch []Fact) [][]byte {
-	var pkts [][]byte
-	// The count prefix takes at most 3 bytes: no packet holds 2^21 facts.
-	budget := maxBytes - headerBytes - 3
-	for len(pkts) < maxPackets && queue.len() > 0 {
+// takeFacts takes facts from the front of queue for at most maxPackets
+// digest packets of at most maxBytes each, in packet-sized runs. Facts that
+// do not fit stay queued for the next call.
+func takeFacts(queue *factRing, maxBytes, maxPackets int) [][]Fact {
+	var runs [][]Fact
+	budget := maxBytes - headerBytes - maxFactCountBytes
+	for len(runs) < maxPackets && queue.len() > 0 {
 		n, used := 0, 0
 		for n < queue.len() && used+factBytes(queue.oldest(n)) <= budget {
 			used += factBytes(queue.oldest(n))
 			n++
 		}
-		scratch = queue.popOldest(scratch[:0], n)
-		pkts = append(pkts, appendFacts(make([]byte, 0, headerBytes+3+used), msgDigest, scratch))
+		runs = append(runs, queue.popOldest(nil, n))
+	}
+	return runs
+}
+
+// maxFactCountBytes bounds a fact list's count prefix: no packet holds
+// 2^21 facts.
+const maxFactCountBytes = 3
+
+// digestPackets encodes runs of facts as msgDigest packets, one a run.
+func digestPackets(runs [][]Fact) [][]byte {
+	var pkts [][]byte
+	for _, run := range runs {
+		used := 0
+		for _, f := range run {
+			used += factBytes(f)
+		}
+		pkts = append(pkts, appendFacts(make([]byte, 0, headerBytes+maxFactCountBytes+used), msgDigest, run))
 	}
 	return pkts
+}
+
+// appendFactsBody encodes facts as a count and entries, as appendFacts
+// lays them out after the header.
+func appendFactsBody(b []byte, facts []Fact) []byte {
+	b = binary.AppendUvarint(b, uint64(len(facts)))
+	for _, f := range facts {
+		b = binary.AppendUvarint(b, uint64(f.Worker))
+		b = binary.AppendUvarint(b, uint64(f.Span))
+		b = binary.LittleEndian.AppendUint64(b, f.Hash)
+	}
+	return b
 }

@@ -25,7 +25,35 @@ var (
 	ErrConfigMismatch = errors.New("config mismatch")
 	// ErrJoin reports that none of the join addresses could be joined.
 	ErrJoin = errors.New("loadsync: join failed")
+	// ErrVersionMismatch reports a peer of a build that cannot share a
+	// tier with this one; the error is a *VersionMismatchError.
+	ErrVersionMismatch = errors.New("version mismatch")
 )
+
+// VersionMismatchError names a peer whose build speaks none of this
+// build's versions of a wire (the gossip, the cluster port's RPCs, Raft's
+// log, the registry on disk), with both releases and version ranges. It
+// unwraps to ErrVersionMismatch.
+type VersionMismatchError struct {
+	Peer, PeerRelease string
+	Wire              string
+	PeerVersions      VersionRange
+	Release           string
+	Versions          VersionRange
+}
+
+// Error reads like "version mismatch with peer "r9": it runs v0.9.0 and
+// speaks gossip version 5; this replica runs v0.2.0 and speaks gossip
+// version 3: ...".
+func (e *VersionMismatchError) Error() string {
+	return fmt.Sprintf("%s with peer %q: it runs %s and speaks %s version %s; this replica runs %s and speaks %s version %s: "+
+		"replicas share a tier only while they speak a common version of every wire (docs/compatibility.md); "+
+		"upgrade one release at a time", ErrVersionMismatch, e.Peer, e.PeerRelease, e.Wire, e.PeerVersions,
+		e.Release, e.Wire, e.Versions)
+}
+
+// Unwrap lets errors.Is(err, ErrVersionMismatch) hold.
+func (e *VersionMismatchError) Unwrap() error { return ErrVersionMismatch }
 
 // FieldDiff is one cluster configuration field whose value differs between
 // this replica (Local) and a peer (Remote). An empty value means unset.

@@ -132,8 +132,11 @@ func (g *Gossip) pump(tick <-chan time.Time, stopTicker func()) {
 	}
 }
 
-// broadcast sends every packet to every live member but this one. The
-// members come from our own table: memberlist's Members hands out nodes its
+// broadcast sends every packet to every live member but this one that
+// wants its type: one that reads it and not the type that supersedes it
+// (types.go), so that a peer of an older build is never sent a type it
+// does not know, nor a newer one the older type it replaced. The members
+// come from our own table: memberlist's Members hands out nodes its
 // goroutines go on changing (a member that comes back at a new address).
 func (g *Gossip) broadcast(pkts [][]byte) {
 	if len(pkts) == 0 {
@@ -145,7 +148,9 @@ func (g *Gossip) broadcast(pkts [][]byte) {
 		}
 		to := memberlist.Address{Addr: m.Addr, Name: m.Name}
 		for _, p := range pkts {
-			g.send(to, p)
+			if m.reads.wants(p[0]) {
+				g.send(to, p)
+			}
 		}
 	}
 }

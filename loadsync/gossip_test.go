@@ -45,6 +45,9 @@ func startNode(t *testing.T, name string, o nodeOptions) (*node, error) {
 		if o.config != nil {
 			c.ClusterConfig = o.config
 		}
+		for _, ch := range o.channels {
+			c.ChannelTypes = append(c.ChannelTypes, ch.Type())
+		}
 		if o.tweak != nil {
 			o.tweak(c)
 		}

@@ -2,6 +2,7 @@ package loadsync
 
 import (
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -97,11 +98,14 @@ type replica struct {
 	local   *localLoads
 	remote  *remoteTable
 	learned *learnedFacts
+	// reads is the message types it announces: deliver hands it only the
+	// packets Gossip would send it.
+	reads typeSet
 }
 
 func newReplica(t testing.TB, origin string, tweak func(*Config)) *replica {
 	t.Helper()
-	r := &replica{local: newLocalLoads(), remote: newRemoteTable(), learned: &learnedFacts{}}
+	r := &replica{local: newLocalLoads(), remote: newRemoteTable(), learned: &learnedFacts{}, reads: readable}
 	cfg := Config{
 		Origin:        origin,
 		BootEpoch:     1,
@@ -121,16 +125,49 @@ func newReplica(t testing.TB, origin string, tweak func(*Config)) *replica {
 	return r
 }
 
-// deliver hands every packet to every receiver, failing on decode errors.
+// deliver hands every packet to every receiver that wants its type, as
+// Gossip sends them, failing on decode errors.
 func deliver(t testing.TB, pkts [][]byte, now time.Time, to ...*replica) {
 	t.Helper()
 	for _, r := range to {
 		for _, p := range pkts {
+			if !r.reads.wants(p[0]) {
+				continue
+			}
 			if err := r.st.Receive(p, now); err != nil {
 				t.Fatalf("Receive: %v", err)
 			}
 		}
 	}
+}
+
+// asLegacy makes r read only what builds before msgReport read, and
+// sender report in their types as well, as a Gossip with such a peer does.
+func asLegacy(r, sender *replica) *replica {
+	r.reads = legacyReadable
+	sender.st.SetLegacyPeers(true)
+	return r
+}
+
+// sectionKinds lists the section kinds of a msgReport packet, nil for any
+// other packet.
+func sectionKinds(t testing.TB, p []byte) []byte {
+	t.Helper()
+	typ, r, err := readHeader(p)
+	if err != nil || typ != msgReport {
+		return nil
+	}
+	_, _, _, _ = r.str(), r.uvarint(), r.uvarint(), r.varint()
+	var kinds []byte
+	for r.remaining() > 0 {
+		kind, n := r.byte(), r.uvarint()
+		if r.err() != nil || n > uint64(r.remaining()) {
+			t.Fatalf("a report's sections do not decode: %v", r.err())
+		}
+		r.off += int(n)
+		kinds = append(kinds, kind)
+	}
+	return kinds
 }
 
 // chain returns the first n block hashes of one conversation: distinct
@@ -156,25 +193,33 @@ func factsIn(t testing.TB, pkts [][]byte) []Fact {
 	t.Helper()
 	var out []Fact
 	for _, p := range pkts {
-		if p[0] != msgDigest {
-			continue
+		switch p[0] {
+		case msgDigest:
+			facts, err := decodeFacts(p, msgDigest)
+			if err != nil {
+				t.Fatalf("decode digest: %v", err)
+			}
+			out = append(out, facts...)
+		case msgReport:
+			_, r, _ := readHeader(p)
+			rep, err := decodeReportPacket(&r)
+			if err != nil {
+				t.Fatalf("decode report: %v", err)
+			}
+			out = append(out, rep.facts...)
 		}
-		facts, err := decodeFacts(p, msgDigest)
-		if err != nil {
-			t.Fatalf("decode digest: %v", err)
-		}
-		out = append(out, facts...)
 	}
 	return out
 }
 
-// loadPackets keeps only the load report packets of pkts.
-func loadPackets(pkts [][]byte) [][]byte {
-	var out [][]byte
+// factPackets counts the packets of pkts that carry facts: digests, and
+// reports with a facts section.
+func factPackets(t testing.TB, pkts [][]byte) int {
+	n := 0
 	for _, p := range pkts {
-		if p[0] == msgLoad {
-			out = append(out, p)
+		if p[0] == msgDigest || slices.Contains(sectionKinds(t, p), secFacts) {
+			n++
 		}
 	}
-	return out
+	return n
 }

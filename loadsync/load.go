@@ -23,8 +23,10 @@ type originLoad struct {
 	// rather than base: the next exact delta resets those it omits.
 	overlay []uint32
 	// exactAt is the send time (unix ns) of the newest report through
-	// which loads equals the origin's counts; zero while never exact.
+	// which loads equals the origin's counts, exactSeq its number; zero
+	// while not exact. A step on exactSeq keeps the view exact.
 	exactAt   int64
+	exactSeq  uint64
 	lastHeard time.Time // our clock, at the last accepted packet
 	lastLag   time.Duration
 	// gone marks an origin memberlist reported as left or dead. Its loads
@@ -103,7 +105,7 @@ func (v *loadView) apply(rep *loadReport, now time.Time) bool {
 	if !late {
 		o.seq = rep.seq
 		if o.baseComplete() {
-			o.exactAt = rep.sentAt
+			o.exactAt, o.exactSeq = rep.sentAt, rep.seq
 		}
 	}
 	return true
@@ -186,6 +188,7 @@ func (v *loadView) applyDelta(d *loadDelta, now time.Time) deltaOutcome {
 			o.overlay = append(o.overlay, e.Worker)
 		}
 		o.overlay = slices.Compact(slices.Sorted(slices.Values(o.overlay)))
+		o.exactSeq = 0
 		return deltaInexact
 	}
 	if revived {
@@ -204,7 +207,35 @@ func (v *loadView) applyDelta(d *loadDelta, now time.Time) deltaOutcome {
 		v.set(o, e.Worker, e.InFlight)
 		o.overlay = append(o.overlay, e.Worker)
 	}
-	o.exactAt = d.sentAt
+	o.exactAt, o.exactSeq = d.sentAt, d.seq
+	return deltaExact
+}
+
+// applyStep merges a step: the counts of the workers that changed since
+// the report numbered d.base. Onto a view exact at d.base it is exact at
+// d.seq; otherwise (a step was lost or is late, or the view was never
+// exact) its counts are still the newest known for its workers and are
+// merged, and the view stays inexact until the next cumulative delta or
+// full report. Its workers join the overlay, so that the next cumulative
+// delta resets those it omits to the base.
+func (v *loadView) applyStep(d *loadDelta, now time.Time) deltaOutcome {
+	o := v.admit(d.origin, d.epoch)
+	if o == nil || d.seq <= o.seq {
+		return deltaStale
+	}
+	exact := !o.gone && o.exactSeq != 0 && o.exactSeq == d.base && o.seq == d.base
+	o.seq = d.seq
+	o.heard(now, d.sentAt)
+	for _, e := range d.entries {
+		v.set(o, e.Worker, e.InFlight)
+		o.overlay = append(o.overlay, e.Worker)
+	}
+	o.overlay = slices.Compact(slices.Sorted(slices.Values(o.overlay)))
+	if !exact {
+		o.exactSeq = 0
+		return deltaInexact
+	}
+	o.exactAt, o.exactSeq = d.sentAt, d.seq
 	return deltaExact
 }
 
@@ -256,7 +287,7 @@ func (v *loadView) clearLoads(o *originLoad) {
 	for w := range o.loads {
 		v.set(o, w, 0)
 	}
-	o.overlay, o.exactAt = o.overlay[:0], 0
+	o.overlay, o.exactAt, o.exactSeq = o.overlay[:0], 0, 0
 }
 
 // forget drops origin's contribution at once.

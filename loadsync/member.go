@@ -27,8 +27,14 @@ type Member struct {
 	// Tags are the tags it announced (Config.Tags, Gossip.SetTags); nil
 	// if its metadata did not decode.
 	Tags map[string]string
+	// Release is the release it runs ("v0.1.0 or earlier" for a build that
+	// announced none), and Wires the versions it speaks of each wire
+	// ("gossip=3,raft-log=1,registry=1,rpc=1"; empty from such a build).
+	Release, Wires string
 	// Self marks this replica.
 	Self bool
+	// reads is the message types it reads, from its metadata.
+	reads typeSet
 }
 
 // MemberEventKind says what happened to a member.
@@ -64,12 +70,22 @@ func memberOf(kind MemberEventKind, n *memberlist.Node, self string) Member {
 	if kind == MemberLeft {
 		state = "gone"
 	}
-	m := Member{Name: n.Name, Addr: n.Address(), State: state, Self: n.Name == self}
+	m := Member{Name: n.Name, Addr: n.Address(), State: state, Self: n.Name == self, reads: legacyReadable}
 	if meta, err := decodeMeta(n.Meta); err == nil {
-		m.BootEpoch, m.Tags = meta.epoch, meta.tags
+		b := buildOf(meta.tags, nil)
+		m.BootEpoch, m.Release, m.Wires, m.reads = meta.epoch, b.release, meta.tags[tagWires], b.reads
+		m.Tags = meta.tags
+		for _, k := range []string{tagRelease, tagWires, tagTypes} {
+			delete(m.Tags, k)
+		}
 	}
 	return m
 }
+
+// Reads reports whether the member reads messages of type typ: it
+// announced the type, or it is a build from before announcements and typ
+// is one of the types those read.
+func (m Member) Reads(typ byte) bool { return m.reads.has(typ) }
 
 // memberTable is the live members, kept from memberlist's events. It exists
 // because memberlist's Members hands out nodes that its goroutines go on
@@ -82,14 +98,22 @@ type memberTable struct {
 
 func (t *memberTable) init() { t.by = make(map[string]Member) }
 
-func (t *memberTable) apply(kind MemberEventKind, m Member) {
+// apply records the change and reports whether some live member but this
+// replica reads no msgReport.
+func (t *memberTable) apply(kind MemberEventKind, m Member) (legacy bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if kind == MemberLeft {
 		delete(t.by, m.Name)
-		return
+	} else {
+		t.by[m.Name] = m
 	}
-	t.by[m.Name] = m
+	for _, o := range t.by {
+		if !o.Self && !o.reads.has(msgReport) {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *memberTable) list() []Member {

@@ -9,13 +9,17 @@ import (
 
 // nodeMeta is what a replica announces in memberlist's node metadata: who it
 // is, the cluster configuration it runs with, and its tags (the addresses of
-// its other services, say). Config is compared at join; tags are not. Meta
-// changes only at start and on the rare SetTags, so it never churns
-// memberlist incarnations (load is never put here).
+// its other services, say, and its build: compat.go). Config is compared at
+// join; of the tags, only the build's versions are. Meta changes only at
+// start and on the rare SetTags, so it never churns memberlist
+// incarnations (load is never put here).
 //
 // Layout after the header: origin (string), boot epoch (uvarint), then two
 // maps, config and tags, each as a count (uvarint) and (name, value) string
-// pairs sorted by name.
+// pairs sorted by name. Fields a newer build appends are ignored. The
+// header's version is metaVersion whatever protocolVersion becomes: the
+// metadata is how two builds learn whether they can talk at all, so every
+// build must read every other's, to say why it refuses it.
 type nodeMeta struct {
 	origin string
 	epoch  uint64
@@ -23,8 +27,11 @@ type nodeMeta struct {
 	tags   map[string]string
 }
 
+// metaVersion is the version byte of the metadata, fixed for good.
+const metaVersion byte = 3
+
 func appendMeta(b []byte, m *nodeMeta) []byte {
-	b = appendHeader(b, msgMeta)
+	b = append(b, msgMeta, metaVersion)
 	b = appendString(b, m.origin)
 	b = binary.AppendUvarint(b, m.epoch)
 	b = appendStringMap(b, m.config)
@@ -41,17 +48,20 @@ func appendStringMap(b []byte, m map[string]string) []byte {
 }
 
 func decodeMeta(msg []byte) (nodeMeta, error) {
-	typ, r, err := readHeader(msg)
-	if err != nil {
-		return nodeMeta{}, err
+	if len(msg) < headerBytes {
+		return nodeMeta{}, malformed("%d bytes, shorter than a header", len(msg))
 	}
-	if typ != msgMeta {
-		return nodeMeta{}, fmt.Errorf("%w: type %d, want %d", ErrUnexpectedMessage, typ, msgMeta)
+	if msg[0] != msgMeta {
+		return nodeMeta{}, fmt.Errorf("%w: type %d, want %d", ErrUnexpectedMessage, msg[0], msgMeta)
 	}
+	if msg[1] != metaVersion {
+		return nodeMeta{}, fmt.Errorf("%w: metadata version %d (every build writes %d)", ErrVersion, msg[1], metaVersion)
+	}
+	r := reader{buf: msg, off: headerBytes}
 	m := nodeMeta{origin: r.str(), epoch: r.uvarint()}
 	m.config = readStringMap(&r)
 	m.tags = readStringMap(&r)
-	return m, r.end()
+	return m, r.err()
 }
 
 func readStringMap(r *reader) map[string]string {
@@ -64,13 +74,23 @@ func readStringMap(r *reader) map[string]string {
 	return m
 }
 
-// encodeMeta encodes this replica's metadata with tags, refusing what would
-// not fit memberlist's limit.
+// encodeMeta encodes this replica's metadata with tags and its build's,
+// refusing what would not fit memberlist's limit.
 func encodeMeta(cfg *Config, tags map[string]string) ([]byte, error) {
 	if err := validMap("Tags", tags); err != nil {
 		return nil, err
 	}
-	meta := appendMeta(nil, &nodeMeta{origin: cfg.Origin, epoch: cfg.BootEpoch, config: cfg.ClusterConfig, tags: tags})
+	if err := reservedTags(tags); err != nil {
+		return nil, err
+	}
+	all := withBuildTags(cfg, tags)
+	if cfg.asLegacyBuild {
+		all = tags
+	}
+	if err := validMap("Release and build", all); err != nil {
+		return nil, err
+	}
+	meta := appendMeta(nil, &nodeMeta{origin: cfg.Origin, epoch: cfg.BootEpoch, config: cfg.ClusterConfig, tags: all})
 	if len(meta) > maxMetaBytes {
 		return nil, fmt.Errorf("%w: ClusterConfig and Tags encode to %d bytes of node metadata, over %d",
 			ErrInvalidConfig, len(meta), maxMetaBytes)
@@ -98,8 +118,9 @@ func configDiff(local, remote map[string]string) []FieldDiff {
 }
 
 // Meta returns this replica's node metadata for memberlist: origin, boot
-// epoch, protocol version, cluster configuration and tags, at most 512
-// bytes. The slice is shared and must not be modified.
+// epoch, cluster configuration, tags and the build's release, wire versions
+// and readable message types, at most 512 bytes. The slice is shared and
+// must not be modified.
 func (s *State) Meta() []byte { return *s.meta.Load() }
 
 // SetTags replaces the tags announced in Meta. It refuses tags that would
@@ -115,13 +136,18 @@ func (s *State) SetTags(tags map[string]string) error {
 }
 
 // CheckJoin decides whether the peer that announced meta may be part of the
-// cluster. It returns nil, an error wrapping ErrMalformed or ErrVersion, or a
-// *ConfigMismatchError (errors.Is ErrConfigMismatch) naming every differing
-// ClusterConfig field. Tags are not compared.
+// cluster. It returns nil, an error wrapping ErrMalformed or ErrVersion, a
+// *VersionMismatchError (errors.Is ErrVersionMismatch) when the peer's build
+// speaks none of this one's versions of a wire, or a *ConfigMismatchError
+// (errors.Is ErrConfigMismatch) naming every differing ClusterConfig field.
+// The caller's tags are not compared.
 func (s *State) CheckJoin(meta []byte) error {
 	m, err := decodeMeta(meta)
 	if err != nil {
 		return fmt.Errorf("peer metadata: %w", err)
+	}
+	if err := s.checkVersions(m.origin, buildOf(m.tags, s.cfg.LegacyWires)); err != nil {
+		return err
 	}
 	if diffs := configDiff(s.cfg.ClusterConfig, m.config); len(diffs) > 0 {
 		return &ConfigMismatchError{Peer: m.origin, Diffs: diffs}

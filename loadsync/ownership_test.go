@@ -174,16 +174,19 @@ func TestDigestsAreBatchedUnderThePacketLimit(t *testing.T) {
 		a.st.Owned(chain(conv, 5), uint32(conv%300)) // 4 facts each
 	}
 	now := t0
-	var sent, packets int
+	var sent, packets, ticks int
 	for tick := 0; sent < 8000; tick++ {
+		ticks++
 		if tick > 100 {
 			t.Fatalf("only %d of 8000 facts sent after 100 ticks", sent)
 		}
 		now = now.Add(DefaultLoadInterval)
 		pkts := a.st.Tick(now)
-		digests := len(pkts) - len(loadPackets(pkts))
-		if digests > perTick {
-			t.Fatalf("tick %d sent %d digest packets, over %d", tick, digests, perTick)
+		// The facts fill the report's packet, then packets of their own:
+		// one more packet than digests alone would take, at most.
+		digests := factPackets(t, pkts)
+		if digests > perTick+1 {
+			t.Fatalf("tick %d sent facts in %d packets, over %d", tick, digests, perTick+1)
 		}
 		for _, p := range pkts {
 			if len(p) > maxBytes {
@@ -197,10 +200,11 @@ func TestDigestsAreBatchedUnderThePacketLimit(t *testing.T) {
 	if got := len(b.learned.all()); got != 8000 {
 		t.Fatalf("b learned %d facts, want 8000", got)
 	}
-	// Workers under 300 take at most 2 bytes and spans under 128 one: 46
-	// facts of 11 bytes fit.
-	if full := (maxBytes - headerBytes - 3) / 11; sent < (packets-1)*full {
-		t.Fatalf("%d facts in %d packets: packets hold fewer than %d facts", sent, packets, full)
+	// Workers under 300 take at most 2 bytes and spans under 128 one: 44
+	// facts of 11 bytes fit beside a report's header. Each tick's first
+	// packet of facts is the report's own, which they fill where it ends.
+	if full := (maxBytes - reportHeaderMaxBytes("a") - sectionOverhead - 3) / 11; sent < (packets-ticks)*full {
+		t.Fatalf("%d facts in %d packets over %d ticks: packets hold fewer than %d facts", sent, packets, ticks, full)
 	}
 }
 
@@ -216,7 +220,10 @@ func TestDigestsWithWideFactsStayUnderThePacketLimit(t *testing.T) {
 		want = append(want, f)
 	}
 	const maxBytes = minPacketBytes
-	pkts := packDigests(&queue, maxBytes, 1000, nil)
+	runs := takeFacts(&queue, maxBytes, 1000)
+	h := reportHeader{origin: "a", epoch: 1, seq: 1}
+	pkts := append(digestPackets(runs), packReport(&h, nil, slices.Concat(runs...), maxBytes)...)
+	want = append(want, want...) // once in digests, once in reports
 	for _, p := range pkts {
 		if len(p) > maxBytes {
 			t.Fatalf("packet of %d bytes, over %d", len(p), maxBytes)

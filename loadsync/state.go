@@ -1,7 +1,6 @@
 package loadsync
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -29,6 +28,7 @@ type State struct {
 	nextLoad time.Time    // when the next report is due; zero before the first
 	lastLoad time.Time    // when the last report was sent
 	loads    []WorkerLoad // as last reported
+	prev     []WorkerLoad // as reported before that: this report's step is taken against it
 	probe    []WorkerLoad // as read since, to see whether they changed
 	// nextProbe is when Tick next looks whether the loads changed: one
 	// LoadFlushInterval after the last report, or after the last Tick if
@@ -41,19 +41,30 @@ type State struct {
 	baseSeq   uint64
 	fullAt    time.Time
 	sinceFull int
-	// lastFull is the packets of that full report, sent again with the
-	// first delta on it, so that a peer that lost one copy still holds the
-	// base of the deltas to come.
-	lastFull [][]byte
-	diff     []WorkerLoad
-	// backlogs is the prefill backlogs last sent, at backlogAt, into the
-	// peers' backlogView; backlogProbe as read since.
-	backlogs     []WorkerLoad
-	backlogProbe []WorkerLoad
-	backlogAt    time.Time
-	backlogView  loadView
+	// lastFull and lastFullReport are the packets of that full report (of
+	// the older types and msgReport), sent again with the first report on
+	// it, so that a peer that lost one copy still holds the base of the
+	// deltas and steps to come.
+	lastFull, lastFullReport [][]byte
+	diff, step               []WorkerLoad
+	// repairedAt is when the last cumulative delta went in a msgReport,
+	// calibratedAt when the last calibrations went.
+	repairedAt, calibratedAt time.Time
+	// backlogUnits is the prefill backlogs as last reported, in
+	// backlogUnits, prevUnits as reported before; backlogs the same in
+	// bytes, and legacyBacklogs as last sent, at legacyBacklogAt, to the
+	// peers of older builds. backlogProbe and unitsProbe are as read since.
+	backlogUnits, prevUnits, unitsProbe []WorkerLoad
+	backlogs, backlogProbe              []WorkerLoad
+	legacyBacklogs                      []WorkerLoad
+	legacyBacklogAt                     time.Time
+	backlogView                         loadView
 	// counted is the Counted last sent.
 	counted Counted
+	// legacyPeers says some live peer reads no msgReport (a build of
+	// v0.1.0 or before, during an upgrade): reports are then also made in
+	// the older types, which Gossip sends only to such peers.
+	legacyPeers atomic.Bool
 	// own and withdrawing are this replica's verdicts as last read, and
 	// how many more reports announce their withdrawal.
 	own         []Verdict
@@ -73,7 +84,6 @@ type State struct {
 	sent     factSet  // facts queued or learned within the last refresh half-interval
 	rotated  time.Time
 	recent   factRing // facts recently made or learned, for LocalState
-	scratch  []Fact
 }
 
 // New validates cfg, fills in its defaults and returns a State.
@@ -105,185 +115,16 @@ func New(cfg Config) (*State, error) {
 // Config returns the configuration with defaults filled in.
 func (s *State) Config() Config { return s.cfg }
 
-// Tick advances the state to now: it expires silent origins and, when a
-// report is due (every LoadInterval, or LoadFlushInterval after the last
-// one when the loads changed since), returns this replica's load report
-// (and after it, when that changed, which placer answers it counts),
-// its verdicts (while it holds any, and briefly after), its admission queue
-// report (likewise), the calibrations judged since the last report (see
-// Judged), then the pending ownership digests. The caller sends every
-// packet to every live peer. Call it every LoadFlushInterval (NextTick):
-// more often is harmless. Digests flushed while there is no peer are not
-// lost to later joiners: LocalState carries them.
-func (s *State) Tick(now time.Time) [][]byte {
-	s.expireVerdicts(now)
-	s.queues.tick(now)
-	s.loadMu.Lock()
-	s.view.expire(now)
-	s.backlogView.expire(now)
-	s.nextProbe = now.Add(s.cfg.LoadFlushInterval)
-	if early := s.lastLoad.Add(s.cfg.LoadFlushInterval); early.After(now) {
-		s.nextProbe = early // the soonest a change may be reported
-	}
-	if !s.due(now) && !s.changed(now) {
-		s.loadMu.Unlock()
-		return nil
-	}
-	s.lastLoad = now
-	pkts := s.loadReport(now)
-	pkts = append(pkts, s.verdictReport(now)...)
-	s.loadMu.Unlock()
-	pkts = append(pkts, s.queues.report(s.cfg.Origin, s.cfg.BootEpoch)...)
-	pkts = append(pkts, s.calibrationReport()...)
-	s.stats.reportsSent.Add(1)
-	return append(pkts, s.digests(now)...)
-}
-
-// due reports whether a report is due at now and, if so, schedules the next
-// one. The schedule is anchored to itself, not to now, with half an
-// interval of tolerance, so a ticker's jitter never skips a report.
-func (s *State) due(now time.Time) bool {
-	interval := s.cfg.LoadInterval
-	if s.nextLoad.IsZero() {
-		s.nextLoad = now
-	}
-	if now.Before(s.nextLoad.Add(-interval / 2)) {
-		return false
-	}
-	s.nextLoad = s.nextLoad.Add(interval)
-	if s.nextLoad.Before(now) {
-		s.nextLoad = now.Add(interval) // far behind: do not burst to catch up
-	}
-	return true
-}
-
-// changed reports whether the loads changed since the last report and
-// that report is LoadFlushInterval old: a report is due early. If so, the
-// next regular report is one LoadInterval later. loadMu is held.
-func (s *State) changed(now time.Time) bool {
-	if s.cfg.LocalLoads == nil || s.lastLoad.IsZero() || !s.cfg.flushes() ||
-		now.Sub(s.lastLoad) < s.cfg.LoadFlushInterval {
-		return false
-	}
-	s.probe = normalizeLoads(s.cfg.LocalLoads(s.probe[:0]))
-	if slices.Equal(s.probe, s.loads) && !s.backlogChanged() {
-		return false
-	}
-	// due fires half an interval early (a ticker's jitter): the next
-	// regular report comes one whole interval after this one.
-	s.nextLoad = now.Add(s.cfg.LoadInterval + s.cfg.LoadInterval/2)
-	return true
-}
-
-// backlogChanged reports whether the prefill backlogs changed since they
-// were last sent. loadMu is held.
-func (s *State) backlogChanged() bool {
-	if s.cfg.LocalBacklogs == nil {
-		return false
-	}
-	s.backlogProbe = normalizeLoads(s.cfg.LocalBacklogs(s.backlogProbe[:0]))
-	return !slices.Equal(s.backlogProbe, s.backlogs)
-}
-
-// backlogReport is the prefill backlog report that goes with a load report
-// numbered s.seq: when the backlogs changed since the last one, or with the
-// regular report after it (peers expire what they do not hear of again;
-// half an interval of tolerance, as due has). loadMu is held.
-func (s *State) backlogReport(now time.Time) [][]byte {
-	if s.cfg.LocalBacklogs == nil || !s.backlogChanged() && now.Sub(s.backlogAt) < s.cfg.LoadInterval/2 {
-		return nil
-	}
-	s.backlogs, s.backlogProbe = s.backlogProbe, s.backlogs
-	s.backlogAt = now
-	base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano(), backlog: true}
-	return packLoadReport(base, s.backlogs, s.cfg.MaxPacketBytes)
-}
-
-// NextTick is when Tick may next have a report to send, for drivers on
-// virtual time: LoadFlushInterval after the last Tick (a report if the
-// loads changed by then), or the next regular report if sooner. It is the
-// zero time before the first Tick.
-func (s *State) NextTick() time.Time {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	if s.nextProbe.IsZero() || !s.cfg.flushes() {
-		return s.nextLoad
-	}
-	return minTime(s.nextLoad, s.nextProbe)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// loadReport returns this tick's load report: a delta against the last
-// full report when one is allowed, the full report otherwise. loadMu is
-// held.
-func (s *State) loadReport(now time.Time) [][]byte {
-	s.seq++
-	var counted []byte
-	if s.cfg.CountedAnswers != nil {
-		counted = s.countedReport(s.cfg.CountedAnswers())
-	}
-	if s.cfg.LocalLoads != nil {
-		s.loads = normalizeLoads(s.cfg.LocalLoads(s.loads[:0]))
-	}
-	var pkts [][]byte
-	if pkt := s.deltaReport(now); pkt != nil {
-		s.sinceFull++
-		if s.sinceFull == 1 {
-			pkts = slices.Clone(s.lastFull)
-		}
-		pkts = append(pkts, pkt)
-	} else {
-		s.base, s.baseSeq, s.fullAt, s.sinceFull = append(s.base[:0], s.loads...), s.seq, now, 0
-		s.stats.fullReportsSent.Add(1)
-		base := loadReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()}
-		s.lastFull = packLoadReport(base, s.loads, s.cfg.MaxPacketBytes)
-		pkts = slices.Clone(s.lastFull)
-	}
-	if counted != nil {
-		pkts = append(pkts, counted)
-	}
-	return append(pkts, s.backlogReport(now)...)
-}
-
-// deltaReport encodes the counts changed since the last full report, or
-// returns nil when a full report is due: FullReportInterval has passed
-// since the last one, or the delta would be no smaller than the full report
-// or would not fit one packet. loadMu is held.
-func (s *State) deltaReport(now time.Time) []byte {
-	if s.baseSeq == 0 || s.fullDue(now) {
-		return nil
-	}
-	s.diff = loadDiff(s.diff[:0], s.base, s.loads)
-	size := loadEntriesBytes(s.diff, 0)
-	if size >= loadEntriesBytes(s.loads, 0) || size > s.cfg.MaxPacketBytes-loadHeaderMaxBytes(s.cfg.Origin) {
-		return nil
-	}
-	d := loadDelta{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, base: s.baseSeq,
-		sentAt: now.UnixNano(), entries: s.diff}
-	return appendLoadDelta(make([]byte, 0, size+loadHeaderMaxBytes(s.cfg.Origin)), &d)
-}
-
-// fullDue reports whether the next report must be full: FullReportInterval
-// has passed since the last full one, within half a LoadInterval (a report
-// on the regular cadence that falls due then is the full one).
-func (s *State) fullDue(now time.Time) bool {
-	return now.Sub(s.fullAt)+s.cfg.LoadInterval/2 >= s.cfg.FullReportInterval
-}
-
-func (s *State) digests(now time.Time) [][]byte {
+// takeDigests takes this tick's facts from the queue: as many as
+// DigestPacketsPerTick digest packets hold, in packet-sized runs.
+func (s *State) takeDigests(now time.Time) [][]Fact {
 	s.digestMu.Lock()
 	defer s.digestMu.Unlock()
 	s.rotateSent(now)
 	before := s.queue.len()
-	pkts := packDigests(&s.queue, s.cfg.MaxPacketBytes, s.cfg.DigestPacketsPerTick, s.scratch)
+	runs := takeFacts(&s.queue, s.cfg.MaxPacketBytes, s.cfg.DigestPacketsPerTick)
 	s.stats.factsSent.Add(uint64(before - s.queue.len()))
-	return pkts
+	return runs
 }
 
 // rotateSent ages the sent set by one generation every half refresh
@@ -301,15 +142,23 @@ func (s *State) rotateSent(now time.Time) {
 }
 
 // Receive merges one packet from a peer: a load report (full or delta),
-// verdicts, queue depths, calibrations or a digest. It never panics; a packet that does not decode returns an error wrapping
-// ErrMalformed, ErrVersion or ErrUnexpectedMessage and changes nothing.
-// Old, duplicate and own reports are not errors: they are counted in Stats
-// and ignored. now is the receiver's clock, used for expiry and lag.
+// verdicts, queue depths, calibrations or a digest. It never panics; a
+// packet that does not decode returns an error wrapping ErrMalformed or
+// ErrVersion and changes nothing. A message of a type this build does not
+// know (a newer build's) is skipped and counted in Stats.UnknownMessages,
+// not as an error: peers announce what they read and are sent no other
+// type, so one arrives only from a build that did not check. Old,
+// duplicate and own reports are not errors: they are counted in Stats and
+// ignored. now is the receiver's clock, used for expiry and lag.
 func (s *State) Receive(packet []byte, now time.Time) error {
 	typ, r, err := readHeader(packet)
 	if err == nil && len(packet) > maxPacketBytes {
 		// No peer sends one: it is a stranger's, or corrupt.
 		err = malformed("%d bytes, over the %d a packet may hold", len(packet), maxPacketBytes)
+	}
+	if err == nil && s.cfg.asLegacyBuild && !legacyReadable.has(typ) {
+		s.stats.unknownMessages.Add(1)
+		return nil
 	}
 	if err == nil {
 		switch typ {
@@ -329,8 +178,11 @@ func (s *State) Receive(packet []byte, now time.Time) error {
 			err = s.receiveCounted(&r)
 		case msgBacklog:
 			err = s.receiveBacklog(&r, now)
+		case msgReport:
+			err = s.receiveReport(&r, now)
 		default:
-			err = fmt.Errorf("%w: type %d", ErrUnexpectedMessage, typ)
+			s.stats.unknownMessages.Add(1)
+			return nil
 		}
 	}
 	if err != nil {

@@ -20,6 +20,10 @@ type Stats struct {
 	DeltasInexact uint64
 	// DecodeErrors counts packets and states that did not decode.
 	DecodeErrors uint64
+	// UnknownMessages counts messages of a type this build does not know,
+	// skipped: a newer build's, which no peer that checks what this
+	// replica announced sends it. Not errors.
+	UnknownMessages uint64
 	// FactsQueued counts facts Owned queued; FactsDeduplicated those it
 	// skipped as recently sent or learned; FactsDropped those pushed out of
 	// a full queue before being sent; FactsSent those packed into digests.
@@ -36,10 +40,10 @@ type Stats struct {
 }
 
 type counters struct {
-	reportsSent, reportsAccepted, reportsStale, decodeErrors              atomic.Uint64
-	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned atomic.Uint64
-	verdictsUnsent, fullReportsSent, deltasInexact                        atomic.Uint64
-	calibrationsSent, calibrationsLearned, calibrationsDropped            atomic.Uint64
+	reportsSent, reportsAccepted, reportsStale, decodeErrors, unknownMessages atomic.Uint64
+	factsQueued, factsDeduplicated, factsDropped, factsSent, factsLearned     atomic.Uint64
+	verdictsUnsent, fullReportsSent, deltasInexact                            atomic.Uint64
+	calibrationsSent, calibrationsLearned, calibrationsDropped                atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -52,6 +56,7 @@ func (s *State) Stats() Stats {
 		ReportsAccepted:     c.reportsAccepted.Load(),
 		ReportsStale:        c.reportsStale.Load(),
 		DecodeErrors:        c.decodeErrors.Load(),
+		UnknownMessages:     c.unknownMessages.Load(),
 		FactsQueued:         c.factsQueued.Load(),
 		FactsDeduplicated:   c.factsDeduplicated.Load(),
 		FactsDropped:        c.factsDropped.Load(),

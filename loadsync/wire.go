@@ -8,6 +8,14 @@ import (
 // Every message starts with a one-byte type and a one-byte protocol version.
 // Integers are varints (zigzag for signed ones) except block hashes, which
 // are uniformly distributed and so take a fixed 8 bytes little-endian.
+//
+// How the gossip evolves without breaking a tier (docs/compatibility.md):
+// the protocol version changes only with a change no older build can read,
+// and builds of different versions are refused at join. Anything else is
+// added: a new message type, sent only to the peers that announce they read
+// it (types.go); a new field at the end of a message, which older builds
+// skip (reader.end). A type a replica does not know is skipped and counted
+// as unknown, never as a decode error.
 const (
 	// protocolVersion 2 added the span to every ownership fact; 3 added
 	// delta load reports and made in-flight counts unsigned.
@@ -21,17 +29,24 @@ const (
 	msgLoadDelta byte = 6 // the counts that changed since the origin's last full load report
 	msgQueues    byte = 7 // an origin's admission queue depths per class and tenant
 	// msgCalibrations carries an origin's judgements of predicted hits per
-	// worker since its last report. A peer of an older build that does not
-	// know the type counts it as a decode error and carries on.
+	// worker since its last report. Superseded by msgReport's section.
 	msgCalibrations byte = 8
 	// msgCounted says which of the placer's answers an origin's load
-	// report counts (Counted); it follows that report. Likewise unknown to
-	// an older build.
+	// report counts (Counted); it follows that report. Superseded by
+	// msgReport's section.
 	msgCounted byte = 9
 	// msgBacklog is an origin's prefill backlog per worker, laid out as a
 	// full load report (loadreport.go), bytes of uncached prompt in place
-	// of requests. Likewise unknown to an older build.
+	// of requests. Superseded by msgReport's sections.
 	msgBacklog byte = 10
+	// Types 11 and 12 are taken by the relay of the engines' KV events.
+	//
+	// msgReport is a load report in one packet (more when its full part
+	// does not fit one): a step of the counts changed since the previous
+	// report, or the full counts or a cumulative delta, and beside them the
+	// prefill backlogs, the counted answers and the calibrations, each a
+	// section a reader that does not know it skips (report.go).
+	msgReport byte = 13
 
 	headerBytes = 2
 	// maxNameBytes bounds an origin name and a config field name or value.
@@ -179,13 +194,12 @@ func (r *reader) count(minBytes int) int {
 	return int(n)
 }
 
-// end reports trailing bytes as malformed, then returns the sticky error.
-func (r *reader) end() error {
-	if r.bad == nil && r.remaining() != 0 {
-		r.fail("%d trailing bytes", r.remaining())
-	}
-	return r.bad
-}
+// end returns the sticky error. Bytes after the fields this build knows
+// are fields a newer build appended: they are skipped, so that a message
+// can grow without a new type. (Builds that announce no message types,
+// v0.1.0 and earlier, refuse them as malformed: an appended field goes
+// only to peers that announce their types.)
+func (r *reader) end() error { return r.bad }
 
 func varintLen(v int64) int {
 	u := uint64(v) << 1

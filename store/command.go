@@ -147,6 +147,9 @@ func Decode(data []byte) (Command, error) {
 	if len(data) > MaxCommandBytes {
 		return Command{}, fmt.Errorf("%w: command of %d bytes exceeds %d", ErrInvalid, len(data), MaxCommandBytes)
 	}
+	if err := checkVersion(data, "command", CommandVersion); err != nil {
+		return Command{}, err
+	}
 	var c Command
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -159,6 +162,20 @@ func Decode(data []byte) (Command, error) {
 	return c.Normalize()
 }
 
+// checkVersion refuses a document of a version newer than this build reads
+// before its fields are: a newer build's has fields this one does not know,
+// and must be named for its version rather than for a field.
+func checkVersion(data []byte, what string, newest int) error {
+	var head struct {
+		Version int `json:"v"`
+	}
+	if json.Unmarshal(data, &head) == nil && head.Version > newest {
+		return fmt.Errorf("%w: %s version %d, this build reads up to %d (a newer build wrote it)",
+			ErrUnsupportedVersion, what, head.Version, newest)
+	}
+	return nil
+}
+
 // Normalize checks c and returns a copy in canonical form (normalised URL,
 // copied labels). It never modifies c or what c points to.
 func (c Command) Normalize() (Command, error) {
@@ -166,7 +183,7 @@ func (c Command) Normalize() (Command, error) {
 		return Command{}, fieldError("v", "must be >= 1")
 	}
 	if c.Version > CommandVersion {
-		return Command{}, fmt.Errorf("%w: command version %d, this build reads up to %d",
+		return Command{}, fmt.Errorf("%w: command version %d, this build reads up to %d (a newer build wrote it)",
 			ErrUnsupportedVersion, c.Version, CommandVersion)
 	}
 	if err := c.checkPayloadCount(); err != nil {

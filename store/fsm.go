@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -32,6 +33,9 @@ import (
 type FSM struct {
 	writeMu sync.Mutex
 	current atomic.Pointer[published]
+	// halted is why the FSM stopped applying (halt.go), nil while it
+	// applies; restoreErr why the last Restore failed.
+	halted, restoreErr atomic.Pointer[error]
 }
 
 // published pairs a registry with the channel closed when it is superseded.
@@ -70,16 +74,24 @@ func (f *FSM) publish(reg *Registry) {
 // Apply applies one committed log entry and returns a Result. Entries that
 // are not commands are ignored (nil result); a command that fails to decode
 // or is refused by the registry leaves the workers unchanged and reports why
-// in Result.Err, but still advances the registry's Index.
+// in Result.Err, but still advances the registry's Index. A command of a
+// version this build does not read halts the FSM (halt.go): it and every
+// entry after it are left for a build that reads them.
 func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
+	if err := f.Halted(); err != nil {
+		return Result{Index: l.Index, Err: err}
+	}
 	reg := f.View()
 	res := Result{}
 	cmd, err := Decode(l.Data)
+	if errors.Is(err, ErrUnsupportedVersion) {
+		return Result{Index: l.Index, Err: f.halt(l.Index, err)}
+	}
 	if err != nil {
 		res.Err = err
 	} else {

@@ -10,9 +10,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// snapshotVersion is the snapshot encoding this build writes; Restore reads
-// versions 1..snapshotVersion.
-const snapshotVersion = 1
+// SnapshotVersion is the snapshot encoding this build writes; Restore reads
+// versions 1..SnapshotVersion.
+const SnapshotVersion = 1
 
 // maxSnapshotBytes bounds what Restore reads: a snapshot also arrives from
 // the leader over the network, and even 100k workers stay far below it.
@@ -35,7 +35,7 @@ type snapshotDoc struct {
 }
 
 func docOf(r *Registry) snapshotDoc {
-	return snapshotDoc{Version: snapshotVersion, Index: r.index, NextID: r.nextID,
+	return snapshotDoc{Version: SnapshotVersion, Index: r.index, NextID: r.nextID,
 		Workers: r.workers, RoutingConfig: r.routing, RoutingIndex: r.routingIndex, Seeded: r.seeded,
 		AwaitingWorkerSeed: r.awaitingWorkerSeed}
 }
@@ -46,8 +46,12 @@ type fsmSnapshot struct{ reg *Registry }
 var _ raft.FSMSnapshot = fsmSnapshot{}
 
 // Snapshot captures the current registry. It only takes a pointer: the
-// encoding happens in Persist, off the FSM goroutine.
+// encoding happens in Persist, off the FSM goroutine. A halted FSM refuses,
+// so that raft keeps the log it could not apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if err := f.Halted(); err != nil {
+		return nil, err
+	}
 	return fsmSnapshot{reg: f.View()}, nil
 }
 
@@ -72,6 +76,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	reg, err := decodeSnapshot(data)
 	if err != nil {
+		f.restoreErr.Store(&err)
 		return err
 	}
 	f.writeMu.Lock()
@@ -83,6 +88,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func decodeSnapshot(data []byte) (*Registry, error) {
 	if len(data) > maxSnapshotBytes {
 		return nil, fmt.Errorf("%w: registry snapshot exceeds %d bytes", ErrInvalid, maxSnapshotBytes)
+	}
+	if err := checkVersion(data, "registry snapshot", SnapshotVersion); err != nil {
+		return nil, err
 	}
 	var doc snapshotDoc
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -99,9 +107,9 @@ func decodeSnapshot(data []byte) (*Registry, error) {
 }
 
 func (d *snapshotDoc) validate() error {
-	if d.Version < 1 || d.Version > snapshotVersion {
-		return fmt.Errorf("%w: snapshot version %d, this build reads 1..%d",
-			ErrUnsupportedVersion, d.Version, snapshotVersion)
+	if d.Version < 1 || d.Version > SnapshotVersion {
+		return fmt.Errorf("%w: registry snapshot version %d, this build reads 1..%d (a newer build wrote it: run that one or a later one)",
+			ErrUnsupportedVersion, d.Version, SnapshotVersion)
 	}
 	if d.NextID < firstWorkerID {
 		return fmt.Errorf("%w: snapshot next_id %d < %d", ErrInvalid, d.NextID, firstWorkerID)

@@ -53,6 +53,10 @@ type Member struct {
 	// Suffrage is "voter" or "nonvoter" in the Raft configuration; empty
 	// for a live replica the leader has not added yet.
 	Suffrage string `json:"suffrage,omitempty"`
+	// Release is the release a live replica runs, as it announced it
+	// ("v0.1.0 or earlier" for a build that announced none): during a
+	// rolling upgrade, which replicas run what.
+	Release string `json:"release,omitempty"`
 }
 
 // PeerStatus is how fresh another replica's load report is.

@@ -78,7 +78,7 @@ type Port struct {
 
 	refused      atomic.Uint64
 	lastRefusalW atomic.Int64 // unix nanos of the last refusal logged at WARN
-	redials      atomic.Int64 // tries of held raft dials after a first failed one
+	redials      atomic.Int64 // tries of held raft dials and RPCs after a first failed one
 }
 
 func Open(bind string, advertise net.Addr, t *TLS, log *slog.Logger) (*Port, error) {
@@ -103,6 +103,10 @@ func (p *Port) Addr() net.Addr {
 	return p.ln.Addr()
 }
 
+// ListenAddr is the address the port is bound to, which differs from Addr
+// behind a NAT or a proxy.
+func (p *Port) ListenAddr() net.Addr { return p.ln.Addr() }
+
 // StopHolding ends the held dials and makes later ones fail at once, for a
 // Raft that is shutting down. Safe to call more than once.
 func (p *Port) StopHolding() { p.unheldOnce.Do(func() { close(p.unheld) }) }
@@ -122,7 +126,8 @@ func (p *Port) SetPendingLimits(total, perHost int) {
 	p.maxPending, p.maxPerHost = total, perHost
 }
 
-// Redials counts the tries of held Raft dials after a first failed one.
+// Redials counts the tries of held Raft dials and RPCs after a first
+// failed one.
 func (p *Port) Redials() int64 { return p.redials.Load() }
 
 // Refused counts connections dropped before they were admitted: failed
@@ -330,7 +335,9 @@ func (l raftLayer) Addr() net.Addr            { return l.p.Addr() }
 // them, stayed stale for up to 10 s after the network healed. A dial that
 // holds costs Raft one failure per maxDialHold instead, its backoff stays
 // at a few milliseconds, and the follower is reached within a redial of
-// the network healing.
+// the network healing. The RPCs themselves hold the same way (Hold;
+// raftnode's transport), for a network that takes the connection and then
+// resets it or swallows what is sent.
 const (
 	// redialEvery is the pause between two tries of a held dial.
 	redialEvery = 250 * time.Millisecond
@@ -339,25 +346,38 @@ const (
 	maxDialHold = 30 * time.Second
 )
 
+// Hold runs try until it succeeds, redialEvery apart, for up to
+// maxDialHold, and returns its last error; it gives up at once when the
+// port closes (ErrPortClosed) or StopHolding is called. Each try after the
+// first counts in Redials.
+func (p *Port) Hold(try func() error) error {
+	giveUp := time.Now().Add(maxDialHold)
+	for {
+		err := try()
+		if err == nil || !time.Now().Add(redialEvery).Before(giveUp) || p.holdingStopped() {
+			return err
+		}
+		select {
+		case <-p.done:
+			return ErrPortClosed
+		case <-p.unheld:
+			return err
+		case <-time.After(redialEvery):
+		}
+		p.redials.Add(1)
+	}
+}
+
 // Dial connects to a peer's cluster port for Raft, each try bounded by
 // timeout, holding and trying again every redialEvery while the peer
 // cannot be reached, for up to maxDialHold or until the port closes.
 func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	giveUp := time.Now().Add(maxDialHold)
-	for {
-		conn, err := l.dialOnce(addr, timeout)
-		if err == nil || !time.Now().Add(redialEvery).Before(giveUp) || l.p.holdingStopped() {
-			return conn, err
-		}
-		select {
-		case <-l.p.done:
-			return nil, ErrPortClosed
-		case <-l.p.unheld:
-			return nil, err
-		case <-time.After(redialEvery):
-		}
-		l.p.redials.Add(1)
-	}
+	var conn net.Conn
+	err := l.p.Hold(func() (err error) {
+		conn, err = l.dialOnce(addr, timeout)
+		return err
+	})
+	return conn, err
 }
 
 func (p *Port) holdingStopped() bool {

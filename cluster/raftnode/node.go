@@ -273,9 +273,10 @@ func (n *Node) start() error {
 	if n.lastAtOpen, err = n.stores.Log.LastIndex(); err != nil {
 		return fmt.Errorf("raft: reading the log: %w", err)
 	}
-	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
+	held := heldTransport{NetworkTransport: n.transport, port: n.links}
+	n.raft, err = raft.NewRaft(conf, n.fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, held)
 	if err != nil {
-		return fmt.Errorf("raft: start: %w", err)
+		return fmt.Errorf("raft: start: %w", n.fsm.StartError(err))
 	}
 	n.watchLeadership()
 	return nil
@@ -375,10 +376,10 @@ func (n *Node) bootstrapIfNew(conf *raft.Config) error {
 // another --node-name) the only voter of that state, keeping its registry.
 // Without it the node would wait forever for a leader it can never be.
 func (n *Node) adoptIfRenamed(conf *raft.Config) error {
-	probe := *conf // GetConfiguration marks the config it is given
-	current, err := raft.GetConfiguration(&probe, store.NewFSM(), n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
+	probe, fsm := *conf, store.NewFSM() // GetConfiguration marks the config it is given
+	current, err := raft.GetConfiguration(&probe, fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
 	if err != nil {
-		return fmt.Errorf("raft: reading the configuration in --data-dir: %w", err)
+		return fmt.Errorf("raft: reading the configuration in --data-dir: %w", fsm.StartError(err))
 	}
 	for _, s := range current.Servers {
 		if s.ID == conf.LocalID {
@@ -671,7 +672,7 @@ func (n *Node) Close() error {
 		n.mu.Unlock()
 		var err error
 		if n.links != nil {
-			n.links.StopHolding() // or Shutdown waits on Raft's held dials
+			n.links.StopHolding() // or Shutdown waits on Raft's held dials and RPCs
 		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()

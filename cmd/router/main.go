@@ -24,15 +24,8 @@ func main() {
 // newApp is the command line: `router serve` and the admin commands.
 func newApp() *cli.App {
 	return &cli.App{
-		Name:  "router",
-		Usage: "a cache-aware router for LLM inference fleets that runs as a cluster of replicas",
-		Commands: append([]*cli.Command{serveCommand(), {
-			Name:  "version",
-			Usage: "print the version",
-			Action: func(*cli.Context) error {
-				fmt.Println(version)
-				return nil
-			},
-		}}, append(adminCommands(), tlsCommand())...),
+		Name:     "router",
+		Usage:    "a cache-aware router for LLM inference fleets that runs as a cluster of replicas",
+		Commands: append([]*cli.Command{serveCommand(), versionCommand()}, append(adminCommands(), tlsCommand())...),
 	}
 }

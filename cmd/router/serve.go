@@ -128,6 +128,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 		return cluster.Config{}, err
 	}
 	cfg := cluster.Config{
+		Release:         version,
 		HTTPAddr:        net.JoinHostPort(c.String("host"), strconv.Itoa(c.Int("port"))),
 		NodeName:        c.String("node-name"),
 		DataDir:         c.String("data-dir"),
