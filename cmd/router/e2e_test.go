@@ -167,10 +167,17 @@ func startWorkersim(t *testing.T, bin, id string, args ...string) (*process, str
 
 func startRouterProcess(t *testing.T, bin string, args ...string) string {
 	t.Helper()
+	p := startRouterProcessKeep(t, bin, args...)
+	return "http://" + p.await(t, `router ready" addr=(\S+)`)
+}
+
+// startRouterProcessKeep starts a lone router with args and returns its
+// process (await its "router ready" line for its address).
+func startRouterProcessKeep(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
 	base := []string{"serve", "--port", "0", "--prometheus-port", "0", "--raft-bind", "127.0.0.1:0", "--gossip-bind", "127.0.0.1:0",
 		"--data-dir", t.TempDir(), "--node-name", "e2e", "--retry-initial-backoff-ms", "1"}
-	p := start(t, bin, append(base, args...)...)
-	return "http://" + p.await(t, `router ready" addr=(\S+)`)
+	return start(t, bin, append(base, args...)...)
 }
 
 type completion struct {
