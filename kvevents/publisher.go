@@ -141,6 +141,25 @@ func (p *Publisher) Publish(b Batch) error {
 	return p.pub.Send(zmq4.NewMsgFrom(p.topic, seqBytes(seq), payload))
 }
 
+// PublishRaw numbers payload as a batch, keeps it for replay and sends it
+// as it is: what a broken or hostile engine sends (a payload that is no
+// batch), for the faults and the tests.
+func (p *Publisher) PublishRaw(payload []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seq := p.seq
+	p.seq++
+	p.kept = append(p.kept, numbered{seq, payload})
+	if len(p.kept) > p.keep {
+		p.kept = p.kept[len(p.kept)-p.keep:]
+	}
+	if p.dialer != nil {
+		p.dialer.send(p.topic, seqBytes(seq), payload)
+		return nil
+	}
+	return p.pub.Send(zmq4.NewMsgFrom(p.topic, seqBytes(seq), payload))
+}
+
 // Withhold numbers b and keeps it for replay without sending it: a batch a
 // stalled socket dropped. The subscribers see the gap at the next batch sent.
 func (p *Publisher) Withhold(b Batch) error {

@@ -400,3 +400,20 @@ func TestAChatIsTokenizedWithItsTools(t *testing.T) {
 		t.Fatalf("a chat with other tools was routed on the tokens of the first: %v", seen.last())
 	}
 }
+
+// FuzzTokensOf reads whatever an engine answers /tokenize with: an error,
+// or at most the tokens the prompt could make, never a panic.
+func FuzzTokensOf(f *testing.F) {
+	f.Add([]byte(`{"count":3,"max_model_len":8192,"tokens":[1,2,3]}`), 64)
+	f.Add([]byte(`{"tokens":[4294967295,0,-1]}`), 64)
+	f.Add([]byte(`{"tokens":[1e9,"x",null]}`), 2)
+	f.Fuzz(func(t *testing.T, answer []byte, most int) {
+		if most < 0 {
+			most = -most
+		}
+		tokens, err := tokensOf(answer, most)
+		if err == nil && len(tokens) > most {
+			t.Fatalf("%d tokens passed a bound of %d", len(tokens), most)
+		}
+	})
+}

@@ -54,6 +54,10 @@ hold and the events can:
     bypass    as many sessions again go straight to the engines, round robin,
               without passing the router (their prompts evict what the
               router's sessions cached)
+    hostile   engine 1's events are noise that decodes as no batch, engine
+              2's never go out (workersim's garble_kv_events and
+              mute_kv_events faults): those workers must fall back to the
+              text index, and the ratio stay >= 0.98 of the text index's
 """
 
 import json
@@ -151,6 +155,13 @@ def event_ports(n):
     return out
 
 
+def engine_fault(cfg, i):
+    """The fault flags of engine i in the hostile scenario (workersim only)."""
+    if cfg["scenario"] != "hostile" or cfg["engine"] == "sim" or i > 1:
+        return []
+    return ["--fault", "garble_kv_events" if i == 0 else "mute_kv_events"]
+
+
 def engine_kv(cfg, i):
     """Engine i's KV cache in tokens: the odd engines' a quarter in the sizes scenario."""
     return cfg["kv"] // 4 if cfg["scenario"] == "sizes" and i % 2 else cfg["kv"]
@@ -186,7 +197,8 @@ def kv_workers(fleet, cfg):
         ep = f"tcp://127.0.0.1:{ev}"
         fleet.engines.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
                              f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(engine_kv(cfg, i)),
-                             "--kv-events-endpoint", ep, "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}"],
+                             "--kv-events-endpoint", ep, "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{ev + 1}",
+                             *engine_fault(cfg, i)],
                             f"{fleet.tag}-workersim-{i + 1}.log")
         urls.append(f"http://127.0.0.1:{port}")
         eps.append(ep)
@@ -215,7 +227,7 @@ def dialing_engines(fleet, cfg, ports, binds):
             fleet.engines.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
                                  f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(engine_kv(cfg, i)),
                                  "--kv-events-endpoint", to, "--kv-events-connect", "--kv-events-topic",
-                                 f"kv@{host}@sim-model"], f"{fleet.tag}-workersim-{i + 1}.log")
+                                 f"kv@{host}@sim-model", *engine_fault(cfg, i)], f"{fleet.tag}-workersim-{i + 1}.log")
     wait_healthy(urls)
     return urls
 

@@ -23,6 +23,9 @@ const (
 	// faultMuteKV: the engine serves and caches, but its KV events stop going out (they are
 	// numbered and kept for replay, as batches a stalled PUB socket dropped).
 	faultMuteKV faultMode = "mute_kv_events"
+	// faultGarbleKV: the engine's KV events go out as noise that decodes as
+	// no batch (numbered as ever): a broken or hostile publisher.
+	faultGarbleKV faultMode = "garble_kv_events"
 )
 
 // Defaults for a fault's parameters left out of its description.
@@ -112,7 +115,7 @@ func optionalFloat(v *fastjson.Value, key string, def float64) (float64, error) 
 // validate checks the mode and the parameters it uses, and clears the others.
 func (f fault) validate() (fault, error) {
 	switch f.Mode {
-	case faultNone, faultWedge, faultMuteKV:
+	case faultNone, faultWedge, faultMuteKV, faultGarbleKV:
 		return fault{Mode: f.Mode}, nil
 	case faultCrash:
 		return fault{Mode: f.Mode, DelayMs: f.DelayMs}, nil
@@ -129,7 +132,7 @@ func (f fault) validate() (fault, error) {
 	case faultSlowHealth:
 		return fault{Mode: f.Mode, DelayMs: f.DelayMs}, nil
 	}
-	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade, slow_health or mute_kv_events)",
+	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade, slow_health, mute_kv_events or garble_kv_events)",
 		errBadFault, f.Mode)
 }
 

@@ -15,6 +15,7 @@ type kvEventPublisher struct {
 	blockSize int
 	events    []kvevents.Event
 	muted     func() bool   // the mute_kv_events fault is on
+	garbled   func() bool   // the garble_kv_events fault is on
 	oracle    *kvevents.Set // what the engine holds now, for the measurement endpoint (kvoracle.go)
 }
 
@@ -60,7 +61,9 @@ func (p *kvEventPublisher) send(now time.Time) {
 	p.applyOracle(p.events)
 	b := kvevents.Batch{TS: float64(now.UnixNano()) / 1e9, Events: p.events}
 	var err error
-	if p.muted != nil && p.muted() {
+	if p.garbled != nil && p.garbled() {
+		err = p.pub.PublishRaw(garble(b))
+	} else if p.muted != nil && p.muted() {
 		err = p.pub.Withhold(b)
 	} else {
 		err = p.pub.Publish(b)
@@ -74,4 +77,14 @@ func (p *kvEventPublisher) close() {
 	if p != nil {
 		_ = p.pub.Close()
 	}
+}
+
+// garble is noise of about b's size that decodes as no batch.
+func garble(b kvevents.Batch) []byte {
+	n := 16 + 8*len(b.Events)
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = byte(0xc1) // msgpack's "never used" code
+	}
+	return out
 }

@@ -79,6 +79,7 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	}
 	if s.kv != nil {
 		s.kv.muted = func() bool { return s.fault.Load().Mode == faultMuteKV }
+		s.kv.garbled = func() bool { return s.fault.Load().Mode == faultGarbleKV }
 		s.endpoints[pathKVOracle] = endpoint{post: s.handleKVOracle}
 	}
 	s.driver = newPublishingDriver(cfg.engine, cfg.timeScale, clk, s.kv)
