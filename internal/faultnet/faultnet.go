@@ -222,6 +222,12 @@ func (p *Proxy) track(l *link) bool {
 	if p.closed {
 		return false
 	}
+	if p.mode == Reset || p.mode == Refuse {
+		// The fault began while this connection was being made: it is
+		// reset as the established ones were.
+		l.reset()
+		return false
+	}
 	p.conns[l] = struct{}{}
 	return true
 }
