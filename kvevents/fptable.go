@@ -1,20 +1,21 @@
 package kvevents
 
-// The two tables a Set is made of: open addressing over 32-bit fingerprints
-// (0 marks an empty slot), linear probing from a home slot that the
-// fingerprint alone decides (so a fingerprint can be found again without
-// the hash it came from), deletion by backward shift (no tombstones), and
-// growth by doubling until the table's last size, which holds its limit at
-// no more than maxLoad. At that load a full table costs 1.25 slots a
-// fingerprint: 5 bytes a block in keySet, 10 in engineMap.
+// The two tables a Set is made of are one kind of table: open addressing
+// over entries that carry a 32-bit fingerprint (0 marks an empty slot),
+// linear probing from a home slot that the fingerprint alone decides (so
+// an entry can be found again without the hash it came from), deletion by
+// backward shift (no tombstones), and growth by doubling until the table's
+// last size, which holds its limit at no more than maxLoad. At that load a
+// full table costs 1.25 slots an entry: 5 bytes a block in the set of keys
+// (4-byte entries), 10 in the map of engine names (8-byte entries).
 
 const (
 	maxLoadNum, maxLoadDen = 4, 5 // 0.8
 	minSlots               = 64
 )
 
-// slotsFor is the size a table of n fingerprints grows to when its limit
-// is limit: doubling from minSlots, but never past the size that holds limit
+// slotsFor is the size a table of n entries grows to when its limit is
+// limit: doubling from minSlots, but never past the size that holds limit
 // at maxLoad.
 func slotsFor(n, limit, have int) int {
 	last := (limit*maxLoadDen+maxLoadNum-1)/maxLoadNum + 1
@@ -28,98 +29,86 @@ func slotsFor(n, limit, have int) int {
 // home is fp's home slot in a table of size slots (Lemire's fast range).
 func home(fp uint32, size int) int { return int(uint64(fp) * uint64(size) >> 32) }
 
-// keySet is a set of keys.
-type keySet struct {
-	slots []Key
+// fpTable is the open-addressing table of entries E, whose fingerprint fp
+// gives (never 0 for an entry; the zero E is an empty slot).
+type fpTable[E comparable] struct {
+	slots []E
 	n     int
+	fp    func(E) uint32
 }
 
-func (s *keySet) has(k Key) bool {
-	if len(s.slots) == 0 {
-		return false
+// find is the slot of the entry of fingerprint fp.
+func (t *fpTable[E]) find(fp uint32) (int, bool) {
+	var empty E
+	if len(t.slots) == 0 {
+		return 0, false
 	}
-	for i := home(uint32(k), len(s.slots)); ; i = s.next(i) {
-		switch s.slots[i] {
-		case k:
-			return true
-		case 0:
-			return false
+	for i := home(fp, len(t.slots)); t.slots[i] != empty; i = t.next(i) {
+		if t.fp(t.slots[i]) == fp {
+			return i, true
 		}
 	}
+	return 0, false
 }
 
-// add inserts k unless the set is at limit; false when it is (and k is
-// not in it).
-func (s *keySet) add(k Key, limit int) bool {
-	if s.has(k) {
-		return true
-	}
-	if s.n >= limit {
+// insert adds e, whose fingerprint no entry has, unless the table holds
+// limit entries (false then).
+func (t *fpTable[E]) insert(e E, limit int) bool {
+	if t.n >= limit {
 		return false
 	}
-	s.grow(s.n+1, limit)
-	i := home(uint32(k), len(s.slots))
-	for s.slots[i] != 0 {
-		i = s.next(i)
-	}
-	s.slots[i] = k
-	s.n++
+	t.grow(t.n+1, limit)
+	t.place(e)
+	t.n++
 	return true
 }
 
-func (s *keySet) remove(k Key) bool {
-	if len(s.slots) == 0 {
-		return false
+func (t *fpTable[E]) place(e E) {
+	var empty E
+	i := home(t.fp(e), len(t.slots))
+	for t.slots[i] != empty {
+		i = t.next(i)
 	}
-	for i := home(uint32(k), len(s.slots)); s.slots[i] != 0; i = s.next(i) {
-		if s.slots[i] == k {
-			s.shiftBack(i)
-			s.n--
-			return true
-		}
-	}
-	return false
+	t.slots[i] = e
 }
 
-// shiftBack empties slot i and moves back the entries after it that probed
+// removeAt empties slot i and moves back the entries after it that probed
 // past it, so that every entry stays reachable from its home.
-func (s *keySet) shiftBack(i int) {
-	for j := s.next(i); s.slots[j] != 0; j = s.next(j) {
-		if h := home(uint32(s.slots[j]), len(s.slots)); between(i, h, j) {
+func (t *fpTable[E]) removeAt(i int) {
+	var empty E
+	for j := t.next(i); t.slots[j] != empty; j = t.next(j) {
+		if h := home(t.fp(t.slots[j]), len(t.slots)); between(i, h, j) {
 			continue // j is at or before its home's run from i: it stays
 		}
-		s.slots[i], i = s.slots[j], j
+		t.slots[i], i = t.slots[j], j
 	}
-	s.slots[i] = 0
+	t.slots[i] = empty
+	t.n--
 }
 
-func (s *keySet) next(i int) int {
-	if i++; i == len(s.slots) {
+func (t *fpTable[E]) next(i int) int {
+	if i++; i == len(t.slots) {
 		return 0
 	}
 	return i
 }
 
-func (s *keySet) grow(n, limit int) {
-	size := slotsFor(n, limit, len(s.slots))
-	if size == len(s.slots) {
+func (t *fpTable[E]) grow(n, limit int) {
+	var empty E
+	size := slotsFor(n, limit, len(t.slots))
+	if size == len(t.slots) {
 		return
 	}
-	old := s.slots
-	s.slots, s.n = make([]Key, size), 0
-	for _, k := range old {
-		if k != 0 {
-			i := home(uint32(k), size)
-			for s.slots[i] != 0 {
-				i = s.next(i)
-			}
-			s.slots[i] = k
-			s.n++
+	old := t.slots
+	t.slots = make([]E, size)
+	for _, e := range old {
+		if e != empty {
+			t.place(e)
 		}
 	}
 }
 
-func (s *keySet) reset() { *s = keySet{} }
+func (t *fpTable[E]) reset() { t.slots, t.n = nil, 0 }
 
 // between says whether h lies in the cyclic interval (i, j]: an entry at j
 // whose home h is there must not move back to i.
@@ -130,27 +119,52 @@ func between(i, h, j int) bool {
 	return i < h || h <= j
 }
 
-// engineMap maps an engine's block names (by engineFP) to the keys of those
-// blocks: a slot holds the name's fingerprint in its high half and the key
-// in its low one.
-type engineMap struct {
-	slots []uint64
-	n     int
-}
+// keySet is a set of keys: a key is its own fingerprint.
+type keySet struct{ fpTable[Key] }
 
-func entryFP(e uint64) uint32 { return uint32(e >> 32) }
+func newKeySet() keySet { return keySet{fpTable[Key]{fp: func(k Key) uint32 { return uint32(k) }}} }
 
-func (m *engineMap) find(fp uint32) (int, bool) {
-	if len(m.slots) == 0 {
-		return 0, false
+// has is find written out for keys, which are their own fingerprints: the
+// lookup of every candidate's blocks, on the request path.
+func (s *keySet) has(k Key) bool {
+	if len(s.slots) == 0 {
+		return false
 	}
-	for i := home(fp, len(m.slots)); m.slots[i] != 0; i = m.next(i) {
-		if entryFP(m.slots[i]) == fp {
-			return i, true
+	for i := home(uint32(k), len(s.slots)); ; {
+		switch s.slots[i] {
+		case k:
+			return true
+		case 0:
+			return false
+		}
+		if i++; i == len(s.slots) {
+			i = 0
 		}
 	}
-	return 0, false
 }
+
+// add inserts k unless the set is at limit; false when it is (and k is
+// not in it).
+func (s *keySet) add(k Key, limit int) bool {
+	return s.has(k) || s.insert(k, limit)
+}
+
+func (s *keySet) remove(k Key) bool {
+	i, ok := s.find(uint32(k))
+	if ok {
+		s.removeAt(i)
+	}
+	return ok
+}
+
+// engineMap maps an engine's block names (by engineFP) to the keys of those
+// blocks: an entry holds the name's fingerprint in its high half and the
+// key in its low one.
+type engineMap struct{ fpTable[uint64] }
+
+func newEngineMap() engineMap { return engineMap{fpTable[uint64]{fp: entryFP}} }
+
+func entryFP(e uint64) uint32 { return uint32(e >> 32) }
 
 func (m *engineMap) has(fp uint32) bool {
 	_, ok := m.find(fp)
@@ -168,22 +182,12 @@ func (m *engineMap) get(fp uint32) (Key, bool) {
 // put maps fp to k unless the map is at limit (false then); the key fp
 // mapped to before, if any, is returned.
 func (m *engineMap) put(fp uint32, k Key, limit int) (old Key, ok bool) {
+	e := uint64(fp)<<32 | uint64(k)
 	if i, found := m.find(fp); found {
-		old = Key(m.slots[i])
-		m.slots[i] = uint64(fp)<<32 | uint64(k)
+		old, m.slots[i] = Key(m.slots[i]), e
 		return old, true
 	}
-	if m.n >= limit {
-		return 0, false
-	}
-	m.grow(m.n+1, limit)
-	i := home(fp, len(m.slots))
-	for m.slots[i] != 0 {
-		i = m.next(i)
-	}
-	m.slots[i] = uint64(fp)<<32 | uint64(k)
-	m.n++
-	return 0, true
+	return 0, m.insert(e, limit)
 }
 
 // take removes fp's entry and returns its key.
@@ -193,44 +197,9 @@ func (m *engineMap) take(fp uint32) (Key, bool) {
 		return 0, false
 	}
 	k := Key(m.slots[i])
-	for j := m.next(i); m.slots[j] != 0; j = m.next(j) {
-		if h := home(entryFP(m.slots[j]), len(m.slots)); between(i, h, j) {
-			continue
-		}
-		m.slots[i], i = m.slots[j], j
-	}
-	m.slots[i] = 0
-	m.n--
+	m.removeAt(i)
 	return k, true
 }
-
-func (m *engineMap) next(i int) int {
-	if i++; i == len(m.slots) {
-		return 0
-	}
-	return i
-}
-
-func (m *engineMap) grow(n, limit int) {
-	size := slotsFor(n, limit, len(m.slots))
-	if size == len(m.slots) {
-		return
-	}
-	old := m.slots
-	m.slots, m.n = make([]uint64, size), 0
-	for _, e := range old {
-		if e != 0 {
-			i := home(entryFP(e), size)
-			for m.slots[i] != 0 {
-				i = m.next(i)
-			}
-			m.slots[i] = e
-			m.n++
-		}
-	}
-}
-
-func (m *engineMap) reset() { *m = engineMap{} }
 
 // each calls fn with every entry.
 func (m *engineMap) each(fn func(fp uint32, k Key)) {

@@ -126,33 +126,16 @@ func (p *Publisher) Publish(b Batch) error {
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	seq := p.seq
-	p.seq++
-	p.kept = append(p.kept, numbered{seq, payload})
-	if len(p.kept) > p.keep {
-		p.kept = p.kept[len(p.kept)-p.keep:]
-	}
-	if p.dialer != nil {
-		p.dialer.send(p.topic, seqBytes(seq), payload)
-		return nil
-	}
-	return p.pub.Send(zmq4.NewMsgFrom(p.topic, seqBytes(seq), payload))
+	return p.PublishRaw(payload)
 }
 
 // PublishRaw numbers payload as a batch, keeps it for replay and sends it
-// as it is: what a broken or hostile engine sends (a payload that is no
-// batch), for the faults and the tests.
+// as it is: Publish's last step, and what a broken or hostile engine sends
+// (a payload that is no batch), for the faults and the tests.
 func (p *Publisher) PublishRaw(payload []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	seq := p.seq
-	p.seq++
-	p.kept = append(p.kept, numbered{seq, payload})
-	if len(p.kept) > p.keep {
-		p.kept = p.kept[len(p.kept)-p.keep:]
-	}
+	seq := p.keepLocked(payload)
 	if p.dialer != nil {
 		p.dialer.send(p.topic, seqBytes(seq), payload)
 		return nil
@@ -169,12 +152,19 @@ func (p *Publisher) Withhold(b Batch) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.kept = append(p.kept, numbered{p.seq, payload})
+	p.keepLocked(payload)
+	return nil
+}
+
+// keepLocked numbers payload and keeps it for replay; under mu.
+func (p *Publisher) keepLocked(payload []byte) uint64 {
+	seq := p.seq
 	p.seq++
+	p.kept = append(p.kept, numbered{seq, payload})
 	if len(p.kept) > p.keep {
 		p.kept = p.kept[len(p.kept)-p.keep:]
 	}
-	return nil
+	return seq
 }
 
 // Forget drops every kept batch, as an engine that restarted has none.

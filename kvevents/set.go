@@ -42,7 +42,7 @@ type Set struct {
 // NewSet is an empty set for an engine's blocks of blockSize tokens,
 // holding at most limit blocks (at least one).
 func NewSet(blockSize, limit int) *Set {
-	return &Set{blockSize: blockSize, limit: max(limit, 1)}
+	return &Set{blockSize: blockSize, limit: max(limit, 1), keys: newKeySet(), engine: newEngineMap()}
 }
 
 // Len is how many blocks the set holds.

@@ -198,8 +198,7 @@ func TestANameFingerprintSharedByTwoBlocksDropsBoth(t *testing.T) {
 // shifts, never lose or invent an entry.
 func TestTheTablesFindEveryEntryAfterRandomChurn(t *testing.T) {
 	const limit = 3000
-	var keys keySet
-	var names engineMap
+	keys, names := newKeySet(), newEngineMap()
 	wantKeys, wantNames := map[Key]bool{}, map[uint32]Key{}
 	r := rand.New(rand.NewPCG(1, 2))
 	for range 200_000 {

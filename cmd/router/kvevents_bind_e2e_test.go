@@ -75,9 +75,24 @@ type kvRow struct {
 // kvRows is every worker's KV events on router, by worker URL.
 func kvRows(t *testing.T, router string) map[string]kvRow {
 	t.Helper()
-	resp, err := http.Get(router + "/cluster/workers")
+	rows, err := fetchKVRows(router)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return rows
+}
+
+// kvRowsOrNil is kvRows for a goroutine of the test's own: nil when the
+// replica does not answer.
+func kvRowsOrNil(router string) map[string]kvRow {
+	rows, _ := fetchKVRows(router)
+	return rows
+}
+
+func fetchKVRows(router string) (map[string]kvRow, error) {
+	resp, err := http.Get(router + "/cluster/workers")
+	if err != nil {
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var body struct {
@@ -87,7 +102,7 @@ func kvRows(t *testing.T, router string) map[string]kvRow {
 		} `json:"workers"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	rows := map[string]kvRow{}
 	for _, w := range body.Workers {
@@ -95,7 +110,7 @@ func kvRows(t *testing.T, router string) map[string]kvRow {
 			rows[w.URL] = *w.KV
 		}
 	}
-	return rows
+	return rows, nil
 }
 
 func portString(t *testing.T, addr string) string {
@@ -433,31 +448,6 @@ func (et engineTier) watchTrust(t *testing.T, worker string, is ...int) func() t
 	return func() time.Duration { close(stop); return <-done }
 }
 
-// kvRowsOrNil is kvRows for a goroutine of the test's own: nil when the
-// replica does not answer.
-func kvRowsOrNil(router string) map[string]kvRow {
-	resp, err := http.Get(router + "/cluster/workers")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Workers []struct {
-			URL string `json:"url"`
-			KV  *kvRow `json:"kv_events"`
-		} `json:"workers"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return nil
-	}
-	rows := map[string]kvRow{}
-	for _, w := range body.Workers {
-		if w.KV != nil {
-			rows[w.URL] = *w.KV
-		}
-	}
-	return rows
-}
 
 // keepBusy sends workersim at url a stream of new prompts, straight, until
 // the returned func is called (which waits for the last).
