@@ -199,15 +199,12 @@ func readRouting(c *cli.Context, p *plan) error {
 		BalanceAbs:     c.Float64("balance-abs-threshold"), BalanceRel: c.Float64("balance-rel-threshold"),
 		HotLoad: c.Float64("hot-prefix-load"), HotOwners: c.Int("hot-prefix-owners"),
 	}
-	if err := firstBad([]check{
-		{"block-size", p.base.BlockSize <= 0, "> 0", p.base.BlockSize},
-		{"cache-threshold", !finiteNonNegative(p.base.Thresholds.CacheThreshold), "a finite number >= 0", p.base.Thresholds.CacheThreshold},
-		{"balance-abs-threshold", !finiteNonNegative(p.base.Thresholds.BalanceAbs), "a finite number >= 0", p.base.Thresholds.BalanceAbs},
-		{"balance-rel-threshold", !finiteNonNegative(p.base.Thresholds.BalanceRel), "a finite number >= 0", p.base.Thresholds.BalanceRel},
-		{"hot-prefix-load", !finiteNonNegative(p.base.Thresholds.HotLoad), "a finite number >= 0", p.base.Thresholds.HotLoad},
-		{"hot-prefix-owners", p.base.Thresholds.HotOwners < 1, ">= 1", p.base.Thresholds.HotOwners},
-	}); err != nil {
-		return err
+	if p.base.BlockSize <= 0 {
+		return badFlag("block-size", "> 0", p.base.BlockSize)
+	}
+	// The router's own check of the same flags.
+	if err := p.base.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w %w", errBadFlag, err)
 	}
 	if cfg := (fleet.Config{Workers: 1, DecodePolicy: p.base.DecodePolicy}); cfg.Validate() != nil {
 		return badFlag("decode-policy", "one of "+strings.Join(affinity.PolicyNames, ", "), p.base.DecodePolicy)

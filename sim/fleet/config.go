@@ -3,7 +3,6 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -231,11 +230,13 @@ func (c Config) Validate() error {
 		{"EngineScrapeInterval", c.EngineScrapeInterval <= 0, "> 0", c.EngineScrapeInterval},
 		{"DoorQueueTimeout", c.DoorQueueTimeout <= 0, "> 0", c.DoorQueueTimeout},
 		{"GossipLoss", !(c.GossipLoss >= 0 && c.GossipLoss < 1), "in [0, 1)", c.GossipLoss},
-		{"Thresholds", !validThresholds(c.Thresholds), "finite and >= 0", c.Thresholds},
 	} {
 		if check.bad {
 			return fmt.Errorf("%w: %s: want %s, got %v", ErrBadConfig, check.field, check.want, check.got)
 		}
+	}
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w: Thresholds: %w", ErrBadConfig, err)
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: Engine: %w", ErrBadConfig, err)
@@ -293,15 +294,6 @@ func syncNames() string {
 		names[i] = string(m)
 	}
 	return strings.Join(names, ", ")
-}
-
-func validThresholds(t affinity.Thresholds) bool {
-	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel, t.HotLoad} {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // ParsePolicy splits a policy label into the policy and its miss placement:
