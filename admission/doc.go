@@ -36,6 +36,11 @@
 // replica leaves free at most the slots its peers' waiting requests could
 // fill).
 //
+// Config is what the operator sets (the router's admission flags), with
+// its defaults (DefaultConfig) and its check (Validate) beside it: the
+// router's flags and fleetsim's door take both from here. A Scheduler is
+// built from the SchedulerConfig a Config gives (Config.Scheduler).
+//
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet
 // simulator can run it on virtual time. A Scheduler is safe for concurrent

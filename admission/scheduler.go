@@ -73,7 +73,7 @@ func (tk *Ticket) Request() Request { return tk.req }
 // Scheduler admits requests; see the package doc.
 type Scheduler struct {
 	mu       sync.Mutex
-	cfg      Config
+	cfg      SchedulerConfig
 	classes  Classes
 	reserved []int // per class
 	bucket   bucket
@@ -105,8 +105,8 @@ type tenantKey struct {
 	name  string
 }
 
-// New builds a Scheduler from a valid Config.
-func New(cfg Config) *Scheduler {
+// New builds a Scheduler from a valid SchedulerConfig.
+func New(cfg SchedulerConfig) *Scheduler {
 	cfg = cfg.withDefaults()
 	cl := NewClasses(cfg)
 	s := &Scheduler{cfg: cfg, classes: cl, reserved: make([]int, cl.Len()), bucket: newBucket(cfg.RatePerSec, cfg.Burst),

@@ -338,15 +338,7 @@ func (c Config) Validate() error {
 	if c.Proxy.RequestTimeout <= 0 {
 		errs = append(errs, flagErr("request-timeout-secs", "must be positive"))
 	}
-	if a := c.Proxy.Admission; a.Capacity < 0 {
-		errs = append(errs, flagErr("max-concurrent-requests", "must not be negative"))
-	} else if a.QueueSize < 0 {
-		errs = append(errs, flagErr("queue-size", "must not be negative"))
-	} else if a.RefillPerSec < 0 {
-		errs = append(errs, flagErr("rate-limit-tokens-per-second", "must not be negative"))
-	} else if a.Capacity > 0 && a.QueueSize > 0 && a.QueueTimeout <= 0 {
-		errs = append(errs, flagErr("queue-timeout-secs", "must be positive"))
-	} else if err := a.Validate(); err != nil {
+	if err := c.Proxy.Admission.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Proxy.Retry.MaxAttempts < 1 {

@@ -29,7 +29,7 @@ type Door struct {
 // NewDoor builds a door from a valid admission config; kvFull is the KV
 // cache usage at which an engine counts as full (0: the default), and now
 // the clock its queue reports are made on.
-func NewDoor(cfg admission.Config, kvFull float64, now func() time.Time) *Door {
+func NewDoor(cfg admission.SchedulerConfig, kvFull float64, now func() time.Time) *Door {
 	return &Door{s: admission.New(cfg), now: now, capacity: admission.Capacity{KVFull: kvFull}}
 }
 

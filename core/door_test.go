@@ -18,7 +18,7 @@ import (
 // at a to a's own.
 func TestTheDoorsTradeHowLongTheirQueuesWaited(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	cfg := admission.Config{QueueSize: 10, TierFair: true}
+	cfg := admission.SchedulerConfig{QueueSize: 10, TierFair: true}
 	a, b := NewDoor(cfg, 0, clk.Now), NewDoor(cfg, 0, clk.Now)
 	loads := affinity.NewLoadTable(nil)
 	loads.Get(1)

@@ -15,131 +15,6 @@ import (
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
-// Admission is what the door admits requests with (see the admission
-// package): vllm-router's bounds, and the classes, tenants and saturation
-// signal that decide the order within them. The zero value admits
-// everything at once.
-type Admission struct {
-	// Capacity bounds the requests in flight and is the burst of the rate
-	// bucket (--max-concurrent-requests, default 32768); 0: neither bound.
-	Capacity int
-	// RefillPerSec refills the bucket (--rate-limit-tokens-per-second);
-	// 0: Capacity per second.
-	RefillPerSec float64
-	QueueSize    int           // --queue-size, default 100; 0: no queue
-	QueueTimeout time.Duration // --queue-timeout-secs, default 60 s
-
-	// Classes, highest first (--priority-classes); empty: one class, and
-	// priority headers are ignored.
-	Classes []string
-	// DefaultClass is the class of a request that names none
-	// (--priority-default-class).
-	DefaultClass string
-	// Reserved are the slots per class that lower classes may not take
-	// (--priority-reserved).
-	Reserved map[string]int
-	// EnginePriority says the engines run vLLM's priority scheduling
-	// (--engine-priority): a request's class goes on to the engine as its
-	// body's priority field (the class's rank, 0 the highest: vLLM serves
-	// lower first), replacing any the client sent, on every route whose body
-	// an engine reads one from (enginepriority.go). Off: the body goes
-	// unchanged.
-	EnginePriority bool
-	// LendReserved lets lower classes borrow the reserved slots a class
-	// leaves unused (--lend-reserved-slots), which the class takes back
-	// over the engines' limit. It pays only where the engine preempts a
-	// running request for a higher-priority waiting one: vLLM v1 does not,
-	// and there the class waits first in the engine's queue for the next
-	// slot a borrower frees (BENCHMARKS.md: 70x the interactive TTFT p99).
-	// Off: a reserved slot stays idle while its class is.
-	LendReserved bool
-	// KeyClasses gives, per API key, the class of its requests
-	// (--api-key-classes): the class of those that name none, and the
-	// highest any of them gets. A key without one is held to DefaultClass.
-	// Needs APIKeys: a key the router does not check proves nothing.
-	KeyClasses map[string]string
-	// KeyTenants gives, per API key, the tenants it speaks for, its own
-	// first (--api-key-tenants KEY=tenant, repeatable): several keys may
-	// share a tenant, and a key may name one of its tenants in
-	// TenantHeader. Without an entry a key's tenant is the key itself (a
-	// digest of it: the key never appears). Needs APIKeys.
-	KeyTenants map[string][]string
-	// TenantHeader names the header that says a request's tenant
-	// (--tenant-header). Without API keys it is taken as sent; with them a
-	// key may name only a tenant of KeyTenants' (403 otherwise). A request
-	// without it is its key's first tenant, else "anonymous".
-	TenantHeader string
-	// TenantMaxInFlight is one tenant's ceiling (--tenant-max-inflight).
-	TenantMaxInFlight int
-	// TierFair makes the peers' queue reports count (--tier-fairness).
-	TierFair bool
-	// MaxTenantBytes bounds the admission's tenant tables, in bytes; past
-	// it new tenants share admission.OverflowTenant. Default
-	// admission.DefaultMaxTenantBytes.
-	MaxTenantBytes int64
-	// KVFull is the KV cache usage at which an engine counts as full
-	// (--saturation-kv-usage, default 0.95).
-	KVFull float64
-}
-
-// Scheduler returns the admission package's config of a: what the door's
-// Scheduler is built with.
-func (a Admission) Scheduler() admission.Config {
-	c := admission.Config{Classes: a.Classes, Default: a.DefaultClass, Reserved: a.Reserved, MaxInFlight: a.Capacity,
-		QueueSize: a.QueueSize, QueueTimeout: a.QueueTimeout, TenantMaxInFlight: a.TenantMaxInFlight, TierFair: a.TierFair,
-		Lend: a.LendReserved, MaxTenantBytes: a.MaxTenantBytes}
-	if a.Capacity > 0 {
-		c.RatePerSec, c.Burst = a.RefillPerSec, a.Capacity
-		if c.RatePerSec <= 0 {
-			c.RatePerSec = float64(a.Capacity)
-		}
-	}
-	return c
-}
-
-// Validate refuses settings out of range, naming the flag.
-func (a Admission) Validate() error {
-	if err := a.Scheduler().Validate(); err != nil {
-		return err
-	}
-	cl := admission.NewClasses(a.Scheduler())
-	for _, name := range a.KeyClasses {
-		if _, err := cl.Parse(name); err != nil || !cl.Enabled() {
-			return errors.New("--api-key-classes: " + name + " is not one of --priority-classes")
-		}
-	}
-	if a.TenantHeader != "" && !validHeaderName(a.TenantHeader) {
-		return errors.New("--tenant-header: " + a.TenantHeader + " is not a header name")
-	}
-	return validKeyTenants(a.KeyTenants)
-}
-
-// ValidateKeyed refuses what needs --api-keys without them (keys, the
-// keys the API takes): a class or a tenant given to a key the router does
-// not check would be anyone's for the asking. With keys, a tenant header
-// counts only for the tenants --api-key-tenants gives keys, so a header
-// without any is refused too.
-func (a Admission) ValidateKeyed(keys []string) error {
-	switch {
-	case len(keys) == 0 && len(a.KeyClasses) > 0:
-		return errors.New("--api-key-classes: needs --api-keys (a key the router does not check proves nothing)")
-	case len(keys) == 0 && len(a.KeyTenants) > 0:
-		return errors.New("--api-key-tenants: needs --api-keys (a key the router does not check proves nothing)")
-	case len(keys) > 0 && a.TenantHeader != "" && len(a.KeyTenants) == 0:
-		return errors.New("--tenant-header: with --api-keys a request's tenant is its key's, and the header names only a tenant --api-key-tenants gives the key; give some, or drop the header")
-	}
-	return nil
-}
-
-func validHeaderName(s string) bool {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return s != ""
-}
-
 // errQueueTimeout: a request waited --queue-timeout-secs in the admission
 // queue.
 var errQueueTimeout = errors.New("timed out in the admission queue")
@@ -173,13 +48,10 @@ type admitter struct {
 	stamp bool
 }
 
-func newAdmitter(a Admission, m *admissionMetrics, w *watcher) *admitter {
+func newAdmitter(a admission.Config, m *admissionMetrics, w *watcher) *admitter {
 	door := core.NewDoor(a.Scheduler(), a.KVFull, time.Now)
 	s := door.Scheduler()
-	if a.QueueTimeout <= 0 {
-		a.QueueTimeout = DefaultConfig().Admission.QueueTimeout
-	}
-	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.QueueTimeout, keyClass: map[credential.ID]admission.Class{},
+	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.Timeout(), keyClass: map[credential.ID]admission.Class{},
 		tenants: newKeyTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
 		stamp: a.EnginePriority && s.Classes().Enabled()}
 	for key, name := range a.KeyClasses {

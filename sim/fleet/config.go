@@ -8,9 +8,9 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
-	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -131,7 +131,7 @@ type Config struct {
 	GossipLoss float64
 
 	// Door runs each replica's admission door as the router does by
-	// default (core.Door with proxy.DefaultConfig's admission): a request
+	// default (core.Door with admission.DefaultConfig): a request
 	// waits at the replica it reached while the engines, by what that
 	// replica last read of them, run all they can, and the wait is part
 	// of its TTFT. Off: every request is routed as it arrives.
@@ -179,7 +179,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Model = cmpOr(c.Model, DefaultModel)
 	c.EngineScrapeInterval = cmpOr(c.EngineScrapeInterval, DefaultEngineScrapeInterval)
-	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, proxy.DefaultConfig().Admission.QueueTimeout)
+	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, admission.DefaultConfig().QueueTimeout)
 	return c
 }
 

@@ -35,7 +35,7 @@
 //
 // With Door (on in the fleetsim command by default, as in the router) each
 // replica runs the router's admission door (core.Door, with
-// proxy.DefaultConfig's admission) before it routes: it reads every
+// admission.DefaultConfig) before it routes: it reads every
 // engine's running, waiting and KV usage every EngineScrapeInterval, sets
 // its limit every core.DoorRefreshEvery, and trades queue reports with its
 // load reports; a request waits at the door while the engines, by its

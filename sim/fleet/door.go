@@ -7,7 +7,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/core"
-	"github.com/kvrouter/kvrouter/proxy"
 )
 
 // DefaultEngineScrapeInterval is how often a replica reads each engine's
@@ -30,7 +29,7 @@ func newDoor(cfg Config, clk clock.PassiveClock) *core.Door {
 	if !cfg.Door {
 		return nil
 	}
-	a := proxy.DefaultConfig().Admission
+	a := admission.DefaultConfig()
 	return core.NewDoor(a.Scheduler(), a.KVFull, clk.Now)
 }
 
