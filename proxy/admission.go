@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
@@ -23,22 +24,13 @@ var errQueueTimeout = errors.New("timed out in the admission queue")
 // of SGLang's gateway and of Dynamo.
 var priorityHeaders = []string{"x-priority", "x-smg-priority", "x-dynamo-request-priority"}
 
-// expectedOutputTokens is what a request is expected to generate, for its
-// cost: the door decides before reading the body, so max_tokens is not
-// known yet.
-const expectedOutputTokens = 256
-
-// costOf is the cost in tokens of a request whose body is n bytes: about
-// four bytes a prompt token, and the output expected.
-func costOf(n int) int64 { return int64(n)/4 + expectedOutputTokens }
-
 // admitter admits the proxy's requests through the replica's door
-// (core.Door).
+// (core.Door): it reads a request's class and tenant from its headers and
+// its caller, waits for its ticket while its client stays, and ticks the
+// door on the wall clock.
 type admitter struct {
 	door     *core.Door
-	s        *admission.Scheduler // the door's
 	classes  admission.Classes
-	timeout  time.Duration
 	keyClass map[credential.ID]admission.Class
 	tenants  keyTenants
 	metrics  *admissionMetrics
@@ -48,33 +40,38 @@ type admitter struct {
 	stamp bool
 }
 
-func newAdmitter(a admission.Config, m *admissionMetrics, w *watcher) *admitter {
-	door := core.NewDoor(a.Scheduler(), a.KVFull, time.Now)
-	s := door.Scheduler()
-	d := &admitter{door: door, s: s, classes: s.Classes(), timeout: a.Timeout(), keyClass: map[credential.ID]admission.Class{},
+// newAdmitter builds the door of a over loads, reading the engines'
+// saturation signal from engines (nil: none).
+func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading,
+	m *admissionMetrics, w *watcher) (*admitter, error) {
+	door, err := core.NewDoor(core.DoorConfig{Admission: a, Clock: clock.RealClock{}, Loads: loads, Readings: engines})
+	if err != nil {
+		return nil, err
+	}
+	classes := door.Scheduler().Classes()
+	d := &admitter{door: door, classes: classes, keyClass: map[credential.ID]admission.Class{},
 		tenants: newKeyTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
-		stamp: a.EnginePriority && s.Classes().Enabled()}
+		stamp: a.EnginePriority && classes.Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[credential.IDOf([]byte(key))] = c
 		}
 	}
-	m.watch(s)
-	return d
+	m.watch(door.Scheduler())
+	return d, nil
 }
 
-// requestOf reads a request's class, tenant and cost from its headers and
-// its caller. A class that is not one of ours, a negative rank or a tenant
-// header that is too long or not printable is a 400; a tenant the caller's
-// key may not name is a 403 (tenants.go).
-func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.Request, error) {
-	req := admission.Request{Cost: costOf(max(h.ContentLength(), 0))}
-	var err error
-	if req.Class, err = d.classOf(h, who); err != nil {
-		return req, err
+// requestOf reads a request's class and tenant from its headers and its
+// caller (the door charges its cost). A class that is not one of ours, a
+// negative rank or a tenant header that is too long or not printable is a
+// 400; a tenant the caller's key may not name is a 403 (tenants.go).
+func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.Class, string, error) {
+	class, err := d.classOf(h, who)
+	if err != nil {
+		return class, "", err
 	}
-	req.Tenant, err = d.tenantOf(h, who)
-	return req, err
+	tenant, err := d.tenantOf(h, who)
+	return class, tenant, err
 }
 
 // classOf is the class a request gets. With --api-keys a key's class
@@ -119,36 +116,36 @@ func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok 
 // timeout, each naming the class, the tenant and what held it). The
 // ticket's slot is released by release (the exchange's finish).
 func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *caller) (*admission.Ticket, error) {
-	req, err := d.requestOf(&rc.Request.Header, who)
+	class, tenant, err := d.requestOf(&rc.Request.Header, who)
 	if err != nil {
 		return nil, err
 	}
-	tk := d.s.Arrive(req, time.Now())
+	tk := d.door.Arrive(class, tenant, max(rc.Request.Header.ContentLength(), 0))
 	select {
 	case <-tk.Ready():
 	default:
 		if !d.wait(ctx, rc, tk) {
-			d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
+			d.metrics.decided(d.classes.Name(class), tk.Request().Tenant, tk)
 			if tk.Err() == nil {
-				d.s.Done(tk, time.Now())
+				d.door.Done(tk)
 			}
 			return nil, errorf(ErrNoWorker, "the replica is shutting down")
 		}
 	}
-	d.metrics.decided(d.classes.Name(req.Class), tk.Request().Tenant, tk)
+	d.metrics.decided(d.classes.Name(class), tk.Request().Tenant, tk)
 	setQueueTime(&rc.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {
 	case err == nil:
 		return tk, nil
 	case errors.As(err, &r) && r.Reason == admission.TimedOut:
-		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.timeout)
+		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.door.Timeout())
 	case errors.As(err, &r) && r.Reason == admission.Shed:
 		return nil, errorf(ErrTooManyRequests, "%v", err)
 	case errors.As(err, &r) && r.Reason == admission.ClientGone:
 		return nil, errorf(ErrClientGone, "%v", err)
 	default:
-		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.s.Stats().QueueSize)
+		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.door.Scheduler().Stats().QueueSize)
 	}
 }
 
@@ -167,10 +164,10 @@ func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
 // interval (at most watchMaxInterval, plus a probe's interval when it
 // left with a FIN), and its place in the queue goes to the next request.
 func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admission.Ticket) bool {
-	t := time.NewTimer(d.timeout)
+	t := time.NewTimer(d.door.Timeout())
 	defer t.Stop()
 	if d.watcher != nil {
-		q := &queuedClient{s: d.s, tk: tk}
+		q := &queuedClient{door: d.door, tk: tk}
 		d.watcher.startQueued(&q.watch, rc.Conn(), requestProber(rc.Request.Header.IsHTTP11()), q, time.Now())
 		defer q.watch.stop()
 	}
@@ -178,9 +175,9 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 	select {
 	case <-tk.Ready():
 	case <-t.C:
-		d.s.Cancel(tk, admission.TimedOut, time.Now())
+		d.door.Cancel(tk, admission.TimedOut)
 	case <-ctx.Done():
-		d.s.Cancel(tk, admission.TimedOut, time.Now())
+		d.door.Cancel(tk, admission.TimedOut)
 		live = false
 	}
 	<-tk.Ready() // Cancel lost to an admission: it is admitted
@@ -190,18 +187,18 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 // queuedClient is the watch on the client of a queued request: a client
 // that leaves takes its ticket out of the queue.
 type queuedClient struct {
-	s     *admission.Scheduler
+	door  *core.Door
 	tk    *admission.Ticket
 	watch clientWatch
 }
 
-func (q *queuedClient) clientGone() { q.s.Cancel(q.tk, admission.ClientGone, time.Now()) }
+func (q *queuedClient) clientGone() { q.door.Cancel(q.tk, admission.ClientGone) }
 
 // recost charges an admitted request whose body had no length for what it
-// turned out to be: n bytes, as requestOf would have from a Content-Length.
+// turned out to be: n bytes, as the door would have from a Content-Length.
 func (d *admitter) recost(tk *admission.Ticket, n int) {
 	if tk != nil {
-		d.s.SetCost(tk, costOf(n))
+		d.door.Recost(tk, n)
 	}
 }
 
@@ -209,29 +206,21 @@ func (d *admitter) recost(tk *admission.Ticket, n int) {
 // alone.
 func (d *admitter) release(tk *admission.Ticket) {
 	if tk != nil {
-		d.s.Done(tk, time.Now())
+		d.door.Done(tk)
 	}
 }
 
-// run refreshes the engines' limit every core.DoorRefreshEvery until ctx
-// ends. engines nil: no saturation signal, the limit stays unknown.
-func (d *admitter) run(ctx context.Context, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading) {
+// run ticks the door every core.DoorRefreshEvery until ctx ends.
+func (d *admitter) run(ctx context.Context) {
 	t := time.NewTicker(core.DoorRefreshEvery)
 	defer t.Stop()
-	var readings []admission.Reading
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			d.door.Tick()
 		}
-		now := time.Now()
-		if engines == nil {
-			d.s.Poll(now)
-			continue
-		}
-		readings = engines(readings[:0])
-		d.door.Refresh(loads, readings, now)
 	}
 }
 
@@ -244,8 +233,8 @@ func (p *Proxy) AdmissionReport(dst []loadsync.QueueDepth) []loadsync.QueueDepth
 // SetAdmissionPeer takes a peer's queue report; nil forgets the peer
 // (loadsync.Config.OnQueues).
 func (p *Proxy) SetAdmissionPeer(origin string, depths []loadsync.QueueDepth) {
-	p.admission.door.RemoteQueues(origin, depths, time.Now())
+	p.admission.door.RemoteQueues(origin, depths)
 }
 
 // AdmissionStats is the door's queue, for /ui.
-func (p *Proxy) AdmissionStats() admission.Stats { return p.admission.s.Stats() }
+func (p *Proxy) AdmissionStats() admission.Stats { return p.admission.door.Scheduler().Stats() }
