@@ -21,6 +21,9 @@ const ttlSlack = loadsync.DefaultLoadTTL - 3*loadsync.DefaultLoadInterval
 type replica struct {
 	name string
 	core *core.Replica
+	// placement is its side of the placer's protocol, nil without
+	// Config.Placer.
+	placement *core.Placement
 	// loads and index are the core's; gossip is its side of the gossip,
 	// nil unless SyncGossip.
 	loads  *affinity.LoadTable
@@ -81,6 +84,9 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	r.core, r.loads, r.index, r.gossip = c, c.Loads(), c.Index(), c.Gossip()
+	if r.placement, err = newPlacement(cfg, n, c); err != nil {
+		return nil, err
+	}
 	ids := make([]affinity.WorkerID, 0, cfg.totalWorkers())
 	for id := 1; id <= cfg.totalWorkers(); id++ {
 		ids = append(ids, affinity.WorkerID(id))
