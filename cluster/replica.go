@@ -271,7 +271,9 @@ func (r *Replica) buildFrontEnd() error {
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
 		Dialer: r.dialer, Decider: decider, Engines: r.admission.engineReadings, OwnerSecrets: r.ownerSecrets})
 	r.routing.proxy = r.proxy
-	r.admission.proxy = r.proxy
+	if r.proxy != nil {
+		r.admission.door = r.proxy.Door()
+	}
 	r.views.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)

@@ -13,7 +13,6 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/credential"
-	"github.com/kvrouter/kvrouter/loadsync"
 )
 
 // errQueueTimeout: a request waited --queue-timeout-secs in the admission
@@ -224,17 +223,9 @@ func (d *admitter) run(ctx context.Context) {
 	}
 }
 
-// AdmissionReport appends this replica's queue report for the tier's
-// gossip (loadsync.Config.LocalQueues).
-func (p *Proxy) AdmissionReport(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
-	return p.admission.door.LocalQueues(dst)
-}
-
-// SetAdmissionPeer takes a peer's queue report; nil forgets the peer
-// (loadsync.Config.OnQueues).
-func (p *Proxy) SetAdmissionPeer(origin string, depths []loadsync.QueueDepth) {
-	p.admission.door.RemoteQueues(origin, depths)
-}
+// Door is the replica's admission door, whose queue reports the tier's
+// gossip carries (core.Door.LocalQueues, RemoteQueues).
+func (p *Proxy) Door() *core.Door { return p.admission.door }
 
 // AdmissionStats is the door's queue, for /ui.
 func (p *Proxy) AdmissionStats() admission.Stats { return p.admission.door.Scheduler().Stats() }
