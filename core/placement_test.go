@@ -13,6 +13,7 @@ import (
 // placementPair is a placer and an asker on one fake clock, each with its
 // side of the protocol: the asker's placer is at "placer".
 type placementPair struct {
+	t                *testing.T
 	clk              *testingclock.FakeClock
 	placer, asker    *Replica
 	atPlacer, atPeer *Placement
@@ -22,7 +23,7 @@ type placementPair struct {
 func newPlacementPair(t *testing.T) *placementPair {
 	t.Helper()
 	reps, clk := tier(t, 2, 4)
-	p := &placementPair{clk: clk, placer: reps[0], asker: reps[1], placerRouter: router(t, reps[0]), rt: router(t, reps[1])}
+	p := &placementPair{t: t, clk: clk, placer: reps[0], asker: reps[1], placerRouter: router(t, reps[0]), rt: router(t, reps[1])}
 	var err error
 	if p.atPlacer, err = p.placer.NewPlacement(PlacementConfig{IsPlacer: func() bool { return true },
 		Placer: func() string { return "placer" }}); err != nil {
@@ -46,6 +47,17 @@ func (p *placementPair) begin(t *testing.T, session int) (*Asking, Decided) {
 	return a, d
 }
 
+// ended is the decision of a request the protocol ended, its guard
+// released.
+func (p *placementPair) ended(d Decided, g *affinity.Guard, err error) Decided {
+	p.t.Helper()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	g.Release()
+	return d
+}
+
 // TestAnAnsweredQuestionPlacesTheRequestWhereThePlacerChose: a cold
 // request's question goes to the placer, whose answer the asker routes on
 // and settles, and whose hold the asker's report then ends.
@@ -59,11 +71,7 @@ func TestAnAnsweredQuestionPlacesTheRequestWhereThePlacerChose(t *testing.T) {
 	if err != nil || hold != p.placer.holdBound {
 		t.Fatalf("Serve: %v, hold %v", err, hold)
 	}
-	d, g, err := p.atPeer.Answered(a, placed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Release()
+	d := p.ended(p.atPeer.Answered(a, placed))
 	if d.Worker != placed.Worker || d.Via != ViaAsked || !a.Ended() {
 		t.Fatalf("decided %d via %v (ended %v), want the placer's %d via asked", d.Worker, d.Via, a.Ended(), placed.Worker)
 	}
@@ -80,12 +88,7 @@ func TestASilentPlacerIsNotAskedAgainUntilItsQuietEnds(t *testing.T) {
 	p := newPlacementPair(t)
 	a, _ := p.begin(t, 0)
 	p.clk.SetTime(a.Deadline)
-	d, g, err := p.atPeer.Silent(a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Release()
-	if d.Via != ViaAlone || !a.Ended() {
+	if d := p.ended(p.atPeer.Silent(a)); d.Via != ViaAlone || !a.Ended() {
 		t.Fatalf("a question unanswered: decided via %v, want alone", d.Via)
 	}
 	p.clk.Step(PlacerQuiet - time.Millisecond)
@@ -97,11 +100,7 @@ func TestASilentPlacerIsNotAskedAgainUntilItsQuietEnds(t *testing.T) {
 	if refused == nil {
 		t.Fatal("past the quiet the placer is not asked again")
 	}
-	if _, g, err := p.atPeer.Refused(refused); err != nil {
-		t.Fatal(err)
-	} else {
-		g.Release()
-	}
+	p.ended(p.atPeer.Refused(refused))
 	if a, _ := p.begin(t, 3); a == nil {
 		t.Fatal("a placer that refused is not asked again")
 	}
@@ -120,17 +119,9 @@ func TestAPlacerThatAnsweredAnotherQuestionSinceStaysAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.clk.Step(time.Millisecond)
-	if _, g, err := p.atPeer.Answered(fast, placed); err != nil {
-		t.Fatal(err)
-	} else {
-		g.Release()
-	}
+	p.ended(p.atPeer.Answered(fast, placed))
 	p.clk.SetTime(slow.Deadline)
-	if _, g, err := p.atPeer.Silent(slow); err != nil {
-		t.Fatal(err)
-	} else {
-		g.Release()
-	}
+	p.ended(p.atPeer.Silent(slow))
 	if a, _ := p.begin(t, 2); a == nil {
 		t.Fatal("a placer that answered since the slow question was put is not asked")
 	}
