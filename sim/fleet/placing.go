@@ -31,11 +31,8 @@ func newPlacement(cfg Config, n int, c *core.Replica) (*core.Placement, error) {
 		return nil, nil
 	}
 	return c.NewPlacement(core.PlacementConfig{IsPlacer: func() bool { return n == 0 },
-		Placer: func() string { return placerName }, Timeout: cfg.PlacerTimeout})
+		Placer: func() string { return replicaName(0) }, Timeout: cfg.PlacerTimeout})
 }
-
-// placerName is what a question is put to: replica 0.
-const placerName = "replica-0"
 
 // placer is the tier's placer when Config.Placer is set.
 func (s *simulation) placer() *replica { return s.replicas[0] }
@@ -101,15 +98,18 @@ func (s *simulation) answerLost() bool {
 // placed routes a request on the worker its placer chose, or alone on its
 // refusal.
 func (s *simulation) placed(req *request) {
-	a, r := req.asking, req.replica
+	a, p := req.asking, req.replica.placement
 	if a.Ended() {
 		return
 	}
-	decide := func() (core.Decided, *affinity.Guard, error) { return r.placement.Answered(a, req.placed) }
+	var decided core.Decided
+	var guard *affinity.Guard
+	var err error
 	if req.refused {
-		decide = func() (core.Decided, *affinity.Guard, error) { return r.placement.Refused(a) }
+		decided, guard, err = p.Refused(a)
+	} else {
+		decided, guard, err = p.Answered(a, req.placed)
 	}
-	decided, guard, err := decide()
 	s.decided(req, decided, guard, err)
 }
 

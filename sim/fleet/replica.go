@@ -70,7 +70,7 @@ func indexBudget(cfg Config) int {
 // newReplica builds replica number n over st, on clk. rnd supplies its
 // policies' random bits.
 func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.Rand) (*replica, error) {
-	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard, readings: make([]admission.Reading, cfg.totalWorkers())}
+	r := &replica{name: replicaName(n), heard: st.heard, readings: make([]admission.Reading, cfg.totalWorkers())}
 	var err error
 	if r.door, err = newDoor(cfg, clk, st.loads, r.latestReadings); err != nil {
 		return nil, err
@@ -107,6 +107,10 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 	}
 	return r, err
 }
+
+// replicaName is replica n's name: its gossip origin, and what a question
+// to it as the placer is put to.
+func replicaName(n int) string { return fmt.Sprintf("replica-%d", n) }
 
 // gossipConfig is the replica's side of the gossip with SyncGossip, nil
 // otherwise: the product's State with the fleet's report interval, and
