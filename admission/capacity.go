@@ -2,6 +2,10 @@ package admission
 
 import "time"
 
+// DefaultKVFull is Capacity.KVFull when unset: the KV cache usage, a
+// share in (0, 1], at which an engine counts as full.
+const DefaultKVFull = 0.95
+
 // Reading is what one scrape of a worker's engine found.
 type Reading struct {
 	Worker  uint32

@@ -1,162 +1,176 @@
 package admission
 
 import (
-	"errors"
-	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// DefaultClasses are the classes of a Config that names none, highest
-// first: the spellings of SGLang's gateway, so that its clients' headers
-// mean the same here.
-var DefaultClasses = []string{"system", "interactive", "default", "bulk"}
-
-// DefaultClass is the class of a request that names none.
-const DefaultClass = "default"
-
-// DefaultKVFull is Capacity.KVFull when unset: the KV cache usage, a
-// share in (0, 1], at which an engine counts as full.
-const DefaultKVFull = 0.95
-
-// Class is a class's rank: 0 is the highest.
-type Class uint8
-
-// MaxClasses bounds how many classes a Config may name.
-const MaxClasses = 16
-
-// Config is what a Scheduler is built with. The zero value admits
-// everything at once: no limit, no queue.
+// Config is what a replica's door admits requests with, as the operator
+// sets it (the router's admission flags): vllm-router's bounds, and the
+// classes, tenants and saturation signal that decide the order within
+// them. The router's flags take their defaults from DefaultConfig, and
+// fleetsim's door runs with it. The zero value admits everything at once.
 type Config struct {
-	// Classes are the class names, highest first (--priority-classes).
-	// Empty: one class, DefaultClass, and priority headers are ignored.
-	Classes []string
-	// Default is the class of a request that names none
-	// (--priority-default-class); it must be one of Classes. Empty: DefaultClass if
-	// Classes holds it, else the lowest class.
-	Default string
-	// Reserved holds, per class name, the in-flight slots that lower
-	// classes may not take while the class leaves them unused
-	// (--priority-reserved), unless Lend.
-	Reserved map[string]int
-	// Lend lets lower classes borrow the reserved slots a class leaves
-	// unused, and lets the class take them back over the engines' limit:
-	// for engines that queue by priority when told the class, as vLLM's
-	// priority scheduling (--lend-reserved-slots). vLLM v1 preempts no running
-	// request for a waiting one, so the class then waits at the engine for
-	// the first borrower to end. MaxInFlight stays a bound. Off: a reserved
-	// slot stays idle while its class is idle.
-	Lend bool
-	// MaxInFlight bounds the requests admitted and not done
-	// (--max-concurrent-requests); 0: no bound of its own.
-	MaxInFlight int
-	// RatePerSec and Burst are the rate bucket admissions take from
-	// (--rate-limit-tokens-per-second, burst --max-concurrent-requests);
-	// RatePerSec 0: no bucket.
-	RatePerSec float64
-	Burst      int
-	// QueueSize bounds the requests waiting, over every class (--queue-size);
-	// 0: a request that cannot be admitted at once is refused.
+	// Capacity bounds the requests in flight and is the burst of the rate
+	// bucket (--max-concurrent-requests, default DefaultCapacity); 0:
+	// neither bound.
+	Capacity int
+	// RefillPerSec refills the bucket (--rate-limit-tokens-per-second);
+	// 0: Capacity per second.
+	RefillPerSec float64
+	// QueueSize bounds the requests waiting (--queue-size, default
+	// DefaultQueueSize); 0: no queue.
 	QueueSize int
-	// QueueTimeout is how long a request may wait (--queue-timeout-secs),
-	// for the caller to enforce; Stats reports it.
+	// QueueTimeout is how long a request may wait in the queue
+	// (--queue-timeout-secs, default DefaultQueueTimeout, which a door
+	// also takes for 0).
 	QueueTimeout time.Duration
-	// TenantMaxInFlight bounds one tenant's requests in flight, across the
-	// tier when peers report (--tenant-max-inflight); 0: no ceiling.
+
+	// Classes, highest first (--priority-classes); empty: one class, and
+	// priority headers are ignored.
+	Classes []string
+	// DefaultClass is the class of a request that names none
+	// (--priority-default-class).
+	DefaultClass string
+	// Reserved are the slots per class that lower classes may not take
+	// (--priority-reserved).
+	Reserved map[string]int
+	// EnginePriority says the engines run vLLM's priority scheduling
+	// (--engine-priority): a request's class goes on to the engine as its
+	// body's priority field (the class's rank, 0 the highest: vLLM serves
+	// lower first), replacing any the client sent, on every route whose body
+	// an engine reads one from (the proxy's enginepriority.go). Off: the
+	// body goes unchanged.
+	EnginePriority bool
+	// LendReserved lets lower classes borrow the reserved slots a class
+	// leaves unused (--lend-reserved-slots), which the class takes back
+	// over the engines' limit. It pays only where the engine preempts a
+	// running request for a higher-priority waiting one: vLLM v1 does not,
+	// and there the class waits first in the engine's queue for the next
+	// slot a borrower frees (BENCHMARKS.md: 70x the interactive TTFT p99).
+	// Off: a reserved slot stays idle while its class is.
+	LendReserved bool
+
+	// KeyClasses gives, per API key, the class of its requests
+	// (--api-key-classes): the class of those that name none, and the
+	// highest any of them gets. A key without one is held to DefaultClass.
+	// Needs API keys: a key the router does not check proves nothing.
+	KeyClasses map[string]string
+	// KeyTenants gives, per API key, the tenants it speaks for, its own
+	// first (--api-key-tenants KEY=tenant, repeatable): several keys may
+	// share a tenant, and a key may name one of its tenants in
+	// TenantHeader. Without an entry a key's tenant is the key itself (a
+	// digest of it: the key never appears). Needs API keys.
+	KeyTenants map[string][]string
+	// TenantHeader names the header that says a request's tenant
+	// (--tenant-header). Without API keys it is taken as sent; with them a
+	// key may name only a tenant of KeyTenants' (403 otherwise). A request
+	// without it is its key's first tenant, else "anonymous".
+	TenantHeader string
+	// TenantMaxInFlight is one tenant's ceiling (--tenant-max-inflight);
+	// 0: none.
 	TenantMaxInFlight int
-	// Quantum is the tokens a tenant's deficit grows by per round of deficit
-	// round robin. Default 4096: about one typical request, so that rounds
-	// stay short.
-	Quantum int64
-	// TierFair makes the peers' reports count (--tier-fairness); without it
-	// each replica judges only its own requests.
+	// TierFair makes the peers' queue reports count (--tier-fairness,
+	// default on).
 	TierFair bool
-	// MaxTenantBytes bounds the bytes the tenants with requests here take
-	// in the Scheduler's tables; past it a new tenant's requests go to
-	// OverflowTenant (tenantbudget.go). Default DefaultMaxTenantBytes.
+	// MaxTenantBytes bounds the admission's tenant tables, in bytes; past
+	// it new tenants share OverflowTenant. Default DefaultMaxTenantBytes.
 	MaxTenantBytes int64
+	// KVFull is the KV cache usage, a share in (0, 1], at which an engine
+	// counts as full (--saturation-kv-usage, default DefaultKVFull).
+	KVFull float64
 }
 
-// ErrConfig is wrapped by every error Validate returns.
-var ErrConfig = errors.New("invalid admission config")
+// Defaults of Config: vllm-router's bounds.
+const (
+	DefaultCapacity     = 32768
+	DefaultQueueSize    = 100
+	DefaultQueueTimeout = 60 * time.Second
+)
 
-func configError(flag, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", ErrConfig, flag, fmt.Sprintf(format, args...))
+// DefaultConfig returns what a door admits with when the operator says
+// nothing: vllm-router's bounds, tier-wide fairness, one class.
+func DefaultConfig() Config {
+	return Config{Capacity: DefaultCapacity, QueueSize: DefaultQueueSize, QueueTimeout: DefaultQueueTimeout,
+		TierFair: true, KVFull: DefaultKVFull}
 }
 
-// withDefaults fills the defaults documented on each field.
-func (c Config) withDefaults() Config {
-	if len(c.Classes) == 0 {
-		c.Classes = []string{DefaultClass}
-	}
-	if c.Default == "" {
-		c.Default = c.Classes[len(c.Classes)-1]
-		for _, n := range c.Classes {
-			if n == DefaultClass {
-				c.Default = n
-			}
+// Scheduler is the SchedulerConfig c builds a door's Scheduler with.
+func (c Config) Scheduler() SchedulerConfig {
+	s := SchedulerConfig{Classes: c.Classes, Default: c.DefaultClass, Reserved: c.Reserved, MaxInFlight: c.Capacity,
+		QueueSize: c.QueueSize, QueueTimeout: c.QueueTimeout, TenantMaxInFlight: c.TenantMaxInFlight, TierFair: c.TierFair,
+		Lend: c.LendReserved, MaxTenantBytes: c.MaxTenantBytes}
+	if c.Capacity > 0 {
+		s.RatePerSec, s.Burst = c.RefillPerSec, c.Capacity
+		if s.RatePerSec <= 0 {
+			s.RatePerSec = float64(c.Capacity)
 		}
 	}
-	if c.Quantum <= 0 {
-		c.Quantum = 4096
-	}
-	if c.MaxTenantBytes <= 0 {
-		c.MaxTenantBytes = DefaultMaxTenantBytes
-	}
-	return c
+	return s
 }
 
-// Validate reports the first setting out of range, naming its flag.
+// Timeout is how long a request may wait in the queue: QueueTimeout, or
+// DefaultQueueTimeout for 0.
+func (c Config) Timeout() time.Duration {
+	if c.QueueTimeout <= 0 {
+		return DefaultQueueTimeout
+	}
+	return c.QueueTimeout
+}
+
+// Validate reports the first setting out of range, naming its flag; it
+// wraps ErrConfig. The settings that need API keys are ValidateKeyed's.
 func (c Config) Validate() error {
-	c = c.withDefaults()
-	if len(c.Classes) > MaxClasses {
-		return configError("--priority-classes", "%d classes, at most %d", len(c.Classes), MaxClasses)
-	}
-	seen := map[string]bool{}
-	for _, n := range c.Classes {
-		if !validName(n) {
-			return configError("--priority-classes", "%q is not a class name (letters, digits, - and _)", n)
-		}
-		if seen[n] {
-			return configError("--priority-classes", "%q is named twice", n)
-		}
-		seen[n] = true
-	}
-	if !seen[c.Default] {
-		return configError("--priority-default-class", "%q is not one of --priority-classes", c.Default)
-	}
-	for n, slots := range c.Reserved {
-		if !seen[n] {
-			return configError("--priority-reserved", "%q is not one of --priority-classes", n)
-		}
-		if slots < 0 {
-			return configError("--priority-reserved", "%s=%d is negative", n, slots)
-		}
-	}
 	switch {
-	case c.MaxInFlight < 0:
+	case c.Capacity < 0:
 		return configError("--max-concurrent-requests", "must not be negative")
-	case c.QueueSize < 0:
-		return configError("--queue-size", "must not be negative")
-	case c.TenantMaxInFlight < 0:
-		return configError("--tenant-max-inflight", "must not be negative")
-	case c.RatePerSec < 0:
+	case c.RefillPerSec < 0 || math.IsNaN(c.RefillPerSec):
 		return configError("--rate-limit-tokens-per-second", "must not be negative")
+	case c.Capacity > 0 && c.QueueSize > 0 && c.QueueTimeout <= 0:
+		return configError("--queue-timeout-secs", "must be positive")
+	case !(c.KVFull > 0 && c.KVFull <= 1):
+		return configError("--saturation-kv-usage", "want a share in (0, 1], got %v", c.KVFull)
+	}
+	if err := c.Scheduler().Validate(); err != nil {
+		return err
+	}
+	if err := c.validKeyClasses(); err != nil {
+		return err
+	}
+	if c.TenantHeader != "" && !validHeaderName(c.TenantHeader) {
+		return configError("--tenant-header", "%s is not a header name", c.TenantHeader)
+	}
+	return validKeyTenants(c.KeyTenants)
+}
+
+// validKeyClasses refuses a key's class that is not one of the classes.
+func (c Config) validKeyClasses() error {
+	cl := NewClasses(c.Scheduler())
+	for _, name := range c.KeyClasses {
+		if _, err := cl.Parse(name); err != nil || !cl.Enabled() {
+			return configError("--api-key-classes", "%s is not one of --priority-classes", name)
+		}
 	}
 	return nil
 }
 
-func validName(n string) bool {
-	if n == "" || len(n) > 32 {
-		return false
+// ValidateKeyed refuses what needs API keys without them (keys, the keys
+// the API takes): a class or a tenant given to a key the router does not
+// check would be anyone's for the asking. With keys, a tenant header counts
+// only for the tenants KeyTenants gives keys, so a header without any is
+// refused too.
+func (c Config) ValidateKeyed(keys []string) error {
+	switch {
+	case len(keys) == 0 && len(c.KeyClasses) > 0:
+		return configError("--api-key-classes", "needs --api-keys (a key the router does not check proves nothing)")
+	case len(keys) == 0 && len(c.KeyTenants) > 0:
+		return configError("--api-key-tenants", "needs --api-keys (a key the router does not check proves nothing)")
+	case len(keys) > 0 && c.TenantHeader != "" && len(c.KeyTenants) == 0:
+		return configError("--tenant-header", "with --api-keys a request's tenant is its key's, and the header names only a tenant --api-key-tenants gives the key; give some, or drop the header")
 	}
-	for _, r := range n {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return false
-		}
-	}
-	return true
+	return nil
 }
 
 // ParseReserved reads --priority-reserved: "class=slots,class=slots".
@@ -175,65 +189,4 @@ func ParseReserved(s string) (map[string]int, error) {
 		out[strings.TrimSpace(name)] = n
 	}
 	return out, nil
-}
-
-// ErrUnknownClass: a request named a class this replica does not have.
-var ErrUnknownClass = errors.New("unknown priority class")
-
-// Classes resolves the class a request names.
-type Classes struct {
-	names []string
-	def   Class
-	// enabled is false with a single class: priority headers then mean
-	// nothing and are ignored.
-	enabled bool
-}
-
-// NewClasses returns the resolver of c's classes. c must be valid.
-func NewClasses(c Config) Classes {
-	c = c.withDefaults()
-	cl := Classes{names: c.Classes, enabled: len(c.Classes) > 1}
-	for i, n := range c.Classes {
-		if n == c.Default {
-			cl.def = Class(i)
-		}
-	}
-	return cl
-}
-
-// Default is the class of a request that names none.
-func (c Classes) Default() Class { return c.def }
-
-// Len is the number of classes.
-func (c Classes) Len() int { return len(c.names) }
-
-// Name is class k's name.
-func (c Classes) Name(k Class) string { return c.names[k] }
-
-// Enabled reports whether there is more than one class to choose from.
-func (c Classes) Enabled() bool { return c.enabled }
-
-// Parse resolves a header's value: a class name (any case), or a rank
-// 0..Len()-1 (0 the highest). An empty value, or any value while classes
-// are disabled, is the default class. A negative rank, one past the lowest
-// class or an unknown name wraps ErrUnknownClass, so that a typo is a 400
-// and never a silent top priority.
-func (c Classes) Parse(v string) (Class, error) {
-	v = strings.TrimSpace(v)
-	if v == "" || !c.enabled {
-		return c.def, nil
-	}
-	for i, n := range c.names {
-		if strings.EqualFold(n, v) {
-			return Class(i), nil
-		}
-	}
-	if n, err := strconv.Atoi(v); err == nil {
-		if n < 0 || n >= len(c.names) {
-			return 0, fmt.Errorf("%w: rank %d, the ranks are 0 (%s) to %d (%s)", ErrUnknownClass, n, c.names[0],
-				len(c.names)-1, c.names[len(c.names)-1])
-		}
-		return Class(n), nil
-	}
-	return 0, fmt.Errorf("%w: %.40q, the classes are %s", ErrUnknownClass, v, strings.Join(c.names, ", "))
 }

@@ -36,6 +36,16 @@
 // replica leaves free at most the slots its peers' waiting requests could
 // fill).
 //
+// What may keep a request waiting is an ordered list of small rules
+// (rules.go), asked in turn, the first that holds naming the Hold: the
+// class's room, the rate bucket, the tenant's ceiling, its fair share
+// across the tier, and a request of its tenant waiting longer at a peer.
+//
+// Config is what the operator sets (the router's admission flags), with
+// its defaults (DefaultConfig) and its check (Validate) beside it: the
+// router's flags and fleetsim's door take both from here. A Scheduler is
+// built from the SchedulerConfig a Config gives (Config.Scheduler).
+//
 // The package is pure: it reads no clock (callers pass the time), does no
 // I/O and starts no goroutine, so tests drive it step by step and the fleet
 // simulator can run it on virtual time. A Scheduler is safe for concurrent

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-func lending(reserved int) Config {
+func lending(reserved int) SchedulerConfig {
 	c := classes4()
 	c.Reserved, c.Lend = map[string]int{"interactive": reserved}, true
 	return c

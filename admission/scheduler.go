@@ -73,7 +73,7 @@ func (tk *Ticket) Request() Request { return tk.req }
 // Scheduler admits requests; see the package doc.
 type Scheduler struct {
 	mu       sync.Mutex
-	cfg      Config
+	cfg      SchedulerConfig
 	classes  Classes
 	reserved []int // per class
 	bucket   bucket
@@ -105,8 +105,8 @@ type tenantKey struct {
 	name  string
 }
 
-// New builds a Scheduler from a valid Config.
-func New(cfg Config) *Scheduler {
+// New builds a Scheduler from a valid SchedulerConfig.
+func New(cfg SchedulerConfig) *Scheduler {
 	cfg = cfg.withDefaults()
 	cl := NewClasses(cfg)
 	s := &Scheduler{cfg: cfg, classes: cl, reserved: make([]int, cl.Len()), bucket: newBucket(cfg.RatePerSec, cfg.Burst),
@@ -344,155 +344,26 @@ func (s *Scheduler) dispatch(now time.Time) {
 	}
 }
 
-// pick chooses the tenant whose head request goes next, or nil.
+// pick chooses the tenant whose head request goes next, or nil: the
+// highest class that the class rules let go, and in it the next tenant by
+// deficit round robin whose head request the tenant rules let go.
 func (s *Scheduler) pick(now time.Time) *tenant {
-	if !s.bucket.ready(now) {
-		return nil
-	}
 	for c := range s.bands {
-		if s.queuedBy[c] == 0 || !s.classHasRoom(Class(c)) {
+		if s.queuedBy[c] == 0 {
+			continue
+		}
+		class := turn{class: Class(c), now: now}
+		if s.holdBy(classRules, class) != HeldByNothing {
 			continue // a lower class may still take back what it lent
 		}
-		w := s.waitingMin(Class(c))
+		class.share = s.waitingMin(Class(c))
 		if t := s.bands[c].pick(s.cfg.Quantum, func(t *tenant) bool {
-			return s.tenantHold(t, t.queue[0].req.Cost, t.queue[0].arrived, w) == HeldByNothing
+			head := class
+			head.t, head.cost, head.arrived = t, t.queue[0].req.Cost, t.queue[0].arrived
+			return s.holdBy(tenantRules, head) == HeldByNothing
 		}); t != nil {
 			return t
 		}
 	}
 	return nil
-}
-
-// roomHold says what bound, if any, leaves no room at all.
-func (s *Scheduler) roomHold() Hold {
-	switch {
-	case s.limit >= 0 && s.inflight >= s.limit:
-		return HeldBySaturation
-	case s.cfg.MaxInFlight > 0 && s.inflight >= s.cfg.MaxInFlight:
-		return HeldByLimit
-	}
-	return HeldByNothing
-}
-
-// classHasRoom reports whether class c may take a slot: one is left after
-// the unused reservations of the classes above it; with Lend, one is left
-// at all, or c takes back a reserved slot of its own that a lower class
-// borrowed.
-func (s *Scheduler) classHasRoom(c Class) bool {
-	room := s.room()
-	switch {
-	case room < 0:
-		return true
-	case !s.cfg.Lend:
-		return s.inflight+s.unusedAbove(c) < room
-	case s.inflight < room:
-		return true
-	}
-	return s.reclaims(c)
-}
-
-// room is the bound on requests in flight: the smaller of the engines'
-// limit and MaxInFlight, -1 for none.
-func (s *Scheduler) room() int {
-	room := -1
-	if s.limit >= 0 {
-		room = s.limit
-	}
-	if s.cfg.MaxInFlight > 0 && (room < 0 || s.cfg.MaxInFlight < room) {
-		room = s.cfg.MaxInFlight
-	}
-	return room
-}
-
-// unusedAbove counts the reserved slots the classes above c leave unused.
-func (s *Scheduler) unusedAbove(c Class) int {
-	held := 0
-	for k := 0; k < int(c); k++ {
-		held += max(0, s.reserved[k]-s.inflightBy[k])
-	}
-	return held
-}
-
-// reclaims reports whether class c, short of its reserved slots, may go
-// over the engines' limit by what the classes below it borrowed of the
-// slots reserved for c and above: the engine queues it first, by priority,
-// for the next slot a borrower frees.
-// MaxInFlight is never passed.
-func (s *Scheduler) reclaims(c Class) bool {
-	if s.limit < 0 || s.inflightBy[c] >= s.reserved[c] ||
-		s.cfg.MaxInFlight > 0 && s.inflight >= s.cfg.MaxInFlight {
-		return false
-	}
-	reservedUp, below := 0, 0
-	for k := range s.bands {
-		if k <= int(c) {
-			reservedUp += s.reserved[k]
-		} else {
-			below += s.inflightBy[k]
-		}
-	}
-	borrowed := below - max(0, s.limit-reservedUp)
-	return s.inflight < s.limit+borrowed
-}
-
-// hold says what keeps a request of t costing cost, arrived at arrived,
-// from going at now.
-func (s *Scheduler) hold(t *tenant, cost int64, arrived, now time.Time) Hold {
-	if !s.classHasRoom(t.key.class) {
-		if h := s.roomHold(); h != HeldByNothing {
-			return h
-		}
-		return HeldByClass
-	}
-	if !s.bucket.ready(now) {
-		return HeldByRate
-	}
-	return s.tenantHold(t, cost, arrived, s.waitingMin(t.key.class))
-}
-
-// tenantHold says whether t's ceiling or its share holds its request
-// costing cost that arrived at arrived.
-func (s *Scheduler) tenantHold(t *tenant, cost int64, arrived time.Time, w waitingMin) Hold {
-	if c := s.cfg.TenantMaxInFlight; c > 0 && s.loads[t.key.name]+s.peers.remoteInFlight(t.id, s.cfg.TierFair) >= c {
-		return HeldByTenantCeiling
-	}
-	if !s.cfg.TierFair {
-		return HeldByNothing
-	}
-	mine := t.tokens + s.peers.remoteTokens(t.key.class, t.id)
-	if other, ok := w.without(t.id); ok && mine-other >= cost {
-		return HeldByFairShare
-	}
-	if s.olderAtPeer(t, arrived) {
-		return HeldBySaturation
-	}
-	return HeldByNothing
-}
-
-// olderAtPeer reports whether a request of t that arrived at arrived
-// should wait because t has an older request waiting at a peer while the
-// engines bound the room: the slot goes to the tier's longest-waiting
-// request, as through one replica's queue, and the peer, whose report
-// shows this replica's in flight fall, takes it with its next limit. A
-// peer's oldest is reckoned from its report: the wait it reported, back
-// from when the report arrived. A replica leaves free at most as many
-// slots as the peers have requests of t waiting, so that a peer whose
-// oldest cannot go for a reason of its own (its own
-// --max-concurrent-requests, its rate bucket, a view of the engines that
-// shows it no room) holds up only the slots it could fill, not this
-// replica's whole queue.
-//
-// Without it a slot that frees goes to its own replica's queue first: a
-// replica whose queue had grown (requests reach the replicas at random)
-// kept as many slots as the others, and a request waited as long as its
-// own replica's queue took to drain. On real processes with saturated
-// engines the slowest 1% of a tier's turns waited 0.74 s at the door,
-// against 0.15 s through one replica, one queue.
-func (s *Scheduler) olderAtPeer(t *tenant, arrived time.Time) bool {
-	if s.engineRoom < 0 {
-		return false
-	}
-	k := peerKey{t.key.class, t.id}
-	since, ok := s.peers.oldest[k]
-	return ok && since.Before(arrived) && s.engineRoom-s.inflight <= int(s.peers.queued[k])
 }

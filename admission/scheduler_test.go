@@ -9,8 +9,8 @@ import (
 
 var t0 = time.Unix(1_700_000_000, 0)
 
-func classes4() Config {
-	return Config{Classes: DefaultClasses, QueueSize: 100, TierFair: true}
+func classes4() SchedulerConfig {
+	return SchedulerConfig{Classes: DefaultClasses, QueueSize: 100, TierFair: true}
 }
 
 func isAdmitted(tk *Ticket) bool {
@@ -205,7 +205,7 @@ func TestATenantAheadAcrossTheTierWaitsForOneWaitingAtAPeer(t *testing.T) {
 		t.Fatal("b, 500 tokens ahead of a who waits at a peer, must wait")
 	}
 	var r *Refusal
-	s2 := New(func() Config { c := classes4(); c.TierFair = false; return c }())
+	s2 := New(func() SchedulerConfig { c := classes4(); c.TierFair = false; return c }())
 	s2.SetLimit(100, t0)
 	s2.Arrive(Request{Class: def, Tenant: "b", Cost: 500}, t0)
 	s2.SetPeer("peer", []PeerEntry{{Class: def, Tenant: TenantID("a"), Queued: 3}}, t0)
@@ -262,7 +262,7 @@ func TestTheReportKeepsTheLongestQueues(t *testing.T) {
 }
 
 func TestTheRateBucketBoundsAdmissions(t *testing.T) {
-	s := New(Config{RatePerSec: 2, Burst: 2, QueueSize: 10})
+	s := New(SchedulerConfig{RatePerSec: 2, Burst: 2, QueueSize: 10})
 	a, b, c := s.Arrive(Request{}, t0), s.Arrive(Request{}, t0), s.Arrive(Request{}, t0)
 	if !isAdmitted(a) || !isAdmitted(b) || !isWaiting(c) {
 		t.Fatal("a burst of 2 goes, the third waits")
@@ -278,7 +278,7 @@ func TestTheRateBucketBoundsAdmissions(t *testing.T) {
 }
 
 func TestDoneTwiceReleasesOnce(t *testing.T) {
-	s := New(Config{MaxInFlight: 1, QueueSize: 10})
+	s := New(SchedulerConfig{MaxInFlight: 1, QueueSize: 10})
 	a := s.Arrive(Request{}, t0)
 	b := s.Arrive(Request{}, t0)
 	c := s.Arrive(Request{}, t0)
@@ -323,7 +323,7 @@ func TestTheRoomLeftIsSharedWithThePeersThatHaveRequestsWaiting(t *testing.T) {
 // the one allocation of its admission, its Ready closed, where a queued
 // ticket's stays open until its turn.
 func TestATicketDecidedAtArrivalMakesNoChannel(t *testing.T) {
-	s := New(Config{MaxInFlight: 2, QueueSize: 1})
+	s := New(SchedulerConfig{MaxInFlight: 2, QueueSize: 1})
 	held := s.Arrive(Request{}, t0) // keeps the tenant's entry, which an idle tenant's last Done drops
 	if allocs := testing.AllocsPerRun(100, func() {
 		tk := s.Arrive(Request{}, t0)
@@ -354,7 +354,7 @@ func TestATicketDecidedAtArrivalMakesNoChannel(t *testing.T) {
 // leave.
 func TestMadeUpTenantsStayWithinTheirBudget(t *testing.T) {
 	const budget = 10 * (tenantEntryBytes + 9)
-	s := New(Config{MaxTenantBytes: budget})
+	s := New(SchedulerConfig{MaxTenantBytes: budget})
 	t0 := time.Unix(0, 0)
 	var tickets []*Ticket
 	for i := range 1000 {
@@ -387,7 +387,7 @@ func TestMadeUpTenantsStayWithinTheirBudget(t *testing.T) {
 // is charged its real cost once known: its tenant's tokens follow, and go
 // back whole when it is done.
 func TestSetCostCorrectsAnAdmittedRequestsTokens(t *testing.T) {
-	s := New(Config{})
+	s := New(SchedulerConfig{})
 	t0 := time.Unix(0, 0)
 	tk := s.Arrive(Request{Tenant: "a", Cost: 256}, t0)
 	s.SetCost(tk, 100_256)

@@ -19,7 +19,7 @@ func tierRun(t *testing.T, tier bool, pinned bool, replicas, slots, light, heavy
 	t.Helper()
 	ss := make([]*Scheduler, replicas)
 	for i := range ss {
-		ss[i] = New(Config{Classes: DefaultClasses, QueueSize: 1000, TierFair: tier})
+		ss[i] = New(SchedulerConfig{Classes: DefaultClasses, QueueSize: 1000, TierFair: tier})
 	}
 	type running struct {
 		tk     *Ticket
@@ -130,7 +130,7 @@ func TestWithoutTheTierViewAShareDependsOnWhereTheRequestsGo(t *testing.T) {
 // flight at each, 12 requests queued at a (arrived at aAt) and 2 at b (at
 // bAt), each having heard the other's report made at reported: the state
 // in which b's next free slot decides whose request goes next.
-func saturatedPair(t *testing.T, cfg Config, aAt, bAt, reported time.Time) (a, b *Scheduler, bFlying, bQueued []*Ticket) {
+func saturatedPair(t *testing.T, cfg SchedulerConfig, aAt, bAt, reported time.Time) (a, b *Scheduler, bFlying, bQueued []*Ticket) {
 	t.Helper()
 	a, b = New(cfg), New(cfg)
 	arrive := func(s *Scheduler, n int, at time.Time) []*Ticket {
@@ -160,7 +160,7 @@ var reportedAt = t0.Add(200 * time.Millisecond)
 
 // bFreesASlot is saturatedPair with a's requests queued at aAt and b's at
 // bAt, after one of b's requests in flight ends at reportedAt.
-func bFreesASlot(t *testing.T, cfg Config, aAt, bAt time.Time) (a, b *Scheduler, bQueued []*Ticket) {
+func bFreesASlot(t *testing.T, cfg SchedulerConfig, aAt, bAt time.Time) (a, b *Scheduler, bQueued []*Ticket) {
 	t.Helper()
 	a, b, bFlying, bQueued := saturatedPair(t, cfg, aAt, bAt, reportedAt)
 	b.Done(bFlying[0], reportedAt)

@@ -3,22 +3,21 @@ package cluster
 import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
-	"github.com/kvrouter/kvrouter/proxy"
 )
 
 // The replica's side of admission: the engines' readings that the door
-// judges saturation from, and the queue reports that make its fairness
-// tier-wide. Kept apart from the rest of the gossip wiring so that it moves
-// as one piece.
+// (core.Door, built by the proxy) judges saturation from, and the queue
+// reports that make its fairness tier-wide. Kept apart from the rest of the
+// gossip wiring so that it moves as one piece.
 
 // admissionBridge carries readings and queue reports between the monitor,
-// the door (the proxy's admission) and the gossip. proxy is set once the
-// proxy is built, before the gossip starts; until then the queues are
-// empty.
+// the door and the gossip. door is set once the proxy is built, before the
+// gossip starts; until then the queues are empty.
 type admissionBridge struct {
 	monitor *health.Monitor
-	proxy   *proxy.Proxy
+	door    *core.Door
 }
 
 // engineReadings hands the door the monitor's latest engine readings.
@@ -32,16 +31,16 @@ func (b *admissionBridge) engineReadings(dst []admission.Reading) []admission.Re
 
 // localQueues reports the door's queue to the gossip.
 func (b *admissionBridge) localQueues(dst []loadsync.QueueDepth) []loadsync.QueueDepth {
-	if b.proxy == nil {
+	if b.door == nil {
 		return dst
 	}
-	return b.proxy.AdmissionReport(dst)
+	return b.door.LocalQueues(dst)
 }
 
 // remoteQueues hands a peer's queue report to the door; nil forgets the
 // peer.
 func (b *admissionBridge) remoteQueues(origin string, ds []loadsync.QueueDepth) {
-	if b.proxy != nil {
-		b.proxy.SetAdmissionPeer(origin, ds)
+	if b.door != nil {
+		b.door.RemoteQueues(origin, ds)
 	}
 }

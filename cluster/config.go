@@ -304,42 +304,27 @@ func validPlacement(flag, name string) error {
 	return nil
 }
 
-// validThresholds checks a role's thresholds with the routing config's
-// checks of the same fields (store.Check*), naming the flags.
+// validThresholds checks a role's thresholds with affinity's checks
+// (Thresholds.Validate, which the registry's stored config and fleetsim
+// use too), naming the flags under prefix. Hot-prefix spreading is the
+// main role's alone (a role copies it, and has no flags of its own for it),
+// so only the main role's is checked.
 func validThresholds(prefix string, t affinity.Thresholds) error {
-	checks := []flagCheck{
-		{prefix + "cache-threshold", store.CheckCacheThreshold(t.CacheThreshold)},
-		{prefix + "balance-abs-threshold", store.CheckBalanceAbs(t.BalanceAbs)},
-		{prefix + "balance-rel-threshold", store.CheckBalanceRel(t.BalanceRel)},
+	if prefix != "" {
+		t.HotLoad, t.HotOwners = 0, 0
 	}
-	if prefix == "" {
-		checks = append(checks, flagCheck{"hot-prefix-load", store.CheckHotPrefixLoad(t.HotLoad)},
-			flagCheck{"hot-prefix-owners", validHotOwners(t.HotLoad, t.HotOwners)})
+	err := t.Validate()
+	if err == nil {
+		return nil
 	}
 	var errs []error
-	for _, c := range checks {
-		if c.err != nil {
-			errs = append(errs, flagErr(c.flag, "%v", c.err))
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var te *affinity.ThresholdError
+		if errors.As(e, &te) {
+			errs = append(errs, flagErr(prefix+te.Flag, "%v", te.Err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// flagCheck is a flag and the check of its value.
-type flagCheck struct {
-	flag string
-	err  error
-}
-
-// validHotOwners is the routing config's check of the owners, but for 0
-// while spreading is on: a stored config written before the fields existed
-// has both zero (spreading off) and routes as it always did, while a flag
-// that turns spreading on needs at least one owner to spread to.
-func validHotOwners(load float64, n int) error {
-	if n == 0 && load > 0 {
-		return fmt.Errorf("must be in 1..%d (got 0)", store.MaxHotPrefixOwners)
-	}
-	return store.CheckHotPrefixOwners(n)
 }
 
 // Thresholds are the cache-aware knobs of one role.
@@ -358,15 +343,7 @@ func (c Config) Validate() error {
 	if c.Proxy.RequestTimeout <= 0 {
 		errs = append(errs, flagErr("request-timeout-secs", "must be positive"))
 	}
-	if a := c.Proxy.Admission; a.Capacity < 0 {
-		errs = append(errs, flagErr("max-concurrent-requests", "must not be negative"))
-	} else if a.QueueSize < 0 {
-		errs = append(errs, flagErr("queue-size", "must not be negative"))
-	} else if a.RefillPerSec < 0 {
-		errs = append(errs, flagErr("rate-limit-tokens-per-second", "must not be negative"))
-	} else if a.Capacity > 0 && a.QueueSize > 0 && a.QueueTimeout <= 0 {
-		errs = append(errs, flagErr("queue-timeout-secs", "must be positive"))
-	} else if err := a.Validate(); err != nil {
+	if err := c.Proxy.Admission.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Proxy.Retry.MaxAttempts < 1 {

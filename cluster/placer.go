@@ -1,10 +1,10 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -17,139 +17,85 @@ import (
 )
 
 // The tier's placer (core/place.go) is the Raft leader: every replica
-// knows it, and there is at most one at a time. A replica that knows
-// nothing of a request's prefix asks the leader over the cluster port
-// which worker to take; the leader decides on its own view, in which every
-// other cold request of the tier is already counted, and holds that
-// reservation until the asker's load report counts the request (the report
-// says which of its questions it counts; core/holds.go). An asker
-// that gets no answer within its bound (50 ms) (no leader, a leader cut off or
+// knows it, and there is at most one at a time. This file drives the
+// replica's side of the placement protocol (core.Placement) over the
+// cluster port on the wall clock: a replica that knows nothing of a
+// request's prefix puts the question to the leader, which decides on its
+// own view, in which every other cold request of the tier is already
+// counted, and holds that reservation until the asker's load report counts
+// the request (core/holds.go). An asker that gets no answer within its
+// bound (core.DefaultPlacerTimeout) (no leader, a leader cut off or
 // overloaded) decides alone, as without a placer, and does not ask that
-// leader again for placerQuiet.
+// leader again for core.PlacerQuiet; the protocol decides all of that, the
+// same one fleetsim runs on virtual time.
 
 // placePath is the cluster-port endpoint of the placer: POST a
 // core.Question, answer a core placement.
 const placePath = "/cluster/place"
 
-// defaultPlaceTimeout bounds asking the placer (Config.PlacerTimeout):
-// past it the asker decides alone.
-const defaultPlaceTimeout = 50 * time.Millisecond
-
-// placerQuiet is how long an asker whose placer did not answer (a timeout,
-// a refused or broken connection) decides alone before it asks that
-// placer again: a leader that froze or fell off the network would
-// otherwise cost every cold request the whole bound until the tier elects
-// another. A new leader is asked at once.
-const placerQuiet = time.Second
-
-// unanswered is a placer that did not answer, and until when it is not
-// asked.
-type unanswered struct {
-	addr  string
-	until time.Time
-}
-
-// placing is the replica's Decider with a placer: core.Replica's, with cold
-// requests asked of the leader.
+// placing is the replica's Decider with a placer: core.Replica's, with
+// cold requests through its side of the placement protocol, whose
+// questions it carries to the leader.
 type placing struct {
 	*core.Replica
-	// isLeader says whether this replica is the Raft leader, and leader
-	// is the leader's cluster-port address ("" while there is none).
-	isLeader func() bool
-	leader   func() string
-	rpc      *link.Quick
-	timeout  time.Duration // of a question
+	placement *core.Placement
+	rpc       *link.Quick
 	// router is the router the proxy decides with (the prefill one under
 	// disaggregation): what the placer answers a peer's question on.
 	router func() *affinity.Router
 	counts *placerCounts
 	log    *slog.Logger // nil: no log
-	// silent is the last placer that did not answer, nil when none.
-	silent atomic.Pointer[unanswered]
-	// heard is the last answer from a placer, nil before the first.
-	heard atomic.Pointer[answered]
 }
 
-// answered is when the placer at addr last answered a question.
-type answered struct {
-	addr string
-	at   time.Time
-}
-
-// Decide decides req as core.Replica.PlacingOf says, the leader being the
+// Decide decides req through the placement protocol, the leader being the
 // placer.
 func (p *placing) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (core.Decided, *affinity.Guard, error) {
-	switch p.PlacingOf(router, req, pool, p.isLeader()) {
-	case core.DecideHere:
-		return p.Replica.Decide(router, req, pool)
-	case core.PlaceHere:
-		p.counts.placedHere.Inc()
-		d, g, err := p.Place(router, req, pool)
-		d.Via = core.ViaPlacer
-		return d, g, err
+	a, d, g, err := p.placement.Begin(router, req, pool)
+	if a != nil {
+		d, g, err = p.put(a)
 	}
-	q := p.Ask(req, pool)
-	defer p.Settle(q.Seq) // after the reservation, whoever made it
-	placed, err := p.ask(p.leader(), q)
-	if err == nil {
-		var d core.Decided
-		var g *affinity.Guard
-		if d, g, err = p.DecideOn(router, req, pool, placed); err == nil {
-			p.counts.asked.Inc()
-			d.Via = core.ViaAsked
-			return d, g, nil
-		}
-	}
-	p.counts.alone.Inc()
-	if p.log != nil {
-		p.log.Debug("placer: decided alone", "err", err)
-	}
-	d, g, err := p.Replica.Decide(router, req, pool)
-	d.Via = core.ViaAlone
+	p.counts.count(d.Via)
 	return d, g, err
 }
 
-// ask puts q to the placer at addr, unless that placer did not answer
-// within the last placerQuiet.
-func (p *placing) ask(addr string, q core.Question) (affinity.Decision, error) {
-	if addr == "" {
-		return affinity.Decision{}, fmt.Errorf("no leader")
-	}
-	if s := p.silent.Load(); s != nil && s.addr == addr && time.Now().Before(s.until) {
-		return affinity.Decision{}, fmt.Errorf("the placer at %s did not answer lately", addr)
-	}
+// put puts a's question to its placer, within its deadline, and ends a
+// with what came back: an answer, a refusal, or nothing.
+func (p *placing) put(a *core.Asking) (core.Decided, *affinity.Guard, error) {
 	start := time.Now()
-	status, body, err := p.rpc.Post(addr, placePath, q.AppendBinary(nil), start.Add(p.timeout))
+	status, body, err := p.rpc.Post(a.To, placePath, a.Question.AppendBinary(nil), a.Deadline)
 	p.counts.askTime.UpdateDuration(start)
 	if err != nil {
-		if !p.answeredSince(addr, start) {
-			p.silent.Store(&unanswered{addr: addr, until: time.Now().Add(placerQuiet)})
-		}
-		return affinity.Decision{}, err
+		p.decidedAlone(err)
+		return p.placement.Silent(a)
 	}
-	p.heard.Store(&answered{addr: addr, at: time.Now()})
+	placed, err := readPlacement(status, body)
+	if err != nil {
+		p.decidedAlone(err)
+		return p.placement.Refused(a)
+	}
+	return p.placement.Answered(a, placed)
+}
+
+// readPlacement reads the placer's answer.
+func readPlacement(status int, body []byte) (affinity.Decision, error) {
 	if status != http.StatusOK {
 		return affinity.Decision{}, fmt.Errorf("placer answered %d", status)
 	}
 	return core.ParsePlacement(body)
 }
 
-// answeredSince reports whether the placer at addr answered a question
-// after start: it is alive, and a question of its that timed out met a
-// queue (a burst of new sessions on a loaded host), not a placer gone
-// silent, so the others go on asking it. A frozen or unreachable placer
-// answers none, and is not asked for placerQuiet.
-func (p *placing) answeredSince(addr string, start time.Time) bool {
-	h := p.heard.Load()
-	return h != nil && h.addr == addr && h.at.After(start)
+func (p *placing) decidedAlone(err error) {
+	if p.log != nil {
+		p.log.Debug("placer: decided alone", "err", err)
+	}
 }
 
 // servePlace is placePath: the placer decides a peer's cold request. A
 // replica that is not the leader refuses (409), so that an asker whose
 // view of the leader is stale decides alone rather than on a second view.
 func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
-	if !p.isLeader() {
-		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "not the placer: this replica is not the leader"))
+	if !p.placement.IsPlacer() {
+		notThePlacer(ctx)
 		return
 	}
 	q, err := core.ParseQuestion(ctx.PostBody())
@@ -157,16 +103,24 @@ func (p *placing) servePlace(ctx *fasthttp.RequestCtx) {
 		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
 		return
 	}
-	d, err := p.Answer(p.router(), q)
-	if err != nil {
+	placed, hold, err := p.placement.Serve(p.router(), q)
+	switch {
+	case errors.Is(err, core.ErrNotPlacer): // no longer the leader
+		notThePlacer(ctx)
+		return
+	case err != nil:
 		admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "no candidate to place on: "+err.Error()))
 		return
 	}
-	time.AfterFunc(p.PlacementHold(), func() { p.Unhold(q.From, q.Seq) })
+	time.AfterFunc(hold, func() { p.placement.Unhold(q) })
 	p.counts.placedForPeers.Inc()
 	ctx.SetStatusCode(http.StatusOK)
 	ctx.SetContentType("application/octet-stream")
-	ctx.SetBody(core.AppendPlacement(nil, d.Decision))
+	ctx.SetBody(core.AppendPlacement(nil, placed))
+}
+
+func notThePlacer(ctx *fasthttp.RequestCtx) {
+	admin.WriteError(ctx, admin.Refusal(http.StatusConflict, "conflict_error", "not the placer: this replica is not the leader"))
 }
 
 // placerCounts count the cold decisions by how they were placed.
@@ -177,6 +131,19 @@ type placerCounts struct {
 	// is the part of it a question waited for a connection to the placer
 	// (only questions that found no kept one idle).
 	askTime, connWait *metrics.PrometheusHistogram
+}
+
+// count counts a cold decision by who placed it; one decided here is not
+// cold.
+func (c *placerCounts) count(via core.Via) {
+	switch via {
+	case core.ViaPlacer:
+		c.placedHere.Inc()
+	case core.ViaAsked:
+		c.asked.Inc()
+	case core.ViaAlone:
+		c.alone.Inc()
+	}
 }
 
 // askBuckets are the bounds of askTime, in seconds: a loopback round trip

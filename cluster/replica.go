@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -263,12 +262,18 @@ func (r *Replica) buildFrontEnd() error {
 		Routing: r.routing.view, SetRouting: r.routing.set,
 		Keyring: r.keyrings.everywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
 		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
+	decider, err := r.decider()
+	if err != nil {
+		return err
+	}
 	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: r.decider(), Engines: r.admission.engineReadings, OwnerSecrets: r.ownerSecrets})
+		Dialer: r.dialer, Decider: decider, Engines: r.admission.engineReadings, OwnerSecrets: r.ownerSecrets})
 	r.routing.proxy = r.proxy
-	r.admission.proxy = r.proxy
+	if r.proxy != nil {
+		r.admission.door = r.proxy.Door()
+	}
 	r.views.proxy = r.proxy
 	if err == nil && cfg.Proxy.TLSCertPath != "" {
 		r.reloads.add("client TLS", r.proxy.ReloadTLS)
@@ -278,18 +283,21 @@ func (r *Replica) buildFrontEnd() error {
 
 // decider is what the proxy decides with: the core, with cold requests
 // asked of the placer unless --placer=false.
-func (r *Replica) decider() proxy.Decider {
+func (r *Replica) decider() (proxy.Decider, error) {
 	if !r.cfg.Placer {
-		return r.core
+		return r.core, nil
+	}
+	placement, err := r.core.NewPlacement(core.PlacementConfig{IsPlacer: r.raft.IsLeader, Timeout: r.cfg.PlacerTimeout,
+		Placer: func() string { _, addr := r.raft.Leader(); return addr }})
+	if err != nil {
+		return nil, err
 	}
 	counts := newPlacerCounts(r.metrics)
 	rpc := link.NewQuick(r.raft.Port())
 	rpc.Waited = func(d time.Duration) { counts.connWait.Update(d.Seconds()) }
-	r.placer = &placing{Replica: r.core, isLeader: r.raft.IsLeader, rpc: rpc, counts: counts, log: r.log,
-		timeout: cmp.Or(r.cfg.PlacerTimeout, defaultPlaceTimeout),
-		leader:  func() string { _, addr := r.raft.Leader(); return addr },
-		router:  func() *affinity.Router { return r.proxy.DecidingRouter() }}
-	return r.placer
+	r.placer = &placing{Replica: r.core, placement: placement, rpc: rpc, counts: counts, log: r.log,
+		router: func() *affinity.Router { return r.proxy.DecidingRouter() }}
+	return r.placer, nil
 }
 
 // serve starts serving on the bound listeners, the peers' HTTP on the

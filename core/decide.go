@@ -88,8 +88,8 @@ type Decided struct {
 }
 
 // Routed reports whether d was decided on the prefix (through Decide or
-// DecideOn): its Fact and Via say something. A policy that ignores prefixes
-// leaves it false.
+// on the placer's answer): its Fact and Via say something. A policy that
+// ignores prefixes leaves it false.
 func (d Decided) Routed() bool { return d.routed }
 
 // Decide routes req on router over pool (router.Route) and notes what the

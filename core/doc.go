@@ -15,6 +15,13 @@
 // the shipped wiring. The clock it is given (Config.Clock) stamps index
 // facts and the peer share; it never reads the time otherwise.
 //
+// Two protocols of a replica are objects of their own here, so that both
+// drivers run them rather than each writing them again: the placement of
+// a cold request by the tier's placer (Placement: begin, answered,
+// refused, silent, serve) and the admission door (Door: its cadence, its
+// cost rule, its queue reports). Their drivers only carry messages and
+// move time.
+//
 // Concurrency: every method is safe for concurrent use; Decide and
 // Answered run on the request path and take no lock of their own.
 package core

@@ -18,12 +18,12 @@ import (
 // where an answer and a report take milliseconds more or less, and a burst
 // of new sessions spread 12-19 a worker where one router placed 16 on each.
 //
-// So questions are numbered by the asker (Ask), which settles each one
-// (Settle) once its reservation is in its loads, or once it gave up on the
+// So questions are numbered by the asker (ask), which settles each one
+// (settle) once its reservation is in its loads, or once it gave up on the
 // answer; its load report says which are settled (loadsync.Counted), read
 // before the loads, and the placer ends the holds of those (OnCounted). A
 // report that never comes (a lost packet, a peer of an older build, an
-// asker gone) leaves the hold to the bound (PlacementHold, Unhold).
+// asker gone) leaves the hold to the bound (holdBound, Placement.Unhold).
 
 // questions numbers this replica's questions to the placer and tracks which
 // are settled.
@@ -134,9 +134,9 @@ func (h *holds) counted(from string, c loadsync.Counted) {
 	h.byReport.Add(uint64(len(done)))
 }
 
-// Unhold ends the placer's hold for from's question n if the asker's report
-// has not ended it yet: the bound, PlacementHold after the answer.
-func (r *Replica) Unhold(from string, n uint64) {
+// unhold ends the placer's hold for from's question n if the asker's report
+// has not ended it yet: the bound, holdBound after the answer.
+func (r *Replica) unhold(from string, n uint64) {
 	if g := r.holds.take(from, n); g != nil {
 		g.Release()
 		r.holds.byBound.Add(1)
@@ -144,12 +144,12 @@ func (r *Replica) Unhold(from string, n uint64) {
 }
 
 // HoldsEnded counts the placer's holds ended by the asker's load report and
-// by the bound (Unhold).
+// by the bound (Placement.Unhold).
 func (r *Replica) HoldsEnded() (byReport, byBound uint64) {
 	return r.holds.byReport.Load(), r.holds.byBound.Load()
 }
 
-// Settle says this replica's question n is done with: its answer's
-// reservation is in the loads (DecideOn), or it was given up. The next load
+// settle says this replica's question n is done with: its answer's
+// reservation is in the loads (decideOn), or it was given up. The next load
 // report tells the placer so.
-func (r *Replica) Settle(n uint64) { r.questions.settle(n) }
+func (r *Replica) settle(n uint64) { r.questions.settle(n) }

@@ -1,8 +1,6 @@
 package core
 
 import (
-	"time"
-
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -17,10 +15,10 @@ import (
 // has heard of the others. Requests that continue a conversation the
 // replica knows are decided where they arrive.
 
-// Cold reports whether req is one for the placer: no candidate is known to
+// cold reports whether req is one for the placer: no candidate is known to
 // hold more of its prefix than the cache threshold, or the prefix known is
 // one that req leaves, as others did before it (leavesSharedPrefix).
-func (r *Replica) Cold(req *affinity.Request, pool *affinity.Pool) bool {
+func (r *Replica) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := r.deepest(req, pool, buf[:0])
 	return !m.candidate || !m.deep || r.leavesSharedPrefix(req, m.depth)
@@ -40,56 +38,57 @@ func (r *Replica) leavesSharedPrefix(req *affinity.Request, depth int) bool {
 	return depth+1 < len(req.Hashes) && r.index.Forks(req.Hashes[depth])
 }
 
-// Placing is how a replica of a tier with a placer decides a request.
-type Placing int
+// placing is how a replica of a tier with a placer decides a request
+// (Placement.Begin).
+type placing int
 
 const (
-	// DecideHere: the replica knows the request's prefix, or the request
+	// decideHere: the replica knows the request's prefix, or the request
 	// is not one to place (Decide).
-	DecideHere Placing = iota
-	// PlaceHere: this replica is the placer (Place). It places every
+	decideHere placing = iota
+	// placeHere: this replica is the placer (place). It places every
 	// request of its own, cold or not: its view already counts the tier's
 	// cold requests as it places them, so the peers' expected share of a
 	// burst, which the other replicas add to what they see, would count
 	// them twice (at 8 replicas a burst of rollout groups then piled on
 	// some workers: 0.70-0.85 of one replica's throughput in fleetsim).
-	PlaceHere
-	// AskPlacer: the request is cold here, or starts a conversation on a
-	// shared prefix (Cold): the placer chooses its worker (Ask, then
-	// DecideOn), or, without an answer, Decide.
-	AskPlacer
+	placeHere
+	// askPlacer: the request is cold here, or starts a conversation on a
+	// shared prefix (cold): the placer chooses its worker (ask, then
+	// decideOn), or, without an answer, Decide.
+	askPlacer
 )
 
-// PlacingOf says how req is decided on this replica, which is the tier's
+// placingOf says how req is decided on this replica, which is the tier's
 // placer when isPlacer. Requests routed on the engines' KV-event tokens,
 // and policies that do not route by prefix, are decided where they arrive.
-func (r *Replica) PlacingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) Placing {
+func (r *Replica) placingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) placing {
 	switch {
 	case req.Tokens != nil || !router.RoutesByPrefix():
-		return DecideHere
+		return decideHere
 	case isPlacer:
-		return PlaceHere
-	case r.Cold(req, pool):
-		return AskPlacer
+		return placeHere
+	case r.cold(req, pool):
+		return askPlacer
 	}
-	return DecideHere
+	return decideHere
 }
 
-// Place decides req as the tier's placer, for a peer or for this replica
+// place decides req as the tier's placer, for a peer or for this replica
 // itself: as Decide, on the loads as they are (affinity.Request.Placer).
 // The guard is the caller's: for a peer's request it stands for the
 // request until the peer's own load report counts it.
-func (r *Replica) Place(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
+func (r *Replica) place(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
 	req.Placer = true
 	defer func() { req.Placer = false }() // a retry of the request decides as any other
 	return r.Decide(router, req, pool)
 }
 
-// DecideOn is Decide with the worker the placer chose (placed): the
+// decideOn is Decide with the worker the placer chose (placed): the
 // decision is recorded here as this replica's own and judged against the
 // engine's answer like any other, as learned from a peer when the placer
 // predicted a hit.
-func (r *Replica) DecideOn(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, placed affinity.Decision) (Decided, *affinity.Guard, error) {
+func (r *Replica) decideOn(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, placed affinity.Decision) (Decided, *affinity.Guard, error) {
 	d, g, err := router.RouteTo(req, pool, placed)
 	if err != nil {
 		return Decided{}, nil, err
@@ -118,9 +117,9 @@ type Question struct {
 	Candidates []affinity.WorkerID
 }
 
-// Ask is the question for req over pool, numbered: the caller must Settle
+// ask is the question for req over pool, numbered: the caller must settle
 // it, answered or not.
-func (r *Replica) Ask(req *affinity.Request, pool *affinity.Pool) Question {
+func (r *Replica) ask(req *affinity.Request, pool *affinity.Pool) Question {
 	q := Question{From: r.origin, Seq: r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail,
 		TextLen: req.Len(), Candidates: make([]affinity.WorkerID, pool.Len())}
 	for i := range pool.Len() {
@@ -129,11 +128,11 @@ func (r *Replica) Ask(req *affinity.Request, pool *affinity.Pool) Question {
 	return q
 }
 
-// Answer decides a peer's question as the placer (Place) over the
+// answer decides a peer's question as the placer (place) over the
 // candidates this replica knows of, in the peer's order, and holds the
 // reservation until the asker's load report counts the question, or until
-// the caller's Unhold after PlacementHold.
-func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, error) {
+// unhold, holdBound after the answer.
+func (r *Replica) answer(router *affinity.Router, q Question) (Decided, error) {
 	k := r.known.Load()
 	members := make([]*affinity.Load, 0, len(q.Candidates))
 	for _, id := range q.Candidates {
@@ -142,16 +141,10 @@ func (r *Replica) Answer(router *affinity.Router, q Question) (Decided, error) {
 		}
 	}
 	req := &affinity.Request{Hashes: q.Hashes, Full: q.Full, Tail: q.Tail, TextLen: q.TextLen}
-	d, g, err := r.Place(router, req, affinity.NewPool(members))
+	d, g, err := r.place(router, req, affinity.NewPool(members))
 	if err != nil {
 		return Decided{}, err
 	}
 	r.holds.add(q.From, q.Seq, g)
 	return d, nil
 }
-
-// PlacementHold bounds the placer's hold for a peer's question, for a
-// report that never says it was counted (a lost packet, an asker gone): a
-// regular report's interval and three flush lags, the answer's way back and
-// the report's way here on a loaded host.
-func (r *Replica) PlacementHold() time.Duration { return r.holdBound }

@@ -104,7 +104,11 @@ type Replica struct {
 	questions questions // this replica's questions to the placer
 	holds     holds     // the placer's reservations for its peers' questions
 	// origin is this replica's gossip name (what its questions are asked
-	// as), and holdBound PlacementHold; both set with the gossip.
+	// as), and holdBound the longest the placer holds a peer's question
+	// (Placement.Serve): a regular report's interval and three flush lags,
+	// the answer's way back and the report's way here on a loaded host,
+	// for a report that never says it was counted (a lost packet, an asker
+	// gone); both set with the gossip.
 	origin    string
 	holdBound time.Duration
 }

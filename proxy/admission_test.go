@@ -49,7 +49,7 @@ func postWith(t *testing.T, url string, headers ...string) (int, string) {
 }
 
 func classesConfig() Config {
-	return Config{Admission: Admission{Classes: admission.DefaultClasses, QueueSize: 10, QueueTimeout: time.Minute}}
+	return Config{Admission: admission.Config{Classes: admission.DefaultClasses, QueueSize: 10, QueueTimeout: time.Minute}}
 }
 
 func TestABadPriorityIsA400AndReachesNoWorker(t *testing.T) {
@@ -274,21 +274,6 @@ func TestAHalfClosedClientStaysQueued(t *testing.T) {
 	rest, _ := io.ReadAll(br)
 	if !strings.Contains(string(rest), "HTTP/1.1 200") {
 		t.Fatalf("the half-closed client read %q after the probe, want its 200", rest)
-	}
-}
-
-// TestLendingIsItsOwnChoiceNotTheEnginePriority: passing the class on as
-// vLLM's priority does not lend reserved slots (vLLM v1 would keep a
-// borrower running while the class waits); --lend-reserved-slots does.
-func TestLendingIsItsOwnChoiceNotTheEnginePriority(t *testing.T) {
-	for _, tc := range []struct {
-		a    Admission
-		lend bool
-	}{{Admission{EnginePriority: true}, false}, {Admission{LendReserved: true}, true}, {Admission{}, false}} {
-		if got := tc.a.Scheduler().Lend; got != tc.lend {
-			t.Errorf("engine priority %v, lend reserved %v: the scheduler lends %v, want %v",
-				tc.a.EnginePriority, tc.a.LendReserved, got, tc.lend)
-		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
@@ -260,7 +261,7 @@ func TestCountTokensGoesToAWorkerOfItsModelWithoutAnAdmissionSlot(t *testing.T) 
 	idle.SetModels("other")
 	counter.SetModels("m")
 	counter.Set(fakeworker.Sequence(fakeworker.Hold(), fakeworker.Status(200, `{"input_tokens":12}`)))
-	p, url := serveProxyWith(t, Config{Admission: Admission{Capacity: 1, RefillPerSec: 1e6, QueueSize: 0}}, nil, idle, counter)
+	p, url := serveProxyWith(t, Config{Admission: admission.Config{Capacity: 1, RefillPerSec: 1e6, QueueSize: 0}}, nil, idle, counter)
 	modelsKnown(t, p, "m", "other")
 	held := make(chan int, 1)
 	go func() { s, _, _ := postMessages(t, url, "/v1/messages", anthropicBody("long", false)); held <- s }()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
@@ -174,7 +175,7 @@ func TestAChunkedBodyCostsAdmissionWhatItTurnsOutToBe(t *testing.T) {
 	}()
 	testwait.Eventually(t, waitDeadline, func() bool { return w.Inference.Load() == 1 }, "the chunked request at the worker")
 	tenants := r.proxy.AdmissionStats().Tenants
-	want := int64(len(body)/4 + expectedOutputTokens)
+	want := core.Cost(len(body))
 	if len(tenants) != 1 || tenants[0].Tokens != want {
 		t.Fatalf("admission charges the chunked request %+v, want %d tokens", tenants, want)
 	}

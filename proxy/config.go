@@ -25,8 +25,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// Admission is how requests are admitted: vllm-router's bounds
 	// (--max-concurrent-requests and friends), priority classes, tenants
-	// and the engines' saturation signal; see admission.go.
-	Admission Admission
+	// and the engines' saturation signal (admission.Config, default
+	// admission.DefaultConfig); the door that admits with it is
+	// admission.go's.
+	Admission admission.Config
 	// Retry says when and how a failed attempt is retried.
 	Retry Retry
 	// RequestIDHeaders are the client headers that may carry a request id,
@@ -175,16 +177,15 @@ type Retry struct {
 // DefaultConfig returns the reference routers' defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxPayloadSize:    512 << 20,
-		MaxResponseSize:   256 << 20,
-		RequestTimeout:    1800 * time.Second,
-		Retry:             Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
-		RequestIDHeaders:  []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
-		DialTimeout:       10 * time.Second,
-		WorkerIdleTimeout: defaultWorkerIdleTimeout,
-		Edge:              DefaultEdge(),
-		Admission: Admission{Capacity: 32768, QueueSize: 100, QueueTimeout: 60 * time.Second, TierFair: true,
-			KVFull: admission.DefaultKVFull},
+		MaxPayloadSize:           512 << 20,
+		MaxResponseSize:          256 << 20,
+		RequestTimeout:           1800 * time.Second,
+		Retry:                    Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
+		RequestIDHeaders:         []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
+		DialTimeout:              10 * time.Second,
+		WorkerIdleTimeout:        defaultWorkerIdleTimeout,
+		Edge:                     DefaultEdge(),
+		Admission:                admission.DefaultConfig(),
 		Tokenize:                 TokenizeConfig{Timeout: DefaultTokenizeTimeout, CacheBytes: DefaultTokenCacheBytes},
 		StoredResponseOwnerBytes: DefaultStoredResponseOwnerBytes,
 	}

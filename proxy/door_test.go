@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -70,7 +71,7 @@ func sendSample(t *testing.T, base, sample, authorization string) int {
 func TestEveryRouteButTheProbesNeedsTheKey(t *testing.T) {
 	w := startFake(t, "w1")
 	cfg := Config{APIKeys: []string{"k1"}, APIKey: "worker-key",
-		Admission: Admission{Capacity: 1, RefillPerSec: 1e-6, QueueSize: 0}}
+		Admission: admission.Config{Capacity: 1, RefillPerSec: 1e-6, QueueSize: 0}}
 	_, base := serveProxyWith(t, cfg, func(d *Deps) { d.AdminToken = adminToken("adm") }, w)
 	var openRoutes []string
 	for _, rt := range routes {
@@ -178,7 +179,7 @@ func rawExchange(t *testing.T, base, head string) (status string, header string)
 func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 	w := startFake(t, "w1")
 	cfg := Config{APIKeys: []string{"k1"}, MaxPayloadSize: 64 << 20,
-		Admission: Admission{Capacity: 1, RefillPerSec: 1e-6, QueueSize: 0},
+		Admission: admission.Config{Capacity: 1, RefillPerSec: 1e-6, QueueSize: 0},
 		Edge:      Edge{MaxBufferedBodyBytes: 64 << 20}}
 	_, base := serveProxyWith(t, cfg, nil, w)
 	post := func(authz string, length int) string {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -219,11 +220,11 @@ func TestEveryRequestEndsOnceWithOneLogLineAndOneSpan(t *testing.T) {
 		{name: "malformed body", run: func(t *testing.T, r *exitRig, _ *fakeworker.Worker) {
 			r.send(t, "malformed", "POST", "/v1/completions", `{"model":`, 400, "bad_request")
 		}},
-		{name: "admission queue full", cfg: Config{Admission: Admission{Capacity: 1}},
+		{name: "admission queue full", cfg: Config{Admission: admission.Config{Capacity: 1}},
 			run: func(t *testing.T, r *exitRig, w *fakeworker.Worker) {
 				holding(t, r, w, func() { r.send(t, "queue-full", "POST", "/v1/completions", body, 429, "rate_limited") })
 			}},
-		{name: "admission queue timeout", cfg: Config{Admission: Admission{Capacity: 1, QueueSize: 1, QueueTimeout: 20 * time.Millisecond}},
+		{name: "admission queue timeout", cfg: Config{Admission: admission.Config{Capacity: 1, QueueSize: 1, QueueTimeout: 20 * time.Millisecond}},
 			run: func(t *testing.T, r *exitRig, w *fakeworker.Worker) {
 				holding(t, r, w, func() {
 					r.send(t, "queue-timeout", "POST", "/v1/completions", body, 408, "queue_timeout")

@@ -115,7 +115,10 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.keys.replace(p.cfg.APIKeys)
 	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()
-	p.admission = newAdmitter(p.cfg.Admission, newAdmissionMetrics(deps.Metrics), p.watcher)
+	var err error
+	if p.admission, err = newAdmitter(p.cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
+		return nil, err
+	}
 	p.bodies = newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)
 	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
 	p.bearer = "Bearer " + p.cfg.APIKey
@@ -158,7 +161,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}()
 	go func() {
 		defer p.wg.Done()
-		p.admission.run(p.ctx, deps.Loads, deps.Engines)
+		p.admission.run(p.ctx)
 	}()
 	go func() {
 		defer p.wg.Done()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -280,7 +281,7 @@ func TestTheResponseIDIsReadAsJSON(t *testing.T) {
 func TestTheOwnerSearchComesAfterAdmission(t *testing.T) {
 	w := startFake(t, "w1")
 	w.SetEvery(newResponseStore("w1").serve)
-	r := startRouter(t, Config{Admission: Admission{Capacity: 1, RefillPerSec: 0.001}}, w)
+	r := startRouter(t, Config{Admission: admission.Config{Capacity: 1, RefillPerSec: 0.001}}, w)
 	if status, _ := callKey(t, "GET", r.url+"/v1/responses/resp_first", "", ""); status != 404 {
 		t.Fatalf("the first lookup: %d, want 404", status)
 	}

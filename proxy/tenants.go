@@ -1,12 +1,12 @@
 package proxy
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/credential"
 )
 
@@ -19,9 +19,6 @@ import (
 // 403. Otherwise one key could make another key's tenant wait, or name a
 // new tenant per request and pass --tenant-max-inflight. Without keys a
 // request is nobody in particular, and the header is taken as sent.
-
-// maxTenantBytes bounds a tenant's name.
-const maxTenantBytes = 64
 
 // keyTenants resolves a request's tenant.
 type keyTenants struct {
@@ -85,33 +82,8 @@ func (t keyTenants) named(h *fasthttp.RequestHeader) (string, error) {
 	if len(v) == 0 {
 		return "", nil
 	}
-	if !validTenant(v) {
-		return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", t.header, maxTenantBytes)
+	if !admission.ValidTenantName(v) {
+		return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", t.header, admission.MaxTenantNameBytes)
 	}
 	return string(v), nil
-}
-
-func validTenant(v []byte) bool { return len(v) <= maxTenantBytes && printableLabel(v) }
-
-// validKeyTenants refuses --api-key-tenants entries that name no key or a
-// tenant no header could name.
-func validKeyTenants(tenants map[string][]string) error {
-	for key, names := range tenants {
-		for _, name := range names {
-			if key == "" || name == "" || !validTenant([]byte(name)) {
-				return fmt.Errorf("--api-key-tenants: %q is not KEY=tenant with a tenant of at most %d letters, digits and . _ : -",
-					name, maxTenantBytes)
-			}
-		}
-	}
-	return nil
-}
-
-func printableLabel(v []byte) bool {
-	for _, c := range v {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -2,11 +2,12 @@ package store
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // RoutingConfig is the routing configuration every replica shares: the Raft
@@ -77,14 +78,6 @@ const (
 	MaxBlockSize = 1 << 20
 )
 
-// MinBalanceRel is the least BalanceRelThreshold: a factor below 1 would
-// count the least-loaded candidate itself as overloaded.
-const MinBalanceRel = 1
-
-// MaxHotPrefixOwners bounds HotPrefixOwners: a prefix spread wider is no
-// longer an affinity.
-const MaxHotPrefixOwners = 64
-
 // maxNameBytes bounds the policy and miss placement names.
 const maxNameBytes = 64
 
@@ -149,7 +142,8 @@ func (c RoutingConfig) Diff(other RoutingConfig) error {
 	return nil
 }
 
-// The checks of the routing fields, one per field. A stored config
+// The checks of the routing fields, one per field: the block size's here,
+// the thresholds' in affinity (thresholdcheck.go). A stored config
 // (Validate) and a replica's flags (cluster.Routing.Validate) are checked
 // with the same ones; each caller names the field its own way.
 
@@ -157,48 +151,6 @@ func (c RoutingConfig) Diff(other RoutingConfig) error {
 func CheckBlockSize(n int) error {
 	if n < MinBlockSize || n > MaxBlockSize {
 		return fmt.Errorf("%d is not in %d..%d bytes", n, MinBlockSize, MaxBlockSize)
-	}
-	return nil
-}
-
-// CheckCacheThreshold refuses a cache threshold out of [0, 1].
-func CheckCacheThreshold(f float64) error {
-	if bad(f) || f < 0 || f > 1 {
-		return fmt.Errorf("%v is not in [0, 1]", f)
-	}
-	return nil
-}
-
-// CheckBalanceAbs refuses a negative absolute overload margin.
-func CheckBalanceAbs(f float64) error {
-	if bad(f) || f < 0 {
-		return fmt.Errorf("%v must be >= 0", f)
-	}
-	return nil
-}
-
-// CheckBalanceRel refuses a relative overload factor below MinBalanceRel.
-func CheckBalanceRel(f float64) error {
-	if bad(f) || f < MinBalanceRel {
-		return fmt.Errorf("%v must be >= %d", f, MinBalanceRel)
-	}
-	return nil
-}
-
-// CheckHotPrefixLoad refuses a negative hot-prefix load.
-func CheckHotPrefixLoad(f float64) error {
-	if bad(f) || f < 0 {
-		return fmt.Errorf("%v must be >= 0", f)
-	}
-	return nil
-}
-
-// CheckHotPrefixOwners refuses more hot-prefix owners than
-// MaxHotPrefixOwners. 0 is a config written before the field existed
-// (spreading off); a replica's flag asks for at least 1.
-func CheckHotPrefixOwners(n int) error {
-	if n < 0 || n > MaxHotPrefixOwners {
-		return fmt.Errorf("%d is not in 0..%d", n, MaxHotPrefixOwners)
 	}
 	return nil
 }
@@ -233,11 +185,11 @@ func (c RoutingConfig) Validate() error {
 		{"block_size", CheckBlockSize(c.BlockSize)},
 		{"policy", checkName(c.Policy)},
 		{"miss_placement", checkName(c.MissPlacement)},
-		{"cache_threshold", CheckCacheThreshold(c.CacheThreshold)},
-		{"balance_abs_threshold", CheckBalanceAbs(c.BalanceAbsThreshold)},
-		{"balance_rel_threshold", CheckBalanceRel(c.BalanceRelThreshold)},
-		{"hot_prefix_load", CheckHotPrefixLoad(c.HotPrefixLoad)},
-		{"hot_prefix_owners", CheckHotPrefixOwners(c.HotPrefixOwners)},
+		{"cache_threshold", affinity.CheckCacheThreshold(c.CacheThreshold)},
+		{"balance_abs_threshold", affinity.CheckBalanceAbs(c.BalanceAbsThreshold)},
+		{"balance_rel_threshold", affinity.CheckBalanceRel(c.BalanceRelThreshold)},
+		{"hot_prefix_load", affinity.CheckHotLoad(c.HotPrefixLoad)},
+		{"hot_prefix_owners", affinity.CheckHotOwners(c.HotPrefixOwners)},
 	}); err != nil {
 		return err
 	}
@@ -256,10 +208,8 @@ func (r *RoleRouting) validate(prefix string) error {
 	return firstBad(prefix, []fieldCheck{
 		{"policy", checkName(r.Policy)},
 		{"miss_placement", checkName(r.MissPlacement)},
-		{"cache_threshold", CheckCacheThreshold(r.CacheThreshold)},
-		{"balance_abs_threshold", CheckBalanceAbs(r.BalanceAbsThreshold)},
-		{"balance_rel_threshold", CheckBalanceRel(r.BalanceRelThreshold)},
+		{"cache_threshold", affinity.CheckCacheThreshold(r.CacheThreshold)},
+		{"balance_abs_threshold", affinity.CheckBalanceAbs(r.BalanceAbsThreshold)},
+		{"balance_rel_threshold", affinity.CheckBalanceRel(r.BalanceRelThreshold)},
 	})
 }
-
-func bad(f float64) bool { return math.IsNaN(f) || math.IsInf(f, 0) }

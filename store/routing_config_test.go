@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 func baseConfig() RoutingConfig {
@@ -52,7 +54,7 @@ func TestFingerprintIsStableAndFixedWidth(t *testing.T) {
 func TestValidateRefusesHotPrefixSettingsOutOfRange(t *testing.T) {
 	for field, change := range map[string]func(*RoutingConfig){
 		"hot_prefix_load":   func(c *RoutingConfig) { c.HotPrefixLoad = -1 },
-		"hot_prefix_owners": func(c *RoutingConfig) { c.HotPrefixOwners = MaxHotPrefixOwners + 1 },
+		"hot_prefix_owners": func(c *RoutingConfig) { c.HotPrefixOwners = affinity.MaxHotOwners + 1 },
 	} {
 		c := baseConfig()
 		change(&c)
@@ -84,7 +86,7 @@ func TestValidateHoldsTheFieldsToTheFlagsBounds(t *testing.T) {
 		}
 	}
 	c := baseConfig()
-	c.BlockSize, c.BalanceRelThreshold = MinBlockSize, MinBalanceRel
+	c.BlockSize, c.BalanceRelThreshold = MinBlockSize, affinity.MinBalanceRel
 	if err := c.Validate(); err != nil {
 		t.Fatalf("the least block and relative threshold the flags take: %v", err)
 	}

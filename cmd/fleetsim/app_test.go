@@ -165,6 +165,7 @@ func TestBadFlagsAreRefusedNamingTheFlag(t *testing.T) {
 		"pd":                          with(small[:len(small)-2], "--pd", "4"),
 		"slowdown":                    with(small, "--slowdown", "9:2"),
 		"gossip-loss":                 with(small, "--gossip-loss", "1"),
+		"placer-answer-loss":          with(small, "--placer-answer-loss", "1"),
 		"gossip-interval":             with(small, "--gossip-interval", "0s"),
 		"gossip-flush-interval":       with(small, "--gossip-flush-interval", "0s"),
 		"limit":                       with(small, "--limit", "3"),

@@ -82,6 +82,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
 
+		&cli.Float64Flag{Name: "placer-answer-loss", Usage: "with --placer: share in [0, 1) of the placer's answers lost on their way back; the asker decides alone at the router's timeout (50 ms) and asks that placer nothing for a second"},
 		&cli.BoolFlag{Name: "door", Value: true, Usage: "each replica runs the router's admission door with its defaults: a request waits at its replica while the engines, by that replica's last reading of them (every --engine-scrape-interval-secs), run all they can (--door=false: every request is routed as it arrives)"},
 		&cli.Float64Flag{Name: "engine-scrape-interval-secs", Value: fleet.DefaultEngineScrapeInterval.Seconds(), Usage: "with --door: seconds between a replica's reads of each engine, as the router's flag"},
 		&cli.StringFlag{Name: "balance", Value: "random", Usage: "load balancer in front of the replicas: random (each request to a random replica) or session (every turn of an agentic session to the same one)"},
@@ -199,15 +200,12 @@ func readRouting(c *cli.Context, p *plan) error {
 		BalanceAbs:     c.Float64("balance-abs-threshold"), BalanceRel: c.Float64("balance-rel-threshold"),
 		HotLoad: c.Float64("hot-prefix-load"), HotOwners: c.Int("hot-prefix-owners"),
 	}
-	if err := firstBad([]check{
-		{"block-size", p.base.BlockSize <= 0, "> 0", p.base.BlockSize},
-		{"cache-threshold", !finiteNonNegative(p.base.Thresholds.CacheThreshold), "a finite number >= 0", p.base.Thresholds.CacheThreshold},
-		{"balance-abs-threshold", !finiteNonNegative(p.base.Thresholds.BalanceAbs), "a finite number >= 0", p.base.Thresholds.BalanceAbs},
-		{"balance-rel-threshold", !finiteNonNegative(p.base.Thresholds.BalanceRel), "a finite number >= 0", p.base.Thresholds.BalanceRel},
-		{"hot-prefix-load", !finiteNonNegative(p.base.Thresholds.HotLoad), "a finite number >= 0", p.base.Thresholds.HotLoad},
-		{"hot-prefix-owners", p.base.Thresholds.HotOwners < 1, ">= 1", p.base.Thresholds.HotOwners},
-	}); err != nil {
-		return err
+	if p.base.BlockSize <= 0 {
+		return badFlag("block-size", "> 0", p.base.BlockSize)
+	}
+	// The router's own check of the same flags.
+	if err := p.base.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w %w", errBadFlag, err)
 	}
 	if cfg := (fleet.Config{Workers: 1, DecodePolicy: p.base.DecodePolicy}); cfg.Validate() != nil {
 		return badFlag("decode-policy", "one of "+strings.Join(affinity.PolicyNames, ", "), p.base.DecodePolicy)
@@ -227,6 +225,7 @@ func readGossip(c *cli.Context, p *plan) error {
 	p.base.NoDemotion = !c.Bool("demote-superseded")
 	p.base.OverloadOnReports = !c.Bool("share-in-overload")
 	p.base.Placer = c.Bool("placer")
+	p.base.PlacerAnswerLoss = c.Float64("placer-answer-loss")
 	p.base.Door = c.Bool("door")
 	p.base.EngineScrapeInterval = time.Duration(c.Float64("engine-scrape-interval-secs") * float64(time.Second))
 	p.base.NoCalibration = !c.Bool("calibrate-index")
@@ -245,6 +244,7 @@ func readGossip(c *cli.Context, p *plan) error {
 		{"engine-scrape-interval-secs", p.base.EngineScrapeInterval <= 0, "> 0", p.base.EngineScrapeInterval},
 		{"gossip-delay", c.Duration("gossip-delay") < 0, ">= 0", c.Duration("gossip-delay")},
 		{"gossip-loss", !(p.base.GossipLoss >= 0 && p.base.GossipLoss < 1), "in [0, 1)", p.base.GossipLoss},
+		{"placer-answer-loss", !(p.base.PlacerAnswerLoss >= 0 && p.base.PlacerAnswerLoss < 1), "in [0, 1)", p.base.PlacerAnswerLoss},
 	})
 }
 

@@ -72,9 +72,6 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 	a.EnginePriority = c.Bool("engine-priority")
 	a.LendReserved = c.Bool("lend-reserved-slots")
 	a.KVFull = c.Float64("saturation-kv-usage")
-	if !(a.KVFull > 0 && a.KVFull <= 1) {
-		return fmt.Errorf("--saturation-kv-usage: want a share in (0, 1], got %v", a.KVFull)
-	}
 	if err := a.Validate(); err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/cluster"
 	"github.com/kvrouter/kvrouter/cluster/discovery"
 	"github.com/kvrouter/kvrouter/cluster/health"
@@ -286,7 +287,7 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	p.MaxPayloadSize = int(c.Int64("max-payload-size"))
 	p.MaxResponseSize = int(c.Int64("max-response-size"))
 	p.RequestTimeout = seconds(c, "request-timeout-secs")
-	p.Admission = proxy.Admission{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
+	p.Admission = admission.Config{Capacity: c.Int("max-concurrent-requests"), QueueSize: c.Int("queue-size"),
 		RefillPerSec: c.Float64("rate-limit-tokens-per-second"), QueueTimeout: seconds(c, "queue-timeout-secs")}
 	p.CORSOrigins = c.StringSlice("cors-allowed-origins")
 	p.Retry.MaxAttempts = c.Int("retry-max-retries")

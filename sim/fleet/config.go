@@ -3,15 +3,15 @@ package fleet
 import (
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
-	"github.com/kvrouter/kvrouter/proxy"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -123,16 +123,25 @@ type Config struct {
 	OverloadOnReports bool
 	// Placer makes replica 0 the tier's placer: a replica that knows
 	// nothing of a request's prefix asks it for the worker, one GossipDelay
-	// each way (core.Replica.Ask, Answer), and the placer holds its
-	// reservation until the asker's load report counts the request. With
-	// SyncGossip only.
+	// each way, and the placer holds its reservation until the asker's load
+	// report counts the request: the router's protocol (core.Placement).
+	// With SyncGossip only.
 	Placer bool
+	// PlacerTimeout is how long, with Placer, an asker waits for the
+	// placer's answer before it decides alone. Default the router's,
+	// core.DefaultPlacerTimeout (50 ms).
+	PlacerTimeout time.Duration
+	// PlacerAnswerLoss is the probability, in [0, 1), that the placer's
+	// answer to a question is lost on its way back: the asker decides
+	// alone at PlacerTimeout and asks that placer nothing for
+	// core.PlacerQuiet, as a router replica whose leader froze. Default 0.
+	PlacerAnswerLoss float64
 	// GossipLoss is the probability, in [0, 1), that a gossip packet is
 	// lost on its way to one peer. Default 0.
 	GossipLoss float64
 
 	// Door runs each replica's admission door as the router does by
-	// default (core.Door with proxy.DefaultConfig's admission): a request
+	// default (core.Door with admission.DefaultConfig): a request
 	// waits at the replica it reached while the engines, by what that
 	// replica last read of them, run all they can, and the wait is part
 	// of its TTFT. Off: every request is routed as it arrives.
@@ -180,7 +189,8 @@ func (c Config) withDefaults() Config {
 	}
 	c.Model = cmpOr(c.Model, DefaultModel)
 	c.EngineScrapeInterval = cmpOr(c.EngineScrapeInterval, DefaultEngineScrapeInterval)
-	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, proxy.DefaultConfig().Admission.QueueTimeout)
+	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, admission.DefaultConfig().QueueTimeout)
+	c.PlacerTimeout = cmpOr(c.PlacerTimeout, core.DefaultPlacerTimeout)
 	return c
 }
 
@@ -231,11 +241,15 @@ func (c Config) Validate() error {
 		{"EngineScrapeInterval", c.EngineScrapeInterval <= 0, "> 0", c.EngineScrapeInterval},
 		{"DoorQueueTimeout", c.DoorQueueTimeout <= 0, "> 0", c.DoorQueueTimeout},
 		{"GossipLoss", !(c.GossipLoss >= 0 && c.GossipLoss < 1), "in [0, 1)", c.GossipLoss},
-		{"Thresholds", !validThresholds(c.Thresholds), "finite and >= 0", c.Thresholds},
+		{"PlacerTimeout", c.PlacerTimeout <= 0, "> 0", c.PlacerTimeout},
+		{"PlacerAnswerLoss", !(c.PlacerAnswerLoss >= 0 && c.PlacerAnswerLoss < 1), "in [0, 1)", c.PlacerAnswerLoss},
 	} {
 		if check.bad {
 			return fmt.Errorf("%w: %s: want %s, got %v", ErrBadConfig, check.field, check.want, check.got)
 		}
+	}
+	if err := c.Thresholds.Validate(); err != nil {
+		return fmt.Errorf("%w: Thresholds: %w", ErrBadConfig, err)
 	}
 	if err := c.Engine.Validate(); err != nil {
 		return fmt.Errorf("%w: Engine: %w", ErrBadConfig, err)
@@ -293,15 +307,6 @@ func syncNames() string {
 		names[i] = string(m)
 	}
 	return strings.Join(names, ", ")
-}
-
-func validThresholds(t affinity.Thresholds) bool {
-	for _, v := range []float64{t.CacheThreshold, t.BalanceAbs, t.BalanceRel, t.HotLoad} {
-		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // ParsePolicy splits a policy label into the policy and its miss placement:

@@ -35,11 +35,18 @@
 //
 // With Door (on in the fleetsim command by default, as in the router) each
 // replica runs the router's admission door (core.Door, with
-// proxy.DefaultConfig's admission) before it routes: it reads every
+// admission.DefaultConfig) before it routes: it reads every
 // engine's running, waiting and KV usage every EngineScrapeInterval, sets
 // its limit every core.DoorRefreshEvery, and trades queue reports with its
 // load reports; a request waits at the door while the engines, by its
 // replica's readings, run all they can, and that wait is part of its TTFT.
+//
+// With Placer, replica 0 is the tier's placer and every replica runs the
+// router's placement protocol (core.Placement): a cold request's question
+// and the placer's answer travel GossipDelay each way. PlacerAnswerLoss
+// loses a share of the answers: the asker then decides alone at
+// PlacerTimeout and asks that placer nothing for core.PlacerQuiet, on
+// virtual time, as a router replica does on the wall clock.
 //
 // The routed (prefill) workers' waiting queues are read every virtual second
 // (an event that changes nothing), and closed-loop sessions count as rollouts

@@ -6,8 +6,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
-	"github.com/kvrouter/kvrouter/proxy"
 )
 
 // DefaultEngineScrapeInterval is how often a replica reads each engine's
@@ -24,14 +24,17 @@ const DefaultEngineScrapeInterval = time.Second
 // phase), the limit set every core.DoorRefreshEvery, and the peers' queue
 // reports riding their load reports.
 
-// newDoor is a replica's door with the router's default admission, or nil
-// without Config.Door.
-func newDoor(cfg Config, clk clock.PassiveClock) *core.Door {
+// newDoor is a replica's door over loads with the router's default
+// admission and cfg's queue timeout, reading the engines as readings
+// says; nil without Config.Door.
+func newDoor(cfg Config, clk clock.PassiveClock, loads *affinity.LoadTable,
+	readings func([]admission.Reading) []admission.Reading) (*core.Door, error) {
 	if !cfg.Door {
-		return nil
+		return nil, nil
 	}
-	a := proxy.DefaultConfig().Admission
-	return core.NewDoor(a.Scheduler(), a.KVFull, clk.Now)
+	a := admission.DefaultConfig()
+	a.QueueTimeout = cfg.DoorQueueTimeout
+	return core.NewDoor(core.DoorConfig{Admission: a, Clock: clk, Loads: loads, Readings: readings})
 }
 
 // startDoors schedules every replica's first limit refresh and every
@@ -65,17 +68,11 @@ func (s *simulation) scrape(i, w int) {
 	}
 }
 
-// refresh sets replica i's door limit from its readings and its loads.
+// refresh ticks replica i's door: it sets its limit from the replica's
+// readings and loads.
 func (s *simulation) refresh(i int) {
 	r := s.replicas[i]
-	read := r.scratch[:0]
-	for _, rd := range r.readings {
-		if !rd.At.IsZero() {
-			read = append(read, rd)
-		}
-	}
-	r.scratch = read
-	r.door.Refresh(r.loads, read, s.clock.Now())
+	r.door.Tick()
 	s.letIn(r)
 	if s.pending > 0 {
 		s.agenda.push(event{at: s.clock.Elapsed() + core.DoorRefreshEvery, kind: evRefresh, target: i})
@@ -89,9 +86,7 @@ func (s *simulation) knock(r *replica, req *request) bool {
 	if r.door == nil {
 		return true
 	}
-	p := req.arrival.Prompt
-	tk := r.door.Scheduler().Arrive(admission.Request{Class: r.door.Scheduler().Classes().Default(),
-		Cost: int64(len(p))/4 + expectedOutputTokens}, s.clock.Now())
+	tk := r.door.Arrive(r.door.Scheduler().Classes().Default(), "", len(req.arrival.Prompt))
 	req.ticket = tk
 	select {
 	case <-tk.Ready():
@@ -104,14 +99,10 @@ func (s *simulation) knock(r *replica, req *request) bool {
 	default:
 	}
 	r.queued = append(r.queued, req)
-	s.agenda.push(event{at: s.clock.Elapsed() + s.cfg.DoorQueueTimeout, kind: evQueueTimeout, req: req})
+	s.agenda.push(event{at: s.clock.Elapsed() + r.door.Timeout(), kind: evQueueTimeout, req: req})
 	s.letIn(r) // the arrival may have let an earlier request go, or itself
 	return false
 }
-
-// expectedOutputTokens is the output a door expects of a request before it
-// reads the body, as the router's.
-const expectedOutputTokens = 256
 
 // letIn routes the requests replica r's door let go since it last looked,
 // each as an event at this instant (the engine that freed a slot may be in
@@ -148,7 +139,7 @@ func (s *simulation) refused(req *request) {
 // router's --queue-timeout-secs.
 func (s *simulation) queueTimeout(req *request) {
 	r := req.replica
-	if req.ticket != nil && r.door.Scheduler().Cancel(req.ticket, admission.TimedOut, s.clock.Now()) {
+	if req.ticket != nil && r.door.Cancel(req.ticket, admission.TimedOut) {
 		s.letIn(r)
 	}
 }
@@ -161,6 +152,6 @@ func (s *simulation) leave(req *request) {
 	}
 	req.ticket = nil
 	r := req.replica
-	r.door.Scheduler().Done(tk, s.clock.Now())
+	r.door.Done(tk)
 	s.letIn(r)
 }

@@ -42,10 +42,10 @@ func TestTheDoorQueuesOnlyWhileTheEnginesAreFull(t *testing.T) {
 // engines are full and the slowest turns wait at the door, through 4 and 8
 // replicas against one, over the seeds. The target is a TTFT p99 within
 // 1.1x of one replica's at the worst seed. A slot that frees goes to the
-// tier's longest-waiting request (admission's olderAtPeer): worst seeds
-// 1.05x and 1.07x at 4 and 8 replicas; with a replica's own queue first
-// they were 1.25x and 1.26x, with the room shared by the queues' lengths
-// 1.17x and 1.17x.
+// tier's longest-waiting request (admission's oldest-in-the-tier rule):
+// worst seeds 1.05x and 1.07x at 4 and 8 replicas; with a replica's own
+// queue first they were 1.25x and 1.26x, with the room shared by the
+// queues' lengths 1.17x and 1.17x.
 func TestMeasureTheTiersDoorAgainstOneReplica(t *testing.T) {
 	const target = 1.1
 	names := []string{"TTFT p99 of one replica / of 4", "TTFT p99 of one replica / of 8"}

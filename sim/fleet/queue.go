@@ -22,6 +22,8 @@ const (
 	evPlace
 	// evPlaced: the placer's answer reaches the asking replica.
 	evPlaced
+	// evSilent: a question's deadline passes without its answer.
+	evSilent
 	// evUnhold: the placer's reservation for a peer's request ends.
 	evUnhold
 	// evRefresh: a replica's door is due to set its limit.

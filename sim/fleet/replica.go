@@ -21,6 +21,9 @@ const ttlSlack = loadsync.DefaultLoadTTL - 3*loadsync.DefaultLoadInterval
 type replica struct {
 	name string
 	core *core.Replica
+	// placement is its side of the placer's protocol, nil without
+	// Config.Placer.
+	placement *core.Placement
 	// loads and index are the core's; gossip is its side of the gossip,
 	// nil unless SyncGossip.
 	loads  *affinity.LoadTable
@@ -37,7 +40,6 @@ type replica struct {
 	// peer's queue report reached it since it was last looked at.
 	door      *core.Door
 	readings  []admission.Reading
-	scratch   []admission.Reading
 	queued    []*request
 	doorMoved bool
 
@@ -68,12 +70,13 @@ func indexBudget(cfg Config) int {
 // newReplica builds replica number n over st, on clk. rnd supplies its
 // policies' random bits.
 func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.Rand) (*replica, error) {
-	r := &replica{name: fmt.Sprintf("replica-%d", n), heard: st.heard, door: newDoor(cfg, clk)}
-	if r.door != nil {
-		r.readings = make([]admission.Reading, cfg.totalWorkers())
+	r := &replica{name: replicaName(n), heard: st.heard, readings: make([]admission.Reading, cfg.totalWorkers())}
+	var err error
+	if r.door, err = newDoor(cfg, clk, st.loads, r.latestReadings); err != nil {
+		return nil, err
 	}
 	c, err := core.New(core.Config{Clock: clk, BlockSize: cfg.BlockSize, IndexBudget: indexBudget(cfg),
-		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n, clk), NoPeerShare: cfg.NoPeerShare,
+		Thresholds: cfg.Thresholds, Gossip: r.gossipConfig(cfg, n), NoPeerShare: cfg.NoPeerShare,
 		NoDemotion: cfg.NoDemotion, NoCalibration: cfg.NoCalibration,
 		NoCalibrationGossip: cfg.NoCalibrationGossip, Heard: r.recordHeard, Loads: st.loads,
 		Index: st.index})
@@ -81,6 +84,9 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	r.core, r.loads, r.index, r.gossip = c, c.Loads(), c.Index(), c.Gossip()
+	if r.placement, err = newPlacement(cfg, n, c); err != nil {
+		return nil, err
+	}
 	ids := make([]affinity.WorkerID, 0, cfg.totalWorkers())
 	for id := 1; id <= cfg.totalWorkers(); id++ {
 		ids = append(ids, affinity.WorkerID(id))
@@ -102,10 +108,14 @@ func newReplica(cfg Config, n int, st state, clk clock.PassiveClock, rnd *rand.R
 	return r, err
 }
 
+// replicaName is replica n's name: its gossip origin, and what a question
+// to it as the placer is put to.
+func replicaName(n int) string { return fmt.Sprintf("replica-%d", n) }
+
 // gossipConfig is the replica's side of the gossip with SyncGossip, nil
 // otherwise: the product's State with the fleet's report interval, and
 // with a door its queue reports, as the router's.
-func (r *replica) gossipConfig(cfg Config, n int, clk clock.PassiveClock) *loadsync.Config {
+func (r *replica) gossipConfig(cfg Config, n int) *loadsync.Config {
 	if cfg.Sync != SyncGossip {
 		return nil
 	}
@@ -114,7 +124,7 @@ func (r *replica) gossipConfig(cfg Config, n int, clk clock.PassiveClock) *loads
 	if r.door != nil {
 		lc.LocalQueues = r.door.LocalQueues
 		lc.OnQueues = func(origin string, ds []loadsync.QueueDepth) {
-			r.door.RemoteQueues(origin, ds, clk.Now())
+			r.door.RemoteQueues(origin, ds)
 			r.doorMoved = true
 		}
 	}
@@ -135,4 +145,15 @@ func (r *replica) recordHeard(hashes []uint64, w affinity.WorkerID) {
 	for _, h := range hashes {
 		r.heard.add(h, w)
 	}
+}
+
+// latestReadings appends the replica's latest reading of every engine it
+// has read: what its door reads (core.DoorConfig.Readings).
+func (r *replica) latestReadings(dst []admission.Reading) []admission.Reading {
+	for _, rd := range r.readings {
+		if !rd.At.IsZero() {
+			dst = append(dst, rd)
+		}
+	}
+	return dst
 }

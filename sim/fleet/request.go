@@ -40,19 +40,19 @@ type request struct {
 	// the routed worker's answer judges it.
 	replica *replica
 	decided core.Decided
-	// areq is the request as its replica prepared it, and placed the
-	// placer's choice, while the placer is asked.
-	areq   *affinity.Request
-	placed affinity.Decision
+	// areq is the request as its replica prepared it; asking is its
+	// question to the placer, while asked, and placed the placer's choice
+	// (refused: the placer placed nothing).
+	areq    *affinity.Request
+	asking  *core.Asking
+	placed  affinity.Decision
+	refused bool
 	// oracleOwner and oracleHit are the oracle's decision at arrival.
 	oracleOwner affinity.WorkerID
 	oracleHit   bool
 	// ticket is the request's place at its replica's door, from its
 	// arrival to its end; nil without a door.
 	ticket *admission.Ticket
-	// question is the request's question to the placer, while asked: the
-	// asking replica settles it when the answer's reservation is made.
-	question core.Question
 }
 
 // doorWait is how long the request waited at its replica's door.

@@ -99,6 +99,12 @@ type Result struct {
 	// second of virtual time: the mean and the largest sample.
 	PrefillQueueMean float64 `json:"prefill_queue_mean"`
 	PrefillQueueMax  int     `json:"prefill_queue_max"`
+	// PlacerAnswersLost counts the placer's answers lost on their way back
+	// (Config.PlacerAnswerLoss), and PlacedAlone the cold requests decided
+	// alone for want of an answer: at the timeout, or at once while the
+	// placer was quiet after one.
+	PlacerAnswersLost int `json:"placer_answers_lost,omitempty"`
+	PlacedAlone       int `json:"placed_alone,omitempty"`
 	// GossipPacketsLost counts packet copies the network dropped.
 	GossipPacketsLost uint64 `json:"gossip_packets_lost,omitempty"`
 	// GossipFactsLearned counts ownership facts the replicas learned from
@@ -275,6 +281,7 @@ func (s *simulation) result() Result {
 	r.PrefillQueueMean, r.PrefillQueueMax = s.queues.mean(), s.queues.max
 	r.GossipBytesPerSec = ratio(float64(s.net.bytesSent), r.MakespanSeconds)
 	r.GossipPacketsLost = s.net.packetsLost
+	r.PlacerAnswersLost, r.PlacedAlone = s.placing.answersLost, s.placing.alone
 	for _, rep := range s.replicas {
 		if rep.gossip != nil {
 			st := rep.gossip.Stats()

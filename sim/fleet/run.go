@@ -24,6 +24,8 @@ const (
 	streamPolicies // + replica number
 	// streamOracle is far above any replica's stream.
 	streamOracle = 1 << 40
+	// streamPlacerLoss draws the placer's lost answers.
+	streamPlacerLoss = streamOracle + 1
 )
 
 // simulation is one run in progress. It is driven by one goroutine.
@@ -45,6 +47,7 @@ type simulation struct {
 	pending int
 	stats   collector
 	queues  queueDepth
+	placing placerTraffic
 	// err is the first failure that ends the run early.
 	err error
 }
@@ -73,6 +76,7 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		balancer: seeded(cfg.Seed, streamBalancer),
 		net:      network{delay: cfg.GossipDelay, loss: cfg.GossipLoss, rand: seeded(cfg.Seed, streamNetwork)},
 		inflight: make(map[sim.RequestID]*request),
+		placing:  placerTraffic{loss: seeded(cfg.Seed, streamPlacerLoss)},
 	}
 	for id := 1; id <= cfg.totalWorkers(); id++ {
 		engine := cfg.Engine
@@ -138,8 +142,10 @@ func (s *simulation) handle(e event) {
 		s.place(e.req)
 	case evPlaced:
 		s.placed(e.req)
+	case evSilent:
+		s.silent(e.req)
 	case evUnhold:
-		s.placer().core.Unhold(e.req.question.From, e.req.question.Seq)
+		s.placer().placement.Unhold(e.req.asking.Question)
 	case evRefresh:
 		s.refresh(e.target)
 	case evScrape:
@@ -187,52 +193,11 @@ func (s *simulation) arrive(req *request) {
 // worker. A split fleet routes both phases at once, as the proxy does, so
 // the decode guard is held from dispatch.
 func (s *simulation) route(req *request) {
-	now := s.clock.Elapsed()
 	r := req.replica
 	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
 	req.areq = areq
 	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
-	decide := r.core.Decide
-	if s.cfg.Placer && s.cfg.Sync == SyncGossip {
-		switch r.core.PlacingOf(r.router, areq, r.pool, r == s.placer()) {
-		case core.PlaceHere:
-			decide = r.core.Place
-		case core.AskPlacer:
-			req.question = r.core.Ask(areq, r.pool)
-			s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlace, req: req})
-			return
-		}
-	}
-	decided, guard, err := decide(r.router, areq, r.pool)
-	s.dispatch(req, decided, guard, err)
-}
-
-// placer is the tier's placer when Config.Placer is set.
-func (s *simulation) placer() *replica { return s.replicas[0] }
-
-// place answers a peer's question on the placer, which holds the
-// reservation until the peer's load report counts the request (or the
-// bound, evUnhold), and sends the answer back.
-func (s *simulation) place(req *request) {
-	p := s.placer()
-	d, err := p.core.Answer(p.router, req.question)
-	if err != nil {
-		req.replica.core.Settle(req.question.Seq)
-		s.fail(req)
-		return
-	}
-	now := s.clock.Elapsed()
-	req.placed = d.Decision
-	s.agenda.push(event{at: now + p.core.PlacementHold(), kind: evUnhold, req: req})
-	s.agenda.push(event{at: now + s.cfg.GossipDelay, kind: evPlaced, req: req})
-}
-
-// placed routes a request on the worker its placer chose.
-func (s *simulation) placed(req *request) {
-	r := req.replica
-	decided, guard, err := r.core.DecideOn(r.router, req.areq, r.pool, req.placed)
-	r.core.Settle(req.question.Seq)
-	s.dispatch(req, decided, guard, err)
+	s.decide(req)
 }
 
 // dispatch submits a decided request to its worker.
