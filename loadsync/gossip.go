@@ -237,17 +237,18 @@ func (g *Gossip) SetTagsEverywhere(tags map[string]string) error {
 
 // pushToMembers runs a push/pull with every other live member at once.
 func (g *Gossip) pushToMembers() []error {
-	self := g.ml.LocalNode().Name
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var errs []error
-	for _, n := range g.ml.Members() {
-		if n.Name == self {
+	// Our own table, not memberlist's Members: memberlist goes on changing
+	// the nodes it hands out (a member that comes back at a new address).
+	for _, m := range g.members.list() {
+		if m.Self {
 			continue
 		}
 		// name/addr makes memberlist check that the member answering
 		// is the one meant.
-		to := n.Name + "/" + n.Address()
+		to := m.Name + "/" + m.Addr
 		wg.Go(func() {
 			if _, err := g.ml.Join([]string{to}); err != nil {
 				mu.Lock()
