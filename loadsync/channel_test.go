@@ -87,3 +87,19 @@ func TestAChannelsPacketsGoOnlyToThePeersThatRunIt(t *testing.T) {
 		t.Errorf("r1, which runs no channel, was sent its packet: %+v", st)
 	}
 }
+
+// The inbox between memberlist's receive loop and the pump is bounded in
+// bytes as well as in packets: a peer that floods it with large packets
+// while the pump is behind costs at most the bound, the rest dropped and
+// counted.
+func TestTheInboxIsBoundedInBytes(t *testing.T) {
+	g := &Gossip{cfg: GossipConfig{InboxBytes: 1000}, inbox: make(chan []byte, 100)}
+	d := &delegate{g: g}
+	for range 5 {
+		d.NotifyMsg(make([]byte, 300))
+	}
+	if len(g.inbox) != 3 || g.inboxBytes.Load() != 900 || g.counters.inboxDropped.Load() != 2 {
+		t.Fatalf("%d packets and %d bytes held, %d dropped; want 3, 900, 2", len(g.inbox), g.inboxBytes.Load(),
+			g.counters.inboxDropped.Load())
+	}
+}

@@ -23,14 +23,21 @@ var (
 func (d *delegate) NodeMeta(limit int) []byte { return d.g.st.Meta() }
 
 // NotifyMsg hands a copy of the packet to the pump, or drops it when the
-// pump is that far behind: it must never block memberlist's receive loop.
+// pump is that far behind, in packets or in bytes: it must never block
+// memberlist's receive loop, nor hold more than the inbox's bounds.
 func (d *delegate) NotifyMsg(msg []byte) {
 	c := &d.g.counters
 	c.packetsReceived.Add(1)
 	c.bytesReceived.Add(uint64(len(msg)))
+	if d.g.inboxBytes.Add(int64(len(msg))) > int64(d.g.cfg.InboxBytes) {
+		d.g.inboxBytes.Add(-int64(len(msg)))
+		c.inboxDropped.Add(1)
+		return
+	}
 	select {
 	case d.g.inbox <- slices.Clone(msg):
 	default:
+		d.g.inboxBytes.Add(-int64(len(msg)))
 		c.inboxDropped.Add(1)
 	}
 }

@@ -31,11 +31,13 @@ type Gossip struct {
 	// keyring is memberlist's, nil without a SecretKey (keyring.go).
 	keyring *memberlist.Keyring
 
-	inbox   chan []byte
-	events  *eventQueue
-	members memberTable
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	inbox chan []byte
+	// inboxBytes is what the inbox holds, within GossipConfig.InboxBytes.
+	inboxBytes atomic.Int64
+	events     *eventQueue
+	members    memberTable
+	stop       chan struct{}
+	wg         sync.WaitGroup
 
 	refusalMu sync.Mutex
 	refusal   error // the last peer refused by CheckJoin, for Join's error
@@ -119,6 +121,7 @@ func (g *Gossip) pump(tick <-chan time.Time, stopTicker func()) {
 			g.broadcast(g.st.Tick(now))
 			g.tickChannels(now)
 		case pkt := <-g.inbox:
+			g.inboxBytes.Add(-int64(len(pkt)))
 			// Errors are counted in the State's stats (or the channels');
 			// a stranger's garbage is not worth a log line per packet.
 			if c := g.channel(pkt); c != nil {

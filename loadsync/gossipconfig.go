@@ -26,6 +26,9 @@ const (
 	// beyond it NotifyMsg drops packets rather than block memberlist's
 	// receive loop (a dropped load report is superseded by the next).
 	DefaultInboxPackets = 4096
+	// DefaultInboxBytes bounds the bytes of those packets: 4,096 packets of
+	// the largest size would hold 260 MB.
+	DefaultInboxBytes = 16 << 20
 	// DefaultDeadNodeReclaimTime lets a replica that died come back under
 	// its name at a new address (a rescheduled container) 10 s after it
 	// was declared dead; memberlist alone would refuse it for good.
@@ -59,6 +62,8 @@ type GossipConfig struct {
 	LeaveTimeout time.Duration
 	// InboxPackets bounds received packets awaiting merge. Default 4096.
 	InboxPackets int
+	// InboxBytes bounds their bytes. Default 16 MiB.
+	InboxBytes int
 	// LocalNetwork uses memberlist's timings for a loopback or local
 	// network (faster probes) instead of its LAN timings.
 	LocalNetwork bool
@@ -102,6 +107,7 @@ func (c GossipConfig) withDefaults() GossipConfig {
 	}
 	c.LeaveTimeout = orDefault(c.LeaveTimeout, DefaultLeaveTimeout)
 	c.InboxPackets = orDefault(c.InboxPackets, DefaultInboxPackets)
+	c.InboxBytes = orDefault(c.InboxBytes, DefaultInboxBytes)
 	c.DeadNodeReclaimTime = orDefault(c.DeadNodeReclaimTime, DefaultDeadNodeReclaimTime)
 	c.UpdateTimeout = orDefault(c.UpdateTimeout, DefaultUpdateTimeout)
 	return c
