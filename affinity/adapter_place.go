@@ -1,0 +1,241 @@
+package affinity
+
+import (
+	"slices"
+	"time"
+)
+
+// Where a request for a LoRA adapter may go, before its policy chooses:
+//
+//   - where the adapter is resident (in a worker's slots by the table),
+//     unless that worker is overloaded by the per-request check against
+//     the least-loaded worker that serves the adapter: the engine runs it
+//     without a swap, and its prefixes under the adapter are cached there;
+//   - a hot adapter, whose resident workers all hold --hot-prefix-load
+//     requests above the least loaded and which had as many requests in
+//     the last second (a replica counts its own times the live replicas),
+//     gains the next worker in the rendezvous order of its key, as a hot
+//     prefix does: every replica picks the same one without a word;
+//   - an adapter resident nowhere (or only on overloaded workers) goes to
+//     one worker, the first in its rendezvous order among those with a
+//     slot free of other adapters' requests and within --hot-prefix-load
+//     of the least loaded: replicas that place it in the same instant
+//     agree, and no engine is sent a new adapter while its max_lora slots
+//     are busy with others if another has room.
+//
+// The policy then chooses among those as it always does (cache_aware by
+// prefix, least_load by load).
+
+// slotState is what the table says of one candidate for one adapter.
+type slotState struct {
+	resident bool // the adapter is in the worker's slots
+	room     bool // a slot is free of other adapters' requests, or the adapter holds one
+}
+
+// adapterCandidate is one member of the pool, weighed for an adapter.
+type adapterCandidate struct {
+	slotState
+	i    int   // its position in the pool
+	load int64 // its load as selection sees it
+}
+
+// narrow is the pool an adapter request's policy chooses from (see above):
+// pool itself for a request of the base model, or when every worker is a
+// candidate.
+func (a *Adapters) narrow(req *Request, pool *Pool, th Thresholds) *Pool {
+	if req.Adapter == 0 || pool.Len() <= 1 {
+		return pool
+	}
+	now := a.clock.Now()
+	sp := pool.spread(req.burst, req.Tail)
+	var buf [16]adapterCandidate
+	cands := buf[:0]
+	for i := range pool.Len() {
+		m := pool.At(i)
+		cands = append(cands, adapterCandidate{slotState: a.state(m.id, req.Adapter, now), i: i,
+			load: m.selectLoad(m.local.Load(), req.burst)})
+	}
+	var keep []int
+	least := int64(-1) // the least load among the resident candidates kept
+	for _, c := range cands {
+		if c.resident && !th.Overloaded(c.load, sp.min) {
+			keep = append(keep, c.i)
+			if least < 0 || c.load < least {
+				least = c.load
+			}
+		}
+	}
+	if len(keep) == 0 {
+		return pool.only([]int{placeNew(req.Adapter, pool, cands, sp, th)})
+	}
+	if a.isHot(req, least, sp.min, th) {
+		keep = spreadHot(req.Adapter, pool, cands, keep, least, sp.min, th)
+	}
+	return pool.only(keep)
+}
+
+// isHot reports whether an adapter whose least-loaded resident worker holds
+// least should gain a worker: HotLoad requests above the least loaded
+// (min), and at least HotLoad requests of it lately across the tier (this
+// replica's own, this one included, times the live replicas: the load
+// balancer spreads an adapter's requests over them).
+func (a *Adapters) isHot(req *Request, least, floor int64, th Thresholds) bool {
+	if !th.hot(least, floor) {
+		return false
+	}
+	hits := (a.heat.of(uint64(req.Adapter), a.clock.Now()) + 1) * float64(req.burst.peers+1)
+	return hits >= th.HotLoad
+}
+
+// spreadHot adds to keep, a hot adapter's resident workers, the next
+// workers in the rendezvous order of its key, those with room first, while
+// every one kept holds HotLoad requests above floor (the least loaded
+// candidate's), up to HotOwners.
+func spreadHot(k AdapterKey, pool *Pool, cands []adapterCandidate, keep []int, least, floor int64, th Thresholds) []int {
+	for len(keep) < max(th.HotOwners, 1) && th.hot(least, floor) {
+		next := nextByRendezvous(k, pool, cands, keep)
+		if next < 0 {
+			break
+		}
+		keep = append(keep, next)
+		least = min(least, cands[next].load)
+	}
+	slices.Sort(keep) // the pool's order, the policies' last tie-breaker
+	return keep
+}
+
+// nextByRendezvous is the position of the highest-scored candidate for k
+// not in taken, among those with room if any has; -1 when none is left.
+func nextByRendezvous(k AdapterKey, pool *Pool, cands []adapterCandidate, taken []int) int {
+	best, bestRoom, bestScore := -1, false, uint64(0)
+	for _, c := range cands {
+		if slices.Contains(taken, c.i) {
+			continue
+		}
+		s := rendezvousScore(uint64(k), pool.At(c.i).id)
+		if best < 0 || (c.room && !bestRoom) || (c.room == bestRoom && s > bestScore) {
+			best, bestRoom, bestScore = c.i, c.room, s
+		}
+	}
+	return best
+}
+
+// placeNew is the position of the one worker an adapter resident nowhere
+// goes to: the first in its rendezvous order among those with room that
+// are not busy (HotLoad above min, or overloaded where spreading is off),
+// else among those with room, else among those not busy; the least loaded
+// when every worker is busy and full.
+func placeNew(k AdapterKey, pool *Pool, cands []adapterCandidate, sp spread, th Thresholds) int {
+	busy := func(c adapterCandidate) bool {
+		if th.HotLoad > 0 {
+			return th.hot(c.load, sp.min)
+		}
+		return th.Overloaded(c.load, sp.min)
+	}
+	for _, ok := range []func(adapterCandidate) bool{
+		func(c adapterCandidate) bool { return c.room && !busy(c) },
+		func(c adapterCandidate) bool { return c.room },
+		func(c adapterCandidate) bool { return !busy(c) },
+	} {
+		best, bestScore := -1, uint64(0)
+		for _, c := range cands {
+			if s := rendezvousScore(uint64(k), pool.At(c.i).id); ok(c) && (best < 0 || s > bestScore) {
+				best, bestScore = c.i, s
+			}
+		}
+		if best >= 0 {
+			return best
+		}
+	}
+	return sp.least
+}
+
+// state is what the table says of adapter k on worker w at now: whether k
+// is among the Slots adapters active there most recently (any seen, when
+// Slots is unknown), and whether a slot is free of other adapters' requests.
+func (a *Adapters) state(w WorkerID, k AdapterKey, now time.Time) slotState {
+	e := a.worker(w)
+	if e == nil {
+		return slotState{room: true}
+	}
+	var view AdapterView
+	if v := e.view.Load(); v != nil {
+		view = *v
+	}
+	r := residency{key: k, now: now}
+	for _, s := range view.Seen {
+		r.add(s.Key, s.Last, s.BusyUntil.After(now))
+	}
+	for key, u := range *e.uses.Load() {
+		r.add(key, u.lastAt(now), u.inflight.Load() > 0)
+	}
+	return r.state(view.Slots)
+}
+
+// residency tallies one worker's adapters against one adapter, key: how
+// recently key was active there, how many adapters were active since, and
+// how many others hold a slot now. An adapter seen by the tier and used by
+// this replica is counted once, at its latest.
+type residency struct {
+	key        AdapterKey
+	now        time.Time
+	last       time.Time // key's; zero when not seen
+	busy       bool      // key's
+	others     []adapterMark
+	busyOthers int
+}
+
+// adapterMark is another adapter's latest activity on the worker.
+type adapterMark struct {
+	key  AdapterKey
+	last time.Time
+	busy bool
+}
+
+func (r *residency) add(k AdapterKey, last time.Time, busy bool) {
+	if busy {
+		last = r.now
+	}
+	if k == r.key {
+		r.last, r.busy = laterOf(r.last, last), r.busy || busy
+		return
+	}
+	for i := range r.others {
+		if o := &r.others[i]; o.key == k {
+			if busy && !o.busy {
+				r.busyOthers++
+			}
+			o.last, o.busy = laterOf(o.last, last), o.busy || busy
+			return
+		}
+	}
+	r.others = append(r.others, adapterMark{key: k, last: last, busy: busy})
+	if busy {
+		r.busyOthers++
+	}
+}
+
+// state judges the tally for an engine of slots adapters (0: unknown).
+func (r *residency) state(slots int) slotState {
+	if r.last.IsZero() {
+		return slotState{room: slots == 0 || r.busyOthers < slots}
+	}
+	if slots == 0 {
+		return slotState{resident: true, room: true}
+	}
+	since := 0 // other adapters active after key: LRU would evict key after slots of them
+	for _, o := range r.others {
+		if o.last.After(r.last) {
+			since++
+		}
+	}
+	resident := since < slots && (r.busy || r.busyOthers < slots)
+	return slotState{resident: resident, room: r.busy || r.busyOthers < slots}
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
