@@ -46,15 +46,9 @@ func (a *Adapters) narrow(req *Request, pool *Pool, th Thresholds) *Pool {
 	if req.Adapter == 0 || pool.Len() <= 1 {
 		return pool
 	}
-	now := a.clock.Now()
 	sp := pool.spread(req.burst, req.Tail)
 	var buf [16]adapterCandidate
-	cands := buf[:0]
-	for i := range pool.Len() {
-		m := pool.At(i)
-		cands = append(cands, adapterCandidate{slotState: a.state(m.id, req.Adapter, now), i: i,
-			load: m.selectLoad(m.local.Load(), req.burst)})
-	}
+	cands := a.candidates(req, pool, buf[:0])
 	var keep []int
 	least := int64(-1) // the least load among the resident candidates kept
 	for _, c := range cands {
@@ -72,6 +66,35 @@ func (a *Adapters) narrow(req *Request, pool *Pool, th Thresholds) *Pool {
 		keep = spreadHot(req.Adapter, pool, cands, keep, least, sp.min, th)
 	}
 	return pool.only(keep)
+}
+
+// candidates weighs every member of pool for req's adapter, in dst; a nil
+// table knows of no adapter anywhere.
+func (a *Adapters) candidates(req *Request, pool *Pool, dst []adapterCandidate) []adapterCandidate {
+	var now time.Time
+	if a != nil {
+		now = a.clock.Now()
+	}
+	for i := range pool.Len() {
+		m := pool.At(i)
+		dst = append(dst, adapterCandidate{slotState: a.state(m.id, req.Adapter, now), i: i,
+			load: m.selectLoad(m.local.Load(), req.burst)})
+	}
+	return dst
+}
+
+// AdapterHome is the worker of pool (not empty) an adapter resident
+// nowhere goes to (placeNew): where the proxy loads an adapter no worker
+// lists yet. A router without a residency table sees every slot free.
+func (r *Router) AdapterHome(k AdapterKey, pool *Pool) WorkerID {
+	th := r.thresholds
+	if r.adapters == nil {
+		th = DefaultThresholds()
+	}
+	req := &Request{Adapter: k, burst: r.loads.burstNow()}
+	var buf [16]adapterCandidate
+	cands := r.adapters.candidates(req, pool, buf[:0])
+	return pool.At(placeNew(k, pool, cands, pool.spread(req.burst, 0), th)).id
 }
 
 // isHot reports whether an adapter whose least-loaded resident worker holds
@@ -154,6 +177,9 @@ func placeNew(k AdapterKey, pool *Pool, cands []adapterCandidate, sp spread, th 
 // is among the Slots adapters active there most recently (any seen, when
 // Slots is unknown), and whether a slot is free of other adapters' requests.
 func (a *Adapters) state(w WorkerID, k AdapterKey, now time.Time) slotState {
+	if a == nil {
+		return slotState{room: true}
+	}
 	e := a.worker(w)
 	if e == nil {
 		return slotState{room: true}

@@ -52,8 +52,6 @@ type AdapterSeen struct {
 	// replica sends (the engine's reading showed it running or waiting, or
 	// a peer has requests of it in flight there).
 	BusyUntil time.Time
-	// Remote is the peers' requests of it in flight there.
-	Remote int64
 }
 
 // AdapterView is the tier's view of one worker's adapters, this replica's

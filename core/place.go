@@ -62,10 +62,13 @@ const (
 
 // PlacingOf says how req is decided on this replica, which is the tier's
 // placer when isPlacer. Requests routed on the engines' KV-event tokens,
-// and policies that do not route by prefix, are decided where they arrive.
+// those of a LoRA adapter placed by residency (which agrees across the
+// tier by each adapter's rendezvous order, and whose question would not
+// carry its adapter), and policies that do not route by prefix, are
+// decided where they arrive.
 func (r *Replica) PlacingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) Placing {
 	switch {
-	case req.Tokens != nil || !router.RoutesByPrefix():
+	case req.Tokens != nil || !router.RoutesByPrefix() || (req.Adapter != 0 && router.PlacesAdapters()):
 		return DecideHere
 	case isPlacer:
 		return PlaceHere
