@@ -98,6 +98,7 @@ func (r *Replica) newCore() error {
 		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
+		LoRA:          r.cfg.LoRA.Residency,
 		NoPeerShare:   r.cfg.CountOwnBurstOnce,
 	})
 	if err != nil {
@@ -119,7 +120,7 @@ func (r *Replica) startGossip() error {
 		SecretKey:     r.cfg.GossipKey,
 		OnMember:      r.members.MemberChanged,
 		LocalNetwork:  r.cfg.GossipLocal,
-		Channels:      r.channels(),
+		Channels:      append(r.channels(), r.loraChannels()...),
 	}
 	g, err := loadsync.Start(cfg, r.sync, r.clock)
 	if err != nil {

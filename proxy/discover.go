@@ -133,11 +133,10 @@ func (p *Proxy) call(ctx context.Context, w Worker, method, path string, body []
 	}
 	if body != nil {
 		req.Header.SetContentType("application/json")
-		req.SetBodyRaw(body)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	answer, status, err := m.exchangeBody(ctx, req, nil, resp, maxDiscoveryBody)
+	answer, status, err := m.exchangeBody(ctx, req, body, resp, maxDiscoveryBody)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)

@@ -193,6 +193,9 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"kv-events-tokenize-timeout":  sets(func(c cluster.Config) any { return c.Proxy.Tokenize.Timeout }, d.Proxy.Tokenize.Timeout),
 		"kv-events-bind":              sets(func(c cluster.Config) any { return c.KVEvents.Bind }, d.KVEvents.Bind),
 		"kv-events-max-message-bytes": sets(func(c cluster.Config) any { return c.KVEvents.MaxMessageBytes }, d.KVEvents.MaxMessageBytes),
+
+		"lora-residency": sets(func(c cluster.Config) any { return c.LoRA.Residency }, d.LoRA.Residency),
+		"lora-load-path": sets(func(c cluster.Config) any { return c.LoRA.LoadPath }, d.LoRA.LoadPath),
 	}
 }
 
