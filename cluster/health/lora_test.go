@@ -42,7 +42,7 @@ func TestAPageWithoutLoRASaysNothingOfIt(t *testing.T) {
 	for _, page := range []string{
 		"vllm:num_requests_running 3\n",
 		`vllm:lora_requests_info{max_lora="2",running_lora_adapters="a1 1` + "\n", // unclosed
-		`vllm:lora_requests_info{max_lora=2} 1` + "\n",                             // unquoted
+		`vllm:lora_requests_info{max_lora=2} 1` + "\n",                            // unquoted
 	} {
 		got, err := parseEngineMetrics(strings.NewReader(page))
 		if err != nil {
