@@ -184,18 +184,48 @@ func (a *Adapters) state(w WorkerID, k AdapterKey, now time.Time) slotState {
 	if e == nil {
 		return slotState{room: true}
 	}
-	var view AdapterView
+	slots := 0
 	if v := e.view.Load(); v != nil {
-		view = *v
+		slots = v.Slots
 	}
 	r := residency{key: k, now: now}
-	for _, s := range view.Seen {
-		r.add(s.Key, s.Last, s.BusyUntil.After(now))
+	a.tally(w, &r)
+	return r.state(slots)
+}
+
+// Busy is how many adapters hold a slot of w's engine now, by the table:
+// running or waiting in its latest reading, or with requests of the tier
+// in flight there.
+func (a *Adapters) Busy(w WorkerID) int {
+	r := residency{now: a.clock.Now()}
+	a.tally(w, &r)
+	return r.busyOthers
+}
+
+// Slots is the max_lora of w's engine as the table knows it, 0 unknown.
+func (a *Adapters) Slots(w WorkerID) int {
+	if e := a.worker(w); e != nil {
+		if v := e.view.Load(); v != nil {
+			return v.Slots
+		}
+	}
+	return 0
+}
+
+// tally adds what the table knows of w's adapters to r.
+func (a *Adapters) tally(w WorkerID, r *residency) {
+	e := a.worker(w)
+	if e == nil {
+		return
+	}
+	if v := e.view.Load(); v != nil {
+		for _, s := range v.Seen {
+			r.add(s.Key, s.Last, s.BusyUntil.After(r.now))
+		}
 	}
 	for key, u := range *e.uses.Load() {
-		r.add(key, u.lastAt(now), u.inflight.Load() > 0)
+		r.add(key, u.lastAt(r.now), u.inflight.Load() > 0)
 	}
-	return r.state(view.Slots)
 }
 
 // residency tallies one worker's adapters against one adapter, key: how

@@ -331,3 +331,24 @@ func TestAWorkersUsesAreBoundedByNumber(t *testing.T) {
 		t.Fatalf("%d bytes, want %d", b, adapterWorkerBytes+MaxAdaptersPerWorker*adapterUseBytes)
 	}
 }
+
+func TestBusyCountsTheAdaptersHoldingASlot(t *testing.T) {
+	f, a := loraFleet(t, 2, Settings{Policy: PolicyLeastLoad})
+	seenOn(a, f.clock, 1, 2, true, "a-lora")
+	d, g := f.holdAdapter(t, "b-lora", text("q", 64))
+	if n := a.Busy(1); n != 1+btoi(d.Worker == 1) {
+		t.Fatalf("worker 1 has %d adapters busy, want %d", n, 1+btoi(d.Worker == 1))
+	}
+	g.Release()
+	f.clock.Step(2 * time.Minute) // the engine's reading ran out
+	if n := a.Busy(1); n != 0 {
+		t.Fatalf("%d busy once nothing runs, want 0", n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -91,6 +92,8 @@ func (r *Replica) loraChannels() []loadsync.Channel {
 var _ = exposition.Describe(map[string]string{
 	"vllm_router_lora_residency_bytes":       "Bytes the LoRA residency takes: the table of adapters per worker and the peers' latest reports of them (--lora-residency).",
 	"vllm_router_lora_reports_refused_total": "Peers' reports of adapters left out: past the residency's byte bound, or from a peer past the 64 kept.",
+	"vllm_router_worker_lora_busy_adapters":  "LoRA adapters holding a slot of each worker's engine now, by what the tier knows (the engine's latest reading, the tier's requests in flight), by worker URL.",
+	"vllm_router_worker_lora_slots":          "Each worker's max_lora as the tier knows it from its engine's vllm:lora_requests_info (0: not read yet), by worker URL.",
 })
 
 // registerLoRA registers the residency's metrics.
@@ -101,5 +104,12 @@ func (r *Replica) registerLoRA(set *metrics.Set) {
 	set.NewGauge("vllm_router_lora_residency_bytes", func() float64 { return float64(r.core.AdapterStats().Bytes) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		metrics.WriteCounterUint64(w, "vllm_router_lora_reports_refused_total", r.core.AdapterStats().Refused)
+		for _, wk := range r.fsm.View().Workers() {
+			id := affinity.WorkerID(wk.ID)
+			metrics.WriteGaugeUint64(w, fmt.Sprintf("vllm_router_worker_lora_busy_adapters{worker=%q}", wk.URL),
+				uint64(r.core.BusyAdapters(id)))
+			metrics.WriteGaugeUint64(w, fmt.Sprintf("vllm_router_worker_lora_slots{worker=%q}", wk.URL),
+				uint64(r.core.AdapterSlots(id)))
+		}
 	})
 }

@@ -400,6 +400,24 @@ func (s *loraState) forget(w affinity.WorkerID) {
 	s.table.Forget(w)
 }
 
+// BusyAdapters is how many adapters hold a slot of worker w's engine now,
+// by what the tier knows; 0 without LoRA residency.
+func (r *Replica) BusyAdapters(w affinity.WorkerID) int {
+	if r.adapters == nil {
+		return 0
+	}
+	return r.adapters.Busy(w)
+}
+
+// AdapterSlots is worker w's max_lora as the tier knows it (its engine's
+// reading, here or at a peer); 0 unknown, or without LoRA residency.
+func (r *Replica) AdapterSlots(w affinity.WorkerID) int {
+	if r.adapters == nil {
+		return 0
+	}
+	return r.adapters.Slots(w)
+}
+
 // AdapterStats is what the residency costs. Safe at any time.
 type AdapterStats struct {
 	// Bytes is the table's and the peers' records', by their accounting.

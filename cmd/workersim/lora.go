@@ -40,6 +40,22 @@ type loraModule struct {
 	Path string `json:"path"`
 }
 
+// loraModulesFlag collects --lora-modules, one adapter per occurrence: a slice flag would cut
+// vLLM's JSON at its commas.
+type loraModulesFlag struct{ specs []string }
+
+func (f *loraModulesFlag) Set(s string) error {
+	f.specs = append(f.specs, s)
+	return nil
+}
+
+func (f *loraModulesFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return strings.Join(f.specs, " ")
+}
+
 // parseLoRAModules reads --lora-modules: each either vLLM's JSON ({"name": ..., "path": ...}) or
 // its older name=path.
 func parseLoRAModules(specs []string) ([]loraModule, error) {

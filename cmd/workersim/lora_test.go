@@ -3,11 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/kvevents"
@@ -198,5 +201,17 @@ func TestTheKVEventsOfAnAdaptersSaltedPromptSayBoth(t *testing.T) {
 		if n := sub.MatchedAs(other, tokens); n != 0 {
 			t.Errorf("identity %q matches %d blocks of sql-lora's salted prompt", other, n)
 		}
+	}
+}
+
+func TestTheLoRAModulesFlagTakesVLLMsJSON(t *testing.T) {
+	var got serverConfig
+	app := newApp(io.Discard, io.Discard, func(_ *cli.Context, cfg serverConfig) error { got = cfg; return nil })
+	err := app.Run([]string{"workersim", "--lora-modules", `{"name":"sql-lora","path":"/a/sql"}`, "--lora-modules", "chat=/a/chat"})
+	if err != nil || !got.lora || got.engine.MaxLoras != 1 || !slices.Equal(got.loras, []loraModule{{"sql-lora", "/a/sql"}, {"chat", "/a/chat"}}) {
+		t.Fatalf("%+v %v", got.loras, err)
+	}
+	if err := app.Run([]string{"workersim", "--lora-modules", `{"name":"x"}`}); err == nil || !strings.Contains(err.Error(), "--lora-modules") {
+		t.Fatalf("%v, want a refusal naming --lora-modules", err)
 	}
 }
