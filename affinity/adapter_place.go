@@ -17,11 +17,15 @@ import (
 //     gains the next worker in the rendezvous order of its key, as a hot
 //     prefix does: every replica picks the same one without a word;
 //   - an adapter resident nowhere (or only on overloaded workers) goes to
-//     one worker, the first in its rendezvous order among those with a
-//     slot free of other adapters' requests and within --hot-prefix-load
-//     of the least loaded: replicas that place it in the same instant
-//     agree, and no engine is sent a new adapter while its max_lora slots
-//     are busy with others if another has room.
+//     the workers with a slot no other adapter used within AdapterWindow
+//     that are within --hot-prefix-load of the least loaded (else those
+//     with such a slot, else those within the bound): no engine is sent a
+//     new adapter while its max_lora slots serve others if another has
+//     room, and an agent's adapter between two turns keeps its slot. In a
+//     tier, to the first of those in the adapter's rendezvous order: the
+//     replicas that place a new adapter in the same instant agree without
+//     a word (alone, a replica's own requests in flight make the adapter
+//     resident at once, and its policy chooses among them).
 //
 // The policy then chooses among those as it always does (cache_aware by
 // prefix, least_load by load).
@@ -29,7 +33,9 @@ import (
 // slotState is what the table says of one candidate for one adapter.
 type slotState struct {
 	resident bool // the adapter is in the worker's slots
-	room     bool // a slot is free of other adapters' requests, or the adapter holds one
+	// room: the adapter holds a slot, or a slot served no other adapter
+	// within AdapterWindow.
+	room bool
 }
 
 // adapterCandidate is one member of the pool, weighed for an adapter.
@@ -60,7 +66,11 @@ func (a *Adapters) narrow(req *Request, pool *Pool, th Thresholds) *Pool {
 		}
 	}
 	if len(keep) == 0 {
-		return pool.only([]int{placeNew(req.Adapter, pool, cands, sp, th)})
+		room := roomFor(cands, sp, th, keep)
+		if req.burst.peers > 0 {
+			room = []int{firstByRendezvous(req.Adapter, pool, room)}
+		}
+		return pool.only(room)
 	}
 	if a.isHot(req, least, sp.min, th) {
 		keep = spreadHot(req.Adapter, pool, cands, keep, least, sp.min, th)
@@ -83,9 +93,10 @@ func (a *Adapters) candidates(req *Request, pool *Pool, dst []adapterCandidate) 
 	return dst
 }
 
-// AdapterHome is the worker of pool (not empty) an adapter resident
-// nowhere goes to (placeNew): where the proxy loads an adapter no worker
-// lists yet. A router without a residency table sees every slot free.
+// AdapterHome is the worker of pool (not empty) the proxy loads an adapter
+// no worker lists yet on: of the workers an adapter resident nowhere may go
+// to (roomFor), the least loaded, ties by the adapter's rendezvous order. A
+// router without a residency table sees every slot free.
 func (r *Router) AdapterHome(k AdapterKey, pool *Pool) WorkerID {
 	th := r.thresholds
 	if r.adapters == nil {
@@ -94,7 +105,13 @@ func (r *Router) AdapterHome(k AdapterKey, pool *Pool) WorkerID {
 	req := &Request{Adapter: k, burst: r.loads.burstNow()}
 	var buf [16]adapterCandidate
 	cands := r.adapters.candidates(req, pool, buf[:0])
-	return pool.At(placeNew(k, pool, cands, pool.spread(req.burst, 0), th)).id
+	best := -1
+	for _, i := range roomFor(cands, pool.spread(req.burst, 0), th, nil) {
+		if c := cands[i]; best < 0 || less(c.load, pool.At(i), cands[best].load, pool.At(best), uint64(k)) {
+			best = i
+		}
+	}
+	return pool.At(best).id
 }
 
 // isHot reports whether an adapter whose least-loaded resident worker holds
@@ -143,12 +160,14 @@ func nextByRendezvous(k AdapterKey, pool *Pool, cands []adapterCandidate, taken 
 	return best
 }
 
-// placeNew is the position of the one worker an adapter resident nowhere
-// goes to: the first in its rendezvous order among those with room that
-// are not busy (HotLoad above min, or overloaded where spreading is off),
-// else among those with room, else among those not busy; the least loaded
-// when every worker is busy and full.
-func placeNew(k AdapterKey, pool *Pool, cands []adapterCandidate, sp spread, th Thresholds) int {
+// roomFor appends to dst the positions of the workers an adapter resident
+// nowhere may go to: those with room that are not busy (HotLoad above the
+// least loaded, or overloaded where spreading is off), else those with
+// room, else those not busy, else all of them. The policy chooses among
+// them as among any candidates: a cold miss of a tier by the rendezvous
+// order of its prefix, so that replicas placing a new adapter in the same
+// instant agree, else by load.
+func roomFor(cands []adapterCandidate, sp spread, th Thresholds, dst []int) []int {
 	busy := func(c adapterCandidate) bool {
 		if th.HotLoad > 0 {
 			return th.hot(c.load, sp.min)
@@ -159,18 +178,30 @@ func placeNew(k AdapterKey, pool *Pool, cands []adapterCandidate, sp spread, th 
 		func(c adapterCandidate) bool { return c.room && !busy(c) },
 		func(c adapterCandidate) bool { return c.room },
 		func(c adapterCandidate) bool { return !busy(c) },
+		func(adapterCandidate) bool { return true },
 	} {
-		best, bestScore := -1, uint64(0)
 		for _, c := range cands {
-			if s := rendezvousScore(uint64(k), pool.At(c.i).id); ok(c) && (best < 0 || s > bestScore) {
-				best, bestScore = c.i, s
+			if ok(c) {
+				dst = append(dst, c.i)
 			}
 		}
-		if best >= 0 {
-			return best
+		if len(dst) > 0 {
+			return dst
 		}
 	}
-	return sp.least
+	return dst
+}
+
+// firstByRendezvous is the position among positions whose worker comes
+// first in k's rendezvous order.
+func firstByRendezvous(k AdapterKey, pool *Pool, positions []int) int {
+	best, bestScore := -1, uint64(0)
+	for _, i := range positions {
+		if s := rendezvousScore(uint64(k), pool.At(i).id); best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
 }
 
 // state is what the table says of adapter k on worker w at now: whether k
@@ -273,11 +304,11 @@ func (r *residency) add(k AdapterKey, last time.Time, busy bool) {
 
 // state judges the tally for an engine of slots adapters (0: unknown).
 func (r *residency) state(slots int) slotState {
-	if r.last.IsZero() {
-		return slotState{room: slots == 0 || r.busyOthers < slots}
-	}
 	if slots == 0 {
-		return slotState{resident: true, room: true}
+		return slotState{resident: !r.last.IsZero(), room: true}
+	}
+	if r.last.IsZero() {
+		return slotState{room: r.activeOthers() < slots}
 	}
 	since := 0 // other adapters active after key: LRU would evict key after slots of them
 	for _, o := range r.others {
@@ -286,7 +317,28 @@ func (r *residency) state(slots int) slotState {
 		}
 	}
 	resident := since < slots && (r.busy || r.busyOthers < slots)
-	return slotState{resident: resident, room: r.busy || r.busyOthers < slots}
+	return slotState{resident: resident, room: resident || r.activeOthers() < slots}
+}
+
+// AdapterWindow is how long after its last request an adapter keeps its
+// slot of a worker from new adapters: a worker whose slots all served
+// other adapters this recently has no room for a new one while another
+// has. An agent's next turn comes within seconds; an adapter given the
+// slot of one idle between two turns swaps it out, and the next turn,
+// finding it gone, goes on to swap out another's (without the window a
+// tier swapped more than adapter-blind routing did).
+const AdapterWindow = 10 * time.Second
+
+// activeOthers is how many other adapters were active within
+// AdapterWindow (or hold a slot now).
+func (r *residency) activeOthers() int {
+	n := 0
+	for _, o := range r.others {
+		if o.busy || r.now.Sub(o.last) < AdapterWindow {
+			n++
+		}
+	}
+	return n
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -111,18 +111,20 @@ func TestABaseModelRequestIgnoresResidency(t *testing.T) {
 	}
 }
 
-func TestANewAdapterGoesToOneWorkerByItsRendezvousOrder(t *testing.T) {
-	// Two replicas that know nothing of each other place a new adapter on
-	// the same worker, and its next requests follow it there.
+func TestReplicasOfATierPlaceANewAdapterOnOneWorker(t *testing.T) {
+	// Two replicas of a tier that know nothing of each other place a new
+	// adapter's first requests, of prompts of their own, on the same
+	// worker, the first of its rendezvous order; its next requests follow
+	// it there.
 	first, _ := rendezvousFirst("new-lora", 6)
 	for r := range 2 {
-		f, _ := loraFleet(t, 6, Settings{Policy: PolicyLeastLoad})
+		f, _ := loraFleet(t, 6, Settings{Policy: PolicyCacheAware})
+		f.loads.SetPeerShare(1, 100*time.Millisecond, f.clock)
 		f.setLoad(first, 3) // not the least loaded, within the hot bound
 		d, g := f.holdAdapter(t, "new-lora", text(fmt.Sprint("replica", r), 64))
 		if d.Worker != first {
 			t.Fatalf("replica %d placed new-lora on %d, want %d, the first in its rendezvous order", r, d.Worker, first)
 		}
-		f.setLoad(first, 6)
 		if again := f.routeAdapter(t, "new-lora", text("next", 64)); again.Worker != first {
 			t.Fatalf("the next request went to %d while the first is in flight on %d", again.Worker, first)
 		}
@@ -130,19 +132,34 @@ func TestANewAdapterGoesToOneWorkerByItsRendezvousOrder(t *testing.T) {
 	}
 }
 
-func TestANewAdapterAvoidsAWorkerWhoseSlotsAreBusyWithOthers(t *testing.T) {
-	first, second := rendezvousFirst("new-lora", 4)
-	f, a := loraFleet(t, 4, Settings{Policy: PolicyLeastLoad})
-	seenOn(a, f.clock, first, 2, true, "a-lora", "b-lora") // both slots run others now
-	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != second {
-		t.Fatalf("went to %d, want %d: %d's two slots are busy with others", d.Worker, second, first)
+func TestAReplicaAlonePlacesANewAdapterByItsPolicy(t *testing.T) {
+	f, _ := loraFleet(t, 4, Settings{Policy: PolicyLeastLoad})
+	for w := WorkerID(1); w <= 4; w++ {
+		f.setLoad(w, 5)
 	}
-	// When every worker's slots are busy, it still goes somewhere.
+	f.setLoad(3, 0)
+	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != 3 {
+		t.Fatalf("went to %d, want the least loaded, 3", d.Worker)
+	}
+}
+
+func TestANewAdapterAvoidsAWorkerWhoseSlotsAreBusyWithOthers(t *testing.T) {
+	f, a := loraFleet(t, 4, Settings{Policy: PolicyLeastLoad})
+	seenOn(a, f.clock, 2, 2, true, "a-lora", "b-lora") // both slots run others now
+	for w := WorkerID(1); w <= 4; w++ {
+		f.setLoad(w, 3)
+	}
+	f.setLoad(2, 0) // the least loaded, but its slots are taken
+	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker == 2 {
+		t.Fatalf("went to 2, whose two slots are busy with others")
+	}
+	// When every worker's slots are busy, it still goes somewhere: the
+	// least loaded.
 	for w := WorkerID(1); w <= 4; w++ {
 		seenOn(a, f.clock, w, 2, true, "a-lora", "b-lora")
 	}
-	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != first {
-		t.Fatalf("with no room anywhere went to %d, want %d by its rendezvous order", d.Worker, first)
+	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != 2 {
+		t.Fatalf("with no room anywhere went to %d, want the least loaded, 2", d.Worker)
 	}
 }
 
@@ -185,20 +202,14 @@ func TestAnAdapterDisplacedByOthersIsNoLongerResident(t *testing.T) {
 		{Key: AdapterKeyOf("new-2"), Last: f.clock.Now().Add(-2 * time.Second)},
 		{Key: AdapterKeyOf("old"), Last: f.clock.Now().Add(-3 * time.Second)},
 	}})
-	first, _ := rendezvousFirst("old", 4)
-	want := first
-	if first == 3 {
-		_, want = rendezvousFirst("old", 4)
-	}
-	f.setLoad(3, 0)
+	f.setLoad(3, 0) // the least loaded
 	for w := WorkerID(1); w <= 4; w++ {
 		if w != 3 {
 			f.setLoad(w, 1)
 		}
 	}
-	d := f.routeAdapter(t, "old", text("q", 64))
-	if first != 3 && d.Worker != want {
-		t.Fatalf("old went to %d, want %d by rendezvous: it is resident nowhere", d.Worker, want)
+	if d := f.routeAdapter(t, "old", text("q", 64)); d.Worker == 3 {
+		t.Fatalf("old went to 3, where two adapters ran since it and its slots serve them")
 	}
 	if d2 := f.routeAdapter(t, "new-2", text("q", 64)); d2.Worker != 3 {
 		t.Fatalf("new-2 went to %d, want 3 where it is resident", d2.Worker)
@@ -351,4 +362,23 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+func TestANewAdapterLeavesAnIdleAdaptersSlotWithinTheWindow(t *testing.T) {
+	// An agent's adapter between two turns keeps its slot from a new one
+	// while another worker has a slot nobody used lately.
+	first, second := rendezvousFirst("new-lora", 2)
+	f, a := loraFleet(t, 2, Settings{Policy: PolicyLeastLoad})
+	a.SetView(first, AdapterView{Slots: 1, Seen: []AdapterSeen{{Key: AdapterKeyOf("agent-lora"), Last: f.clock.Now().Add(-2 * time.Second)}}})
+	a.SetView(second, AdapterView{Slots: 1, Seen: []AdapterSeen{{Key: AdapterKeyOf("old-lora"), Last: f.clock.Now().Add(-AdapterWindow - time.Second)}}})
+	if d := f.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != second {
+		t.Fatalf("went to %d, want %d: %d's slot served agent-lora 2 s ago", d.Worker, second, first)
+	}
+	// Once both slots are idle past the window, the one idle longer goes.
+	f2, a2 := loraFleet(t, 2, Settings{Policy: PolicyLeastLoad})
+	a2.SetView(first, AdapterView{Slots: 1, Seen: []AdapterSeen{{Key: AdapterKeyOf("x"), Last: f2.clock.Now().Add(-2 * AdapterWindow)}}})
+	a2.SetView(second, AdapterView{Slots: 1, Seen: []AdapterSeen{{Key: AdapterKeyOf("y"), Last: f2.clock.Now().Add(-3 * AdapterWindow)}}})
+	if d := f2.routeAdapter(t, "new-lora", text("q", 64)); d.Worker != second {
+		t.Fatalf("went to %d, want %d whose slot was idle longer", d.Worker, second)
+	}
 }

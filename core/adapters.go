@@ -46,10 +46,13 @@ const (
 	// repeated: three full reports.
 	adapterPeerTTL = 3 * adapterFullEvery
 	// engineBusyFor is how long an engine's reading that showed an adapter
-	// running or waiting says it holds a slot, when no newer reading
-	// comes (readings come every engine scrape while this replica has
-	// requests on the worker, else not at all).
-	engineBusyFor = 2 * time.Second
+	// running or waiting says it holds a slot: the tier's own requests are
+	// counted exactly by their guards, so the reading's word, already up to
+	// a scrape old, stands briefly, for requests from outside the tier (a
+	// reading kept longer held adapters busy after their requests ended,
+	// and sent new adapters and their next turns away from slots that had
+	// room).
+	engineBusyFor = 500 * time.Millisecond
 	// adapterReportWindow is how long after its last activity an adapter
 	// is still reported: a worker idle longer says nothing, and costs
 	// nothing on the gossip.

@@ -94,8 +94,10 @@ func TestAnEngineBusyWithOtherAdaptersIsSentNoNewOne(t *testing.T) {
 			t.Fatalf("%s went to %d, want %d whose engine runs it", tc.adapter, d.Worker, tc.want)
 		}
 	}
-	// A reading that shows worker 2 idle frees its slot for a new adapter.
-	clk.Step(time.Second)
+	// Past the window, worker 1 still runs sql-lora and worker 2 is idle:
+	// its slot is free for a new adapter.
+	clk.Step(affinity.AdapterWindow + time.Second)
+	r.ObserveAdapters(1, EngineAdapters{At: clk.Now(), Slots: 1, Running: []string{"sql-lora"}})
 	r.ObserveAdapters(2, EngineAdapters{At: clk.Now(), Slots: 1})
 	d, g := holdAdapter(t, r, "new-lora", prompt)
 	g.Release()
