@@ -382,3 +382,20 @@ func TestANewAdapterLeavesAnIdleAdaptersSlotWithinTheWindow(t *testing.T) {
 		t.Fatalf("went to %d, want %d whose slot was idle longer", d.Worker, second)
 	}
 }
+
+func TestWithoutAKnownBoundAnAdapterStaysWhereItRanLately(t *testing.T) {
+	f, a := loraFleet(t, 4, Settings{Policy: PolicyLeastLoad})
+	a.SetView(3, AdapterView{Seen: []AdapterSeen{{Key: AdapterKeyOf("sql-lora"), Last: f.clock.Now().Add(-time.Second)}}})
+	for w := WorkerID(1); w <= 4; w++ {
+		f.setLoad(w, 1)
+	}
+	f.setLoad(3, 5)
+	if d := f.routeAdapter(t, "sql-lora", text("q", 64)); d.Worker != 3 {
+		t.Fatalf("went to %d, want 3 where it ran a second ago", d.Worker)
+	}
+	a.SetView(3, AdapterView{Seen: []AdapterSeen{{Key: AdapterKeyOf("sql-lora"), Last: f.clock.Now().Add(-2 * AdapterWindow)}}})
+	f.clock.Step(2 * AdapterWindow) // and this replica's own request of it is as old
+	if d := f.routeAdapter(t, "sql-lora", text("q", 64)); d.Worker == 3 {
+		t.Fatalf("went to 3, where it ran two windows ago, over the less loaded")
+	}
+}

@@ -53,14 +53,22 @@ MODES = {
     "cache_aware": ["--policy", "cache_aware", "--lora-residency=false"],
     "least_load": ["--policy", "least_load", "--lora-residency=false"],
 }
-AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "256", "--observation-tokens", "256",
-           "--answer-tokens", "24", "--seed", "5"]
+# The workloads: "shared", every session of an adapter opens with the same 1,024-token system
+# prompt (an adapter's application); "own", every session's prompt is its own from its first
+# block (the 16-token system prompt is shorter than one), so prefix affinity cannot group an
+# adapter's sessions.
+WORKLOADS = {
+    "shared": ["--system-prompt-tokens", "1024", "--task-tokens", "256"],
+    "own": ["--system-prompt-tokens", "16", "--task-tokens", "1024"],
+}
+AGENTIC = ["--observation-tokens", "256", "--answer-tokens", "24", "--seed", "5"]
 
 
 def config():
     e = os.environ.get
     return {
         "engines": e("LORABENCH_ENGINES", "sim workersim").split(),
+        "workloads": e("LORABENCH_WORKLOADS", "shared own").split(),
         "modes": e("LORABENCH_MODES", " ".join(MODES)).split(),
         "rounds": int(e("LORABENCH_ROUNDS", "3")),
         "sessions": int(e("LORABENCH_SESSIONS", "96")),
@@ -111,9 +119,10 @@ def ready(api):
             realtier.get(api + "/v1/models").count('"a') >= ADAPTERS)
 
 
-def load(apis, cfg):
+def load(apis, cfg, workload):
     return ["agentic", *sum((["--target", a] for a in apis), []), "--sessions", str(cfg["sessions"]),
-            "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s", *AGENTIC, "--endpoint", "completions",
+            "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s", *WORKLOADS[workload], *AGENTIC,
+            "--endpoint", "completions",
             "--models", ",".join(adapters()), "--model-zipf", "1", "--duration", "10m"]
 
 
@@ -132,14 +141,14 @@ def hot_workers(engine, urls, requests_jsonl):
     return n
 
 
-def run(tmp, tag, cfg, engine, mode):
+def run(tmp, tag, cfg, engine, mode, workload):
     fleet = realtier.Fleet(tmp, tag)
     try:
         urls = start_engines(fleet, cfg, engine)
         apis = fleet.tier(1, urls, realtier.Variant(MODES[mode]))
         realtier.wait_for(f"{apis[0]} knows the adapters", lambda: ready(apis[0]))
         out = os.path.join(tmp, tag + ".json")
-        rep = realtier.loadgen(load(apis, cfg), out, os.path.join(tmp, tag + ".txt"))
+        rep = realtier.loadgen(load(apis, cfg, workload), out, os.path.join(tmp, tag + ".txt"))
         keep = os.environ.get("LORABENCH_KEEP")
         if keep:
             os.makedirs(keep, exist_ok=True)
@@ -148,6 +157,7 @@ def run(tmp, tag, cfg, engine, mode):
         if engine == "workersim":
             loads = sum(realtier.scrape(u).get(("workersim_lora_loads_total", ""), 0) for u in urls)
         return {"requests": rep["requests"], "errors": rep["errors"], "ttft_p50": rep["ttft_p50_ms"],
+                "ratio": rep["cached_token_ratio"],
                 "ttft_p99": rep["ttft_p99_ms"], "loads": loads,
                 "loads_per_1000": None if loads is None else 1000 * loads / max(rep["requests"], 1),
                 "hot": hot_workers(engine, urls, out[:-len(".json")] + ".requests.jsonl"),
@@ -160,30 +170,38 @@ def fmt(v, spec="{:.0f}"):
     return "n/a" if v is None else spec.format(v)
 
 
+def ratio(engine, r):
+    """The cached-token ratio of a run: llm-d-inference-sim reports no cached tokens without its KV
+    cache model."""
+    return "n/a" if engine == "sim" else f"{r['ratio']:.3f}"
+
+
 def render(cfg, runs, before, after, elapsed):
     lines = [f"16 adapters over 8 engines with --max-loras 2, Zipf popularity (s = 1) of {cfg['sessions']} agentic "
              f"sessions of {cfg['turns']} turns (think {cfg['think']} s) on /v1/completions, one replica; "
              f"{cfg['rounds']} rounds, each mode on fresh processes, the worst round (highest TTFT p99) shown. "
-             f"workersim at --time-scale {cfg['scale']}, --lora-swap-ms {cfg['swap_ms']}.",
+             f"workersim at --time-scale {cfg['scale']}, --lora-swap-ms {cfg['swap_ms']}. Workloads: shared, every "
+             "session of an adapter opens with the adapter's 1,024-token system prompt; own, every session's "
+             "prompt is its own from its first block.",
              "", "```", "scripts/bench.sh lora", "```", "",
              f"Load average before: {before}; after: {after}; {elapsed / 60:.1f} min.", "",
-             "| engine | mode | adapter loads / 1,000 requests (worst / mean) | TTFT p50 ms (worst round) | "
-             "TTFT p99 ms (worst / mean) | engines that ran the hot adapter (worst round) | errors |",
-             "|---|---|---|---|---|---|---|"]
-    for engine in cfg["engines"]:
-        for mode in cfg["modes"]:
-            reps = runs[(engine, mode)]
-            worst = max(reps, key=lambda r: r["ttft_p99"])
-            loads = [r["loads_per_1000"] for r in reps if r["loads_per_1000"] is not None]
-            lw = fmt(max(loads) if loads else None, "{:.1f}")
-            lm = fmt(statistics.mean(loads) if loads else None, "{:.1f}")
-            lines.append(f"| {engine} | {mode} | {lw} / {lm} | {worst['ttft_p50']:.0f} | {worst['ttft_p99']:.0f} / "
-                         f"{statistics.mean(r['ttft_p99'] for r in reps):.0f} | {worst['hot']} | "
-                         f"{sum(r['errors'] for r in reps)} |")
-    lines += ["", "Per run (engine, mode, round: loads / 1,000, TTFT p50 / p99 ms, engines of a0, load average):", ""]
-    for (engine, mode), reps in runs.items():
+             "| workload | engine | mode | adapter loads / 1,000 requests (worst / mean) | TTFT p50 ms (worst round) | "
+             "TTFT p99 ms (worst / mean) | cached-token ratio (worst round) | engines that ran the hot adapter "
+             "(worst round) | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (w, engine, mode), reps in runs.items():
+        worst = max(reps, key=lambda r: r["ttft_p99"])
+        loads = [r["loads_per_1000"] for r in reps if r["loads_per_1000"] is not None]
+        lw = fmt(max(loads) if loads else None, "{:.1f}")
+        lm = fmt(statistics.mean(loads) if loads else None, "{:.1f}")
+        lines.append(f"| {w} | {engine} | {mode} | {lw} / {lm} | {worst['ttft_p50']:.0f} | {worst['ttft_p99']:.0f} / "
+                     f"{statistics.mean(r['ttft_p99'] for r in reps):.0f} | {ratio(engine, worst)} | {worst['hot']} | "
+                     f"{sum(r['errors'] for r in reps)} |")
+    lines += ["", "Per run (workload, engine, mode, round: loads / 1,000, TTFT p50 / p99 ms, engines of a0, "
+              "load average):", ""]
+    for (w, engine, mode), reps in runs.items():
         for i, r in enumerate(reps):
-            lines.append(f"- {engine} {mode} {i + 1}: {fmt(r['loads_per_1000'], '{:.1f}')}, {r['ttft_p50']:.0f} / "
+            lines.append(f"- {w} {engine} {mode} {i + 1}: {fmt(r['loads_per_1000'], '{:.1f}')}, {r['ttft_p50']:.0f} / "
                          f"{r['ttft_p99']:.0f}, {r['hot']}, {r['loadavg']}")
     return "\n".join(lines) + "\n"
 
@@ -191,15 +209,14 @@ def render(cfg, runs, before, after, elapsed):
 def main(out_md):
     cfg = config()
     before, start = realtier.loadavg(), time.monotonic()
-    runs = {(e, m): [] for e in cfg["engines"] for m in cfg["modes"]}
+    runs = {(w, e, m): [] for w in cfg["workloads"] for e in cfg["engines"] for m in cfg["modes"]}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(cfg["rounds"]):
-            for engine in cfg["engines"]:
-                for mode in cfg["modes"]:
-                    tag = f"{engine}-{mode}-{rnd}"
-                    r = run(tmp, tag, cfg, engine, mode)
-                    runs[(engine, mode)].append(r)
-                    print(tag, json.dumps(r), flush=True)
+            for w, engine, mode in runs:
+                tag = f"{w}-{engine}-{mode}-{rnd}"
+                r = run(tmp, tag, cfg, engine, mode, w)
+                runs[(w, engine, mode)].append(r)
+                print(tag, json.dumps(r), flush=True)
     with open(out_md, "w") as f:
         f.write(render(cfg, runs, before, realtier.loadavg(), time.monotonic() - start))
 
