@@ -14,8 +14,9 @@ import (
 //   - a hot adapter, whose resident workers all hold --hot-prefix-load
 //     requests above the least loaded and which had as many requests in
 //     the last second (a replica counts its own times the live replicas),
-//     gains the next worker in the rendezvous order of its key, as a hot
-//     prefix does: every replica picks the same one without a word;
+//     gains the next worker with room in the rendezvous order of its key,
+//     as a hot prefix does: every replica picks the same one without a
+//     word;
 //   - an adapter resident nowhere (or only on overloaded workers) goes to
 //     the workers with a slot no other adapter used within AdapterWindow
 //     that are within --hot-prefix-load of the least loaded (else those
@@ -120,12 +121,16 @@ func (a *Adapters) isHot(req *Request, least, floor int64, th Thresholds) bool {
 }
 
 // spreadHot adds to keep, a hot adapter's resident workers, the next
-// workers in the rendezvous order of its key, those with room first, while
+// workers in the rendezvous order of its key among those with room, while
 // every one kept holds HotLoad requests above floor (the least loaded
-// candidate's), up to HotOwners.
+// candidate's), up to HotOwners. A worker whose slots serve others gains
+// no hot adapter: its engine would hold the others' requests back while
+// the hot one keeps a slot busy (vLLM's scheduler skips a request whose
+// adapter finds max_lora others running), and those, of adapters asked for
+// less, would wait the longest.
 func spreadHot(k AdapterKey, pool *Pool, cands []adapterCandidate, keep []int, least, floor int64, th Thresholds) []int {
 	for len(keep) < max(th.HotOwners, 1) && th.hot(least, floor) {
-		next := nextByRendezvous(k, pool, cands, keep)
+		next := nextWithRoom(k, pool, cands, keep)
 		if next < 0 {
 			break
 		}
@@ -136,17 +141,16 @@ func spreadHot(k AdapterKey, pool *Pool, cands []adapterCandidate, keep []int, l
 	return keep
 }
 
-// nextByRendezvous is the position of the highest-scored candidate for k
-// not in taken, among those with room if any has; -1 when none is left.
-func nextByRendezvous(k AdapterKey, pool *Pool, cands []adapterCandidate, taken []int) int {
-	best, bestRoom, bestScore := -1, false, uint64(0)
+// nextWithRoom is the position of the highest-scored candidate for k with
+// room, not in taken; -1 when none is left.
+func nextWithRoom(k AdapterKey, pool *Pool, cands []adapterCandidate, taken []int) int {
+	best, bestScore := -1, uint64(0)
 	for _, c := range cands {
-		if slices.Contains(taken, c.i) {
+		if !c.room || slices.Contains(taken, c.i) {
 			continue
 		}
-		s := rendezvousScore(uint64(k), pool.At(c.i).id)
-		if best < 0 || (c.room && !bestRoom) || (c.room == bestRoom && s > bestScore) {
-			best, bestRoom, bestScore = c.i, c.room, s
+		if s := rendezvousScore(uint64(k), pool.At(c.i).id); best < 0 || s > bestScore {
+			best, bestScore = c.i, s
 		}
 	}
 	return best

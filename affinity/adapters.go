@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,10 +137,7 @@ func (a *Adapters) ensure(w WorkerID) *adapterWorker {
 	}
 	e := &adapterWorker{}
 	e.uses.Store(&map[AdapterKey]*adapterUse{})
-	next := make(map[WorkerID]*adapterWorker, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
+	next := maps.Clone(old)
 	next[w] = e
 	a.workers.Store(&next)
 	return e
@@ -183,12 +181,8 @@ func (a *Adapters) Forget(w WorkerID) {
 	if e == nil {
 		return
 	}
-	next := make(map[WorkerID]*adapterWorker, len(old))
-	for k, v := range old {
-		if k != w {
-			next[k] = v
-		}
-	}
+	next := maps.Clone(old)
+	delete(next, w)
 	a.workers.Store(&next)
 	freed := int64(adapterWorkerBytes + len(*e.uses.Load())*adapterUseBytes)
 	if v := e.view.Load(); v != nil {
@@ -234,10 +228,7 @@ func (a *Adapters) use(w WorkerID, k AdapterKey) *adapterUse {
 	if u := old[k]; u != nil {
 		return u
 	}
-	next := make(map[AdapterKey]*adapterUse, len(old)+1)
-	for key, u := range old {
-		next[key] = u
-	}
+	next := maps.Clone(old)
 	if len(next) >= MaxAdaptersPerWorker && !dropIdlest(next) {
 		return nil // every use is in flight: a stranger's names, most likely
 	}

@@ -399,3 +399,28 @@ func TestWithoutAKnownBoundAnAdapterStaysWhereItRanLately(t *testing.T) {
 		t.Fatalf("went to 3, where it ran two windows ago, over the less loaded")
 	}
 }
+
+func TestAHotAdapterSpreadsOnlyToAWorkerWithRoom(t *testing.T) {
+	th := DefaultThresholds()
+	f, a := loraFleet(t, 3, Settings{Policy: PolicyLeastLoad, Thresholds: th})
+	first, second := rendezvousFirst("hot-lora", 3)
+	third := 6 - first - second
+	seenOn(a, f.clock, third, 2, false, "hot-lora")
+	seenOn(a, f.clock, first, 2, false, "a-lora", "b-lora") // its slots served others a second ago
+	a.SetView(second, AdapterView{Slots: 2})
+	var guards []*Guard
+	defer func() {
+		for _, g := range guards {
+			g.Release()
+		}
+	}()
+	spread := map[WorkerID]int{}
+	for i := range 3 * int(th.HotLoad) {
+		d, g := f.holdAdapter(t, "hot-lora", text(fmt.Sprint("q", i), 64))
+		guards = append(guards, g)
+		spread[d.Worker]++
+	}
+	if spread[first] != 0 || spread[second] == 0 {
+		t.Fatalf("a hot adapter's requests went to %v: want %d, with room, not %d, whose slots serve others", spread, second, first)
+	}
+}
