@@ -104,12 +104,15 @@ func (r *Replica) registerLoRA(set *metrics.Set) {
 	set.NewGauge("vllm_router_lora_residency_bytes", func() float64 { return float64(r.core.AdapterStats().Bytes) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
 		metrics.WriteCounterUint64(w, "vllm_router_lora_reports_refused_total", r.core.AdapterStats().Refused)
-		for _, wk := range r.fsm.View().Workers() {
-			id := affinity.WorkerID(wk.ID)
-			metrics.WriteGaugeUint64(w, fmt.Sprintf("vllm_router_worker_lora_busy_adapters{worker=%q}", wk.URL),
-				uint64(r.core.BusyAdapters(id)))
-			metrics.WriteGaugeUint64(w, fmt.Sprintf("vllm_router_worker_lora_slots{worker=%q}", wk.URL),
-				uint64(r.core.AdapterSlots(id)))
+		workers := r.fsm.View().Workers()
+		for _, family := range []struct {
+			name string
+			of   func(affinity.WorkerID) int
+		}{{"vllm_router_worker_lora_busy_adapters", r.core.BusyAdapters}, {"vllm_router_worker_lora_slots", r.core.AdapterSlots}} {
+			metrics.WriteMetadataIfNeeded(w, family.name, "gauge") // once per family, not per series
+			for _, wk := range workers {
+				fmt.Fprintf(w, "%s{worker=%q} %d\n", family.name, wk.URL, family.of(affinity.WorkerID(wk.ID)))
+			}
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/kvevents"
 )
 
@@ -31,6 +32,10 @@ type LoRAConfig struct {
 	// and such a request is a 404.
 	LoadPath string
 }
+
+var _ = exposition.Describe(map[string]string{
+	"vllm_router_lora_loads_total": "LoRA adapters no worker listed that this replica loaded on a worker (--lora-load-path), by result: ok, failed.",
+})
 
 // AdapterNameVar is what LoRAConfig.LoadPath names the adapter by.
 const AdapterNameVar = "{name}"
