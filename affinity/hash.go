@@ -28,22 +28,24 @@ func BlockHashes(dst []uint64, model string, text []byte, blockSize int) []uint6
 // --cache-threshold below 0.5, and a growing conversation never sends the
 // same tail twice, so its tails would only take room in the index. It
 // returns the hashes and how many of them are full blocks.
-func RequestHashes(dst []uint64, model string, text Text, blockSize, maxBlocks int) ([]uint64, int) {
+//
+// The chain starts from seed, the request's cache identity (CacheID.Seed).
+func RequestHashes(dst []uint64, seed uint64, text Text, blockSize, maxBlocks int) ([]uint64, int) {
 	n := text.Len()
 	blocks := min(n/blockSize, max(maxBlocks, 1))
-	dst = text.blockHashes(dst, ModelSeed(model), blockSize, blocks)
+	dst = text.blockHashes(dst, seed, blockSize, blocks)
 	full := len(dst)
 	if full == 0 && n > 0 {
-		dst = append(dst, TailKey(model, text, dst, blockSize))
+		dst = append(dst, TailKey(seed, text, dst, blockSize))
 	}
 	return dst, full
 }
 
 // TailKey is a hash of the whole text, partial last block included, chained
-// after the full blocks' hashes. Placement uses it as the key of a request
-// whose full blocks are all known already (or that has none).
-func TailKey(model string, text Text, hashes []uint64, blockSize int) uint64 {
-	seed := ModelSeed(model)
+// after the full blocks' hashes (or from seed, the cache identity, when
+// there are none). Placement uses it as the key of a request whose full
+// blocks are all known already (or that has none).
+func TailKey(seed uint64, text Text, hashes []uint64, blockSize int) uint64 {
 	if len(hashes) > 0 {
 		seed = hashes[len(hashes)-1]
 	}

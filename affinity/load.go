@@ -171,6 +171,9 @@ type Guard struct {
 	// prefilled.
 	backlog   int64
 	prefilled atomic.Bool
+	// adapter is the request's use of its LoRA adapter on the worker, nil
+	// for a base model's request: in flight there until released.
+	adapter *adapterUse
 }
 
 // Worker returns the id of the worker the guard counts on.
@@ -202,6 +205,9 @@ func (g *Guard) Release() bool {
 		return false
 	}
 	g.Prefilled()
+	if g.adapter != nil {
+		g.adapter.release()
+	}
 	if g.load.local.Add(-1) < 0 {
 		g.clampAtZero()
 	}

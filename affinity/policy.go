@@ -24,9 +24,14 @@ type Request struct {
 	// the router asked for them (KV-event routing); nil otherwise.
 	Tokens []uint32
 	// CacheIdentity is what the engine caches the prompt's blocks under
-	// besides its tokens (the LoRA adapter it runs with; "" for the base
-	// model): blocks of two identities never match each other.
+	// besides its tokens (the LoRA adapter it runs with, "" for the base
+	// model, and the request's cache_salt; kvevents.Identity composes
+	// them): blocks of two identities never match each other.
 	CacheIdentity string
+	// Adapter is the LoRA adapter the request names, 0 for a base model:
+	// a router with a residency table sends it where the adapter is
+	// resident (adapter_place.go).
+	Adapter AdapterKey
 	// TokenText is how many leading bytes of Text the Tokens stand for
 	// when they are a prefix's (a conversation's earlier prompt, whose
 	// tokens were known before this one's); 0: all of Text.

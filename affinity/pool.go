@@ -62,6 +62,19 @@ func (p *Pool) Without(ids ...WorkerID) *Pool {
 	return NewPool(keep)
 }
 
+// only returns the pool of its members at positions, which are in the
+// pool's order: p itself when they are all of them.
+func (p *Pool) only(positions []int) *Pool {
+	if len(positions) == len(p.members) {
+		return p
+	}
+	keep := make([]*Load, len(positions))
+	for i, at := range positions {
+		keep[i] = p.members[at]
+	}
+	return NewPool(keep)
+}
+
 func containsID(ids []WorkerID, id WorkerID) bool {
 	for _, x := range ids {
 		if x == id {

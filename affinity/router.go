@@ -43,12 +43,28 @@ type Router struct {
 	index     *Index
 	blockSize int
 	sink      OwnershipSink
+	// adapters, when set, narrows an adapter request's candidates to where
+	// the adapter is resident (adapter_place.go), by thresholds.
+	adapters   *Adapters
+	thresholds Thresholds
 }
 
 // NewRouter binds policy to the replica's counters and index. sink may be nil.
 func NewRouter(policy Policy, loads *LoadTable, index *Index, blockSize int, sink OwnershipSink) *Router {
 	return &Router{policy: policy, loads: loads, index: index, blockSize: blockSize, sink: sink}
 }
+
+// PlaceAdapters makes the router send a request for a LoRA adapter where
+// the table says the adapter is resident, judged by th (the overload check
+// and the hot-prefix bound), before its policy chooses. Call it before the
+// router is used.
+func (r *Router) PlaceAdapters(t *Adapters, th Thresholds) {
+	r.adapters, r.thresholds = t, th
+}
+
+// PlacesAdapters reports whether the router places adapter requests by
+// residency.
+func (r *Router) PlacesAdapters() bool { return r.adapters != nil }
 
 // Policy returns the router's policy.
 func (r *Router) Policy() Policy { return r.policy }
@@ -60,13 +76,20 @@ func (r *Router) Prepare(model string, text []byte, sessionKey uint64) *Request 
 
 // PrepareText is Prepare of a text in pieces.
 func (r *Router) PrepareText(model string, text Text, sessionKey uint64) *Request {
+	return r.PrepareFor(CacheID{Model: model}, text, sessionKey)
+}
+
+// PrepareFor hashes a request's routing text under its cache identity (the
+// model or adapter it names and its cache_salt): its chains match only
+// blocks of the same identity.
+func (r *Router) PrepareFor(id CacheID, text Text, sessionKey uint64) *Request {
 	limit := MaxChainBlocks // a router without an index (a policy that needs none) hashes what the gossip could carry
 	if r.index != nil {
 		limit = r.index.MaxBudget()
 	}
-	n := text.Len()
-	hashes, full := RequestHashes(make([]uint64, 0, min(n/r.blockSize, limit)+1), model, text, r.blockSize, limit)
-	return &Request{TextLen: n, Hashes: hashes, Full: full, Tail: TailKey(model, text, hashes[:full], r.blockSize),
+	n, seed := text.Len(), id.Seed()
+	hashes, full := RequestHashes(make([]uint64, 0, min(n/r.blockSize, limit)+1), seed, text, r.blockSize, limit)
+	return &Request{TextLen: n, Hashes: hashes, Full: full, Tail: TailKey(seed, text, hashes[:full], r.blockSize),
 		SessionKey: sessionKey}
 }
 
@@ -111,6 +134,9 @@ func (r *Router) record(req *Request, c Choice, g *Guard) Decision {
 	c.Load.processed.Add(1)
 	g.chargeBacklog(int64(uncached(req, c)))
 	w := c.Load.id
+	if r.adapters != nil && req.Adapter != 0 {
+		r.adapters.route(w, req.Adapter, g)
+	}
 	if RoutesByPrefix(r.policy) && len(req.Hashes) > 0 {
 		r.index.Insert(req.Hashes, w)
 		r.announce(req, c, w)
@@ -149,9 +175,15 @@ func (r *Router) announce(req *Request, c Choice, w WorkerID) {
 	}
 }
 
+// selectAndReserve runs the policy, over the workers where the request's
+// adapter may go when it names one, and reserves its choice, again while a
+// concurrent request changed the choice's count in between.
 func (r *Router) selectAndReserve(req *Request, pool *Pool) (Choice, *Guard) {
 	if !req.Placer {
 		req.burst = r.loads.burstNow()
+	}
+	if r.adapters != nil {
+		pool = r.adapters.narrow(req, pool, r.thresholds)
 	}
 	defer r.noteReservation(req)
 	for range reserveAttempts - 1 {

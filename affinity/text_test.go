@@ -46,12 +46,12 @@ func TestTextHashesAgreeWhereverItIsCut(t *testing.T) {
 		}
 		maxBlocks := 1 + rng.IntN(12)
 		pieces := cut(rng, text)
-		got, full := RequestHashes(nil, "m", pieces, blockSize, maxBlocks)
+		got, full := RequestHashes(nil, ModelSeed("m"), pieces, blockSize, maxBlocks)
 		want, tail := naiveHashes("m", text, blockSize, maxBlocks)
 		if full != len(want) || !slices.Equal(got[:full], want) {
 			t.Fatalf("round %d: %d bytes in %d pieces, blocks of %d: hashes %x, want %x", round, len(text), len(pieces), blockSize, got[:full], want)
 		}
-		if gotTail := TailKey("m", pieces, got[:full], blockSize); gotTail != tail {
+		if gotTail := TailKey(ModelSeed("m"), pieces, got[:full], blockSize); gotTail != tail {
 			t.Fatalf("round %d: tail key %x, want %x", round, gotTail, tail)
 		}
 		if full == 0 && len(text) > 0 && (len(got) != 1 || got[0] != tail) {

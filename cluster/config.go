@@ -139,7 +139,9 @@ type Config struct {
 	// KVEvents is routing on the engines' KV events (--kv-events); off when
 	// its Enabled is false.
 	KVEvents KVEvents
-	Logger   *slog.Logger
+	// LoRA is how requests of LoRA adapters are routed (lora.go).
+	LoRA   LoRA
+	Logger *slog.Logger
 	// Tracer, when set, traces every inference request and upstream attempt
 	// (--enable-trace, --otlp-traces-endpoint).
 	Tracer trace.Tracer
@@ -179,6 +181,7 @@ func DefaultConfig() Config {
 		Proxy:               proxy.DefaultConfig(),
 		Health:              health.DefaultConfig(),
 		KVEvents:            DefaultKVEvents(),
+		LoRA:                DefaultLoRA(),
 		Placer:              true,
 	}
 	c.Proxy.BlockSize = c.Routing.BlockSize
@@ -333,7 +336,7 @@ type Thresholds = affinity.Thresholds
 // Validate refuses a configuration a replica cannot run with, naming the
 // flag at fault.
 func (c Config) Validate() error {
-	errs := []error{c.Routing.Validate(), c.Health.Validate(), c.KVEvents.Validate()}
+	errs := []error{c.Routing.Validate(), c.Health.Validate(), c.KVEvents.Validate(), c.LoRA.Validate()}
 	if c.Proxy.MaxPayloadSize <= 0 {
 		errs = append(errs, flagErr("max-payload-size", "must be positive"))
 	}

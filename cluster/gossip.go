@@ -102,6 +102,7 @@ func (r *Replica) newCore() error {
 		},
 		LocalVerdicts: r.localVerdicts,
 		OnVerdicts:    r.remoteVerdicts,
+		LoRA:          r.cfg.LoRA.Residency,
 		NoPeerShare:   r.cfg.CountOwnBurstOnce,
 	})
 	if err != nil {

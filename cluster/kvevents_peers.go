@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/store"
@@ -40,21 +41,27 @@ func (c relayChannel) Type() byte                              { return kvevents
 func (c relayChannel) Outbox(now time.Time) [][]byte           { return c.hub.Outbox(now) }
 func (c relayChannel) Receive(pkt []byte, now time.Time) error { return c.hub.Receive(pkt, now) }
 
-// channels are the gossip channels of this replica: the relay, when the
-// mode is on.
+// channels are the gossip channels of this replica: the relay of the
+// engines' events (--kv-events) and the adapters' residency
+// (--lora-residency), each when it is on. The core must be built.
 func (r *Replica) channels() []loadsync.Channel {
-	if r.kv == nil {
-		return nil
+	var cs []loadsync.Channel
+	if r.kv != nil {
+		cs = append(cs, relayChannel{r.kv.hub})
 	}
-	return []loadsync.Channel{relayChannel{r.kv.hub}}
+	return append(cs, r.loraChannels()...)
 }
 
 // channelTypes are the message types of channels(), announced to the
-// peers.
+// peers (known from the config alone: they go into the core's gossip
+// config before the core is built).
 func (r *Replica) channelTypes() []byte {
 	var types []byte
-	for _, c := range r.channels() {
-		types = append(types, c.Type())
+	if r.cfg.KVEvents.Enabled {
+		types = append(types, kvevents.RelayType)
+	}
+	if r.cfg.LoRA.Residency {
+		types = append(types, core.AdapterReportType)
 	}
 	return types
 }

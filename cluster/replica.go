@@ -188,6 +188,7 @@ func (r *Replica) build() error {
 	r.monitor.SetPeerContact(r.peerContact)
 	clusterFamilies{ctx: r.ctx, raft: r.raft, fsm: r.fsm, monitor: r.monitor, sync: r.sync, core: r.core, index: r.index,
 		gossip: r.gossiper, loaded: r.loaded.Load}.register(r.metrics)
+	r.registerLoRA(r.metrics)
 	return r.startGossip()
 }
 
@@ -266,7 +267,9 @@ func (r *Replica) buildFrontEnd() error {
 	if err != nil {
 		return err
 	}
-	r.proxy, err = proxy.New(cfg.Proxy, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
+	pcfg := cfg.Proxy
+	pcfg.LoRA = cfg.LoRA.proxyConfig(cfg.Health)
+	r.proxy, err = proxy.New(pcfg, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.loaded.Load, Ready: r.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
 		Dialer: r.dialer, Decider: decider, Engines: r.admission.engineReadings, OwnerSecrets: r.ownerSecrets})
@@ -318,6 +321,9 @@ func (r *Replica) serve() {
 	r.goRun(r.sweepIndex)
 	if r.kv != nil {
 		r.goRun(r.feedKVReadings)
+	}
+	if r.cfg.LoRA.Residency {
+		r.goRun(r.feedAdapterReadings)
 	}
 	r.goRun(func() { r.members.Run(r.ctx) })
 	r.goRun(func() { r.members.RunRejoin(r.ctx, r.gossipAddr) })

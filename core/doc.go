@@ -2,8 +2,9 @@
 // no clock of its own: the load table, the ownership index, the routers
 // bound to them, the replica's side of the gossip (loadsync.State), the
 // trust boundary on what peers send, forget-on-unhealthy, the peers' share
-// of a burst, and the attribution of every decision against the engine's
-// answer.
+// of a burst, the residency of LoRA adapters (the engines' readings and the
+// peers' reports of them, on a gossip channel of its own), and the
+// attribution of every decision against the engine's answer.
 //
 // It is driven by events: the registry changed (SetRegistry), workers'
 // health changed (HealthChanged), the number of live peers changed

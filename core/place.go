@@ -61,10 +61,13 @@ const (
 
 // placingOf says how req is decided on this replica, which is the tier's
 // placer when isPlacer. Requests routed on the engines' KV-event tokens,
-// and policies that do not route by prefix, are decided where they arrive.
+// those of a LoRA adapter placed by residency (which agrees across the
+// tier by each adapter's rendezvous order, and whose question would not
+// carry its adapter), and policies that do not route by prefix, are
+// decided where they arrive.
 func (r *Replica) placingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) placing {
 	switch {
-	case req.Tokens != nil || !router.RoutesByPrefix():
+	case req.Tokens != nil || !router.RoutesByPrefix() || (req.Adapter != 0 && router.PlacesAdapters()):
 		return decideHere
 	case isPlacer:
 		return placeHere

@@ -77,6 +77,15 @@ type Config struct {
 	// DefaultReservation).
 	KVReservation time.Duration
 
+	// LoRA, when set, makes the routers place a LoRA adapter's requests
+	// where the adapter is resident (affinity.Adapters), from this
+	// replica's own requests, the engines' readings (ObserveAdapters) and
+	// the peers' reports (AdapterChannel).
+	LoRA bool
+	// LoRABytes bounds the residency's table and the peers' records, each
+	// (default affinity.DefaultAdaptersBytes).
+	LoRABytes int64
+
 	// Loads and Index, when set, are used instead of new ones: replicas
 	// that share one state (the simulator's upper bound). Nil in the
 	// product.
@@ -90,6 +99,10 @@ type Replica struct {
 	loads *affinity.LoadTable
 	index *affinity.Index
 	sync  *loadsync.State // nil without Config.Gossip
+	// adapters is the LoRA residency table, lora its gossip; both nil
+	// without Config.LoRA (adapters.go).
+	adapters *affinity.Adapters
+	lora     *loraState
 
 	// known is the registry's workers, in id order, with their load
 	// entries: what peers may speak of, and what load reports list.
@@ -135,7 +148,25 @@ func New(cfg Config) (*Replica, error) {
 			return nil, err
 		}
 	}
+	if cfg.LoRA {
+		r.startLoRA()
+	}
 	return r, nil
+}
+
+// startLoRA makes the residency table and its side of the gossip.
+func (r *Replica) startLoRA() {
+	bound := r.cfg.LoRABytes
+	if bound <= 0 {
+		bound = affinity.DefaultAdaptersBytes
+	}
+	maxPkt := loadsync.DefaultMaxPacketBytes
+	if r.sync != nil {
+		maxPkt = r.sync.Config().MaxPacketBytes
+	}
+	r.adapters = affinity.NewAdapters(r.cfg.Clock, bound)
+	r.lora = &loraState{table: r.adapters, origin: r.origin, maxBytes: bound, maxPkt: maxPkt, known: r.isKnown,
+		engine: map[affinity.WorkerID]engineReading{}, peers: map[string]*adapterPeer{}, sent: map[affinity.WorkerID]sentRecord{}}
 }
 
 func (r *Replica) startGossip(gc loadsync.Config) error {
@@ -192,7 +223,15 @@ func (r *Replica) NewRouter(s affinity.Settings) (*affinity.Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	return affinity.NewRouter(p, r.loads, r.index, r.cfg.BlockSize, r.sink()), nil
+	router := affinity.NewRouter(p, r.loads, r.index, r.cfg.BlockSize, r.sink())
+	if r.adapters != nil {
+		th := s.Thresholds
+		if th == (affinity.Thresholds{}) {
+			th = affinity.DefaultThresholds()
+		}
+		router.PlaceAdapters(r.adapters, th)
+	}
+	return router, nil
 }
 
 // sink is where the routers announce their ownership decisions.
@@ -230,6 +269,9 @@ func (r *Replica) SetRegistry(ids []affinity.WorkerID) {
 	for id := range old.byID {
 		if _, ok := k.byID[id]; !ok {
 			r.loads.Remove(id)
+			if r.lora != nil {
+				r.lora.forget(id)
+			}
 		}
 	}
 }

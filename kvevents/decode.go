@@ -158,6 +158,7 @@ func (d decoder) eventArray() (Event, bool, error) {
 			return Event{}, false, fmt.Errorf("%s %s: %w", tag, name, err)
 		}
 	}
+	e.findSalt()
 	return e, true, e.check()
 }
 
@@ -187,6 +188,7 @@ func (d decoder) eventMap() (Event, bool, error) {
 	if e.Kind == 0 {
 		return Event{}, false, nil
 	}
+	e.findSalt()
 	return e, true, e.check()
 }
 
@@ -227,6 +229,8 @@ func (d decoder) field(e *Event, name string) (err error) {
 		}
 	case "lora_name":
 		e.Identity, err = d.optionalString()
+	case "extra_keys":
+		e.extra, err = d.firstExtraStrings()
 	case "group_idx":
 		var group int64
 		if group, err = d.optionalInt(); err == nil && group != 0 {
@@ -236,6 +240,83 @@ func (d decoder) field(e *Event, name string) (err error) {
 		err = d.Skip()
 	}
 	return err
+}
+
+// maxExtraStrings bounds the strings kept of a block's extra keys: an
+// adapter's name, a few multimodal identifiers, the salt.
+const maxExtraStrings = 16
+
+// firstExtraStrings reads extra_keys, one entry per block (a tuple, or
+// nil), and returns the strings of the first block's, the only one a
+// cache_salt enters; the rest is skipped.
+func (d decoder) firstExtraStrings() ([]string, error) {
+	code, err := d.PeekCode()
+	if err != nil || code == msgpcode.Nil {
+		return nil, d.Skip()
+	}
+	n, err := d.length(d.DecodeArrayLen, 0, MaxBlocksPerEvent)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	var out []string
+	if code, err = d.PeekCode(); err == nil && isArray(code) {
+		out, err = d.tupleStrings()
+	} else if err == nil {
+		err = d.Skip()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, d.skip(n - 1)
+}
+
+// tupleStrings reads an array and returns its string items, skipping the
+// others (integers, bytes, nested tuples).
+func (d decoder) tupleStrings() ([]string, error) {
+	n, err := d.length(d.DecodeArrayLen, 0, d.size)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for range n {
+		code, err := d.PeekCode()
+		if err != nil {
+			return nil, err
+		}
+		if !msgpcode.IsString(code) || len(out) == maxExtraStrings {
+			if err := d.Skip(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		s, err := d.DecodeString()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// findSalt sets the salt of a chain's first block from its extra keys'
+// strings, which vLLM lays out as the adapter's name (when the event has
+// one), the multimodal identifiers (tuples in current vLLM, skipped), then
+// the salt: the first string after the adapter's name. An engine that keys
+// multimodal inputs by bare strings (vLLM before the tuples) makes an
+// image's identifier look like a salt: such a prompt then matches nothing,
+// a lost hit, never a false one.
+func (e *Event) findSalt() {
+	extra := e.extra
+	e.extra = nil
+	if e.Kind != Stored || e.HasParent {
+		return
+	}
+	if len(extra) > 0 && e.Identity != "" && extra[0] == e.Identity {
+		extra = extra[1:]
+	}
+	if len(extra) > 0 {
+		e.Salt = extra[0]
+	}
 }
 
 func (d decoder) hashes() ([]EngineHash, error) {
@@ -346,6 +427,10 @@ func (d decoder) skip(n int) error {
 		}
 	}
 	return nil
+}
+
+func isArray(code byte) bool {
+	return msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32
 }
 
 func isMap(code byte) bool {

@@ -97,10 +97,51 @@ func (w writer) medium(ev Event) {
 	w.str("CPU")
 }
 
+// keyed reports whether a Stored event carries an adapter or a salt, which
+// vLLM sends as lora_name and extra_keys.
+func (ev Event) keyed() bool { return ev.Identity != "" || ev.Salt != "" }
+
+// optionalStr writes s, or nil for "".
+func (w writer) optionalStr(s string) {
+	if s == "" {
+		w.null()
+		return
+	}
+	w.str(s)
+}
+
+// extraKeys writes vLLM's extra_keys, one entry per block: the adapter's
+// name on every block, the salt after it on the first block of a chain
+// that starts the prompt; nil for a block with neither.
+func (w writer) extraKeys(ev Event) {
+	w.array(len(ev.Hashes))
+	for i := range ev.Hashes {
+		var keys []string
+		if ev.Identity != "" {
+			keys = append(keys, ev.Identity)
+		}
+		if i == 0 && !ev.HasParent && ev.Salt != "" {
+			keys = append(keys, ev.Salt)
+		}
+		if len(keys) == 0 {
+			w.null()
+			continue
+		}
+		w.array(len(keys))
+		for _, k := range keys {
+			w.str(k)
+		}
+	}
+}
+
 func (w writer) positional(ev Event) {
 	switch ev.Kind {
 	case Stored:
-		w.array(7)
+		n := 7
+		if ev.keyed() {
+			n = 9
+		}
+		w.array(n)
 		w.str(ev.Kind.String())
 		w.hashes(ev.Hashes)
 		w.parent(ev)
@@ -108,6 +149,10 @@ func (w writer) positional(ev Event) {
 		w.int(int64(ev.BlockSize))
 		w.null() // lora_id
 		w.medium(ev)
+		if ev.keyed() {
+			w.optionalStr(ev.Identity) // lora_name
+			w.extraKeys(ev)
+		}
 	case Removed:
 		w.array(3)
 		w.str(ev.Kind.String())
@@ -122,7 +167,11 @@ func (w writer) positional(ev Event) {
 func (w writer) keyed(ev Event) {
 	switch ev.Kind {
 	case Stored:
-		w.mapLen(7)
+		n := 7
+		if ev.keyed() {
+			n = 9
+		}
+		w.mapLen(n)
 		w.str("type")
 		w.str(ev.Kind.String())
 		w.str("block_hashes")
@@ -137,6 +186,12 @@ func (w writer) keyed(ev Event) {
 		w.null()
 		w.str("medium")
 		w.medium(ev)
+		if ev.keyed() {
+			w.str("lora_name")
+			w.optionalStr(ev.Identity)
+			w.str("extra_keys")
+			w.extraKeys(ev)
+		}
 	case Removed:
 		w.mapLen(3)
 		w.str("type")

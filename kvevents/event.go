@@ -43,8 +43,15 @@ type Event struct {
 	BlockSize int
 	// Identity is the cache identity the stored blocks belong to: the LoRA
 	// adapter they were computed with ("" for the base model). A chain
-	// without a parent starts from Seed(Identity).
+	// without a parent starts from Seed(Identity(Identity, Salt)).
 	Identity string
+	// Salt is the prompt's cache_salt, for a chain without a parent: vLLM
+	// puts it last among the first block's extra_keys (after the adapter's
+	// name and the multimodal identifiers), "" when it has none.
+	Salt string
+	// extra are the strings of the first block's extra_keys as decoded,
+	// until the salt is found among them (decode.go).
+	extra []string
 	// Tier is false when the event concerns another medium than the GPU
 	// (an offloading connector's CPU or disk tier) or another KV-cache group
 	// than the first: such blocks do not make a prefill hit here.

@@ -24,6 +24,20 @@ type Key uint32
 // two models, or of a model and one of its adapters, never share blocks.
 func Seed(identity string) Key { return fold(xxh3.HashString("kvevents\x00" + identity)) }
 
+// Identity is the cache identity of a prompt run with adapter ("" for the
+// base model) and salted with salt (vLLM's cache_salt, "" for none): what
+// Seed starts its chains from. vLLM folds the salt into the hash of the
+// prompt's first block only, so every block of a salted prompt differs
+// from the same tokens' unsalted (or otherwise salted) blocks; starting
+// the router's chain from the salt keeps them apart the same way. Without
+// a salt it is the adapter's name, as the engines' lora_name gives it.
+func Identity(adapter, salt string) string {
+	if salt == "" {
+		return adapter
+	}
+	return adapter + "\x00cache_salt\x00" + salt
+}
+
 // AppendKeys appends the router's key of every full block of tokens:
 // key[i] = fold(xxh3(tokens of block i, seeded by key[i-1])), key[-1] =
 // parent. A partial last block has no key: engines cache full blocks only.

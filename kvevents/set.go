@@ -103,7 +103,7 @@ func (s *Set) store(e Event) error {
 	if e.BlockSize != s.blockSize {
 		return fmt.Errorf("%w: %d, not %d", ErrBlockSize, e.BlockSize, s.blockSize)
 	}
-	parent := Seed(e.Identity)
+	parent := Seed(Identity(e.Identity, e.Salt))
 	if e.HasParent {
 		key, ok := s.engine.get(engineFP(e.Parent))
 		if !ok {

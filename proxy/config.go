@@ -67,6 +67,8 @@ type Config struct {
 	// Tokenize asks the engines for prompts' token IDs, for routing on
 	// their KV events (tokenize.go); off by default.
 	Tokenize TokenizeConfig
+	// LoRA is how the proxy follows the engines' LoRA adapters (lora.go).
+	LoRA LoRAConfig
 	// StoredResponseOwnerBytes bounds the owners of stored responses the
 	// replica remembers, in bytes (default
 	// DefaultStoredResponseOwnerBytes); past it the least recently used

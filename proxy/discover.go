@@ -16,12 +16,17 @@ import (
 const discoverInterval = 10 * time.Second
 
 // discover learns what the registry does not say about a worker: the models
-// it serves (its /v1/models, when the registry declares none) and its KV
+// it serves (its /v1/models, when the registry declares none, or at every
+// round when models are refreshed: LoRAConfig.ModelRefresh) and its KV
 // cache capacity (vLLM's vllm:cache_config_info on /metrics), which becomes
 // its budget in the ownership index, so the index forgets about when the
 // engine does. A worker that does not answer is asked again next round.
 func (p *Proxy) discover(ctx context.Context) {
-	t := time.NewTicker(discoverInterval)
+	every := discoverInterval
+	if r := p.cfg.LoRA.ModelRefresh; r > 0 {
+		every = r
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		for _, w := range p.fleet.undiscovered() {
@@ -95,7 +100,7 @@ const maxDiscoveryBody = 4 << 20
 // get fetches path from worker w over its pooled connections; any status
 // but 200 is an error.
 func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) {
-	body, status, err := p.call(ctx, w, fasthttp.MethodGet, path)
+	body, status, err := p.call(ctx, w, fasthttp.MethodGet, path, nil)
 	if err == nil && status != fasthttp.StatusOK {
 		err = fmt.Errorf("%s%s answered %d", w.URL, path, status)
 	}
@@ -104,13 +109,14 @@ func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) 
 
 // post sends an empty POST to path of worker w and returns its status.
 func (p *Proxy) post(ctx context.Context, w Worker, path string) (int, error) {
-	_, status, err := p.call(ctx, w, fasthttp.MethodPost, path)
+	_, status, err := p.call(ctx, w, fasthttp.MethodPost, path, nil)
 	return status, err
 }
 
-// call sends a bodiless request to path of worker w (under its base path,
-// with --api-key) and reads at most maxDiscoveryBody of the answer.
-func (p *Proxy) call(ctx context.Context, w Worker, method, path string) ([]byte, int, error) {
+// call sends a request to path of worker w (under its base path, with
+// --api-key), with body as JSON when there is one, and reads at most
+// maxDiscoveryBody of the answer.
+func (p *Proxy) call(ctx context.Context, w Worker, method, path string, body []byte) ([]byte, int, error) {
 	m := p.fleet.view().members[w.ID]
 	if m == nil {
 		return nil, 0, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
@@ -125,14 +131,17 @@ func (p *Proxy) call(ctx context.Context, w Worker, method, path string) ([]byte
 	if p.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
+	if body != nil {
+		req.Header.SetContentType("application/json")
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
 	defer cancel()
-	body, status, err := m.exchangeBody(ctx, req, nil, resp, maxDiscoveryBody)
+	answer, status, err := m.exchangeBody(ctx, req, body, resp, maxDiscoveryBody)
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
 	case err != nil:
 		return nil, 0, err
 	}
-	return append([]byte(nil), body...), status, nil
+	return append([]byte(nil), answer...), status, nil
 }

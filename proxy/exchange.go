@@ -136,7 +136,8 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		return nil, err
 	}
 	disaggregated := p.pd != nil && x.ep.pd
-	pool, err := p.fleet.view().pool(p.finalRole(), in.model)
+	router := p.finalRouter()
+	pool, err := p.poolFor(x, router, p.finalRole(), in.model)
 	if err != nil {
 		return nil, err
 	}
@@ -151,8 +152,7 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 	case in.previous != "":
 		return p.continuedLeg(x)
 	}
-	router := p.finalRouter()
-	l := p.newLeg(x, "", router, router.PrepareText(in.model, in.text, key), pool)
+	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool)
 	p.tokens.attach(x, l.req, pool)
 	return l, nil
 }

@@ -51,7 +51,15 @@ type view struct {
 	hasAny   map[string]bool            // a role has workers that declare no model
 	all      map[string]*affinity.Pool  // every eligible worker of a role, for requests that name no model
 	eligible int
+	// adapters are the models some worker lists as a LoRA adapter (its
+	// /v1/models names a parent model); lora, per role, the eligible
+	// workers that list one: where an adapter no worker has is loaded.
+	adapters map[string]bool
+	lora     map[string]*affinity.Pool
 }
+
+// isAdapter reports whether model is a LoRA adapter of some worker.
+func (v *view) isAdapter(model string) bool { return v.adapters[model] }
 
 // pool returns the candidates for a request of role for model.
 func (v *view) pool(role, model string) (*affinity.Pool, error) {
@@ -93,10 +101,16 @@ type Fleet struct {
 	// counters returns a worker's own metrics.
 	counters func(Worker) *workerCounters
 
+	// refreshModels asks every worker's /v1/models at every discovery
+	// round, not only until it answers once: adapters loaded or unloaded
+	// at run time are seen within a round (a worker of a registry model
+	// then also serves the adapters it lists).
+	refreshModels bool
+
 	mu         sync.Mutex
 	workers    []Worker
 	ups        map[affinity.WorkerID]*upstream
-	discovered map[affinity.WorkerID][]string
+	discovered map[affinity.WorkerID]served
 	measured   map[affinity.WorkerID]bool // KV capacity known
 	current    atomic.Pointer[view]
 	wake       chan struct{} // signalled when the worker list changes
@@ -107,7 +121,7 @@ type Fleet struct {
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
 	dialTimeout time.Duration, hosts workerurl.HostPolicy, dialer *workerurl.Dialer, log *slog.Logger) *Fleet {
 	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, dialer: dialer, log: log,
-		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID][]string{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
+		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID]served{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
 }
@@ -138,22 +152,46 @@ func (f *Fleet) Refresh() {
 	f.publish()
 }
 
-// setDiscovered records the models worker id listed on its /v1/models.
-func (f *Fleet) setDiscovered(id affinity.WorkerID, models []string) {
+// setDiscovered records the models worker id listed on its /v1/models,
+// and publishes a view when they changed.
+func (f *Fleet) setDiscovered(id affinity.WorkerID, models served) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ups[id] == nil {
 		return // it left meanwhile
 	}
+	if old, ok := f.discovered[id]; ok && old.equal(models) {
+		return
+	}
 	f.discovered[id] = models
 	f.publish()
 }
 
-// undiscovered lists workers that declare no model and whose models are not
-// known yet.
+// addAdapter records that worker id serves the adapter name, loaded there
+// by the router, before its /v1/models is asked again.
+func (f *Fleet) addAdapter(id affinity.WorkerID, name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ups[id] == nil {
+		return
+	}
+	s := f.discovered[id]
+	if slices.Contains(s.adapters, name) {
+		return
+	}
+	f.discovered[id] = served{names: append(slices.Clip(s.names), name), adapters: append(slices.Clip(s.adapters), name)}
+	f.publish()
+}
+
+// undiscovered lists the workers to ask for their models: those that
+// declare no model and whose models are not known yet, or, when models are
+// refreshed, every worker.
 func (f *Fleet) undiscovered() []Worker {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refreshModels {
+		return slices.Clone(f.workers)
+	}
 	var out []Worker
 	for _, w := range f.workers {
 		if _, ok := f.discovered[w.ID]; !ok && w.Model == "" {
@@ -226,10 +264,11 @@ func (f *Fleet) syncUpstreams() {
 func (f *Fleet) publish() {
 	v := &view{members: map[affinity.WorkerID]*member{}, pools: map[poolKey]*affinity.Pool{},
 		anyModel: map[string]*affinity.Pool{}, serves: map[poolKey]bool{}, hasAny: map[string]bool{},
-		all: map[string]*affinity.Pool{}}
+		all: map[string]*affinity.Pool{}, adapters: map[string]bool{}, lora: map[string]*affinity.Pool{}}
 	eligible := map[poolKey][]*affinity.Load{}
 	anyEligible := map[string][]*affinity.Load{}
 	roleEligible := map[string][]*affinity.Load{}
+	loraEligible := map[string][]*affinity.Load{}
 	for _, w := range f.workers {
 		if f.ups[w.ID] == nil {
 			continue // its URL did not parse
@@ -247,12 +286,19 @@ func (f *Fleet) publish() {
 		for _, model := range m.models {
 			v.serves[poolKey{w.Role, model}] = true
 		}
+		adapters := f.discovered[w.ID].adapters
+		for _, a := range adapters {
+			v.adapters[a] = true
+		}
 		if w.Draining || !f.eligible(w.ID) {
 			continue
 		}
 		v.eligible++
 		load := f.loads.Get(w.ID)
 		roleEligible[w.Role] = append(roleEligible[w.Role], load)
+		if len(adapters) > 0 {
+			loraEligible[w.Role] = append(loraEligible[w.Role], load)
+		}
 		if len(m.models) == 0 {
 			anyEligible[w.Role] = append(anyEligible[w.Role], load)
 		}
@@ -267,6 +313,9 @@ func (f *Fleet) publish() {
 	for role, loads := range roleEligible {
 		v.all[role] = affinity.NewPool(loads)
 	}
+	for role, loads := range loraEligible {
+		v.lora[role] = affinity.NewPool(loads)
+	}
 	for k := range v.serves {
 		v.pools[k] = affinity.NewPool(mergeByID(eligible[k], anyEligible[k.role]))
 	}
@@ -276,13 +325,14 @@ func (f *Fleet) publish() {
 	}
 }
 
-// modelsOf is what worker w serves: the model of its registry entry, else
-// what its /v1/models said, else nothing declared (it serves any model).
+// modelsOf is what worker w serves: the model of its registry entry (and
+// the adapters its /v1/models lists, when models are refreshed), else what
+// its /v1/models said, else nothing declared (it serves any model).
 func (f *Fleet) modelsOf(w Worker) []string {
 	if w.Model != "" {
-		return []string{w.Model}
+		return append([]string{w.Model}, f.discovered[w.ID].adapters...)
 	}
-	return f.discovered[w.ID]
+	return f.discovered[w.ID].names
 }
 
 // mergeByID merges two id-sorted lists into one id-sorted list.

@@ -39,25 +39,43 @@ func (p *Proxy) serveModels(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(body)
 }
 
+// served is what a worker's /v1/models lists: every model it serves, and
+// those of them that are LoRA adapters (vLLM names an adapter's base model
+// as its parent; a base model has none).
+type served struct {
+	names    []string
+	adapters []string
+}
+
 // listModels asks worker w what it serves.
-func (p *Proxy) listModels(ctx context.Context, w Worker) ([]string, error) {
+func (p *Proxy) listModels(ctx context.Context, w Worker) (served, error) {
 	body, err := p.get(ctx, w, "/v1/models")
 	if err != nil {
-		return nil, err
+		return served{}, err
 	}
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID     string `json:"id"`
+			Parent string `json:"parent"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return nil, err
+		return served{}, err
 	}
-	models := make([]string, 0, len(list.Data))
+	out := served{names: make([]string, 0, len(list.Data))}
 	for _, d := range list.Data {
-		if d.ID != "" {
-			models = append(models, d.ID)
+		if d.ID == "" {
+			continue
+		}
+		out.names = append(out.names, d.ID)
+		if d.Parent != "" && d.Parent != d.ID {
+			out.adapters = append(out.adapters, d.ID)
 		}
 	}
-	return models, nil
+	return out, nil
+}
+
+// equal reports whether s lists what o does, in the same order.
+func (s served) equal(o served) bool {
+	return slices.Equal(s.names, o.names) && slices.Equal(s.adapters, o.adapters)
 }

@@ -81,7 +81,7 @@ func (p *Proxy) finalRole() string {
 func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*leg, error) {
 	d.requests.Inc()
 	x.pd = true
-	ppool, err := d.p.fleet.view().pool(RolePrefill, x.in.model)
+	ppool, err := d.p.poolFor(x, d.p.routers.Load().pd.Prefill, RolePrefill, x.in.model)
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +99,8 @@ func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*l
 // two legs that start on them.
 func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint64) (pre, dec *leg, err error) {
 	rs := d.p.routers.Load().pd
-	pre = d.p.newLeg(x, RolePrefill, rs.Prefill, rs.Prefill.PrepareText(x.in.model, x.in.text, key), ppool)
-	dec = d.p.newLeg(x, RoleDecode, rs.Decode, rs.Decode.PrepareText(x.in.model, x.in.text, key), dpool)
+	pre = d.p.newLeg(x, RolePrefill, rs.Prefill, d.p.prepare(rs.Prefill, x, key), ppool)
+	dec = d.p.newLeg(x, RoleDecode, rs.Decode, d.p.prepare(rs.Decode, x, key), dpool)
 	d.p.tokens.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {

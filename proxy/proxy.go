@@ -91,10 +91,13 @@ type Proxy struct {
 	watcher   *watcher    // the clients of requests in flight
 	flights   flights     // the exchanges in flight
 	tokens    *tokenizer  // nil unless Config.Tokenize.Enabled
-	bearer    string      // "Bearer " + cfg.APIKey
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// adapterLoads loads adapters no worker lists, nil unless
+	// Config.LoRA.LoadPath (lora.go).
+	adapterLoads *adapterLoads
+	bearer       string // "Bearer " + cfg.APIKey
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
 }
 
 // New builds a proxy. Call Fleet().SetWorkers to give it workers.
@@ -140,6 +143,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, deps.Dialer, p.log)
 	p.fleet.idleTimeout = p.cfg.WorkerIdleTimeout
+	p.fleet.refreshModels = p.cfg.LoRA.ModelRefresh > 0
+	p.adapterLoads = newAdapterLoads(p.cfg.LoRA, deps.Metrics)
 	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
 	policies := p.policyNames()
 	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }

@@ -23,6 +23,10 @@ type inference struct {
 	// previous is a Responses API request's previous_response_id: the
 	// worker that stored that response must answer this one.
 	previous string
+	// salt is the request's cache_salt (completions, chat, messages): the
+	// engine caches a salted prompt's blocks apart from everyone else's,
+	// so the router matches them only with the same salt's. "" for none.
+	salt string
 }
 
 // parseInference reads an inference request body in one pass (see
@@ -70,6 +74,7 @@ type bodyReader struct {
 	query, documents    span // rerank
 	instructions, input span // the Responses API
 	previous            span
+	salt                span // cache_salt
 }
 
 // span is where a value is in the body; a zero span is a missing value.
@@ -163,6 +168,8 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 		dst = &r.input
 	case k == "previous_response_id" && kind == kindResponses:
 		dst = &r.previous
+	case k == "cache_salt" && (kind == kindCompletions || kind == kindChat || kind == kindMessages):
+		dst = &r.salt
 	}
 	ve, err := jsonSkipValue(r.b, vs, 1)
 	if dst != nil {
@@ -301,6 +308,10 @@ func (r *bodyReader) result() (inference, error) {
 	if in.previous, ok2 = r.str(r.previous); !ok2 {
 		return inference{}, errorf(ErrBadRequest, "field previous_response_id must be a string")
 	}
+	var err error
+	if in.salt, err = r.cacheSalt(); err != nil {
+		return inference{}, err
+	}
 	if err := r.render(); err != nil {
 		return inference{}, err
 	}
@@ -333,6 +344,24 @@ func checkModelName(model string) error {
 			"backslash or control character", maxModelName)
 	}
 	return nil
+}
+
+// maxCacheSalt bounds a cache_salt's length: a tenant's name or a digest
+// of one is tens of bytes, and the salt is hashed with every request.
+const maxCacheSalt = 1024
+
+// cacheSalt is the body's cache_salt: absent or null is none; anything
+// else must be a non-empty string (vLLM refuses an empty one) within
+// maxCacheSalt bytes.
+func (r *bodyReader) cacheSalt() (string, error) {
+	if r.salt.end-r.salt.start > 2+6*maxCacheSalt { // too long however it is escaped: not copied to be refused
+		return "", errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
+	}
+	salt, ok := r.str(r.salt)
+	if !ok || (salt == "" && r.salt.present() && string(r.b[r.salt.start:r.salt.end]) != "null") || len(salt) > maxCacheSalt {
+		return "", errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
+	}
+	return salt, nil
 }
 
 // str is the unescaped string at s: "" for a missing value or null, ok

@@ -20,7 +20,9 @@
 # Everything listens on 127.0.0.1 only. BENCH_QUICK=1 shortens every part;
 # `scripts/bench.sh proxy` (make bench-proxy) reruns part 3 alone and
 # replaces its section of BENCHMARKS.md; `scripts/bench.sh gossip` and
-# `scripts/bench.sh realtier` do the same for parts 4 and 5.
+# `scripts/bench.sh realtier` do the same for parts 4 and 5; `scripts/bench.sh
+# lora` writes the LoRA adapters' section (scripts/lorabench.py: residency
+# against adapter-blind routing, on llm-d-inference-sim and workersim).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=BENCHMARKS.md
@@ -222,6 +224,15 @@ if [ "${1:-}" = kvevents ]; then
 	kvevents_bench "$tmp/kvevents.md"
 	splice "$tmp/kvevents.md" "$kvevents_heading"
 	echo "wrote the KV-events section of $out"
+	exit 0
+fi
+lora_heading="## LoRA adapters: residency against adapter-blind routing"
+if [ "${1:-}" = lora ]; then
+	[ "$quick" = 1 ] && export LORABENCH_ROUNDS=${LORABENCH_ROUNDS:-1} LORABENCH_SESSIONS=${LORABENCH_SESSIONS:-32}
+	python3 scripts/lorabench.py "$tmp/lora-body.md"
+	{ printf '%s\n\n' "$lora_heading"; cat "$tmp/lora-body.md"; } >"$tmp/lora.md"
+	splice "$tmp/lora.md" "$lora_heading"
+	echo "wrote the LoRA section of $out"
 	exit 0
 fi
 gossip_heading="## Gossip budget"

@@ -22,6 +22,7 @@ func (e *Engine) peekWaiting() *sequence {
 // that s goes before.
 func (e *Engine) pushWaiting(s *sequence) {
 	e.waitingLen++
+	countAdapter(e.lora.waiting, s.adapter, 1)
 	if !e.cfg.PriorityScheduling {
 		e.waiting = append(e.waiting, s)
 		return
@@ -29,6 +30,16 @@ func (e *Engine) pushWaiting(s *sequence) {
 	live := e.waiting[e.waitingHead:]
 	i := e.waitingHead + sort.Search(len(live), func(i int) bool { return s.before(live[i]) })
 	e.waiting = slices.Insert(e.waiting, i, s)
+}
+
+// takeWaiting removes the waiting entry at index i, the head or one a
+// LoRA bound skipped before it.
+func (e *Engine) takeWaiting(i int) {
+	if i == e.waitingHead {
+		e.popWaiting()
+		return
+	}
+	e.waiting = slices.Delete(e.waiting, i, i+1)
 }
 
 func (e *Engine) popWaiting() {
@@ -76,6 +87,7 @@ func (e *Engine) fits(s *sequence) (plan admissionPlan, private int, ok bool) {
 
 // release gives back everything a sequence holds in the cache.
 func (e *Engine) release(s *sequence) {
+	countAdapter(e.lora.running, s.adapter, -1)
 	e.cache.release(s.blocks)
 	s.blocks = nil
 	e.cache.private -= s.private

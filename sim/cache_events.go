@@ -11,6 +11,10 @@ type CacheEvent struct {
 	Parent    uint64
 	HasParent bool
 	Tokens    []uint32
+	// Adapter is the LoRA adapter the stored blocks were computed with, ""
+	// for the base model; Salt the prompt's cache_salt, on a Stored event
+	// that starts its prompt (the salt enters the first block's hash).
+	Adapter, Salt string
 }
 
 // cacheLog is the engine's events since they were last taken, in the order they happened.
@@ -18,7 +22,7 @@ type cacheLog struct{ events []CacheEvent }
 
 // stored logs block i of a prompt, extending the last Stored event when block i follows its
 // last block.
-func (l *cacheLog) stored(hash uint64, parent uint64, hasParent bool, tokens []uint32) {
+func (l *cacheLog) stored(hash uint64, parent uint64, hasParent bool, tokens []uint32, adapter, salt string) {
 	if n := len(l.events); n > 0 {
 		last := &l.events[n-1]
 		if !last.Removed && hasParent && last.Hashes[len(last.Hashes)-1] == parent {
@@ -27,8 +31,11 @@ func (l *cacheLog) stored(hash uint64, parent uint64, hasParent bool, tokens []u
 			return
 		}
 	}
+	if hasParent {
+		salt = ""
+	}
 	l.events = append(l.events, CacheEvent{Hashes: []uint64{hash}, Parent: parent, HasParent: hasParent,
-		Tokens: append([]uint32(nil), tokens...)})
+		Tokens: append([]uint32(nil), tokens...), Adapter: adapter, Salt: salt})
 }
 
 func (l *cacheLog) removed(hash uint64) {
@@ -46,7 +53,7 @@ func (e *Engine) logStored(s *sequence, i int) {
 	if i > 0 {
 		parent = e.cache.slab[s.blocks[i-1]].hash
 	}
-	e.cacheLog.stored(e.cache.slab[s.blocks[i]].hash, parent, i > 0, s.tokens[i*bt:(i+1)*bt])
+	e.cacheLog.stored(e.cache.slab[s.blocks[i]].hash, parent, i > 0, s.tokens[i*bt:(i+1)*bt], s.adapter, s.salt)
 }
 
 // TakeCacheEvents appends the cache events logged since the last call to dst and forgets them.

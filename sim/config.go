@@ -51,6 +51,13 @@ type Config struct {
 	// admission. Off: first come, first served, and Priority is ignored.
 	PriorityScheduling bool
 
+	// MaxLoras is how many LoRA adapters the engine holds in its slots, and
+	// runs in one batch (vLLM's --max-loras); 0 bounds neither. Default 0.
+	MaxLoras int
+	// LoraSwapMs is the time a step takes longer for each adapter it loads
+	// into a slot. Default 0.
+	LoraSwapMs float64
+
 	// CacheEvents makes the engine log every change of its prefix cache (blocks computed and
 	// cached, blocks evicted) for [Engine.TakeCacheEvents]: what vLLM publishes as KV events.
 	// Off by default, which keeps large simulations from holding prompts' tokens.
@@ -102,6 +109,9 @@ func (c Config) Validate() error {
 	if c.BlockTokens < 1 {
 		return fmt.Errorf("%w: BlockTokens %d < 1", ErrInvalidConfig, c.BlockTokens)
 	}
+	if c.MaxLoras < 0 {
+		return fmt.Errorf("%w: MaxLoras %d < 0", ErrInvalidConfig, c.MaxLoras)
+	}
 	if c.KVCapacityTokens < c.BlockTokens {
 		return fmt.Errorf("%w: KVCapacityTokens %d holds no block of %d tokens",
 			ErrInvalidConfig, c.KVCapacityTokens, c.BlockTokens)
@@ -116,6 +126,7 @@ func (c Config) Validate() error {
 		{"PrefillQuadMs", c.PrefillQuadMs}, {"PrefillLinearMs", c.PrefillLinearMs},
 		{"PrefillBaseMs", c.PrefillBaseMs}, {"DecodeEmptyMs", c.DecodeEmptyMs},
 		{"DecodeFullMs", c.DecodeFullMs}, {"TransferMsPerToken", c.TransferMsPerToken},
+		{"LoraSwapMs", c.LoraSwapMs},
 	}); err != nil {
 		return err
 	}

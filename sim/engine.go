@@ -28,6 +28,8 @@ type Engine struct {
 	running     []*sequence
 
 	batch    []*sequence
+	lora     loraSlots
+	swaps    int // adapters loaded for the step being composed
 	stepping bool
 	stepEnd  time.Duration
 	waking   bool // idle until a KV transfer completes at wakeAt
@@ -56,6 +58,7 @@ func NewEngine(cfg Config) *Engine {
 		cfg:   cfg,
 		cache: newPrefixCache(cfg.KVCapacityTokens / cfg.BlockTokens),
 		byID:  make(map[RequestID]*sequence),
+		lora:  newLoRASlots(),
 	}
 	if cfg.CacheEvents {
 		e.cache.log = &e.cacheLog
@@ -110,6 +113,7 @@ func (e *Engine) Cancel(id RequestID, now time.Duration) bool {
 		e.removeRunning(s)
 	} else {
 		e.waitingLen--
+		countAdapter(e.lora.waiting, s.adapter, -1)
 	}
 	e.kick(now)
 	return true

@@ -27,6 +27,10 @@ type Request struct {
 	// alongside other work, instead of prefill compute. Tokens already cached locally are not
 	// transferred. Zero for an ordinary request.
 	RemotePrefillTokens int
+	// Adapter is the LoRA adapter the request runs with, "" for the base
+	// model; Salt its cache_salt, "" for none. Both key its blocks apart
+	// from other identities' (see lora.go).
+	Adapter, Salt string
 }
 
 // EventKind tells what an [Event] reports.

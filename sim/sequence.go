@@ -13,6 +13,8 @@ type sequence struct {
 	arrival      uint64   // submission order, the tie-break of priority
 	hashes       []uint64 // full prompt blocks; dropped at admission
 	tokens       []uint32 // the prompt's token IDs, kept only for cache events
+	adapter      string   // the LoRA adapter it runs with, "" for the base model
+	salt         string   // its cache_salt
 
 	admitted    bool
 	cancelled   bool
@@ -37,8 +39,10 @@ func newSequence(cfg Config, r Request) *sequence {
 		stream:       r.StreamTokens,
 		remote:       max(r.RemotePrefillTokens, 0),
 		priority:     r.Priority,
-		hashes:       cfg.AppendBlockHashes(nil, r.Prompt),
+		hashes:       cfg.appendBlockHashesFrom(nil, identitySeed(r.Adapter, r.Salt), r.Prompt),
 		tokens:       promptTokens(cfg, r.Prompt),
+		adapter:      r.Adapter,
+		salt:         r.Salt,
 	}
 }
 

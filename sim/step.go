@@ -8,6 +8,8 @@ import "time"
 // nothing to compute the engine idles, waking for the earliest pending KV transfer if any.
 func (e *Engine) startStep(at time.Duration) {
 	e.batch = e.batch[:0]
+	e.swaps = 0
+	e.lora.ran()
 	usage := e.KVUsage()
 	decodes := e.scheduleDecodes(at)
 	budget := e.cfg.MaxBatchedTokens - decodes
@@ -24,6 +26,7 @@ func (e *Engine) startStep(at time.Duration) {
 	if decodes > 0 {
 		d += e.cfg.DecodeCost(usage)
 	}
+	d += millis(e.cfg.LoraSwapMs * float64(e.swaps))
 	d = time.Duration(float64(d) * e.cfg.Slowdown)
 	e.stepping, e.waking = true, false
 	e.stepEnd = at + max(d, 1)
@@ -62,16 +65,23 @@ func (e *Engine) addPrefill(s *sequence, budget int) int {
 	return s.chunk
 }
 
-// admitWaiting admits waiting sequences in their order (arrival, or priority) and schedules those ready to compute.
+// admitWaiting admits waiting sequences in their order (arrival, or priority) and schedules those
+// ready to compute. One whose LoRA adapter the batch has no room for is skipped, and the next
+// considered, as vLLM's scheduler does; one whose KV does not fit stops admission.
 func (e *Engine) admitWaiting(at time.Duration, budget int) (tokens, decodes int) {
-	for budget > 0 && len(e.running) < e.cfg.MaxNumSeqs {
-		s := e.peekWaiting()
+	for i := e.waitingHead; budget > 0 && len(e.running) < e.cfg.MaxNumSeqs; {
+		s := e.nextAdmissible(&i)
 		if s == nil || !e.admit(s, at) {
 			break
 		}
-		e.popWaiting()
+		head := i == e.waitingHead
+		e.takeWaiting(i)
+		if head {
+			i = e.waitingHead // the head moved on (and the queue may have been compacted)
+		}
 		e.waitingLen--
 		e.running = append(e.running, s)
+		e.startAdapter(s)
 		e.markComputed(s)
 		if !s.ready(at) {
 			continue
@@ -88,6 +98,34 @@ func (e *Engine) admitWaiting(at time.Duration, budget int) (tokens, decodes int
 		budget -= c
 	}
 	return tokens, decodes
+}
+
+// nextAdmissible is the first live waiting sequence at or after index *i that the LoRA bound
+// lets into the batch, *i set to its index; nil when there is none. Cancelled entries at the head
+// are dropped on the way.
+func (e *Engine) nextAdmissible(i *int) *sequence {
+	for ; *i < len(e.waiting); *i++ {
+		s := e.waiting[*i]
+		if s.cancelled && *i == e.waitingHead {
+			e.popWaiting()
+			*i = e.waitingHead - 1 // the loop's increment brings it to the new head
+			continue
+		}
+		if !s.cancelled && e.lora.allows(s.adapter, e.cfg.MaxLoras) {
+			return s
+		}
+	}
+	return nil
+}
+
+// startAdapter counts an admitted sequence's adapter as running, loading it into a slot (at
+// LoraSwapMs in this step) when it is not in one.
+func (e *Engine) startAdapter(s *sequence) {
+	countAdapter(e.lora.waiting, s.adapter, -1)
+	countAdapter(e.lora.running, s.adapter, 1)
+	if e.lora.activate(s.adapter, e.cfg.MaxLoras) {
+		e.swaps++
+	}
 }
 
 func (e *Engine) armWake() {

@@ -26,8 +26,13 @@ func (c Config) BlocksFor(tokens int) int {
 // h[i] = xxh3(block[i]) seeded with h[i-1]. A trailing partial block is not hashed, because
 // like vLLM the engine caches only full blocks.
 func (c Config) AppendBlockHashes(dst []uint64, prompt []byte) []uint64 {
+	return c.appendBlockHashesFrom(dst, chainSeed, prompt)
+}
+
+// appendBlockHashesFrom is AppendBlockHashes of a chain that starts from h,
+// a prompt's identity (identitySeed).
+func (c Config) appendBlockHashesFrom(dst []uint64, h uint64, prompt []byte) []uint64 {
 	size := c.BlockBytes()
-	h := chainSeed
 	for off := 0; off+size <= len(prompt); off += size {
 		h = xxh3.HashSeed(prompt[off:off+size], h)
 		dst = append(dst, h)

@@ -52,6 +52,7 @@ type engineReading struct {
 	waiting   float64 // requests it holds back, for want of room
 	kvUsage   float64 // the fullest KV cache of its label sets, 0..1
 	hasTokens bool    // a token counter was on the page
+	lora      loraReading
 }
 
 // engineState is the latest good reading of a worker's engine. Guarded by the
@@ -123,6 +124,8 @@ func (e *engineReading) add(line []byte) {
 		e.waiting += value
 	case bytes.Equal(name, metricKVUsage), bytes.Equal(name, metricSGLangKVUsage):
 		e.kvUsage = max(e.kvUsage, value)
+	case bytes.Equal(name, metricLoRAInfo):
+		e.lora.add(line, value)
 	}
 }
 
@@ -254,6 +257,15 @@ type EngineReading struct {
 	Running float64   // vllm:num_requests_running
 	Waiting float64   // vllm:num_requests_waiting
 	KVUsage float64   // vllm:kv_cache_usage_perc, 0..1
+	// LoRA is the engine's vllm:lora_requests_info, when its page has it.
+	LoRA *LoRAReading
+}
+
+// LoRAReading is an engine's LoRA state: how many adapters it runs at
+// once (vLLM's max_loras) and the adapters running and waiting.
+type LoRAReading struct {
+	MaxLoRA          int
+	Running, Waiting []string
 }
 
 // EngineReadings appends the latest reading of every watched worker whose
@@ -264,7 +276,11 @@ func (m *Monitor) EngineReadings(dst []EngineReading) []EngineReading {
 		r, at, read := w.occupancy, w.occupancyAt, w.read
 		w.mu.Unlock()
 		if read {
-			dst = append(dst, EngineReading{ID: w.id, At: m.timeAt(at), Running: r.running, Waiting: r.waiting, KVUsage: r.kvUsage})
+			e := EngineReading{ID: w.id, At: m.timeAt(at), Running: r.running, Waiting: r.waiting, KVUsage: r.kvUsage}
+			if r.lora.ok {
+				e.LoRA = &LoRAReading{MaxLoRA: r.lora.maxLoRA, Running: r.lora.running, Waiting: r.lora.waiting}
+			}
+			dst = append(dst, e)
 		}
 	}
 	return dst

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ vllm:generation_tokens_total
 		t.Fatal(err)
 	}
 	want := engineReading{tokens: 1000 + 234 + 5000, running: 7, waiting: 99, hasTokens: true}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("parseEngineMetrics = %+v, want %+v", got, want)
 	}
 	if got, _ := parseEngineMetrics(strings.NewReader("sglang:generation_tokens_total 5\n")); got.hasTokens {

@@ -30,12 +30,16 @@ func (r *run) agentic(ctx context.Context, start time.Time, cfg workload.Agentic
 func (r *run) session(ctx context.Context, start time.Time, sessions *workload.Agentic, turn workload.Turn) {
 	header := http.Header{}
 	header.Set(sessionHeader, fmt.Sprintf("loadgen-%d-%d", sessions.Config().Seed, turn.Session))
+	model := r.model
+	if r.mix != nil {
+		model = r.mix.of(turn.Session)
+	}
 	for {
 		if sleep(ctx, r.clock, turn.Delay) != nil {
 			return
 		}
 		r.results.started()
-		r.send(ctx, turn.Request(r.model), header, result{id: turn.Session, turn: turn.Index, dispatched: r.clock.Now().Sub(start)})
+		r.send(ctx, turn.Request(model), header, result{id: turn.Session, turn: turn.Index, dispatched: r.clock.Now().Sub(start)})
 		next, ok := sessions.Next(turn.Session)
 		if !ok || ctx.Err() != nil {
 			return

@@ -68,6 +68,8 @@ func agenticFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "think-time", Value: d.ThinkTime, Usage: "mean tool latency between turns"},
 		&cli.Int64Flag{Name: "seed", Usage: "seed of the texts and random draws"},
 		&cli.IntFlag{Name: "tools", Value: defaultAgentTools, Usage: "on chat and messages, the tools every session declares: each turn is then the agent's conversation, every earlier turn the model's call of a tool and the tool's output as its result (0: a system message and one growing user message)"},
+		&cli.StringSliceFlag{Name: "models", Usage: "models the sessions use instead of --model (LoRA adapters, say), each session one for all its turns, drawn by --model-zipf"},
+		&cli.Float64Flag{Name: "model-zipf", Value: 1, Usage: "popularity of --models: the j-th is drawn with weight 1/j^s (0: all alike)"},
 	)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -89,9 +90,15 @@ func agenticAction(c *cli.Context, env environment) error {
 	if tools < 0 || tools > maxAgentTools {
 		return badFlag("tools", fmt.Sprintf("in [0, %d]", maxAgentTools), tools)
 	}
+	zipf := c.Float64("model-zipf")
+	if zipf < 0 || math.IsNaN(zipf) || math.IsInf(zipf, 0) {
+		return badFlag("model-zipf", ">= 0", zipf)
+	}
+	mix := newModelMix(c.StringSlice("models"), zipf, cfg.Seed)
 	// In chat and messages, the shared system prompt is the system message.
 	body := shape{systemBytes: cfg.SystemPromptTokens * workload.TokenBytes, tools: tools}
 	return execute(c.Context, env, common, modeAgentic, body, func(r *run, ctx context.Context, start time.Time) {
+		r.mix = mix
 		r.agentic(ctx, start, cfg)
 	})
 }

@@ -14,6 +14,7 @@ type requestLine struct {
 	Turn         int     `json:"turn"`                 // agentic turn; -1 for replay
 	Target       int     `json:"target"`               // index of the target that answered
 	Worker       string  `json:"worker"`               // x-worker-id; "unknown" when absent
+	Model        string  `json:"model,omitempty"`      // the request's "model" (a session's adapter, say)
 	RequestID    string  `json:"request_id,omitempty"` // x-request-id: the router's log line of it
 	Status       int     `json:"status"`
 	Error        string  `json:"error,omitempty"` // error kind; empty for a success
@@ -27,7 +28,7 @@ type requestLine struct {
 func lineOf(r result) requestLine {
 	l := requestLine{
 		StartedMS: round3(milliseconds(r.dispatched)), Session: r.id, Turn: r.turn, Target: r.target,
-		Worker: workerKey(r.worker), RequestID: r.requestID, Status: r.status, Error: r.errKind,
+		Worker: workerKey(r.worker), Model: r.model, RequestID: r.requestID, Status: r.status, Error: r.errKind,
 		TTFTMS: round3(milliseconds(r.ttft)), LatencyMS: round3(milliseconds(r.latency)),
 	}
 	if r.usage != nil {

@@ -38,6 +38,7 @@ type result struct {
 	events    int    // data events other than [DONE]
 	usage     *usage // nil when the server sent none
 	id        int    // replay: index of the record in time order; agentic: session number
+	model     string // the request's "model"
 	turn      int    // agentic turn index; -1 for replay
 }
 

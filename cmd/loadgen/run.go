@@ -27,6 +27,7 @@ type run struct {
 	clock    Clock
 	results  *collector
 	model    string        // "model" of every request; empty leaves it out
+	mix      *modelMix     // when set, each agentic session's model instead
 	duration time.Duration // the run stops, cancelling what is in flight, after this long
 	progress io.Writer     // where the progress line goes; nil for none
 	// ticks starts the progress ticker: a channel and its stop function.
@@ -61,7 +62,7 @@ func (r *run) execute(ctx context.Context, mode string, drive func(context.Conte
 // dispatch time and lag) is the caller's.
 func (r *run) send(ctx context.Context, req workload.Request, header http.Header, res result) {
 	out := r.client.do(ctx, req, header)
-	out.id, out.turn, out.dispatched, out.lag = res.id, res.turn, res.dispatched, res.lag
+	out.id, out.turn, out.dispatched, out.lag, out.model = res.id, res.turn, res.dispatched, res.lag, req.Model
 	r.results.add(out)
 	if r.onResult != nil {
 		r.onResult(out)

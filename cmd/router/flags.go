@@ -98,7 +98,7 @@ func hostAndPort(addr string) (string, int) {
 // the meaning is the same, and every other flag of vllm-router accepted
 // (compatFlags).
 func serveFlags() []cli.Flag {
-	return append(append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), kvEventsFlags()...), compatFlags()...)
+	return append(append(append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), kvEventsFlags()...), loraFlags()...), compatFlags()...)
 }
 
 // ownFlags are the flags of the replica itself, each with the default of

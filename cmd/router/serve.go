@@ -172,6 +172,7 @@ func configFrom(c *cli.Context) (cluster.Config, error) {
 	if err := kvEventsFrom(c, &cfg); err != nil {
 		return cfg, err
 	}
+	loraFrom(c, &cfg)
 	if key := c.String("gossip-key"); key != "" {
 		if cfg.GossipKey, err = base64.StdEncoding.DecodeString(key); err != nil || !validKeyLen(len(cfg.GossipKey)) {
 			return cfg, fmt.Errorf("--gossip-key: want base64 of 16, 24 or 32 bytes")

@@ -49,6 +49,11 @@ type serverConfig struct {
 	// kvEventsTopic is every message's topic (llm-d's kv@<host>@<model>).
 	kvEventsConnect bool
 	kvEventsTopic   string
+
+	// lora serves LoRA adapters (--lora-modules, or --max-loras set): loras at start, more at
+	// run time; the engine's MaxLoras and LoraSwapMs say how it runs them.
+	lora  bool
+	loras []loraModule
 }
 
 // Defaults of the flags of the extra endpoints.
@@ -85,6 +90,9 @@ func (c serverConfig) validate() error {
 			"tcp://host:port, with --kv-events-endpoint"},
 		{"kv-events-connect", !c.kvEventsConnect || c.kvEvents != "", "--kv-events-endpoint to dial"},
 		{"kv-events-topic", len(c.kvEventsTopic) <= 256, "at most 256 bytes"},
+		{"max-loras", !c.lora || c.engine.MaxLoras >= 1, "at least 1"},
+		{"lora-swap-ms", c.engine.LoraSwapMs >= 0 && !math.IsInf(c.engine.LoraSwapMs, 0), "a duration in ms, 0 or more"},
+		{"lora-modules", len(c.loras) <= maxAdapters, "at most " + strconv.Itoa(maxAdapters)},
 	}
 	for _, ch := range checks {
 		if !ch.ok {

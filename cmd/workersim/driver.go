@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +50,9 @@ type submission struct {
 	// pooled marks a pooling pass (embeddings, rerank): the engine runs it
 	// as a one-token generation, but vLLM counts no generated token for it.
 	pooled bool
+	// adapter is the LoRA adapter it runs with ("" for a base model), salt
+	// its cache_salt.
+	adapter, salt string
 }
 
 // newDriver starts the goroutine that owns a new engine; Stop ends it.
@@ -191,7 +195,8 @@ func (d *driver) submitAll(subs []submission) ([]*ticket, error) {
 func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	d.nextID++
 	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
-		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens, Priority: s.priority}
+		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens, Priority: s.priority,
+		Adapter: s.adapter, Salt: s.salt}
 	if err := d.engine.Submit(r, now); err != nil {
 		return nil, err
 	}
@@ -357,6 +362,16 @@ type engineStats struct {
 	generated                   atomic.Uint64
 	preemptions                 atomic.Uint64
 	numGPUBlocks                atomic.Int64
+	loraLoads                   atomic.Uint64
+	loraAdapters                atomic.Pointer[[2][]string] // running, waiting
+}
+
+// adapters are the adapters of the running and the waiting requests.
+func (s *engineStats) adapters() (running, waiting []string) {
+	if a := s.loraAdapters.Load(); a != nil {
+		return a[0], a[1]
+	}
+	return nil, nil
 }
 
 func (d *driver) publish() {
@@ -372,11 +387,25 @@ func (d *driver) publish() {
 	d.stats.generated.Store(t.generated - d.pooled)
 	d.stats.preemptions.Store(t.preemptions)
 	d.stats.numGPUBlocks.Store(int64(e.NumGPUBlocks()))
+	d.stats.loraLoads.Store(t.loraLoads)
+	d.publishAdapters()
+}
+
+// publishAdapters publishes the engine's running and waiting adapters when they changed.
+func (d *driver) publishAdapters() {
+	if d.engine.Config().MaxLoras == 0 {
+		return
+	}
+	running, waiting := d.engine.RunningAdapters(), d.engine.WaitingAdapters()
+	if r, w := d.stats.adapters(); d.stats.loraAdapters.Load() != nil && slices.Equal(r, running) && slices.Equal(w, waiting) {
+		return
+	}
+	d.stats.loraAdapters.Store(&[2][]string{running, waiting})
 }
 
 // engineTotals are the engine's monotonic counters.
 type engineTotals struct {
-	prefixQueries, prefixHits, computedTokens, transferred, generated, preemptions uint64
+	prefixQueries, prefixHits, computedTokens, transferred, generated, preemptions, loraLoads uint64
 }
 
 // totals are the counters since start, over every engine the driver ran.
@@ -389,6 +418,7 @@ func (d *driver) totals() engineTotals {
 		transferred:    r.transferred + e.TransferredTokens(),
 		generated:      r.generated + e.GeneratedTokens(),
 		preemptions:    r.preemptions + e.Preemptions(),
+		loraLoads:      r.loraLoads + e.LoraLoads(),
 	}
 }
 

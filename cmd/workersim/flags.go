@@ -55,6 +55,12 @@ func flags() []cli.Flag {
 			Usage: "dial --kv-events-endpoint (a router's --kv-events-bind) rather than bind it, as vLLM does for an endpoint that is not a wildcard; reconnects on its own"},
 		&cli.StringFlag{Name: "kv-events-topic", EnvVars: env("kv-events-topic"),
 			Usage: "the topic of every event message (llm-d's kv@<host:port>@<model>; vLLM's default is empty)"},
+		&cli.GenericFlag{Name: "lora-modules", Value: &loraModulesFlag{}, EnvVars: env("lora-modules"),
+			Usage: `LoRA adapter served from the start, vLLM's '{"name":"sql-lora","path":"/adapters/sql"}' or name=path (repeatable; its commas are the JSON's, not a list's); more load at run time (POST /v1/load_lora_adapter)`},
+		&cli.IntFlag{Name: "max-loras", Value: 1, EnvVars: env("max-loras"),
+			Usage: "LoRA adapters the engine holds in its slots and runs in one batch, as vLLM's; a request of another waits, and loading one costs --lora-swap-ms"},
+		&cli.Float64Flag{Name: "lora-swap-ms", Value: defaultLoRASwapMs, EnvVars: env("lora-swap-ms"),
+			Usage: "engine time a step takes longer for each adapter it loads into a slot"},
 	}
 }
 
@@ -95,6 +101,14 @@ func configFromCLI(c *cli.Context) (serverConfig, error) {
 		kvEventsTopic:         c.String("kv-events-topic"),
 	}
 	cfg.engine.CacheEvents = cfg.kvEvents != ""
+	if m, ok := c.Generic("lora-modules").(*loraModulesFlag); ok {
+		if cfg.loras, err = parseLoRAModules(m.specs); err != nil {
+			return serverConfig{}, fmt.Errorf("%w --lora-modules: %w", errBadFlag, err)
+		}
+	}
+	if cfg.lora = len(cfg.loras) > 0 || c.IsSet("max-loras"); cfg.lora {
+		cfg.engine.MaxLoras, cfg.engine.LoraSwapMs = c.Int("max-loras"), c.Float64("lora-swap-ms")
+	}
 	return cfg, cfg.validate()
 }
 

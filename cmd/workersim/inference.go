@@ -102,7 +102,7 @@ func (s *server) resolveModel(model string) (string, error) {
 	switch {
 	case model == "":
 		return s.cfg.models[0], nil
-	case !s.cfg.serves(model):
+	case !s.cfg.serves(model) && !s.adapters.has(model):
 		return "", fmt.Errorf("%w: the model %q does not exist", errModelNotFound, model)
 	}
 	return model, nil

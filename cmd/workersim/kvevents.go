@@ -41,7 +41,7 @@ func (p *kvEventPublisher) changed(now time.Time, changes []sim.CacheEvent) {
 
 func (p *kvEventPublisher) event(c sim.CacheEvent) kvevents.Event {
 	e := kvevents.Event{Kind: kvevents.Stored, Tier: true, Tokens: c.Tokens, BlockSize: p.blockSize,
-		Parent: kvevents.EngineHash(c.Parent), HasParent: c.HasParent}
+		Parent: kvevents.EngineHash(c.Parent), HasParent: c.HasParent, Identity: c.Adapter, Salt: c.Salt}
 	if c.Removed {
 		e = kvevents.Event{Kind: kvevents.Removed, Tier: true}
 	}

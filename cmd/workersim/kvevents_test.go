@@ -17,8 +17,11 @@ type engineView struct {
 	block int
 }
 
-func (e engineView) Matched(tokens []uint32) int {
-	return e.view.Matched(kvevents.AppendKeys(nil, kvevents.Seed(""), tokens, e.block))
+func (e engineView) Matched(tokens []uint32) int { return e.MatchedAs("", tokens) }
+
+// MatchedAs is Matched of a prompt of the cache identity identity (kvevents.Identity).
+func (e engineView) MatchedAs(identity string, tokens []uint32) int {
+	return e.view.Matched(kvevents.AppendKeys(nil, kvevents.Seed(identity), tokens, e.block))
 }
 
 func (e engineView) Stats() (kvevents.Stats, int) {
@@ -32,6 +35,12 @@ func kvWorker(t *testing.T, capacityTokens int) (*testWorker, engineView) {
 	t.Helper()
 	cfg := testConfig()
 	cfg.engine.KVCapacityTokens = capacityTokens
+	return kvWorkerOf(t, cfg)
+}
+
+// kvWorkerOf is kvWorker of cfg.
+func kvWorkerOf(t *testing.T, cfg serverConfig) (*testWorker, engineView) {
+	t.Helper()
 	cfg.engine.CacheEvents = true
 	cfg.kvEvents, cfg.kvEventsReplay = "tcp://127.0.0.1:0", "tcp://127.0.0.1:0"
 	w := startWorker(t, cfg)

@@ -60,7 +60,7 @@ func (s *server) parseMessages(parser *fastjson.Parser, body []byte) (messagesRe
 		return req, fmt.Errorf("%w: max_tokens is required", errBadRequest)
 	}
 	r := &req.inferenceRequest
-	for _, step := range []func(*fastjson.Value) error{r.readModel, r.readStream, r.readMaxTokens, r.readKVTransfer, r.readBootstrap} {
+	for _, step := range []func(*fastjson.Value) error{r.readModel, r.readStream, r.readMaxTokens, r.readKVTransfer, r.readBootstrap, r.readCacheSalt} {
 		if err := step(v); err != nil {
 			return req, err
 		}

@@ -22,7 +22,8 @@ type servePlan struct {
 // computes the prompt and answers, the decode worker generates as if the prompt was transferred.
 func (s *server) plan(req inferenceRequest) (servePlan, error) {
 	p := servePlan{
-		sub:    submission{prompt: req.prompt, maxTokens: req.maxTokens, streamTokens: req.stream, priority: req.priority},
+		sub: submission{prompt: req.prompt, maxTokens: req.maxTokens, streamTokens: req.stream, priority: req.priority,
+			adapter: s.adapterOf(req.model), salt: req.salt},
 		stream: req.stream, includeUsage: req.includeUsage,
 	}
 	if req.priority != 0 && !s.cfg.engine.PriorityScheduling {

@@ -26,6 +26,7 @@ type inferenceRequest struct {
 	prompt       []byte            // routing text, as the router renders it
 	kv           *kvTransferParams // vLLM P/D, nil when absent or null
 	bootstrap    bool              // SGLang P/D: bootstrap_room is set
+	salt         string            // vLLM's cache_salt: its prompt is cached apart
 }
 
 // kvTransferParams is vLLM's kv_transfer_params object (NIXL connector).
@@ -48,6 +49,7 @@ func parseInference(p *fastjson.Parser, body []byte, chat bool) (inferenceReques
 	r := inferenceRequest{chat: chat}
 	steps := []func(*fastjson.Value) error{
 		r.readModel, r.readStream, r.readMaxTokens, r.readPriority, r.readPrompt, r.readKVTransfer, r.readBootstrap,
+		r.readCacheSalt,
 	}
 	for _, step := range steps {
 		if err := step(v); err != nil {
@@ -157,6 +159,17 @@ func (r *inferenceRequest) readKVTransfer(v *fastjson.Value) error {
 	}
 	r.kv = p
 	return nil
+}
+
+// readCacheSalt takes vLLM's cache_salt: absent or null is none, anything else a non-empty
+// string, as vLLM requires.
+func (r *inferenceRequest) readCacheSalt(v *fastjson.Value) error {
+	salt, set, err := optionalString(v, "cache_salt")
+	if err == nil && set && salt == "" {
+		err = fmt.Errorf("%w: Parameter 'cache_salt' must be a non-empty string if provided.", errBadRequest)
+	}
+	r.salt = salt
+	return err
 }
 
 func (r *inferenceRequest) readBootstrap(v *fastjson.Value) error {

@@ -34,6 +34,7 @@ type server struct {
 	parsers   fastjson.ParserPool
 	endpoints map[string]endpoint // by path, built once at start
 	responses *responseStore      // the Responses API's stored responses
+	adapters  *adapterSet         // the LoRA adapters served now
 	idTag     string              // names this worker and boot in response ids
 	bg        goroutines          // background responses
 	seq       atomic.Uint64       // response ids
@@ -72,6 +73,11 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	}
 	s.fault.Store(&fault{Mode: faultNone})
 	s.endpoints = s.routes()
+	s.adapters = newAdapterSet(cfg.loras)
+	if cfg.lora {
+		s.endpoints[pathLoadAdapter] = endpoint{post: s.handleLoadAdapter}
+		s.endpoints[pathUnloadAdapter] = endpoint{post: s.handleUnloadAdapter}
+	}
 	s.responses = newResponseStore(cfg.maxStoredResponses)
 	s.idTag = responseIDTag(s.workerID, time.Now())
 	if s.kv, err = newKVEventPublisher(cfg); err != nil {
@@ -86,6 +92,10 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
 		func() faultMode { return s.fault.Load().Mode })
 	s.driver.SetLatency(&s.metrics.latency)
+	if cfg.lora {
+		s.metrics.registerLoRAMetrics(cfg.engine.MaxLoras, &s.driver.stats,
+			func() float64 { return float64(clk.Now().UnixNano()) / 1e9 })
+	}
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		Name:               "workersim",
@@ -125,24 +135,40 @@ func (s *server) setCommonHeaders(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set(headerWorkerID, s.workerID)
 }
 
+// handleModels lists the models served, as vLLM does: each base model, then each LoRA adapter
+// with its path as its root and the first model as its parent.
 func (s *server) handleModels(ctx *fasthttp.RequestCtx) {
 	b := []byte(`{"object":"list","data":[`)
 	for i, m := range s.cfg.models {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"id":`...)
-		b = appendJSONString(b, m)
-		b = append(b, `,"object":"model","created":`...)
-		b = strconv.AppendInt(b, s.created, 10)
-		b = append(b, `,"owned_by":"workersim","root":`...)
-		b = appendJSONString(b, m)
-		b = append(b, `,"max_model_len":`...)
-		b = strconv.AppendInt(b, int64(s.cfg.engine.KVCapacityTokens), 10)
-		b = append(b, '}')
+		b = s.appendModel(b, m, m, "")
+	}
+	for _, a := range s.adapters.list() {
+		b = s.appendModel(append(b, ','), a.Name, a.Path, s.cfg.models[0])
 	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, "]}"...))
+}
+
+// appendModel appends one model of /v1/models; parent "" is null (a base model).
+func (s *server) appendModel(b []byte, id, root, parent string) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, id)
+	b = append(b, `,"object":"model","created":`...)
+	b = strconv.AppendInt(b, s.created, 10)
+	b = append(b, `,"owned_by":"workersim","root":`...)
+	b = appendJSONString(b, root)
+	b = append(b, `,"parent":`...)
+	if parent == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, parent)
+	}
+	b = append(b, `,"max_model_len":`...)
+	b = strconv.AppendInt(b, int64(s.cfg.engine.KVCapacityTokens), 10)
+	return append(b, '}')
 }
 
 func (s *server) handleHealth(ctx *fasthttp.RequestCtx) {

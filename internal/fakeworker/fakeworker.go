@@ -89,7 +89,24 @@ func (w *Worker) SetEvery(b Behaviour) { w.every.Store(&b) }
 
 // SetModels makes GET /v1/models list model (empty: answer 404, as an
 // engine that declares no model).
-func (w *Worker) SetModels(model string) { w.models.Store(&model) }
+func (w *Worker) SetModels(model string) {
+	body := ""
+	if model != "" {
+		body = fmt.Sprintf(`{"object":"list","data":[{"id":%q,"object":"model"}]}`, model)
+	}
+	w.models.Store(&body)
+}
+
+// SetAdapters makes GET /v1/models list base and its LoRA adapters, as
+// vLLM lists them: each adapter names base as its parent.
+func (w *Worker) SetAdapters(base string, adapters ...string) {
+	data := []string{fmt.Sprintf(`{"id":%q,"object":"model","root":%[1]q,"parent":null}`, base)}
+	for _, a := range adapters {
+		data = append(data, fmt.Sprintf(`{"id":%q,"object":"model","root":"/adapters/%[1]s","parent":%q}`, a, base))
+	}
+	body := `{"object":"list","data":[` + strings.Join(data, ",") + `]}`
+	w.models.Store(&body)
+}
 
 // SetMetrics makes b the answer to GET /metrics (nil: 404).
 func (w *Worker) SetMetrics(b Behaviour) {
@@ -238,7 +255,7 @@ func (w *Worker) dispatch(e *Exchange) {
 		w.Inference.Add(1) // after the stores: a test that saw the count reads this request
 		(*w.behaviour.Load())(e)
 	case strings.HasSuffix(e.Req.URL.Path, "/v1/models") && w.models.Load() != nil && *w.models.Load() != "":
-		e.JSON(200, fmt.Sprintf(`{"object":"list","data":[{"id":%q,"object":"model"}]}`, *w.models.Load()))
+		e.JSON(200, *w.models.Load())
 	case strings.HasSuffix(e.Req.URL.Path, "/metrics") && w.metrics.Load() != nil:
 		(*w.metrics.Load())(e)
 	case strings.HasSuffix(e.Req.URL.Path, "/health"):
