@@ -178,8 +178,12 @@ func startEngineTier(t *testing.T) engineTier {
 	lb := tcpforward.New(t, binds[2])
 	ws := startDialingWorkersim(t, workersim, engines[2], lb.Addr(), replay)
 	for _, r := range routers {
-		testwait.EventuallyNil(t, time.Minute, func() error { return servesModels(r, "fake-model", "sim-model") },
-			"%s knows which engine serves which model", r)
+		testwait.EventuallyNil(t, time.Minute, func() error {
+			if err := servesModels(r, "fake-model", "sim-model"); err != nil {
+				return err
+			}
+			return allHealthy(r, len(urls))
+		}, "%s knows which engine serves which model, every one healthy", r)
 	}
 	return engineTier{routerBin: routerBin, workersim: workersim, routers: routers, procs: procs, argv: argv,
 		engines: urls, lbTo: lb.To, lbAddr: lb.Addr(), binds: binds, ws: ws, replay: replay}
@@ -472,4 +476,31 @@ func (et engineTier) keepBusy(url string) func() {
 		close(stop)
 		<-done
 	}
+}
+
+// allHealthy says whether router holds n workers, every one healthy.
+func allHealthy(router string, n int) error {
+	resp, err := http.Get(router + "/cluster/workers")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Workers []struct {
+			URL     string `json:"url"`
+			Healthy bool   `json:"healthy"`
+		} `json:"workers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return err
+	}
+	if len(body.Workers) != n {
+		return fmt.Errorf("%d of %d workers", len(body.Workers), n)
+	}
+	for _, w := range body.Workers {
+		if !w.Healthy {
+			return fmt.Errorf("%s is not healthy yet", w.URL)
+		}
+	}
+	return nil
 }
