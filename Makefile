@@ -8,7 +8,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build peers run run-pd run-cluster test rules test-short lint fuzz bench bench-proxy chaos ui-screenshot clean release release-check upgrade
+.PHONY: help build peers run run-pd run-cluster test rules test-short docs lint fuzz bench bench-proxy chaos ui-screenshot clean release release-check upgrade
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ rules: ## promtool check and unit tests of deploy/prometheus/rules.yml (skipped,
 	else \
 		echo "no promtool: the alert rules' tests are skipped (Debian: apt-get install prometheus)"; \
 	fi
+
+docs: ## rewrite docs/configuration.md from the flags of router serve
+	$(GO) test ./cmd/router -run TestTheConfigurationReferenceIsTheFlags -update-docs -count=1
 
 lint: ## staticcheck at a pinned version
 	$(GO) run $(STATICCHECK) ./...

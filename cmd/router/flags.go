@@ -55,9 +55,12 @@ func boolFlag(name, usage string) *cli.BoolFlag {
 // keep their name and integer meaning. Sizes are bytes, whatever the name
 // says (--max-payload-size, --max-buffered-body-bytes).
 
+// durationUnits ends the usage of a durationFlag in --help.
+const durationUnits = " (a Go duration such as 90s or 2m)"
+
 // durationFlag is a flag that takes a Go duration.
 func durationFlag(name string, value time.Duration, usage string) *cli.DurationFlag {
-	return &cli.DurationFlag{Name: name, Value: value, Usage: usage + " (a Go duration such as 90s or 2m)", EnvVars: env(name)}
+	return &cli.DurationFlag{Name: name, Value: value, Usage: usage + durationUnits, EnvVars: env(name)}
 }
 
 // secondsFlag is a flag that takes whole seconds, with value's as its default.
@@ -98,7 +101,11 @@ func hostAndPort(addr string) (string, int) {
 // the meaning is the same, and every other flag of vllm-router accepted
 // (compatFlags).
 func serveFlags() []cli.Flag {
-	return append(append(append(append(append(ownFlags(), discoveryFlags()...), admissionFlags()...), kvEventsFlags()...), loraFlags()...), compatFlags()...)
+	var fs []cli.Flag
+	for _, group := range [][]cli.Flag{ownFlags(), discoveryFlags(), admissionFlags(), kvEventsFlags(), loraFlags(), compatFlags()} {
+		fs = append(fs, group...)
+	}
+	return categorized(fs)
 }
 
 // ownFlags are the flags of the replica itself, each with the default of
