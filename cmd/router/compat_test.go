@@ -201,20 +201,3 @@ func TestAVLLMRouterCommandLineComesUpReady(t *testing.T) {
 		t.Fatalf("status %d from %q", resp.StatusCode, resp.Header.Get("x-worker-id"))
 	}
 }
-
-// TestTheREADMEListsEveryFlag keeps the README's flag table true.
-func TestTheREADMEListsEveryFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range serveFlags() {
-		name := f.Names()[0]
-		if name == "help" {
-			continue
-		}
-		if !strings.Contains(string(readme), "`--"+name) {
-			t.Errorf("README's flag table lacks --%s", name)
-		}
-	}
-}

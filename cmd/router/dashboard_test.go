@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kvrouter/kvrouter/internal/exposition"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -139,8 +140,65 @@ func exportedMetrics(t *testing.T, base string) map[string]bool {
 	return out
 }
 
-func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
-	uses := dashboardQueries(t)
+// TestTheExportedMetricsAreTheOnesDocumented scrapes two real replicas
+// after traffic: the dashboard queries only what they export, and
+// docs/metrics.md names every family they export.
+func TestTheExportedMetricsAreTheOnesDocumented(t *testing.T) {
+	exported := scrapedAfterTraffic(t)
+	t.Run("the dashboard queries only exported metrics", func(t *testing.T) {
+		uses := dashboardQueries(t)
+		for name, panels := range uses {
+			if !exported[name] {
+				t.Errorf("the dashboard queries %s (in %q), which no replica exports", name, panels)
+			}
+		}
+		t.Logf("%d metrics queried, all among the %d exported", len(uses), len(exported))
+	})
+	t.Run("docs/metrics.md names every exported family", func(t *testing.T) {
+		doc, err := os.ReadFile("../../docs/metrics.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		documented := documentedMetrics(string(doc))
+		for name := range exported {
+			if !documented[name] && !documented[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")] {
+				t.Errorf("docs/metrics.md does not name %s", name)
+			}
+		}
+	})
+}
+
+// TestEveryDescribedFamilyIsDocumented holds docs/metrics.md to every
+// family the binary's packages describe, exported in this run or not
+// (the KV-event and LoRA families need their features on).
+func TestEveryDescribedFamilyIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := documentedMetrics(string(doc))
+	described := exposition.Described()
+	for _, family := range described {
+		if !documented[family] {
+			t.Errorf("docs/metrics.md does not name %s", family)
+		}
+	}
+	t.Logf("%d described families", len(described))
+}
+
+// documentedMetrics are the metric names docs/metrics.md writes in
+// backquotes, labels left off.
+func documentedMetrics(doc string) map[string]bool {
+	out := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(vllm_router_[a-z0-9_]+)").FindAllStringSubmatch(doc, -1) {
+		out[m[1]] = true
+	}
+	return out
+}
+
+// scrapedAfterTraffic is every series two replicas export after
+// traffic, streamed and not, and a client error.
+func scrapedAfterTraffic(t *testing.T) map[string]bool {
 	routerBin, workersim := binaries(t)
 	var urls []string
 	for i := range 2 {
@@ -148,7 +206,7 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 		urls = append(urls, u)
 	}
 	routers := startReplicaSet(t, routerBin, 2, urls)
-	for i, r := range routers { // traffic, streamed and not, and a client error
+	for i, r := range routers {
 		testwait.Eventually(t, 20*time.Second, func() bool { return metric(t, r, "vllm_router_active_workers") == 2 }, "workers eligible on %s", r)
 		for j := range 3 {
 			complete(t, r, fmt.Sprintf("replica %d says hello %d times", i, j), j%2 == 0)
@@ -171,12 +229,7 @@ func TestTheDashboardQueriesOnlyExportedMetrics(t *testing.T) {
 			exported[name] = true
 		}
 	}
-	for name, panels := range uses {
-		if !exported[name] {
-			t.Errorf("the dashboard queries %s (in %q), which no replica exports", name, panels)
-		}
-	}
-	t.Logf("%d metrics queried, all among the %d exported", len(uses), len(exported))
+	return exported
 }
 
 // The Prometheus configs are YAML with the scrape jobs the README names:

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -318,57 +317,6 @@ func parseDefaults(t *testing.T) cluster.Config {
 		t.Fatalf("router serve without flags: %v", err)
 	}
 	return cfg
-}
-
-// readmeFlagTable is the first column of the README's table of `router
-// serve` flags: the flags (and aliases) each row lists.
-func readmeFlagTable(t *testing.T) []string {
-	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(readme), "\n### `router serve` flags\n")
-	if !ok {
-		t.Fatal("README has no section ### `router serve` flags")
-	}
-	section, _, _ = strings.Cut(section, "\n#")
-	name := regexp.MustCompile("`--([a-z0-9][a-z0-9-]*)")
-	var listed []string
-	for _, line := range strings.Split(section, "\n") {
-		if !strings.HasPrefix(line, "| `--") {
-			continue
-		}
-		first := strings.SplitN(strings.TrimPrefix(line, "|"), " | ", 2)[0]
-		for _, m := range name.FindAllStringSubmatch(first, -1) {
-			listed = append(listed, m[1])
-		}
-	}
-	if len(listed) < 50 {
-		t.Fatalf("only %d flags read from the README's table", len(listed))
-	}
-	return listed
-}
-
-func TestTheREADMEFlagTableListsEveryFlagAndNoOther(t *testing.T) {
-	listed := readmeFlagTable(t)
-	names := map[string]bool{}
-	for _, f := range appServeFlags(t) {
-		for _, n := range f.Names() {
-			if len(n) == 1 || n == "help" {
-				continue // -V is written `-V` in the table
-			}
-			names[n] = true
-			if !slices.Contains(listed, n) {
-				t.Errorf("the README's table of `router serve` flags does not list --%s", n)
-			}
-		}
-	}
-	for _, n := range listed {
-		if !names[n] {
-			t.Errorf("the README's table lists --%s, which `router serve` does not have", n)
-		}
-	}
 }
 
 // A value the flag parser itself refuses (a duration without its unit, a

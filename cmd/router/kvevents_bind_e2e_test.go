@@ -452,7 +452,6 @@ func (et engineTier) watchTrust(t *testing.T, worker string, is ...int) func() t
 	return func() time.Duration { close(stop); return <-done }
 }
 
-
 // keepBusy sends workersim at url a stream of new prompts, straight, until
 // the returned func is called (which waits for the last).
 func (et engineTier) keepBusy(url string) func() {

@@ -40,6 +40,18 @@ func Help(family string) (string, bool) {
 	return text, ok && text != ""
 }
 
+// Described returns every family described so far, in no order: what a
+// test holds the reference documentation to.
+func Described() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(texts))
+	for family := range texts {
+		out = append(out, family)
+	}
+	return out
+}
+
 // helpEscaper escapes a help text as the text format wants it.
 var helpEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
 
