@@ -39,7 +39,7 @@ func (k *apiKeys) holds(id credential.ID) bool {
 
 // SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
 // turns the check off.
-func (p *Proxy) SetAPIKeys(keys []string) { p.keys.replace(keys) }
+func (p *Proxy) SetAPIKeys(keys []string) { p.door.keys.replace(keys) }
 
 // AdminCredential is the admin API's token, as /metrics takes it in place
 // of an API key.
@@ -53,18 +53,18 @@ type AdminCredential interface {
 
 // mayUse reports whether a request of caller c carries what a route of
 // this access needs.
-func (p *Proxy) mayUse(c *caller, a access) bool {
+func (d *door) mayUse(c *caller, a access) bool {
 	switch a {
 	case open:
 		return true
 	case keyedOrAdmin:
-		admin := p.deps.AdminToken
+		admin := d.admin
 		if admin != nil && admin.HasToken() && c.token != nil && admin.IsToken(c.token) {
 			return true
 		}
-		if !p.keys.enabled() {
+		if !d.keys.enabled() {
 			return admin == nil || !admin.HasToken()
 		}
 	}
-	return !p.keys.enabled() || c.verified
+	return !d.keys.enabled() || c.verified
 }

@@ -27,13 +27,13 @@ type caller struct {
 }
 
 // callerOf reads ctx's caller.
-func (p *Proxy) callerOf(ctx *fasthttp.RequestCtx) caller {
+func (d *door) callerOf(ctx *fasthttp.RequestCtx) caller {
 	h := &ctx.Request.Header
 	token, err := credential.Of(h.Peek(fasthttp.HeaderAuthorization), h.Peek(credential.APIKeyHeader))
 	c := caller{token: token, ambiguous: err != nil}
 	if token != nil {
 		c.id = credential.IDOf(token)
-		c.verified = p.keys.enabled() && p.keys.holds(c.id)
+		c.verified = d.keys.enabled() && d.keys.holds(c.id)
 	}
 	return c
 }

@@ -41,7 +41,7 @@ func TestADialToARefusedAddressIsRefused(t *testing.T) {
 		}
 	}
 	for _, w := range ws {
-		_, _ = p.listModels(context.Background(), w)
+		_, _ = p.calls.listModels(context.Background(), w)
 		_ = p.flush(context.Background(), w)
 	}
 	_, _ = callKey(t, "GET", url+"/v1/responses/resp_x", "", "")

@@ -2,49 +2,63 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strconv"
 	"time"
 
-	"github.com/valyala/fasthttp"
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // discoverInterval is how often workers whose models or KV capacity are not
 // known yet are asked again.
 const discoverInterval = 10 * time.Second
 
-// discover learns what the registry does not say about a worker: the models
+// discovery learns what the registry does not say about a worker: the models
 // it serves (its /v1/models, when the registry declares none, or at every
 // round when models are refreshed: LoRAConfig.ModelRefresh) and its KV
 // cache capacity (vLLM's vllm:cache_config_info on /metrics), which becomes
 // its budget in the ownership index, so the index forgets about when the
 // engine does. A worker that does not answer is asked again next round.
-func (p *Proxy) discover(ctx context.Context) {
+type discovery struct {
+	fleet     *Fleet
+	calls     *workerCalls
+	index     *affinity.Index // nil: no budgets to set
+	blockSize int
+	every     time.Duration
+	log       *slog.Logger
+}
+
+func newDiscovery(cfg Config, fleet *Fleet, calls *workerCalls, index *affinity.Index, log *slog.Logger) *discovery {
 	every := discoverInterval
-	if r := p.cfg.LoRA.ModelRefresh; r > 0 {
+	if r := cfg.LoRA.ModelRefresh; r > 0 {
 		every = r
 	}
-	t := time.NewTicker(every)
+	return &discovery{fleet: fleet, calls: calls, index: index, blockSize: cfg.BlockSize, every: every, log: log}
+}
+
+// run asks the workers in rounds until ctx ends.
+func (d *discovery) run(ctx context.Context) {
+	t := time.NewTicker(d.every)
 	defer t.Stop()
 	for {
-		for _, w := range p.fleet.undiscovered() {
-			if models, err := p.listModels(ctx, w); err == nil {
-				p.fleet.setDiscovered(w.ID, models)
+		for _, w := range d.fleet.undiscovered() {
+			if models, err := d.calls.listModels(ctx, w); err == nil {
+				d.fleet.setDiscovered(w.ID, models)
 			}
 		}
-		for _, w := range p.fleet.unmeasured() {
-			if tokens, err := p.kvCapacity(ctx, w); err == nil {
-				p.fleet.setMeasured(w.ID)
-				p.setBudget(w, tokens)
+		for _, w := range d.fleet.unmeasured() {
+			if tokens, err := d.kvCapacity(ctx, w); err == nil {
+				d.fleet.setMeasured(w.ID)
+				d.setBudget(w, tokens)
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-p.fleet.changed():
+		case <-d.fleet.changed():
 		}
 	}
 }
@@ -53,13 +67,13 @@ func (p *Proxy) discover(ctx context.Context) {
 // text, the index's unit (about 4 bytes a token).
 const bytesPerToken = 4
 
-func (p *Proxy) setBudget(w Worker, tokens int64) {
-	if p.deps.Index == nil || p.cfg.BlockSize <= 0 || tokens <= 0 {
+func (d *discovery) setBudget(w Worker, tokens int64) {
+	if d.index == nil || d.blockSize <= 0 || tokens <= 0 {
 		return
 	}
-	blocks := tokens * bytesPerToken / int64(p.cfg.BlockSize)
-	p.deps.Index.SetBudget(w.ID, int(max(blocks, 1)))
-	p.log.Debug("worker KV capacity", "worker", w.URL, "tokens", tokens, "index_blocks", blocks)
+	blocks := tokens * bytesPerToken / int64(d.blockSize)
+	d.index.SetBudget(w.ID, int(max(blocks, 1)))
+	d.log.Debug("worker KV capacity", "worker", w.URL, "tokens", tokens, "index_blocks", blocks)
 }
 
 var cacheConfigInfo = regexp.MustCompile(`(?m)^vllm:cache_config_info\{([^}]*)\}`)
@@ -67,8 +81,8 @@ var labelValue = regexp.MustCompile(`(\w+)="([^"]*)"`)
 
 // kvCapacity reads a worker's KV capacity in tokens from its metrics:
 // num_gpu_blocks x block_size of vllm:cache_config_info.
-func (p *Proxy) kvCapacity(ctx context.Context, w Worker) (int64, error) {
-	body, err := p.get(ctx, w, "/metrics")
+func (d *discovery) kvCapacity(ctx context.Context, w Worker) (int64, error) {
+	body, err := d.calls.get(ctx, w, "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -90,58 +104,4 @@ func parseKVCapacity(metrics []byte) (int64, error) {
 		return 0, fmt.Errorf("vllm:cache_config_info lacks num_gpu_blocks or block_size")
 	}
 	return blocks * size, nil
-}
-
-// maxDiscoveryBody bounds what the router reads of a worker's answer to its
-// own requests (/v1/models, /metrics, a stored response looked for): a vLLM
-// metrics page is some hundreds of kilobytes.
-const maxDiscoveryBody = 4 << 20
-
-// get fetches path from worker w over its pooled connections; any status
-// but 200 is an error.
-func (p *Proxy) get(ctx context.Context, w Worker, path string) ([]byte, error) {
-	body, status, err := p.call(ctx, w, fasthttp.MethodGet, path, nil)
-	if err == nil && status != fasthttp.StatusOK {
-		err = fmt.Errorf("%s%s answered %d", w.URL, path, status)
-	}
-	return body, err
-}
-
-// post sends an empty POST to path of worker w and returns its status.
-func (p *Proxy) post(ctx context.Context, w Worker, path string) (int, error) {
-	_, status, err := p.call(ctx, w, fasthttp.MethodPost, path, nil)
-	return status, err
-}
-
-// call sends a request to path of worker w (under its base path, with
-// --api-key), with body as JSON when there is one, and reads at most
-// maxDiscoveryBody of the answer.
-func (p *Proxy) call(ctx context.Context, w Worker, method, path string, body []byte) ([]byte, int, error) {
-	m := p.fleet.view().members[w.ID]
-	if m == nil {
-		return nil, 0, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
-	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(method)
-	req.Header.SetHost(m.addr)
-	req.SetRequestURI(m.base.Under(path))
-	if p.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
-	}
-	if body != nil {
-		req.Header.SetContentType("application/json")
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.DialTimeout)
-	defer cancel()
-	answer, status, err := m.exchangeBody(ctx, req, body, resp, maxDiscoveryBody)
-	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return nil, 0, fmt.Errorf("%s answered more than %d bytes", path, maxDiscoveryBody)
-	case err != nil:
-		return nil, 0, err
-	}
-	return append([]byte(nil), answer...), status, nil
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"time"
@@ -30,20 +31,38 @@ import (
 // What passed is the body's share of the budget, which the caller gives
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
-func (p *Proxy) door(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
-	who := p.callerOf(ctx)
-	tk, err := p.admitted(ctx, rt, &who)
+type door struct {
+	keys       apiKeys
+	admin      AdminCredential // nil: no admin token
+	bodies     *bodyBudget     // the request bodies held at once
+	admission  *admitter
+	refusals   *refusals // every refusal, counted and logged
+	metrics    *Metrics
+	maxPayload int
+	edge       Edge
+	pooled     bool            // bodies may be read into pooled buffers (not with P/D, whose prefill outlives the request)
+	life       context.Context // the replica's: admission's waits end with it
+	// finishRefused ends a refused request of a metered route as an
+	// exchange, which releases tk and counts it as the routes' requests are.
+	finishRefused func(ctx *fasthttp.RequestCtx, rt *apiRoute, since time.Time, tk *admission.Ticket, err error)
+}
+
+// pass runs ctx's request through the door: what it holds when it
+// passed, or false when it was turned away (and answered).
+func (d *door) pass(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
+	who := d.callerOf(ctx)
+	tk, err := d.admitted(ctx, rt, &who)
 	if err != nil {
-		p.turnAway(ctx, rt, err, nil, ctx.Time())
+		d.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
 	}
 	client := clientOf(&who, ctx)
-	held, buf, err := p.readBody(ctx, client, tk)
+	held, buf, err := d.readBody(ctx, client, tk)
 	if err != nil {
-		p.turnAway(ctx, rt, err, tk, ctx.Time())
+		d.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
-	p.admission.stampPriority(ctx, tk)
+	d.admission.stampPriority(ctx, tk)
 	return passed{held: held, client: client, buf: buf, ticket: tk, caller: who}, true
 }
 
@@ -58,8 +77,8 @@ type passed struct {
 
 // served gives back what the request held once it was served: its share of
 // the budget and its body's buffer, which the request no longer names.
-func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
-	p.bodies.give(pass.client, pass.held)
+func (d *door) served(ctx *fasthttp.RequestCtx, pass passed) {
+	d.bodies.give(pass.client, pass.held)
 	if pass.buf != nil {
 		ctx.Request.SetBodyRaw(nil)
 		giveBody(pass.buf)
@@ -67,27 +86,27 @@ func (p *Proxy) served(ctx *fasthttp.RequestCtx, pass passed) {
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
-func (p *Proxy) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*admission.Ticket, error) {
-	if err := p.headersAllow(ctx, rt, who); err != nil {
+func (d *door) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*admission.Ticket, error) {
+	if err := d.headersAllow(ctx, rt, who); err != nil {
 		return nil, err
 	}
 	if rt.admits {
-		return p.admission.admit(p.ctx, ctx, who)
+		return d.admission.admit(d.life, ctx, who)
 	}
 	return nil, nil
 }
 
 // headersAllow runs the steps decided on the headers: the key, then the
 // announced size. The Expect: 100-continue handler runs them too.
-func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) error {
-	if !p.mayUse(who, rt.access) {
-		if who.ambiguous && p.keys.enabled() {
+func (d *door) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) error {
+	if !d.mayUse(who, rt.access) {
+		if who.ambiguous && d.keys.enabled() {
 			return errAmbiguousKey
 		}
 		return errUnauthorized
 	}
-	if ctx.Request.Header.ContentLength() > p.cfg.MaxPayloadSize {
-		return p.tooLarge()
+	if ctx.Request.Header.ContentLength() > d.maxPayload {
+		return tooLarge(d.maxPayload)
 	}
 	return nil
 }
@@ -97,7 +116,7 @@ func (p *Proxy) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller
 // which releases tk, the admission a request whose body was refused holds.
 // What the client may still be sending is drained, on a connection that
 // then closes, so that it reads the answer rather than a reset.
-func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *admission.Ticket, since time.Time) {
+func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *admission.Ticket, since time.Time) {
 	if bodyLeft(ctx) {
 		if ec := edgeOf(ctx.Conn()); ec != nil {
 			ec.lingerOnClose()
@@ -115,12 +134,11 @@ func (p *Proxy) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *
 		ctx.SetConnectionClose()
 		ctx.Response.ResetBody()
 		ctx.SetStatusCode(statusClientGone)
-		p.metrics.disconnects.Inc()
+		d.metrics.disconnects.Inc()
 	}
-	p.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
+	d.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
 	if rt.metered != nil {
-		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
-		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
+		d.finishRefused(ctx, rt, since, tk, err)
 	}
 }
 
@@ -134,23 +152,23 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 // (PostBody). held is its share of the budget, buf the pooled buffer it
 // was read into (bodypool.go), nil when it has none. A body of no length
 // (chunked) is charged to its admission for what it turned out to be.
-func (p *Proxy) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
+func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
 	stream := ctx.RequestBodyStream()
 	n := ctx.Request.Header.ContentLength()
 	if stream == nil || n == 0 {
 		return 0, nil, nil
 	}
-	in := p.intake(ctx, stream, client, n)
+	in := d.intake(ctx, stream, client, n)
 	defer releaseIntake(in)
 	err = in.read()
 	held = int64(in.size)
 	if err != nil {
-		p.bodies.give(in.client, held)
+		d.bodies.give(in.client, held)
 		giveBody(in.buf)
 		return 0, nil, err
 	}
 	if n < 0 {
-		p.admission.recost(tk, len(in.body))
+		d.admission.recost(tk, len(in.body))
 	}
 	ctx.Request.SetBodyRaw(in.body)
 	return held, in.buf, nil
@@ -158,11 +176,11 @@ func (p *Proxy) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admiss
 
 // intake is the reading of ctx's body, announced at n bytes (-1: none),
 // for client.
-func (p *Proxy) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyClient, n int) *intake {
-	e := p.cfg.Edge
+func (d *door) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyClient, n int) *intake {
+	e := d.edge
 	in := intakes.Get().(*intake)
-	in.stream, in.ctx, in.budget, in.client, in.want, in.max = stream, ctx, p.bodies, client, n, p.cfg.MaxPayloadSize
-	in.pooled, in.rate, in.grace = p.pd == nil, float64(max(e.MinBodyRate, 0)), max(e.BodyRateGrace, 0)
+	in.stream, in.ctx, in.budget, in.client, in.want, in.max = stream, ctx, d.bodies, client, n, d.maxPayload
+	in.pooled, in.rate, in.grace = d.pooled, float64(max(e.MinBodyRate, 0)), max(e.BodyRateGrace, 0)
 	in.start, in.end = time.Now(), ctx.Time().Add(e.BodyReadTimeout)
 	return in
 }

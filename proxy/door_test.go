@@ -214,12 +214,12 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 	if _, err := io.WriteString(conn, post("", 64<<20)+`"model":"m","prompt":"`+strings.Repeat("x", commitBytes)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 64<<20 }, "the first body to take its share of the budget")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 64<<20 }, "the first body to take its share of the budget")
 	if st, h := rawExchange(t, base, post("", 30<<20)); !strings.Contains(st, " 503 ") || !strings.Contains(h, "Retry-After: 1") {
 		t.Fatalf("past the budget of bodies held: %q %q, want 503 with Retry-After", st, h)
 	}
 	conn.Close()
-	testwait.Eventually(t, waitDeadline, func() bool { return p.bodies.held.Load() == 0 }, "the abandoned body to give its share back")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 0 }, "the abandoned body to give its share back")
 	if got := sendSample(t, base, "POST /v1/completions", ""); got != http.StatusOK {
 		t.Fatalf("once the budget is free again: %d", got)
 	}

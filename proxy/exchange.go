@@ -128,7 +128,7 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 		// The engine stores the seal of the response's id and the key
 		// with the response, so that every replica can tell whose it is
 		// (stored.go).
-		if err := p.stampOwner(x); err != nil {
+		if err := p.owned.stamp(x); err != nil {
 			return nil, err
 		}
 	}
@@ -219,14 +219,14 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) {
 	switch {
 	case live != nil:
 		if x.ep == responses {
-			p.learnOwner(x, live.m.ID, live.first)
+			p.owned.learn(x, live.m.ID, live.first)
 		}
 		p.stream(x, live, l)
 	case ans != nil:
 		ans.deliver(x)
 		body := x.ctx.Response.Body()
 		l.judge(ans.status, usageOf(body))
-		p.ownersHear(x, ans.worker, ans.status, body)
+		p.owned.hear(x, ans.worker, ans.status, body)
 		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: completionTokens(body)})
 	default:
 		x.refuse(err)
@@ -357,7 +357,7 @@ func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
 		h.Del("tracestate")
 	}
 	h.SetBytesV("x-request-id", x.id)
-	if p.keys.enabled() {
+	if p.door.keys.enabled() {
 		// the client's key is the router's, not the workers', in either form
 		h.Del(fasthttp.HeaderAuthorization)
 		h.Del(credential.APIKeyHeader)

@@ -61,9 +61,9 @@ type flushResult struct {
 // flush asks one worker to empty its prefix cache, in SGLang's words or
 // vLLM's.
 func (p *Proxy) flush(ctx context.Context, w Worker) error {
-	status, err := p.post(ctx, w, "/flush_cache")
+	status, err := p.calls.post(ctx, w, "/flush_cache")
 	if err == nil && status == fasthttp.StatusNotFound {
-		status, err = p.post(ctx, w, "/reset_prefix_cache")
+		status, err = p.calls.post(ctx, w, "/reset_prefix_cache")
 	}
 	switch {
 	case err != nil:

@@ -138,7 +138,7 @@ func (l *adapterLoads) loadOnce(ctx context.Context, p *Proxy, router *affinity.
 	}
 	m := v.members[router.AdapterHome(affinity.AdapterKeyOf(name), pool)]
 	body, _ := json.Marshal(map[string]string{"lora_name": name, "lora_path": strings.ReplaceAll(l.path, AdapterNameVar, name)})
-	answer, status, err := p.call(ctx, m.Worker, fasthttp.MethodPost, pathLoadAdapter, body)
+	answer, status, err := p.calls.call(ctx, m.Worker, fasthttp.MethodPost, pathLoadAdapter, body)
 	if err == nil && !loadedOrHeld(status, answer) {
 		p.log.Warn("loading a LoRA adapter refused", "adapter", name, "worker", m.URL, "status", status,
 			"answer", string(answer[:min(len(answer), maxEngineMessage)]))

@@ -48,8 +48,8 @@ type served struct {
 }
 
 // listModels asks worker w what it serves.
-func (p *Proxy) listModels(ctx context.Context, w Worker) (served, error) {
-	body, err := p.get(ctx, w, "/v1/models")
+func (c *workerCalls) listModels(ctx context.Context, w Worker) (served, error) {
+	body, err := c.get(ctx, w, "/v1/models")
 	if err != nil {
 		return served{}, err
 	}

@@ -82,15 +82,14 @@ type Proxy struct {
 	server    *fasthttp.Server
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
-	keys      apiKeys
-	bodies    *bodyBudget // the request bodies held at once
-	owners    *responseOwners
-	seal      *ownerSeal  // seals the owners of stored responses
+	door      *door       // what every request passes before its route serves it
+	owned     *ownership  // the owners of stored responses
 	refusals  *refusals   // every refusal, counted and logged
 	cert      *serverCert // nil: the client listener speaks plain HTTP
 	watcher   *watcher    // the clients of requests in flight
 	flights   flights     // the exchanges in flight
 	tokens    *tokenizer  // nil unless Config.Tokenize.Enabled
+	calls     *workerCalls
 	// adapterLoads loads adapters no worker lists, nil unless
 	// Config.LoRA.LoadPath (lora.go).
 	adapterLoads *adapterLoads
@@ -102,78 +101,90 @@ type Proxy struct {
 
 // New builds a proxy. Call Fleet().SetWorkers to give it workers.
 func New(cfg Config, deps Deps) (*Proxy, error) {
-	if deps.Loads == nil || deps.Router == nil || deps.Metrics == nil {
-		return nil, errors.New("proxy: Loads, Router and Metrics are required")
-	}
-	if deps.Logger == nil {
-		deps.Logger = slog.Default()
-	}
-	if deps.Health == nil {
-		deps.Health = allHealthy{}
-	}
-	p := &Proxy{cfg: withDefaults(cfg), deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
-		seal: newOwnerSeal(deps.OwnerSecrets)}
-	p.owners = newResponseOwners(p.cfg.StoredResponseOwnerBytes)
-	deps.Metrics.NewGauge("vllm_router_stored_response_owner_bytes", func() float64 { return float64(p.owners.held()) })
-	p.keys.replace(p.cfg.APIKeys)
-	p.refusals = newRefusals(deps.Metrics, p.log)
-	p.watcher = newWatcher()
-	var err error
-	if p.admission, err = newAdmitter(p.cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
+	cfg = withDefaults(cfg)
+	deps, err := deps.complete(cfg)
+	if err != nil {
 		return nil, err
 	}
-	p.bodies = newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)
-	deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(p.bodies.held.Load()) })
-	p.bearer = "Bearer " + p.cfg.APIKey
-	if p.cfg.TLSCertPath != "" || p.cfg.TLSKeyPath != "" {
-		var err error
-		if p.cert, err = newServerCert(p.cfg.TLSCertPath, p.cfg.TLSKeyPath); err != nil {
+	p := &Proxy{cfg: cfg, deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
+		refusals: newRefusals(deps.Metrics, deps.Logger), watcher: newWatcher(), bearer: "Bearer " + cfg.APIKey}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if p.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
+		return nil, err
+	}
+	if cfg.TLSCertPath != "" || cfg.TLSKeyPath != "" {
+		if p.cert, err = newServerCert(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
 			return nil, err
 		}
 	}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.fleet = newWorkerFleet(cfg, deps, p.metrics, p.log)
+	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
+	p.owned = newOwnership(cfg.StoredResponseOwnerBytes, deps.OwnerSecrets, p.calls, p.finalRole, deps.Metrics)
+	p.adapterLoads = newAdapterLoads(cfg.LoRA, deps.Metrics)
+	if cfg.Tokenize.Enabled {
+		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Metrics)
+	}
+	if deps.PD != nil {
+		p.pd = newDisaggregation(p, *deps.PD)
+	}
+	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
+	p.door = newDoor(p)
+	p.server = newServer(p)
+	discovery := newDiscovery(cfg, p.fleet, p.calls, deps.Index, p.log)
+	for _, run := range []func(context.Context){discovery.run, p.admission.run, p.watcher.run} {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			run(p.ctx)
+		}()
+	}
+	return p, nil
+}
+
+// complete checks what a Proxy cannot do without and fills in the
+// defaults of the rest.
+func (d Deps) complete(cfg Config) (Deps, error) {
+	if d.Loads == nil || d.Router == nil || d.Metrics == nil {
+		return d, errors.New("proxy: Loads, Router and Metrics are required")
+	}
+	if d.PD != nil && (d.PD.Prefill == nil || d.PD.Decode == nil || (d.PD.Mode != PDVLLM && d.PD.Mode != PDSGLang)) {
+		return d, errors.New("proxy: disaggregation needs a mode and a prefill and a decode router")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Health == nil {
+		d.Health = allHealthy{}
+	}
+	if d.Dialer == nil {
+		d.Dialer = &workerurl.Dialer{Policy: cfg.WorkerHosts}
+	}
+	return d, nil
+}
+
+// newWorkerFleet is the proxy's view of the workers: a worker that leaves
+// takes its blocks out of the index, and every change is written to the
+// per-worker metrics.
+func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger) *Fleet {
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
 		}
 	}
-	if deps.Dialer == nil {
-		deps.Dialer = &workerurl.Dialer{Policy: p.cfg.WorkerHosts}
-		p.deps.Dialer = deps.Dialer
-	}
-	p.fleet = newFleet(deps.Loads, deps.Health.Eligible, onRemove, p.cfg.DialTimeout, p.cfg.WorkerHosts, deps.Dialer, p.log)
-	p.fleet.idleTimeout = p.cfg.WorkerIdleTimeout
-	p.fleet.refreshModels = p.cfg.LoRA.ModelRefresh > 0
-	p.adapterLoads = newAdapterLoads(p.cfg.LoRA, deps.Metrics)
-	p.fleet.onPublish = func(v *view) { p.metrics.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
-	policies := p.policyNames()
-	p.fleet.counters = func(w Worker) *workerCounters { return p.metrics.forWorker(w, policies) }
-	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(p.fleet.view().eligible) })
-	if p.cfg.Tokenize.Enabled {
-		p.tokens = newTokenizer(p.cfg.Tokenize, p.cfg.APIKey, p.fleet, deps.Metrics)
-	}
-	if deps.PD != nil {
-		if deps.PD.Prefill == nil || deps.PD.Decode == nil || (deps.PD.Mode != PDVLLM && deps.PD.Mode != PDSGLang) {
-			return nil, errors.New("proxy: disaggregation needs a mode and a prefill and a decode router")
-		}
-		p.pd = newDisaggregation(p, *deps.PD)
-	}
-	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
-	p.wg.Add(3)
-	go func() {
-		defer p.wg.Done()
-		p.discover(p.ctx)
-	}()
-	go func() {
-		defer p.wg.Done()
-		p.admission.run(p.ctx)
-	}()
-	go func() {
-		defer p.wg.Done()
-		p.watcher.run(p.ctx)
-	}()
+	f := newFleet(deps.Loads, deps.Health.Eligible, onRemove, cfg.DialTimeout, cfg.WorkerHosts, deps.Dialer, log)
+	f.idleTimeout = cfg.WorkerIdleTimeout
+	f.refreshModels = cfg.LoRA.ModelRefresh > 0
+	f.onPublish = func(v *view) { m.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
+	policies := slices.Sorted(slices.Values(affinity.PolicyNames)) // all: SetRouters may switch to any
+	f.counters = func(w Worker) *workerCounters { return m.forWorker(w, policies) }
+	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(f.view().eligible) })
+	return f
+}
+
+// newServer is the fasthttp server of p's clients.
+func newServer(p *Proxy) *fasthttp.Server {
 	edge := p.cfg.Edge
-	p.server = &fasthttp.Server{
+	return &fasthttp.Server{
 		Handler:            p.Handler,
 		Name:               "kvrouter",
 		MaxRequestBodySize: p.cfg.MaxPayloadSize,
@@ -196,15 +207,23 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		NoDefaultServerHeader: true,
 		CloseOnShutdown:       true,
 		SecureErrorLogMessage: true, // never log or echo request bytes (Authorization among them)
-		Logger:                fasthttpLogger{deps.Logger},
+		Logger:                fasthttpLogger{p.log},
 	}
-	return p, nil
 }
 
-// policyNames are the policies whose decisions are counted per worker:
-// all of them, since SetRouters may switch to any at run time.
-func (p *Proxy) policyNames() []string {
-	return slices.Sorted(slices.Values(affinity.PolicyNames))
+// newDoor builds the door of p's requests, once p's admission and P/D are
+// known.
+func newDoor(p *Proxy) *door {
+	d := &door{admin: p.deps.AdminToken, admission: p.admission, refusals: p.refusals, metrics: p.metrics,
+		maxPayload: p.cfg.MaxPayloadSize, edge: p.cfg.Edge, pooled: p.pd == nil, life: p.ctx,
+		bodies: newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)}
+	d.keys.replace(p.cfg.APIKeys)
+	p.deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(d.bodies.held.Load()) })
+	d.finishRefused = func(ctx *fasthttp.RequestCtx, rt *apiRoute, since time.Time, tk *admission.Ticket, err error) {
+		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
+		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
+	}
+	return d
 }
 
 // Fleet returns the proxy's view of the workers.
@@ -272,11 +291,11 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rt := routeOf(ctx)
-	pass, ok := p.door(ctx, rt)
+	pass, ok := p.door.pass(ctx, rt)
 	if !ok {
 		return
 	}
-	defer p.served(ctx, pass)
+	defer p.door.served(ctx, pass)
 	if rt.metered == nil {
 		rt.serve(p, ctx)
 		return
@@ -350,7 +369,7 @@ func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
 		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, p.tooLarge())
+		writeError(ctx, tooLarge(p.cfg.MaxPayloadSize))
 		return errorType(ErrTooLarge)
 	case errors.As(err, &small):
 		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
@@ -364,8 +383,9 @@ func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	return errorType(ErrBadRequest)
 }
 
-func (p *Proxy) tooLarge() error {
-	return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", p.cfg.MaxPayloadSize)
+// tooLarge is the refusal of a body over max bytes.
+func tooLarge(max int) error {
+	return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", max)
 }
 
 // expect answers "Expect: 100-continue": a request the door would refuse
@@ -376,9 +396,9 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	if rt == noRoute {
 		rt = &apiRoute{name: noRoute.name, access: open} // perhaps the admin API's: only the size
 	}
-	who := p.callerOf(ctx)
-	if err := p.headersAllow(ctx, rt, &who); err != nil {
-		p.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
+	who := p.door.callerOf(ctx)
+	if err := p.door.headersAllow(ctx, rt, &who); err != nil {
+		p.door.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
 		return ctx.Response.StatusCode()
 	}
 	return fasthttp.StatusContinue

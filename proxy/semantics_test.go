@@ -473,7 +473,7 @@ func TestDiscoveryReadsABoundedBody(t *testing.T) {
 	w := startFake(t, "w1")
 	w.SetMetrics(fakeworker.Endless())
 	r := startRouter(t, Config{}, w)
-	_, err := r.proxy.get(t.Context(), Worker{ID: 1, URL: w.URL}, "/metrics")
+	_, err := r.proxy.calls.get(t.Context(), Worker{ID: 1, URL: w.URL}, "/metrics")
 	if err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("err %v, want a refusal of the endless body", err)
 	}

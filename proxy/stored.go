@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -28,6 +29,23 @@ import (
 // response (its id) and carries the seal of that id for the caller's key.
 // A worker that answers 200 to any id, with any seal it saw, therefore owns
 // nothing it did not make for that key.
+
+// ownership is who owns each stored response: the owners this replica
+// remembers, the seal that binds a response to its key, and the search of
+// the workers for one it does not remember.
+type ownership struct {
+	owners *responseOwners
+	seal   *ownerSeal
+	calls  *workerCalls
+	fleet  *Fleet
+	role   func() string // the role of the workers that store responses
+}
+
+func newOwnership(maxBytes int64, secrets func() [][]byte, calls *workerCalls, role func() string, set *metrics.Set) *ownership {
+	o := &ownership{owners: newResponseOwners(maxBytes), seal: newOwnerSeal(secrets), calls: calls, fleet: calls.fleet, role: role}
+	set.NewGauge("vllm_router_stored_response_owner_bytes", func() float64 { return float64(o.owners.held()) })
+	return o
+}
 
 // ownerMetadataKey is the metadata entry that carries the seal of the key
 // that made a stored response.
@@ -116,47 +134,47 @@ func jsonMemberString(doc []byte, key string) ([]byte, bool) {
 	return v[1 : len(v)-1], true
 }
 
-// learnOwner records the worker that answered a POST /v1/responses for
+// learn records the worker that answered a POST /v1/responses for
 // the caller's key, under the id of that answer: the id the router chose,
 // or, from an engine that ignores request_id, one the replica does not
 // know yet (a worker that answers with another response's id takes
 // nothing from its owner).
-func (p *Proxy) learnOwner(x *exchange, w affinity.WorkerID, answer []byte) {
+func (o *ownership) learn(x *exchange, w affinity.WorkerID, answer []byte) {
 	id := responseID(answer)
 	switch owner := (responseOwner{worker: w, key: callerKey(x)}); {
 	case id == "":
 	case id == x.responseID:
-		p.owners.put(id, owner)
+		o.owners.put(id, owner)
 	default:
-		p.owners.putNew(id, owner)
+		o.owners.putNew(id, owner)
 	}
 }
 
 // ownerOf returns the worker that holds response id for the caller's key,
 // asking the workers of the final role in turn when this replica did not
 // relay it. ctx is the request's: a client that leaves ends the search.
-func (p *Proxy) ownerOf(ctx context.Context, id string, key credential.ID) (affinity.WorkerID, bool) {
-	if o, ok := p.owners.get(id); ok {
-		return o.worker, o.key == key
+func (o *ownership) ownerOf(ctx context.Context, id string, key credential.ID) (affinity.WorkerID, bool) {
+	if known, ok := o.owners.get(id); ok {
+		return known.worker, known.key == key
 	}
-	for _, m := range p.fleet.view().ordered {
-		if m.Role != p.finalRole() {
+	for _, m := range o.fleet.view().ordered {
+		if m.Role != o.role() {
 			continue
 		}
 		if ctx.Err() != nil {
 			return 0, false
 		}
-		if body, err := p.get(ctx, m.Worker, "/v1/responses/"+id); err == nil && p.holdsResponse(body, id, key) {
-			p.owners.put(id, responseOwner{worker: m.ID, key: key})
+		if body, err := o.calls.get(ctx, m.Worker, "/v1/responses/"+id); err == nil && o.holds(body, id, key) {
+			o.owners.put(id, responseOwner{worker: m.ID, key: key})
 			return m.ID, true
 		}
 	}
 	return 0, false
 }
 
-// holdsResponse reports whether a worker's answer to GET /v1/responses/id
+// holds reports whether a worker's answer to GET /v1/responses/id
 // is that response, sealed for key.
-func (p *Proxy) holdsResponse(body []byte, id string, key credential.ID) bool {
+func (o *ownership) holds(body []byte, id string, key credential.ID) bool {
 	got, ok := jsonMemberString(body, "id")
 	if !ok || string(got) != id {
 		return false
@@ -166,17 +184,17 @@ func (p *Proxy) holdsResponse(body []byte, id string, key credential.ID) bool {
 		return false
 	}
 	seal, ok := jsonMemberString(meta, ownerMetadataKey)
-	return ok && p.seal.holds(seal, id, key)
+	return ok && o.seal.holds(seal, id, key)
 }
 
-// stampOwner gives a POST /v1/responses body the response's id, chosen by
+// stamp gives a POST /v1/responses body the response's id, chosen by
 // the router (request_id), and the seal of that id and the caller's key in
 // its metadata, each over any value the client gave it: every spelling of
 // the field is deleted first, so no parser, whether the first or the last
 // of duplicate keys wins, reads the client's. A metadata object that names
 // a key twice is a 400: vLLM keeps the last, and a client could otherwise
 // plant a seal behind the router's.
-func (p *Proxy) stampOwner(x *exchange) error {
+func (o *ownership) stamp(x *exchange) error {
 	if err := uniqueMetadata(x.body); err != nil {
 		return err
 	}
@@ -193,7 +211,7 @@ func (p *Proxy) stampOwner(x *exchange) error {
 		meta = a.NewObject()
 		setOnly(v, "metadata", meta)
 	}
-	setOnly(meta, ownerMetadataKey, a.NewString(p.seal.seal(x.responseID, callerKey(x))))
+	setOnly(meta, ownerMetadataKey, a.NewString(o.seal.seal(x.responseID, callerKey(x))))
 	x.body = v.MarshalTo(nil)
 	return nil
 }
@@ -246,7 +264,7 @@ func storedResponseID(path []byte) (string, bool) {
 func (p *Proxy) planStored(x *exchange) (*leg, error) {
 	id, _ := storedResponseID(x.ctx.Path())
 	p.begin(x)
-	owner, ok := p.ownerOf(&x.life, id, callerKey(x))
+	owner, ok := p.owned.ownerOf(&x.life, id, callerKey(x))
 	switch {
 	case x.life.why() != nil:
 		return nil, x.life.why()
@@ -256,19 +274,19 @@ func (p *Proxy) planStored(x *exchange) (*leg, error) {
 	return p.pinnedLeg(x, owner), nil
 }
 
-// ownersHear keeps the owners of stored responses up to date with a
+// hear keeps the owners of stored responses up to date with a
 // worker's whole answer: the response a POST /v1/responses made is
 // learned, the one a DELETE removed forgotten.
-func (p *Proxy) ownersHear(x *exchange, w affinity.WorkerID, status int, answer []byte) {
+func (o *ownership) hear(x *exchange, w affinity.WorkerID, status int, answer []byte) {
 	if status/100 != 2 {
 		return
 	}
 	switch {
 	case x.ep == responses:
-		p.learnOwner(x, w, answer)
+		o.learn(x, w, answer)
 	case x.ep == storedResponses && x.ctx.IsDelete():
 		id, _ := storedResponseID(x.ctx.Path())
-		p.owners.forget(id)
+		o.owners.forget(id)
 	}
 }
 
@@ -285,7 +303,7 @@ func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
 // stored response (previous_response_id): to the worker that holds it for
 // the caller's key, since no other worker could answer it.
 func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
-	owner, ok := p.ownerOf(&x.life, x.in.previous, callerKey(x))
+	owner, ok := p.owned.ownerOf(&x.life, x.in.previous, callerKey(x))
 	if !ok {
 		if why := x.life.why(); why != nil {
 			return nil, why

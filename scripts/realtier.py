@@ -38,6 +38,9 @@ come from environment variables (defaults in brackets):
     REALTIER_PIN         1 pins every variant that does not say pin=0 [0]
     REALTIER_AGAIN       0 runs one replica once a round, not twice [1]
     REALTIER_FLEETSIM    0 skips the fleetsim side [1]
+    REALTIER_ENDPOINT    the sessions' API: chat, messages (Anthropic's) or
+                         completions [chat]
+    REALTIER_TOOLS       tool definitions every request of a session carries [0]
     REALTIER_KEEP        a directory to keep each run's per-request lines in
                          (loadgen --requests-json) and each replica's /metrics
                          at the end of the run and its log, named by run [none]
@@ -357,11 +360,12 @@ def keep_failed(tmp):
     print(f"realtier: failed; logs in {keep}", file=sys.stderr)
 
 
-def agentic_load(balance, sessions, turns, think_s, agentic):
-    """loadgen's arguments for agentic chat sessions, given the replicas' URLs."""
+def agentic_load(balance, sessions, turns, think_s, agentic, endpoint="chat", tools=0):
+    """loadgen's arguments for agentic sessions on endpoint (chat, messages, completions), given the
+    replicas' URLs."""
     return lambda apis: ["agentic", *sum((["--target", a] for a in apis), []), "--balance", balance,
                          "--sessions", str(sessions), "--turns", str(turns), "--think-time", f"{think_s}s", *agentic,
-                         "--endpoint", "chat", "--tools", "0", "--duration", "20m"]
+                         "--endpoint", endpoint, "--tools", str(tools), "--duration", "20m"]
 
 
 def loadgen(args, out_json, log, preexec=None):
@@ -490,6 +494,8 @@ def config():
         "time_scale": float(os.environ.get("REALTIER_TIME_SCALE", "1")),
         "fleetsim": os.environ.get("REALTIER_FLEETSIM", "1") != "0",
         "again": os.environ.get("REALTIER_AGAIN", "1") != "0",
+        "endpoint": os.environ.get("REALTIER_ENDPOINT", "chat"),
+        "tools": int(os.environ.get("REALTIER_TOOLS", "0")),
         "variants": variants(),
     }
 
@@ -540,7 +546,7 @@ def sweep(out_md):
                             tag = f"{vname}-s{sessions}-t{think}-n{n}-{balance}-r{rnd}"
                             rep = real_run(tmp, tag, cfg, n, vflags,
                                            agentic_load("random" if balance == AGAIN else balance, sessions,
-                                                        cfg["turns"], think, AGENTIC))
+                                                        cfg["turns"], think, AGENTIC, cfg["endpoint"], cfg["tools"]))
                             runs.append({"variant": vname, "sessions": sessions, "think": think, "replicas": n,
                                          "balance": balance, "round": rnd, "real": rep})
                             print(f"realtier: {tag}: cached {rep['cached_token_ratio']:.3f} "
@@ -629,7 +635,8 @@ def render_sweep(cfg, runs, sims, load_before, load_after, elapsed):
              + " ".join(f"REALTIER_{k.upper()}=" + (f"'{' '.join(map(str, v))}'" if isinstance(v, list) and len(v) > 1
                                                      else str(v[0] if isinstance(v, list) else v))
                         for k, v in cfg.items() if k in ("replicas", "think", "balance", "sessions", "turns",
-                                                         "rounds", "workers", "kv", "time_scale"))
+                                                         "rounds", "workers", "kv", "time_scale")
+                        or (k, v) in (("endpoint", cfg["endpoint"]), ("tools", cfg["tools"])) and v not in ("chat", 0))
              + (f" REALTIER_VARIANTS='{os.environ['REALTIER_VARIANTS']}'" if "REALTIER_VARIANTS" in os.environ else "")
              + (" REALTIER_PIN=1" if os.environ.get("REALTIER_PIN") == "1" else "")
              + " scripts/realtier.py sweep OUT.md\n```\n")
