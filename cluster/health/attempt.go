@@ -58,21 +58,6 @@ type Attempt struct {
 	sliceTokens int64  // tokens at sliceAt
 }
 
-// Begin admits one request to worker id and returns its Attempt. It fails with
-// ErrUnknownWorker, or with ErrCircuitOpen when the circuit is open or half-open
-// with every trial slot taken; the proxy should then select another worker. In
-// a half-open circuit the Attempt holds a trial slot until End. Begin gates only
-// on the circuit: unhealthy workers and verdicts are for the selector to skip
-// through Eligible. Cheap: atomics, one short hold of the worker's mutex and
-// two allocations.
-func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
-	a, err := m.judge.begin(id, m.now())
-	if a != nil {
-		a.m = m
-	}
-	return a, err
-}
-
 // begin admits one attempt at now (see Monitor.Begin); the caller sets its
 // clock.
 func (j *judge) begin(id WorkerID, now int64) (*Attempt, error) {
@@ -134,7 +119,11 @@ func (a *Attempt) Progress(tokens int) {
 	if a == nil || a.ended.Load() {
 		return
 	}
-	now := a.m.now()
+	a.progress(tokens, a.m.now())
+}
+
+// progress records, for the judge, a Progress of tokens at now.
+func (a *Attempt) progress(tokens int, now int64) {
 	n := int64(max(tokens, 0))
 	if n > 0 && a.firstAt.CompareAndSwap(notSet, now) {
 		a.firstTokens.Store(n)

@@ -67,15 +67,6 @@ func (i *isolation) observe(now int64) (gone, back int64, ok bool) {
 	return i.goneAt, i.backAt, true
 }
 
-// SetPeerContact tells the Monitor how to learn whether this replica hears
-// its peers. Without it, no failure is ever put down to isolation.
-func (m *Monitor) SetPeerContact(f PeerContact) { m.judge.isolation.peers.Store(&f) }
-
-// CutOff reports whether this replica looks cut off: its latest failed
-// probes came while it heard no peer and no worker, and neither has been
-// heard from since.
-func (m *Monitor) CutOff() bool { return m.judge.isolation.cutOff.Load() }
-
 // isolated reports whether a request's failure seen over [from, now] may
 // be this replica's own isolation: it began while no peer was heard (one
 // that outlasts the isolation fails all the same, on the replica's side),

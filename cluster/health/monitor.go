@@ -130,3 +130,69 @@ func (m *Monitor) AwaitProbed(ctx context.Context, ids ...WorkerID) error {
 		}
 	}
 }
+
+// Begin admits one request to worker id and returns its Attempt. It fails with
+// ErrUnknownWorker, or with ErrCircuitOpen when the circuit is open or half-open
+// with every trial slot taken; the proxy should then select another worker. In
+// a half-open circuit the Attempt holds a trial slot until End. Begin gates only
+// on the circuit: unhealthy workers and verdicts are for the selector to skip
+// through Eligible. Cheap: atomics, one short hold of the worker's mutex and
+// two allocations.
+func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
+	a, err := m.judge.begin(id, m.now())
+	if a != nil {
+		a.m = m
+	}
+	return a, err
+}
+
+// Status returns the status of worker id, and false if it is not watched.
+// It holds the worker's mutex for a few instructions.
+func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) { return m.judge.status(id) }
+
+// Statuses returns the status of every watched worker, ordered by id.
+func (m *Monitor) Statuses() []WorkerStatus { return m.judge.statuses() }
+
+// Verdicts returns this replica's own verdicts, ordered by worker then kind.
+// OnChange fires whenever they change.
+func (m *Monitor) Verdicts() []Verdict { return m.judge.verdicts() }
+
+// SetRemoteVerdicts replaces the verdicts that replica origin holds. A worker
+// is ineligible here while a quorum of the live replicas (SetLiveReplicas)
+// holds verdicts against it, or at least one does and this replica's own
+// evidence agrees (see quorum.go); each origin's verdicts stand until it
+// withdraws them (a later report without them, or an empty one) or is
+// forgotten. Verdicts of unknown kinds are ignored, and those naming workers
+// not watched yet apply when the worker is added. Cost O(workers + verdicts);
+// it never blocks on the request path or on callbacks.
+func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
+	m.judge.setRemoteVerdicts(origin, verdicts)
+}
+
+// ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
+func (m *Monitor) ForgetOrigin(origin string) {
+	m.SetRemoteVerdicts(origin, nil)
+}
+
+// RemoteOrigins lists the replicas that currently hold verdicts, sorted.
+func (m *Monitor) RemoteOrigins() []string { return m.judge.remoteOrigins() }
+
+// SetLiveReplicas tells the Monitor how many router replicas are live,
+// counting this one; the gossip membership knows. It decides how many
+// replicas' verdicts take a worker out without this replica's own evidence
+// (see quorum). Until it is called the Monitor assumes it is alone. Values
+// below 1 count as 1. Cheap when n is unchanged.
+func (m *Monitor) SetLiveReplicas(n int) { m.judge.setLiveReplicas(n) }
+
+// SetPeerContact tells the Monitor how to learn whether this replica hears
+// its peers. Without it, no failure is ever put down to isolation.
+func (m *Monitor) SetPeerContact(f PeerContact) { m.judge.isolation.peers.Store(&f) }
+
+// CutOff reports whether this replica looks cut off: its latest failed
+// probes came while it heard no peer and no worker, and neither has been
+// heard from since.
+func (m *Monitor) CutOff() bool { return m.judge.isolation.cutOff.Load() }
+
+// Stalls returns how many times this replica was seen stalled (a heartbeat at
+// least a second late) and how long those stalls lasted in all.
+func (m *Monitor) Stalls() (count uint64, total time.Duration) { return m.judge.stalls.stats() }

@@ -21,13 +21,6 @@ func quorum(live int) int {
 	return live/2 + 1
 }
 
-// SetLiveReplicas tells the Monitor how many router replicas are live,
-// counting this one; the gossip membership knows. It decides how many
-// replicas' verdicts take a worker out without this replica's own evidence
-// (see quorum). Until it is called the Monitor assumes it is alone. Values
-// below 1 count as 1. Cheap when n is unchanged.
-func (m *Monitor) SetLiveReplicas(n int) { m.judge.setLiveReplicas(n) }
-
 func (j *judge) setLiveReplicas(n int) {
 	n = max(n, 1)
 	if int(j.live.Swap(int32(n))) == n {

@@ -127,7 +127,3 @@ func (j *judge) beat(now int64) {
 func (j *judge) stallTouched(from, now int64) bool {
 	return j.stalls.touched(from, now, j.cfg.EvalInterval.Nanoseconds())
 }
-
-// Stalls returns how many times this replica was seen stalled (a heartbeat at
-// least a second late) and how long those stalls lasted in all.
-func (m *Monitor) Stalls() (count uint64, total time.Duration) { return m.judge.stalls.stats() }

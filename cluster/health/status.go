@@ -30,13 +30,6 @@ type WorkerStatus struct {
 	LastProgress time.Time
 }
 
-// Status returns the status of worker id, and false if it is not watched.
-// It holds the worker's mutex for a few instructions.
-func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) { return m.judge.status(id) }
-
-// Statuses returns the status of every watched worker, ordered by id.
-func (m *Monitor) Statuses() []WorkerStatus { return m.judge.statuses() }
-
 func (j *judge) status(id WorkerID) (WorkerStatus, bool) {
 	w := j.lookup(id)
 	if w == nil {

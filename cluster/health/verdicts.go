@@ -37,10 +37,6 @@ type Verdict struct {
 	Since  time.Time // when the verdict began, on the judging replica's clock
 }
 
-// Verdicts returns this replica's own verdicts, ordered by worker then kind.
-// OnChange fires whenever they change.
-func (m *Monitor) Verdicts() []Verdict { return m.judge.verdicts() }
-
 func (j *judge) verdicts() []Verdict {
 	var out []Verdict
 	for _, w := range j.workers.Load().list {
@@ -57,18 +53,6 @@ func (j *judge) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since i
 	return append(out, Verdict{Worker: id, Kind: k, Since: j.timeAt(since)})
 }
 
-// SetRemoteVerdicts replaces the verdicts that replica origin holds. A worker
-// is ineligible here while a quorum of the live replicas (SetLiveReplicas)
-// holds verdicts against it, or at least one does and this replica's own
-// evidence agrees (see quorum.go); each origin's verdicts stand until it
-// withdraws them (a later report without them, or an empty one) or is
-// forgotten. Verdicts of unknown kinds are ignored, and those naming workers
-// not watched yet apply when the worker is added. Cost O(workers + verdicts);
-// it never blocks on the request path or on callbacks.
-func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
-	m.judge.setRemoteVerdicts(origin, verdicts)
-}
-
 func (j *judge) setRemoteVerdicts(origin string, verdicts []Verdict) {
 	j.controlMu.Lock()
 	defer j.controlMu.Unlock()
@@ -79,14 +63,6 @@ func (j *judge) setRemoteVerdicts(origin string, verdicts []Verdict) {
 	}
 	j.applyRemoteLocked()
 }
-
-// ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
-func (m *Monitor) ForgetOrigin(origin string) {
-	m.SetRemoteVerdicts(origin, nil)
-}
-
-// RemoteOrigins lists the replicas that currently hold verdicts, sorted.
-func (m *Monitor) RemoteOrigins() []string { return m.judge.remoteOrigins() }
 
 func (j *judge) remoteOrigins() []string {
 	j.controlMu.Lock()
