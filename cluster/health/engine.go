@@ -214,7 +214,17 @@ func (s *EngineScraper) scrapeOne(ctx context.Context, w *worker) {
 	if err != nil {
 		s.log.Debug("engine metrics unreadable", "worker", w.id, "url", w.url, "err", err)
 	}
+	if err == nil {
+		s.keep(w, r, now)
+	}
 	s.judge.engineRead(w, start, now, r, err == nil)
+}
+
+// keep makes r, read at now, w's latest reading, whatever its counters.
+func (s *EngineScraper) keep(w *worker, r engineReading, now int64) {
+	w.mu.Lock()
+	w.occupancy, w.occupancyAt, w.read = r, now, true
+	w.mu.Unlock()
 }
 
 // scrapeStarted notes that a read of w's engine started at start.
@@ -225,15 +235,11 @@ func (j *judge) scrapeStarted(w *worker, start int64) {
 }
 
 // engineRead applies a read of w's engine that started at start and ended at
-// now: ok says it was readable. The reading is kept as the saturation
-// signal whatever its counters; it counts as progress only if it has them
-// and no stall of this replica overlapped it.
+// now: ok says it was readable. It counts as progress only if it has the
+// token counters and no stall of this replica overlapped it.
 func (j *judge) engineRead(w *worker, start, now int64, r engineReading, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if ok {
-		w.occupancy, w.occupancyAt, w.read = r, now, true
-	}
 	w.recordEngine(start, r, ok && r.hasTokens && !j.stallTouched(start, now), j.scrapeEvery())
 }
 
