@@ -58,9 +58,9 @@ type Attempt struct {
 	sliceTokens int64  // tokens at sliceAt
 }
 
-// begin admits one attempt at now (see Monitor.Begin); the caller sets its
-// clock.
-func (j *judge) begin(id WorkerID, now int64) (*Attempt, error) {
+// begin admits one attempt at now (see Monitor.Begin). owner is the Monitor
+// whose clock the Attempt's own methods read; the judge never calls it.
+func (j *judge) begin(id WorkerID, now int64, owner *Monitor) (*Attempt, error) {
 	w := j.lookup(id)
 	if w == nil {
 		return nil, fmt.Errorf("health: worker %d: %w", id, ErrUnknownWorker)
@@ -69,7 +69,7 @@ func (j *judge) begin(id WorkerID, now int64) (*Attempt, error) {
 	if !ok {
 		return nil, fmt.Errorf("health: worker %d: %w", id, ErrCircuitOpen)
 	}
-	a := &Attempt{w: w, gen: gen, trial: trial, begunAt: now, stuck: make(chan struct{}), sliceAt: notSet}
+	a := &Attempt{m: owner, w: w, gen: gen, trial: trial, begunAt: now, stuck: make(chan struct{}), sliceAt: notSet}
 	a.heardAt.Store(notSet)
 	a.firstAt.Store(notSet)
 	w.mu.Lock()

@@ -56,7 +56,7 @@ func (b *judgeBench) check(id WorkerID, good bool) bool {
 
 func (b *judgeBench) begin(id WorkerID) *Attempt {
 	b.t.Helper()
-	a, err := b.j.begin(id, b.now())
+	a, err := b.j.begin(id, b.now(), nil)
 	if err != nil {
 		b.t.Fatalf("begin(%d): %v", id, err)
 	}

@@ -139,11 +139,7 @@ func (m *Monitor) AwaitProbed(ctx context.Context, ids ...WorkerID) error {
 // through Eligible. Cheap: atomics, one short hold of the worker's mutex and
 // two allocations.
 func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
-	a, err := m.judge.begin(id, m.now())
-	if a != nil {
-		a.m = m
-	}
-	return a, err
+	return m.judge.begin(id, m.now(), m)
 }
 
 // Status returns the status of worker id, and false if it is not watched.
