@@ -12,17 +12,17 @@ import (
 // reports that make its fairness tier-wide. Kept apart from the rest of the
 // gossip wiring so that it moves as one piece.
 
-// admissionBridge carries readings and queue reports between the monitor,
-// the door and the gossip. door is set once the proxy is built, before the
+// admissionBridge carries readings and queue reports between the engines'
+// scraper, the door and the gossip. door is set once the proxy is built, before the
 // gossip starts; until then the queues are empty.
 type admissionBridge struct {
-	monitor *health.Monitor
+	engines *health.EngineScraper
 	door    *core.Door
 }
 
-// engineReadings hands the door the monitor's latest engine readings.
+// engineReadings hands the door the scraper's latest engine readings.
 func (b *admissionBridge) engineReadings(dst []admission.Reading) []admission.Reading {
-	for _, e := range b.monitor.EngineReadings(nil) {
+	for _, e := range b.engines.Readings(nil) {
 		dst = append(dst, admission.Reading{Worker: uint32(e.ID), At: e.At, Running: e.Running, Waiting: e.Waiting,
 			KVUsage: e.KVUsage})
 	}

@@ -195,7 +195,7 @@ func (r *Replica) feedKVReadings() {
 func (r *Replica) runningReadings() map[store.WorkerID]float64 {
 	now := r.clock.Now()
 	out := map[store.WorkerID]float64{}
-	for _, e := range r.monitor.EngineReadings(nil) {
+	for _, e := range r.monitor.Engines().Readings(nil) {
 		if now.Sub(e.At) < 5*kvReadings {
 			out[store.WorkerID(e.ID)] = e.Running
 		}

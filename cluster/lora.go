@@ -69,7 +69,7 @@ func (r *Replica) feedAdapterReadings() {
 		case <-r.ctx.Done():
 			return
 		case <-t.C():
-			for _, e := range r.monitor.EngineReadings(nil) {
+			for _, e := range r.monitor.Engines().Readings(nil) {
 				if e.LoRA == nil || !e.At.After(fed[e.ID]) {
 					continue
 				}

@@ -177,7 +177,7 @@ func (r *Replica) build() error {
 		return err
 	}
 	r.apiAddr = advertisedAPIAddr(r.ln.Addr(), r.raft.Addr())
-	r.admission = &admissionBridge{monitor: r.monitor}
+	r.admission = &admissionBridge{engines: r.monitor.Engines()}
 	if err := r.newCore(); err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func OutcomeOfStatus(code int) Outcome {
 // channel, which never fires), so a refused Begin needs no special casing
 // downstream.
 type Attempt struct {
-	m       *Monitor
+	m       *Monitor // its clock, and its judge
 	w       *worker
 	gen     uint64 // breaker generation the attempt was admitted in
 	trial   bool
@@ -58,15 +58,10 @@ type Attempt struct {
 	sliceTokens int64  // tokens at sliceAt
 }
 
-// Begin admits one request to worker id and returns its Attempt. It fails with
-// ErrUnknownWorker, or with ErrCircuitOpen when the circuit is open or half-open
-// with every trial slot taken; the proxy should then select another worker. In
-// a half-open circuit the Attempt holds a trial slot until End. Begin gates only
-// on the circuit: unhealthy workers and verdicts are for the selector to skip
-// through Eligible. Cheap: atomics, one short hold of the worker's mutex and
-// two allocations.
-func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
-	w := m.lookup(id)
+// begin admits one attempt at now (see Monitor.Begin). owner is the Monitor
+// whose clock the Attempt's own methods read; the judge never calls it.
+func (j *judge) begin(id WorkerID, now int64, owner *Monitor) (*Attempt, error) {
+	w := j.lookup(id)
 	if w == nil {
 		return nil, fmt.Errorf("health: worker %d: %w", id, ErrUnknownWorker)
 	}
@@ -74,8 +69,7 @@ func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
 	if !ok {
 		return nil, fmt.Errorf("health: worker %d: %w", id, ErrCircuitOpen)
 	}
-	now := m.now()
-	a := &Attempt{m: m, w: w, gen: gen, trial: trial, begunAt: now, stuck: make(chan struct{}), sliceAt: notSet}
+	a := &Attempt{m: owner, w: w, gen: gen, trial: trial, begunAt: now, stuck: make(chan struct{}), sliceAt: notSet}
 	a.heardAt.Store(notSet)
 	a.firstAt.Store(notSet)
 	w.mu.Lock()
@@ -125,7 +119,11 @@ func (a *Attempt) Progress(tokens int) {
 	if a == nil || a.ended.Load() {
 		return
 	}
-	now := a.m.now()
+	a.progress(tokens, a.m.now())
+}
+
+// progress records, for the judge, a Progress of tokens at now.
+func (a *Attempt) progress(tokens int, now int64) {
 	n := int64(max(tokens, 0))
 	if n > 0 && a.firstAt.CompareAndSwap(notSet, now) {
 		a.firstTokens.Store(n)
@@ -146,14 +144,19 @@ func (a *Attempt) End(o Outcome) {
 	if a == nil || !a.ended.CompareAndSwap(false, true) {
 		return
 	}
-	m, w := a.m, a.w
-	now := m.now()
-	touched := m.stallTouched(a.begunAt, now)
-	if o == OutcomeFailure && (touched || m.isolated(a.begunAt, now)) {
+	a.m.judge.ended(a, o, a.m.now())
+}
+
+// ended applies the outcome of a at now (see Attempt.End); a has not ended
+// before.
+func (j *judge) ended(a *Attempt, o Outcome, now int64) {
+	w := a.w
+	touched := j.stallTouched(a.begunAt, now)
+	if o == OutcomeFailure && (touched || j.isolated(a.begunAt, now)) {
 		o = OutcomeCanceled
 	}
 	rate, sampled := a.rate(now)
-	slowTrial := sampled && !touched && a.trial && o == OutcomeSuccess && m.tooSlow(w, rate)
+	slowTrial := sampled && !touched && a.trial && o == OutcomeSuccess && j.tooSlow(w, rate)
 	if slowTrial {
 		o = OutcomeFailure
 	}
@@ -166,14 +169,14 @@ func (a *Attempt) End(o Outcome) {
 		w.noteProgress(now) // a worker left idle is not silent
 	}
 	if !touched {
-		m.lastSample(w, a, now, rate, sampled)
+		j.lastSample(w, a, now, rate, sampled)
 	}
 	ch := w.recordOutcome(o, a.gen, a.trial, now)
 	if slowTrial {
 		ch |= w.renewDegraded(now)
 	}
 	w.mu.Unlock()
-	m.report(w, ch)
+	j.report(w, ch)
 }
 
 // rate is the attempt's decode rate in tokens per second since its first

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -11,20 +12,32 @@ import (
 // else's verdict.
 const maxConcurrentProbes = 256
 
-// CheckNow runs one round of active checks: every watched worker whose previous
-// probe has finished is probed, in parallel, and each result is applied as soon
-// as it arrives, so a slow worker does not delay the others' verdicts. It
-// returns when every probe of the round has finished (within Timeout), or early
-// with ctx's error once ctx ends, after aborting the probes in flight; a probe
-// cut short by ctx is not counted against its worker. It then delivers pending
-// OnChange notifications. Checks never touch request accounting or load.
-func (m *Monitor) CheckNow(ctx context.Context) error {
+// contactBase is the first wait before probing again a worker that has never
+// answered its health endpoint; the wait doubles up to Interval.
+const contactBase = time.Second
+
+// prober sends the active checks and the recovery probes, and hands their
+// answers to the judge with the times they were sent and answered. It
+// decides nothing: which worker gets a first-contact check or a recovery
+// probe is the judge's call (contactDue, wantGenerate). Safe for concurrent
+// use; each worker has at most one check and one recovery probe in flight.
+type prober struct {
+	cfg    Config
+	client workerClient
+	judge  *judge
+	now    func() int64 // the Monitor's timeline
+	log    *slog.Logger
+	probed probeNews // wakes AwaitProbed
+}
+
+// checkRound is one round of active checks (see Monitor.CheckNow), without
+// the delivery of notifications.
+func (p *prober) checkRound(ctx context.Context) error {
 	slots := make(chan struct{}, maxConcurrentProbes)
 	var wg sync.WaitGroup
-	defer m.deliver()
 	defer wg.Wait()
-	round := m.isolation.round.Add(1)
-	for _, w := range m.workers.Load().list {
+	round := p.judge.isolation.round.Add(1)
+	for _, w := range p.judge.list() {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -36,101 +49,59 @@ func (m *Monitor) CheckNow(ctx context.Context) error {
 		}
 		wg.Go(func() {
 			defer func() { w.checking.Store(false); <-slots }()
-			m.checkOne(ctx, w, round)
+			p.checkOne(ctx, w, round)
 		})
 	}
 	wg.Wait()
 	return ctx.Err()
 }
 
-// contactBase is the first wait before probing again a worker that has never
-// answered its health endpoint; the wait doubles up to Interval.
-const contactBase = time.Second
-
 // checkOne probes w once, in CheckNow's round (or, for a first contact,
-// the latest round), and applies the answer. A failure that may be this
-// replica's own doing (the probe overlapped a stall of this replica, or came
-// while it heard no peer and no worker) is not counted.
-func (m *Monitor) checkOne(ctx context.Context, w *worker, round uint64) {
-	start := m.now()
-	err := m.probe.probe(ctx, w.target)
+// the latest round), and hands the answer to the judge.
+func (p *prober) checkOne(ctx context.Context, w *worker, round uint64) {
+	start := p.now()
+	err := p.client.probe(ctx, w.target)
 	if ctx.Err() != nil {
 		return
 	}
-	now := m.now()
-	if err != nil && m.stallTouched(start, now) {
+	if !p.judge.checked(w, err == nil, start, p.now(), round) {
 		return
-	}
-	if err != nil && m.probeIsolated(start, now, round) {
-		m.noteCutOff()
-		return
-	}
-	if err == nil {
-		m.noteAnswer(now, round)
 	}
 	if err != nil {
-		m.log.Debug("health probe failed", "worker", w.id, "url", w.url, "err", err)
+		p.log.Debug("health probe failed", "worker", w.id, "url", w.url, "err", err)
+	}
+	p.probed.announce()
+}
+
+// checked applies an active check of w in round, sent at start and answered
+// (well, or not) at now, and reports whether it counted. A failure that may
+// be this replica's own doing (the probe overlapped a stall of this
+// replica, or came while it heard no peer and no worker) is not counted.
+func (j *judge) checked(w *worker, good bool, start, now int64, round uint64) bool {
+	if !good && j.stallTouched(start, now) {
+		return false
+	}
+	if !good && j.probeIsolated(start, now, round) {
+		j.noteCutOff()
+		return false
+	}
+	if good {
+		j.noteAnswer(now, round)
 	}
 	w.mu.Lock()
-	ch := w.recordProbe(err == nil, &m.cfg)
+	ch := w.recordProbe(good, &j.cfg)
 	if !w.everUp {
-		w.contact.failed(now, contactBase.Nanoseconds(), m.cfg.Interval.Nanoseconds())
+		w.contact.failed(now, contactBase.Nanoseconds(), j.cfg.Interval.Nanoseconds())
 	}
 	w.mu.Unlock()
-	m.report(w, ch)
-	m.probed.announce()
+	j.report(w, ch)
+	return true
 }
 
-// Run checks every worker every Interval (the first round at once), probes new
-// workers as soon as SetWorkers adds them, beats the heartbeat that notices
-// stalls of this replica and calls Tick every EvalInterval, sends the engine
-// scrapes and recovery probes that Tick asks for, and delivers OnChange
-// notifications as changes happen, until ctx ends. It returns nil once all its
-// goroutines have finished, or ErrAlreadyRunning if another Run is active. The
-// cadence uses real timers; verdicts use the Monitor's Clock.
-func (m *Monitor) Run(ctx context.Context) error {
-	if !m.running.CompareAndSwap(false, true) {
-		return ErrAlreadyRunning
-	}
-	defer m.running.Store(false)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxConcurrentProbes)
-	wg.Go(func() { m.checkLoop(ctx) })
-	wg.Go(func() { m.evalLoop(ctx, &wg, sem) })
-	wg.Wait()
-	return nil
-}
-
-func (m *Monitor) checkLoop(ctx context.Context) {
-	ticker := time.NewTicker(m.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		_ = m.CheckNow(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-		case <-m.isolation.recheck:
-		}
-	}
-}
-
-// evalLoop owns the heartbeat. The tasks it launches are counted by wg, which
-// Run waits for.
-func (m *Monitor) evalLoop(ctx context.Context, wg *sync.WaitGroup, sem chan struct{}) {
-	ticker := time.NewTicker(m.cfg.EvalInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			m.beat()
-			m.checkContact()
-			m.Tick()
-		case <-m.wake:
-			m.deliver()
-		}
-		m.launch(ctx, wg, sem)
-	}
+// contactDue reports whether w, never healthy, is due at now for another
+// first-contact check.
+func (j *judge) contactDue(w *worker, now int64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.everUp && w.contact.due(now)
 }

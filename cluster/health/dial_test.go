@@ -19,7 +19,7 @@ func TestProbesNeverConnectToARefusedAddress(t *testing.T) {
 	fw := startFakeWorker(t)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(fw.url, "http://"))
 	var log dialtest.Log
-	p := prober{timeout: 5 * time.Second, dialer: &workerurl.Dialer{
+	p := workerClient{timeout: 5 * time.Second, dialer: &workerurl.Dialer{
 		Resolver: dialtest.Resolver{"metadata.test": "169.254.169.254", "linklocal.test": "fe80::1", "worker.test": "127.0.0.1"},
 		Connect:  log.Connect}}
 	ctx := context.Background()

@@ -35,6 +35,17 @@
 // tests step k8s' FakeClock and call Tick, CheckNow or run the tasks instead
 // of sleeping.
 //
+// The Monitor is a facade over three parts, in the manner of a Raft library's
+// protocol object and its transport: the judge (judge.go and the files of
+// each kind of evidence) reaches every verdict from the events it is handed
+// and the time it is told, doing no I/O and reading no clock, so its tests
+// drive it alone on virtual time; the prober (checks.go, recovery.go) sends
+// active checks and recovery probes and hands the judge their answers; the
+// engines' scraper (EngineScraper, engine.go) reads the engines' /metrics,
+// hands the judge their progress and keeps the readings admission judges
+// saturation from. The Monitor owns the clock, the loops of Run and the
+// OnChange notifications.
+//
 // The package knows nothing of the router's load counters: health checks and
 // verdicts never change load, and the in-flight count kept here exists only to
 // tell a silent worker from an idle one.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -66,7 +67,7 @@ type engineState struct {
 
 // scrape reads the engine's progress counters from t's /metrics within
 // timeout, reading at most maxMetricsBody. Cancelling ctx aborts it.
-func (p prober) scrape(ctx context.Context, t probeTarget, timeout time.Duration) (engineReading, error) {
+func (p workerClient) scrape(ctx context.Context, t probeTarget, timeout time.Duration) (engineReading, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var dial ctxDialer
@@ -181,31 +182,65 @@ func labelsEnd(s []byte) int {
 // scrapeEvery is how often a worker's engine is read while it needs to be:
 // often enough that a working engine shows progress well within WedgeTimeout,
 // never more often than Tick runs.
-func (m *Monitor) scrapeEvery() int64 {
-	return max(m.cfg.WedgeTimeout.Nanoseconds()/6, m.cfg.EvalInterval.Nanoseconds())
+func (j *judge) scrapeEvery() int64 {
+	return max(j.cfg.WedgeTimeout.Nanoseconds()/6, j.cfg.EvalInterval.Nanoseconds())
 }
 
-// scrapeOne reads w's engine and applies what it found.
-func (m *Monitor) scrapeOne(ctx context.Context, w *worker) {
-	start := m.now()
+// EngineScraper reads the engines' /metrics: the token counters, which it
+// hands the judge as progress of a silent worker, and the saturation signal
+// (requests running and waiting, KV cache usage, LoRA state), which it keeps
+// for admission to read with Readings. Which worker is read when is the
+// judge's call (wantScrape, set by Tick). Safe for concurrent use; get it
+// from Monitor.Engines.
+type EngineScraper struct {
+	timeout time.Duration // of one read (Config.Timeout)
+	client  workerClient
+	judge   *judge
+	now     func() int64 // the Monitor's timeline
+	log     *slog.Logger
+}
+
+// scrapeOne reads w's engine, keeps the reading, and hands the judge what
+// it says of progress.
+func (s *EngineScraper) scrapeOne(ctx context.Context, w *worker) {
+	start := s.now()
 	w.wantScrape.Store(false)
-	w.mu.Lock()
-	w.engine.last = start
-	w.mu.Unlock()
-	r, err := m.probe.scrape(ctx, w.target, m.cfg.Timeout)
+	s.judge.scrapeStarted(w, start)
+	r, err := s.client.scrape(ctx, w.target, s.timeout)
 	if ctx.Err() != nil {
 		return
 	}
-	now := m.now()
+	now := s.now()
 	if err != nil {
-		m.log.Debug("engine metrics unreadable", "worker", w.id, "url", w.url, "err", err)
+		s.log.Debug("engine metrics unreadable", "worker", w.id, "url", w.url, "err", err)
 	}
-	w.mu.Lock()
 	if err == nil {
-		w.occupancy, w.occupancyAt, w.read = r, now, true
+		s.keep(w, r, now)
 	}
-	w.recordEngine(start, r, err == nil && r.hasTokens && !m.stallTouched(start, now), m.scrapeEvery())
+	s.judge.engineRead(w, start, now, r, err == nil)
+}
+
+// keep makes r, read at now, w's latest reading, whatever its counters.
+func (s *EngineScraper) keep(w *worker, r engineReading, now int64) {
+	w.mu.Lock()
+	w.occupancy, w.occupancyAt, w.read = r, now, true
 	w.mu.Unlock()
+}
+
+// scrapeStarted notes that a read of w's engine started at start.
+func (j *judge) scrapeStarted(w *worker, start int64) {
+	w.mu.Lock()
+	w.engine.last = start
+	w.mu.Unlock()
+}
+
+// engineRead applies a read of w's engine that started at start and ended at
+// now: ok says it was readable. It counts as progress only if it has the
+// token counters and no stall of this replica overlapped it.
+func (j *judge) engineRead(w *worker, start, now int64, r engineReading, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.recordEngine(start, r, ok && r.hasTokens && !j.stallTouched(start, now), j.scrapeEvery())
 }
 
 // recordEngine applies a reading taken at `at`. Token counters that rose
@@ -235,18 +270,18 @@ func (w *worker) recordEngine(at int64, r engineReading, good bool, every int64)
 // is at least scrapeEvery old; or, for the saturation signal, it has
 // attempts in flight and the last scrape is EngineScrapeInterval old.
 // Caller holds mu.
-func (m *Monitor) needsScrape(w *worker, now, oldestSilence int64) bool {
+func (j *judge) needsScrape(w *worker, now, oldestSilence int64) bool {
 	if w.scraping.Load() {
 		return false
 	}
-	if every := m.cfg.EngineScrapeInterval.Nanoseconds(); every > 0 && w.inflight.Load() > 0 &&
+	if every := j.cfg.EngineScrapeInterval.Nanoseconds(); every > 0 && w.inflight.Load() > 0 &&
 		(w.engine.last == 0 || now-w.engine.last >= every) {
 		return true
 	}
-	if oldestSilence < m.cfg.WedgeTimeout.Nanoseconds()/3 {
+	if oldestSilence < j.cfg.WedgeTimeout.Nanoseconds()/3 {
 		return false
 	}
-	return w.engine.last == 0 || now-w.engine.last >= m.scrapeEvery()
+	return w.engine.last == 0 || now-w.engine.last >= j.scrapeEvery()
 }
 
 // EngineReading is the latest readable scrape of a worker's engine: what
@@ -268,15 +303,15 @@ type LoRAReading struct {
 	Running, Waiting []string
 }
 
-// EngineReadings appends the latest reading of every watched worker whose
+// Readings appends the latest reading of every watched worker whose
 // engine was read at least once.
-func (m *Monitor) EngineReadings(dst []EngineReading) []EngineReading {
-	for _, w := range m.workers.Load().list {
+func (s *EngineScraper) Readings(dst []EngineReading) []EngineReading {
+	for _, w := range s.judge.list() {
 		w.mu.Lock()
 		r, at, read := w.occupancy, w.occupancyAt, w.read
 		w.mu.Unlock()
 		if read {
-			e := EngineReading{ID: w.id, At: m.timeAt(at), Running: r.running, Waiting: r.waiting, KVUsage: r.kvUsage}
+			e := EngineReading{ID: w.id, At: s.judge.timeAt(at), Running: r.running, Waiting: r.waiting, KVUsage: r.kvUsage}
 			if r.lora.ok {
 				e.LoRA = &LoRAReading{MaxLoRA: r.lora.maxLoRA, Running: r.lora.running, Waiting: r.lora.waiting}
 			}

@@ -73,7 +73,7 @@ func TestReadingMetricsIsBounded(t *testing.T) {
 func TestEndlessMetricsPageFailsTheScrape(t *testing.T) {
 	fw := startFakeWorker(t)
 	fw.endless.Store(true)
-	p := prober{timeout: 5 * time.Second}
+	p := workerClient{timeout: 5 * time.Second}
 	pt, err := newProbeTarget(fw.url, "/health")
 	if err != nil {
 		t.Fatal(err)
@@ -88,12 +88,12 @@ func TestScrapeReadsALoopbackEngine(t *testing.T) {
 	fw.tokens.Store(77)
 	fw.running.Store(2)
 	pt, _ := newProbeTarget(fw.url+"/", "/health")
-	got, err := prober{}.scrape(context.Background(), pt, 2*time.Second)
+	got, err := workerClient{}.scrape(context.Background(), pt, 2*time.Second)
 	if err != nil || got.tokens != 77 || got.running != 2 {
 		t.Fatalf("scrape = %+v, %v; want 77 tokens and 2 running", got, err)
 	}
 	fw.metricsCode.Store(404)
-	if _, err := (prober{}).scrape(context.Background(), pt, 2*time.Second); err == nil {
+	if _, err := (workerClient{}).scrape(context.Background(), pt, 2*time.Second); err == nil {
 		t.Fatal("a 404 /metrics read as a page")
 	}
 }
@@ -161,7 +161,7 @@ func TestABusyWorkersEngineIsReadEveryEngineScrapeInterval(t *testing.T) {
 	cfg.EngineScrapeInterval = 2 * time.Second
 	m, clock := newTestMonitor(t, cfg, Target{ID: 1, URL: fw.url})
 	second(m, clock)
-	if fw.scrapes.Load() != 0 || len(m.EngineReadings(nil)) != 0 {
+	if fw.scrapes.Load() != 0 || len(m.Engines().Readings(nil)) != 0 {
 		t.Fatal("an idle worker is not read for the saturation signal")
 	}
 	a := begin(t, m, 1)
@@ -170,7 +170,7 @@ func TestABusyWorkersEngineIsReadEveryEngineScrapeInterval(t *testing.T) {
 	fw.queued.Store(3)
 	a.Progress(1) // it is not silent: only the saturation signal reads it
 	second(m, clock)
-	rs := m.EngineReadings(nil)
+	rs := m.Engines().Readings(nil)
 	if fw.scrapes.Load() != 1 || len(rs) != 1 || rs[0].Running != 4 || rs[0].Waiting != 3 || rs[0].KVUsage != 0.5 {
 		t.Fatalf("after a second busy: %d scrapes, readings %+v; want one reading of 4 running, 3 waiting, KV 0.5",
 			fw.scrapes.Load(), rs)

@@ -67,22 +67,13 @@ func (i *isolation) observe(now int64) (gone, back int64, ok bool) {
 	return i.goneAt, i.backAt, true
 }
 
-// SetPeerContact tells the Monitor how to learn whether this replica hears
-// its peers. Without it, no failure is ever put down to isolation.
-func (m *Monitor) SetPeerContact(f PeerContact) { m.isolation.peers.Store(&f) }
-
-// CutOff reports whether this replica looks cut off: its latest failed
-// probes came while it heard no peer and no worker, and neither has been
-// heard from since.
-func (m *Monitor) CutOff() bool { return m.isolation.cutOff.Load() }
-
 // isolated reports whether a request's failure seen over [from, now] may
 // be this replica's own isolation: it began while no peer was heard (one
 // that outlasts the isolation fails all the same, on the replica's side),
 // and no worker answered a probe since an Interval and a half before from.
-func (m *Monitor) isolated(from, now int64) bool {
-	return m.peersQuietAt(from, now) &&
-		m.isolation.lastAnswer.Load() < from-3*m.cfg.Interval.Nanoseconds()/2
+func (j *judge) isolated(from, now int64) bool {
+	return j.peersQuietAt(from, now) &&
+		j.isolation.lastAnswer.Load() < from-3*j.cfg.Interval.Nanoseconds()/2
 }
 
 // probeIsolated is isolated for a probe of the given round (CheckNow's):
@@ -91,54 +82,54 @@ func (m *Monitor) isolated(from, now int64) bool {
 // there, while a worker that dies beside others that answer is counted in
 // every round, whatever the order in which a round's answers arrive and
 // however the rounds bunch up on a busy replica.
-func (m *Monitor) probeIsolated(from, now int64, round uint64) bool {
-	return m.peersQuietAt(from, now) && m.isolation.answeredRound.Load()+2 <= round
+func (j *judge) probeIsolated(from, now int64, round uint64) bool {
+	return j.peersQuietAt(from, now) && j.isolation.answeredRound.Load()+2 <= round
 }
 
 // peersQuietAt reports whether [from, now] began while no peer was heard.
-func (m *Monitor) peersQuietAt(from, now int64) bool {
-	gone, back, ok := m.isolation.observe(now)
+func (j *judge) peersQuietAt(from, now int64) bool {
+	gone, back, ok := j.isolation.observe(now)
 	return ok && gone != notSet && from >= gone && (back == notSet || from < back)
 }
 
 // noteCutOff records a failure not counted because of isolation.
-func (m *Monitor) noteCutOff() {
-	if m.isolation.cutOff.CompareAndSwap(false, true) {
-		m.log.Warn("this replica hears no peer and no worker: it is the one cut off; its failed probes do not count against workers")
+func (j *judge) noteCutOff() {
+	if j.isolation.cutOff.CompareAndSwap(false, true) {
+		j.log.Warn("this replica hears no peer and no worker: it is the one cut off; its failed probes do not count against workers")
 	}
 }
 
 // noteAnswer records a worker's answer to a probe of round at now; an
 // isolation it ends asks for every worker to be probed again at once.
-func (m *Monitor) noteAnswer(now int64, round uint64) {
-	m.isolation.lastAnswer.Store(now)
+func (j *judge) noteAnswer(now int64, round uint64) {
+	j.isolation.lastAnswer.Store(now)
 	for {
-		seen := m.isolation.answeredRound.Load()
-		if seen >= round || m.isolation.answeredRound.CompareAndSwap(seen, round) {
+		seen := j.isolation.answeredRound.Load()
+		if seen >= round || j.isolation.answeredRound.CompareAndSwap(seen, round) {
 			break
 		}
 	}
-	m.endCutOff("a worker answered")
+	j.endCutOff("a worker answered")
 }
 
-// checkContact asks after the peers every EvalInterval (the evaluation
+// checkContact asks after the peers at now, every EvalInterval (the evaluation
 // loop calls it), which keeps the PeerContact's view of them current even
 // while no probe fails, and ends an isolation once a peer is heard from
 // again.
-func (m *Monitor) checkContact() {
-	_, back, ok := m.isolation.observe(m.now())
-	if ok && back != notSet && m.isolation.cutOff.Load() {
-		m.endCutOff("a peer was heard from")
+func (j *judge) checkContact(now int64) {
+	_, back, ok := j.isolation.observe(now)
+	if ok && back != notSet && j.isolation.cutOff.Load() {
+		j.endCutOff("a peer was heard from")
 	}
 }
 
-func (m *Monitor) endCutOff(why string) {
-	if !m.isolation.cutOff.CompareAndSwap(true, false) {
+func (j *judge) endCutOff(why string) {
+	if !j.isolation.cutOff.CompareAndSwap(true, false) {
 		return
 	}
-	m.log.Info("this replica is in contact again; probing every worker now", "because", why)
+	j.log.Info("this replica is in contact again; probing every worker now", "because", why)
 	select {
-	case m.isolation.recheck <- struct{}{}:
+	case j.isolation.recheck <- struct{}{}:
 	default:
 	}
 }

@@ -285,5 +285,11 @@ func checkRound(t testing.TB, m *Monitor) {
 }
 
 // tasksRound runs the engine scrapes and recovery probes the last Tick asked
-// for, and waits for them.
-func tasksRound(m *Monitor) { m.runTasks(context.Background()) }
+// for, waits for them, then delivers pending OnChange notifications: one
+// round of what Run does in the background.
+func tasksRound(m *Monitor) {
+	var wg sync.WaitGroup
+	m.launch(context.Background(), &wg, make(chan struct{}, maxConcurrentProbes))
+	wg.Wait()
+	m.notify.deliver()
+}

@@ -1,12 +1,8 @@
 package health
 
 import (
-	"cmp"
-	"errors"
-	"fmt"
+	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,37 +12,22 @@ import (
 // Monitor tracks the health of a set of workers; see the package doc. Create it
 // with New, give it workers with SetWorkers, and keep Run going for the
 // replica's lifetime. All methods are safe for concurrent use.
+//
+// It wires three parts and owns the clock: the judge (every verdict; no I/O,
+// time passed in), the prober (active checks and recovery probes, whose
+// answers it hands the judge) and the engines' scraper (the /metrics reads:
+// progress for the judge, readings for admission). Callers outside the
+// package see only the Monitor and the scraper (Engines).
 type Monitor struct {
-	cfg    Config
-	clock  clock.PassiveClock
-	log    *slog.Logger
-	epoch  time.Time // zero of the nanosecond timeline kept in the atomics
-	policy breakerPolicy
-	probe  prober
-	stalls *stallLog // when this replica itself was stalled
-	// isolation: whether this replica, not its workers, is cut off
-	isolation *isolation
-	probed    probeNews // wakes AwaitProbed
-
-	workers atomic.Pointer[workerSet]
-	live    atomic.Int32 // live replicas, this one included (SetLiveReplicas)
-
-	// controlMu serialises control-plane writers: SetWorkers, remote verdicts,
-	// OnChange registration. The request path and the check loop never take it.
-	controlMu sync.Mutex
-	remote    map[string][]Verdict // origin -> its latest verdicts
-	callbacks atomic.Pointer[[]func()]
-
-	pending   atomic.Bool   // an eligibility or verdict change awaits delivery
-	wake      chan struct{} // nudges Run to deliver now; capacity 1
-	deliverMu sync.Mutex    // one delivery at a time, so callbacks never overlap
-	running   atomic.Bool
-}
-
-// workerSet is an immutable view of the watched workers, swapped whole.
-type workerSet struct {
-	byID map[WorkerID]*worker
-	list []*worker // sorted by id
+	cfg     Config
+	clock   clock.PassiveClock
+	log     *slog.Logger
+	epoch   time.Time // zero of the nanosecond timeline the judge keeps
+	judge   *judge
+	prober  *prober
+	engines *EngineScraper
+	notify  *notifier
+	running atomic.Bool
 }
 
 // New returns a Monitor watching no workers. clk times verdicts; it is read on
@@ -64,19 +45,11 @@ func New(cfg Config, clk clock.PassiveClock, logger *slog.Logger) (*Monitor, err
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Monitor{
-		cfg: cfg, clock: clk, log: logger, epoch: clk.Now(),
-		policy: breakerPolicy{
-			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
-			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,
-		},
-		probe:  prober{timeout: cfg.Timeout, apiKey: cfg.APIKey, dialer: cfg.Dialer},
-		stalls: newStallLog(), isolation: newIsolation(),
-		remote: make(map[string][]Verdict),
-		wake:   make(chan struct{}, 1),
-	}
-	m.workers.Store(&workerSet{byID: map[WorkerID]*worker{}})
-	m.live.Store(1)
+	m := &Monitor{cfg: cfg, clock: clk, log: logger, epoch: clk.Now(), notify: newNotifier()}
+	m.judge = newJudge(cfg, m.epoch, logger, m.notify.signal)
+	client := workerClient{timeout: cfg.Timeout, apiKey: cfg.APIKey, dialer: cfg.Dialer}
+	m.prober = &prober{cfg: cfg, client: client, judge: m.judge, now: m.now, log: logger}
+	m.engines = &EngineScraper{timeout: cfg.Timeout, client: client, judge: m.judge, now: m.now, log: logger}
 	return m, nil
 }
 
@@ -84,10 +57,6 @@ func New(cfg Config, clk clock.PassiveClock, logger *slog.Logger) (*Monitor, err
 // Since reads only the monotonic clock where Now reads the wall clock too:
 // a request's attempt reads it four times (more when streamed).
 func (m *Monitor) now() int64 { return m.clock.Since(m.epoch).Nanoseconds() }
-
-func (m *Monitor) timeAt(ns int64) time.Time { return m.epoch.Add(time.Duration(ns)) }
-
-func (m *Monitor) lookup(id WorkerID) *worker { return m.workers.Load().byID[id] }
 
 // SetWorkers replaces the set of watched workers. A worker already watched
 // under the same URL, Group and Model keeps its state; a removed worker's
@@ -100,41 +69,9 @@ func (m *Monitor) lookup(id WorkerID) *worker { return m.workers.Load().byID[id]
 // reported in the returned error (wrapping ErrBadTarget); the others are
 // applied.
 func (m *Monitor) SetWorkers(targets []Target) error {
-	m.controlMu.Lock()
-	defer m.controlMu.Unlock()
-	old := m.workers.Load()
-	next := &workerSet{byID: make(map[WorkerID]*worker, len(targets))}
-	var errs []error
-	for _, t := range targets {
-		w, err := m.carryOver(old, t)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		next.byID[t.ID] = w
-	}
-	for _, w := range next.byID {
-		next.list = append(next.list, w)
-	}
-	slices.SortFunc(next.list, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
-	m.workers.Store(next)
-	m.applyRemoteLocked()
-	m.signal()
-	m.probed.announce() // a waiter may be waiting for these workers to be watched
-	return errors.Join(errs...)
-}
-
-// carryOver returns the state to keep for t: the old one if its URL is
-// unchanged, else a fresh one.
-func (m *Monitor) carryOver(old *workerSet, t Target) (*worker, error) {
-	if w, ok := old.byID[t.ID]; ok && w.url == t.URL && w.group == t.Group && w.model == t.Model {
-		return w, nil
-	}
-	pt, err := newProbeTarget(t.URL, m.cfg.Endpoint)
-	if err != nil {
-		return nil, fmt.Errorf("health: worker %d: %w", t.ID, err)
-	}
-	return newWorker(t, pt, m.policy), nil
+	err := m.judge.setWorkers(targets)
+	m.prober.probed.announce() // a waiter may be waiting for these workers to be watched
+	return err
 }
 
 // Eligible reports whether worker id may get a request now: healthy by active
@@ -144,10 +81,7 @@ func (m *Monitor) carryOver(old *workerSet, t Target) (*worker, error) {
 // slot).
 // Lock-free; unknown workers are not eligible. Begin still has the last word,
 // since a trial slot seen free here may be taken before Begin.
-func (m *Monitor) Eligible(id WorkerID) bool {
-	w := m.lookup(id)
-	return w != nil && w.eligible() && w.hasSlot()
-}
+func (m *Monitor) Eligible(id WorkerID) bool { return m.judge.eligible(id) }
 
 // OnChange registers fn to run after the eligibility of any worker changes, or
 // this replica's own verdicts change (so a gossip layer can re-broadcast them).
@@ -155,52 +89,106 @@ func (m *Monitor) Eligible(id WorkerID) bool {
 // goroutine or from the caller of Tick or CheckNow; never from the request path.
 // Changes are coalesced: one call may stand for several. fn may call any
 // Monitor method except Tick, CheckNow and OnChange.
-func (m *Monitor) OnChange(fn func()) {
-	m.controlMu.Lock()
-	defer m.controlMu.Unlock()
-	var fns []func()
-	if cur := m.callbacks.Load(); cur != nil {
-		fns = slices.Clone(*cur)
-	}
-	fns = append(fns, fn)
-	m.callbacks.Store(&fns)
+func (m *Monitor) OnChange(fn func()) { m.notify.add(fn) }
+
+// Tick evaluates everything that depends on time passing. For every worker it
+// measures the decode rate of its streams in flight, closes the Stuck channel
+// of attempts that heard nothing for WedgeTimeout, judges the worker wedged
+// (in flight, silent for WedgeTimeout) or degraded (token rate far below its
+// peers'), lifts a wedge verdict once progress has returned, weighs other
+// replicas' verdicts against the quorum and this replica's own evidence, opens
+// or half-opens circuits accordingly, and notes which workers need their
+// engine read or a recovery probe (which Run then sends). Silences are
+// measured without the windows in which this replica itself was stalled. It
+// then delivers pending OnChange notifications. Run calls it every
+// EvalInterval; tests call it after stepping a FakeClock. Safe for concurrent
+// use.
+func (m *Monitor) Tick() {
+	m.judge.tick(m.now())
+	m.notify.deliver()
 }
 
-// signal records a change for delivery; it never blocks.
-func (m *Monitor) signal() {
-	m.pending.Store(true)
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
+// Engines is the engines' scraper: the latest reading of each worker's
+// engine, which admission judges saturation from.
+func (m *Monitor) Engines() *EngineScraper { return m.engines }
 
-// deliver runs the OnChange callbacks if a change is pending.
-func (m *Monitor) deliver() {
-	m.deliverMu.Lock()
-	defer m.deliverMu.Unlock()
-	if !m.pending.Swap(false) {
-		return
-	}
-	if fns := m.callbacks.Load(); fns != nil {
-		for _, fn := range *fns {
-			fn()
+// AwaitProbed waits until each of the workers ids is watched and its health
+// endpoint has answered a probe (well or not), or ctx ends, whose error it
+// then returns. A replica calls it before it says it is ready, so that it
+// routes at once to the workers it was started with. Run (or CheckNow) must
+// be running for the probes to be sent.
+func (m *Monitor) AwaitProbed(ctx context.Context, ids ...WorkerID) error {
+	for {
+		news := m.prober.probed.next()
+		if m.judge.allProbed(ids) {
+			return nil
+		}
+		select {
+		case <-news:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
 
-// report logs what a step changed for w and queues a notification when its
-// eligibility or verdicts moved. Called without w.mu held.
-func (m *Monitor) report(w *worker, ch change) {
-	if ch == 0 {
-		return
-	}
-	eligible := w.eligible()
-	if w.reported.Swap(eligible) != eligible || ch&changeVerdict != 0 {
-		m.signal()
-	}
-	m.log.Info("worker health changed", "worker", w.id, "url", w.url,
-		"eligible", eligible, "healthy", w.healthy.Load(),
-		"circuit", stateOf(w.circuit.Load()).String(),
-		"wedged", w.wedgedAt.Load() != notSet, "degraded", w.degradedAt.Load() != notSet)
+// Begin admits one request to worker id and returns its Attempt. It fails with
+// ErrUnknownWorker, or with ErrCircuitOpen when the circuit is open or half-open
+// with every trial slot taken; the proxy should then select another worker. In
+// a half-open circuit the Attempt holds a trial slot until End. Begin gates only
+// on the circuit: unhealthy workers and verdicts are for the selector to skip
+// through Eligible. Cheap: atomics, one short hold of the worker's mutex and
+// two allocations.
+func (m *Monitor) Begin(id WorkerID) (*Attempt, error) {
+	return m.judge.begin(id, m.now(), m)
 }
+
+// Status returns the status of worker id, and false if it is not watched.
+// It holds the worker's mutex for a few instructions.
+func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) { return m.judge.status(id) }
+
+// Statuses returns the status of every watched worker, ordered by id.
+func (m *Monitor) Statuses() []WorkerStatus { return m.judge.statuses() }
+
+// Verdicts returns this replica's own verdicts, ordered by worker then kind.
+// OnChange fires whenever they change.
+func (m *Monitor) Verdicts() []Verdict { return m.judge.verdicts() }
+
+// SetRemoteVerdicts replaces the verdicts that replica origin holds. A worker
+// is ineligible here while a quorum of the live replicas (SetLiveReplicas)
+// holds verdicts against it, or at least one does and this replica's own
+// evidence agrees (see quorum.go); each origin's verdicts stand until it
+// withdraws them (a later report without them, or an empty one) or is
+// forgotten. Verdicts of unknown kinds are ignored, and those naming workers
+// not watched yet apply when the worker is added. Cost O(workers + verdicts);
+// it never blocks on the request path or on callbacks.
+func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
+	m.judge.setRemoteVerdicts(origin, verdicts)
+}
+
+// ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
+func (m *Monitor) ForgetOrigin(origin string) {
+	m.SetRemoteVerdicts(origin, nil)
+}
+
+// RemoteOrigins lists the replicas that currently hold verdicts, sorted.
+func (m *Monitor) RemoteOrigins() []string { return m.judge.remoteOrigins() }
+
+// SetLiveReplicas tells the Monitor how many router replicas are live,
+// counting this one; the gossip membership knows. It decides how many
+// replicas' verdicts take a worker out without this replica's own evidence
+// (see quorum). Until it is called the Monitor assumes it is alone. Values
+// below 1 count as 1. Cheap when n is unchanged.
+func (m *Monitor) SetLiveReplicas(n int) { m.judge.setLiveReplicas(n) }
+
+// SetPeerContact tells the Monitor how to learn whether this replica hears
+// its peers. Without it, no failure is ever put down to isolation.
+func (m *Monitor) SetPeerContact(f PeerContact) { m.judge.isolation.peers.Store(&f) }
+
+// CutOff reports whether this replica looks cut off: its latest failed
+// probes came while it heard no peer and no worker, and neither has been
+// heard from since.
+func (m *Monitor) CutOff() bool { return m.judge.isolation.cutOff.Load() }
+
+// Stalls returns how many times this replica was seen stalled (a heartbeat at
+// least a second late) and how long those stalls lasted in all.
+func (m *Monitor) Stalls() (count uint64, total time.Duration) { return m.judge.stalls.stats() }

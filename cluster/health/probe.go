@@ -52,12 +52,12 @@ func trimSlash(p string) string {
 	return p
 }
 
-// prober talks to workers outside the request path: active checks, engine
+// workerClient talks to workers outside the request path: active checks, engine
 // scrapes and recovery probes, each one call on a fresh connection that is
 // closed afterwards. A fresh connection tests what a new request would meet
 // (a worker can keep old connections alive after it stopped accepting), and
 // keeping none idle means the client leaves no background goroutine behind.
-type prober struct {
+type workerClient struct {
 	timeout time.Duration     // of an active check
 	apiKey  string            // bearer token of recovery probes; empty sends none
 	dialer  *workerurl.Dialer // nil: the default host policy's
@@ -65,7 +65,7 @@ type prober struct {
 
 // client returns a one-connection client for t whose connections dial asks
 // to close when ctx ends.
-func (p prober) client(ctx context.Context, t probeTarget, dial *ctxDialer, timeout time.Duration) *fasthttp.HostClient {
+func (p workerClient) client(ctx context.Context, t probeTarget, dial *ctxDialer, timeout time.Duration) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:                      t.addr,
 		IsTLS:                     t.isTLS,
@@ -81,7 +81,7 @@ func (p prober) client(ctx context.Context, t probeTarget, dial *ctxDialer, time
 
 // probe returns nil when t's health endpoint answers 2xx within the timeout.
 // Cancelling ctx aborts the probe by closing its connection.
-func (p prober) probe(ctx context.Context, t probeTarget) error {
+func (p workerClient) probe(ctx context.Context, t probeTarget) error {
 	var dial ctxDialer
 	defer dial.release()
 	hc := p.client(ctx, t, &dial, p.timeout)

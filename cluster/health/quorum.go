@@ -21,23 +21,18 @@ func quorum(live int) int {
 	return live/2 + 1
 }
 
-// SetLiveReplicas tells the Monitor how many router replicas are live,
-// counting this one; the gossip membership knows. It decides how many
-// replicas' verdicts take a worker out without this replica's own evidence
-// (see quorum). Until it is called the Monitor assumes it is alone. Values
-// below 1 count as 1. Cheap when n is unchanged.
-func (m *Monitor) SetLiveReplicas(n int) {
+func (j *judge) setLiveReplicas(n int) {
 	n = max(n, 1)
-	if int(m.live.Swap(int32(n))) == n {
+	if int(j.live.Swap(int32(n))) == n {
 		return
 	}
-	m.controlMu.Lock()
-	defer m.controlMu.Unlock()
-	m.applyRemoteLocked()
+	j.controlMu.Lock()
+	defer j.controlMu.Unlock()
+	j.applyRemoteLocked()
 }
 
 // liveReplicas is the number last given to SetLiveReplicas, or 1.
-func (m *Monitor) liveReplicas() int { return int(m.live.Load()) }
+func (j *judge) liveReplicas() int { return int(j.live.Load()) }
 
 // refreshRemote decides whether the remote verdicts against w take it out
 // here. Caller holds mu.

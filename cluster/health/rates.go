@@ -17,7 +17,7 @@ const rateWindowSize = 128
 const minRateTokens = 4
 
 // rateSample is one request's decode rate in tokens per second, over the
-// whole request or over one slice of it (see Monitor.slice).
+// whole request or over one slice of it (see judge.slice).
 type rateSample struct {
 	at   int64 // when the request ended
 	rate float64
@@ -92,8 +92,8 @@ type rateJudgement struct {
 // enough recent samples and slower than DegradeRatio times the median of the
 // judged peers in their group. It also leaves each worker's peer median in
 // peerRate for End to weigh trial requests against.
-func (m *Monitor) judgeRates(ws []*worker, now int64) []rateJudgement {
-	since := now - m.cfg.DegradeWindow.Nanoseconds()
+func (j *judge) judgeRates(ws []*worker, now int64) []rateJudgement {
+	since := now - j.cfg.DegradeWindow.Nanoseconds()
 	groups := make(map[string][]judged)
 	var scratch []float64
 	for i, w := range ws {
@@ -102,50 +102,50 @@ func (m *Monitor) judgeRates(ws []*worker, now int64) []rateJudgement {
 		w.mu.Unlock()
 		scratch = s
 		groups[w.group] = append(groups[w.group],
-			judged{index: i, rate: rate, samples: n, ok: n > 0 && n >= m.cfg.DegradeMinSamples})
+			judged{index: i, rate: rate, samples: n, ok: n > 0 && n >= j.cfg.DegradeMinSamples})
 	}
 	out := make([]rateJudgement, len(ws))
 	for _, members := range groups {
-		m.judgeGroup(ws, members, out)
+		j.judgeGroup(ws, members, out)
 	}
 	return out
 }
 
-func (m *Monitor) judgeGroup(ws []*worker, members []judged, out []rateJudgement) {
+func (j *judge) judgeGroup(ws []*worker, members []judged, out []rateJudgement) {
 	ranked := make([]judged, 0, len(members))
-	for _, j := range members {
-		if j.ok {
-			ranked = append(ranked, j)
+	for _, g := range members {
+		if g.ok {
+			ranked = append(ranked, g)
 		}
 	}
 	slices.SortFunc(ranked, func(a, b judged) int { return cmp.Compare(a.rate, b.rate) })
 	sorted := make([]float64, len(ranked))
 	rank := make(map[int]int, len(ranked))
-	for k, j := range ranked {
-		sorted[k], rank[j.index] = j.rate, k
+	for k, g := range ranked {
+		sorted[k], rank[g.index] = g.rate, k
 	}
-	for _, j := range members {
-		skip, mine := rank[j.index]
+	for _, g := range members {
+		skip, mine := rank[g.index]
 		if !mine {
 			skip = -1
 		}
 		peers := medianExcluding(sorted, skip)
-		ws[j.index].peerRate.Store(math.Float64bits(zeroIfNaN(peers)))
-		slower := j.samples > 0 && !math.IsNaN(peers) && j.rate < m.cfg.DegradeRatio*peers
-		out[j.index] = rateJudgement{slow: slower && j.ok, suspect: slower}
+		ws[g.index].peerRate.Store(math.Float64bits(zeroIfNaN(peers)))
+		slower := g.samples > 0 && !math.IsNaN(peers) && g.rate < j.cfg.DegradeRatio*peers
+		out[g.index] = rateJudgement{slow: slower && g.ok, suspect: slower}
 	}
 }
 
 // sliceMin is the shortest stretch of a stream that yields a rate sample;
 // shorter ones are mostly timing noise.
-func (m *Monitor) sliceMin() int64 { return m.cfg.EvalInterval.Nanoseconds() / 2 }
+func (j *judge) sliceMin() int64 { return j.cfg.EvalInterval.Nanoseconds() / 2 }
 
 // slice samples the decode rate of a in flight over the stretch since its
 // previous slice. Sampling streams while they run, not only when they end,
 // is what lets a worker that slows down be caught within seconds: its
 // requests take ever longer to end. A slice that overlapped a stall of this
 // replica is dropped. Caller holds w.mu.
-func (m *Monitor) slice(w *worker, a *Attempt, now int64) {
+func (j *judge) slice(w *worker, a *Attempt, now int64) {
 	first := a.firstAt.Load()
 	if first == notSet {
 		return // not decoding yet
@@ -153,11 +153,11 @@ func (m *Monitor) slice(w *worker, a *Attempt, now int64) {
 	if a.sliceAt == notSet {
 		a.sliceAt, a.sliceTokens = first, a.firstTokens.Load()
 	}
-	if now-a.sliceAt < m.sliceMin() {
+	if now-a.sliceAt < j.sliceMin() {
 		return
 	}
 	tokens := a.tokens.Load()
-	if !m.stallTouched(a.sliceAt, now) {
+	if !j.stallTouched(a.sliceAt, now) {
 		w.rates.add(now, perSecond(tokens-a.sliceTokens, now-a.sliceAt))
 	}
 	a.sliceAt, a.sliceTokens = now, tokens
@@ -166,11 +166,11 @@ func (m *Monitor) slice(w *worker, a *Attempt, now int64) {
 // lastSample is the rate sample an attempt leaves when it ends: the rest of
 // its stream since its last slice, or, for one too short to have been
 // sliced, its whole decode rate. Caller holds w.mu.
-func (m *Monitor) lastSample(w *worker, a *Attempt, now int64, rate float64, sampled bool) {
+func (j *judge) lastSample(w *worker, a *Attempt, now int64, rate float64, sampled bool) {
 	switch {
 	case a.sliceAt == notSet && sampled:
 		w.rates.add(now, rate)
-	case a.sliceAt != notSet && now-a.sliceAt >= m.sliceMin():
+	case a.sliceAt != notSet && now-a.sliceAt >= j.sliceMin():
 		w.rates.add(now, perSecond(a.tokens.Load()-a.sliceTokens, now-a.sliceAt))
 	}
 }
@@ -178,9 +178,9 @@ func (m *Monitor) lastSample(w *worker, a *Attempt, now int64, rate float64, sam
 func perSecond(tokens, ns int64) float64 { return float64(tokens) / (float64(ns) / 1e9) }
 
 // tooSlow reports whether rate is degraded against w's peers as of the last Tick.
-func (m *Monitor) tooSlow(w *worker, rate float64) bool {
+func (j *judge) tooSlow(w *worker, rate float64) bool {
 	peers := math.Float64frombits(w.peerRate.Load())
-	return peers > 0 && rate < m.cfg.DegradeRatio*peers
+	return peers > 0 && rate < j.cfg.DegradeRatio*peers
 }
 
 func zeroIfNaN(f float64) float64 {

@@ -52,7 +52,7 @@ type recovery struct {
 // generate sends one recovery probe to t and returns how long the answer took,
 // in real time: it measures the worker, not the Monitor's clock. A 2xx is an
 // answer; a 4xx other than 408 and 429 wraps errProbeRefused.
-func (p prober) generate(ctx context.Context, t probeTarget, model string, timeout time.Duration) (time.Duration, error) {
+func (p workerClient) generate(ctx context.Context, t probeTarget, model string, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var dial ctxDialer
@@ -134,62 +134,79 @@ type probeResult struct {
 }
 
 // recoverOne sends w a recovery probe (and, if w is degraded, the same probe
-// to a healthy peer) and applies the answer.
-func (m *Monitor) recoverOne(ctx context.Context, w *worker) {
+// to a healthy peer the judge names) and hands the answer to the judge.
+func (p *prober) recoverOne(ctx context.Context, w *worker) {
 	w.wantGenerate.Store(false)
 	var peer *worker
 	if w.degradedAt.Load() != notSet {
-		peer = m.peerOf(w)
+		peer = p.judge.peerOf(w)
 	}
-	start := m.now()
-	res := m.probePair(ctx, w, peer)
+	start := p.now()
+	took, peerTook, err := p.probePair(ctx, w, peer)
 	if ctx.Err() != nil {
 		return
 	}
-	now := m.now()
+	res := p.judge.recoveryResult(took, peerTook, err)
+	if ch := p.judge.recovered(w, start, p.now(), res); res.err != nil && ch == 0 {
+		p.log.Debug("recovery probe failed", "worker", w.id, "url", w.url, "err", res.err)
+	}
+}
+
+// probePair probes w, and peer at the same time when there is one. peerTook
+// is -1 unless peer answered.
+func (p *prober) probePair(ctx context.Context, w, peer *worker) (took, peerTook time.Duration, err error) {
+	timeout := p.cfg.WedgeTimeout
+	peerTook = -1
+	var wg sync.WaitGroup
+	if peer != nil {
+		wg.Go(func() {
+			if d, err := p.client.generate(ctx, peer.target, peer.model, timeout); err == nil {
+				peerTook = d
+			}
+		})
+	}
+	took, err = p.client.generate(ctx, w.target, w.model, timeout)
+	wg.Wait()
+	return took, peerTook, err
+}
+
+// recoveryResult judges a recovery probe that took took (or failed with
+// err) against the same probe to a peer that took peerTook (-1: no peer
+// answered).
+func (j *judge) recoveryResult(took, peerTook time.Duration, err error) probeResult {
+	if err != nil || peerTook < 0 {
+		return probeResult{err: err}
+	}
+	return probeResult{slow: j.tooSlowProbe(took, peerTook)}
+}
+
+// recovered applies the answer of a recovery probe of w sent at start and
+// answered at now, and returns what it changed.
+func (j *judge) recovered(w *worker, start, now int64, res probeResult) change {
 	w.mu.Lock()
 	var ch change
-	if m.stallTouched(start, now) {
+	if j.stallTouched(start, now) {
 		w.recovery.next.reset() // our stall, not the worker's: ask again
 	} else {
-		ch = m.applyRecovery(w, now, res)
+		ch = j.applyRecovery(w, now, res)
 	}
 	w.publishCircuit()
 	w.mu.Unlock()
-	if res.err != nil && ch == 0 {
-		m.log.Debug("recovery probe failed", "worker", w.id, "url", w.url, "err", res.err)
-	}
-	m.report(w, ch)
-}
-
-// probePair probes w, and peer at the same time when there is one.
-func (m *Monitor) probePair(ctx context.Context, w, peer *worker) probeResult {
-	timeout := m.cfg.WedgeTimeout
-	var peerTook time.Duration
-	var peerErr error
-	var wg sync.WaitGroup
-	if peer != nil {
-		wg.Go(func() { peerTook, peerErr = m.probe.generate(ctx, peer.target, peer.model, timeout) })
-	}
-	took, err := m.probe.generate(ctx, w.target, w.model, timeout)
-	wg.Wait()
-	if err != nil || peer == nil || peerErr != nil {
-		return probeResult{err: err}
-	}
-	return probeResult{slow: m.tooSlowProbe(took, peerTook)}
+	j.report(w, ch)
+	return ch
 }
 
 // tooSlowProbe reports whether a probe that took took is degraded against
 // one to a peer that took peer: slower by more than 1/DegradeRatio, and by
 // more than timing noise.
-func (m *Monitor) tooSlowProbe(took, peer time.Duration) bool {
-	return took-peer > recoverySlack && float64(took)*m.cfg.DegradeRatio > float64(peer)
+func (j *judge) tooSlowProbe(took, peer time.Duration) bool {
+	return took-peer > recoverySlack && float64(took)*j.cfg.DegradeRatio > float64(peer)
 }
 
 // peerOf returns a worker of w's group that is eligible, to measure w's
 // probe against, or nil.
-func (m *Monitor) peerOf(w *worker) *worker {
-	for _, p := range m.workers.Load().list {
+func (j *judge) peerOf(w *worker) *worker {
+	for _, p := range j.workers.Load().list {
 		if p != w && p.group == w.group && p.eligible() && stateOf(p.circuit.Load()) == CircuitClosed {
 			return p
 		}
@@ -202,12 +219,12 @@ func (m *Monitor) peerOf(w *worker) *worker {
 // verdict. A worker no verdict holds any more closes its circuit, or
 // half-opens it if it was degraded, so that real trials judge its rate.
 // Caller holds mu.
-func (m *Monitor) applyRecovery(w *worker, now int64, res probeResult) change {
+func (j *judge) applyRecovery(w *worker, now int64, res probeResult) change {
 	base, ceiling := recoveryBase.Nanoseconds(), recoveryCeiling.Nanoseconds()
 	switch {
 	case errors.Is(res.err, errProbeRefused):
 		w.recovery.refused = true
-		m.log.Warn("worker refuses recovery probes; its circuit recovers after --cb-timeout-duration-secs",
+		j.log.Warn("worker refuses recovery probes; its circuit recovers after --cb-timeout-duration-secs",
 			"worker", w.id, "url", w.url, "err", res.err)
 		return 0
 	case errors.Is(res.err, errProbeTimedOut):

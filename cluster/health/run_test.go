@@ -48,7 +48,7 @@ func TestWorkersAreProbedAsSoonAsTheyAreAdded(t *testing.T) {
 	// Run's opening round, on no workers, comes first: added during it, the
 	// first worker would be probed by that round as well as on being added,
 	// perhaps only after the count below was read.
-	testwait.Eventually(t, waitDeadline, func() bool { return m.isolation.round.Load() > 0 }, "Run's opening round")
+	testwait.Eventually(t, waitDeadline, func() bool { return m.judge.isolation.round.Load() > 0 }, "Run's opening round")
 	if err := m.SetWorkers([]Target{{ID: 1, URL: a.url}}); err != nil {
 		t.Fatal(err)
 	}

@@ -112,22 +112,18 @@ func (st stalls) silence(from, now int64) int64 {
 	return max(d, 0)
 }
 
-// beat is one heartbeat of the evaluation loop: it notices a stall of this
-// replica and logs it. Run calls it every EvalInterval; tests call it after
-// stepping a FakeClock.
-func (m *Monitor) beat() {
-	if d := m.stalls.beat(m.now(), m.cfg.EvalInterval.Nanoseconds()); d > 0 {
-		m.log.Warn("this replica was stalled; its observations of that window do not count against workers",
+// beat is one heartbeat of the evaluation loop, at now: it notices a stall
+// of this replica and logs it. Run calls it every EvalInterval; tests call it
+// after stepping a FakeClock.
+func (j *judge) beat(now int64) {
+	if d := j.stalls.beat(now, j.cfg.EvalInterval.Nanoseconds()); d > 0 {
+		j.log.Warn("this replica was stalled; its observations of that window do not count against workers",
 			"stalled", d.Round(time.Millisecond))
 	}
 }
 
 // stallTouched reports whether [from, now] may have overlapped a stall of
 // this replica. Lock-free.
-func (m *Monitor) stallTouched(from, now int64) bool {
-	return m.stalls.touched(from, now, m.cfg.EvalInterval.Nanoseconds())
+func (j *judge) stallTouched(from, now int64) bool {
+	return j.stalls.touched(from, now, j.cfg.EvalInterval.Nanoseconds())
 }
-
-// Stalls returns how many times this replica was seen stalled (a heartbeat at
-// least a second late) and how long those stalls lasted in all.
-func (m *Monitor) Stalls() (count uint64, total time.Duration) { return m.stalls.stats() }

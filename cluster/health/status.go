@@ -30,27 +30,24 @@ type WorkerStatus struct {
 	LastProgress time.Time
 }
 
-// Status returns the status of worker id, and false if it is not watched.
-// It holds the worker's mutex for a few instructions.
-func (m *Monitor) Status(id WorkerID) (WorkerStatus, bool) {
-	w := m.lookup(id)
+func (j *judge) status(id WorkerID) (WorkerStatus, bool) {
+	w := j.lookup(id)
 	if w == nil {
 		return WorkerStatus{}, false
 	}
-	return m.statusOf(w), true
+	return j.statusOf(w), true
 }
 
-// Statuses returns the status of every watched worker, ordered by id.
-func (m *Monitor) Statuses() []WorkerStatus {
-	list := m.workers.Load().list
+func (j *judge) statuses() []WorkerStatus {
+	list := j.workers.Load().list
 	out := make([]WorkerStatus, 0, len(list))
 	for _, w := range list {
-		out = append(out, m.statusOf(w))
+		out = append(out, j.statusOf(w))
 	}
 	return out
 }
 
-func (m *Monitor) statusOf(w *worker) WorkerStatus {
+func (j *judge) statusOf(w *worker) WorkerStatus {
 	st := WorkerStatus{
 		ID:             w.id,
 		URL:            w.url,
@@ -72,7 +69,7 @@ func (m *Monitor) statusOf(w *worker) WorkerStatus {
 	}
 	w.mu.Unlock()
 	if lp := w.lastProgress.Load(); lp != notSet {
-		st.LastProgress = m.timeAt(lp)
+		st.LastProgress = j.timeAt(lp)
 	}
 	return st
 }

@@ -1,21 +1,10 @@
 package health
 
-// Tick evaluates everything that depends on time passing. For every worker it
-// measures the decode rate of its streams in flight, closes the Stuck channel
-// of attempts that heard nothing for WedgeTimeout, judges the worker wedged
-// (in flight, silent for WedgeTimeout) or degraded (token rate far below its
-// peers'), lifts a wedge verdict once progress has returned, weighs other
-// replicas' verdicts against the quorum and this replica's own evidence, opens
-// or half-opens circuits accordingly, and notes which workers need their
-// engine read or a recovery probe (which Run then sends). Silences are
-// measured without the windows in which this replica itself was stalled. It
-// then delivers pending OnChange notifications. Run calls it every
-// EvalInterval; tests call it after stepping a FakeClock. Safe for concurrent
-// use.
-func (m *Monitor) Tick() {
-	now := m.now()
-	st := m.stalls.snapshot()
-	list := m.workers.Load().list
+// tick evaluates, at now, everything that depends on time passing (see
+// Monitor.Tick), and emits what changed.
+func (j *judge) tick(now int64) {
+	st := j.stalls.snapshot()
+	list := j.workers.Load().list
 	// Each worker's silence is read before sweep gives up its silent
 	// attempts: the proxy ends those at once, and a worker left with
 	// nothing in flight would no longer look silent to judge.
@@ -24,46 +13,45 @@ func (m *Monitor) Tick() {
 		w.mu.Lock()
 		silent[i] = w.silence(now, st)
 		w.mu.Unlock()
-		m.sweep(w, now, st)
+		j.sweep(w, now, st)
 	}
-	rates := m.judgeRates(list, now)
-	live := m.liveReplicas()
+	rates := j.judgeRates(list, now)
+	live := j.liveReplicas()
 	for i, w := range list {
 		w.mu.Lock()
-		ch := m.judge(w, now, silent[i], rates[i], live)
+		ch := j.evaluate(w, now, silent[i], rates[i], live)
 		w.mu.Unlock()
-		m.report(w, ch)
+		j.report(w, ch)
 	}
-	m.deliver()
 }
 
 // sweep walks w's attempts in flight: it takes their rate slices, closes the
 // Stuck channel of those silent for WedgeTimeout (all of them if w is
 // wedged), and notes whether w's engine should be read.
-func (m *Monitor) sweep(w *worker, now int64, st stalls) {
-	wedge := m.cfg.WedgeTimeout.Nanoseconds()
+func (j *judge) sweep(w *worker, now int64, st stalls) {
+	wedge := j.cfg.WedgeTimeout.Nanoseconds()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	engine := w.engineAt.Load()
 	wedged := w.wedgedAt.Load() != notSet
 	var oldest int64
 	w.attempts.each(func(a *Attempt) {
-		m.slice(w, a, now)
+		j.slice(w, a, now)
 		silent := st.silence(max(a.heardSince(), engine), now)
 		oldest = max(oldest, silent)
 		if wedged || silent >= wedge {
 			a.closeStuck()
 		}
 	})
-	w.wantScrape.Store(m.needsScrape(w, now, oldest))
+	w.wantScrape.Store(j.needsScrape(w, now, oldest))
 }
 
-// judge applies one evaluation to w, silent for that long (-1 when idle).
+// evaluate applies one evaluation to w, silent for that long (-1 when idle).
 // Caller holds mu.
-func (m *Monitor) judge(w *worker, now int64, silent int64, r rateJudgement, live int) change {
-	wedge := m.cfg.WedgeTimeout.Nanoseconds()
-	ch := m.judgeWedge(w, now, silent >= wedge)
-	ch |= m.judgeDegrade(w, now, r.slow)
+func (j *judge) evaluate(w *worker, now int64, silent int64, r rateJudgement, live int) change {
+	wedge := j.cfg.WedgeTimeout.Nanoseconds()
+	ch := j.judgeWedge(w, now, silent >= wedge)
+	ch |= j.judgeDegrade(w, now, r.slow)
 	w.suspectWedged, w.suspectSlow = silent >= wedge/2, r.suspect
 	ch |= w.refreshRemote(live)
 	switch {
@@ -96,7 +84,7 @@ func (w *worker) silence(now int64, st stalls) int64 {
 // at once, whose answer closes it. A worker that refuses recovery probes is
 // also let go when it has nothing in flight, as before there were probes.
 // Caller holds mu.
-func (m *Monitor) judgeWedge(w *worker, now int64, stalled bool) change {
+func (j *judge) judgeWedge(w *worker, now int64, stalled bool) change {
 	since := w.wedgedAt.Load()
 	switch {
 	case since == notSet && stalled:
@@ -122,7 +110,7 @@ func (m *Monitor) judgeWedge(w *worker, now int64, stalled bool) change {
 // its peers'. Only a recovery probe at a normal speed lifts it (the worker
 // gets no traffic to be measured on meanwhile), or, for a worker that refuses
 // recovery probes, its samples ageing out of DegradeWindow. Caller holds mu.
-func (m *Monitor) judgeDegrade(w *worker, now int64, slow bool) change {
+func (j *judge) judgeDegrade(w *worker, now int64, slow bool) change {
 	held := w.degradedAt.Load() != notSet
 	switch {
 	case !held && slow:

@@ -37,54 +37,38 @@ type Verdict struct {
 	Since  time.Time // when the verdict began, on the judging replica's clock
 }
 
-// Verdicts returns this replica's own verdicts, ordered by worker then kind.
-// OnChange fires whenever they change.
-func (m *Monitor) Verdicts() []Verdict {
+func (j *judge) verdicts() []Verdict {
 	var out []Verdict
-	for _, w := range m.workers.Load().list {
-		out = m.appendVerdict(out, w.id, VerdictWedged, w.wedgedAt.Load())
-		out = m.appendVerdict(out, w.id, VerdictDegraded, w.degradedAt.Load())
+	for _, w := range j.workers.Load().list {
+		out = j.appendVerdict(out, w.id, VerdictWedged, w.wedgedAt.Load())
+		out = j.appendVerdict(out, w.id, VerdictDegraded, w.degradedAt.Load())
 	}
 	return out
 }
 
-func (m *Monitor) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since int64) []Verdict {
+func (j *judge) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since int64) []Verdict {
 	if since == notSet {
 		return out
 	}
-	return append(out, Verdict{Worker: id, Kind: k, Since: m.timeAt(since)})
+	return append(out, Verdict{Worker: id, Kind: k, Since: j.timeAt(since)})
 }
 
-// SetRemoteVerdicts replaces the verdicts that replica origin holds. A worker
-// is ineligible here while a quorum of the live replicas (SetLiveReplicas)
-// holds verdicts against it, or at least one does and this replica's own
-// evidence agrees (see quorum.go); each origin's verdicts stand until it
-// withdraws them (a later report without them, or an empty one) or is
-// forgotten. Verdicts of unknown kinds are ignored, and those naming workers
-// not watched yet apply when the worker is added. Cost O(workers + verdicts);
-// it never blocks on the request path or on callbacks.
-func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
-	m.controlMu.Lock()
-	defer m.controlMu.Unlock()
+func (j *judge) setRemoteVerdicts(origin string, verdicts []Verdict) {
+	j.controlMu.Lock()
+	defer j.controlMu.Unlock()
 	if len(verdicts) == 0 {
-		delete(m.remote, origin)
+		delete(j.remote, origin)
 	} else {
-		m.remote[origin] = slices.Clone(verdicts)
+		j.remote[origin] = slices.Clone(verdicts)
 	}
-	m.applyRemoteLocked()
+	j.applyRemoteLocked()
 }
 
-// ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
-func (m *Monitor) ForgetOrigin(origin string) {
-	m.SetRemoteVerdicts(origin, nil)
-}
-
-// RemoteOrigins lists the replicas that currently hold verdicts, sorted.
-func (m *Monitor) RemoteOrigins() []string {
-	m.controlMu.Lock()
-	defer m.controlMu.Unlock()
-	out := make([]string, 0, len(m.remote))
-	for origin := range m.remote {
+func (j *judge) remoteOrigins() []string {
+	j.controlMu.Lock()
+	defer j.controlMu.Unlock()
+	out := make([]string, 0, len(j.remote))
+	for origin := range j.remote {
 		out = append(out, origin)
 	}
 	slices.SortFunc(out, cmp.Compare)
@@ -97,9 +81,9 @@ type remoteCount struct{ any, wedged, degraded int32 }
 
 // applyRemoteLocked recounts, per worker, the origins holding a verdict against
 // it, and decides again whether they take it out. Caller holds controlMu.
-func (m *Monitor) applyRemoteLocked() {
+func (j *judge) applyRemoteLocked() {
 	counts := make(map[WorkerID]remoteCount)
-	for _, verdicts := range m.remote {
+	for _, verdicts := range j.remote {
 		named := make(map[WorkerID]VerdictKind, len(verdicts))
 		for _, v := range verdicts {
 			if v.Kind.known() {
@@ -117,8 +101,8 @@ func (m *Monitor) applyRemoteLocked() {
 	// Every origin holding verdicts is live (they are forgotten when it
 	// leaves or dies), and so is this replica: a verdict heard before the
 	// gossip's count of live replicas caught up is never a quorum alone.
-	live := max(m.liveReplicas(), len(m.remote)+1)
-	for _, w := range m.workers.Load().list {
+	live := max(j.liveReplicas(), len(j.remote)+1)
+	for _, w := range j.workers.Load().list {
 		c := counts[w.id]
 		w.mu.Lock()
 		ch := changeRemote
@@ -128,6 +112,6 @@ func (m *Monitor) applyRemoteLocked() {
 		w.remoteWedged, w.remoteDegraded = c.wedged, c.degraded
 		ch |= w.refreshRemote(live)
 		w.mu.Unlock()
-		m.report(w, ch)
+		j.report(w, ch)
 	}
 }

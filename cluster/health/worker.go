@@ -37,7 +37,10 @@ const (
 
 // worker is the health state of one worker. Fields read on the request path are
 // atomics, written while holding mu so that they agree with the state machines
-// under mu; mu is per worker and never held across I/O or callbacks.
+// under mu; mu is per worker and never held across I/O or callbacks. The
+// fields are the judge's state, but for those the I/O parts keep here so
+// that they come and go with the worker: target and the checking and
+// generating flags (the prober's), scraping and occupancy (the scraper's).
 type worker struct {
 	id     WorkerID
 	url    string
@@ -75,7 +78,8 @@ type worker struct {
 	engine   engineState
 	recovery recovery
 	// occupancy is the latest readable scrape, taken at occupancyAt (when
-	// read is true), whatever its counters: the saturation signal.
+	// read is true), whatever its counters: the saturation signal. The
+	// scraper's; the judge neither reads nor writes it.
 	occupancy   engineReading
 	occupancyAt int64
 	read        bool
