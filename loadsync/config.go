@@ -27,7 +27,8 @@ const (
 	// A receiver that lost a full report is inexact for at most this long
 	// (plus one interval), and one that joined learns every count within
 	// it: one second costs at 64 replicas x 1024 workers about a tenth of
-	// what full reports every interval cost (BENCHMARKS.md).
+	// what full reports every interval cost (v0.1.0's gossip budget, in
+	// BENCHMARKS.md's git history).
 	DefaultFullReportInterval = time.Second
 	// DefaultMaxPacketBytes keeps a packet, with memberlist's framing and
 	// encryption (35 bytes), under a 1400-byte UDP payload.

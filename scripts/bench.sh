@@ -196,18 +196,37 @@ if [ "${1:-}" = admission ]; then
 fi
 # kvevents_bench OUT.md: routing on the engines' KV events: the acceptance
 # bench on real processes (scripts/kvbench.py: text index, KV events and an
-# oracle, through 1 and 4 replicas, under KV pressure; KVBENCH_BEFORE=<rev>
-# adds that revision's router side by side), then the event index's memory
-# per worker, the subscriber's CPU per 1,000 events a second and the lookup
-# per request.
+# oracle, through 1, 4 and 8 replicas, under KV pressure), once per engine
+# and topology of KVBENCH_CONFIGS (engine:topology; llm-d-inference-sim is
+# skipped, and said so, when `make peers` has not built it), then the event
+# index's memory per worker, the subscriber's CPU per 1,000 events a second
+# and the lookup per request. KVBENCH_BEFORE=<rev> adds that revision's
+# router side by side.
 kvevents_bench() {
 	local memory="go test -run '^\$' -bench SetMemoryPerWorker -benchtime 1x ./kvevents/"
 	local cpu="go test -run '^\$' -bench StreamCPUPer1000Events -benchtime 20000x -count 3 ./kvevents/"
 	local lookup="go test -run '^\$' -bench LookupPerRequest -benchtime 2000x -count 3 ./kvevents/"
+	local configs=${KVBENCH_CONFIGS:-"sim:bind workersim:bind workersim:dial"}
+	local sim=${KVROUTER_PEER_SIM:-${PEER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kvrouter/peers}/llm-d-inference-sim}
+	export KVBENCH_REPLICAS=${KVBENCH_REPLICAS:-1 4 8}
 	if [ "$quick" = 1 ]; then
 		export KVBENCH_ROUNDS=${KVBENCH_ROUNDS:-1} KVBENCH_WORKERS=${KVBENCH_WORKERS:-4} KVBENCH_SESSIONS=${KVBENCH_SESSIONS:-32} KVBENCH_TURNS=${KVBENCH_TURNS:-4}
 	fi
-	python3 scripts/kvbench.py "$1"
+	{
+		printf '%s\n\n' "$kvevents_heading"
+		printf 'Each replica routes on the KV events its engines publish (`--kv-events`), against the text\n'
+		printf 'index alone and an oracle that asks the engines at decision time, on real processes; one\n'
+		printf 'subsection per engine and topology (`scripts/bench.sh kvevents`; KVBENCH_CONFIGS picks them).\n\n'
+	} >"$1"
+	local c
+	for c in $configs; do
+		if [ "${c%%:*}" = sim ] && [ ! -x "$sim" ]; then
+			printf '### KV events: %s topology, sim\n\nNot run: llm-d-inference-sim is not built (`make peers`).\n\n' "${c#*:}" >>"$1"
+			continue
+		fi
+		KVBENCH_ENGINE=${c%%:*} KVBENCH_TOPOLOGY=${c#*:} python3 scripts/kvbench.py "$tmp/kvevents-$c.md"
+		cat "$tmp/kvevents-$c.md" >>"$1"
+	done
 	{
 		printf 'The event index per worker (64 Ki blocks of 16 tokens; the sets are independent, so 1,024\n'
 		printf 'workers hold 1,024 times one), the CPU of decoding and applying a worker'"'"'s batches per\n'
@@ -264,6 +283,16 @@ cmdline() { printf '```\n%s\n```\n\n' "$*" >>"$out"; }
 	echo "Made by \`make bench\` on $(date -u +%Y-%m-%d), $(nproc) cores, $(go version | cut -d' ' -f3)."
 	echo "Rerun any table with the command above it."
 } >"$out"
+# The headline tables ("## At a glance") are written by hand over the
+# sections' figures: kept from the old file, at the top.
+if [ -f "$tmp/previous.md" ]; then
+	python3 - "$tmp/previous.md" >>"$out" <<'PY'
+import re, sys
+m = re.search(r"(?ms)^## At a glance\n.*?(?=^## )", open(sys.argv[1]).read())
+if m:
+    sys.stdout.write("\n" + m.group(0).rstrip("\n") + "\n")
+PY
+fi
 
 # 1. Selection cost ----------------------------------------------------------
 section "Selection cost per request"
@@ -302,15 +331,27 @@ cols = ["policy", "replicas", "sync", "hit_rate", "ttft_p50_ms", "ttft_p99_ms", 
 extra = ["vs_1_replica", "router_hit_rate", "oracle_hit_rate", "never_arrived", "evicted", "below_threshold", "shed", "ineligible", "false_hits"]
 one = {r["policy"]: r["hit_rate"] for r in runs if r["replicas"] == 1}
 head = cols + (extra if lost else [])
-print("| " + " | ".join(head) + " |")
-print("|" + "---|" * len(head))
+# A row that repeats an earlier row of the same policy in every figure (one
+# replica under every sync; shared sync, which keeps one replica's) is left out.
+rows, seen = [], set()
 for r in runs:
     vals = [r.get(c, "") for c in cols]
     if lost:
         base = one.get(r["policy"])
         vals += [r["hit_rate"] / base if base else ""] + [r.get(c, "") for c in extra[1:3]]
         vals += [r["lost"][c] for c in extra[3:8]] + [r.get("false_hits", "")]
-    print("| " + " | ".join(("%.4g" % v) if isinstance(v, float) else str(v) for v in vals) + " |")
+    cells = [("%.4g" % v) if isinstance(v, float) else str(v) for v in vals]
+    key = (cells[0], tuple(cells[3:]))
+    if key not in seen:
+        seen.add(key)
+        rows.append(cells)
+if len(rows) < len(runs):
+    print("Rows that repeat an earlier row of the same policy in every figure are left out (one replica "
+          "gives the same figures under every sync, and shared sync keeps one replica's).\n")
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for cells in rows:
+    print("| " + " | ".join(cells) + " |")
 PY
 }
 # pdtable renders the P/D runs with the seed's four figures beside them, and

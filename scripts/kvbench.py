@@ -355,17 +355,50 @@ def ms(s):
     return "> 50" if s == float("inf") else f"{s * 1000:g}"
 
 
+def engines_text(cfg):
+    if cfg["engine"] == "sim":
+        return (f"{cfg['workers']} llm-d-inference-sim engines (`make peers`) publishing their KV events as vLLM does "
+                f"(msgpack batches over ZMQ), --kv-cache-size {cfg['kv'] // 16} blocks of 16 tokens each")
+    return (f"{cfg['workers']} workersims publishing their KV events (vLLM's msgpack batches over ZMQ), "
+            f"--kv-capacity-tokens {cfg['kv']} each")
+
+
+def topology_text(cfg):
+    if cfg["topology"] == "bind":
+        return ("bind topology: each replica binds a socket (--kv-events-bind) and engine i dials replica i mod n, "
+                "which relays what it hears to the others (no replay socket)")
+    return "dial topology: every replica dials each engine's bound publisher, with its replay socket"
+
+
+def replicas_text(cfg):
+    r = [str(n) for n in cfg["replicas"]]
+    return r[0] if len(r) == 1 else ", ".join(r[:-1]) + " and " + r[-1]
+
+
+def ttft_ratios(runs, n, mode, rounds):
+    """Each round's TTFT p99 over the same round's with one replica, or [] when there is none."""
+    pairs = [(runs.get((n, mode, k)), runs.get((1, mode, k))) for k in rounds]
+    if n == 1 or any(a is None or b is None or not b["ttft_p99"] for a, b in pairs):
+        return []
+    return [a["ttft_p99"] / b["ttft_p99"] for a, b in pairs]
+
+
+def ttft_vs_one(runs, n, mode, rounds):
+    t = ttft_ratios(runs, n, mode, rounds)
+    return f"{statistics.mean(t):.2f} / {max(t):.2f}" if t else "-"
+
+
 def render(cfg, runs, load_before, load_after, elapsed):
     rounds = range(1, cfg["rounds"] + 1)
     L = [f"### KV events: {cfg['scenario']}, {cfg['topology']} topology, {cfg['engine']}\n",
-         f"{cfg['workers']} workersims publishing their KV events (vLLM's msgpack batches over ZMQ, with the replay "
-         f"socket), --kv-capacity-tokens {cfg['kv']} each, so the caches evict; loadgen runs {cfg['sessions']} "
+         engines_text(cfg) + f", so the caches evict; {topology_text(cfg)}; loadgen runs {cfg['sessions']} "
          f"concurrent agentic sessions on /v1/completions (each turn's prompt extends the one before) of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
-         f"{cfg['think']:g} s), every turn to a random replica, through 1 and 4 replicas started from bin/ on "
-         "127.0.0.1 with real memberlist and Raft. Modes: text, the text index alone; events, --kv-events; "
-         "oracle, --kv-events in a router built with the kvoracle tag, which asks each candidate's workersim at "
-         "decision time how many leading blocks of the prompt it holds (its loopback /debug/kv/match): the "
-         "engines' caches known exactly, with the reservations, threshold and overload check of the others. "
+         f"{cfg['think']:g} s), every turn to a random replica, through {replicas_text(cfg)} replicas started from bin/ on "
+         "127.0.0.1 with real memberlist and Raft. Modes: text, the text index alone; events, --kv-events"
+         + ("; oracle, --kv-events in a router built with the kvoracle tag, which asks each candidate's workersim at "
+            "decision time how many leading blocks of the prompt it holds (its loopback /debug/kv/match): the "
+            "engines' caches known exactly, with the reservations, threshold and overload check of the others. "
+            if "oracle" in cfg["modes"] else " (no oracle: the engine has no /debug/kv/match). ") +
          "Fresh workers and replicas for every run; a round runs the modes of a tier back to back, and every "
          "ratio is taken within a round. Cached-token ratio: the workers' usage (cached_tokens over "
          "prompt_tokens). False hits: the replicas' count of predicted hits whose engine found no more than the "
@@ -387,12 +420,12 @@ def render(cfg, runs, load_before, load_after, elapsed):
          f"Load average (1, 5, 15 min) before: {load_before}; after: {load_after}; {elapsed / 60:.1f} min, "
          f"{len(runs)} runs. The machine has 2 cores, shared with other work: the workersims' simulated "
          "engines run on wall time, so a busy machine slows every mode alike within a round.\n",
-         "Targets: events >= text and >= 0.99 of the oracle (worst round); 4 replicas >= 0.99 of one (worst "
-         "round); false hits about none.\n",
+         "Targets: events >= text and >= 0.99 of the oracle (worst round); more replicas >= 0.99 of one and "
+         "TTFT p99 <= 1.1x one's (worst round); false hits at most 1% of the decisions judged.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
          "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | added p50 / p99 ms | engine tokenize p50 / "
-         "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | errors | load avg per round |",
-         "|" + "---|" * 14]
+         "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | errors | load avg per round |",
+         "|" + "---|" * 15]
     verdicts = []
     for n in cfg["replicas"]:
         for mode in cfg["modes"]:
@@ -423,7 +456,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
                      f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
                      f"{ms(max((r['engine_p99'] for r in reps), key=lambda x: x or 0))} | {tok} | "
                      f"{statistics.mean(r['ttft_p50'] for r in reps):.0f} / {statistics.mean(r['ttft_p99'] for r in reps):.0f} | "
-                     f"{sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
+                     f"{ttft_vs_one(runs, n, mode, rounds)} | {sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
             if mode == "events":
                 for label, other, bound in (("vs text", "text", 1.0), ("vs oracle", "oracle", 0.99)):
                     v = vs(lambda k: runs.get((n, other, k)))
@@ -434,6 +467,14 @@ def render(cfg, runs, load_before, load_after, elapsed):
                 v = vs(lambda k: runs.get((1, mode, k)))
                 if v is not None:
                     verdicts.append(f"events, {n} replicas vs 1: worst {v[1]:.3f} ({'met' if v[1] >= 0.99 else 'not met'}, >= 0.99)")
+                t = ttft_ratios(runs, n, mode, rounds)
+                if t:
+                    verdicts.append(f"events, {n} replicas vs 1: TTFT p99 worst {max(t):.2f}x "
+                                    f"({'met' if max(t) <= 1.1 else 'not met'}, <= 1.1x)")
+            if mode == "events":
+                fh = sum(r["false"] for r in reps) / max(1, sum(r["judged"] for r in reps))
+                verdicts.append(f"{n} replica(s), events: false hits {fh:.1%} of the decisions judged "
+                                f"({'met' if fh <= 0.01 else 'not met'}, <= 1%)")
     L.append("\nAdded-latency figures are the worst round's bucket bound. " + "; ".join(verdicts) + ".\n")
     return "\n".join(L) + "\n"
 
