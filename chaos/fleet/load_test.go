@@ -1,0 +1,314 @@
+//go:build chaos
+
+package fleet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The load: agentic sessions, each a conversation that grows by a tool call and its output on
+// every turn and resends the whole of it (streamed, as agents do), 6-10 turns, then a new
+// session takes its place. Every turn goes to a replica picked at random among those the load
+// balancer holds up (the test marks a replica down when it kills or restarts it, as a health
+// check would), so a session's turns cross replicas and stay on their worker only if the tier
+// agrees where the session lives.
+//
+// What is counted:
+//   - requests: turns answered (a 200 whose stream ended with [DONE]);
+//   - failed: attempts that failed visibly (an error status, an SSE error event, a read error
+//     such as a connection reset mid-stream), then retried whole on another replica; of those,
+//     failedOnKilled were in flight on a replica that was killed while they were (its kill
+//     generation changed between the attempt's start and its end). Connections refused by a
+//     replica that is down are not counted: nothing was sent, the client goes to the next one;
+//   - silentCuts: streams that ended cleanly without [DONE] and without an error: never allowed;
+//   - follow-ups: turns after a session's first; one stays when the worker that answered it
+//     (x-worker-id) is the one that answered the session's previous turn. A follow-up whose
+//     previous worker was removed from the registry (before it was sent, or while it was in
+//     flight) is not counted (excluded) and the session continues from wherever it landed.
+type loadStats struct {
+	requests, failed, failedOnKilled, silentCuts, refused int64
+	followUps, stayed, excluded                           int64
+	errs                                                  []string
+}
+
+func (s loadStats) stayShare() float64 {
+	if s.followUps == 0 {
+		return 0
+	}
+	return float64(s.stayed) / float64(s.followUps)
+}
+
+// fleetState is what the load balancer and the counting need to know of the faults.
+type fleetState struct {
+	mu       sync.Mutex
+	down     map[string]bool   // replicas the balancer skips
+	killGen  map[string]int    // replica -> how many times it was killed (SIGKILL)
+	removed  map[string]int    // worker id (x-worker-id) -> removal generation, while removed
+	remGen   int               // bumped on every removal
+	inflight map[string]*int64 // replica -> streams in flight
+}
+
+func newFleetState() *fleetState {
+	f := &fleetState{down: map[string]bool{}, killGen: map[string]int{}, removed: map[string]int{}, inflight: map[string]*int64{}}
+	for _, n := range replicaNames {
+		f.inflight[n] = new(int64)
+	}
+	return f
+}
+
+func (f *fleetState) setDown(n string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down[n] = down
+}
+
+func (f *fleetState) killed(n string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.killGen[n]++
+	f.down[n] = true
+}
+
+func (f *fleetState) gen(n string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.killGen[n]
+}
+
+func (f *fleetState) remove(workers []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.remGen++
+	for _, w := range workers {
+		f.removed[w] = f.remGen
+	}
+}
+
+// readd ends the workers' removal.
+func (f *fleetState) readd(workers []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range workers {
+		delete(f.removed, w)
+	}
+	f.remGen++
+}
+
+func (f *fleetState) snapshot() (up []string, remGen int, removed map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	removed = map[string]bool{}
+	for w := range f.removed {
+		removed[w] = true
+	}
+	for _, n := range replicaNames {
+		if !f.down[n] {
+			up = append(up, n)
+		}
+	}
+	return up, f.remGen, removed
+}
+
+type load struct {
+	fleet  *fleetState
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	client *http.Client
+	maxTok int
+	think  time.Duration
+
+	requests, failed, failedOnKilled, silentCuts, refused atomic.Int64
+	followUps, stayed, excluded                           atomic.Int64
+	errMu                                                 sync.Mutex
+	errs                                                  []string
+}
+
+func startLoad(fleet *fleetState, sessions int, think time.Duration, maxTokens int) *load {
+	l := &load{fleet: fleet, stop: make(chan struct{}), think: think, maxTok: maxTokens,
+		client: &http.Client{Timeout: 60 * time.Second, Transport: newTransport()}}
+	for i := range sessions {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+			for s := 0; ; s++ {
+				if !l.session(rng, fmt.Sprintf("agent %d.%d", i, s)) {
+					return
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) stopped() bool {
+	select {
+	case <-l.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// session runs one agentic session to its last turn; false when the load was stopped.
+func (l *load) session(rng *rand.Rand, name string) bool {
+	msgs := []message{
+		{Role: "system", Content: strings.Repeat("You are a coding agent with tools: read_file, run_tests, edit_file, search. Be terse. ", 12)},
+		{Role: "user", Content: fmt.Sprintf("Task of %s: make the failing test in package %d pass without breaking the others.", name, rng.IntN(1000))},
+	}
+	turns := 6 + rng.IntN(5)
+	last := ""
+	for turn := range turns {
+		if l.stopped() {
+			return false
+		}
+		worker, removedAcross, ok := l.turn(rng, msgs)
+		if !ok {
+			return false
+		}
+		if turn > 0 {
+			switch {
+			case removedAcross[last]:
+				l.excluded.Add(1)
+			default:
+				l.followUps.Add(1)
+				if worker == last {
+					l.stayed.Add(1)
+				}
+			}
+		}
+		last = worker
+		msgs = append(msgs,
+			message{Role: "assistant", Content: fmt.Sprintf("Calling run_tests on package %d, turn %d.", rng.IntN(1000), turn)},
+			message{Role: "user", Content: fmt.Sprintf("Tool output of turn %d: %s", turn, strings.Repeat(fmt.Sprintf("--- FAIL: TestCase%d (0.%02ds) ", rng.IntN(100), rng.IntN(100)), 6))})
+		time.Sleep(l.think)
+	}
+	return true
+}
+
+// turn sends one turn until a replica answers it whole; it returns the worker that answered
+// and the workers that were removed at any moment of the turn.
+func (l *load) turn(rng *rand.Rand, msgs []message) (string, map[string]bool, bool) {
+	body, _ := json.Marshal(map[string]any{"model": "sim-model", "messages": msgs, "max_tokens": l.maxTok, "stream": true,
+		"stream_options": map[string]any{"include_usage": true}})
+	_, _, removedAtStart := l.fleet.snapshot()
+	deadline := time.Now().Add(90 * time.Second)
+	for attempt := 0; ; attempt++ {
+		if l.stopped() && attempt > 0 {
+			return "", nil, false
+		}
+		up, _, _ := l.fleet.snapshot()
+		if len(up) == 0 || time.Now().After(deadline) {
+			l.note("no replica answered within 90 s")
+			return "", nil, false
+		}
+		n := up[rng.IntN(len(up))]
+		gen := l.fleet.gen(n)
+		worker, err := l.attempt(n, body)
+		_, _, removedAtEnd := l.fleet.snapshot()
+		for w := range removedAtEnd {
+			removedAtStart[w] = true
+		}
+		switch {
+		case err == nil:
+			l.requests.Add(1)
+			return worker, removedAtStart, true
+		case errors.Is(err, errRefused):
+			l.refused.Add(1)
+		case errors.Is(err, errSilent):
+			l.silentCuts.Add(1)
+			l.note(fmt.Sprintf("%s: %v", n, err))
+		default:
+			l.failed.Add(1)
+			if l.fleet.gen(n) != gen {
+				l.failedOnKilled.Add(1)
+			} else {
+				l.note(fmt.Sprintf("%s: %v", n, err))
+			}
+		}
+		time.Sleep(time.Duration(50+rng.IntN(100)) * time.Millisecond) // the client's retry backoff
+	}
+}
+
+var (
+	errRefused = errors.New("connection refused: nothing sent")
+	errSilent  = errors.New("a stream ended without [DONE] and without an error")
+)
+
+func (l *load) attempt(n string, body []byte) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, replicaURL(n)+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := l.client.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) {
+			return "", errRefused
+		}
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return "", fmt.Errorf("%d %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	in := l.fleet.inflight[n]
+	atomic.AddInt64(in, 1)
+	defer atomic.AddInt64(in, -1)
+	worker := resp.Header.Get("x-worker-id")
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	done := false
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		switch {
+		case bytes.Equal(line, []byte("data: [DONE]")):
+			done = true
+		case bytes.HasPrefix(line, []byte("event: error")), bytes.HasPrefix(line, []byte(`data: {"error"`)):
+			return "", fmt.Errorf("SSE error event: %s", line)
+		}
+	}
+	switch {
+	case sc.Err() != nil:
+		return "", sc.Err()
+	case !done:
+		return "", errSilent
+	case worker == "":
+		return "", fmt.Errorf("an answer without x-worker-id")
+	}
+	return worker, nil
+}
+
+func (l *load) note(s string) {
+	l.errMu.Lock()
+	defer l.errMu.Unlock()
+	if len(l.errs) < 8 {
+		l.errs = append(l.errs, s)
+	}
+}
+
+func (l *load) end() loadStats {
+	close(l.stop)
+	l.wg.Wait()
+	return loadStats{requests: l.requests.Load(), failed: l.failed.Load(), failedOnKilled: l.failedOnKilled.Load(),
+		silentCuts: l.silentCuts.Load(), refused: l.refused.Load(), followUps: l.followUps.Load(), stayed: l.stayed.Load(),
+		excluded: l.excluded.Load(), errs: l.errs}
+}
