@@ -41,7 +41,7 @@ var replicaNames = func() []string {
 	return out
 }()
 
-// replicaURL is replica n's address on the fleet network (172.28.6.1x, as composed).
+// replicaURL is replica n's address on the fleet network (172.28.7.1x, as composed).
 func replicaURL(n string) string {
 	return fmt.Sprintf("http://%s:%d", replicaIP(n), routerPort)
 }
@@ -49,10 +49,18 @@ func replicaURL(n string) string {
 func replicaIP(n string) string {
 	var i int
 	fmt.Sscanf(n, "r%d", &i)
-	return fmt.Sprintf("172.28.6.%d", 10+i)
+	return fmt.Sprintf("172.28.7.%d", 10+i)
 }
 
-func workerURL(w string) string { return "http://" + w + ":8000" }
+// perHost is how many workers share a host's network namespace (PER_HOST of the compose file).
+const perHost = 8
+
+// workerURL is worker w's URL in the registry: wI listens on hostK:800J.
+func workerURL(w string) string {
+	var i int
+	fmt.Sscanf(w, "w%d", &i)
+	return fmt.Sprintf("http://host%d:%d", (i-1)/perHost+1, 8000+(i-1)%perHost)
+}
 
 // compose runs docker compose (CHAOS_COMPOSE, as scripts/chaos-fleet.sh found it: the plugin or
 // docker-compose v1) on the fleet's project.

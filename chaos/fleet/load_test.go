@@ -41,6 +41,7 @@ import (
 type loadStats struct {
 	requests, failed, failedOnKilled, silentCuts, refused int64
 	followUps, stayed, excluded                           int64
+	crossReplica, movedCross                              int64 // follow-ups sent through another replica than the previous turn; of those, moved
 	errs                                                  []string
 }
 
@@ -132,6 +133,7 @@ type load struct {
 
 	requests, failed, failedOnKilled, silentCuts, refused atomic.Int64
 	followUps, stayed, excluded                           atomic.Int64
+	crossReplica, movedCross                              atomic.Int64
 	errMu                                                 sync.Mutex
 	errs                                                  []string
 }
@@ -163,6 +165,22 @@ func (l *load) stopped() bool {
 	}
 }
 
+var systemPrompt = strings.Repeat("You are a coding agent with tools: read_file, run_tests, edit_file, search. Be terse. ", 24)
+
+var vocabulary = strings.Fields("the test fails because the handler returns early when the queue is empty and the worker " +
+	"never sees the retry so the counter stays at zero while the scheduler waits for a slot that was freed by a " +
+	"request which already timed out in the pool of connections kept per replica")
+
+// words is about n bytes of text drawn from rng.
+func words(rng *rand.Rand, n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(vocabulary[rng.IntN(len(vocabulary))])
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
 type message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
@@ -170,17 +188,20 @@ type message struct {
 
 // session runs one agentic session to its last turn; false when the load was stopped.
 func (l *load) session(rng *rand.Rand, name string) bool {
+	// The shape of loadgen agentic's sessions (sim/workload), a quarter of its size: a system
+	// prompt every session shares (2 KB), a task of the session's own (1 KB, four blocks of
+	// routing text), then per turn an answer and a tool's output (about 1 KB).
 	msgs := []message{
-		{Role: "system", Content: strings.Repeat("You are a coding agent with tools: read_file, run_tests, edit_file, search. Be terse. ", 12)},
-		{Role: "user", Content: fmt.Sprintf("Task of %s: make the failing test in package %d pass without breaking the others.", name, rng.IntN(1000))},
+		{Role: "system", Content: systemPrompt},
+		{Role: "user", Content: fmt.Sprintf("Task of %s: %s", name, words(rng, 1024))},
 	}
 	turns := 6 + rng.IntN(5)
-	last := ""
+	last, lastReplica := "", ""
 	for turn := range turns {
 		if l.stopped() {
 			return false
 		}
-		worker, removedAcross, ok := l.turn(rng, msgs)
+		worker, replica, removedAcross, ok := l.turn(rng, msgs)
 		if !ok {
 			return false
 		}
@@ -190,15 +211,20 @@ func (l *load) session(rng *rand.Rand, name string) bool {
 				l.excluded.Add(1)
 			default:
 				l.followUps.Add(1)
+				if replica != lastReplica {
+					l.crossReplica.Add(1)
+				}
 				if worker == last {
 					l.stayed.Add(1)
+				} else if replica != lastReplica {
+					l.movedCross.Add(1)
 				}
 			}
 		}
-		last = worker
+		last, lastReplica = worker, replica
 		msgs = append(msgs,
-			message{Role: "assistant", Content: fmt.Sprintf("Calling run_tests on package %d, turn %d.", rng.IntN(1000), turn)},
-			message{Role: "user", Content: fmt.Sprintf("Tool output of turn %d: %s", turn, strings.Repeat(fmt.Sprintf("--- FAIL: TestCase%d (0.%02ds) ", rng.IntN(100), rng.IntN(100)), 6))})
+			message{Role: "assistant", Content: fmt.Sprintf("Turn %d: calling run_tests. %s", turn, words(rng, 128))},
+			message{Role: "user", Content: fmt.Sprintf("Tool output of turn %d: %s", turn, words(rng, 512+rng.IntN(512)))})
 		time.Sleep(l.think)
 	}
 	return true
@@ -206,19 +232,19 @@ func (l *load) session(rng *rand.Rand, name string) bool {
 
 // turn sends one turn until a replica answers it whole; it returns the worker that answered
 // and the workers that were removed at any moment of the turn.
-func (l *load) turn(rng *rand.Rand, msgs []message) (string, map[string]bool, bool) {
+func (l *load) turn(rng *rand.Rand, msgs []message) (string, string, map[string]bool, bool) {
 	body, _ := json.Marshal(map[string]any{"model": "sim-model", "messages": msgs, "max_tokens": l.maxTok, "stream": true,
 		"stream_options": map[string]any{"include_usage": true}})
 	_, _, removedAtStart := l.fleet.snapshot()
 	deadline := time.Now().Add(90 * time.Second)
 	for attempt := 0; ; attempt++ {
 		if l.stopped() && attempt > 0 {
-			return "", nil, false
+			return "", "", nil, false
 		}
 		up, _, _ := l.fleet.snapshot()
 		if len(up) == 0 || time.Now().After(deadline) {
 			l.note("no replica answered within 90 s")
-			return "", nil, false
+			return "", "", nil, false
 		}
 		n := up[rng.IntN(len(up))]
 		gen := l.fleet.gen(n)
@@ -230,7 +256,7 @@ func (l *load) turn(rng *rand.Rand, msgs []message) (string, map[string]bool, bo
 		switch {
 		case err == nil:
 			l.requests.Add(1)
-			return worker, removedAtStart, true
+			return worker, n, removedAtStart, true
 		case errors.Is(err, errRefused):
 			l.refused.Add(1)
 		case errors.Is(err, errSilent):
@@ -310,5 +336,5 @@ func (l *load) end() loadStats {
 	l.wg.Wait()
 	return loadStats{requests: l.requests.Load(), failed: l.failed.Load(), failedOnKilled: l.failedOnKilled.Load(),
 		silentCuts: l.silentCuts.Load(), refused: l.refused.Load(), followUps: l.followUps.Load(), stayed: l.stayed.Load(),
-		excluded: l.excluded.Load(), errs: l.errs}
+		excluded: l.excluded.Load(), crossReplica: l.crossReplica.Load(), movedCross: l.movedCross.Load(), errs: l.errs}
 }

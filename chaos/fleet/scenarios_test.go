@@ -47,6 +47,7 @@ func TestChaosFleet(t *testing.T) {
 		name string
 		f    fault
 	}{
+		{"baseline-no-fault", func(*testing.T, *fleetState) (time.Time, string) { time.Sleep(20 * time.Second); return time.Now(), "no fault: the control" }},
 		{"workers-13-removed-readded", removeWorkers(13)},
 		{"replica-sigkill-midstream", killReplica},
 		{"rolling-restart-8", rollingRestart},
@@ -72,8 +73,9 @@ func runScenario(t *testing.T, name string, round int, f fault) {
 	reportMu.Lock()
 	report = append(report, fig)
 	reportMu.Unlock()
-	t.Logf("figures: %d requests, %d failed (%d in flight on a killed replica), %d cut silently, %d refused at connect; follow-ups on their worker %d/%d = %.4f, %d not counted; converged %.1f s after the fault; %s",
-		st.requests, st.failed, st.failedOnKilled, st.silentCuts, st.refused, st.stayed, st.followUps, st.stayShare(), st.excluded, took.Seconds(), note)
+	t.Logf("figures: %d requests, %d failed (%d in flight on a killed replica), %d cut silently, %d refused at connect; follow-ups on their worker %d/%d = %.4f, %d not counted; %d follow-ups through another replica than their previous turn, %d of the moves among them; converged %.1f s after the fault; %s",
+		st.requests, st.failed, st.failedOnKilled, st.silentCuts, st.refused, st.stayed, st.followUps, st.stayShare(), st.excluded,
+		st.crossReplica, st.movedCross, took.Seconds(), note)
 	if bad := st.failed - st.failedOnKilled; bad != 0 || st.silentCuts != 0 {
 		t.Errorf("%d requests failed outside a killed replica and %d streams were cut silently, want none: %v", bad, st.silentCuts, st.errs)
 	}
