@@ -60,6 +60,9 @@ type fleetState struct {
 	removed  map[string]int    // worker id (x-worker-id) -> removal generation, while removed
 	remGen   int               // bumped on every removal
 	inflight map[string]*int64 // replica -> streams in flight
+	// onDown runs when a replica is taken out: the balancer drops its idle connections, as a
+	// proxy drains a host it took out (one pooled to a killed process would fail the next request).
+	onDown func()
 }
 
 func newFleetState() *fleetState {
@@ -72,15 +75,21 @@ func newFleetState() *fleetState {
 
 func (f *fleetState) setDown(n string, down bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.down[n] = down
+	f.mu.Unlock()
+	if down && f.onDown != nil {
+		f.onDown()
+	}
 }
 
 func (f *fleetState) killed(n string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.killGen[n]++
 	f.down[n] = true
+	f.mu.Unlock()
+	if f.onDown != nil {
+		f.onDown()
+	}
 }
 
 func (f *fleetState) gen(n string) int {
@@ -141,6 +150,7 @@ type load struct {
 func startLoad(fleet *fleetState, sessions int, think time.Duration, maxTokens int) *load {
 	l := &load{fleet: fleet, stop: make(chan struct{}), think: think, maxTok: maxTokens,
 		client: &http.Client{Timeout: 60 * time.Second, Transport: newTransport()}}
+	fleet.onDown = l.client.CloseIdleConnections
 	for i := range sessions {
 		l.wg.Add(1)
 		go func() {
