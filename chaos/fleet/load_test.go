@@ -41,8 +41,8 @@ import (
 type loadStats struct {
 	requests, failed, failedOnKilled, silentCuts, refused int64
 	followUps, stayed, excluded                           int64
-	crossReplica, movedCross                              int64 // follow-ups sent through another replica than the previous turn; of those, moved
-	errs                                                  []string
+	crossReplica, movedCross                              int64    // follow-ups sent through another replica than the previous turn; of those, moved
+	errs, killedErrs                                      []string // what failed outside a killed replica, and on one
 }
 
 func (s loadStats) stayShare() float64 {
@@ -82,14 +82,13 @@ func (f *fleetState) setDown(n string, down bool) {
 	}
 }
 
-func (f *fleetState) killed(n string) {
+// killing records that replica n is about to be killed: whatever is in flight on it from now
+// on may fail. It is recorded before the signal is sent, since its connections break before
+// docker kill returns.
+func (f *fleetState) killing(n string) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.killGen[n]++
-	f.down[n] = true
-	f.mu.Unlock()
-	if f.onDown != nil {
-		f.onDown()
-	}
 }
 
 func (f *fleetState) gen(n string) int {
@@ -144,7 +143,7 @@ type load struct {
 	followUps, stayed, excluded                           atomic.Int64
 	crossReplica, movedCross                              atomic.Int64
 	errMu                                                 sync.Mutex
-	errs                                                  []string
+	errs, killedErrs                                      []string
 }
 
 func startLoad(fleet *fleetState, sessions int, think time.Duration, maxTokens int) *load {
@@ -276,6 +275,11 @@ func (l *load) turn(rng *rand.Rand, msgs []message) (string, string, map[string]
 			l.failed.Add(1)
 			if l.fleet.gen(n) != gen {
 				l.failedOnKilled.Add(1)
+				l.errMu.Lock()
+				if len(l.killedErrs) < 8 {
+					l.killedErrs = append(l.killedErrs, err.Error())
+				}
+				l.errMu.Unlock()
 			} else {
 				l.note(fmt.Sprintf("%s: %v", n, err))
 			}
@@ -346,5 +350,6 @@ func (l *load) end() loadStats {
 	l.wg.Wait()
 	return loadStats{requests: l.requests.Load(), failed: l.failed.Load(), failedOnKilled: l.failedOnKilled.Load(),
 		silentCuts: l.silentCuts.Load(), refused: l.refused.Load(), followUps: l.followUps.Load(), stayed: l.stayed.Load(),
-		excluded: l.excluded.Load(), crossReplica: l.crossReplica.Load(), movedCross: l.movedCross.Load(), errs: l.errs}
+		excluded: l.excluded.Load(), crossReplica: l.crossReplica.Load(), movedCross: l.movedCross.Load(), errs: l.errs,
+		killedErrs: l.killedErrs}
 }

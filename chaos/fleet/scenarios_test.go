@@ -48,7 +48,10 @@ func TestChaosFleet(t *testing.T) {
 		name string
 		f    fault
 	}{
-		{"baseline-no-fault", func(*testing.T, *fleetState) (time.Time, string) { time.Sleep(20 * time.Second); return time.Now(), "no fault: the control" }},
+		{"baseline-no-fault", func(*testing.T, *fleetState) (time.Time, string) {
+			time.Sleep(20 * time.Second)
+			return time.Now(), "no fault: the control"
+		}},
 		{"workers-13-removed-readded", removeWorkers(13)},
 		{"replica-sigkill-midstream", killReplica},
 		{"rolling-restart-8", rollingRestart},
@@ -77,6 +80,9 @@ func runScenario(t *testing.T, name string, round int, f fault) {
 	t.Logf("figures: %d requests, %d failed (%d in flight on a killed replica), %d cut silently, %d refused at connect; follow-ups on their worker %d/%d = %.4f, %d not counted; %d follow-ups through another replica than their previous turn, %d of the moves among them; converged %.1f s after the fault; %s",
 		st.requests, st.failed, st.failedOnKilled, st.silentCuts, st.refused, st.stayed, st.followUps, st.stayShare(), st.excluded,
 		st.crossReplica, st.movedCross, took.Seconds(), note)
+	if len(st.killedErrs) > 0 {
+		t.Logf("failed in flight on the killed replica: %q", st.killedErrs)
+	}
 	if bad := st.failed - st.failedOnKilled; bad != 0 || st.silentCuts != 0 {
 		t.Errorf("%d requests failed outside a killed replica and %d streams were cut silently, want none: %v", bad, st.silentCuts, st.errs)
 	}
@@ -154,8 +160,9 @@ func killReplica(t *testing.T, fs *fleetState) (time.Time, string) {
 	testwait.Eventually(t, 20*time.Second, func() bool { return atomic.LoadInt64(fs.inflight[victim]) >= 2 }, "two streams in flight on %s", victim)
 	inflight := atomic.LoadInt64(fs.inflight[victim])
 	id := containerID(t, victim)
+	fs.killing(victim)
 	docker(t, "kill", "-s", "KILL", id)
-	fs.killed(victim) // the balancer learns it is gone only now: whatever it sent there meanwhile is refused
+	fs.setDown(victim, true) // the balancer learns it is gone only now: whatever it sent there meanwhile is refused
 	time.Sleep(5 * time.Second)
 	docker(t, "start", id)
 	healed := time.Now()
