@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -30,9 +31,9 @@ import (
 //   - requests: turns answered (a 200 whose stream ended with [DONE]);
 //   - failed: attempts that failed visibly (an error status, an SSE error event, a read error
 //     such as a connection reset mid-stream), then retried whole on another replica; of those,
-//     failedOnKilled were in flight on a replica that was killed while they were (its kill
-//     generation changed between the attempt's start and its end). Connections refused by a
-//     replica that is down are not counted: nothing was sent, the client goes to the next one;
+//     failedOnKilled met a kill: the replica was killed while they were in flight, or they were
+//     sent to it between its kill and the balancer's taking it out. Dials that fail (refused, or
+//     timed out to a dead address) are not counted: nothing was sent, the client goes on;
 //   - silentCuts: streams that ended cleanly without [DONE] and without an error: never allowed;
 //   - follow-ups: turns after a session's first; one stays when the worker that answered it
 //     (x-worker-id) is the one that answered the session's previous turn. A follow-up whose
@@ -57,6 +58,7 @@ type fleetState struct {
 	mu       sync.Mutex
 	down     map[string]bool   // replicas the balancer skips
 	killGen  map[string]int    // replica -> how many times it was killed (SIGKILL)
+	dead     map[string]bool   // replicas killed and not yet back (ready again)
 	removed  map[string]int    // worker id (x-worker-id) -> removal generation, while removed
 	remGen   int               // bumped on every removal
 	inflight map[string]*int64 // replica -> streams in flight
@@ -66,7 +68,7 @@ type fleetState struct {
 }
 
 func newFleetState() *fleetState {
-	f := &fleetState{down: map[string]bool{}, killGen: map[string]int{}, removed: map[string]int{}, inflight: map[string]*int64{}}
+	f := &fleetState{down: map[string]bool{}, killGen: map[string]int{}, dead: map[string]bool{}, removed: map[string]int{}, inflight: map[string]*int64{}}
 	for _, n := range replicaNames {
 		f.inflight[n] = new(int64)
 	}
@@ -76,6 +78,9 @@ func newFleetState() *fleetState {
 func (f *fleetState) setDown(n string, down bool) {
 	f.mu.Lock()
 	f.down[n] = down
+	if !down {
+		delete(f.dead, n)
+	}
 	f.mu.Unlock()
 	if down && f.onDown != nil {
 		f.onDown()
@@ -89,6 +94,16 @@ func (f *fleetState) killing(n string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killGen[n]++
+	f.dead[n] = true
+}
+
+// onKilled reports whether an attempt on n that started at kill generation gen met a kill:
+// n was killed since, or is dead now (sent there between the kill and the balancer's
+// taking it out).
+func (f *fleetState) onKilled(n string, gen int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.killGen[n] != gen || f.dead[n]
 }
 
 func (f *fleetState) gen(n string) int {
@@ -273,7 +288,7 @@ func (l *load) turn(rng *rand.Rand, msgs []message) (string, string, map[string]
 			l.note(fmt.Sprintf("%s: %v", n, err))
 		default:
 			l.failed.Add(1)
-			if l.fleet.gen(n) != gen {
+			if l.fleet.onKilled(n, gen) {
 				l.failedOnKilled.Add(1)
 				l.errMu.Lock()
 				if len(l.killedErrs) < 8 {
@@ -300,7 +315,8 @@ func (l *load) attempt(n string, body []byte) (string, error) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := l.client.Do(req)
 	if err != nil {
-		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) {
+		var op *net.OpError
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || (errors.As(err, &op) && op.Op == "dial") {
 			return "", errRefused
 		}
 		return "", err

@@ -45,28 +45,32 @@ func TestChaosFleet(t *testing.T) {
 	t.Logf("fleet formed %.0f s after up", took.Seconds())
 	rounds := envInt("CHAOS_FLEET_ROUNDS", 1)
 	for _, sc := range []struct {
-		name string
-		f    fault
+		name      string
+		f         fault
+		maxTokens int // of every turn; 0 is CHAOS_FLEET_MAX_TOKENS (32)
 	}{
 		{"baseline-no-fault", func(*testing.T, *fleetState) (time.Time, string) {
 			time.Sleep(20 * time.Second)
 			return time.Now(), "no fault: the control"
-		}},
-		{"workers-13-removed-readded", removeWorkers(13)},
-		{"replica-sigkill-midstream", killReplica},
-		{"rolling-restart-8", rollingRestart},
-		{"partition-3-of-8", partition(3, 20*time.Second)},
+		}, 0},
+		{"workers-13-removed-readded", removeWorkers(13), 0},
+		{"replica-sigkill-midstream", killReplica, 256}, // streams of about 2 s, so the kill lands mid-stream
+		{"rolling-restart-8", rollingRestart, 0},
+		{"partition-3-of-8", partition(3, 20*time.Second), 0},
 	} {
 		for round := 1; round <= rounds; round++ {
-			t.Run(fmt.Sprintf("%s/round-%d", sc.name, round), func(t *testing.T) { runScenario(t, sc.name, round, sc.f) })
+			t.Run(fmt.Sprintf("%s/round-%d", sc.name, round), func(t *testing.T) { runScenario(t, sc.name, round, sc.f, sc.maxTokens) })
 		}
 	}
 }
 
-func runScenario(t *testing.T, name string, round int, f fault) {
+func runScenario(t *testing.T, name string, round int, f fault, maxTokens int) {
 	testwait.EventuallyNil(t, 120*time.Second, func() error { return converged(nWorkers) }, "the fleet to agree before the fault")
 	fs := newFleetState()
 	sessions, thinkMs, maxTok := envInt("CHAOS_FLEET_SESSIONS", 16), envInt("CHAOS_FLEET_THINK_MS", 250), envInt("CHAOS_FLEET_MAX_TOKENS", 32)
+	if maxTokens > 0 {
+		maxTok = maxTokens
+	}
 	l := startLoad(fs, sessions, time.Duration(thinkMs)*time.Millisecond, maxTok)
 	time.Sleep(15 * time.Second) // sessions under way before the fault: part of the scenario
 	healed, note := f(t, fs)
