@@ -132,6 +132,10 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		}
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	if deps.Index != nil {
+		deps.Metrics.NewGauge("vllm_router_index_blocks", func() float64 { return float64(deps.Index.TotalBlocks()) })
+		deps.Metrics.NewGauge("vllm_router_index_workers", func() float64 { return float64(deps.Index.Workers()) })
+	}
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
