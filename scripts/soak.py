@@ -425,13 +425,14 @@ def slope_per_hour(pts):
 #   cap X       every sample at most X (also during the warm-up)
 #   flat F, N   the median of the last third at most F x the median of the first third + N
 #   le_col C, N every sample at most column C + N (the same sample)
+#   le_per C, X every sample at most column C x X (X: the index's budget per worker)
 SERIES = [
     ("rss_mb", "RSS", "MiB", [("slope", 30), ("cap", 512)]),
     ("heap_mb", "Go heap (allocated)", "MiB", [("slope", 20), ("cap", 256)]),
     ("go_sys_mb", "Go runtime's memory from the OS", "MiB", [("slope", 30)]),
     ("goroutines", "goroutines", "", [("band", 50, 0.25)]),
     ("fds", "open fds", "", [("band", 32, 0.25), ("cap", 1024)]),
-    ("index_blocks", "index blocks", "", [("flat", 1.25, 1000)]),
+    ("index_blocks", "index blocks", "", [("le_per", "index_workers", None), ("flat", 1.25, 1000)]),
     ("index_workers", "index worker tables", "", [("le_col", "registry_workers", 1)]),
     ("gossip_sent_Bps", "gossip sent", "B/s", [("flat", 1.25, 2048)]),
     ("gossip_recv_Bps", "gossip received", "B/s", [("flat", 1.25, 2048)]),
@@ -439,6 +440,15 @@ SERIES = [
     ("stored_owner_bytes", "stored-response owners", "B", [("cap", 16 * MiB)]),
     ("body_bytes_held", "request body bytes held", "B", [("cap", 64 * MiB)]),
 ]
+
+
+def index_budget():
+    """Blocks of the index's budget per worker: its engine's KV capacity at 4 bytes a token,
+    in blocks of routing text (proxy/discover.go), --block-size 256 unless SOAK_ROUTER_FLAGS
+    says otherwise."""
+    flags = os.environ.get("SOAK_ROUTER_FLAGS", "").replace("=", " ").split()
+    block = int(flags[flags.index("--block-size") + 1]) if "--block-size" in flags else 256
+    return int(os.environ.get("SOAK_KV", "65536")) * 4 // block
 
 
 def num(v):
@@ -465,6 +475,8 @@ def bound_text(b, unit):
         return f"≤ {fmt(b[1], unit)}{u}"
     if kind == "flat":
         return f"last third ≤ {b[1]:g} × first third + {fmt(b[2], unit)}{u} (medians)"
+    if kind == "le_per":
+        return f"≤ index worker tables × {b[2] or index_budget()} (the budget per worker)"
     if kind == "le_col":
         return f"≤ registry workers + {b[2]}"
     return str(b)
@@ -512,6 +524,15 @@ def judge(rows, warmup_min):
                         if v > b[1]:
                             met, detail = False, f"replica {rep} at {m:.0f} min: {fmt(v, unit)}"
                     worst = max([worst or 0] + [v for _, v, _ in pts])
+                elif kind == "le_per":
+                    per = b[2] or index_budget()
+                    for m, v, r in pts:
+                        lim = num(r.get(b[1]))
+                        if lim is not None:
+                            share = v / (lim * per) if lim else 0
+                            worst = share if worst is None else max(worst, share)
+                            if v > lim * per:
+                                met, detail = False, f"replica {rep} at {m:.0f} min: {v:.0f} > {lim:.0f} x {per}"
                 elif kind == "le_col":
                     for m, v, r in pts:
                         lim = num(r.get(b[1]))
@@ -571,7 +592,8 @@ def render_md(judged, all_met, cfg, rows, events, loadgen_runs, elapsed_min):
             slope = "-" if fig["slope"] is None else f"{fig['slope']:+.1f}{u}/h"
             head = (f"| {label} | {fmt(fig['warm'], unit)}{u} | {fmt(fig['end'], unit)}{u} | {slope} | "
                     if j == 0 else "| | | | | ")
-            w = "-" if worst is None else (f"{worst:.2f}" if text.startswith("last third") else fmt(worst, unit))
+            w = "-" if worst is None else (f"{worst:.2f}" if text.startswith("last third") else
+                                           f"{worst:.2f} of it" if "budget" in text else fmt(worst, unit))
             L.append(f"{head}{text} | {w} | {'met' if met else 'NOT met: ' + detail} |")
     L += ["", f"Verdict: {'every bound met' if all_met else 'a bound was not met'}."]
     return "\n".join(L) + "\n"
