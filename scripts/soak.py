@@ -29,6 +29,12 @@ Environment (defaults in brackets):
                           sessions end a new one starts with the next seed
                           (new prompts) [16 20 1s]
     SOAK_KV               each workersim's --kv-capacity-tokens [65536]
+    SOAK_RESPONSES_SECONDS
+                          beside the sessions, a stored response (POST
+                          /v1/responses) through one replica and read back
+                          (GET /v1/responses/{id}) through the next this often,
+                          so that the replicas remember stored responses'
+                          owners; 0: none [2]
     SOAK_ROUTER_FLAGS     more flags for every replica [none]
     SOAK_OUT              output directory, emptied first
                           [${TMPDIR:-/tmp}/kvrouter-soak]
@@ -41,6 +47,7 @@ could not be run. SIGTERM or SIGINT stops every process it started; each
 child also gets SIGTERM should this script die without cleaning up.
 """
 
+import base64
 import csv
 import ctypes
 import json
@@ -51,6 +58,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -160,6 +168,10 @@ class Soak:
         self.think = os.environ.get("SOAK_THINK", "1s")
         self.kv = os.environ.get("SOAK_KV", "65536")
         self.router_flags = os.environ.get("SOAK_ROUTER_FLAGS", "").split()
+        # the gossip is encrypted, as in production (and as `make run-cluster` runs it): the key is
+        # also what every replica derives the seals of stored responses' owners from, so that a
+        # response stored through one replica is found through another
+        self.gossip_key = base64.b64encode(os.urandom(32)).decode()
         self.out = os.environ.get("SOAK_OUT", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kvrouter-soak"))
         shutil.rmtree(self.out, ignore_errors=True)
         os.makedirs(os.path.join(self.out, "logs"))
@@ -171,6 +183,9 @@ class Soak:
         self.rows = []
         self.last = {}  # replica -> (pid, t, sample) for the counters' rates
         self.t0 = None
+        self.responses_s = env_f("SOAK_RESPONSES_SECONDS", "2")
+        self.responses = {"stored": 0, "read": 0, "failed": 0}
+        self.halt = threading.Event()
 
     # --- processes ---------------------------------------------------------
 
@@ -240,7 +255,8 @@ class Soak:
                                 "--prometheus-port", "0", "--node-name", f"soak-{i}",
                                 "--data-dir", os.path.join(self.out, f"data-{i}"),
                                 "--gossip-bind", f"127.0.0.1:{r['gossip']}", "--raft-bind", f"127.0.0.1:{r['raft']}",
-                                "--bootstrap-expect", str(self.n), *join, *self.router_flags],
+                                "--bootstrap-expect", str(self.n), "--gossip-key", self.gossip_key, *join,
+                                *self.router_flags],
                                f"router-{i}.log")
         r["started"] = time.monotonic()
 
@@ -275,6 +291,29 @@ class Soak:
                 "--balance", "random", "--sessions", self.sessions, "--turns", self.turns, "--think-time", self.think,
                 *AGENTIC, "--seed", str(seed), "--duration", f"{max(int(remaining_s), 1)}s", "--json", js]
         return self.start(args, f"loadgen-{seed}.log"), js
+
+    def stored_responses(self):
+        """A thread: a stored response through one replica, read back through the next, every
+        SOAK_RESPONSES_SECONDS; a replica that is restarting is skipped."""
+        k = 0
+        while not self.halt.wait(self.responses_s):
+            k += 1
+            live = [r for r in self.replicas if r["proc"].poll() is None and not r.get("restarting")]
+            if len(live) < 2:
+                continue
+            a, b = live[k % len(live)], live[(k + 1) % len(live)]
+            body = json.dumps({"model": "sim-model", "input": f"soak response {k}: what is {k} + {k}?",
+                               "store": True, "max_output_tokens": 8}).encode()
+            try:
+                req = urllib.request.Request(a["api"] + "/v1/responses", data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    rid = json.loads(r.read())["id"]
+                self.responses["stored"] += 1
+                json.loads(get(f"{b['api']}/v1/responses/{rid}", timeout=30))
+                self.responses["read"] += 1
+            except (OSError, ValueError, KeyError):
+                self.responses["failed"] += 1
 
     # --- samples -----------------------------------------------------------
 
@@ -343,6 +382,8 @@ class Soak:
         self.event("start", f"{self.n} replicas, {self.live_workers} workers")
         seed, (lg, lg_json) = 1, self.loadgen(1, end - time.monotonic())
         self.event("loadgen", "seed 1")
+        if self.responses_s > 0:
+            threading.Thread(target=self.stored_responses, daemon=True).start()
         next_sample, next_restart, next_rotate = self.t0, self.t0 + self.restart_s, self.t0 + self.rotate_s
         restart_order, restarts = [i for i in range(1, self.n)] or [0], 0
         self.loadgen_runs = []
@@ -368,8 +409,12 @@ class Soak:
                 self.rotate()
                 next_rotate += self.rotate_s
             time.sleep(max(0.0, min(1.0, next_sample - time.monotonic())))
+        self.halt.set()
         self.stop(lg, 30)
         self.loadgen_done(seed, lg, lg_json)
+        if self.responses_s > 0:
+            self.event("responses", f"{self.responses['stored']} stored, {self.responses['read']} read back "
+                                    f"through another replica, {self.responses['failed']} failed")
         self.event("end", f"{restarts} restarts, {self.worker_seq - self.live_workers} workers replaced")
 
     def loadgen_done(self, seed, p, js):
@@ -581,7 +626,8 @@ def render_md(judged, all_met, cfg, rows, events, loadgen_runs, elapsed_min):
          f"{sum(1 for e in events if e[1] == 'worker_add')} workers added and "
          f"{sum(1 for e in events if e[1] == 'worker_remove')} removed, "
          f"{len(loadgen_runs)} loadgen runs: {sum(r['requests'] or 0 for r in loadgen_runs)} requests, "
-         f"{sum(r['errors'] or 0 for r in loadgen_runs)} errors.",
+         f"{sum(r['errors'] or 0 for r in loadgen_runs)} errors"
+         + "".join(f"; stored responses: {e[2]}" for e in events if e[1] == "responses") + ".",
          "",
          "| series | warm-up (replica 0) | end (replica 0) | slope after warm-up (replica 0) | bound (every process) | "
          "worst | met |",
@@ -675,6 +721,7 @@ def main():
         print(f"soak: {type(e).__name__}: {e}", file=sys.stderr)
         code = 2
     finally:
+        soak.halt.set()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         soak.stop_all()
