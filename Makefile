@@ -8,7 +8,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build peers run run-pd run-cluster test rules test-short docs lint fuzz bench bench-proxy chaos chaos-fleet ui-screenshot clean release release-check upgrade
+.PHONY: help build peers run run-pd run-cluster test rules test-short docs lint fuzz bench bench-proxy chaos chaos-fleet soak ui-screenshot clean release release-check upgrade
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ chaos: build ## docker-compose chaos scenarios and their invariants
 
 chaos-fleet: build ## chaos at fleet scale: 8 replicas, 64 workersims; workers removed, a replica SIGKILLed, a rolling restart, a partition of 3 of 8
 	@scripts/chaos-fleet.sh
+
+soak: build ## four replicas for SOAK_MINUTES (60) of agentic traffic, workers replaced, a replica restarted every 10 min; judges growth (scripts/soak.py)
+	@exec python3 scripts/soak.py
 
 ui-screenshot: ## docs/ui.png: the status page of three replicas and four workersims under load (needs Chromium)
 	KVROUTER_UI_SCREENSHOT=$(CURDIR)/docs/ui.png $(GO) test -count=1 -timeout 10m -run '^TestStatusPageScreenshotForTheREADME$$' -v ./cmd/router

@@ -27,7 +27,20 @@ type Index struct {
 	maxBudget atomic.Int64
 	shards    [indexShards]indexShard
 	owners    sync.Map // WorkerID -> *ownerLRU
+	// gone holds the workers RemoveWorker removed, with when (unix
+	// nanoseconds): their tables are dropped, and a late Insert or Learn
+	// for one (a request routed before the removal, a peer's fact in
+	// flight) records nothing. A tombstone is kept goneFor, then pruned,
+	// so that a fleet whose workers come and go keeps no table nor
+	// tombstone per worker it ever had.
+	goneMu sync.Mutex
+	gone   map[WorkerID]int64
 }
+
+// goneFor is how long a removed worker's tombstone is kept: far longer
+// than a request or a peer's fact is in flight, and Raft applies the
+// removal on every replica within it.
+const goneFor = 10 * time.Minute
 
 type indexShard struct {
 	mu sync.RWMutex
@@ -139,6 +152,14 @@ func (ix *Index) owner(w WorkerID) *ownerLRU {
 	}
 	o := &ownerLRU{budget: ix.defaultBudget, capacity: ix.defaultBudget, scale: 1}
 	o.head.next, o.head.prev = &o.head, &o.head
+	ix.goneMu.Lock()
+	defer ix.goneMu.Unlock()
+	if _, gone := ix.gone[w]; gone {
+		// A removed worker's table is not made again: this one is
+		// nobody's, and records nothing.
+		o.removed = true
+		return o
+	}
 	actual, _ := ix.owners.LoadOrStore(w, o)
 	return actual.(*ownerLRU)
 }
@@ -483,6 +504,9 @@ func (ix *Index) SetBudget(w WorkerID, blocks int) {
 	o := ix.owner(w)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.removed {
+		return
+	}
 	o.capacity = max(blocks, 1)
 	for seen := ix.maxBudget.Load(); int64(o.capacity) > seen && !ix.maxBudget.CompareAndSwap(seen, int64(o.capacity)); {
 		seen = ix.maxBudget.Load()
@@ -549,12 +573,59 @@ func (ix *Index) Forget(w WorkerID) {
 }
 
 // RemoveWorker forgets every block of w, for good: w's id is never reused.
+// Its table is dropped, not kept empty: a fleet whose workers come and go
+// would otherwise hold one table (and its 2.5 KiB insert scratch) per
+// worker it ever had.
 func (ix *Index) RemoveWorker(w WorkerID) {
-	ix.Forget(w)
-	o := ix.owner(w)
+	now := ix.clock.Now().UnixNano()
+	ix.goneMu.Lock()
+	if ix.gone == nil {
+		ix.gone = make(map[WorkerID]int64)
+	}
+	ix.gone[w] = now
+	for id, at := range ix.gone {
+		if now-at > int64(goneFor) {
+			delete(ix.gone, id)
+		}
+	}
+	ix.goneMu.Unlock()
+	// owner() makes no table for w from here on; the one it had, if any,
+	// is marked removed (an Insert holding it records nothing), emptied
+	// and dropped.
+	v, ok := ix.owners.Load(w)
+	if !ok {
+		return
+	}
+	o := v.(*ownerLRU)
 	o.mu.Lock()
 	o.removed = true
+	for !o.empty() {
+		ix.drop(o, o.head.prev)
+	}
+	o.batch = nil
 	o.mu.Unlock()
+	ix.owners.Delete(w)
+}
+
+// Gone returns how many removed workers' tombstones the index keeps (those
+// removed in the last goneFor).
+func (ix *Index) Gone() int {
+	ix.goneMu.Lock()
+	defer ix.goneMu.Unlock()
+	return len(ix.gone)
+}
+
+// TotalBlocks returns the blocks charged to every worker's budget, summed.
+func (ix *Index) TotalBlocks() int {
+	n := 0
+	ix.owners.Range(func(_, v any) bool {
+		o := v.(*ownerLRU)
+		o.mu.Lock()
+		n += o.charged
+		o.mu.Unlock()
+		return true
+	})
+	return n
 }
 
 // Expire drops every fact not used since before cutoff. The router calls it
@@ -581,8 +652,8 @@ func (ix *Index) Blocks(w WorkerID) int {
 	return o.charged
 }
 
-// Workers returns how many workers the index keeps blocks for, removed
-// ones included.
+// Workers returns how many workers the index keeps a table for (removed
+// ones are dropped).
 func (ix *Index) Workers() int {
 	n := 0
 	ix.owners.Range(func(_, _ any) bool { n++; return true })

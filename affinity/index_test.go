@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -103,6 +104,52 @@ func TestRemovedWorkerIsNeverRecordedAgain(t *testing.T) {
 	ix.Learn(Fact{Hash: 42, Worker: 1})
 	if n := ix.Blocks(1); n != 0 {
 		t.Fatalf("removed worker owns %d blocks", n)
+	}
+}
+
+// A fleet whose workers come and go: every removed worker's table is
+// dropped with its facts (no table, no shard entry left behind), and its
+// tombstone is pruned after goneFor, so the index's size follows the live
+// fleet and not every worker it ever had.
+func TestRemovedWorkersLeaveNothingBehind(t *testing.T) {
+	clock := newFakeClock()
+	ix := NewIndex(clock, 100)
+	for w := WorkerID(1); w <= 200; w++ {
+		ix.Insert(chain("m", 5, fmt.Sprint("w", w)), w)
+		ix.Learn(Fact{Hash: uint64(w) << 32, Worker: w, Span: 2})
+		ix.SetBudget(w, 50)
+		if w > 2 { // two workers stay, the others leave one by one
+			ix.RemoveWorker(w - 2)
+			ix.Insert(chain("m", 5, "late"), w-2) // a request routed before the removal
+			ix.Learn(Fact{Hash: 7, Worker: w - 2})
+		}
+		clock.Step(10 * time.Second)
+	}
+	if n := ix.Workers(); n != 2 {
+		t.Fatalf("the index keeps %d workers' tables, want the 2 live ones", n)
+	}
+	if n, want := ix.TotalBlocks(), ix.Blocks(199)+ix.Blocks(200); n != want || want == 0 {
+		t.Fatalf("%d blocks in all, want the live workers' %d", n, want)
+	}
+	facts := 0
+	for i := range ix.shards {
+		for _, nodes := range ix.shards[i].m {
+			for _, n := range nodes {
+				if n.worker != 199 && n.worker != 200 {
+					t.Fatalf("a fact of removed worker %d is still in the index", n.worker)
+				}
+				facts++
+			}
+		}
+	}
+	if facts == 0 {
+		t.Fatal("no fact of the live workers")
+	}
+	if n, most := ix.Gone(), int(goneFor/(10*time.Second))+1; n > most {
+		t.Fatalf("%d tombstones kept, want at most the last %v's %d", n, goneFor, most)
+	}
+	if n := ix.Blocks(1); n != 0 {
+		t.Fatalf("removed worker 1 owns %d blocks", n)
 	}
 }
 

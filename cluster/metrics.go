@@ -39,6 +39,7 @@ type clusterFamilies struct {
 
 // register exports Raft's and the gossip's view of the cluster.
 func (f clusterFamilies) register(set *metrics.Set) {
+	registerRuntime(set)
 	set.RegisterMetricsWriter(f.writeGossipMetrics)
 	set.NewGauge("vllm_router_cluster_raft_term", func() float64 { return float64(f.raft.Term()) })
 	set.NewGauge("vllm_router_cluster_raft_leader", func() float64 {

@@ -7,6 +7,9 @@ import "github.com/kvrouter/kvrouter/internal/exposition"
 // one here keeps an empty help line, which the tests that scrape a live
 // replica refuse.
 var _ = exposition.Describe(map[string]string{
+	"go_goroutines":                                         "Goroutines that exist now.",
+	"go_memstats_heap_alloc_bytes":                          "Bytes of allocated heap objects (reachable, or not yet swept).",
+	"go_memstats_sys_bytes":                                 "Bytes of memory the Go runtime obtained from the operating system.",
 	"vllm_router_cluster_raft_term":                         "The Raft term this replica is in.",
 	"vllm_router_cluster_raft_leader":                       "1 while this replica is the Raft leader, else 0.",
 	"vllm_router_cluster_raft_voters":                       "Voters in the latest Raft configuration this replica knows.",

@@ -23,6 +23,8 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_active_workers":                "Workers eligible for traffic on this replica.",
 	"vllm_router_request_body_bytes_held":       "Bytes of request bodies this replica holds now, as they arrive, bounded by --max-buffered-body-bytes.",
 	"vllm_router_refusals_total":                "Requests refused before they were served, by route (of the route table, or (before routing), (connection)) and reason.",
+	"vllm_router_index_blocks":                  "Blocks the ownership index charges to its workers' budgets, summed over the workers.",
+	"vllm_router_index_workers":                 "Workers the ownership index keeps a table for (a removed worker's is dropped).",
 	"vllm_router_stored_response_owner_bytes":   "Bytes the owners of stored responses this replica remembers take, at most 16 MiB (the least recently used forgotten first).",
 	"vllm_router_processed_requests_total":      "Attempts each worker answered, by worker URL.",
 	"vllm_router_policy_decisions_total":        "Selections made by each policy, by policy and worker URL.",

@@ -178,6 +178,10 @@ func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger) *Fleet 
 	policies := slices.Sorted(slices.Values(affinity.PolicyNames)) // all: SetRouters may switch to any
 	f.counters = func(w Worker) *workerCounters { return m.forWorker(w, policies) }
 	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(f.view().eligible) })
+	if deps.Index != nil {
+		deps.Metrics.NewGauge("vllm_router_index_blocks", func() float64 { return float64(deps.Index.TotalBlocks()) })
+		deps.Metrics.NewGauge("vllm_router_index_workers", func() float64 { return float64(deps.Index.Workers()) })
+	}
 	return f
 }
 

@@ -186,11 +186,11 @@ func TestEveryDescribedFamilyIsDocumented(t *testing.T) {
 	t.Logf("%d described families", len(described))
 }
 
-// documentedMetrics are the metric names docs/metrics.md writes in
-// backquotes, labels left off.
+// documentedMetrics are the metric names (vllm_router_*, and the Go
+// runtime's go_*) docs/metrics.md writes in backquotes, labels left off.
 func documentedMetrics(doc string) map[string]bool {
 	out := map[string]bool{}
-	for _, m := range regexp.MustCompile("`(vllm_router_[a-z0-9_]+)").FindAllStringSubmatch(doc, -1) {
+	for _, m := range regexp.MustCompile("`((?:vllm_router|go)_[a-z0-9_]+)").FindAllStringSubmatch(doc, -1) {
 		out[m[1]] = true
 	}
 	return out
