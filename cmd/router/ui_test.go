@@ -249,14 +249,41 @@ func samplesWithWorkers(t *testing.T, router string, n int) int {
 }
 
 // freeAddr returns a loopback host:port that was free a moment ago, for
-// the flags of processes that must know each other's ports up front.
+// the flags of processes that must know each other's ports up front. The
+// system may hand a closed port out again at once, so a port this test
+// binary already returned is never returned twice (two replicas of one
+// tier were once given the same KV-event port).
 func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if handedOut.claim(addr) {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+}
+
+// handedOut are the addresses freeAddr returned.
+var handedOut = addrSet{seen: map[string]bool{}}
+
+type addrSet struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// claim reports whether addr was not handed out before, and marks it.
+func (s *addrSet) claim(addr string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[addr] {
+		return false
+	}
+	s.seen[addr] = true
+	return true
 }
 
 // tierGossipBinds are the --gossip-bind addresses of a tier of n replicas
