@@ -85,12 +85,13 @@ type Proxy struct {
 	keys      apiKeys
 	bodies    *bodyBudget // the request bodies held at once
 	owners    *responseOwners
-	seal      *ownerSeal  // seals the owners of stored responses
-	refusals  *refusals   // every refusal, counted and logged
-	cert      *serverCert // nil: the client listener speaks plain HTTP
-	watcher   *watcher    // the clients of requests in flight
-	flights   flights     // the exchanges in flight
-	tokens    *tokenizer  // nil unless Config.Tokenize.Enabled
+	seal      *ownerSeal    // seals the owners of stored responses
+	refusals  *refusals     // every refusal, counted and logged
+	cert      *serverCert   // nil: the client listener speaks plain HTTP
+	watcher   *watcher      // the clients of requests in flight
+	splices   *spliceBudget // the generated text resumable streams keep
+	flights   flights       // the exchanges in flight
+	tokens    *tokenizer    // nil unless Config.Tokenize.Enabled
 	// adapterLoads loads adapters no worker lists, nil unless
 	// Config.LoRA.LoadPath (lora.go).
 	adapterLoads *adapterLoads
@@ -118,6 +119,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.keys.replace(p.cfg.APIKeys)
 	p.refusals = newRefusals(deps.Metrics, p.log)
 	p.watcher = newWatcher()
+	p.splices = &spliceBudget{limit: p.cfg.Migration.TotalBytes}
 	var err error
 	if p.admission, err = newAdmitter(p.cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
 		return nil, err
