@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kvrouter/kvrouter/internal/peers"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -411,4 +413,77 @@ func workerID(t *testing.T, base, url string) string {
 	}
 	t.Fatalf("no worker %s in the registry", url)
 	return ""
+}
+
+// TestMigrationFromAKilledPeerEngine: llm-d-inference-sim, an engine
+// nobody here wrote, is killed mid-stream; the stream resumes on a second
+// one and the client reads one whole stream: no error, one id, [DONE],
+// the text it read before the cut still the start of what it read, and
+// the completion tokens of both engines summed. (The simulator's text is
+// random: only the splice's continuity can be checked, not its words.)
+func TestMigrationFromAKilledPeerEngine(t *testing.T) {
+	bin := peers.Sim(t)
+	router, _ := binaries(t)
+	sims := map[string]*process{}
+	var urls []string
+	for range 2 {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		p := start(t, bin, "--port", port, "--model", peerModel, "--force-dummy-tokenizer", "--max-num-seqs", "16",
+			"--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "5ms")
+		url := "http://" + addr
+		sims[url] = p
+		urls = append(urls, url)
+		testwait.EventuallyNil(t, 20*time.Second, func() error {
+			resp, err := http.Get(url + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
+		}, "llm-d-inference-sim on %s", addr)
+	}
+	base := startRouterProcess(t, router, "--worker-urls", strings.Join(urls, ","), "--log-level", "debug")
+	testwait.Eventually(t, 20*time.Second, func() bool { return healthy(t, base, urls[0]) && healthy(t, base, urls[1]) }, "both engines healthy")
+	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
+	resp, r := openStream(t, base, "/v1/completions", body)
+	s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
+	if !s.readEvents(t, r, 5) {
+		t.Fatal("the stream ended within 5 events")
+	}
+	before := s.text
+	var victim *process
+	for url, p := range sims { // the engine with the request in flight
+		if loadOf(t, base, url) > 0 {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatal("no engine had the stream")
+	}
+	victim.kill()
+	s.readEvents(t, r, -1)
+	resp.Body.Close()
+	switch {
+	case !s.done || s.errEvent != "":
+		t.Fatalf("the resumed stream ended with done %v, error %q", s.done, s.errEvent)
+	case len(s.ids) != 1:
+		t.Fatalf("ids %v", s.ids)
+	case !strings.HasPrefix(s.text, before) || len(s.text) <= len(before):
+		t.Fatalf("text %q does not continue %q", s.text, before)
+	case s.usage == nil || s.usage.Completion != 300:
+		t.Fatalf("usage %+v; want the 300 completion tokens of both engines", s.usage)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
+}
+
+// loadOf is this router's in-flight count on the worker at url.
+func loadOf(t *testing.T, base, url string) int64 {
+	for _, w := range loads(t, base).Workers {
+		if w.URL == url {
+			return w.LocalLoad
+		}
+	}
+	return 0
 }
