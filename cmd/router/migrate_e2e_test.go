@@ -73,10 +73,19 @@ func openStream(t *testing.T, url, path, body string) (*http.Response, *bufio.Re
 // false when the stream ended first.
 func (s *spliced) readEvents(t *testing.T, r *bufio.Reader, n int) bool {
 	t.Helper()
+	more, err := s.read(r, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return more
+}
+
+// read is readEvents for any goroutine: a malformed event is its error.
+func (s *spliced) read(r *bufio.Reader, n int) (bool, error) {
 	for n != 0 {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			return false
+			return false, nil
 		}
 		data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: ")
 		if !ok {
@@ -89,11 +98,11 @@ func (s *spliced) readEvents(t *testing.T, r *bufio.Reader, n int) bool {
 		}
 		var c streamChunk
 		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			t.Fatalf("event %q: %v", data, err)
+			return false, fmt.Errorf("event %q: %w", data, err)
 		}
 		s.add(c, data)
 	}
-	return true
+	return true, nil
 }
 
 func (s *spliced) add(c streamChunk, data string) {
@@ -351,10 +360,12 @@ func TestMigrationDrainMovesTwentyStreamsWithinTwoSeconds(t *testing.T) {
 			defer resp.Body.Close()
 			s := spliced{ids: map[string]bool{}, created: map[int64]bool{}, worker: resp.Header.Get("x-worker-id")}
 			r := bufio.NewReader(resp.Body)
-			s.readEvents(t, r, 1)
+			_, err = s.read(r, 1)
 			opened <- s.worker
-			s.readEvents(t, r, -1)
-			results <- result{s: s}
+			if err == nil {
+				_, err = s.read(r, -1)
+			}
+			results <- result{s: s, err: err}
 		}()
 	}
 	on := map[string]int{}
