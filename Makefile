@@ -8,7 +8,7 @@ CMDS      := router workersim loadgen fleetsim
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME  ?= 20s
 
-.PHONY: help build peers run run-pd run-cluster test rules test-short docs lint fuzz bench bench-proxy chaos chaos-fleet soak ui-screenshot clean release release-check upgrade
+.PHONY: help build peers run run-pd run-cluster test rules test-short docs lint fuzz bench bench-proxy bench-migration chaos chaos-fleet soak ui-screenshot clean release release-check upgrade
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ bench: build ## benchmarks: selection cost, fleet simulation tables, the proxy p
 
 bench-proxy: build ## only the proxy path against nginx and HAProxy; rewrites its section of BENCHMARKS.md
 	@scripts/bench.sh proxy
+
+bench-migration: ## streams that outlive their engine on real processes, 3 rounds (BENCHMARKS.md): a worker killed under load, a drain=migrate of 20 streams
+	KVROUTER_BENCH_MIGRATION=1 $(GO) test ./cmd/router -run TestBenchMigration -v -count=1 -timeout 20m
 
 chaos: build ## docker-compose chaos scenarios and their invariants
 	@scripts/chaos.sh

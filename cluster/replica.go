@@ -262,7 +262,9 @@ func (r *Replica) buildFrontEnd() error {
 		WorkerStats: func() any { return r.views.workerStats() }, History: func() any { return r.views.historyView() },
 		Routing: r.routing.view, SetRouting: r.routing.set,
 		Keyring: r.keyrings.everywhere, AllowWorker: cfg.Proxy.WorkerHosts.Allows,
-		FlushCache: func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) }})
+		FlushCache:  func(ctx *fasthttp.RequestCtx) { r.proxy.ServeFlushCache(ctx) },
+		MoveStreams: func(id store.WorkerID) int { return r.proxy.MoveStreams(affinity.WorkerID(id)) },
+		StreamsOn:   func(id store.WorkerID) int { return r.proxy.StreamsOn(affinity.WorkerID(id)) }})
 	decider, err := r.decider()
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/kvrouter/kvrouter/affinity"
 )
 
 // How an exchange in flight is cut short. The client leaving, the router
@@ -137,15 +139,39 @@ func (f *flights) remove(x *exchange) {
 
 // abortAll aborts every exchange in flight with cause.
 func (f *flights) abortAll(cause error) {
+	for _, x := range f.all() {
+		x.abort(cause)
+	}
+}
+
+// all lists the exchanges in flight.
+func (f *flights) all() []*exchange {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	var all []*exchange
 	for x := f.head; x != nil; x = x.next {
 		all = append(all, x)
 	}
-	f.mu.Unlock()
-	for _, x := range all {
-		x.abort(cause)
+	return all
+}
+
+// markMoveOff asks the stream whose live attempt is on worker w to move
+// off it (migrate.go); it reports whether there was one.
+func (g *connGuard) markMoveOff(w affinity.WorkerID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed {
+		return false
 	}
+	g.owner.moveOff.Store(true)
+	return true
+}
+
+// on reports whether the live attempt is on worker w.
+func (g *connGuard) on(w affinity.WorkerID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.owner != nil && g.owner.m.ID == w
 }
 
 // exchangeCtx is the context of an exchange's attempts (their dials and

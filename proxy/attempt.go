@@ -25,6 +25,7 @@ type attempt struct {
 	guard    *affinity.Guard
 	track    Attempt
 	stuck    atomic.Bool   // health judged it stuck, and its connection was cut
+	moveOff  atomic.Bool   // its worker is drained with migration: the stream moves (migrate.go)
 	over     chan struct{} // closed by end, when a goroutine waits for stuck
 	span     trace.Span    // nil unless tracing
 	conn     *upConn

@@ -31,6 +31,11 @@ type Config struct {
 	Admission admission.Config
 	// Retry says when and how a failed attempt is retried.
 	Retry Retry
+	// Migration says when a stream cut after its first byte resumes on
+	// another worker (migrate.go; the router's default DefaultMigration).
+	// Limit 0, the zero value's, turns it off; buffer bounds of 0 take
+	// their defaults.
+	Migration Migration
 	// RequestIDHeaders are the client headers that may carry a request id,
 	// in order of preference (--request-id-headers).
 	RequestIDHeaders []string
@@ -182,6 +187,7 @@ func DefaultConfig() Config {
 		MaxPayloadSize:           512 << 20,
 		MaxResponseSize:          256 << 20,
 		RequestTimeout:           1800 * time.Second,
+		Migration:                DefaultMigration(),
 		Retry:                    Retry{MaxAttempts: 5, InitialBackoff: 50 * time.Millisecond, MaxBackoff: 30 * time.Second, Multiplier: 1.5, Jitter: 0.2},
 		RequestIDHeaders:         []string{"x-request-id", "x-correlation-id", "x-trace-id", "request-id"},
 		DialTimeout:              10 * time.Second,
@@ -203,6 +209,12 @@ func withDefaults(c Config) Config {
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = d.RequestTimeout
+	}
+	if c.Migration.BufferBytes <= 0 {
+		c.Migration.BufferBytes = d.Migration.BufferBytes
+	}
+	if c.Migration.TotalBytes <= 0 {
+		c.Migration.TotalBytes = d.Migration.TotalBytes
 	}
 	if c.Retry.MaxAttempts <= 0 {
 		c.Retry.MaxAttempts = d.Retry.MaxAttempts

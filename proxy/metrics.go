@@ -38,6 +38,7 @@ type Metrics struct {
 	disconnects      *metrics.Counter
 	underflows       *metrics.Counter
 	streamErrors     *metrics.Counter
+	migrations       migrationMetrics
 	ttft             *metrics.PrometheusHistogram
 	routing          *metrics.PrometheusHistogram
 	tpot             *metrics.PrometheusHistogram
@@ -89,6 +90,7 @@ func newMetrics(set *metrics.Set) *Metrics {
 		routing:          set.NewPrometheusHistogramExt("vllm_router_routing_duration_seconds", routingBuckets),
 		tpot:             set.NewPrometheusHistogramExt("vllm_router_time_per_output_token_seconds", tokenBuckets),
 		pdDuration:       set.NewPrometheusHistogramExt("vllm_router_pd_request_duration_seconds", durationBuckets),
+		migrations:       newMigrationMetrics(set),
 		errors:           map[errorKey]*metrics.Counter{},
 		workers:          map[string]*workerCounters{},
 	}

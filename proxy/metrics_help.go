@@ -16,6 +16,8 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_retries_exhausted_total":       "Requests or P/D phases whose every attempt failed.",
 	"vllm_router_client_disconnects_total":      "Clients that left before their answer ended.",
 	"vllm_router_stream_errors_total":           "Streams cut after their first byte (also counted in vllm_router_request_errors_total).",
+	"vllm_router_stream_migrations_total":       "Streams cut by their worker after the first byte, or moved off a drained one, by result: resumed on another worker, failed (no worker took the continuation, or it failed before its first byte), unresumable (its shape, --migration-limit or the buffer bounds).",
+	"vllm_router_stream_migration_seconds":      "Time from a stream's cut (or a drain's move) to the first bytes of its continuation on another worker.",
 	"vllm_router_cache_hits_total":              "Routing decisions that found the request's prefix on a candidate worker.",
 	"vllm_router_cache_misses_total":            "Routing decisions that found no worker holding enough of the request's prefix.",
 	"vllm_router_load_balancing_events_total":   "Hits sent elsewhere because their owner was overloaded.",

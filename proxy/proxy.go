@@ -82,13 +82,14 @@ type Proxy struct {
 	server    *fasthttp.Server
 	edgesMu   sync.Mutex
 	edges     []*edgeListener
-	door      *door       // what every request passes before its route serves it
-	owned     *ownership  // the owners of stored responses
-	refusals  *refusals   // every refusal, counted and logged
-	cert      *serverCert // nil: the client listener speaks plain HTTP
-	watcher   *watcher    // the clients of requests in flight
-	flights   flights     // the exchanges in flight
-	tokens    *tokenizer  // nil unless Config.Tokenize.Enabled
+	door      *door         // what every request passes before its route serves it
+	owned     *ownership    // the owners of stored responses
+	refusals  *refusals     // every refusal, counted and logged
+	cert      *serverCert   // nil: the client listener speaks plain HTTP
+	watcher   *watcher      // the clients of requests in flight
+	splices   *spliceBudget // the generated text resumable streams keep
+	flights   flights       // the exchanges in flight
+	tokens    *tokenizer    // nil unless Config.Tokenize.Enabled
 	calls     *workerCalls
 	// adapterLoads loads adapters no worker lists, nil unless
 	// Config.LoRA.LoadPath (lora.go).
@@ -107,7 +108,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
-		refusals: newRefusals(deps.Metrics, deps.Logger), watcher: newWatcher(), bearer: "Bearer " + cfg.APIKey}
+		refusals: newRefusals(deps.Metrics, deps.Logger), watcher: newWatcher(), bearer: "Bearer " + cfg.APIKey,
+		splices: &spliceBudget{limit: cfg.Migration.TotalBytes}}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if p.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
 		return nil, err

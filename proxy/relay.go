@@ -47,6 +47,12 @@ type relay struct {
 	// engines only there.
 	opened core.Usage
 	l      *leg // the leg the stream answers, judged at its end
+	// splice, when the stream may resume on another worker, passes whole
+	// events on and keeps their text (splice.go); scratch is its read
+	// buffer. whyNot says why a stream without one cannot resume.
+	splice  *splice
+	scratch *[]byte
+	whyNot  error
 
 	// mu guards what a watch probing a half-closed client reads: whether
 	// fasthttp may be writing (from a Read that returned bytes, headers
@@ -75,6 +81,11 @@ func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	a.first, a.firstBuf = nil, nil
 	if speaksAnthropic(x.ctx.Path()) {
 		r.opened = usageOf(r.pending)
+	}
+	if r.splice, r.whyNot = p.newSplice(x, r.sse); r.splice != nil {
+		r.scratch = firstReads.Get().(*[]byte)
+		r.splice.feed(r.pending)
+		r.pending = nil
 	}
 	r.note(r.pending)
 	resp.SetBodyStream(r, -1)
@@ -156,6 +167,9 @@ func (r *relay) read(b []byte) (int, error) {
 		n := copy(b, r.pending)
 		r.pending = r.pending[n:]
 		return n, nil
+	}
+	if r.splice != nil {
+		return r.readSpliced(b)
 	}
 	if r.failed != nil {
 		return r.failRead(b)
@@ -342,6 +356,9 @@ func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 // fail records why the worker's stream broke, and prepares the error event.
 func (r *relay) fail(err error) {
 	r.outcome, r.failed = r.a.failure(err)
+	if r.whyNot != nil && r.outcome != Canceled {
+		r.p.metrics.migrations.unresumable.Inc()
+	}
 	if r.sse && r.boundary && r.outcome != Canceled {
 		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
 	}
@@ -368,7 +385,9 @@ func (r *relay) CloseWithError(werr error) error {
 		firstReads.Put(r.buf)
 		r.buf = nil
 	}
-	r.x.finish(r.end(werr))
+	e := r.end(werr)
+	r.endSplice()
+	r.x.finish(e)
 	return nil
 }
 

@@ -31,6 +31,9 @@ type route struct {
 	prefill  affinity.WorkerID // the prefill worker of a disaggregated request
 	tokens   int               // generated tokens, as the answer or the stream said
 	counters *workerCounters   // worker's, for its tally; nil without metrics
+	// streamed are the workers a stream that may resume used, in order
+	// (migrate.go); more than one when it resumed.
+	streamed []affinity.WorkerID
 }
 
 // noteAttempt records an attempt of leg l on dec's worker, whose counters
@@ -65,6 +68,9 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	}
 	if x.route.worker != 0 {
 		attrs = append(attrs, slog.Uint64("worker", uint64(x.route.worker)))
+	}
+	if len(x.route.streamed) > 1 {
+		attrs = append(attrs, slog.String("workers", x.route.streamedWorkers()), slog.Int("migrations", len(x.route.streamed)-1))
 	}
 	if x.route.prefill != 0 {
 		attrs = append(attrs, slog.Uint64("prefill_worker", uint64(x.route.prefill)))

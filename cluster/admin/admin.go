@@ -64,6 +64,16 @@ type Config struct {
 	// tier's routing config; nil answers 404.
 	Routing    func() adminapi.RoutingView
 	SetRouting func(ctx context.Context, v adminapi.RoutingView) (adminapi.RoutingView, error)
+	// MoveStreams asks this replica's streams on a worker to move to
+	// other workers at their next chunk boundary, and returns how many it
+	// asked; StreamsOn counts this replica's requests still on the worker.
+	// They serve DELETE /workers/{id}?drain=migrate (migrate.go); nil
+	// answers it with 400.
+	MoveStreams func(id store.WorkerID) int
+	StreamsOn   func(id store.WorkerID) int
+	// MigrateWait bounds how long drain=migrate waits for the worker's
+	// requests to leave it before it is removed; default 10 s.
+	MigrateWait time.Duration
 }
 
 // DefaultApplyTimeout is Config.ApplyTimeout when unset.
@@ -413,6 +423,16 @@ func (a *Admin) workerOr(id store.WorkerID, fallback store.Worker) store.Worker 
 }
 
 func (a *Admin) deleteWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
+	switch drain := string(ctx.QueryArgs().Peek("drain")); drain {
+	case "":
+	case adminapi.DrainMigrate:
+		a.migrateAndRemove(ctx, id)
+		return
+	default:
+		WriteError(ctx, &statusError{http.StatusBadRequest, "invalid_request_error",
+			fmt.Sprintf("drain=%q: the one value is %q", drain, adminapi.DrainMigrate)})
+		return
+	}
 	before, known := a.cfg.Registry().Worker(id)
 	if _, err := a.apply(store.NewRemoveWorker(id)); err != nil {
 		WriteError(ctx, err)

@@ -1,5 +1,7 @@
 package adminapi
 
+import "github.com/kvrouter/kvrouter/store"
+
 // WorkerStats is the answer of GET /cluster/workers: what this replica
 // knows of every registered worker, for the status page (/ui) and for
 // operators' scripts. Counters are cumulative since this replica first
@@ -66,4 +68,20 @@ type KVEventsStat struct {
 	Orphans      uint64 `json:"orphans"`       // stored events that followed an unknown block
 	Refused      uint64 `json:"refused"`       // stored events refused: set full or another block size
 	Violations   uint64 `json:"violations"`    // connections ended by a breach of ZMTP or of the limits
+}
+
+// DrainMigrate is the drain query value of DELETE /workers/{id}: the
+// worker's streams on the replica that serves the call move, each at its
+// next chunk boundary, to other workers (those that cannot resume finish
+// where they are, within the wait), and then the worker is removed.
+const DrainMigrate = "migrate"
+
+// RemovedWorker is the answer of DELETE /workers/{id}?drain=migrate: the
+// worker as it was (store.Worker's fields), the streams asked to move,
+// those still on it when it was removed, and how long the move took.
+type RemovedWorker struct {
+	store.Worker
+	MovedStreams int     `json:"moved_streams"`
+	StreamsLeft  int     `json:"streams_left"`
+	Seconds      float64 `json:"seconds"`
 }

@@ -60,7 +60,8 @@ func workersCommand() *cli.Command {
 			{Name: "add", Usage: "register a worker (idempotent by URL)",
 				Flags: append(adminFlags(), addWorkerFlags()...), Action: addWorker},
 			{Name: "remove", Usage: "remove a worker", ArgsUsage: "<id|url>",
-				Flags: adminFlags(), Action: removeWorker},
+				Flags:  append(adminFlags(), &cli.StringFlag{Name: "drain", Usage: `"migrate": first move the worker's streams on this replica to other workers, each at its next chunk boundary, then remove it`}),
+				Action: removeWorker},
 			{Name: "drain", Usage: "stop sending new requests to a worker", ArgsUsage: "<id|url>",
 				Flags: adminFlags(), Action: stateAction("drain", "is draining")},
 			{Name: "activate", Usage: "undo drain", ArgsUsage: "<id|url>",
@@ -330,11 +331,33 @@ func removeWorker(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	data, _, err := client.call(http.MethodDelete, fmt.Sprintf("/workers/%d", id), nil)
+	path := fmt.Sprintf("/workers/%d", id)
+	switch drain := c.String("drain"); drain {
+	case "":
+	case adminapi.DrainMigrate:
+		path += "?drain=" + drain
+	default:
+		return fmt.Errorf("--drain: the one value is %q, not %q", adminapi.DrainMigrate, drain)
+	}
+	data, _, err := client.call(http.MethodDelete, path, nil)
 	if err != nil {
 		return err
 	}
+	if c.String("drain") != "" && !c.Bool("json") {
+		return reportMigrated(c, data)
+	}
 	return report(c, data, "removed worker %d %s\n")
+}
+
+// reportMigrated prints the answer of a removal with drain=migrate.
+func reportMigrated(c *cli.Context, data []byte) error {
+	var r adminapi.RemovedWorker
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("unexpected reply: %w", err)
+	}
+	_, err := fmt.Fprintf(c.App.Writer, "removed worker %d %s: %d streams moved, %d left on it, in %.2f s\n",
+		r.ID, r.URL, r.MovedStreams, r.StreamsLeft, r.Seconds)
+	return err
 }
 
 // stateAction drains or activates the worker named by the argument.

@@ -295,6 +295,8 @@ func proxyConfigFrom(c *cli.Context) proxy.Config {
 	if c.Bool("disable-retries") {
 		p.Retry.MaxAttempts = 1
 	}
+	p.Migration = proxy.Migration{Limit: c.Int("migration-limit"), BufferBytes: int(c.Int64("migration-buffer-bytes")),
+		TotalBytes: c.Int64("migration-buffer-total-bytes")}
 	p.Retry.InitialBackoff = millis(c, "retry-initial-backoff-ms")
 	p.Retry.MaxBackoff = millis(c, "retry-max-backoff-ms")
 	p.Retry.Multiplier = c.Float64("retry-backoff-multiplier")
@@ -341,8 +343,26 @@ func edgeFrom(c *cli.Context, p *proxy.Config) error {
 	if err := bodyBudgetFlags(c); err != nil {
 		return err
 	}
+	if err := migrationFlags(c); err != nil {
+		return err
+	}
 	if c.Float64("rate-limit-tokens-per-second") < 0 {
 		return fmt.Errorf("--rate-limit-tokens-per-second: must not be negative")
+	}
+	return nil
+}
+
+// migrationFlags refuses a negative limit and buffers that hold nothing, or
+// a stream's buffer larger than the replica's.
+func migrationFlags(c *cli.Context) error {
+	stream, total := c.Int64("migration-buffer-bytes"), c.Int64("migration-buffer-total-bytes")
+	switch {
+	case c.Int("migration-limit") < 0:
+		return fmt.Errorf("--migration-limit: must not be negative (0 turns migration off)")
+	case stream <= 0:
+		return fmt.Errorf("--migration-buffer-bytes: must be positive")
+	case total < stream:
+		return fmt.Errorf("--migration-buffer-total-bytes: %d is less than --migration-buffer-bytes %d", total, stream)
 	}
 	return nil
 }

@@ -36,6 +36,9 @@ type serverConfig struct {
 	role      role
 	fault     fault
 	seed      uint64 // seeds the errors fault's draws
+	// textSeed seeds completions' text (textGen) when textSeeded; otherwise it is filler tokens.
+	textSeed   uint64
+	textSeeded bool
 
 	embeddingDims         int           // length of /v1/embeddings vectors
 	maxStoredResponses    int           // Responses API store bound, LRU beyond it

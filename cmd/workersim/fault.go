@@ -26,6 +26,13 @@ const (
 	// faultGarbleKV: the engine's KV events go out as noise that decodes as
 	// no batch (numbered as ever): a broken or hostile publisher.
 	faultGarbleKV faultMode = "garble_kv_events"
+	// faultCutStreams: every stream, those under way included, is cut (its connection closed,
+	// the generation dropped) before it sends more than After token chunks: an engine that dies
+	// mid-stream, without the process going.
+	faultCutStreams faultMode = "cut_streams"
+	// faultErrorStreams: every stream sends an engine error event in place of its token chunk
+	// number After+1, then [DONE], as vLLM does when a generation fails.
+	faultErrorStreams faultMode = "error_streams"
 )
 
 // Defaults for a fault's parameters left out of its description.
@@ -45,6 +52,7 @@ type fault struct {
 	Rate    float64 // share of inference requests failed (errors), 0..1
 	Factor  float64 // slowdown factor (degrade), > 0
 	DelayMs int64   // wall-clock delay (not scaled by --time-scale) before exiting (crash) or answering /health (slow_health), >= 0
+	After   int64   // token chunks a stream sends before it is cut (cut_streams, error_streams), >= 0
 }
 
 // parseFault reads a fault description: the JSON object of the admin API
@@ -87,6 +95,11 @@ func faultFromJSON(v *fastjson.Value) (fault, error) {
 		return fault{}, err
 	}
 	f.DelayMs = int64(min(delay, math.MaxInt32))
+	after, err := optionalFloat(v, "after", 0)
+	if err != nil {
+		return fault{}, err
+	}
+	f.After = int64(min(after, math.MaxInt32))
 	return f.validate()
 }
 
@@ -131,15 +144,17 @@ func (f fault) validate() (fault, error) {
 		return fault{Mode: f.Mode, Factor: f.Factor}, nil
 	case faultSlowHealth:
 		return fault{Mode: f.Mode, DelayMs: f.DelayMs}, nil
+	case faultCutStreams, faultErrorStreams:
+		return fault{Mode: f.Mode, After: f.After}, nil
 	}
-	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade, slow_health, mute_kv_events or garble_kv_events)",
+	return fault{}, fmt.Errorf("%w: unknown mode %q (want none, crash, errors, wedge, degrade, slow_health, mute_kv_events, garble_kv_events, cut_streams or error_streams)",
 		errBadFault, f.Mode)
 }
 
 // appendJSON appends the fault as the admin API shows it.
 func (f fault) appendJSON(dst []byte) []byte {
-	return fmt.Appendf(dst, `{"mode":%q,"rate":%v,"factor":%v,"delay_ms":%d}`,
-		string(f.Mode), f.Rate, f.Factor, f.DelayMs)
+	return fmt.Appendf(dst, `{"mode":%q,"rate":%v,"factor":%v,"delay_ms":%d,"after":%d}`,
+		string(f.Mode), f.Rate, f.Factor, f.DelayMs, f.After)
 }
 
 // slowdown is the engine slowdown factor the fault implies.

@@ -18,7 +18,7 @@ func setFault(t *testing.T, w *testWorker, body string) {
 func TestFaultAdminShowsAndClearsTheFault(t *testing.T) {
 	w := startWorker(t, testConfig())
 	setFault(t, w, `{"mode":"errors","rate":0.25}`)
-	if _, _, body := w.get(pathAdminFault); string(body) != `{"mode":"errors","rate":0.25,"factor":0,"delay_ms":0}` {
+	if _, _, body := w.get(pathAdminFault); string(body) != `{"mode":"errors","rate":0.25,"factor":0,"delay_ms":0,"after":0}` {
 		t.Fatalf("GET fault = %s", body)
 	}
 	if got := w.metric(`workersim_fault{mode="errors"}`); got != 1 {

@@ -71,13 +71,22 @@ func (s *server) completionsJob(chat bool) buildFunc {
 		}
 		r := &completionRenderer{
 			head:      responseHead{id: s.nextID(idPrefix(chat)), created: s.created, model: req.model, chat: chat},
-			maxTokens: p.sub.maxTokens, includeUsage: p.includeUsage,
+			maxTokens: p.sub.maxTokens, includeUsage: p.includeUsage, text: s.textGen(req),
 		}
 		if p.kvReply {
 			r.kv = s.appendKVReply
 		}
 		return singleJob(p, r), nil
 	}
+}
+
+// textGen is the generator of req's text: seeded by the request, else by --text-seed.
+func (s *server) textGen(req inferenceRequest) *textGen {
+	seeded, seed := req.seeded, req.seed
+	if !seeded && s.cfg.textSeeded {
+		seeded, seed = true, s.cfg.textSeed
+	}
+	return newTextGen(seeded, seed, req.context, s.cfg.engine.BytesPerToken)
 }
 
 func idPrefix(chat bool) string {

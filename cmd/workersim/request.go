@@ -27,6 +27,11 @@ type inferenceRequest struct {
 	kv           *kvTransferParams // vLLM P/D, nil when absent or null
 	bootstrap    bool              // SGLang P/D: bootstrap_room is set
 	salt         string            // vLLM's cache_salt: its prompt is cached apart
+	// context is what the generated text continues (textGen); seed, when seeded, the request's
+	// seed field.
+	context []byte
+	seed    uint64
+	seeded  bool
 }
 
 // kvTransferParams is vLLM's kv_transfer_params object (NIXL connector).
@@ -49,7 +54,7 @@ func parseInference(p *fastjson.Parser, body []byte, chat bool) (inferenceReques
 	r := inferenceRequest{chat: chat}
 	steps := []func(*fastjson.Value) error{
 		r.readModel, r.readStream, r.readMaxTokens, r.readPriority, r.readPrompt, r.readKVTransfer, r.readBootstrap,
-		r.readCacheSalt,
+		r.readCacheSalt, r.readSeed,
 	}
 	for _, step := range steps {
 		if err := step(v); err != nil {
@@ -125,9 +130,15 @@ func (r *inferenceRequest) readPrompt(v *fastjson.Value) error {
 		if v.Get("messages") == nil {
 			return fmt.Errorf("%w: messages is required", errBadRequest)
 		}
-		r.prompt, err = sim.AppendChatRequestJSON(nil, v) // tools first, as the chat template renders them
+		var continueFinal bool
+		if continueFinal, err = optionalBool(v, "continue_final_message"); err != nil {
+			return err
+		}
+		// tools first, as the chat template renders them
+		r.context, r.prompt, err = generationContext(v, continueFinal)
 	} else {
 		r.prompt, err = sim.AppendPromptJSON(nil, v.Get("prompt"))
+		r.context = r.prompt
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", errBadRequest, err)
@@ -170,6 +181,20 @@ func (r *inferenceRequest) readCacheSalt(v *fastjson.Value) error {
 	}
 	r.salt = salt
 	return err
+}
+
+// readSeed takes the request's seed: its generated text is then drawn from it (textGen).
+func (r *inferenceRequest) readSeed(v *fastjson.Value) error {
+	f := v.Get("seed")
+	if f == nil || f.Type() == fastjson.TypeNull {
+		return nil
+	}
+	n, err := f.Int64()
+	if err != nil {
+		return fmt.Errorf("%w: seed must be an integer", errBadRequest)
+	}
+	r.seed, r.seeded = uint64(n), true
+	return nil
 }
 
 func (r *inferenceRequest) readBootstrap(v *fastjson.Value) error {

@@ -43,9 +43,8 @@ func (h responseHead) appendPreamble(dst []byte, stream bool) []byte {
 
 // appendCompletion appends a whole non-streaming response; kv, when not nil, is appended as
 // kv_transfer_params.
-func (h responseHead) appendCompletion(dst []byte, u sim.Usage, kv []byte) []byte {
+func (h responseHead) appendCompletion(dst []byte, u sim.Usage, kv []byte, text string) []byte {
 	dst = h.appendPreamble(dst, false)
-	text := repeatToken(u.Completion)
 	if h.chat {
 		dst = append(dst, `[{"index":0,"message":{"role":"assistant","content":`...)
 		dst = appendJSONString(dst, text)
@@ -63,8 +62,9 @@ func (h responseHead) appendCompletion(dst []byte, u sim.Usage, kv []byte) []byt
 	return append(dst, '}')
 }
 
-// appendTokenChunk appends one SSE event carrying the token numbered n (1-based) of maxTokens.
-func (h responseHead) appendTokenChunk(dst []byte, n, maxTokens int) []byte {
+// appendTokenChunk appends one SSE event carrying text, the tokens up to the one numbered n
+// (1-based) of maxTokens.
+func (h responseHead) appendTokenChunk(dst []byte, n, maxTokens int, text string) []byte {
 	dst = append(dst, "data: "...)
 	dst = h.appendPreamble(dst, true)
 	if h.chat {
@@ -72,9 +72,13 @@ func (h responseHead) appendTokenChunk(dst []byte, n, maxTokens int) []byte {
 		if n == 1 {
 			dst = append(dst, `"role":"assistant",`...)
 		}
-		dst = append(dst, `"content":"`+fillerToken+`"},"logprobs":null,"finish_reason":`...)
+		dst = append(dst, `"content":`...)
+		dst = appendJSONString(dst, text)
+		dst = append(dst, `},"logprobs":null,"finish_reason":`...)
 	} else {
-		dst = append(dst, `[{"index":0,"text":"`+fillerToken+`","logprobs":null,"finish_reason":`...)
+		dst = append(dst, `[{"index":0,"text":`...)
+		dst = appendJSONString(dst, text)
+		dst = append(dst, `,"logprobs":null,"finish_reason":`...)
 	}
 	if n >= maxTokens {
 		dst = append(dst, `"length"`...)
@@ -101,6 +105,8 @@ type completionRenderer struct {
 	maxTokens    int
 	includeUsage bool                                      // stream_options.include_usage
 	kv           func(dst []byte, promptTokens int) []byte // appends kv_transfer_params; nil unless a prefill phase
+	text         *textGen                                  // the generated text
+	emitted      int                                       // tokens whose text was sent
 }
 
 var _ streamRenderer = (*completionRenderer)(nil)
@@ -110,11 +116,15 @@ func (r *completionRenderer) appendBody(dst []byte, final []sim.Usage) []byte {
 	if r.kv != nil {
 		kv = r.kv(nil, final[0].Prompt)
 	}
-	return r.head.appendCompletion(dst, final[0], kv)
+	return r.head.appendCompletion(dst, final[0], kv, r.text.take(final[0].Completion))
 }
 
+// appendToken appends the chunk of the tokens generated since the last one (one, but when the
+// engine's clock jumped).
 func (r *completionRenderer) appendToken(dst []byte, u sim.Usage) []byte {
-	return r.head.appendTokenChunk(dst, u.Completion, r.maxTokens)
+	text := r.text.take(max(u.Completion-r.emitted, 1))
+	r.emitted = u.Completion
+	return r.head.appendTokenChunk(dst, u.Completion, r.maxTokens, text)
 }
 
 func (r *completionRenderer) appendEnd(dst []byte, final sim.Usage) []byte {

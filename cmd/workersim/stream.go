@@ -27,7 +27,7 @@ func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		r := relay{s: s, t: t, job: j, events: j.render.(streamRenderer), out: bw}
+		r := relay{s: s, t: t, job: j, events: j.render.(streamRenderer), out: bw, conn: conn}
 		r.run(conn, events)
 	})
 }
@@ -41,6 +41,30 @@ type relay struct {
 	events streamRenderer
 	out    *bufio.Writer
 	buf    []byte
+	conn   net.Conn
+	chunks int64 // token chunks sent
+}
+
+// errStreamFault: the cut_streams or error_streams fault ended the stream.
+var errStreamFault = errors.New("stream ended by a fault")
+
+// faulted ends the stream as the current fault says, before its next token chunk: cut (the
+// connection closed under it) or an engine error event and [DONE].
+func (r *relay) faulted() error {
+	f := r.s.fault.Load()
+	if f.Mode != faultCutStreams && f.Mode != faultErrorStreams || r.chunks < f.After {
+		return nil
+	}
+	r.s.driver.Cancel(r.t)
+	if f.Mode == faultCutStreams {
+		_ = r.conn.Close()
+		return errStreamFault
+	}
+	r.buf = append(appendErrorBody(append(r.buf[:0], "data: "...), "simulated engine failure mid-stream",
+		"internal_server_error", "injected_fault"), "\n\n"+doneEvent...)
+	_, _ = r.out.Write(r.buf)
+	_ = r.out.Flush()
+	return errStreamFault
 }
 
 func (r *relay) run(conn net.Conn, events []sim.Event) {
@@ -49,6 +73,9 @@ func (r *relay) run(conn net.Conn, events []sim.Event) {
 	for {
 		for _, ev := range events {
 			finished, err := r.write(ev)
+			if errors.Is(err, errStreamFault) {
+				return
+			}
 			if err != nil {
 				r.s.clientGone(r.t)
 				return
@@ -82,6 +109,10 @@ func (r *relay) next(gone <-chan struct{}, events []sim.Event) ([]sim.Event, err
 func (r *relay) write(ev sim.Event) (finished bool, err error) {
 	switch ev.Kind {
 	case sim.FirstToken, sim.Token:
+		if err := r.faulted(); err != nil {
+			return false, err
+		}
+		r.chunks++
 		r.buf = r.events.appendToken(r.buf[:0], ev.Usage)
 	case sim.Done:
 		r.s.finish(r.job, []sim.Usage{ev.Usage})

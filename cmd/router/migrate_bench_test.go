@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBenchMigration measures streams that outlive their engine on real
+// processes (make bench-migration; BENCHMARKS.md): under load, the worker
+// holding the most streams is killed mid-stream, and every stream is
+// compared with an uninterrupted run's text; then a worker holding 20
+// long streams is removed with drain=migrate. Three rounds; each prints
+// its figures.
+func TestBenchMigration(t *testing.T) {
+	if os.Getenv("KVROUTER_BENCH_MIGRATION") == "" {
+		t.Skip("a benchmark: make bench-migration runs it")
+	}
+	for round := 1; round <= 3; round++ {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			k := benchKill(t, 4, 48)
+			for _, why := range k.failures {
+				t.Logf("round %d: a failed stream: %s", round, why)
+			}
+			d := benchDrain(t)
+			t.Logf("round %d: kill: %d streams, %d resumed, %d failed, %d truncated, %d wrong text; client-visible pause of resumed streams p50 %v p99 %v; drain: 20 streams moved in %v, %d cut",
+				round, k.streams, k.resumed, k.failed, k.truncated, k.wrong, k.p50, k.p99, d.took, d.cut)
+		})
+	}
+}
+
+type killFigures struct {
+	streams, resumed, failed, truncated, wrong int
+	p50, p99                                   time.Duration
+	failures                                   []string // each failed stream: its first worker and its end
+}
+
+// benchStream is one client's stream: what it read, and the longest wait
+// between two of its events after the kill.
+type benchStream struct {
+	s     spliced
+	pause time.Duration
+}
+
+func benchKill(t *testing.T, workers, streams int) killFigures {
+	m := startMigrationTier(t, workers)
+	prompts := []string{"the sea", "the mountains", "a city at night", "a long journey"}
+	bodyOf := func(p string) string {
+		return fmt.Sprintf(`{"model":"sim-model","prompt":"write a long essay about %s","max_tokens":400,"stream":true,"stream_options":{"include_usage":true}}`, p)
+	}
+	want := map[string]spliced{}
+	for _, p := range prompts {
+		want[p] = streamAll(t, m.url, "/v1/completions", bodyOf(p))
+	}
+	killed := make(chan struct{})
+	var killedAt time.Time
+	var wg sync.WaitGroup
+	var ready sync.WaitGroup
+	out := make([]benchStream, streams)
+	for i := range streams {
+		wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = readBenchStream(m.url, bodyOf(prompts[i%len(prompts)]), &ready, killed, &killedAt)
+		}()
+	}
+	ready.Wait()
+	victim, most := "", int64(-1)
+	for id, u := range m.urls {
+		if n := loadOf(t, m.url, u); n > most {
+			victim, most = id, n
+		}
+	}
+	m.workers[victim].kill()
+	killedAt = time.Now()
+	close(killed)
+	wg.Wait()
+	var f killFigures
+	var pauses []time.Duration
+	for i, b := range out {
+		f.streams++
+		w := want[prompts[i%len(prompts)]]
+		switch {
+		case !b.s.done || b.s.errEvent != "":
+			f.failed++
+			f.failures = append(f.failures, fmt.Sprintf("first worker %s (victim %s), %d bytes of text, done %v, error %s",
+				b.s.worker, victim, len(b.s.text), b.s.done, b.s.errEvent))
+		case len(b.s.text) < len(w.text):
+			f.truncated++
+		case b.s.text != w.text || len(b.s.ids) != 1:
+			f.wrong++
+		}
+		if b.s.worker == victim {
+			f.resumed++
+			pauses = append(pauses, b.pause)
+		}
+	}
+	slices.Sort(pauses)
+	if len(pauses) > 0 {
+		f.p50, f.p99 = pauses[len(pauses)/2], pauses[min(len(pauses)-1, len(pauses)*99/100)]
+	}
+	return f
+}
+
+// readBenchStream reads a stream of body: 20 events, then it says it is
+// ready and reads the rest, timing the longest wait between events after
+// the kill.
+func readBenchStream(url, body string, ready *sync.WaitGroup, killed <-chan struct{}, killedAt *time.Time) benchStream {
+	var b benchStream
+	b.s = spliced{ids: map[string]bool{}, created: map[int64]bool{}}
+	resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		ready.Done()
+		return b
+	}
+	defer resp.Body.Close()
+	b.s.worker = resp.Header.Get("x-worker-id")
+	r := bufio.NewReader(resp.Body)
+	_, _ = b.s.read(r, 20)
+	ready.Done()
+	<-killed
+	at := *killedAt
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return b
+		}
+		if gap := time.Since(at); gap > b.pause {
+			b.pause = gap
+		}
+		at = time.Now()
+		if data, ok := strings.CutPrefix(strings.TrimRight(line, "\r\n"), "data: "); ok {
+			if data == "[DONE]" {
+				b.s.done = true
+				continue
+			}
+			var c streamChunk
+			if json.Unmarshal([]byte(data), &c) == nil {
+				b.s.add(c, data)
+			}
+		}
+	}
+}
+
+type drainFigures struct {
+	took time.Duration
+	cut  int
+}
+
+func benchDrain(t *testing.T) drainFigures {
+	m := startMigrationTier(t, 2, "--policy", "round_robin")
+	long := strings.Replace(completionBody, `"max_tokens":120`, `"max_tokens":1500`, 1)
+	var wg, ready sync.WaitGroup
+	results := make([]spliced, 40)
+	for i := range 40 {
+		wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer wg.Done()
+			s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
+			resp, err := http.Post(m.url+"/v1/completions", "application/json", strings.NewReader(long))
+			if err != nil {
+				ready.Done()
+				results[i] = s
+				return
+			}
+			defer resp.Body.Close()
+			r := bufio.NewReader(resp.Body)
+			_, _ = s.read(r, 1)
+			ready.Done()
+			_, _ = s.read(r, -1)
+			results[i] = s
+		}()
+	}
+	ready.Wait()
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodDelete, m.url+"/workers/"+workerID(t, m.url, m.urls["w1"])+"?drain=migrate", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	f := drainFigures{took: time.Since(start)}
+	wg.Wait()
+	for _, s := range results {
+		if !s.done || s.errEvent != "" {
+			f.cut++
+		}
+	}
+	return f
+}

@@ -1,0 +1,261 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// Migration says when a stream its worker cut after the first byte
+// resumes on another worker (resume.go, splice.go).
+type Migration struct {
+	// Limit is the most times one stream resumes (--migration-limit,
+	// default 2); 0 turns migration off.
+	Limit int
+	// BufferBytes bounds the generated text one stream keeps to resume
+	// with, in bytes (--migration-buffer-bytes, default 1 MiB); a stream
+	// past it no longer resumes, and fails visibly when cut.
+	BufferBytes int
+	// TotalBytes bounds that text over every stream of the replica
+	// (--migration-buffer-total-bytes, default 256 MiB).
+	TotalBytes int64
+}
+
+// DefaultMigration is Migration's defaults.
+func DefaultMigration() Migration {
+	return Migration{Limit: 2, BufferBytes: 1 << 20, TotalBytes: 256 << 20}
+}
+
+// errMovedOff: the stream's worker is drained with migration; the stream
+// moves at its next chunk boundary.
+var errMovedOff = errors.New("the worker is drained: the stream moves to another worker")
+
+// errEngineFailed: the worker's stream carried an error event.
+var errEngineFailed = errors.New("the engine sent an error event mid-stream")
+
+// migrationMetrics count the streams that resumed, and how long a resume
+// took.
+type migrationMetrics struct {
+	resumed, failed, unresumable *metrics.Counter
+	seconds                      *metrics.PrometheusHistogram
+}
+
+func newMigrationMetrics(set *metrics.Set) migrationMetrics {
+	c := func(result string) *metrics.Counter {
+		return set.NewCounter(fmt.Sprintf(`vllm_router_stream_migrations_total{result=%q}`, result))
+	}
+	return migrationMetrics{resumed: c("resumed"), failed: c("failed"), unresumable: c("unresumable"),
+		seconds: set.NewPrometheusHistogramExt("vllm_router_stream_migration_seconds", durationBuckets)}
+}
+
+// newSplice is the splice of x's stream when it may resume, else nil.
+func (p *Proxy) newSplice(x *exchange, sse bool) (*splice, error) {
+	if p.cfg.Migration.Limit <= 0 || !sse || !x.in.stream {
+		return nil, nil
+	}
+	kind, err := resumeKindOf(x)
+	if err != nil {
+		return nil, err
+	}
+	return &splice{kind: kind, limit: p.cfg.Migration.BufferBytes, budget: p.splices}, nil
+}
+
+// readSpliced is read for a stream that may resume: the client gets whole
+// events only, and a worker that fails is replaced.
+func (r *relay) readSpliced(b []byte) (int, error) {
+	s := r.splice
+	for len(s.out) == s.sent && r.failed == nil && !r.complete {
+		r.pull()
+	}
+	if s.sent < len(s.out) {
+		n := copy(b, s.out[s.sent:])
+		r.note(b[:n])
+		if s.sent += n; s.sent == len(s.out) {
+			s.out, s.sent = s.out[:0], 0
+		}
+		return n, nil
+	}
+	if r.failed != nil {
+		return r.failRead(b)
+	}
+	return 0, io.EOF
+}
+
+// pull reads what the worker sent next into the splice; a worker that
+// failed, sent an error event, or is drained is replaced when it can be.
+func (r *relay) pull() {
+	s := r.splice
+	n, err := r.readArrived(*r.scratch)
+	s.feed((*r.scratch)[:n])
+	switch {
+	case s.engineFailed:
+		err = errEngineFailed
+	case err == io.EOF:
+		r.complete = true
+		return
+	case err == nil && r.a.moveOff.Load() && s.canResume(r.p.cfg.Migration.Limit) && len(s.partial) == 0:
+		r.moveOff()
+		return
+	case err == nil:
+		return
+	}
+	if !r.resume(err) {
+		r.fail(err)
+	}
+}
+
+// resume ends the failed attempt and continues the stream on another
+// worker; false when it cannot (the splice's shape, the limit, no worker
+// took it, the client left).
+func (r *relay) resume(cause error) bool {
+	s := r.splice
+	if !s.canResume(r.p.cfg.Migration.Limit) || r.x.life.why() != nil {
+		r.countUnresumable(cause)
+		return false
+	}
+	start := time.Now()
+	old := r.a
+	o, _ := old.failure(cause)
+	old.end(o, false)
+	live, l, err := r.p.resumeOn(r.x, s, old.m.ID)
+	if err != nil {
+		r.p.metrics.migrations.failed.Inc()
+		r.p.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
+		return false
+	}
+	r.switchTo(live, l, start)
+	return true
+}
+
+// countUnresumable counts a cut stream that could not resume: its shape
+// or the limit, not a client that left.
+func (r *relay) countUnresumable(cause error) {
+	if r.x.life.why() == nil && !errors.Is(cause, errMovedOff) {
+		r.p.metrics.migrations.unresumable.Inc()
+	}
+}
+
+// moveOff moves a stream off its drained worker: the new worker is found
+// and live first, and only then is the old one's connection closed, so a
+// stream no other worker takes stays where it was.
+func (r *relay) moveOff() {
+	r.a.moveOff.Store(false)
+	start := time.Now()
+	old := r.a
+	live, l, err := r.p.resumeOn(r.x, r.splice, old.m.ID)
+	if err != nil {
+		if !r.x.guard.attachFor(old, old.conn) { // the client left meanwhile
+			r.fail(err)
+		}
+		return
+	}
+	old.end(Canceled, false) // nothing against a worker being drained
+	r.switchTo(live, l, start)
+}
+
+// resumeOn starts the continuation of x's stream on a worker the stream
+// has not used, chosen by the regular decision over the conversation, and
+// returns it live: its first bytes read.
+func (p *Proxy) resumeOn(x *exchange, s *splice, left affinity.WorkerID) (*attempt, *leg, error) {
+	x.route.noteStreamed(left)
+	body, err := continuation(s.kind, x.body, s.text, s.tokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	router := p.finalRouter()
+	pool, err := p.poolFor(x, router, p.finalRole(), x.in.model)
+	if err != nil {
+		return nil, nil, err
+	}
+	var key uint64
+	if p.usesSessionKey() {
+		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), x.in, x.body)
+	}
+	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool.Without(x.route.streamed...))
+	l.body, l.toClient = body, false // an answer that is not a stream is read, never the client's
+	firstByte := x.firstByte
+	live, ans, err := p.try(x, l)
+	x.firstByte = firstByte
+	switch {
+	case live != nil:
+		return live, l, nil
+	case ans != nil:
+		return nil, nil, errorf(ErrUpstream, "worker %d answered the stream's continuation with %d", ans.worker, ans.status)
+	}
+	return nil, nil, err
+}
+
+// switchTo makes live the stream's worker.
+func (r *relay) switchTo(live *attempt, l *leg, start time.Time) {
+	r.a, r.l = live, l
+	live.streamed = true
+	r.splice.resumed()
+	r.splice.feed(live.first)
+	firstReads.Put(live.firstBuf)
+	live.first, live.firstBuf = nil, nil
+	r.p.metrics.migrations.resumed.Inc()
+	r.p.metrics.migrations.seconds.UpdateDuration(start)
+}
+
+// endSplice gives back what the splice holds.
+func (r *relay) endSplice() {
+	if r.splice == nil {
+		return
+	}
+	r.splice.release()
+	firstReads.Put(r.scratch)
+	r.scratch = nil
+	r.x.route.noteStreamed(r.a.m.ID)
+}
+
+// noteStreamed records that the stream used worker w.
+func (rt *route) noteStreamed(w affinity.WorkerID) {
+	if n := len(rt.streamed); n == 0 || rt.streamed[n-1] != w {
+		rt.streamed = append(rt.streamed, w)
+	}
+}
+
+// streamedWorkers is the request log's list of the workers a stream used,
+// when it used more than one.
+func (rt *route) streamedWorkers() string {
+	var b strings.Builder
+	for i, w := range rt.streamed {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.FormatUint(uint64(w), 10))
+	}
+	return b.String()
+}
+
+// MoveStreams marks the streams of this replica on worker w to move, at
+// their next chunk boundary, to other workers; it returns how many it
+// marked. A stream that cannot resume stays on w.
+func (p *Proxy) MoveStreams(w affinity.WorkerID) int {
+	n := 0
+	for _, x := range p.flights.all() {
+		if x.guard.markMoveOff(w) {
+			n++
+		}
+	}
+	return n
+}
+
+// StreamsOn counts the exchanges of this replica whose current attempt is
+// on worker w.
+func (p *Proxy) StreamsOn(w affinity.WorkerID) int {
+	n := 0
+	for _, x := range p.flights.all() {
+		if x.guard.on(w) {
+			n++
+		}
+	}
+	return n
+}
