@@ -109,7 +109,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p := &Proxy{cfg: cfg, deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
 		refusals: newRefusals(deps.Metrics, deps.Logger), watcher: newWatcher(), bearer: "Bearer " + cfg.APIKey,
-		splices: &spliceBudget{limit: cfg.Migration.TotalBytes}}
+		splices: &spliceBudget{limit: cfg.Migration.TotalBytes}, adapterLoads: newAdapterLoads(cfg.LoRA, deps.Metrics)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if p.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
 		return nil, err
@@ -122,7 +122,6 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.fleet = newWorkerFleet(cfg, deps, p.metrics, p.log)
 	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
 	p.owned = newOwnership(cfg.StoredResponseOwnerBytes, deps.OwnerSecrets, p.calls, p.finalRole, deps.Metrics)
-	p.adapterLoads = newAdapterLoads(cfg.LoRA, deps.Metrics)
 	if cfg.Tokenize.Enabled {
 		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Metrics)
 	}
