@@ -54,13 +54,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from realtier import free_ports, get  # noqa: E402  (loopback ports free now; an HTTP GET)
 
 BIN = "bin"
 AGENTIC = ["--system-prompt-tokens", "2048", "--task-tokens", "512", "--observation-tokens", "512",
@@ -78,30 +80,6 @@ def die_with_parent():
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-def free_ports(n):
-    held, ports = [], []
-    while len(ports) < n:
-        t = socket.socket()
-        t.bind(("127.0.0.1", 0))
-        port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-        except OSError:
-            t.close()
-            continue
-        held += [t, u]
-        ports.append(port)
-    for s in held:
-        s.close()
-    return ports
-
-
-def get(url, timeout=5.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.read().decode()
 
 
 def scrape(api):
@@ -231,7 +209,7 @@ class Soak:
         p = self.start([f"{BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id", name,
                         "--model", "sim-model", "--kv-capacity-tokens", self.kv], f"workersim-{self.worker_seq}.log")
         url = f"http://127.0.0.1:{port}"
-        wait_for(f"workersim {url}", lambda: get(url + "/health") is not None, 60)
+        wait_for(f"workersim {url}", lambda: get(url + "/health", timeout=5) is not None, 60)
         return url, p, name
 
     def admin(self, *args):
