@@ -264,7 +264,11 @@ func TestWhenTheHearerDiesTheEngineGoesOnWithAPeerWithoutAReset(t *testing.T) {
 	eventually(t, "r2 hears the engine itself", func() {
 		n += 100
 		publish(t, p, stored(names(n), nil, after))
-	}, func() bool { st, _ := r2.Status(1); m, _ := matchedOn(r2, 1, after); return st.Source == "bind" && m == 1 })
+	}, func() bool {
+		st, _ := r2.Status(1)
+		m, _ := matchedOn(r2, 1, after)
+		return st.Source == "bind" && m == 1
+	})
 	st, _ := r2.Status(1)
 	if m, tr := matchedOn(r2, 1, before); m != 2 || tr != Trusted {
 		t.Errorf("after the switch, the blocks from before: %d, %v (stats %+v)", m, tr, st.Stats)

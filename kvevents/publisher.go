@@ -15,7 +15,6 @@ import (
 // replay, as vLLM's publisher does (buffer_steps).
 const DefaultReplayBatches = 10_000
 
-
 // Publisher is an engine's side of the stream, as vLLM runs it: a PUB socket
 // that sends [topic, sequence (8 bytes, big-endian), payload] and a ROUTER
 // socket that answers a replay request (a start sequence) with every kept

@@ -62,7 +62,8 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realtier import free_ports, get  # noqa: E402  (loopback ports free now; an HTTP GET)
+import realtier  # noqa: E402  (the real-process helpers: ports, GETs, scrapes)
+from realtier import free_ports, get, wait_for  # noqa: E402
 
 BIN = "bin"
 AGENTIC = ["--system-prompt-tokens", "2048", "--task-tokens", "512", "--observation-tokens", "512",
@@ -85,28 +86,9 @@ def die_with_parent():
 def scrape(api):
     """{family: value}, labelled series summed per family."""
     out = {}
-    for line in get(api + "/metrics", timeout=10).splitlines():
-        if not line or line[0] == "#":
-            continue
-        series, _, value = line.rpartition(" ")
-        name = series.partition("{")[0]
-        try:
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            pass
+    for (name, _), value in realtier.scrape(api).items():
+        out[name] = out.get(name, 0.0) + value
     return out
-
-
-def wait_for(what, cond, deadline_s=120.0):
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        try:
-            if cond():
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{what} did not happen within {deadline_s:.0f} s")
 
 
 def loadavg():
