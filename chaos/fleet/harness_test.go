@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kvrouter/kvrouter/cluster/adminapi"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -209,18 +210,6 @@ func do(method, url, body string) (int, string, error) {
 	return resp.StatusCode, string(b), nil
 }
 
-type member struct {
-	Name  string `json:"name"`
-	State string `json:"state"`
-}
-
-type status struct {
-	Leader  string   `json:"leader"`
-	Voters  []string `json:"voters"`
-	Members []member `json:"members"`
-	Workers int      `json:"workers"`
-}
-
 type registryWorker struct {
 	ID  int    `json:"id"`
 	URL string `json:"url"`
@@ -234,7 +223,7 @@ func converged(want int) error {
 	var leader, voters string
 	var registry []byte
 	for _, n := range replicaNames {
-		var s status
+		var s adminapi.Status
 		if err := getJSON(replicaURL(n)+"/cluster/status", &s); err != nil {
 			return err
 		}
@@ -303,7 +292,7 @@ func leaderName(t *testing.T) string {
 	var leader string
 	testwait.EventuallyNil(t, 30*time.Second, func() error {
 		for _, n := range replicaNames {
-			var s status
+			var s adminapi.Status
 			if err := getJSON(replicaURL(n)+"/cluster/status", &s); err == nil && s.Leader != "" {
 				leader = s.Leader
 				return nil
