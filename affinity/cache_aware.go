@@ -58,11 +58,11 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	shed := false
 	if hit {
 		key := req.Hashes[depth]
-		c := leastLoaded(pool, owners, req.burst, req.Tail)
+		c := p.pickOwner(req, pool, sp, depth, owners)
 		owner := true
 		if p.isHot(req, depth, c.Load.selectLoad(c.Seen, req.burst), sp.min) {
 			var more [8]WorkerID
-			c = leastLoaded(pool, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]), req.burst, req.Tail)
+			c = p.pickOwner(req, pool, sp, depth, p.hotCandidates(key, pool, sp, req.burst, owners, more[:0]))
 			owner = slices.Contains(owners, c.Load.id)
 		}
 		c.prefix, c.prefixKnown = key, true
@@ -74,9 +74,92 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 		}
 		shed = true
 	}
+	if !shed {
+		// Too little of it matched for a hit: where it goes past a prefix
+		// others share, it still goes where its turns would have gone.
+		if c, ok := p.ownerByOwnBlock(req, pool, sp, depth, owners); ok {
+			c.Matched = matched
+			return c
+		}
+	}
 	c := p.placeMiss(req, pool, sp, depth)
 	c.Matched, c.Shed = matched, shed
 	return c
+}
+
+// pickOwner chooses among the candidates for a hit. In a tier, a request
+// that goes on past a prefix others share (a session's turn that matched
+// only the system prompt every session starts with) takes the first of them
+// in the rendezvous order of its first own block that is not busy; anywhere
+// else, and when every candidate is busy, the least loaded.
+//
+// The order is what lets replicas that have not heard of each other's
+// choices agree: a session whose earlier turns one replica placed, and whose
+// next turn reaches a replica that has not heard of them (the two sides of a
+// partition, or a peer's report still on its way), matches the shared
+// prefix alone there, and least load, read on each replica's own view,
+// would send it to another worker than its cache's. Its own first block is
+// the same on every replica and every turn, so the order names the same
+// owner on both as long as that owner is within the hot-prefix bound of the
+// least loaded, which is how far a tier's placement already lets a cold
+// miss's rendezvous worker run ahead.
+//
+// A turn with too little matched for a hit (a long conversation whose
+// shared prefix is a small part of it) is placed among the same owners in
+// the same order, so that its replica agrees with the one that placed its
+// first turn as a hit.
+func (p *CacheAware) pickOwner(req *Request, pool *Pool, sp spread, depth int, cands []WorkerID) Choice {
+	if c, ok := p.ownerByOwnBlock(req, pool, sp, depth, cands); ok {
+		return c
+	}
+	return leastLoaded(pool, cands, req.burst, req.Tail)
+}
+
+// ownerByOwnBlock is pickOwner's choice by order, false where it chooses by
+// load.
+func (p *CacheAware) ownerByOwnBlock(req *Request, pool *Pool, sp spread, depth int, cands []WorkerID) (Choice, bool) {
+	key, ok := p.ownBlock(req, depth)
+	if !ok {
+		return Choice{}, false
+	}
+	// Busy is judged on the loads the replicas reported, without this
+	// replica's guess at its peers' share of its own recent requests: the
+	// guess is what spreads a burst of one prefix, but here every session
+	// has its own order already, and a guess that differs between two
+	// replicas would send one session to two workers.
+	return p.firstNotBusy(pool, cands, key, pool.spread(burstView{}, 0).min)
+}
+
+// ownBlock is the key of req's first block past a shared prefix matched to
+// depth, in a tier: false alone (peers' choices are all seen), when req
+// ends within the match, or when the match is no prefix others share.
+func (p *CacheAware) ownBlock(req *Request, depth int) (uint64, bool) {
+	if req.burst.peers == 0 || depth < 0 || depth+1 >= len(req.Hashes) || !p.index.Forks(req.Hashes[depth]) {
+		return 0, false
+	}
+	return req.Hashes[depth+1], true
+}
+
+// firstNotBusy returns the first of cands in the rendezvous order of key
+// whose reported load is within the hot-prefix bound of min; false when
+// every one is busy.
+func (p *CacheAware) firstNotBusy(pool *Pool, cands []WorkerID, key uint64, min int64) (Choice, bool) {
+	best, bestScore, bestSeen := -1, uint64(0), int64(0)
+	for _, w := range cands {
+		i := pool.position(w)
+		m := pool.At(i)
+		seen := m.local.Load()
+		if p.busy(m.selectLoad(seen, burstView{}), min) {
+			continue
+		}
+		if s := rendezvousScore(key, m.id); best < 0 || s > bestScore {
+			best, bestScore, bestSeen = i, s, seen
+		}
+	}
+	if best < 0 {
+		return Choice{}, false
+	}
+	return Choice{Load: pool.At(best), Seen: bestSeen}, true
 }
 
 // overloaded is the overload check of a hit on c: on the loads with the

@@ -134,3 +134,58 @@ func TestTheFirstHitsOfATierOnAHotPrefixShareItsNewOwners(t *testing.T) {
 		t.Errorf("the 64 second requests went to %v: want them shared among the new owners", spread)
 	}
 }
+
+func TestReplicasThatHaveNotHeardOfASessionSendItPastTheSharedPrefixToOneWorker(t *testing.T) {
+	// The two sides of a partitioned tier of 8 both know the system prompt
+	// every session starts with on the same 8 of 16 workers, and read the
+	// loads differently (each its own requests in flight, within the hot
+	// bound). A session's first turn placed on one side, as a hit on the
+	// prompt, and a later turn placed on the other, which has not heard of
+	// the first and matches the prompt alone (too little of the turn for a
+	// hit), go to the same worker, whatever each side guesses of its peers'
+	// share of its own last requests.
+	system := text("a system prompt every session starts with", 400)
+	var sides [2]*fleet
+	for s := range sides {
+		f := newTierReplica(t, 16, 8)
+		for w := 1; w <= 8; w++ {
+			f.index.Insert(f.router.Prepare("m", []byte(session(system, 100+w)), 0).Hashes, WorkerID(w))
+		}
+		for w := 1; w <= 16; w++ {
+			f.setLoad(WorkerID(w), 3)
+		}
+		f.setLoad(WorkerID(1+s), 0) // each side's least loaded is another worker
+		sides[s] = f
+	}
+	for i := range 16 {
+		first := session(system, i)
+		later := first + text(fmt.Sprint("the turns since of ", i), 1200)
+		a, b := sides[i%2].route(t, first), sides[1-i%2].route(t, later)
+		if !a.Hit || b.Hit {
+			t.Fatalf("session %d: the first turn hit %v, the later one %v: want a hit, then a miss", i, a.Hit, b.Hit)
+		}
+		if a.Worker != b.Worker {
+			t.Errorf("session %d: the first turn went to %d on one side, the later turn to %d on the other", i, a.Worker, b.Worker)
+		}
+		if a.Worker > 8 {
+			t.Errorf("session %d went to %d, which does not hold the system prompt", i, a.Worker)
+		}
+	}
+}
+
+func TestASessionPastASharedPrefixSkipsABusyOwner(t *testing.T) {
+	// The order yields to load at the hot bound: an owner HotLoad requests
+	// above the least loaded takes no session by order.
+	system := text("a system prompt every session starts with", 400)
+	f := newTierReplica(t, 16, 8)
+	for w := 1; w <= 8; w++ {
+		f.index.Insert(f.router.Prepare("m", []byte(session(system, 100+w)), 0).Hashes, WorkerID(w))
+	}
+	busy := f.route(t, session(system, 0)).Worker
+	f.setLoad(busy, DefaultHotLoad)
+	for i := range 32 {
+		if d := f.route(t, session(system, i)); d.Worker == busy {
+			t.Fatalf("session %d went to %d, %d requests above the least loaded", i, busy, DefaultHotLoad)
+		}
+	}
+}
