@@ -77,7 +77,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 	if !shed {
 		// Too little of it matched for a hit: where it goes past a prefix
 		// others share, it still goes where its turns would have gone.
-		if c, ok := p.ownerByOwnBlock(req, pool, sp, depth, owners); ok {
+		if c, ok := p.ownerByOwnBlock(req, pool, depth, owners); ok {
 			c.Matched = matched
 			return c
 		}
@@ -109,7 +109,7 @@ func (p *CacheAware) Select(req *Request, pool *Pool) Choice {
 // the same order, so that its replica agrees with the one that placed its
 // first turn as a hit.
 func (p *CacheAware) pickOwner(req *Request, pool *Pool, sp spread, depth int, cands []WorkerID) Choice {
-	if c, ok := p.ownerByOwnBlock(req, pool, sp, depth, cands); ok {
+	if c, ok := p.ownerByOwnBlock(req, pool, depth, cands); ok {
 		return c
 	}
 	return leastLoaded(pool, cands, req.burst, req.Tail)
@@ -117,7 +117,7 @@ func (p *CacheAware) pickOwner(req *Request, pool *Pool, sp spread, depth int, c
 
 // ownerByOwnBlock is pickOwner's choice by order, false where it chooses by
 // load.
-func (p *CacheAware) ownerByOwnBlock(req *Request, pool *Pool, sp spread, depth int, cands []WorkerID) (Choice, bool) {
+func (p *CacheAware) ownerByOwnBlock(req *Request, pool *Pool, depth int, cands []WorkerID) (Choice, bool) {
 	key, ok := p.ownBlock(req, depth)
 	if !ok {
 		return Choice{}, false
