@@ -119,7 +119,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	p.fleet = newWorkerFleet(cfg, deps, p.metrics, p.log)
+	p.fleet = newWorkerFleet(cfg, deps, p.metrics, p.log, func(id affinity.WorkerID) { p.MoveStreams(id) })
 	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
 	p.owned = newOwnership(cfg.StoredResponseOwnerBytes, deps.OwnerSecrets, p.calls, p.finalRole, deps.Metrics)
 	if cfg.Tokenize.Enabled {
@@ -164,13 +164,16 @@ func (d Deps) complete(cfg Config) (Deps, error) {
 }
 
 // newWorkerFleet is the proxy's view of the workers: a worker that leaves
-// takes its blocks out of the index, and every change is written to the
-// per-worker metrics.
-func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger) *Fleet {
+// the registry takes its blocks out of the index and has its streams moved
+// off it by moveStreams (the engine may be going away with it; a stream
+// that cannot resume finishes where it is), and every change is written to
+// the per-worker metrics.
+func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger, moveStreams func(affinity.WorkerID)) *Fleet {
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
 		}
+		moveStreams(id)
 	}
 	f := newFleet(deps.Loads, deps.Health.Eligible, onRemove, cfg.DialTimeout, cfg.WorkerHosts, deps.Dialer, log)
 	f.idleTimeout = cfg.WorkerIdleTimeout

@@ -498,3 +498,47 @@ func loadOf(t *testing.T, base, url string) int64 {
 	}
 	return 0
 }
+
+// TestMigrationAWorkerRemovedThroughAnotherReplicaMovesItsStreams: in a
+// tier of two, a worker is removed through one replica while a stream of
+// the other is on it; the other replica, hearing of the removal through
+// the registry, moves the stream to the remaining worker, and its client
+// reads the uninterrupted run's stream.
+func TestMigrationAWorkerRemovedThroughAnotherReplicaMovesItsStreams(t *testing.T) {
+	router, workersim := binaries(t)
+	urls := map[string]string{}
+	var all []string
+	for _, id := range []string{"w1", "w2"} {
+		_, u := startWorkersim(t, workersim, id, "--time-scale", "1", "--text-seed", "11")
+		urls[id] = u
+		all = append(all, u)
+	}
+	routers := startTier(t, router, 2, all)
+	for _, r := range routers {
+		testwait.Eventually(t, 20*time.Second, func() bool {
+			for _, u := range all {
+				if s, ok := workerStat(r, u); !ok || !s.Healthy {
+					return false
+				}
+			}
+			return true
+		}, "every worker healthy on %s", r)
+	}
+	long := strings.Replace(completionBody, `"max_tokens":120`, `"max_tokens":400`, 1)
+	want := streamAll(t, routers[1], "/v1/completions", long)
+	got := streamCut(t, routers[1], "/v1/completions", long, 5, func(worker string) {
+		req, _ := http.NewRequest(http.MethodDelete, routers[0]+"/workers/"+workerID(t, routers[0], urls[worker]), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("removing %s through the first replica answered %d", worker, resp.StatusCode)
+		}
+	})
+	sameAsUninterrupted(t, got, want)
+	if n := migrated(t, routers[1], "resumed"); n != 1 {
+		t.Fatalf("the second replica resumed %v streams; want the one moved off the removed worker", n)
+	}
+}
