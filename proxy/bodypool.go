@@ -10,7 +10,9 @@ import (
 // request costs an allocation the size of the body, zeroed before it is
 // overwritten, and the collections that much garbage brings (at 64 KiB
 // bodies, a tenth of the router's CPU). A buffer goes back when the
-// request was served (Handler), never while anything may still read it:
+// request was served (Handler), or, for a stream that may resume, whose
+// continuation is written from the body, when the stream ends (finish);
+// never while anything may still read it:
 // a router with disaggregated workers, whose concurrent prefill may
 // outlive the exchange with the client's body, reads into fresh buffers.
 const (

@@ -76,12 +76,16 @@ type passed struct {
 }
 
 // served gives back what the request held once it was served: its share of
-// the budget and its body's buffer, which the request no longer names.
-func (d *door) served(ctx *fasthttp.RequestCtx, pass passed) {
+// the budget and its body's buffer, which the request no longer names, but
+// when its exchange kept the body (keptBody: a stream that may resume,
+// whose finish gives the buffer back).
+func (d *door) served(ctx *fasthttp.RequestCtx, pass passed, keptBody bool) {
 	d.bodies.give(pass.client, pass.held)
 	if pass.buf != nil {
 		ctx.Request.SetBodyRaw(nil)
-		giveBody(pass.buf)
+		if !keptBody {
+			giveBody(pass.buf)
+		}
 	}
 }
 

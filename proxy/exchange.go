@@ -23,8 +23,13 @@ type exchange struct {
 	id       []byte // the request id, in idBuf when it fits
 	idBuf    [32]byte
 	start    time.Time
-	deadline time.Time    // no attempt starts after it (--request-timeout-secs)
-	body     []byte       // the client's body, as received
+	deadline time.Time // no attempt starts after it (--request-timeout-secs)
+	body     []byte    // the client's body, as received
+	// bodyBuf is the pooled buffer body was read into (nil when none), and
+	// keptBody says the exchange keeps it past its handler, for a stream
+	// that may resume: finish then gives it back.
+	bodyBuf  *[]byte
+	keptBody bool
 	text     *routingText // what in.text is held in, from textBuffers; returned by finish
 	// up is the request every worker is sent, from fasthttp's pool: the
 	// client's headers less hop-by-hop ones, x-request-id and the default
@@ -293,6 +298,10 @@ func (x *exchange) finish(e ending) {
 		x.life.end(nil)
 	}
 	p.admission.release(x.ticket)
+	if x.keptBody {
+		giveBody(x.bodyBuf)
+		x.bodyBuf, x.body = nil, nil
+	}
 	status, errType := e.status, e.errType
 	switch {
 	case x.gone.Load():

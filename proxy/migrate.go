@@ -23,8 +23,10 @@ type Migration struct {
 	// with, in bytes (--migration-buffer-bytes, default 1 MiB); a stream
 	// past it no longer resumes, and fails visibly when cut.
 	BufferBytes int
-	// TotalBytes bounds that text over every stream of the replica
-	// (--migration-buffer-total-bytes, default 256 MiB).
+	// TotalBytes bounds what every stream of the replica that may resume
+	// keeps at once, that text and its request body, which the
+	// continuation is written from (--migration-buffer-total-bytes, default
+	// 256 MiB); a stream that finds it full does not resume.
 	TotalBytes int64
 }
 
@@ -64,7 +66,13 @@ func (p *Proxy) newSplice(x *exchange, sse bool) (*splice, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &splice{kind: kind, limit: p.cfg.Migration.BufferBytes, budget: p.splices}, nil
+	// The continuation is written from the body: it is kept, within the
+	// replica's bound, until the stream ends.
+	if !p.splices.take(len(x.body)) {
+		return nil, fmt.Errorf("%w: the replica holds --migration-buffer-total-bytes of streams' text and bodies", errCannotResume)
+	}
+	x.keptBody = true
+	return &splice{kind: kind, limit: p.cfg.Migration.BufferBytes, budget: p.splices, bodyHeld: len(x.body)}, nil
 }
 
 // readSpliced is read for a stream that may resume: the client gets whole
@@ -209,7 +217,7 @@ func (r *relay) endSplice() {
 	if r.splice == nil {
 		return
 	}
-	r.splice.release()
+	r.splice.close()
 	firstReads.Put(r.scratch)
 	r.scratch = nil
 	r.x.route.noteStreamed(r.a.m.ID)

@@ -303,14 +303,19 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	defer p.door.served(ctx, pass)
+	keptBody := false
+	defer func() { p.door.served(ctx, pass, keptBody) }()
 	if rt.metered == nil {
 		rt.serve(p, ctx)
 		return
 	}
 	x := p.newExchange(ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
-	x.caller = pass.caller
+	x.caller, x.bodyBuf = pass.caller, pass.buf
 	p.serveExchange(x, rt.plan)
+	// A stream that may resume keeps its body to write the continuation
+	// with, past the handler's end: its finish, which comes later (fasthttp
+	// writes a streamed body once the handler returned), gives it back.
+	keptBody = x.keptBody
 }
 
 // refuseConnection answers every request of a connection accepted past

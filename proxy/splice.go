@@ -39,6 +39,9 @@ type splice struct {
 	limit  int           // bytes of text kept at most (--migration-buffer-bytes)
 	budget *spliceBudget // the replica's bound over every stream's text
 	held   int           // bytes of text taken from budget
+	// bodyHeld is the request body's bytes taken from budget: the body is
+	// kept to write the continuation with (newSplice).
+	bodyHeld int
 
 	parser fastjson.Parser
 	arena  fastjson.Arena
@@ -201,6 +204,13 @@ func (s *splice) refuse(why error) {
 func (s *splice) release() {
 	s.budget.give(s.held)
 	s.held, s.text = 0, nil
+}
+
+// close gives back all the splice took of the budget, at the stream's end.
+func (s *splice) close() {
+	s.release()
+	s.budget.give(s.bodyHeld)
+	s.bodyHeld = 0
 }
 
 // rewrite makes a resumed worker's chunk the first worker's: its id and

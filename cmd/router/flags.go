@@ -158,7 +158,7 @@ func ownFlags() []cli.Flag {
 		boolFlag("disable-retries", "one attempt per request (and per P/D phase)"),
 		intFlag("migration-limit", p.Migration.Limit, "times a stream its worker cut after the first byte resumes on another worker (completions and chat completions; docs/failures.md says which shapes); 0: never, the stream fails visibly"),
 		int64Flag("migration-buffer-bytes", int64(p.Migration.BufferBytes), "bytes of generated text one stream keeps to resume with; a stream past it fails visibly when cut"),
-		int64Flag("migration-buffer-total-bytes", p.Migration.TotalBytes, "bytes of generated text every stream of the replica keeps at once to resume with"),
+		int64Flag("migration-buffer-total-bytes", p.Migration.TotalBytes, "bytes every stream of the replica that may resume keeps at once to resume with: its generated text and its request body"),
 		boolFlag("disable-circuit-breaker", "circuits never open on request failures (health checks and verdicts still apply)"),
 		intFlag("cb-failure-threshold", h.CBFailureThreshold, "consecutive failures that open a worker's circuit"),
 		intFlag("cb-success-threshold", h.CBSuccessThreshold, "successes in half-open that close it"),
