@@ -17,8 +17,8 @@ import (
 // processes (make bench-migration; BENCHMARKS.md): under load, the worker
 // holding the most streams is killed mid-stream, and every stream is
 // compared with an uninterrupted run's text; then a worker holding 20
-// long streams is removed with drain=migrate. Three rounds; each prints
-// its figures.
+// long streams is removed with drain=migrate; then the kill again on
+// llm-d-inference-sim. Three rounds; each prints its figures.
 func TestBenchMigration(t *testing.T) {
 	if os.Getenv("KVROUTER_BENCH_MIGRATION") == "" {
 		t.Skip("a benchmark: make bench-migration runs it")
@@ -29,15 +29,36 @@ func TestBenchMigration(t *testing.T) {
 			for _, why := range k.failures {
 				t.Logf("round %d: a failed stream: %s", round, why)
 			}
+			if k.notTaken+k.unresumable > 0 {
+				t.Logf("round %d: the router counted %d cut streams no worker took and %d that could not resume", round, k.notTaken, k.unresumable)
+			}
 			d := benchDrain(t)
 			t.Logf("round %d: kill: %d streams, %d resumed, %d failed, %d truncated, %d wrong text; client-visible pause of resumed streams p50 %v p99 %v; drain: 20 streams moved in %v, %d cut",
 				round, k.streams, k.resumed, k.failed, k.truncated, k.wrong, k.p50, k.p99, d.took, d.cut)
+			if k.failed+k.truncated+k.wrong > 0 {
+				t.Errorf("round %d: %d streams failed, %d truncated, %d with the wrong text: want none", round, k.failed, k.truncated, k.wrong)
+			}
+			if d.cut > 0 {
+				t.Errorf("round %d: the drain cut %d streams", round, d.cut)
+			}
+			p := benchKillPeer(t, 4, 48) // skipped, after the figures above, without the public engine
+			for _, why := range p.failures {
+				t.Logf("round %d: llm-d-inference-sim: a failed stream: %s", round, why)
+			}
+			t.Logf("round %d: llm-d-inference-sim kill: %d streams, %d resumed, %d failed, %d truncated; pause of the %d longest-paused streams p50 %v p99 %v",
+				round, p.streams, p.resumed, p.failed, p.truncated, p.resumed, p.p50, p.p99)
+			if p.failed+p.truncated > 0 {
+				t.Errorf("round %d: llm-d-inference-sim: %d streams failed, %d truncated: want none", round, p.failed, p.truncated)
+			}
 		})
 	}
 }
 
 type killFigures struct {
 	streams, resumed, failed, truncated, wrong int
+	// notTaken and unresumable are the router's count of cut streams no
+	// other worker took, and of those whose shape or limit kept them.
+	notTaken, unresumable int
 	p50, p99                                   time.Duration
 	failures                                   []string // each failed stream: its first worker and its end
 }
@@ -83,7 +104,7 @@ func benchKill(t *testing.T, workers, streams int) killFigures {
 	killedAt = time.Now()
 	close(killed)
 	wg.Wait()
-	var f killFigures
+	f := killFigures{notTaken: int(migrated(t, m.url, "failed")), unresumable: int(migrated(t, m.url, "unresumable"))}
 	var pauses []time.Duration
 	for i, b := range out {
 		f.streams++
@@ -194,6 +215,61 @@ func benchDrain(t *testing.T) drainFigures {
 		if !s.done || s.errEvent != "" {
 			f.cut++
 		}
+	}
+	return f
+}
+
+// benchKillPeer is benchKill on llm-d-inference-sims, engines nobody here
+// wrote: their text is random, so a stream is judged by its end (one id,
+// [DONE], no error) and by its usage (every token of max_tokens, with
+// ignore_eos), not by its words. The sims name no worker in their answers,
+// so the resumed streams are counted by the router's metric, and their
+// pauses are taken as that many longest pauses.
+func benchKillPeer(t *testing.T, engines, streams int) killFigures {
+	base, sims := startPeerMigrationTier(t, engines)
+	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":400,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
+	killed := make(chan struct{})
+	var killedAt time.Time
+	var wg, ready sync.WaitGroup
+	out := make([]benchStream, streams)
+	for i := range streams {
+		wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = readBenchStream(base, body, &ready, killed, &killedAt)
+		}()
+	}
+	ready.Wait()
+	var victim *process
+	most := int64(-1)
+	for url, p := range sims {
+		if n := loadOf(t, base, url); n > most {
+			victim, most = p, n
+		}
+	}
+	victim.kill()
+	killedAt = time.Now()
+	close(killed)
+	wg.Wait()
+	f := killFigures{resumed: int(migrated(t, base, "resumed"))}
+	var pauses []time.Duration
+	for _, b := range out {
+		f.streams++
+		pauses = append(pauses, b.pause)
+		switch {
+		case !b.s.done || b.s.errEvent != "" || len(b.s.ids) != 1:
+			f.failed++
+			f.failures = append(f.failures, fmt.Sprintf("%d bytes of text, ids %d, done %v, error %s",
+				len(b.s.text), len(b.s.ids), b.s.done, b.s.errEvent))
+		case b.s.usage == nil || b.s.usage.Completion != 400:
+			f.truncated++
+		}
+	}
+	slices.Sort(pauses)
+	if f.resumed > 0 {
+		top := pauses[len(pauses)-min(f.resumed, len(pauses)):]
+		f.p50, f.p99 = top[len(top)/2], top[min(len(top)-1, len(top)*99/100)]
 	}
 	return f
 }

@@ -433,29 +433,7 @@ func workerID(t *testing.T, base, url string) string {
 // the completion tokens of both engines summed. (The simulator's text is
 // random: only the splice's continuity can be checked, not its words.)
 func TestMigrationFromAKilledPeerEngine(t *testing.T) {
-	bin := peers.Sim(t)
-	router, _ := binaries(t)
-	sims := map[string]*process{}
-	var urls []string
-	for range 2 {
-		addr := freeAddr(t)
-		_, port, _ := net.SplitHostPort(addr)
-		p := start(t, bin, "--port", port, "--model", peerModel, "--force-dummy-tokenizer", "--max-num-seqs", "16",
-			"--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "5ms")
-		url := "http://" + addr
-		sims[url] = p
-		urls = append(urls, url)
-		testwait.EventuallyNil(t, 20*time.Second, func() error {
-			resp, err := http.Get(url + "/health")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			return nil
-		}, "llm-d-inference-sim on %s", addr)
-	}
-	base := startRouterProcess(t, router, "--worker-urls", strings.Join(urls, ","), "--log-level", "debug")
-	testwait.Eventually(t, 20*time.Second, func() bool { return healthy(t, base, urls[0]) && healthy(t, base, urls[1]) }, "both engines healthy")
+	base, sims := startPeerMigrationTier(t, 2, "--log-level", "debug")
 	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
 	resp, r := openStream(t, base, "/v1/completions", body)
 	s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
@@ -487,6 +465,44 @@ func TestMigrationFromAKilledPeerEngine(t *testing.T) {
 	}
 	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
 	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
+}
+
+// startPeerMigrationTier starts a router with routerArgs in front of n
+// llm-d-inference-sims (16 sequences each, 5 ms a token) and returns its
+// URL, once every engine is healthy, and the engines by URL.
+func startPeerMigrationTier(t *testing.T, n int, routerArgs ...string) (string, map[string]*process) {
+	t.Helper()
+	bin := peers.Sim(t)
+	router, _ := binaries(t)
+	sims := map[string]*process{}
+	var urls []string
+	for range n {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		p := start(t, bin, "--port", port, "--model", peerModel, "--force-dummy-tokenizer", "--max-num-seqs", "16",
+			"--latency-calculator", "per-token", "--prefill-time-per-token", "200us", "--inter-token-latency", "5ms")
+		url := "http://" + addr
+		sims[url] = p
+		urls = append(urls, url)
+		testwait.EventuallyNil(t, 20*time.Second, func() error {
+			resp, err := http.Get(url + "/health")
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			return nil
+		}, "llm-d-inference-sim on %s", addr)
+	}
+	base := startRouterProcess(t, router, append([]string{"--worker-urls", strings.Join(urls, ",")}, routerArgs...)...)
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		for _, u := range urls {
+			if !healthy(t, base, u) {
+				return false
+			}
+		}
+		return true
+	}, "every engine healthy")
+	return base, sims
 }
 
 // loadOf is this router's in-flight count on the worker at url.
