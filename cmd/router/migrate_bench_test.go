@@ -59,8 +59,8 @@ type killFigures struct {
 	// notTaken and unresumable are the router's count of cut streams no
 	// other worker took, and of those whose shape or limit kept them.
 	notTaken, unresumable int
-	p50, p99                                   time.Duration
-	failures                                   []string // each failed stream: its first worker and its end
+	p50, p99              time.Duration
+	failures              []string // each failed stream: its first worker and its end
 }
 
 // benchStream is one client's stream: what it read, and the longest wait
