@@ -45,7 +45,7 @@ func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
 	for {
 		dec, guard, err := l.choose()
 		if err != nil {
-			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.model)
+			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.Model)
 		}
 		m := p.fleet.view().members[dec.Worker]
 		if m == nil {

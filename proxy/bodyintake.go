@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // A body is read into a buffer that grows as the body arrives, and is
@@ -211,7 +213,7 @@ func (in *intake) wasCut() bool {
 
 // failed is the error a read that failed answers with.
 func (in *intake) failed(err error, rateDue bool) error {
-	var api *apiError
+	var api *wire.Error
 	switch {
 	case errors.As(err, &api):
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/kvrouter/kvrouter/proxy/wire"
 	"github.com/valyala/fasthttp"
 )
 
@@ -14,7 +15,7 @@ import (
 
 // apiPath reports whether path belongs to the API that browsers may call.
 func apiPath(path []byte) bool {
-	return bytes.HasPrefix(path, []byte("/v1/")) || endpointAt(path) != nil
+	return bytes.HasPrefix(path, []byte("/v1/")) || wire.EndpointAt(path) != nil
 }
 
 // cors sets the CORS headers of an API request that carries an Origin, and

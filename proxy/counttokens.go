@@ -22,7 +22,7 @@ func (p *Proxy) planCountTokens(x *exchange) (*leg, error) {
 	if err := p.awaitReady(x); err != nil {
 		return nil, err
 	}
-	return p.leastLoadedLeg(x, x.in.model)
+	return p.leastLoadedLeg(x, x.in.Model)
 }
 
 // leastLoadedLeg is a leg of one attempt to the least loaded eligible

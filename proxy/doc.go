@@ -1,7 +1,6 @@
 // Package proxy is the request path of a router replica: the fasthttp front
-// end of the OpenAI-compatible API and Anthropic's Messages API, request
-// parsing (the routing text is the prompt's real prefix, in the order
-// engines render it: routingtext.go, chattext.go, anthropictext.go), worker
+// end of the OpenAI-compatible API and Anthropic's Messages API (what it
+// reads of a body and how it words its own errors are package wire's), worker
 // selection through package affinity, forwarding over pooled upstream
 // connections, SSE relayed event by event, retries before the first byte,
 // and the in-flight guards that keep load counts honest on every path

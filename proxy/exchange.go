@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // exchange is one client request on its way through the proxy, from the
@@ -18,8 +19,8 @@ import (
 type exchange struct {
 	p        *Proxy
 	ctx      *fasthttp.RequestCtx
-	ep       *endpoint
-	in       inference
+	ep       *wire.Endpoint
+	in       wire.Inference
 	id       []byte // the request id, in idBuf when it fits
 	idBuf    [32]byte
 	start    time.Time
@@ -30,7 +31,7 @@ type exchange struct {
 	// that may resume: finish then gives it back.
 	bodyBuf  *[]byte
 	keptBody bool
-	text     *routingText // what in.text is held in, from textBuffers; returned by finish
+	text     *wire.RoutingText // what in.text is held in, from textBuffers; returned by finish
 	// up is the request every worker is sent, from fasthttp's pool: the
 	// client's headers less hop-by-hop ones, x-request-id and the default
 	// API key set; each attempt sets its worker's host and path and its
@@ -81,7 +82,7 @@ type exchange struct {
 // it. tk is its admission, nil when it took none; finish releases it. The
 // body is not read here: a request refused at the door keeps what it did
 // not send.
-func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint, start time.Time, tk *admission.Ticket) *exchange {
+func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *wire.Endpoint, start time.Time, tk *admission.Ticket) *exchange {
 	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
 		uri: ctx.URI().RequestURI(), ticket: tk}
 	x.id = p.requestID(ctx, x.idBuf[:0])
@@ -126,10 +127,10 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 	if p.pd != nil {
 		// A concurrent prefill may outlive the exchange, and route with
 		// the text after it is done: it gets a copy of its own.
-		in.text = affinity.Text{in.text.AppendTo(nil)}
+		in.Text = affinity.Text{in.Text.AppendTo(nil)}
 		x.in = in
 	}
-	if x.ep == responses {
+	if x.ep == wire.Responses {
 		// The engine stores the seal of the response's id and the key
 		// with the response, so that every replica can tell whose it is
 		// (stored.go).
@@ -140,21 +141,21 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 	if err := p.awaitReady(x); err != nil {
 		return nil, err
 	}
-	disaggregated := p.pd != nil && x.ep.pd
+	disaggregated := p.pd != nil && x.ep.PD
 	router := p.finalRouter()
-	pool, err := p.poolFor(x, router, p.finalRole(), in.model)
+	pool, err := p.poolFor(x, router, p.finalRole(), in.Model)
 	if err != nil {
 		return nil, err
 	}
 	p.begin(x)
 	var key uint64 // hashing a large body is wasted on every policy but those that place by session
 	if p.usesSessionKey() {
-		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
+		key = wire.SessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
 	}
 	switch {
 	case disaggregated:
 		return p.pd.plan(x, pool, key)
-	case in.previous != "":
+	case in.Previous != "":
 		return p.continuedLeg(x)
 	}
 	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool)
@@ -163,10 +164,10 @@ func (p *Proxy) planInference(x *exchange) (*leg, error) {
 }
 
 // parse reads x's body into x.in, its routing text into a buffer of
-// textBuffers that finish returns.
+// wire.TakeText that finish returns.
 func (x *exchange) parse() error {
-	x.text = textBuffers.Get().(*routingText)
-	in, err := parseInference(x.ep, x.body, x.text)
+	x.text = wire.TakeText()
+	in, err := wire.Parse(x.ep, x.body, x.text)
 	x.in = in
 	return err
 }
@@ -223,7 +224,7 @@ func (p *Proxy) serveLeg(x *exchange, l *leg) {
 	live, ans, err := p.try(x, l)
 	switch {
 	case live != nil:
-		if x.ep == responses {
+		if x.ep == wire.Responses {
 			p.owned.learn(x, live.m.ID, live.first)
 		}
 		p.stream(x, live, l)
@@ -287,7 +288,7 @@ type ending struct {
 func (x *exchange) finish(e ending) {
 	p := x.p
 	x.watch.stop()
-	releaseText(x.text)
+	wire.ReleaseText(x.text)
 	x.text = nil
 	if x.up != nil {
 		fasthttp.ReleaseRequest(x.up)

@@ -49,13 +49,13 @@ const pathLoadAdapter = "/v1/load_lora_adapter"
 // blocks by the adapter's name and the salt.
 func (p *Proxy) prepare(router *affinity.Router, x *exchange, key uint64) *affinity.Request {
 	in := &x.in
-	req := router.PrepareFor(affinity.CacheID{Model: in.model, Salt: in.salt}, in.text, key)
+	req := router.PrepareFor(affinity.CacheID{Model: in.Model, Salt: in.Salt}, in.Text, key)
 	adapter := ""
-	if p.fleet.view().isAdapter(in.model) {
-		adapter = in.model
+	if p.fleet.view().isAdapter(in.Model) {
+		adapter = in.Model
 		req.Adapter = affinity.AdapterKeyOf(adapter)
 	}
-	req.CacheIdentity = kvevents.Identity(adapter, in.salt)
+	req.CacheIdentity = kvevents.Identity(adapter, in.Salt)
 	return req
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // Migration says when a stream its worker cut after the first byte
@@ -59,7 +60,7 @@ func newMigrationMetrics(set *metrics.Set) migrationMetrics {
 
 // newSplice is the splice of x's stream when it may resume, else nil.
 func (p *Proxy) newSplice(x *exchange, sse bool) (*splice, error) {
-	if p.cfg.Migration.Limit <= 0 || !sse || !x.in.stream {
+	if p.cfg.Migration.Limit <= 0 || !sse || !x.in.Stream {
 		return nil, nil
 	}
 	kind, err := resumeKindOf(x)
@@ -178,13 +179,13 @@ func (p *Proxy) resumeOn(x *exchange, s *splice, left affinity.WorkerID) (*attem
 		return nil, nil, err
 	}
 	router := p.finalRouter()
-	pool, err := p.poolFor(x, router, p.finalRole(), x.in.model)
+	pool, err := p.poolFor(x, router, p.finalRole(), x.in.Model)
 	if err != nil {
 		return nil, nil, err
 	}
 	var key uint64
 	if p.usesSessionKey() {
-		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), x.in, x.body)
+		key = wire.SessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), x.in, x.body)
 	}
 	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool.Without(x.route.streamed...))
 	l.body, l.toClient = body, false // an answer that is not a stream is read, never the client's

@@ -81,7 +81,7 @@ func (p *Proxy) finalRole() string {
 func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*leg, error) {
 	d.requests.Inc()
 	x.pd = true
-	ppool, err := d.p.poolFor(x, d.p.routers.Load().pd.Prefill, RolePrefill, x.in.model)
+	ppool, err := d.p.poolFor(x, d.p.routers.Load().pd.Prefill, RolePrefill, x.in.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -104,12 +104,12 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 	d.p.tokens.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
-		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
+		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.Model)
 	}
 	ddec, dguard, err := dec.route(dpool)
 	if err != nil {
 		pguard.Release()
-		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.model)
+		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.Model)
 	}
 	pre.first, dec.first = &routed{dec: pdec, guard: pguard}, &routed{dec: ddec, guard: dguard}
 	return pre, dec, nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // Deps are what a Proxy is built from.
@@ -289,7 +290,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	path := ctx.Path()
-	ep := endpointAt(path)
+	ep := wire.EndpointAt(path)
 	// The admin API owns no inference path: an inference request does not
 	// go through its route table.
 	if ep == nil && p.deps.Admin != nil && p.deps.Admin(ctx) {

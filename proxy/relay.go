@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -79,7 +80,7 @@ func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	r := &relay{p: p, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
-	if speaksAnthropic(x.ctx.Path()) {
+	if wire.SpeaksAnthropic(x.ctx.Path()) {
 		r.opened = usageOf(r.pending)
 	}
 	if r.splice, r.whyNot = p.newSplice(x, r.sse); r.splice != nil {

@@ -56,8 +56,8 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
-	attrs := []slog.Attr{slog.String("request_id", string(x.id)), slog.String("route", x.ep.path),
-		slog.String("model", x.in.model), slog.Int("status", status),
+	attrs := []slog.Attr{slog.String("request_id", string(x.id)), slog.String("route", x.ep.Path),
+		slog.String("model", x.in.Model), slog.Int("status", status),
 		slog.Float64("duration_ms", ms(time.Since(x.start))), slog.Int("attempts", x.route.attempts)}
 	if x.route.decided {
 		d := x.route.decision

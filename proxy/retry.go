@@ -77,7 +77,7 @@ func (p *Proxy) run(a *attempt, l *leg, last bool) (live *attempt, ans *answer, 
 			ans.retryable = true
 		}
 		return nil, ans, err
-	case l.stream && status/100 == 2 && hasBody(status) && (a.x.in.stream || isEventStream(a)):
+	case l.stream && status/100 == 2 && hasBody(status) && (a.x.in.Stream || isEventStream(a)):
 		return p.goLive(a)
 	case l.toClient:
 		ans, err = p.finalAnswer(a)

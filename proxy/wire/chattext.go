@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import "fmt"
 
@@ -37,7 +37,7 @@ func (r *bodyReader) tools(vs int) (int, error) {
 		if err != nil {
 			return ve, err
 		}
-		return ve, errorf(ErrBadRequest, "field tools must be an array of objects")
+		return ve, Errorf(ErrBadRequest, "field tools must be an array of objects")
 	}
 	r.open(sectionTools)
 	defer r.close(sectionTools)
@@ -46,12 +46,12 @@ func (r *bodyReader) tools(vs int) (int, error) {
 	n := 0
 	ve, err := jsonEachElement(r.b, vs, 2, func(ts int) (int, error) {
 		if n++; n > maxTools {
-			return ts, errorf(ErrBadRequest, "field tools declares more than %d tools", maxTools)
+			return ts, Errorf(ErrBadRequest, "field tools declares more than %d tools", maxTools)
 		}
 		if ts >= len(r.b) || r.b[ts] != '{' {
 			te, err := jsonSkipValue(r.b, ts, 2)
 			if err == nil {
-				err = errorf(ErrBadRequest, "tools[%d] must be an object", n-1)
+				err = Errorf(ErrBadRequest, "tools[%d] must be an object", n-1)
 			}
 			return te, err
 		}
@@ -79,7 +79,7 @@ func (r *bodyReader) eachMessage(vs int, message func(ms, n int) (int, error)) (
 		if err != nil {
 			return ve, err
 		}
-		return ve, errorf(ErrBadRequest, "field messages must be an array")
+		return ve, Errorf(ErrBadRequest, "field messages must be an array")
 	}
 	n := 0
 	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
@@ -109,7 +109,7 @@ func (r *bodyReader) message(ms, n int) (int, error) {
 		if err != nil {
 			return me, err
 		}
-		return me, errorf(ErrBadRequest, "messages[%d] must be an object", n)
+		return me, Errorf(ErrBadRequest, "messages[%d] must be an object", n)
 	}
 	where := func() string { return fmt.Sprintf("messages[%d]", n) }
 	var f [6]span
@@ -272,7 +272,7 @@ func (r *bodyReader) appendCall(name, arguments span) {
 	switch {
 	case r.isObject(arguments):
 		r.appendCompact(arguments)
-	case r.ep.kind == kindMessages: // a tool_use without input
+	case r.ep.Kind == KindMessages: // a tool_use without input
 		r.text = append(r.text, "{}"...)
 	default:
 		r.appendStringAt(arguments)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -19,11 +19,11 @@ import (
 // is read, in one pass over the body, and the sections are put in the
 // engines' order when the text is handed out (pieces).
 
-// routingText holds one request's routing text (inference.text): the
+// RoutingText holds one request's routing text (inference.text): the
 // bytes rendered, the strings left in the body, and the pieces they make.
 // An exchange takes one from textBuffers and returns it when it is done,
 // so that reading a body allocates nothing per byte of it.
-type routingText struct {
+type RoutingText struct {
 	rendered []byte
 	holes    []hole
 	pieces   affinity.Text
@@ -34,13 +34,17 @@ type routingText struct {
 	calls []callSpan
 }
 
-var textBuffers = sync.Pool{New: func() any { return &routingText{rendered: make([]byte, 0, 8<<10)} }}
+var textBuffers = sync.Pool{New: func() any { return &RoutingText{rendered: make([]byte, 0, 8<<10)} }}
+
+// TakeText is a RoutingText for one reading of a body, from a pool: give
+// it back with ReleaseText once nothing reads the text it holds.
+func TakeText() *RoutingText { return textBuffers.Get().(*RoutingText) }
 
 // maxPooledText is the largest buffer kept for reuse: a rare huge prompt
 // should not pin its memory in the pool.
 const maxPooledText = 1 << 20
 
-func releaseText(t *routingText) {
+func ReleaseText(t *RoutingText) {
 	if t == nil || cap(t.rendered) > maxPooledText {
 		return
 	}

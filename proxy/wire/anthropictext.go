@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -44,7 +44,7 @@ func (r *bodyReader) system(vs int) (int, error) {
 		return ve, nil
 	case '"', '[':
 	default:
-		return ve, errorf(ErrBadRequest, "field system must be a string or an array of text blocks")
+		return ve, Errorf(ErrBadRequest, "field system must be a string or an array of text blocks")
 	}
 	r.open(sectionSystem)
 	defer r.close(sectionSystem)
@@ -80,7 +80,7 @@ func (r *bodyReader) systemBlocks(vs int) error {
 			if err != nil {
 				return be, err
 			}
-			return be, errorf(ErrBadRequest, "%s must be a text block", where())
+			return be, Errorf(ErrBadRequest, "%s must be a text block", where())
 		}
 		var f [numBlockFields]span
 		be, err := r.fields(bs, 3, blockFields, f[:], where)
@@ -88,7 +88,7 @@ func (r *bodyReader) systemBlocks(vs int) error {
 			return be, err
 		}
 		if !r.stringIs(f[blockType], "text") || !r.isString(f[blockText]) {
-			return be, errorf(ErrBadRequest, "%s must be a text block, with its text", where())
+			return be, Errorf(ErrBadRequest, "%s must be a text block, with its text", where())
 		}
 		if !bytes.HasPrefix(r.b[f[blockText].start+1:], billingHeader) {
 			r.appendStringAt(f[blockText])
@@ -116,7 +116,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 		if err != nil {
 			return me, err
 		}
-		return me, errorf(ErrBadRequest, "%s must be an object", where())
+		return me, Errorf(ErrBadRequest, "%s must be an object", where())
 	}
 	r.uses.turn()
 	var role span
@@ -142,9 +142,9 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 	case err != nil:
 		return me, err
 	case !r.isString(role):
-		return me, errorf(ErrBadRequest, "%s.role must be a string", where())
+		return me, Errorf(ErrBadRequest, "%s.role must be a string", where())
 	case !read:
-		return me, errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
+		return me, Errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
 	}
 	if !placed {
 		r.insertRole(role, start, holes)
@@ -175,7 +175,7 @@ func (r *bodyReader) anthropicContent(vs, n int, where func() string) (int, erro
 	}
 	raw, ve, ok, err := jsonString(r.b, vs, 3)
 	if err == nil && !ok {
-		err = errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
+		err = Errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
 	}
 	if err == nil {
 		r.appendString(raw)
@@ -224,7 +224,7 @@ func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
 		if err != nil {
 			return be, err
 		}
-		return be, errorf(ErrBadRequest, "%s must be an object", where())
+		return be, Errorf(ErrBadRequest, "%s must be an object", where())
 	}
 	var f [numBlockFields]span
 	be, err := r.fields(bs, depth, blockFields, f[:], where)
@@ -232,12 +232,12 @@ func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
 		return be, err
 	}
 	if !r.isString(f[blockType]) {
-		return be, errorf(ErrBadRequest, "%s must name its type", where())
+		return be, Errorf(ErrBadRequest, "%s must name its type", where())
 	}
 	switch {
 	case r.stringIs(f[blockType], "text"):
 		if !r.isString(f[blockText]) {
-			return be, errorf(ErrBadRequest, "%s is a text block without text", where())
+			return be, Errorf(ErrBadRequest, "%s is a text block without text", where())
 		}
 		r.appendStringAt(f[blockText])
 	case r.stringIs(f[blockType], "image"):
@@ -260,7 +260,7 @@ var sourceFields = []string{"type", "data", "url", "file_id"}
 // goes to the engine and is left out.
 func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 	if !r.isObject(s) {
-		return errorf(ErrBadRequest, "%s is an image without its source object", where())
+		return Errorf(ErrBadRequest, "%s is an image without its source object", where())
 	}
 	var f [4]span
 	if _, err := r.fields(s.start, depth, sourceFields, f[:], where); err != nil {
@@ -275,12 +275,12 @@ func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 	case r.stringIs(f[0], "file"):
 		v = f[3]
 	case !r.isString(f[0]):
-		return errorf(ErrBadRequest, "%s is an image whose source names no type", where())
+		return Errorf(ErrBadRequest, "%s is an image whose source names no type", where())
 	default:
 		return nil
 	}
 	if !r.isString(v) {
-		return errorf(ErrBadRequest, "%s is an image whose %s source lacks its value", where(), r.b[f[0].start+1:f[0].end-1])
+		return Errorf(ErrBadRequest, "%s is an image whose %s source lacks its value", where(), r.b[f[0].start+1:f[0].end-1])
 	}
 	r.appendDigest("image", v)
 	return nil
@@ -290,14 +290,14 @@ func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 // for the tool_results of the next message.
 func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error {
 	if !r.isString(f[blockID]) || !r.isString(f[blockName]) {
-		return errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
+		return Errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
 	}
 	input := f[blockInput]
 	switch {
 	case !input.present() || r.b[input.start] == 'n':
 		input = span{} // no input is none, {}, as vLLM takes it
 	case !r.isObject(input):
-		return errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
+		return Errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
 	}
 	r.appendCall(f[blockName], input)
 	r.uses.add(r.b[f[blockID].start+1 : f[blockID].end-1])
@@ -309,10 +309,10 @@ func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error 
 func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func() string) error {
 	id := f[blockToolUseID]
 	if !r.isString(id) {
-		return errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
+		return Errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
 	}
 	if !r.uses.answers(r.b[id.start+1 : id.end-1]) {
-		return errorf(ErrBadRequest, "%s is the result of tool_use %s, which the message before it does not call",
+		return Errorf(ErrBadRequest, "%s is the result of tool_use %s, which the message before it does not call",
 			where(), r.b[id.start:id.end])
 	}
 	r.text = append(r.text, "<tool_result>"...)
@@ -325,7 +325,7 @@ func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func
 			return err
 		}
 	default:
-		return errorf(ErrBadRequest, "%s is a tool_result whose content is not a string or an array of blocks", where())
+		return Errorf(ErrBadRequest, "%s is a tool_result whose content is not a string or an array of blocks", where())
 	}
 	r.text = append(r.text, "</tool_result>"...)
 	return nil
