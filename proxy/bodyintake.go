@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -118,7 +119,7 @@ func (in *intake) grow() error {
 	body, buf := in.alloc(to)
 	copy(body, in.body)
 	in.body, in.size = body[:len(in.body)], to
-	giveBody(in.buf)
+	edge.GiveBody(in.buf)
 	in.buf = buf
 	if from > commitBytes {
 		in.budget.release(int64(from))
@@ -149,7 +150,7 @@ func (in *intake) target() int {
 // alloc is a buffer of n bytes, from the pools when it may be.
 func (in *intake) alloc(n int) ([]byte, *[]byte) {
 	if in.pooled {
-		return takeBody(n)
+		return edge.TakeBody(n)
 	}
 	return make([]byte, n), nil
 }

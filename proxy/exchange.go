@@ -10,6 +10,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -300,7 +301,7 @@ func (x *exchange) finish(e ending) {
 	}
 	p.admission.release(x.ticket)
 	if x.keptBody {
-		giveBody(x.bodyBuf)
+		edge.GiveBody(x.bodyBuf)
 		x.bodyBuf, x.body = nil, nil
 	}
 	status, errType := e.status, e.errType

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -82,7 +83,7 @@ type Proxy struct {
 	routers   atomic.Pointer[routerSet] // the live routers: SetRouters
 	server    *fasthttp.Server
 	edgesMu   sync.Mutex
-	edges     []*edgeListener
+	edges     []*edge.Listener
 	door      *door         // what every request passes before its route serves it
 	owned     *ownership    // the owners of stored responses
 	refusals  *refusals     // every refusal, counted and logged
@@ -240,15 +241,15 @@ func (p *Proxy) Fleet() *Fleet { return p.fleet }
 
 // Serve answers connections from ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
-	el := newEdgeListener(ln, p.cfg.Edge.MaxConnections, p.log)
+	el := edge.NewListener(ln, p.cfg.Edge.MaxConnections, p.log)
 	p.edgesMu.Lock()
 	p.edges = append(p.edges, el)
 	p.edgesMu.Unlock()
 	var served net.Listener = el
 	if p.cert != nil {
-		served = tlsHeadListener{tls.NewListener(el, p.cert.config())}
+		served = edge.TLSListener{Listener: tls.NewListener(el, p.cert.config())}
 	} else {
-		el.watchHeads = true
+		el.WatchHeads = true
 	}
 	return p.server.Serve(served)
 }
@@ -258,7 +259,7 @@ func (p *Proxy) accepting() bool {
 	p.edgesMu.Lock()
 	defer p.edgesMu.Unlock()
 	for _, el := range p.edges {
-		if !el.accepting() {
+		if !el.Accepting() {
 			return false
 		}
 	}
@@ -274,7 +275,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	p.wg.Wait()
 	p.edgesMu.Lock()
 	for _, el := range p.edges {
-		el.stopLingering()
+		el.StopLingering()
 	}
 	p.edgesMu.Unlock()
 	p.tokens.close() // its background asks use the fleet's pools
@@ -285,7 +286,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // Handler routes one request: the admin API's (which checks its own
 // token), a CORS preflight, or one of the table's routes through the door.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	if ec := edgeOf(ctx.Conn()); ec != nil && ec.overLimit {
+	if ec := edge.Of(ctx.Conn()); ec != nil && ec.OverLimit() {
 		p.refuseConnection(ctx, ec)
 		return
 	}
@@ -321,8 +322,8 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 // refuseConnection answers every request of a connection accepted past
 // --max-connections with 503, and closes it.
-func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
-	ec.lingerOnClose()
+func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edge.Conn) {
+	ec.LingerOnClose()
 	ctx.SetConnectionClose()
 	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
@@ -367,8 +368,8 @@ func boolJSON(b bool) string {
 // lingers: it reads the answer instead of a reset. The message never echoes
 // what the client sent.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if ec := edgeOf(ctx.Conn()); ec != nil {
-		ec.lingerOnClose()
+	if ec := edge.Of(ctx.Conn()); ec != nil {
+		ec.LingerOnClose()
 	}
 	reason := p.serverRefusal(ctx, err)
 	p.refusals.refused(ctx, refusedBeforeRouting, ctx.Response.StatusCode(), reason, true)
@@ -379,8 +380,8 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
-	case errors.Is(err, errBareLF):
-		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
+	case errors.Is(err, edge.ErrBareLF):
+		writeError(ctx, errorf(ErrBadRequest, "%v", edge.ErrBareLF))
 		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, tooLarge(p.cfg.MaxPayloadSize))

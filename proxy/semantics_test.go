@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/proxy/peek"
 )
 
 // staleAnswer is a whole HTTP response that a buggy worker writes past the
@@ -55,7 +56,7 @@ func TestAnIdleConnectionWithStrayBytesIsNotReused(t *testing.T) {
 	if _, err := server.Write([]byte(staleAnswer)); err != nil {
 		t.Fatal(err)
 	}
-	if peek(c.Conn, true) != peekData { // wait until the bytes are there, consuming nothing
+	if peek.Look(c.Conn, true) != peek.Data { // wait until the bytes are there, consuming nothing
 		t.Fatal("the stray bytes never arrived")
 	}
 	if got := u.takeIdle(time.Now()); got != nil {
