@@ -32,9 +32,13 @@ import (
 // and a router that refused new ones would break clients the day they
 // ship.
 
+// anthropicReader renders the system prompt and the messages of a
+// Messages API request.
+type anthropicReader struct{ *rendering }
+
 // system renders Anthropic's system prompt, the value at vs: a string, or
 // text blocks, rendered in the system section.
-func (r *bodyReader) system(vs int) (int, error) {
+func (r anthropicReader) system(vs int) (int, error) {
 	ve, err := jsonSkipValue(r.b, vs, 1)
 	if err != nil {
 		return ve, err
@@ -70,7 +74,7 @@ var billingHeader = []byte("x-anthropic-billing-header")
 
 // systemBlocks renders the text blocks of the system prompt, the array at
 // vs.
-func (r *bodyReader) systemBlocks(vs int) error {
+func (r anthropicReader) systemBlocks(vs int) error {
 	i := -1
 	_, err := jsonEachElement(r.b, vs, 2, func(bs int) (int, error) {
 		i++
@@ -100,8 +104,8 @@ func (r *bodyReader) systemBlocks(vs int) error {
 
 // anthropicMessages renders the messages of a Messages API request, the
 // array at vs: each message is its role, its blocks and a newline.
-func (r *bodyReader) anthropicMessages(vs int) (int, error) {
-	return r.eachMessage(vs, r.anthropicMessage)
+func (r anthropicReader) messages(vs int) (int, error) {
+	return r.eachMessage(vs, r.message)
 }
 
 // anthropicMessage renders messages[n], which starts at ms: its role, a
@@ -109,7 +113,7 @@ func (r *bodyReader) anthropicMessages(vs int) (int, error) {
 // read, in the one walk of the message; when the message names its role
 // after its content (the Go SDK writes "content" first), the role is put
 // before the content once it is read.
-func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
+func (r anthropicReader) message(ms, n int) (int, error) {
 	where := func() string { return fmt.Sprintf("messages[%d]", n) }
 	if ms >= len(r.b) || r.b[ms] != '{' {
 		me, err := jsonSkipValue(r.b, ms, 2)
@@ -133,7 +137,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 			return ve, true, err
 		case "content":
 			read = true
-			ve, err := r.anthropicContent(vs, n, where)
+			ve, err := r.content(vs, n, where)
 			return ve, true, err
 		}
 		return 0, false, nil
@@ -155,7 +159,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 
 // insertRole puts role and a newline at start, before the content rendered
 // since; the content's strings left in the body (holes on) move with it.
-func (r *bodyReader) insertRole(role span, start, holes int) {
+func (r *rendering) insertRole(role span, start, holes int) {
 	end := len(r.text)
 	r.text = append(jsonAppendUnescaped(r.text, r.b[role.start+1:role.end-1]), '\n')
 	var small [32]byte
@@ -169,7 +173,7 @@ func (r *bodyReader) insertRole(role span, start, holes int) {
 
 // anthropicContent renders the content of messages[n], the value at vs: a
 // string, or content blocks.
-func (r *bodyReader) anthropicContent(vs, n int, where func() string) (int, error) {
+func (r anthropicReader) content(vs, n int, where func() string) (int, error) {
 	if vs < len(r.b) && r.b[vs] == '[' {
 		return r.blocks(vs, 4, n, false)
 	}
@@ -202,7 +206,7 @@ const (
 // depth is depth, and returns the index just past it. Blocks within a
 // tool_result (nested) are its text and images; other types there are left
 // out.
-func (r *bodyReader) blocks(bs, depth, n int, nested bool) (int, error) {
+func (r anthropicReader) blocks(bs, depth, n int, nested bool) (int, error) {
 	i := -1
 	return jsonEachElement(r.b, bs, depth, func(es int) (int, error) {
 		i++
@@ -212,7 +216,7 @@ func (r *bodyReader) blocks(bs, depth, n int, nested bool) (int, error) {
 
 // block renders one content block, the object at bs (at depth depth), the
 // i-th of messages[n] (or of a tool_result of it, when nested).
-func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
+func (r anthropicReader) block(bs, depth, n, i int, nested bool) (int, error) {
 	where := func() string {
 		if nested {
 			return fmt.Sprintf("messages[%d] tool_result content[%d]", n, i)
@@ -258,7 +262,7 @@ var sourceFields = []string{"type", "data", "url", "file_id"}
 // imageSource renders an image by its source, the object at s: the digest
 // of its data (base64), its URL or its file id. A source of another type
 // goes to the engine and is left out.
-func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
+func (r anthropicReader) imageSource(s span, depth int, where func() string) error {
 	if !r.isObject(s) {
 		return Errorf(ErrBadRequest, "%s is an image without its source object", where())
 	}
@@ -288,7 +292,7 @@ func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 
 // toolUse renders a tool_use block whose members are f, and records its id
 // for the tool_results of the next message.
-func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error {
+func (r anthropicReader) toolUse(f [numBlockFields]span, where func() string) error {
 	if !r.isString(f[blockID]) || !r.isString(f[blockName]) {
 		return Errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
 	}
@@ -306,7 +310,7 @@ func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error 
 
 // toolResult renders a tool_result block whose members are f, at depth
 // depth in messages[n]: its content, a string or text and image blocks.
-func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func() string) error {
+func (r anthropicReader) toolResult(f [numBlockFields]span, depth, n int, where func() string) error {
 	id := f[blockToolUseID]
 	if !r.isString(id) {
 		return Errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
@@ -332,7 +336,7 @@ func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func
 }
 
 // stringIs reports whether the string at s is want, escapes read.
-func (r *bodyReader) stringIs(s span, want string) bool {
+func (r *rendering) stringIs(s span, want string) bool {
 	if !r.isString(s) {
 		return false
 	}

@@ -37,7 +37,8 @@ func Parse(ep *Endpoint, body []byte, into *RoutingText) (Inference, error) {
 	if into == nil {
 		into = new(RoutingText)
 	}
-	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0], uses: into.uses}
+	r := bodyReader{rendering: rendering{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0],
+		uses: into.uses}}
 	defer func() { into.rendered, into.holes, into.calls, into.uses = r.text, r.holes, r.calls, r.uses }() // what they grew to
 	// An earlier reading's ids answer nothing here.
 	r.uses.reset()
@@ -53,22 +54,29 @@ func Parse(ep *Endpoint, body []byte, into *RoutingText) (Inference, error) {
 	return in, nil
 }
 
+// A body is read by four types, one per concern, over one rendering:
+//
+//   - bodyReader reads the top-level members, checks them and keeps the
+//     spans of those it reads (model, stream, the session's, ...);
+//   - chatReader renders the messages of the OpenAI shapes (chattext.go);
+//   - anthropicReader renders the system prompt and the messages of
+//     Anthropic's Messages API (anthropictext.go);
+//   - rendering holds the body and the routing text rendered so far, in its
+//     sections, and what every reader asks of both: the string at a span,
+//     an object's members, a string appended to the text (routingtext.go).
+//
+// The readers of messages are made where a member names them, as values
+// that point at the one rendering: reading a body allocates nothing for
+// them.
+
 // bodyReader is one reading of a body: the spans of the top-level fields,
-// and the routing text as it is rendered.
+// over the rendering of its routing text.
 type bodyReader struct {
-	ep      *Endpoint
-	b       []byte
-	text    []byte // the routing text's rendered bytes
-	holes   []hole // its strings left in the body
+	rendering
 	model   span
 	stream  span
 	session [3]span // session_id, user, metadata.user_id (Anthropic)
 	found   bool    // the field of the routing text was present
-	// sections are where each part of the routing text was rendered
-	// (routingtext.go).
-	sections [numSections]section
-	uses     toolUses   // tool_use ids of the message before and of this one (Anthropic)
-	calls    []callSpan // the tool calls of the chat message being read
 	// The spans of the fields rendered only once the whole body is read
 	// (their order in the text is not their order in the body).
 	query, documents    span // rerank
@@ -76,6 +84,13 @@ type bodyReader struct {
 	previous            span
 	salt                span // cache_salt
 }
+
+// chat is the reader of r's messages in the OpenAI shapes.
+func (r *bodyReader) chat() chatReader { return chatReader{&r.rendering} }
+
+// anthropic is the reader of r's system prompt and messages in Anthropic's
+// shape.
+func (r *bodyReader) anthropic() anthropicReader { return anthropicReader{&r.rendering} }
 
 // span is where a value is in the body; a zero span is a missing value.
 type span struct{ start, end int }
@@ -145,12 +160,12 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 		return r.tools(vs)
 	case k == "messages" && kind == KindChat:
 		r.found = true
-		return r.inSection(sectionMessages, vs, r.messages)
+		return r.inSection(sectionMessages, vs, r.chat().messages)
 	case k == "messages" && kind == KindMessages:
 		r.found = true
-		return r.inSection(sectionMessages, vs, r.anthropicMessages)
+		return r.inSection(sectionMessages, vs, r.anthropic().messages)
 	case k == "system" && kind == KindMessages:
-		return r.system(vs)
+		return r.anthropic().system(vs)
 	case k == "metadata" && kind == KindMessages:
 		return r.metadata(vs)
 	case k == "prompt" && kind == KindCompletions, k == "input" && kind == KindEmbeddings,
@@ -272,7 +287,7 @@ func (r *bodyReader) renderResponses() error {
 		r.appendStringAt(r.input)
 		return nil
 	case '[':
-		_, err := r.messages(r.input.start)
+		_, err := r.chat().messages(r.input.start)
 		return err
 	}
 	return Errorf(ErrBadRequest, "field input must be a string or an array")
@@ -366,7 +381,7 @@ func (r *bodyReader) cacheSalt() (string, error) {
 
 // str is the unescaped string at s: "" for a missing value or null, ok
 // false for another type.
-func (r *bodyReader) str(s span) (string, bool) {
+func (r *rendering) str(s span) (string, bool) {
 	if !s.present() {
 		return "", true
 	}
