@@ -33,7 +33,7 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 type door struct {
-	keys       apiKeys
+	keys       *apiKeys        // shared with the upstream headers, which drop the client's key
 	admin      AdminCredential // nil: no admin token
 	bodies     *bodyBudget     // the request bodies held at once
 	admission  *admitter

@@ -85,7 +85,7 @@ func TestSaltedAndUnsaltedRequestsOfOneTextAreCachedApart(t *testing.T) {
 func prepared(t *testing.T, p *Proxy, model, salt string) *affinity.Request {
 	t.Helper()
 	x := &exchange{in: wire.Inference{Model: model, Salt: salt, Text: affinity.Text{[]byte(strings.Repeat("x", 64))}}}
-	return p.prepare(p.finalRouter(), x, 0)
+	return p.path.legs.prepare(p.path.legs.finalRouter(), x, 0)
 }
 
 func TestAnAdapterIsKnownByItsParentAndKeysItsRequests(t *testing.T) {
@@ -186,7 +186,7 @@ func TestAnAdapterNoWorkerListsIsLoadedOnTheWorkerItIsPlacedOn(t *testing.T) {
 		return pool != nil && pool.Len() == 2
 	}, "both workers' adapters known")
 	// Where it goes, asked before any request moved the counts it is chosen by.
-	want := p.fleet.view().members[p.finalRouter().AdapterHome(affinity.AdapterKeyOf("new-lora"), p.fleet.view().lora[RoleRegular])].URL
+	want := p.fleet.view().members[p.path.legs.finalRouter().AdapterHome(affinity.AdapterKeyOf("new-lora"), p.fleet.view().lora[RoleRegular])].URL
 	var wg sync.WaitGroup
 	statuses := make([]int, 8)
 	for i := range statuses {

@@ -52,8 +52,8 @@ func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters)
 }
 
 // logRequest writes x's line.
-func (p *Proxy) logRequest(x *exchange, status int, errType string) {
-	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
+func (rec *recorder) logRequest(x *exchange, status int, errType string) {
+	if !rec.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
 	attrs := []slog.Attr{slog.String("request_id", string(x.id)), slog.String("route", x.ep.Path),
@@ -87,7 +87,7 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if errType != "" {
 		attrs = append(attrs, slog.String("error_type", errType))
 	}
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+	rec.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }
 
 func decisionName(d affinity.Decision) string {

@@ -45,7 +45,7 @@ type apiRoute struct {
 var routes = append(inferenceRoutes(), []*apiRoute{
 	{name: "/v1/responses/{id}", sample: "GET /v1/responses/resp_1",
 		match:  func(_, path []byte) bool { _, ok := wire.StoredResponseID(path); return ok },
-		access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return wire.StoredResponses }, plan: (*Proxy).planStored},
+		access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return wire.StoredResponses }, plan: (*exchange).planStored},
 	{name: "/v1/models", sample: "GET /v1/models", match: pathIs("/v1/models"), access: keyed, serve: (*Proxy).serveModels},
 	workerInfoRoute("/get_model_info"),
 	workerInfoRoute("/get_server_info"),
@@ -67,9 +67,9 @@ func inferenceRoutes() []*apiRoute {
 		}
 		rt := &apiRoute{name: "POST " + ep.Path, sample: "POST " + ep.Path,
 			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.Path },
-			access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return ep }, plan: (*Proxy).planInference}
+			access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return ep }, plan: (*exchange).planInference}
 		if ep.Counts {
-			rt.admits, rt.plan = false, (*Proxy).planCountTokens
+			rt.admits, rt.plan = false, (*exchange).planCountTokens
 		}
 		rs = append(rs, rt)
 	}
@@ -79,7 +79,7 @@ func inferenceRoutes() []*apiRoute {
 // workerInfoRoute is a request about the engine, sent to any worker.
 func workerInfoRoute(path string) *apiRoute {
 	return &apiRoute{name: path, sample: "GET " + path, match: pathIs(path), access: keyed, admits: true,
-		metered: func([]byte) *wire.Endpoint { return wire.WorkerInfo }, plan: (*Proxy).planAnyWorker}
+		metered: func([]byte) *wire.Endpoint { return wire.WorkerInfo }, plan: (*exchange).planAnyWorker}
 }
 
 // noRoute answers what the table does not hold, behind the key like any

@@ -376,9 +376,9 @@ func TestARequestPipelinedBehindALiveStreamWaitsForIt(t *testing.T) {
 	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-request-id: second\r\nContent-Length: %d\r\n\r\n%s", len(plain), plain)
 	// The watch ends once a look has seen the pipelined bytes.
 	testwait.Eventually(t, waitDeadline, func() bool {
-		r.proxy.watcher.mu.Lock()
-		defer r.proxy.watcher.mu.Unlock()
-		return r.proxy.watcher.head == nil
+		r.proxy.path.watcher.mu.Lock()
+		defer r.proxy.path.watcher.mu.Unlock()
+		return r.proxy.path.watcher.head == nil
 	}, "the client watch to see the pipelined request")
 	w.Open()
 	rest, err := io.ReadAll(first.Body)

@@ -156,23 +156,45 @@ func setOnly(o *fastjson.Value, key string, val *fastjson.Value) {
 // as it is, to the worker that holds it for the caller's key. The search
 // for it comes after admission (at the door) and ends when the client
 // leaves.
-func (p *Proxy) planStored(x *exchange) (*leg, error) {
+func (x *exchange) planStored() (*leg, error) {
 	id, _ := wire.StoredResponseID(x.ctx.Path())
-	p.begin(x)
-	owner, ok := p.owned.ownerOf(&x.life, id, callerKey(x))
+	x.begin()
+	owner, ok := x.path.owned.ownerOf(&x.life, id, callerKey(x))
 	switch {
 	case x.life.why() != nil:
 		return nil, x.life.why()
 	case !ok:
 		return nil, errorf(ErrNotFound, "no worker holds a response with id %s", id)
 	}
-	return p.pinnedLeg(x, owner), nil
+	return x.path.legs.pinnedLeg(x, owner), nil
 }
 
-// hear keeps the owners of stored responses up to date with a
+// The ownership is a hook of every exchange (hooks.go): it stamps a POST
+// /v1/responses body, plans the leg of a request that continues a stored
+// response, and learns the owners from the answers.
+
+// parsed stamps the body of a POST /v1/responses: the engine stores the
+// seal of the response's id and the key with the response, so that every
+// replica can tell whose it is.
+func (o *ownership) parsed(x *exchange) error {
+	if x.ep != wire.Responses {
+		return nil
+	}
+	return o.stamp(x)
+}
+
+// streamStarted learns the owner of the response a streamed POST
+// /v1/responses makes, from its first event.
+func (o *ownership) streamStarted(x *exchange, a *attempt) {
+	if x.ep == wire.Responses {
+		o.learn(x, a.m.ID, a.first)
+	}
+}
+
+// heard keeps the owners of stored responses up to date with a
 // worker's whole answer: the response a POST /v1/responses made is
 // learned, the one a DELETE removed forgotten.
-func (o *ownership) hear(x *exchange, w affinity.WorkerID, status int, answer []byte) {
+func (o *ownership) heard(x *exchange, w affinity.WorkerID, status int, answer []byte) {
 	if status/100 != 2 {
 		return
 	}
@@ -185,29 +207,23 @@ func (o *ownership) hear(x *exchange, w affinity.WorkerID, status int, answer []
 	}
 }
 
-// pinnedLeg is the leg that sends x, whole, to worker w only: one attempt,
-// no choice. x has begun.
-func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
-	load := p.deps.Loads.Get(w)
-	l := p.newLeg(x, "", p.finalRouter(), nil, affinity.NewPool([]*affinity.Load{load}))
-	l.pin(&routed{dec: affinity.Decision{Worker: w}, guard: p.deps.Loads.Acquire(load)})
-	return l
-}
-
-// continuedLeg is the leg of a Responses API request that continues a
+// planLeg plans the leg of a Responses API request that continues a
 // stored response (previous_response_id): to the worker that holds it for
 // the caller's key, since no other worker could answer it.
-func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
-	owner, ok := p.owned.ownerOf(&x.life, x.in.Previous, callerKey(x))
+func (o *ownership) planLeg(x *exchange, _ *affinity.Pool, _ uint64) (*leg, bool, error) {
+	if x.in.Previous == "" {
+		return nil, false, nil
+	}
+	owner, ok := o.ownerOf(&x.life, x.in.Previous, callerKey(x))
 	if !ok {
 		if why := x.life.why(); why != nil {
-			return nil, why
+			return nil, true, why
 		}
-		return nil, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.Previous)
+		return nil, true, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.Previous)
 	}
-	return p.pinnedLeg(x, owner), nil
+	return x.path.legs.pinnedLeg(x, owner), true, nil
 }
 
 // planAnyWorker is the plan of a request about the engine (get_model_info,
 // get_server_info, health_generate): to the least loaded eligible worker.
-func (p *Proxy) planAnyWorker(x *exchange) (*leg, error) { return p.leastLoadedLeg(x, "") }
+func (x *exchange) planAnyWorker() (*leg, error) { return x.leastLoadedLeg("") }

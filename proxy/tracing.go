@@ -30,14 +30,14 @@ type requestTrace struct {
 
 // startTrace opens x's request span, from x's start (a request the door
 // refused is traced from its arrival).
-func (p *Proxy) startTrace(x *exchange) {
-	if p.deps.Tracer == nil {
+func (rec *recorder) startTrace(x *exchange) {
+	if rec.tracer == nil {
 		return
 	}
 	parent := propagator.Extract(context.Background(), requestCarrier{&x.ctx.Request.Header})
-	ctx, span := p.deps.Tracer.Start(parent, x.ep.Path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
+	ctx, span := rec.tracer.Start(parent, x.ep.Path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
 		trace.WithAttributes(attribute.String("http.route", x.ep.Path), attribute.String("kvrouter.request_id", string(x.id))))
-	x.trace = &requestTrace{tracer: p.deps.Tracer, ctx: ctx, span: span}
+	x.trace = &requestTrace{tracer: rec.tracer, ctx: ctx, span: span}
 }
 
 // endTrace closes x's request span with how the request ended.
