@@ -108,7 +108,7 @@ func (r *relay) pull() {
 	case err == io.EOF:
 		r.complete = true
 		return
-	case err == nil && r.a.moveOff.Load() && s.canResume(r.s.migration.Limit) && len(s.partial) == 0:
+	case err == nil && r.a.moveOff.Load() && s.canResume(r.streams.migration.Limit) && len(s.partial) == 0:
 		r.moveOff()
 		return
 	case err == nil:
@@ -124,7 +124,7 @@ func (r *relay) pull() {
 // took it, the client left).
 func (r *relay) resume(cause error) bool {
 	s := r.splice
-	if !s.canResume(r.s.migration.Limit) || r.x.life.why() != nil {
+	if !s.canResume(r.streams.migration.Limit) || r.x.life.why() != nil {
 		r.countUnresumable(cause)
 		return false
 	}
@@ -134,8 +134,8 @@ func (r *relay) resume(cause error) bool {
 	old.end(o, false)
 	live, l, err := r.x.resumeOn(s, old.m.ID)
 	if err != nil {
-		r.s.metrics.migrations.failed.Inc()
-		r.s.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
+		r.streams.metrics.migrations.failed.Inc()
+		r.streams.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
 		return false
 	}
 	r.switchTo(live, l, start)
@@ -146,7 +146,7 @@ func (r *relay) resume(cause error) bool {
 // or the limit, not a client that left.
 func (r *relay) countUnresumable(cause error) {
 	if r.x.life.why() == nil && !errors.Is(cause, errMovedOff) {
-		r.s.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.migrations.unresumable.Inc()
 	}
 }
 
@@ -206,8 +206,8 @@ func (r *relay) switchTo(live *attempt, l *leg, start time.Time) {
 	r.splice.feed(live.first)
 	firstReads.Put(live.firstBuf)
 	live.first, live.firstBuf = nil, nil
-	r.s.metrics.migrations.resumed.Inc()
-	r.s.metrics.migrations.seconds.UpdateDuration(start)
+	r.streams.metrics.migrations.resumed.Inc()
+	r.streams.metrics.migrations.seconds.UpdateDuration(start)
 }
 
 // endSplice gives back what the splice holds.

@@ -10,19 +10,19 @@ import (
 // and shared by every exchange (exchange.path). It has no methods: an
 // exchange asks the collaborator it needs, never the proxy.
 type requestPath struct {
-	send      *sender     // attempts and retries (retry.go, attempt.go, answer.go)
-	legs      *routing    // the routers, the pools of workers, the legs over them (routers.go)
-	rec       *recorder   // the metrics, request log and trace of every exchange (recorder.go)
-	hooks     *hooks      // the features that join an inference exchange, in order (hooks.go)
-	owned     *ownership  // the owners of stored responses (stored.go), a hook too
-	streams   *streaming  // the relay of streams and their migration (relay.go, migrate.go)
-	admission *admitter   // whose slot an exchange releases in finish
-	watcher   *watcher    // the clients of requests in flight (clientwatch.go)
-	flights   *flights    // the exchanges in flight, which shutdown aborts (abort.go)
-	cors      *corsPolicy // the CORS headers of every answer (cors.go)
-	headers   upstreamHeaders
-	ready     readyGate     // holds the requests that come before the registry
-	timeout   time.Duration // Config.RequestTimeout: an exchange's deadline from its start
+	send      *sender         // attempts and retries (retry.go, attempt.go, answer.go)
+	legs      *routing        // the routers, the pools of workers, the legs over them (routers.go)
+	rec       *recorder       // the metrics, request log and trace of every exchange (recorder.go)
+	hooks     *hooks          // the features that join an inference exchange, in order (hooks.go)
+	owned     *ownership      // the owners of stored responses (stored.go), a hook too
+	streams   *streaming      // the relay of streams and their migration (relay.go, migrate.go)
+	admission *admitter       // whose slot an exchange releases in finish
+	watcher   *watcher        // the clients of requests in flight (clientwatch.go)
+	flights   *flights        // the exchanges in flight, which shutdown aborts (abort.go)
+	cors      *corsPolicy     // the CORS headers of every answer (cors.go)
+	headers   upstreamHeaders // what of the client's headers the workers are sent
+	ready     readyGate       // holds the requests that come before the registry
+	timeout   time.Duration   // Config.RequestTimeout: an exchange's deadline from its start
 }
 
 // newRequestPath builds the request path of p, whose fleet, worker calls
@@ -50,9 +50,10 @@ func newRequestPath(p *Proxy, m *Metrics, keys *apiKeys) (*requestPath, error) {
 
 // inferenceHooks are the hooks of the inference exchanges, in the order
 // they are asked: P/D first (it plans the legs of the endpoints that
-// disaggregate), then the stored responses' owners, then the prompt's
-// tokens, which the legs planned before them may use. wg is the proxy's,
-// which shutdown waits on.
+// disaggregate, before a continued response is looked for, as it always
+// was), then the stored responses' owners, then the prompt's tokens, which
+// attach to whatever leg was planned. wg is the proxy's, which shutdown
+// waits on.
 func inferenceHooks(path *requestPath, tokens *tokenizer, pd *PD, wg *sync.WaitGroup) []any {
 	var all []any
 	if pd != nil {

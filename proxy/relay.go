@@ -29,7 +29,7 @@ import (
 // closes the connection, so clients report a broken stream (curl exits 18,
 // the OpenAI SDKs raise) instead of a short answer that ends cleanly.
 type relay struct {
-	s        *streaming
+	streams  *streaming
 	x        *exchange
 	a        *attempt
 	status   int
@@ -89,13 +89,13 @@ func (x *exchange) stream(a *attempt, l *leg) {
 	status := a.status()
 	resp.SetStatusCode(status)
 	a.streamed = true
-	r := &relay{s: x.path.streams, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
+	r := &relay{streams: x.path.streams, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
 	if wire.SpeaksAnthropic(x.ctx.Path()) {
 		r.opened = usageOf(r.pending)
 	}
-	if r.splice, r.whyNot = r.s.newSplice(x, r.sse); r.splice != nil {
+	if r.splice, r.whyNot = r.streams.newSplice(x, r.sse); r.splice != nil {
 		r.scratch = firstReads.Get().(*[]byte)
 		r.splice.feed(r.pending)
 		r.pending = nil
@@ -144,9 +144,9 @@ func (r *relay) setWriting(w bool) {
 func (r *relay) writeDeadline() time.Time {
 	now := time.Now()
 	if r.failed != nil {
-		return now.Add(min(r.s.writeTimeout, errorEventWriteTimeout))
+		return now.Add(min(r.streams.writeTimeout, errorEventWriteTimeout))
 	}
-	d := now.Add(r.s.writeTimeout)
+	d := now.Add(r.streams.writeTimeout)
 	if r.x.deadline.Before(d) {
 		return r.x.deadline
 	}
@@ -370,7 +370,7 @@ func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 func (r *relay) fail(err error) {
 	r.outcome, r.failed = r.a.failure(err)
 	if r.whyNot != nil && r.outcome != Canceled {
-		r.s.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.migrations.unresumable.Inc()
 	}
 	if r.sse && r.boundary && r.outcome != Canceled {
 		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
@@ -412,7 +412,7 @@ func (r *relay) end(werr error) ending {
 		r.a.end(r.outcome, false)
 		cut := r.outcome != Canceled
 		if cut {
-			r.s.metrics.streamErrors.Inc()
+			r.streams.metrics.streamErrors.Inc()
 		}
 		if cut && r.pastDeadline(r.failed) {
 			return timedOut
@@ -422,12 +422,12 @@ func (r *relay) end(werr error) ending {
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.l.judge(r.status, r.engineUsage())
 		if events := r.events.n; events > 2 {
-			r.s.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
+			r.streams.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
 		return ending{status: r.status, tokens: r.tokens()}
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
-		r.s.metrics.streamErrors.Inc()
+		r.streams.metrics.streamErrors.Inc()
 		return timedOut
 	default: // the client went away before the stream ended
 		r.x.clientGone()
