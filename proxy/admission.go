@@ -225,7 +225,7 @@ func (d *admitter) run(ctx context.Context) {
 
 // Door is the replica's admission door, whose queue reports the tier's
 // gossip carries (core.Door.LocalQueues, RemoteQueues).
-func (p *Proxy) Door() *core.Door { return p.admission.door }
+func (p *Proxy) Door() *core.Door { return p.path.admission.door }
 
 // AdmissionStats is the door's queue, for /ui.
-func (p *Proxy) AdmissionStats() admission.Stats { return p.admission.door.Scheduler().Stats() }
+func (p *Proxy) AdmissionStats() admission.Stats { return p.path.admission.door.Scheduler().Stats() }

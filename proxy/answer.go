@@ -22,8 +22,8 @@ type answer struct {
 }
 
 // keepAnswer reads a's whole answer into an answer of its own, and ends a.
-func (p *Proxy) keepAnswer(a *attempt) (*answer, error) {
-	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
+func (s *sender) keepAnswer(a *attempt) (*answer, error) {
+	if err := a.readWhole(s.maxResponse); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
@@ -36,8 +36,8 @@ func (p *Proxy) keepAnswer(a *attempt) (*answer, error) {
 
 // finalAnswer reads a's whole answer and makes it the client's response,
 // and ends a.
-func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
-	if err := a.readWhole(p.cfg.MaxResponseSize); err != nil {
+func (s *sender) finalAnswer(a *attempt) (*answer, error) {
+	if err := a.readWhole(s.maxResponse); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
 		return nil, e
@@ -53,7 +53,7 @@ func (p *Proxy) finalAnswer(a *attempt) (*answer, error) {
 
 // emptyAnswer makes a's answer, whose body was read and found empty, the
 // client's response, and ends a.
-func (p *Proxy) emptyAnswer(a *attempt) *answer {
+func (s *sender) emptyAnswer(a *attempt) *answer {
 	status := a.status()
 	resp := &a.x.ctx.Response
 	copyResponseHeader(a.x, &a.resp.Header)
@@ -100,7 +100,7 @@ func copyResponseHeader(x *exchange, src *fasthttp.ResponseHeader) {
 	dst.Header.Del("Content-Length")
 	dst.Header.SetBytesV("x-request-id", x.id)
 	setQueueTime(&dst.Header, x.ticket)
-	x.p.cors(x.ctx, false)
+	x.path.cors.apply(x.ctx, false)
 }
 
 // delWorkerHeaders deletes what of a worker's answer is not for the client:

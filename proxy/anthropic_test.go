@@ -111,7 +111,7 @@ func TestTheRoutersOwnErrorsOnTheMessagesAPIAreInAnthropicsShape(t *testing.T) {
 	}{
 		{"no key", "/v1/messages", anthropicBody("hi", false), nil, 401, "authentication_error"},
 		{"malformed JSON", "/v1/messages", `{"model":`, key, 400, "invalid_request_error"},
-		{"an orphan tool_result", "/v1/messages", badMessages["tool_result with no use"], key, 400, "invalid_request_error"},
+		{"an orphan tool_result", "/v1/messages", `{"model":"m","messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"42"}]}]}`, key, 400, "invalid_request_error"},
 		{"a model no worker serves", "/v1/messages", strings.Replace(anthropicBody("hi", false), `"m"`, `"other"`, 1), key, 404, "not_found_error"},
 		{"too large", "/v1/messages", anthropicBody(strings.Repeat("x", 8<<10), false), key, 413, "request_too_large"},
 		{"a path under the API that no route serves", "/v1/messages/batches", `{}`, key, 404, "not_found_error"},

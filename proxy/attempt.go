@@ -41,26 +41,26 @@ type attempt struct {
 // pick chooses the worker of the leg's next attempt and admits it through
 // its circuit. A worker whose circuit refuses is taken out of the leg at no
 // cost of an attempt.
-func (p *Proxy) pick(x *exchange, l *leg) (*attempt, error) {
+func (s *sender) pick(x *exchange, l *leg) (*attempt, error) {
 	for {
 		dec, guard, err := l.choose()
 		if err != nil {
-			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.model)
+			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.Model)
 		}
-		m := p.fleet.view().members[dec.Worker]
+		m := s.fleet.view().members[dec.Worker]
 		if m == nil {
 			guard.Release()
 			l.exclude(dec.Worker) // it left the registry
 			continue
 		}
-		track, err := p.deps.Health.Begin(dec.Worker)
+		track, err := s.health.Begin(dec.Worker)
 		if err != nil {
 			guard.Release()
 			l.exclude(dec.Worker)
 			continue
 		}
 		if !l.counted && !l.pinned && l.countsCacheOutcome() {
-			p.metrics.decision(dec)
+			s.metrics.decision(dec)
 			m.counters.countOutcome(dec)
 		}
 		l.counted = true
@@ -136,7 +136,7 @@ func (a *attempt) send(body []byte) error {
 
 // goLive reads the first bytes of a's streamed body. A failure before any
 // byte is a failed attempt like any other; an empty body is a whole answer.
-func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
+func (s *sender) goLive(a *attempt) (*attempt, *answer, error) {
 	if err := a.startStream(); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
@@ -147,7 +147,7 @@ func (p *Proxy) goLive(a *attempt) (*attempt, *answer, error) {
 	switch {
 	case n == 0 && err == io.EOF:
 		firstReads.Put(buf)
-		return nil, p.emptyAnswer(a), nil
+		return nil, s.emptyAnswer(a), nil
 	case err != nil && err != io.EOF:
 		firstReads.Put(buf)
 		o, e := a.failure(err)

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // A body is read into a buffer that grows as the body arrives, and is
@@ -116,7 +119,7 @@ func (in *intake) grow() error {
 	body, buf := in.alloc(to)
 	copy(body, in.body)
 	in.body, in.size = body[:len(in.body)], to
-	giveBody(in.buf)
+	edge.GiveBody(in.buf)
 	in.buf = buf
 	if from > commitBytes {
 		in.budget.release(int64(from))
@@ -147,7 +150,7 @@ func (in *intake) target() int {
 // alloc is a buffer of n bytes, from the pools when it may be.
 func (in *intake) alloc(n int) ([]byte, *[]byte) {
 	if in.pooled {
-		return takeBody(n)
+		return edge.TakeBody(n)
 	}
 	return make([]byte, n), nil
 }
@@ -211,7 +214,7 @@ func (in *intake) wasCut() bool {
 
 // failed is the error a read that failed answers with.
 func (in *intake) failed(err error, rateDue bool) error {
-	var api *apiError
+	var api *wire.Error
 	switch {
 	case errors.As(err, &api):
 		return err

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"github.com/kvrouter/kvrouter/proxy/peek"
 	"net"
 	"sync"
 	"syscall"
@@ -90,12 +91,12 @@ type watcher struct {
 	wake     chan struct{}
 	scratch  []*clientWatch // run's list of watches due, reused
 	look     func(fd uintptr) bool
-	seen     peekState // what look saw
+	seen     peek.State // what look saw
 }
 
 func newWatcher() *watcher {
 	w := &watcher{wake: make(chan struct{}, 1)}
-	w.look = func(fd uintptr) bool { w.seen, _ = peekFD(fd); return true } // made once: looks allocate nothing
+	w.look = func(fd uintptr) bool { w.seen, _ = peek.FD(fd); return true } // made once: looks allocate nothing
 	return w
 }
 
@@ -235,25 +236,25 @@ func (c *clientWatch) look(w *watcher) bool {
 		if !c.queued {
 			_ = c.conn.SetReadDeadline(time.Time{})
 		}
-		if c.raw = rawConnOf(c.conn); c.raw == nil {
+		if c.raw = peek.RawConn(c.conn); c.raw == nil {
 			return false // nothing to look at
 		}
 	}
-	w.seen = peekError
+	w.seen = peek.Error
 	if err := c.raw.Read(w.look); err != nil && c.queued {
 		return false // the body's read deadline passed: the body read will say so
 	}
 	switch w.seen {
-	case peekError:
+	case peek.Error:
 		c.x.clientGone()
 		return false
-	case peekEOF:
+	case peek.EOF:
 		if c.probe != nil {
 			c.quit, c.done = make(chan struct{}), make(chan struct{})
 			go c.probeHalfClosed()
 		}
 		return false
-	case peekEmpty:
+	case peek.Empty:
 		return true
 	}
 	return false // peekData: a pipelined request, for fasthttp; peekUnknown: nothing to watch

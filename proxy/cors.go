@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/kvrouter/kvrouter/proxy/wire"
 	"github.com/valyala/fasthttp"
 )
 
@@ -14,21 +15,25 @@ import (
 
 // apiPath reports whether path belongs to the API that browsers may call.
 func apiPath(path []byte) bool {
-	return bytes.HasPrefix(path, []byte("/v1/")) || endpointAt(path) != nil
+	return bytes.HasPrefix(path, []byte("/v1/")) || wire.EndpointAt(path) != nil
 }
 
-// cors sets the CORS headers of an API request that carries an Origin, and
-// with preflight answers a preflight; it reports whether the request was
-// answered.
-func (p *Proxy) cors(ctx *fasthttp.RequestCtx, preflight bool) bool {
+// corsPolicy is the origins that may call the API from a browser
+// (--cors-allowed-origins); none allows any.
+type corsPolicy struct{ origins []string }
+
+// apply sets the CORS headers of an API request that carries an Origin,
+// and with preflight answers a preflight; it reports whether the request
+// was answered.
+func (c *corsPolicy) apply(ctx *fasthttp.RequestCtx, preflight bool) bool {
 	origin := ctx.Request.Header.Peek("Origin")
 	if len(origin) == 0 || !apiPath(ctx.Path()) {
 		return false
 	}
-	allowed := len(p.cfg.CORSOrigins) == 0 || slices.Contains(p.cfg.CORSOrigins, string(origin))
+	allowed := len(c.origins) == 0 || slices.Contains(c.origins, string(origin))
 	if allowed {
 		h := &ctx.Response.Header
-		if len(p.cfg.CORSOrigins) == 0 {
+		if len(c.origins) == 0 {
 			h.Set("Access-Control-Allow-Origin", "*")
 		} else {
 			h.SetBytesV("Access-Control-Allow-Origin", origin)

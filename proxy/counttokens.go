@@ -15,29 +15,23 @@ package proxy
 // Anthropic's own API rate-limits counts apart from messages for the same
 // reason. A count is still behind the key, --max-payload-size and
 // --max-buffered-body-bytes, and metered like any route.
-func (p *Proxy) planCountTokens(x *exchange) (*leg, error) {
+func (x *exchange) planCountTokens() (*leg, error) {
 	if err := x.parse(); err != nil {
 		return nil, err
 	}
-	if err := p.awaitReady(x); err != nil {
+	if err := x.path.ready.await(x); err != nil {
 		return nil, err
 	}
-	return p.leastLoadedLeg(x, x.in.model)
+	return x.leastLoadedLeg(x.in.Model)
 }
 
 // leastLoadedLeg is a leg of one attempt to the least loaded eligible
 // worker that serves model (any model: ""), x begun.
-func (p *Proxy) leastLoadedLeg(x *exchange, model string) (*leg, error) {
-	pool, err := p.fleet.view().pool(p.finalRole(), model)
+func (x *exchange) leastLoadedLeg(model string) (*leg, error) {
+	w, err := x.path.legs.leastLoaded(model)
 	if err != nil {
 		return nil, err
 	}
-	least := pool.At(0)
-	for i := range pool.Len() {
-		if l := pool.At(i); l.Merged() < least.Merged() {
-			least = l
-		}
-	}
-	p.begin(x)
-	return p.pinnedLeg(x, least.ID()), nil
+	x.begin()
+	return x.path.legs.pinnedLeg(x, w), nil
 }

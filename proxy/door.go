@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/proxy/edge"
 )
 
 // The door is what every request outside the admin API passes before its
@@ -32,7 +33,7 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 type door struct {
-	keys       apiKeys
+	keys       *apiKeys        // shared with the upstream headers, which drop the client's key
 	admin      AdminCredential // nil: no admin token
 	bodies     *bodyBudget     // the request bodies held at once
 	admission  *admitter
@@ -84,7 +85,7 @@ func (d *door) served(ctx *fasthttp.RequestCtx, pass passed, keptBody bool) {
 	if pass.buf != nil {
 		ctx.Request.SetBodyRaw(nil)
 		if !keptBody {
-			giveBody(pass.buf)
+			edge.GiveBody(pass.buf)
 		}
 	}
 }
@@ -122,8 +123,8 @@ func (d *door) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller)
 // then closes, so that it reads the answer rather than a reset.
 func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *admission.Ticket, since time.Time) {
 	if bodyLeft(ctx) {
-		if ec := edgeOf(ctx.Conn()); ec != nil {
-			ec.lingerOnClose()
+		if ec := edge.Of(ctx.Conn()); ec != nil {
+			ec.LingerOnClose()
 		}
 		ctx.SetConnectionClose()
 	}
@@ -154,7 +155,7 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 // readBody reads the request's body (bodyintake.go), charged to the
 // budget of bodies held as it arrives, and makes it the request's body
 // (PostBody). held is its share of the budget, buf the pooled buffer it
-// was read into (bodypool.go), nil when it has none. A body of no length
+// was read into (edge.TakeBody), nil when it has none. A body of no length
 // (chunked) is charged to its admission for what it turned out to be.
 func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
 	stream := ctx.RequestBodyStream()
@@ -168,7 +169,7 @@ func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admissi
 	held = int64(in.size)
 	if err != nil {
 		d.bodies.give(in.client, held)
-		giveBody(in.buf)
+		edge.GiveBody(in.buf)
 		return 0, nil, err
 	}
 	if n < 0 {

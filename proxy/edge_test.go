@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -276,47 +274,4 @@ func runEdgeChild(workerURL string) {
 	go func() { _ = p.Serve(ln) }()
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	os.Exit(0)
-}
-
-// failOnceListener fails its first Accept for lack of descriptors, then
-// waits, as a listener does whose queued clients gave up meanwhile.
-type failOnceListener struct {
-	net.Listener
-	calls atomic.Int32
-	done  chan struct{}
-}
-
-func (l *failOnceListener) Accept() (net.Conn, error) {
-	if l.calls.Add(1) == 1 {
-		return nil, &net.OpError{Op: "accept", Err: os.NewSyscallError("accept", syscall.EMFILE)}
-	}
-	<-l.done
-	return nil, net.ErrClosed
-}
-
-// TestAListenerThatStopsFailingIsAcceptingWithoutANewClient: after a
-// failure for lack of descriptors, the retry finds them free but no client
-// waiting; readiness must not stay at 503 until a new client happens by.
-func TestAListenerThatStopsFailingIsAcceptingWithoutANewClient(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inner.Close()
-	fl := &failOnceListener{Listener: inner, done: make(chan struct{})}
-	l := newEdgeListener(fl, 0, slog.New(slog.DiscardHandler))
-	accepted := make(chan error, 1)
-	go func() {
-		_, err := l.Accept()
-		accepted <- err
-	}()
-	testwait.Eventually(t, waitDeadline, func() bool { return fl.calls.Load() >= 2 }, "the retry after the failure")
-	if l.accepting() {
-		t.Fatal("accepting right after a failure for lack of descriptors")
-	}
-	testwait.Eventually(t, 4*maxAcceptBackoff, l.accepting, "accepting again with no new client")
-	close(fl.done)
-	if err := <-accepted; !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("Accept ended with %v, want net.ErrClosed", err)
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // With --engine-priority the engines run vLLM's priority scheduling, and a
@@ -22,32 +23,32 @@ import (
 // reads a priority from it. A route added to endpoints with a body must
 // take a side here: TestEveryRouteWithABodyDecidesOnEnginePriority fails
 // until it does.
-var enginePriority = map[*endpoint]bool{
-	completions:     true, // vLLM CompletionRequest.priority
-	chatCompletions: true, // vLLM ChatCompletionRequest.priority
-	embeddings:      true, // vLLM's pooling requests (PoolingBasicRequestMixin.priority)
-	rerank:          true, // the same
-	rerankBare:      true,
-	responses:       true, // vLLM ResponsesRequest.priority
+var enginePriority = map[*wire.Endpoint]bool{
+	wire.Completions:     true, // vLLM CompletionRequest.priority
+	wire.ChatCompletions: true, // vLLM ChatCompletionRequest.priority
+	wire.Embeddings:      true, // vLLM's pooling requests (PoolingBasicRequestMixin.priority)
+	wire.Rerank:          true, // the same
+	wire.RerankBare:      true,
+	wire.Responses:       true, // vLLM ResponsesRequest.priority
 	// SGLang's native API (GenerateReqInput.priority); an SGLang engine
 	// reads it as vLLM does with --schedule-low-priority-values-first.
-	generate: true,
+	wire.Generate: true,
 	// vLLM's Anthropic request (AnthropicMessagesRequest) has no priority:
 	// its engine schedules a message at the default priority, whatever
 	// the body says, and a count is no generation.
-	messages:            false,
-	messagesCountTokens: false,
+	wire.Messages:            false,
+	wire.MessagesCountTokens: false,
 }
 
 // carriesEnginePriority reports whether an engine reads a priority from
 // the body of a request to ep.
-func (ep *endpoint) carriesEnginePriority() bool { return ep != nil && enginePriority[ep] }
+func carriesEnginePriority(ep *wire.Endpoint) bool { return ep != nil && enginePriority[ep] }
 
 // stampPriority passes an admitted request's class on to the engine as
 // its priority field, once its body is read (see EnginePriority). A body
 // that is not a JSON object is left for the route to refuse.
 func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
-	if !d.stamp || tk == nil || !endpointAt(rc.Path()).carriesEnginePriority() {
+	if !d.stamp || tk == nil || !carriesEnginePriority(wire.EndpointAt(rc.Path())) {
 		return
 	}
 	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {

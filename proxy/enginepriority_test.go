@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority: on every
@@ -62,9 +63,9 @@ func TestWithEnginePriorityTheClassReachesTheEngineAsItsPriority(t *testing.T) {
 // it: a route added without deciding (the Anthropic Messages route, say)
 // fails here rather than passing a client's priority on unseen.
 func TestEveryRouteWithABodyDecidesOnEnginePriority(t *testing.T) {
-	for _, ep := range endpoints {
-		if _, decided := enginePriority[ep]; ep.kind != kindNone && !decided {
-			t.Errorf("%s: add it to enginePriority, true if an engine reads a priority from its body", ep.path)
+	for _, ep := range wire.Endpoints {
+		if _, decided := enginePriority[ep]; ep.Kind != wire.KindNone && !decided {
+			t.Errorf("%s: add it to enginePriority, true if an engine reads a priority from its body", ep.Path)
 		}
 	}
 }

@@ -2,17 +2,17 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // Conditions the request path branches on. Each maps to one HTTP status in
 // statusOf, the single place where errors meet HTTP.
 var (
-	ErrBadRequest      = errors.New("bad request")
+	ErrBadRequest      = wire.ErrBadRequest      // a body the router cannot read, among others
 	ErrForbidden       = errors.New("forbidden") // the caller's key may not do what it asked
 	ErrTooLarge        = errors.New("request body too large")
 	ErrModelNotFound   = errors.New("model not found")
@@ -41,18 +41,9 @@ func isGone(err error) bool { return errors.Is(err, ErrClientGone) }
 // contextCause is why x's attempts were cancelled.
 func contextCause(x *exchange) error { return x.life.why() }
 
-// apiError is an error with the message the client sees.
-type apiError struct {
-	kind error
-	msg  string
-}
-
-func (e *apiError) Error() string { return e.msg }
-func (e *apiError) Unwrap() error { return e.kind }
-
-func errorf(kind error, format string, args ...any) error {
-	return &apiError{kind: kind, msg: fmt.Sprintf(format, args...)}
-}
+// errorf is an error of kind whose message, format and args, the client
+// sees (wire.Errorf).
+func errorf(kind error, format string, args ...any) error { return wire.Errorf(kind, format, args...) }
 
 // statusOf maps an error to its HTTP status and OpenAI error type.
 func statusOf(err error) (int, string) {
@@ -122,16 +113,23 @@ func errorType(err error) string {
 }
 
 // writeError answers with the router's own error: in OpenAI's shape, or in
-// Anthropic's on its Messages API (anthropic.go).
+// Anthropic's on its Messages API (wire.ErrorBody).
 func writeError(ctx *fasthttp.RequestCtx, err error) {
 	status, typ := statusOf(err)
 	writeErrorStatus(ctx, status, typ, err.Error())
 }
 
 func writeErrorStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
-	body := errorBody(ctx.Path(), status, typ, msg)
+	body := wire.ErrorBody(ctx.Path(), status, typ, msg)
 	ctx.Response.ResetBody()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(body)
+}
+
+// sseErrorEvent is the event that ends a stream the router had to cut with
+// err, in the shape of path's API (wire.ErrorEvent).
+func sseErrorEvent(path []byte, err error) []byte {
+	status, typ := statusOf(err)
+	return wire.ErrorEvent(path, status, typ, err.Error())
 }

@@ -2,24 +2,26 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/admission"
-	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // exchange is one client request on its way through the proxy, from the
 // door to the last byte of its response. Every exchange ends in finish,
 // once, whichever way it went.
 type exchange struct {
-	p        *Proxy
+	path     *requestPath // the collaborators that serve it
 	ctx      *fasthttp.RequestCtx
-	ep       *endpoint
-	in       inference
+	ep       *wire.Endpoint
+	in       wire.Inference
 	id       []byte // the request id, in idBuf when it fits
 	idBuf    [32]byte
 	start    time.Time
@@ -30,7 +32,7 @@ type exchange struct {
 	// that may resume: finish then gives it back.
 	bodyBuf  *[]byte
 	keptBody bool
-	text     *routingText // what in.text is held in, from textBuffers; returned by finish
+	text     *wire.RoutingText // what in.text is held in, from textBuffers; returned by finish
 	// up is the request every worker is sent, from fasthttp's pool: the
 	// client's headers less hop-by-hop ones, x-request-id and the default
 	// API key set; each attempt sets its worker's host and path and its
@@ -81,12 +83,12 @@ type exchange struct {
 // it. tk is its admission, nil when it took none; finish releases it. The
 // body is not read here: a request refused at the door keeps what it did
 // not send.
-func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint, start time.Time, tk *admission.Ticket) *exchange {
-	x := &exchange{p: p, ctx: ctx, ep: ep, start: start, deadline: start.Add(p.cfg.RequestTimeout),
+func newExchange(path *requestPath, ctx *fasthttp.RequestCtx, ep *wire.Endpoint, start time.Time, tk *admission.Ticket) *exchange {
+	x := &exchange{path: path, ctx: ctx, ep: ep, start: start, deadline: start.Add(path.timeout),
 		uri: ctx.URI().RequestURI(), ticket: tk}
-	x.id = p.requestID(ctx, x.idBuf[:0])
+	x.id = path.rec.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
-	p.startTrace(x)
+	path.rec.startTrace(x)
 	return x
 }
 
@@ -95,78 +97,61 @@ func (p *Proxy) newExchange(ctx *fasthttp.RequestCtx, ep *endpoint, start time.T
 // returns neither has answered the client itself (the prefill worker's own
 // answer, when a disaggregated request's prefill failed). A plan that
 // returns a leg has begun the exchange.
-type plan func(p *Proxy, x *exchange) (*leg, error)
+type plan func(x *exchange) (*leg, error)
 
-// serveExchange is the one skeleton of every exchange the door let in,
-// whatever its route (a regular, disaggregated or continued inference
-// request, a request about a stored response, one about the engine): its
-// plan, then its leg, and its end, in finish, on every path.
-func (p *Proxy) serveExchange(x *exchange, planned plan) {
+// serve is the one skeleton of every exchange the door let in, whatever
+// its route (a regular, disaggregated or continued inference request, a
+// request about a stored response, one about the engine): its plan, then
+// its leg, and its end, in finish, on every path.
+func (x *exchange) serve(planned plan) {
 	x.body = x.ctx.PostBody() // read by the door, whole
-	l, err := planned(p, x)
+	l, err := planned(x)
 	switch {
 	case err != nil:
 		x.refuse(err)
 	case l == nil:
 		x.finish(ending{status: x.ctx.Response.StatusCode()})
 	default:
-		p.serveLeg(x, l)
+		x.serveLeg(l)
 	}
 }
 
-// planInference is the plan of the inference endpoints: the body parsed,
-// the replica ready, then the leg of a regular request, the decode leg of a
-// disaggregated one, or the leg to the worker that holds the response a
-// Responses API request continues.
-func (p *Proxy) planInference(x *exchange) (*leg, error) {
+// planInference is the plan of the inference endpoints: the body parsed
+// and seen by the hooks, the replica ready, then the leg a hook plans (the
+// decode leg of a disaggregated request, the leg to the worker that holds
+// the response a Responses API request continues), else the regular leg,
+// which the hooks may add to (the prompt's tokens).
+func (x *exchange) planInference() (*leg, error) {
 	if err := x.parse(); err != nil {
 		return nil, err
 	}
-	in := x.in
-	if p.pd != nil {
-		// A concurrent prefill may outlive the exchange, and route with
-		// the text after it is done: it gets a copy of its own.
-		in.text = affinity.Text{in.text.AppendTo(nil)}
-		x.in = in
-	}
-	if x.ep == responses {
-		// The engine stores the seal of the response's id and the key
-		// with the response, so that every replica can tell whose it is
-		// (stored.go).
-		if err := p.owned.stamp(x); err != nil {
-			return nil, err
-		}
-	}
-	if err := p.awaitReady(x); err != nil {
+	if err := x.path.hooks.parsed(x); err != nil {
 		return nil, err
 	}
-	disaggregated := p.pd != nil && x.ep.pd
-	router := p.finalRouter()
-	pool, err := p.poolFor(x, router, p.finalRole(), in.model)
+	if err := x.path.ready.await(x); err != nil {
+		return nil, err
+	}
+	legs := x.path.legs
+	router := legs.finalRouter()
+	pool, err := legs.poolFor(x, router, legs.finalRole(), x.in.Model)
 	if err != nil {
 		return nil, err
 	}
-	p.begin(x)
-	var key uint64 // hashing a large body is wasted on every policy but those that place by session
-	if p.usesSessionKey() {
-		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), in, x.body)
+	x.begin()
+	key := legs.sessionKey(x)
+	if l, planned, err := x.path.hooks.planLeg(x, pool, key); planned {
+		return l, err
 	}
-	switch {
-	case disaggregated:
-		return p.pd.plan(x, pool, key)
-	case in.previous != "":
-		return p.continuedLeg(x)
-	}
-	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool)
-	p.tokens.attach(x, l.req, pool)
+	l := legs.newLeg(x, "", router, legs.prepare(router, x, key), pool)
+	x.path.hooks.attach(x, l.req, pool)
 	return l, nil
 }
 
 // parse reads x's body into x.in, its routing text into a buffer of
-// textBuffers that finish returns.
+// wire.TakeText that finish returns.
 func (x *exchange) parse() error {
-	x.text = textBuffers.Get().(*routingText)
-	in, err := parseInference(x.ep, x.body, x.text)
+	x.text = wire.TakeText()
+	in, err := wire.Parse(x.ep, x.body, x.text)
 	x.in = in
 	return err
 }
@@ -175,63 +160,59 @@ func (x *exchange) parse() error {
 // ready waits for it.
 const maxReadyWait = 30 * time.Second
 
-// awaitReady holds a request that came before the registry was loaded.
-func (p *Proxy) awaitReady(x *exchange) error {
-	if p.deps.Ready == nil {
+// readyGate holds the requests that come before the registry was loaded
+// (Deps.Ready), at most maxReadyWait, and no longer than the replica lives.
+type readyGate struct {
+	ready <-chan struct{} // nil: ready from the start
+	life  context.Context // the replica's
+}
+
+// await holds x until the replica is ready, or fails.
+func (r readyGate) await(x *exchange) error {
+	if r.ready == nil {
 		return nil
 	}
 	select {
-	case <-p.deps.Ready:
+	case <-r.ready:
 		return nil
 	default:
 	}
 	t := time.NewTimer(min(maxReadyWait, time.Until(x.deadline)))
 	defer t.Stop()
 	select {
-	case <-p.deps.Ready:
+	case <-r.ready:
 		return nil
 	case <-t.C:
 		return errorf(ErrNoWorker, "the replica has not loaded its registry yet")
-	case <-p.ctx.Done():
+	case <-r.life.Done():
 		return errorf(ErrNoWorker, "the replica is shutting down")
 	}
 }
 
-// finalRouter is the router of the workers whose answer the client gets.
-func (p *Proxy) finalRouter() *affinity.Router {
-	rs := p.routers.Load()
-	if rs.pd != nil {
-		return rs.pd.Decode
-	}
-	return rs.regular
-}
-
 // begin readies x for attempts: the upstream request, the context that
 // aborts them, and the watch for a client that leaves.
-func (p *Proxy) begin(x *exchange) {
-	x.up = p.upstreamRequest(x)
+func (x *exchange) begin() {
+	x.up = x.path.headers.request(x)
 	x.begun = true
-	p.flights.add(x) // shutdown aborts it
+	x.path.flights.add(x) // shutdown aborts it
 	x.watch = &x.reqWatch
-	p.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), x, x.start)
+	x.path.watcher.start(x.watch, x.ctx.Conn(), requestProber(x.ctx.Request.Header.IsHTTP11()), x, x.start)
 }
 
 // serveLeg runs the leg whose answer is the client's, and ends x: now, with
 // a whole answer or the router's error, or, with a streamed answer, when
 // its relay closes.
-func (p *Proxy) serveLeg(x *exchange, l *leg) {
-	live, ans, err := p.try(x, l)
+func (x *exchange) serveLeg(l *leg) {
+	live, ans, err := x.path.send.try(x, l)
 	switch {
 	case live != nil:
-		if x.ep == responses {
-			p.owned.learn(x, live.m.ID, live.first)
-		}
-		p.stream(x, live, l)
+		x.path.hooks.streamStarted(x, live)
+		x.stream(live, l)
 	case ans != nil:
 		ans.deliver(x)
 		body := x.ctx.Response.Body()
 		l.judge(ans.status, usageOf(body))
-		p.owned.hear(x, ans.worker, ans.status, body)
+		x.path.hooks.heard(x, ans.worker, ans.status, body)
 		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: completionTokens(body)})
 	default:
 		x.refuse(err)
@@ -258,7 +239,7 @@ const statusClientGone = 499
 // upstream exchange so the engine stops generating.
 func (x *exchange) clientGone() {
 	if x.gone.CompareAndSwap(false, true) {
-		x.p.metrics.disconnects.Inc()
+		x.path.rec.metrics.disconnects.Inc()
 	}
 	x.abort(ErrClientGone)
 }
@@ -285,21 +266,20 @@ type ending struct {
 // records the request as the client saw it, in the metrics, the request
 // log, the worker's tally and the trace.
 func (x *exchange) finish(e ending) {
-	p := x.p
 	x.watch.stop()
-	releaseText(x.text)
+	wire.ReleaseText(x.text)
 	x.text = nil
 	if x.up != nil {
 		fasthttp.ReleaseRequest(x.up)
 		x.up = nil
 	}
 	if x.begun {
-		p.flights.remove(x)
+		x.path.flights.remove(x)
 		x.life.end(nil)
 	}
-	p.admission.release(x.ticket)
+	x.path.admission.release(x.ticket)
 	if x.keptBody {
-		giveBody(x.bodyBuf)
+		edge.GiveBody(x.bodyBuf)
 		x.bodyBuf, x.body = nil, nil
 	}
 	status, errType := e.status, e.errType
@@ -312,20 +292,8 @@ func (x *exchange) finish(e ending) {
 		errType = workerErrorType(status)
 	}
 	x.route.tokens = e.tokens
-	p.metrics.request(x.ep, status, errType, x.start)
-	p.logRequest(x, status, errType)
-	countTokens(x)
-	x.endTrace(status, errType)
-	if !x.routed.IsZero() {
-		p.metrics.routing.Update(x.routed.Sub(x.start).Seconds())
-	}
-	if !x.firstByte.IsZero() {
-		p.metrics.ttft.Update(x.firstByte.Sub(x.start).Seconds())
-	}
-	if x.pd {
-		p.metrics.pdDuration.UpdateDuration(x.start)
-		p.pd.countFailure(x, status, e.cut)
-	}
+	x.path.rec.record(x, status, errType)
+	x.path.hooks.finished(x, status, e.cut)
 }
 
 // workerErrorType names the failure of a worker's own answer passed on.
@@ -339,40 +307,49 @@ func workerErrorType(status int) string {
 	return "worker_client_error"
 }
 
-// usesSessionKey reports whether any policy of the request path places
-// requests by a session key.
-func (p *Proxy) usesSessionKey() bool {
-	if p.pd != nil {
-		return p.pd.usesSessionKey()
-	}
-	return p.routers.Load().regular.UsesSessionKey()
-}
-
 // hopHeaders are connection-level headers that never cross the proxy.
 // Expect is among them: the router has the whole body before any worker is
 // chosen.
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
-// upstreamRequest is the request x's attempts send, but for the worker's
-// host and path and the body.
-func (p *Proxy) upstreamRequest(x *exchange) *fasthttp.Request {
+// upstreamHeaders is what of a client's headers its workers are sent:
+// the client's, less the hop-by-hop ones, the client's key when the API
+// takes keys and the trace context of a traced request, with the request's
+// id and the workers' own key.
+type upstreamHeaders struct {
+	traced bool     // each attempt sends a traceparent of its own
+	keys   *apiKeys // the API's keys (the door's)
+	bearer string   // "Bearer " + Config.APIKey; "" when none
+}
+
+func newUpstreamHeaders(traced bool, keys *apiKeys, apiKey string) upstreamHeaders {
+	u := upstreamHeaders{traced: traced, keys: keys}
+	if apiKey != "" {
+		u.bearer = "Bearer " + apiKey
+	}
+	return u
+}
+
+// request is the request x's attempts send, but for the worker's host and
+// path and the body.
+func (u upstreamHeaders) request(x *exchange) *fasthttp.Request {
 	req := fasthttp.AcquireRequest()
 	h := &req.Header
 	x.ctx.Request.Header.CopyTo(h)
 	delRequestHopHeaders(h, x.ctx.Request.Header.RawHeaders())
-	if p.deps.Tracer != nil {
+	if u.traced {
 		h.Del("traceparent") // each attempt sends its own
 		h.Del("tracestate")
 	}
 	h.SetBytesV("x-request-id", x.id)
-	if p.door.keys.enabled() {
+	if u.keys.enabled() {
 		// the client's key is the router's, not the workers', in either form
 		h.Del(fasthttp.HeaderAuthorization)
 		h.Del(credential.APIKeyHeader)
 	}
-	if p.cfg.APIKey != "" && len(h.Peek("Authorization")) == 0 {
-		h.Set("Authorization", p.bearer)
+	if u.bearer != "" && len(h.Peek("Authorization")) == 0 {
+		h.Set("Authorization", u.bearer)
 	}
 	return req
 }

@@ -43,22 +43,6 @@ type leg struct {
 	failed  []affinity.WorkerID // workers tried, least recently failed first
 }
 
-// newLeg is the leg of x in phase ("" for a regular request) over pool,
-// routed by router with req, with the retry policy's attempts and x's body
-// (a P/D leg's own body replaces it). A prefill's answer is the router's to
-// read; any other leg's is the client's, streamed when it streams. The
-// decider decides every leg but a decode one, whose engine gets its cache
-// from the prefill.
-func (p *Proxy) newLeg(x *exchange, phase string, router *affinity.Router, req *affinity.Request, pool *affinity.Pool) *leg {
-	final := phase != RolePrefill
-	l := &leg{phase: phase, router: router, req: req, pool: pool, body: x.body, attempts: p.cfg.Retry.MaxAttempts,
-		stream: final, toClient: final}
-	if phase != RoleDecode {
-		l.decider = p.deps.Decider
-	}
-	return l
-}
-
 // pin makes l a leg to the one worker r chose ahead of it: a single
 // attempt, and no decision to count or judge.
 func (l *leg) pin(r *routed) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/exposition"
-	"github.com/kvrouter/kvrouter/kvevents"
 )
 
 // LoRAConfig is how the proxy follows the engines' LoRA adapters.
@@ -43,40 +43,11 @@ const AdapterNameVar = "{name}"
 // pathLoadAdapter is vLLM's route that loads an adapter at run time.
 const pathLoadAdapter = "/v1/load_lora_adapter"
 
-// prepare hashes x's routing text for router under its cache identity (the
-// model or adapter and the cache_salt) and says which adapter it runs, if
-// any: the residency table places it, and the engines' KV events key its
-// blocks by the adapter's name and the salt.
-func (p *Proxy) prepare(router *affinity.Router, x *exchange, key uint64) *affinity.Request {
-	in := &x.in
-	req := router.PrepareFor(affinity.CacheID{Model: in.model, Salt: in.salt}, in.text, key)
-	adapter := ""
-	if p.fleet.view().isAdapter(in.model) {
-		adapter = in.model
-		req.Adapter = affinity.AdapterKeyOf(adapter)
-	}
-	req.CacheIdentity = kvevents.Identity(adapter, in.salt)
-	return req
-}
-
-// poolFor is the pool of role's workers serving model. A model no worker
-// serves is a 404 naming it, unless adapters are loaded on demand
-// (LoRAConfig.LoadPath): then it is loaded, as an adapter, on the worker
-// router would place it on, first.
-func (p *Proxy) poolFor(x *exchange, router *affinity.Router, role, model string) (*affinity.Pool, error) {
-	pool, err := p.fleet.view().pool(role, model)
-	if err == nil || p.adapterLoads == nil || !errors.Is(err, ErrModelNotFound) {
-		return pool, err
-	}
-	if err := p.adapterLoads.load(&x.life, p, router, role, model); err != nil {
-		return nil, err
-	}
-	return p.fleet.view().pool(role, model)
-}
-
 // adapterLoads loads adapters on demand, one load of each at a time.
 type adapterLoads struct {
 	path     string
+	calls    *workerCalls
+	log      *slog.Logger
 	mu       sync.Mutex
 	inflight map[string]*adapterLoad // by name; gone once done
 	ok       *metrics.Counter
@@ -91,18 +62,18 @@ type adapterLoad struct {
 }
 
 // newAdapterLoads is nil unless cfg.LoadPath is set.
-func newAdapterLoads(cfg LoRAConfig, set *metrics.Set) *adapterLoads {
+func newAdapterLoads(cfg LoRAConfig, calls *workerCalls, log *slog.Logger, set *metrics.Set) *adapterLoads {
 	if cfg.LoadPath == "" {
 		return nil
 	}
-	return &adapterLoads{path: cfg.LoadPath, inflight: map[string]*adapterLoad{},
+	return &adapterLoads{path: cfg.LoadPath, calls: calls, log: log, inflight: map[string]*adapterLoad{},
 		ok:     set.NewCounter(`vllm_router_lora_loads_total{result="ok"}`),
 		failed: set.NewCounter(`vllm_router_lora_loads_total{result="failed"}`)}
 }
 
 // load loads adapter name on a worker of role, or waits for the load of it
 // under way, and returns its error.
-func (l *adapterLoads) load(ctx context.Context, p *Proxy, router *affinity.Router, role, name string) error {
+func (l *adapterLoads) load(ctx context.Context, router *affinity.Router, role, name string) error {
 	l.mu.Lock()
 	if c := l.inflight[name]; c != nil {
 		l.mu.Unlock()
@@ -116,7 +87,7 @@ func (l *adapterLoads) load(ctx context.Context, p *Proxy, router *affinity.Rout
 	c := &adapterLoad{done: make(chan struct{})}
 	l.inflight[name] = c
 	l.mu.Unlock()
-	c.err = l.loadOnce(ctx, p, router, role, name)
+	c.err = l.loadOnce(ctx, router, role, name)
 	l.mu.Lock()
 	delete(l.inflight, name)
 	l.mu.Unlock()
@@ -127,8 +98,8 @@ func (l *adapterLoads) load(ctx context.Context, p *Proxy, router *affinity.Rout
 // loadOnce asks the worker router would place the adapter on to load it,
 // among the eligible workers of role that serve adapters (all of them when
 // none lists one yet), and records that it serves it.
-func (l *adapterLoads) loadOnce(ctx context.Context, p *Proxy, router *affinity.Router, role, name string) error {
-	v := p.fleet.view()
+func (l *adapterLoads) loadOnce(ctx context.Context, router *affinity.Router, role, name string) error {
+	v := l.calls.fleet.view()
 	pool := v.lora[role]
 	if pool == nil || pool.Len() == 0 {
 		pool = v.all[role]
@@ -138,20 +109,20 @@ func (l *adapterLoads) loadOnce(ctx context.Context, p *Proxy, router *affinity.
 	}
 	m := v.members[router.AdapterHome(affinity.AdapterKeyOf(name), pool)]
 	body, _ := json.Marshal(map[string]string{"lora_name": name, "lora_path": strings.ReplaceAll(l.path, AdapterNameVar, name)})
-	answer, status, err := p.calls.call(ctx, m.Worker, fasthttp.MethodPost, pathLoadAdapter, body)
+	answer, status, err := l.calls.call(ctx, m.Worker, fasthttp.MethodPost, pathLoadAdapter, body)
 	if err == nil && !loadedOrHeld(status, answer) {
-		p.log.Warn("loading a LoRA adapter refused", "adapter", name, "worker", m.URL, "status", status,
+		l.log.Warn("loading a LoRA adapter refused", "adapter", name, "worker", m.URL, "status", status,
 			"answer", string(answer[:min(len(answer), maxEngineMessage)]))
 		err = errors.New("the worker answered " + strconv.Itoa(status)) // its words are the operator's, in the log
 	}
 	if err != nil {
 		l.failed.Inc()
-		p.log.Debug("loading a LoRA adapter failed", "adapter", name, "worker", m.URL, "err", err)
+		l.log.Debug("loading a LoRA adapter failed", "adapter", name, "worker", m.URL, "err", err)
 		return errorf(ErrModelNotFound, "the model %q does not exist (loading it as an adapter failed: %v)", name, err)
 	}
 	l.ok.Inc()
-	p.log.Info("loaded a LoRA adapter", "adapter", name, "worker", m.URL)
-	p.fleet.addAdapter(m.ID, name)
+	l.log.Info("loaded a LoRA adapter", "adapter", name, "worker", m.URL)
+	l.calls.fleet.addAdapter(m.ID, name)
 	return nil
 }
 

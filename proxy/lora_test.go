@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // saltedBody is a request of path's shape for model with a cache_salt
@@ -36,7 +37,7 @@ func TestABadCacheSaltIsA400InTheRoutesOwnShape(t *testing.T) {
 	w.SetModels("m")
 	p, url := serveProxyWith(t, Config{}, nil, w)
 	modelsKnown(t, p, "m")
-	huge, _ := json.Marshal(strings.Repeat("s", maxCacheSalt+1))
+	huge, _ := json.Marshal(strings.Repeat("s", wire.MaxCacheSalt+1))
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/v1/messages"} {
 		for name, salt := range map[string]string{"a number": "5", "an object": `{"a":1}`, "empty": `""`, "huge": string(huge)} {
 			status, _, body := postMessages(t, url, path, saltedBody(path, "m", salt))
@@ -53,7 +54,7 @@ func TestABadCacheSaltIsA400InTheRoutesOwnShape(t *testing.T) {
 	if n := w.Inference.Load(); n != 0 {
 		t.Fatalf("%d bad requests reached the worker", n)
 	}
-	for _, salt := range []string{"null", `"tenant-a"`, `"` + strings.Repeat("s", maxCacheSalt) + `"`} {
+	for _, salt := range []string{"null", `"tenant-a"`, `"` + strings.Repeat("s", wire.MaxCacheSalt) + `"`} {
 		if status, _, body := postMessages(t, url, "/v1/chat/completions", saltedBody("/v1/chat/completions", "m", salt)); status != 200 {
 			t.Errorf("salt %.20s: %d %s, want it served", salt, status, body)
 		}
@@ -83,8 +84,8 @@ func TestSaltedAndUnsaltedRequestsOfOneTextAreCachedApart(t *testing.T) {
 // prepared is what the proxy prepares for a request of model with salt.
 func prepared(t *testing.T, p *Proxy, model, salt string) *affinity.Request {
 	t.Helper()
-	x := &exchange{in: inference{model: model, salt: salt, text: affinity.Text{[]byte(strings.Repeat("x", 64))}}}
-	return p.prepare(p.finalRouter(), x, 0)
+	x := &exchange{in: wire.Inference{Model: model, Salt: salt, Text: affinity.Text{[]byte(strings.Repeat("x", 64))}}}
+	return p.path.legs.prepare(p.path.legs.finalRouter(), x, 0)
 }
 
 func TestAnAdapterIsKnownByItsParentAndKeysItsRequests(t *testing.T) {
@@ -185,7 +186,7 @@ func TestAnAdapterNoWorkerListsIsLoadedOnTheWorkerItIsPlacedOn(t *testing.T) {
 		return pool != nil && pool.Len() == 2
 	}, "both workers' adapters known")
 	// Where it goes, asked before any request moved the counts it is chosen by.
-	want := p.fleet.view().members[p.finalRouter().AdapterHome(affinity.AdapterKeyOf("new-lora"), p.fleet.view().lora[RoleRegular])].URL
+	want := p.fleet.view().members[p.path.legs.finalRouter().AdapterHome(affinity.AdapterKeyOf("new-lora"), p.fleet.view().lora[RoleRegular])].URL
 	var wg sync.WaitGroup
 	statuses := make([]int, 8)
 	for i := range statuses {

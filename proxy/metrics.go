@@ -9,6 +9,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // durationBuckets are the upper bounds, in seconds, of the request-path
@@ -94,10 +95,10 @@ func newMetrics(set *metrics.Set) *Metrics {
 		errors:           map[errorKey]*metrics.Counter{},
 		workers:          map[string]*workerCounters{},
 	}
-	for _, ep := range endpoints {
-		m.requests = append(m.requests, set.NewCounter(fmt.Sprintf(`vllm_router_requests_total{route=%q}`, ep.path)))
+	for _, ep := range wire.Endpoints {
+		m.requests = append(m.requests, set.NewCounter(fmt.Sprintf(`vllm_router_requests_total{route=%q}`, ep.Path)))
 		m.durations = append(m.durations, set.NewPrometheusHistogramExt(
-			fmt.Sprintf(`vllm_router_request_duration_seconds{route=%q}`, ep.path), durationBuckets))
+			fmt.Sprintf(`vllm_router_request_duration_seconds{route=%q}`, ep.Path), durationBuckets))
 	}
 	m.preinitErrors()
 	return m
@@ -106,22 +107,22 @@ func newMetrics(set *metrics.Set) *Metrics {
 // request counts one finished inference request as its client saw it: its
 // status, and errType when it failed (a stream cut after its first byte is
 // an error whatever its status).
-func (m *Metrics) request(ep *endpoint, status int, errType string, start time.Time) {
-	m.requests[ep.id].Inc()
-	m.durations[ep.id].UpdateDuration(start)
+func (m *Metrics) request(ep *wire.Endpoint, status int, errType string, start time.Time) {
+	m.requests[ep.ID].Inc()
+	m.durations[ep.ID].UpdateDuration(start)
 	if errType != "" {
 		m.errorCounter(ep, status, errType).Inc()
 	}
 }
 
-func (m *Metrics) errorCounter(ep *endpoint, status int, errType string) *metrics.Counter {
-	k := errorKey{ep.id, status, errType}
+func (m *Metrics) errorCounter(ep *wire.Endpoint, status int, errType string) *metrics.Counter {
+	k := errorKey{ep.ID, status, errType}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c, ok := m.errors[k]
 	if !ok {
 		c = m.set.NewCounter(fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d",error_type=%q}`,
-			ep.path, status, errType))
+			ep.Path, status, errType))
 		m.errors[k] = c
 	}
 	return c

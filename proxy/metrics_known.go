@@ -1,6 +1,9 @@
 package proxy
 
-import "github.com/valyala/fasthttp"
+import (
+	"github.com/kvrouter/kvrouter/proxy/wire"
+	"github.com/valyala/fasthttp"
+)
 
 // knownError is one error_type of vllm_router_request_errors_total with
 // the status a client gets with it (the usual one for a worker's own
@@ -34,7 +37,7 @@ func knownErrors() []knownError {
 
 // preinitErrors makes the known error series of every route, at 0.
 func (m *Metrics) preinitErrors() {
-	for _, ep := range endpoints {
+	for _, ep := range wire.Endpoints {
 		for _, k := range knownErrors() {
 			m.errorCounter(ep, k.status, k.errType)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // Every error the router names for the metrics is one of the series made
@@ -41,9 +42,9 @@ func TestErrorCountersStartAtZeroOnEveryRoute(t *testing.T) {
 	w := startFake(t, "w1")
 	r := startRouter(t, Config{}, w)
 	_, body := get(t, r.url+"/metrics")
-	for _, ep := range endpoints {
+	for _, ep := range wire.Endpoints {
 		for _, k := range knownErrors() {
-			series := fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d",error_type=%q} 0`, ep.path, k.status, k.errType)
+			series := fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d",error_type=%q} 0`, ep.Path, k.status, k.errType)
 			if !strings.Contains(body, series+"\n") {
 				t.Fatalf("no %s before the first request", series)
 			}

@@ -58,8 +58,8 @@ func newMigrationMetrics(set *metrics.Set) migrationMetrics {
 }
 
 // newSplice is the splice of x's stream when it may resume, else nil.
-func (p *Proxy) newSplice(x *exchange, sse bool) (*splice, error) {
-	if p.cfg.Migration.Limit <= 0 || !sse || !x.in.stream {
+func (st *streaming) newSplice(x *exchange, sse bool) (*splice, error) {
+	if st.migration.Limit <= 0 || !sse || !x.in.Stream {
 		return nil, nil
 	}
 	kind, err := resumeKindOf(x)
@@ -68,11 +68,11 @@ func (p *Proxy) newSplice(x *exchange, sse bool) (*splice, error) {
 	}
 	// The continuation is written from the body: it is kept, within the
 	// replica's bound, until the stream ends.
-	if !p.splices.take(len(x.body)) {
+	if !st.splices.take(len(x.body)) {
 		return nil, fmt.Errorf("%w: the replica holds --migration-buffer-total-bytes of streams' text and bodies", errCannotResume)
 	}
 	x.keptBody = true
-	return &splice{kind: kind, limit: p.cfg.Migration.BufferBytes, budget: p.splices, bodyHeld: len(x.body)}, nil
+	return &splice{kind: kind, limit: st.migration.BufferBytes, budget: st.splices, bodyHeld: len(x.body)}, nil
 }
 
 // readSpliced is read for a stream that may resume: the client gets whole
@@ -108,7 +108,7 @@ func (r *relay) pull() {
 	case err == io.EOF:
 		r.complete = true
 		return
-	case err == nil && r.a.moveOff.Load() && s.canResume(r.p.cfg.Migration.Limit) && len(s.partial) == 0:
+	case err == nil && r.a.moveOff.Load() && s.canResume(r.streams.migration.Limit) && len(s.partial) == 0:
 		r.moveOff()
 		return
 	case err == nil:
@@ -124,7 +124,7 @@ func (r *relay) pull() {
 // took it, the client left).
 func (r *relay) resume(cause error) bool {
 	s := r.splice
-	if !s.canResume(r.p.cfg.Migration.Limit) || r.x.life.why() != nil {
+	if !s.canResume(r.streams.migration.Limit) || r.x.life.why() != nil {
 		r.countUnresumable(cause)
 		return false
 	}
@@ -132,10 +132,10 @@ func (r *relay) resume(cause error) bool {
 	old := r.a
 	o, _ := old.failure(cause)
 	old.end(o, false)
-	live, l, err := r.p.resumeOn(r.x, s, old.m.ID)
+	live, l, err := r.x.resumeOn(s, old.m.ID)
 	if err != nil {
-		r.p.metrics.migrations.failed.Inc()
-		r.p.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
+		r.streams.metrics.migrations.failed.Inc()
+		r.streams.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
 		return false
 	}
 	r.switchTo(live, l, start)
@@ -146,7 +146,7 @@ func (r *relay) resume(cause error) bool {
 // or the limit, not a client that left.
 func (r *relay) countUnresumable(cause error) {
 	if r.x.life.why() == nil && !errors.Is(cause, errMovedOff) {
-		r.p.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.migrations.unresumable.Inc()
 	}
 }
 
@@ -157,7 +157,7 @@ func (r *relay) moveOff() {
 	r.a.moveOff.Store(false)
 	start := time.Now()
 	old := r.a
-	live, l, err := r.p.resumeOn(r.x, r.splice, old.m.ID)
+	live, l, err := r.x.resumeOn(r.splice, old.m.ID)
 	if err != nil {
 		if !r.x.guard.attachFor(old, old.conn) { // the client left meanwhile
 			r.fail(err)
@@ -171,25 +171,23 @@ func (r *relay) moveOff() {
 // resumeOn starts the continuation of x's stream on a worker the stream
 // has not used, chosen by the regular decision over the conversation, and
 // returns it live: its first bytes read.
-func (p *Proxy) resumeOn(x *exchange, s *splice, left affinity.WorkerID) (*attempt, *leg, error) {
+func (x *exchange) resumeOn(s *splice, left affinity.WorkerID) (*attempt, *leg, error) {
 	x.route.noteStreamed(left)
 	body, err := continuation(s.kind, x.body, s.text, s.tokens)
 	if err != nil {
 		return nil, nil, err
 	}
-	router := p.finalRouter()
-	pool, err := p.poolFor(x, router, p.finalRole(), x.in.model)
+	legs := x.path.legs
+	router := legs.finalRouter()
+	pool, err := legs.poolFor(x, router, legs.finalRole(), x.in.Model)
 	if err != nil {
 		return nil, nil, err
 	}
-	var key uint64
-	if p.usesSessionKey() {
-		key = sessionKey(x.ctx.Request.Header.Peek("X-Session-ID"), x.in, x.body)
-	}
-	l := p.newLeg(x, "", router, p.prepare(router, x, key), pool.Without(x.route.streamed...))
+	key := legs.sessionKey(x)
+	l := legs.newLeg(x, "", router, legs.prepare(router, x, key), pool.Without(x.route.streamed...))
 	l.body, l.toClient = body, false // an answer that is not a stream is read, never the client's
 	firstByte := x.firstByte
-	live, ans, err := p.try(x, l)
+	live, ans, err := x.path.send.try(x, l)
 	x.firstByte = firstByte
 	switch {
 	case live != nil:
@@ -208,8 +206,8 @@ func (r *relay) switchTo(live *attempt, l *leg, start time.Time) {
 	r.splice.feed(live.first)
 	firstReads.Put(live.firstBuf)
 	live.first, live.firstBuf = nil, nil
-	r.p.metrics.migrations.resumed.Inc()
-	r.p.metrics.migrations.seconds.UpdateDuration(start)
+	r.streams.metrics.migrations.resumed.Inc()
+	r.streams.metrics.migrations.seconds.UpdateDuration(start)
 }
 
 // endSplice gives back what the splice holds.
@@ -248,7 +246,7 @@ func (rt *route) streamedWorkers() string {
 // marked. A stream that cannot resume stays on w.
 func (p *Proxy) MoveStreams(w affinity.WorkerID) int {
 	n := 0
-	for _, x := range p.flights.all() {
+	for _, x := range p.path.flights.all() {
 		if x.guard.markMoveOff(w) {
 			n++
 		}
@@ -260,7 +258,7 @@ func (p *Proxy) MoveStreams(w affinity.WorkerID) int {
 // on worker w.
 func (p *Proxy) StreamsOn(w affinity.WorkerID) int {
 	n := 0
-	for _, x := range p.flights.all() {
+	for _, x := range p.path.flights.all() {
 		if x.guard.on(w) {
 			n++
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
@@ -37,18 +38,26 @@ type PD struct {
 // before anything is sent, so that concurrent requests whose prefill is
 // slow see each other's decode choices; the prefill guard is released when
 // the prefill answers.
+//
+// It is a hook of the inference exchanges (hooks.go): it plans the leg of
+// the requests of the endpoints that disaggregate, and counts how they
+// ended.
 type disaggregation struct {
-	p        *Proxy
 	cfg      PD
+	routing  *routing
+	send     *sender
+	flights  *flights        // the concurrent prefill is in flight too: shutdown aborts it
+	wg       *sync.WaitGroup // the proxy's: shutdown waits for the concurrent prefill
 	requests *metrics.Counter
 	prefills *metrics.Counter
 	decodes  *metrics.Counter
 	errors   map[string]*metrics.Counter // per phase
+	duration *metrics.PrometheusHistogram
 }
 
-func newDisaggregation(p *Proxy, cfg PD) *disaggregation {
-	s := p.deps.Metrics
-	d := &disaggregation{p: p, cfg: cfg,
+func newDisaggregation(cfg PD, legs *routing, send *sender, flights *flights, wg *sync.WaitGroup, m *Metrics) *disaggregation {
+	s := m.set
+	d := &disaggregation{cfg: cfg, routing: legs, send: send, flights: flights, wg: wg, duration: m.pdDuration,
 		requests: s.NewCounter("vllm_router_pd_requests_total"),
 		prefills: s.NewCounter("vllm_router_pd_prefill_requests_total"),
 		decodes:  s.NewCounter("vllm_router_pd_decode_requests_total"),
@@ -59,18 +68,28 @@ func newDisaggregation(p *Proxy, cfg PD) *disaggregation {
 	return d
 }
 
-// usesSessionKey reports whether a role's policy hashes a session key.
-func (d *disaggregation) usesSessionKey() bool {
-	rs := d.p.routers.Load().pd
-	return rs.Prefill.UsesSessionKey() || rs.Decode.UsesSessionKey()
+// parsed gives x's routing text a copy of its own: a concurrent prefill
+// may outlive the exchange, and route with the text after it is done.
+func (d *disaggregation) parsed(x *exchange) error {
+	x.in.Text = affinity.Text{x.in.Text.AppendTo(nil)}
+	return nil
 }
 
-// finalRole is the role of the worker whose answer the client gets.
-func (p *Proxy) finalRole() string {
-	if p.pd != nil {
-		return RoleDecode
+// planLeg plans the requests of the endpoints that disaggregate.
+func (d *disaggregation) planLeg(x *exchange, dpool *affinity.Pool, key uint64) (*leg, bool, error) {
+	if !x.ep.PD {
+		return nil, false, nil
 	}
-	return RoleRegular
+	l, err := d.plan(x, dpool, key)
+	return l, true, err
+}
+
+// finished counts a disaggregated request's duration and failure.
+func (d *disaggregation) finished(x *exchange, status int, cut bool) {
+	if x.pd {
+		d.duration.UpdateDuration(x.start)
+		d.countFailure(x, status, cut)
+	}
 }
 
 // plan is the plan of a disaggregated request whose decode candidates are
@@ -81,7 +100,7 @@ func (p *Proxy) finalRole() string {
 func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*leg, error) {
 	d.requests.Inc()
 	x.pd = true
-	ppool, err := d.p.poolFor(x, d.p.routers.Load().pd.Prefill, RolePrefill, x.in.model)
+	ppool, err := d.routing.poolFor(x, d.routing.routers.Load().pd.Prefill, RolePrefill, x.in.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -98,18 +117,18 @@ func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*l
 // legs chooses the prefill and the decode worker together and returns the
 // two legs that start on them.
 func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint64) (pre, dec *leg, err error) {
-	rs := d.p.routers.Load().pd
-	pre = d.p.newLeg(x, RolePrefill, rs.Prefill, d.p.prepare(rs.Prefill, x, key), ppool)
-	dec = d.p.newLeg(x, RoleDecode, rs.Decode, d.p.prepare(rs.Decode, x, key), dpool)
-	d.p.tokens.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
+	rs := d.routing.routers.Load().pd
+	pre = d.routing.newLeg(x, RolePrefill, rs.Prefill, d.routing.prepare(rs.Prefill, x, key), ppool)
+	dec = d.routing.newLeg(x, RoleDecode, rs.Decode, d.routing.prepare(rs.Decode, x, key), dpool)
+	x.path.hooks.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
-		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.model)
+		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.Model)
 	}
 	ddec, dguard, err := dec.route(dpool)
 	if err != nil {
 		pguard.Release()
-		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.model)
+		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.Model)
 	}
 	pre.first, dec.first = &routed{dec: pdec, guard: pguard}, &routed{dec: ddec, guard: dguard}
 	return pre, dec, nil
@@ -128,7 +147,7 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) (*leg, error) {
 		return nil, err
 	}
 	d.prefills.Inc()
-	_, ans, err := d.p.try(x, pre)
+	_, ans, err := d.send.try(x, pre)
 	if err == nil {
 		pre.judge(ans.status, usageOf(ans.body)) // the prefill engine's cache is the prefill router's to judge
 	}
@@ -157,7 +176,7 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
 	// The prefill worker is picked, through its circuit, before the body
 	// that names it is written: a worker whose circuit refuses is replaced
 	// by another, and the decode must wait for the one that runs.
-	a, err := d.p.pick(px, pre)
+	a, err := d.send.pick(px, pre)
 	if err != nil {
 		end()
 		dec.release()
@@ -175,9 +194,9 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
 	pre.picked = a
 	d.prefills.Inc()
 	d.decodes.Inc()
-	d.p.wg.Add(1)
+	d.wg.Add(1)
 	go func() {
-		defer d.p.wg.Done()
+		defer d.wg.Done()
 		defer end()
 		d.concurrentPrefill(x, px, pre)
 	}()
@@ -188,7 +207,7 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
 // when it fails, the decode half is aborted: no decode answer without its
 // prefill.
 func (d *disaggregation) concurrentPrefill(x, px *exchange, pre *leg) {
-	_, ans, err := d.p.try(px, pre)
+	_, ans, err := d.send.try(px, pre)
 	switch {
 	case err == nil && ans.status/100 == 2, isGone(err):
 		return
@@ -204,10 +223,10 @@ func (d *disaggregation) concurrentPrefill(x, px *exchange, pre *leg) {
 // finishes on its own, within the request's deadline). It never touches the
 // client's RequestCtx, which the prefill must not read.
 func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
-	px = &exchange{ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
+	px = &exchange{path: x.path, ep: x.ep, in: x.in, id: x.id, start: x.start, deadline: x.deadline, body: x.body,
 		up: fasthttp.AcquireRequest(), uri: bytes.Clone(x.uri)}
 	x.up.CopyTo(px.up)
-	d.p.flights.add(px) // shutdown aborts it
+	d.flights.add(px) // shutdown aborts it
 	stop := context.AfterFunc(&x.life, func() {
 		if cause := x.life.why(); isGone(cause) {
 			px.abort(cause)
@@ -215,7 +234,7 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 	})
 	return px, func() {
 		stop()
-		d.p.flights.remove(px)
+		d.flights.remove(px)
 		px.life.end(nil)
 		fasthttp.ReleaseRequest(px.up)
 	}

@@ -3,17 +3,13 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/kvrouter/kvrouter/admission"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -22,6 +18,8 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // Deps are what a Proxy is built from.
@@ -69,35 +67,26 @@ type Deps struct {
 	OwnerSecrets func() [][]byte
 }
 
-// Proxy serves the inference API of one replica.
+// Proxy serves the inference API of one replica: it owns the server, its
+// listeners and the door, and hands every request the door lets in to an
+// exchange, served by the collaborators of its request path (path.go).
 type Proxy struct {
-	cfg       Config
-	deps      Deps
-	fleet     *Fleet
-	metrics   *Metrics
-	log       *slog.Logger
-	admission *admitter
-	pd        *disaggregation
-	routers   atomic.Pointer[routerSet] // the live routers: SetRouters
-	server    *fasthttp.Server
-	edgesMu   sync.Mutex
-	edges     []*edgeListener
-	door      *door         // what every request passes before its route serves it
-	owned     *ownership    // the owners of stored responses
-	refusals  *refusals     // every refusal, counted and logged
-	cert      *serverCert   // nil: the client listener speaks plain HTTP
-	watcher   *watcher      // the clients of requests in flight
-	splices   *spliceBudget // the generated text resumable streams keep
-	flights   flights       // the exchanges in flight
-	tokens    *tokenizer    // nil unless Config.Tokenize.Enabled
-	calls     *workerCalls
-	// adapterLoads loads adapters no worker lists, nil unless
-	// Config.LoRA.LoadPath (lora.go).
-	adapterLoads *adapterLoads
-	bearer       string // "Bearer " + cfg.APIKey
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup
+	cfg      Config
+	deps     Deps
+	fleet    *Fleet
+	log      *slog.Logger
+	path     *requestPath // what every exchange is served with
+	server   *fasthttp.Server
+	edgesMu  sync.Mutex
+	edges    []*edge.Listener
+	door     *door       // what every request passes before its route serves it
+	refusals *refusals   // every refusal, counted and logged
+	cert     *serverCert // nil: the client listener speaks plain HTTP
+	tokens   *tokenizer  // nil unless Config.Tokenize.Enabled; its background asks end at Shutdown
+	calls    *workerCalls
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New builds a proxy. Call Fleet().SetWorkers to give it workers.
@@ -107,32 +96,28 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, deps: deps, metrics: newMetrics(deps.Metrics), log: deps.Logger,
-		refusals: newRefusals(deps.Metrics, deps.Logger), watcher: newWatcher(), bearer: "Bearer " + cfg.APIKey,
-		splices: &spliceBudget{limit: cfg.Migration.TotalBytes}, adapterLoads: newAdapterLoads(cfg.LoRA, deps.Metrics)}
+	p := &Proxy{cfg: cfg, deps: deps, log: deps.Logger, refusals: newRefusals(deps.Metrics, deps.Logger)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	if p.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), p.watcher); err != nil {
-		return nil, err
-	}
 	if cfg.TLSCertPath != "" || cfg.TLSKeyPath != "" {
 		if p.cert, err = newServerCert(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
 			return nil, err
 		}
 	}
-	p.fleet = newWorkerFleet(cfg, deps, p.metrics, p.log, func(id affinity.WorkerID) { p.MoveStreams(id) })
+	m := newMetrics(deps.Metrics)
+	p.fleet = newWorkerFleet(cfg, deps, m, p.log, func(id affinity.WorkerID) { p.MoveStreams(id) })
 	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
-	p.owned = newOwnership(cfg.StoredResponseOwnerBytes, deps.OwnerSecrets, p.calls, p.finalRole, deps.Metrics)
 	if cfg.Tokenize.Enabled {
 		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Metrics)
 	}
-	if deps.PD != nil {
-		p.pd = newDisaggregation(p, *deps.PD)
+	keys := &apiKeys{}
+	keys.replace(cfg.APIKeys)
+	if p.path, err = newRequestPath(p, m, keys); err != nil {
+		return nil, err
 	}
-	p.routers.Store(&routerSet{regular: deps.Router, pd: deps.PD})
-	p.door = newDoor(p)
+	p.door = newDoor(p, keys)
 	p.server = newServer(p)
 	discovery := newDiscovery(cfg, p.fleet, p.calls, deps.Index, p.log)
-	for _, run := range []func(context.Context){discovery.run, p.admission.run, p.watcher.run} {
+	for _, run := range []func(context.Context){discovery.run, p.path.admission.run, p.path.watcher.run} {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -219,16 +204,16 @@ func newServer(p *Proxy) *fasthttp.Server {
 	}
 }
 
-// newDoor builds the door of p's requests, once p's admission and P/D are
-// known.
-func newDoor(p *Proxy) *door {
-	d := &door{admin: p.deps.AdminToken, admission: p.admission, refusals: p.refusals, metrics: p.metrics,
-		maxPayload: p.cfg.MaxPayloadSize, edge: p.cfg.Edge, pooled: p.pd == nil, life: p.ctx,
+// newDoor builds the door of p's requests, with the API's keys, once p's
+// request path is built.
+func newDoor(p *Proxy, keys *apiKeys) *door {
+	path := p.path
+	d := &door{keys: keys, admin: p.deps.AdminToken, admission: path.admission, refusals: p.refusals,
+		metrics: path.rec.metrics, maxPayload: p.cfg.MaxPayloadSize, edge: p.cfg.Edge, pooled: p.deps.PD == nil, life: p.ctx,
 		bodies: newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)}
-	d.keys.replace(p.cfg.APIKeys)
 	p.deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(d.bodies.held.Load()) })
 	d.finishRefused = func(ctx *fasthttp.RequestCtx, rt *apiRoute, since time.Time, tk *admission.Ticket, err error) {
-		x := p.newExchange(ctx, rt.metered(ctx.Path()), since, tk)
+		x := newExchange(path, ctx, rt.metered(ctx.Path()), since, tk)
 		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
 	}
 	return d
@@ -239,15 +224,15 @@ func (p *Proxy) Fleet() *Fleet { return p.fleet }
 
 // Serve answers connections from ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
-	el := newEdgeListener(ln, p.cfg.Edge.MaxConnections, p.log)
+	el := edge.NewListener(ln, p.cfg.Edge.MaxConnections, p.log)
 	p.edgesMu.Lock()
 	p.edges = append(p.edges, el)
 	p.edgesMu.Unlock()
 	var served net.Listener = el
 	if p.cert != nil {
-		served = tlsHeadListener{tls.NewListener(el, p.cert.config())}
+		served = edge.TLSListener{Listener: tls.NewListener(el, p.cert.config())}
 	} else {
-		el.watchHeads = true
+		el.WatchHeads = true
 	}
 	return p.server.Serve(served)
 }
@@ -257,7 +242,7 @@ func (p *Proxy) accepting() bool {
 	p.edgesMu.Lock()
 	defer p.edgesMu.Unlock()
 	for _, el := range p.edges {
-		if !el.accepting() {
+		if !el.Accepting() {
 			return false
 		}
 	}
@@ -268,12 +253,12 @@ func (p *Proxy) accepting() bool {
 // work of the proxy.
 func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.server.ShutdownWithContext(ctx)
-	p.flights.abortAll(context.Canceled) // what outlived the shutdown's wait
+	p.path.flights.abortAll(context.Canceled) // what outlived the shutdown's wait
 	p.cancel()
 	p.wg.Wait()
 	p.edgesMu.Lock()
 	for _, el := range p.edges {
-		el.stopLingering()
+		el.StopLingering()
 	}
 	p.edgesMu.Unlock()
 	p.tokens.close() // its background asks use the fleet's pools
@@ -284,18 +269,18 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // Handler routes one request: the admin API's (which checks its own
 // token), a CORS preflight, or one of the table's routes through the door.
 func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
-	if ec := edgeOf(ctx.Conn()); ec != nil && ec.overLimit {
+	if ec := edge.Of(ctx.Conn()); ec != nil && ec.OverLimit() {
 		p.refuseConnection(ctx, ec)
 		return
 	}
 	path := ctx.Path()
-	ep := endpointAt(path)
+	ep := wire.EndpointAt(path)
 	// The admin API owns no inference path: an inference request does not
 	// go through its route table.
 	if ep == nil && p.deps.Admin != nil && p.deps.Admin(ctx) {
 		return
 	}
-	if p.cors(ctx, true) {
+	if p.path.cors.apply(ctx, true) {
 		return
 	}
 	rt := routeOf(ctx)
@@ -309,9 +294,9 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 		rt.serve(p, ctx)
 		return
 	}
-	x := p.newExchange(ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
+	x := newExchange(p.path, ctx, rt.metered(ctx.Path()), time.Now(), pass.ticket)
 	x.caller, x.bodyBuf = pass.caller, pass.buf
-	p.serveExchange(x, rt.plan)
+	x.serve(rt.plan)
 	// A stream that may resume keeps its body to write the continuation
 	// with, past the handler's end: its finish, which comes later (fasthttp
 	// writes a streamed body once the handler returned), gives it back.
@@ -320,8 +305,8 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 
 // refuseConnection answers every request of a connection accepted past
 // --max-connections with 503, and closes it.
-func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edgeConn) {
-	ec.lingerOnClose()
+func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edge.Conn) {
+	ec.LingerOnClose()
 	ctx.SetConnectionClose()
 	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
@@ -366,8 +351,8 @@ func boolJSON(b bool) string {
 // lingers: it reads the answer instead of a reset. The message never echoes
 // what the client sent.
 func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
-	if ec := edgeOf(ctx.Conn()); ec != nil {
-		ec.lingerOnClose()
+	if ec := edge.Of(ctx.Conn()); ec != nil {
+		ec.LingerOnClose()
 	}
 	reason := p.serverRefusal(ctx, err)
 	p.refusals.refused(ctx, refusedBeforeRouting, ctx.Response.StatusCode(), reason, true)
@@ -378,8 +363,8 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
-	case errors.Is(err, errBareLF):
-		writeError(ctx, errorf(ErrBadRequest, "%v", errBareLF))
+	case errors.Is(err, edge.ErrBareLF):
+		writeError(ctx, errorf(ErrBadRequest, "%v", edge.ErrBareLF))
 		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeError(ctx, tooLarge(p.cfg.MaxPayloadSize))
@@ -415,20 +400,6 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 		return ctx.Response.StatusCode()
 	}
 	return fasthttp.StatusContinue
-}
-
-// requestID appends to buf the client's request id, or a new one: 96
-// random bits in hex, unique in practice (they need not be unguessable).
-func (p *Proxy) requestID(ctx *fasthttp.RequestCtx, buf []byte) []byte {
-	for _, h := range p.cfg.RequestIDHeaders {
-		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
-			return append(buf, v...)
-		}
-	}
-	var b [12]byte
-	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
-	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
-	return hex.AppendEncode(buf, b[:])
 }
 
 // fasthttpLogger sends fasthttp's own messages (a client that sent an

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // relay is the body of a streamed response. fasthttp's server goroutine
@@ -27,7 +29,7 @@ import (
 // closes the connection, so clients report a broken stream (curl exits 18,
 // the OpenAI SDKs raise) instead of a short answer that ends cleanly.
 type relay struct {
-	p        *Proxy
+	streams  *streaming
 	x        *exchange
 	a        *attempt
 	status   int
@@ -68,21 +70,32 @@ type relay struct {
 // replaced by another one, with the client none the wiser.
 var firstReads = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
-// stream hands the live attempt a to the client as a streamed response.
-func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
+// streaming is how the proxy relays streams: each write to the client
+// bounded, and a stream its worker cut after the first byte resumed on
+// another worker when it can (migrate.go). Safe for concurrent use.
+type streaming struct {
+	writeTimeout time.Duration // Edge.WriteTimeout
+	migration    Migration
+	splices      *spliceBudget // the generated text resumable streams keep
+	metrics      *Metrics
+	log          *slog.Logger
+}
+
+// stream hands the live attempt a to x's client as a streamed response.
+func (x *exchange) stream(a *attempt, l *leg) {
 	x.watch.stop() // from now on only the response writes to the client
 	resp := &x.ctx.Response
 	copyResponseHeader(x, &a.resp.Header)
 	status := a.status()
 	resp.SetStatusCode(status)
 	a.streamed = true
-	r := &relay{p: p, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
+	r := &relay{streams: x.path.streams, x: x, a: a, l: l, status: status, sse: isEventStream(a), boundary: true, pending: a.first,
 		buf: a.firstBuf, writing: true}
 	a.first, a.firstBuf = nil, nil
-	if speaksAnthropic(x.ctx.Path()) {
+	if wire.SpeaksAnthropic(x.ctx.Path()) {
 		r.opened = usageOf(r.pending)
 	}
-	if r.splice, r.whyNot = p.newSplice(x, r.sse); r.splice != nil {
+	if r.splice, r.whyNot = r.streams.newSplice(x, r.sse); r.splice != nil {
 		r.scratch = firstReads.Get().(*[]byte)
 		r.splice.feed(r.pending)
 		r.pending = nil
@@ -93,7 +106,7 @@ func (p *Proxy) stream(x *exchange, a *attempt, l *leg) {
 	if r.sse && x.ctx.Request.Header.IsHTTP11() {
 		probe = r
 	}
-	x.watch = p.watcher.watch(x.ctx.Conn(), probe, x, time.Now())
+	x.watch = x.path.watcher.watch(x.ctx.Conn(), probe, x, time.Now())
 }
 
 // Read hands fasthttp the next bytes of the stream. Between two Reads
@@ -131,9 +144,9 @@ func (r *relay) setWriting(w bool) {
 func (r *relay) writeDeadline() time.Time {
 	now := time.Now()
 	if r.failed != nil {
-		return now.Add(min(r.p.cfg.Edge.WriteTimeout, errorEventWriteTimeout))
+		return now.Add(min(r.streams.writeTimeout, errorEventWriteTimeout))
 	}
-	d := now.Add(r.p.cfg.Edge.WriteTimeout)
+	d := now.Add(r.streams.writeTimeout)
 	if r.x.deadline.Before(d) {
 		return r.x.deadline
 	}
@@ -357,7 +370,7 @@ func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 func (r *relay) fail(err error) {
 	r.outcome, r.failed = r.a.failure(err)
 	if r.whyNot != nil && r.outcome != Canceled {
-		r.p.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.migrations.unresumable.Inc()
 	}
 	if r.sse && r.boundary && r.outcome != Canceled {
 		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
@@ -399,7 +412,7 @@ func (r *relay) end(werr error) ending {
 		r.a.end(r.outcome, false)
 		cut := r.outcome != Canceled
 		if cut {
-			r.p.metrics.streamErrors.Inc()
+			r.streams.metrics.streamErrors.Inc()
 		}
 		if cut && r.pastDeadline(r.failed) {
 			return timedOut
@@ -409,12 +422,12 @@ func (r *relay) end(werr error) ending {
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.l.judge(r.status, r.engineUsage())
 		if events := r.events.n; events > 2 {
-			r.p.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
+			r.streams.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
 		return ending{status: r.status, tokens: r.tokens()}
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
-		r.p.metrics.streamErrors.Inc()
+		r.streams.metrics.streamErrors.Inc()
 		return timedOut
 	default: // the client went away before the stream ended
 		r.x.clientGone()

@@ -52,12 +52,12 @@ func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters)
 }
 
 // logRequest writes x's line.
-func (p *Proxy) logRequest(x *exchange, status int, errType string) {
-	if !p.log.Enabled(context.Background(), slog.LevelInfo) {
+func (rec *recorder) logRequest(x *exchange, status int, errType string) {
+	if !rec.log.Enabled(context.Background(), slog.LevelInfo) {
 		return
 	}
-	attrs := []slog.Attr{slog.String("request_id", string(x.id)), slog.String("route", x.ep.path),
-		slog.String("model", x.in.model), slog.Int("status", status),
+	attrs := []slog.Attr{slog.String("request_id", string(x.id)), slog.String("route", x.ep.Path),
+		slog.String("model", x.in.Model), slog.Int("status", status),
 		slog.Float64("duration_ms", ms(time.Since(x.start))), slog.Int("attempts", x.route.attempts)}
 	if x.route.decided {
 		d := x.route.decision
@@ -87,7 +87,7 @@ func (p *Proxy) logRequest(x *exchange, status int, errType string) {
 	if errType != "" {
 		attrs = append(attrs, slog.String("error_type", errType))
 	}
-	p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+	rec.log.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
 }
 
 func decisionName(d affinity.Decision) string {

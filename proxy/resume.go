@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvrouter/kvrouter/proxy/wire"
 	"github.com/valyala/fastjson"
 )
 
@@ -38,9 +39,9 @@ func resumeKindOf(x *exchange) (resumeKind, error) {
 	switch {
 	case x.pd:
 		return 0, fmt.Errorf("%w: a disaggregated request does not resume", errCannotResume)
-	case x.ep == chatCompletions:
+	case x.ep == wire.ChatCompletions:
 		kind = resumeChat
-	case x.ep != completions:
+	case x.ep != wire.Completions:
 		return 0, fmt.Errorf("%w: only /v1/completions and /v1/chat/completions resume", errCannotResume)
 	}
 	var p fastjson.Parser

@@ -7,6 +7,18 @@ import (
 	"time"
 )
 
+// sender sends a leg's attempts, the one retry policy of the request path:
+// it picks each attempt's worker through its circuit, makes the attempt,
+// reads a whole answer or goes live with a stream, and retries with backoff
+// before the first byte reached the client. Safe for concurrent use.
+type sender struct {
+	fleet       *Fleet
+	health      Health
+	metrics     *Metrics
+	retry       Retry
+	maxResponse int // Config.MaxResponseSize: the largest whole answer read
+}
+
 // try runs the attempts of leg l, the one retry policy of the request path,
 // until one answers for good: a response to relay (live), a whole answer
 // (ans), or, when no worker answered at all, the router's own error.
@@ -17,17 +29,17 @@ import (
 // 504). A retryable answer is kept while further attempts are made and is
 // what the client gets, unchanged, if none of them does better. No attempt
 // starts once the request's deadline has passed.
-func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error) {
+func (s *sender) try(x *exchange, l *leg) (live *attempt, ans *answer, err error) {
 	var kept *answer
 	for n := 0; n < l.attempts; n++ {
 		if n > 0 {
-			if err = p.pause(x, n); err != nil {
+			if err = s.pause(x, n); err != nil {
 				break
 			}
 		}
 		a, perr := l.picked, error(nil)
 		if l.picked = nil; a == nil {
-			a, perr = p.pick(x, l)
+			a, perr = s.pick(x, l)
 		}
 		if perr != nil {
 			if err == nil || kept == nil {
@@ -36,13 +48,13 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 			break
 		}
 		if n > 0 {
-			p.metrics.retries.Inc()
+			s.metrics.retries.Inc()
 		}
-		live, ans, err = p.run(a, l, n == l.attempts-1)
+		live, ans, err = s.run(a, l, n == l.attempts-1)
 		switch {
 		case live != nil || ans != nil && !ans.retryable:
 			if ans != nil && retryableStatus(ans.status) {
-				p.metrics.retriesExhausted.Inc() // the last attempt's answer, a failure too
+				s.metrics.retriesExhausted.Inc() // the last attempt's answer, a failure too
 			}
 			return live, ans, nil
 		case ans != nil:
@@ -52,7 +64,7 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 		}
 		l.failedOn(a.m.ID)
 		if n == l.attempts-1 {
-			p.metrics.retriesExhausted.Inc()
+			s.metrics.retriesExhausted.Inc()
 		}
 	}
 	if kept != nil {
@@ -63,7 +75,7 @@ func (p *Proxy) try(x *exchange, l *leg) (live *attempt, ans *answer, err error)
 
 // run makes attempt a and classifies how it went. On the leg's last
 // attempt a retryable status is final: it is passed on, not kept.
-func (p *Proxy) run(a *attempt, l *leg, last bool) (live *attempt, ans *answer, err error) {
+func (s *sender) run(a *attempt, l *leg, last bool) (live *attempt, ans *answer, err error) {
 	if err := a.send(l.body); err != nil {
 		o, e := a.failure(err)
 		a.end(o, false)
@@ -72,18 +84,18 @@ func (p *Proxy) run(a *attempt, l *leg, last bool) (live *attempt, ans *answer, 
 	status := a.status()
 	switch {
 	case retryableStatus(status) && !last:
-		ans, err = p.keepAnswer(a)
+		ans, err = s.keepAnswer(a)
 		if ans != nil {
 			ans.retryable = true
 		}
 		return nil, ans, err
-	case l.stream && status/100 == 2 && hasBody(status) && (a.x.in.stream || isEventStream(a)):
-		return p.goLive(a)
+	case l.stream && status/100 == 2 && hasBody(status) && (a.x.in.Stream || isEventStream(a)):
+		return s.goLive(a)
 	case l.toClient:
-		ans, err = p.finalAnswer(a)
+		ans, err = s.finalAnswer(a)
 		return nil, ans, err
 	}
-	ans, err = p.keepAnswer(a)
+	ans, err = s.keepAnswer(a)
 	return nil, ans, err
 }
 
@@ -112,8 +124,8 @@ func retryableStatus(code int) bool {
 // pause waits before retry number n (n >= 1): exponential backoff with
 // jitter. It fails, without waiting, when the deadline would pass before
 // the next attempt could start, and when the client leaves meanwhile.
-func (p *Proxy) pause(x *exchange, n int) error {
-	d := p.backoff(n)
+func (s *sender) pause(x *exchange, n int) error {
+	d := s.backoff(n)
 	if time.Now().Add(d).After(x.deadline) {
 		return errorf(ErrUpstreamTimeout, "no worker answered within the request timeout")
 	}
@@ -129,8 +141,8 @@ func (p *Proxy) pause(x *exchange, n int) error {
 
 // backoff is the wait before retry number n: the initial backoff times
 // the multiplier to the n-1, capped, with jitter.
-func (p *Proxy) backoff(n int) time.Duration {
-	r := p.cfg.Retry
+func (s *sender) backoff(n int) time.Duration {
+	r := s.retry
 	d := float64(r.InitialBackoff)
 	for range n - 1 {
 		d *= r.Multiplier

@@ -4,6 +4,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/internal/exposition"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // access says who may use a route. Every route of the table names one, and
@@ -33,7 +34,7 @@ type apiRoute struct {
 	// makes each one an exchange (exchange.go): refused at the door or
 	// served by plan, it ends in finish, with its line in the request log
 	// and its span. Every route that admits is metered.
-	metered func(path []byte) *endpoint
+	metered func(path []byte) *wire.Endpoint
 	plan    plan
 	// serve answers a request of a route that is not metered.
 	serve func(p *Proxy, ctx *fasthttp.RequestCtx)
@@ -43,8 +44,8 @@ type apiRoute struct {
 // request no other way in.
 var routes = append(inferenceRoutes(), []*apiRoute{
 	{name: "/v1/responses/{id}", sample: "GET /v1/responses/resp_1",
-		match:  func(_, path []byte) bool { _, ok := storedResponseID(path); return ok },
-		access: keyed, admits: true, metered: func([]byte) *endpoint { return storedResponses }, plan: (*Proxy).planStored},
+		match:  func(_, path []byte) bool { _, ok := wire.StoredResponseID(path); return ok },
+		access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return wire.StoredResponses }, plan: (*exchange).planStored},
 	{name: "/v1/models", sample: "GET /v1/models", match: pathIs("/v1/models"), access: keyed, serve: (*Proxy).serveModels},
 	workerInfoRoute("/get_model_info"),
 	workerInfoRoute("/get_server_info"),
@@ -60,15 +61,15 @@ var routes = append(inferenceRoutes(), []*apiRoute{
 // says why).
 func inferenceRoutes() []*apiRoute {
 	var rs []*apiRoute
-	for _, ep := range endpoints {
-		if ep.kind == kindNone {
+	for _, ep := range wire.Endpoints {
+		if ep.Kind == wire.KindNone {
 			continue
 		}
-		rt := &apiRoute{name: "POST " + ep.path, sample: "POST " + ep.path,
-			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.path },
-			access: keyed, admits: true, metered: func([]byte) *endpoint { return ep }, plan: (*Proxy).planInference}
-		if ep.counts {
-			rt.admits, rt.plan = false, (*Proxy).planCountTokens
+		rt := &apiRoute{name: "POST " + ep.Path, sample: "POST " + ep.Path,
+			match:  func(m, path []byte) bool { return string(m) == fasthttp.MethodPost && string(path) == ep.Path },
+			access: keyed, admits: true, metered: func([]byte) *wire.Endpoint { return ep }, plan: (*exchange).planInference}
+		if ep.Counts {
+			rt.admits, rt.plan = false, (*exchange).planCountTokens
 		}
 		rs = append(rs, rt)
 	}
@@ -78,7 +79,7 @@ func inferenceRoutes() []*apiRoute {
 // workerInfoRoute is a request about the engine, sent to any worker.
 func workerInfoRoute(path string) *apiRoute {
 	return &apiRoute{name: path, sample: "GET " + path, match: pathIs(path), access: keyed, admits: true,
-		metered: func([]byte) *endpoint { return workerInfo }, plan: (*Proxy).planAnyWorker}
+		metered: func([]byte) *wire.Endpoint { return wire.WorkerInfo }, plan: (*exchange).planAnyWorker}
 }
 
 // noRoute answers what the table does not hold, behind the key like any

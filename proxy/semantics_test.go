@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/proxy/peek"
 )
 
 // staleAnswer is a whole HTTP response that a buggy worker writes past the
@@ -55,7 +56,7 @@ func TestAnIdleConnectionWithStrayBytesIsNotReused(t *testing.T) {
 	if _, err := server.Write([]byte(staleAnswer)); err != nil {
 		t.Fatal(err)
 	}
-	if peek(c.Conn, true) != peekData { // wait until the bytes are there, consuming nothing
+	if peek.Look(c.Conn, true) != peek.Data { // wait until the bytes are there, consuming nothing
 		t.Fatal("the stray bytes never arrived")
 	}
 	if got := u.takeIdle(time.Now()); got != nil {
@@ -375,9 +376,9 @@ func TestARequestPipelinedBehindALiveStreamWaitsForIt(t *testing.T) {
 	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nx-request-id: second\r\nContent-Length: %d\r\n\r\n%s", len(plain), plain)
 	// The watch ends once a look has seen the pipelined bytes.
 	testwait.Eventually(t, waitDeadline, func() bool {
-		r.proxy.watcher.mu.Lock()
-		defer r.proxy.watcher.mu.Unlock()
-		return r.proxy.watcher.head == nil
+		r.proxy.path.watcher.mu.Lock()
+		defer r.proxy.path.watcher.mu.Unlock()
+		return r.proxy.path.watcher.head == nil
 	}, "the client watch to see the pipelined request")
 	w.Open()
 	rest, err := io.ReadAll(first.Body)

@@ -1,15 +1,14 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // A stored response of the Responses API lives on the worker that made it:
@@ -63,84 +62,13 @@ func callerKey(x *exchange) credential.ID {
 	return x.caller.id // the door let only a key of --api-keys in
 }
 
-// maxResponseIDLen bounds the ids the router learns.
-const maxResponseIDLen = 256
-
-// responseID finds the id of the response object in a worker's answer to
-// POST /v1/responses: its top-level "id", or, for a stream, the "id" of
-// the "response" of its first event (response.created). It reads the JSON
-// with the scanner, so spacing and key order do not matter, and an id
-// inside some other value is never taken.
-func responseID(answer []byte) string {
-	doc := answer
-	if data, ok := firstEventData(answer); ok {
-		doc = data
-		if inner, ok := jsonMember(doc, "response"); ok {
-			doc = inner
-		}
-	}
-	id, ok := jsonMemberString(doc, "id")
-	if !ok || !bytes.HasPrefix(id, []byte("resp_")) || len(id) > maxResponseIDLen || bytes.ContainsAny(id, "/?#%\\") {
-		return ""
-	}
-	return string(id)
-}
-
-// firstEventData is the data of the first event of an SSE stream, when b
-// starts as one.
-func firstEventData(b []byte) ([]byte, bool) {
-	for len(b) > 0 {
-		line := b
-		n := bytes.IndexByte(b, '\n')
-		if n < 0 {
-			return nil, false // the event is not whole
-		}
-		line, b = bytes.TrimSuffix(b[:n], []byte("\r")), b[n+1:]
-		if data, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			return bytes.TrimSpace(data), true
-		}
-		if len(line) > 0 && !bytes.HasPrefix(line, []byte("event:")) && line[0] != ':' {
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// jsonMember is the raw value of the top-level member key of the object
-// doc, when doc is one that holds it.
-func jsonMember(doc []byte, key string) ([]byte, bool) {
-	vs := jsonSkipWS(doc, 0)
-	if vs >= len(doc) || doc[vs] != '{' {
-		return nil, false
-	}
-	var found []byte
-	_, err := jsonEachMember(doc, vs, 0, func(k []byte, vs int) (int, error) {
-		ve, err := jsonSkipValue(doc, vs, 1)
-		if err == nil && found == nil && string(k) == key {
-			found = doc[vs:ve]
-		}
-		return ve, err
-	})
-	return found, err == nil && found != nil
-}
-
-// jsonMemberString is the top-level string member key of the object doc,
-// raw (an id has nothing to unescape).
-func jsonMemberString(doc []byte, key string) ([]byte, bool) {
-	v, ok := jsonMember(doc, key)
-	if !ok || len(v) < 2 || v[0] != '"' {
-		return nil, false
-	}
-	return v[1 : len(v)-1], true
-}
-
 // learn records the worker that answered a POST /v1/responses for
 // the caller's key, under the id of that answer: the id the router chose,
 // or, from an engine that ignores request_id, one the replica does not
 // know yet (a worker that answers with another response's id takes
 // nothing from its owner).
 func (o *ownership) learn(x *exchange, w affinity.WorkerID, answer []byte) {
-	id := responseID(answer)
+	id := wire.ResponseID(answer)
 	switch owner := (responseOwner{worker: w, key: callerKey(x)}); {
 	case id == "":
 	case id == x.responseID:
@@ -175,15 +103,15 @@ func (o *ownership) ownerOf(ctx context.Context, id string, key credential.ID) (
 // holds reports whether a worker's answer to GET /v1/responses/id
 // is that response, sealed for key.
 func (o *ownership) holds(body []byte, id string, key credential.ID) bool {
-	got, ok := jsonMemberString(body, "id")
+	got, ok := wire.MemberString(body, "id")
 	if !ok || string(got) != id {
 		return false
 	}
-	meta, ok := jsonMember(body, "metadata")
+	meta, ok := wire.Member(body, "metadata")
 	if !ok {
 		return false
 	}
-	seal, ok := jsonMemberString(meta, ownerMetadataKey)
+	seal, ok := wire.MemberString(meta, ownerMetadataKey)
 	return ok && o.seal.holds(seal, id, key)
 }
 
@@ -195,7 +123,7 @@ func (o *ownership) holds(body []byte, id string, key credential.ID) bool {
 // a key twice is a 400: vLLM keeps the last, and a client could otherwise
 // plant a seal behind the router's.
 func (o *ownership) stamp(x *exchange) error {
-	if err := uniqueMetadata(x.body); err != nil {
+	if err := wire.UniqueMetadata(x.body); err != nil {
 		return err
 	}
 	var parser fastjson.Parser
@@ -224,95 +152,78 @@ func setOnly(o *fastjson.Value, key string, val *fastjson.Value) {
 	o.Set(key, val)
 }
 
-// uniqueMetadata refuses a body whose metadata object names a key twice.
-func uniqueMetadata(body []byte) error {
-	meta, ok := jsonMember(body, "metadata")
-	if !ok || len(meta) == 0 || meta[0] != '{' {
-		return nil
-	}
-	var keys keySet
-	_, err := jsonEachMember(meta, 0, 2, func(raw []byte, vs int) (int, error) {
-		if key, dup := keys.add(raw); dup {
-			return vs, duplicateKey("metadata", key)
-		}
-		return jsonSkipValue(meta, vs, 2)
-	})
-	if _, isAPI := err.(*apiError); err != nil && !isAPI {
-		return malformed(err)
-	}
-	return err
-}
-
-// storedResponseID reads the id of /v1/responses/{id}[/cancel|/input|/input_items].
-func storedResponseID(path []byte) (string, bool) {
-	rest, ok := bytes.CutPrefix(path, []byte("/v1/responses/"))
-	if !ok || len(rest) == 0 {
-		return "", false
-	}
-	id, sub, _ := strings.Cut(string(rest), "/")
-	switch sub {
-	case "", "cancel", "input", "input_items":
-		return id, id != "" && !strings.ContainsAny(id, "?#%")
-	}
-	return "", false
-}
-
 // planStored is the plan of a request about a stored response: whole and
 // as it is, to the worker that holds it for the caller's key. The search
 // for it comes after admission (at the door) and ends when the client
 // leaves.
-func (p *Proxy) planStored(x *exchange) (*leg, error) {
-	id, _ := storedResponseID(x.ctx.Path())
-	p.begin(x)
-	owner, ok := p.owned.ownerOf(&x.life, id, callerKey(x))
+func (x *exchange) planStored() (*leg, error) {
+	id, _ := wire.StoredResponseID(x.ctx.Path())
+	x.begin()
+	owner, ok := x.path.owned.ownerOf(&x.life, id, callerKey(x))
 	switch {
 	case x.life.why() != nil:
 		return nil, x.life.why()
 	case !ok:
 		return nil, errorf(ErrNotFound, "no worker holds a response with id %s", id)
 	}
-	return p.pinnedLeg(x, owner), nil
+	return x.path.legs.pinnedLeg(x, owner), nil
 }
 
-// hear keeps the owners of stored responses up to date with a
+// The ownership is a hook of every exchange (hooks.go): it stamps a POST
+// /v1/responses body, plans the leg of a request that continues a stored
+// response, and learns the owners from the answers.
+
+// parsed stamps the body of a POST /v1/responses: the engine stores the
+// seal of the response's id and the key with the response, so that every
+// replica can tell whose it is.
+func (o *ownership) parsed(x *exchange) error {
+	if x.ep != wire.Responses {
+		return nil
+	}
+	return o.stamp(x)
+}
+
+// streamStarted learns the owner of the response a streamed POST
+// /v1/responses makes, from its first event.
+func (o *ownership) streamStarted(x *exchange, a *attempt) {
+	if x.ep == wire.Responses {
+		o.learn(x, a.m.ID, a.first)
+	}
+}
+
+// heard keeps the owners of stored responses up to date with a
 // worker's whole answer: the response a POST /v1/responses made is
 // learned, the one a DELETE removed forgotten.
-func (o *ownership) hear(x *exchange, w affinity.WorkerID, status int, answer []byte) {
+func (o *ownership) heard(x *exchange, w affinity.WorkerID, status int, answer []byte) {
 	if status/100 != 2 {
 		return
 	}
 	switch {
-	case x.ep == responses:
+	case x.ep == wire.Responses:
 		o.learn(x, w, answer)
-	case x.ep == storedResponses && x.ctx.IsDelete():
-		id, _ := storedResponseID(x.ctx.Path())
+	case x.ep == wire.StoredResponses && x.ctx.IsDelete():
+		id, _ := wire.StoredResponseID(x.ctx.Path())
 		o.owners.forget(id)
 	}
 }
 
-// pinnedLeg is the leg that sends x, whole, to worker w only: one attempt,
-// no choice. x has begun.
-func (p *Proxy) pinnedLeg(x *exchange, w affinity.WorkerID) *leg {
-	load := p.deps.Loads.Get(w)
-	l := p.newLeg(x, "", p.finalRouter(), nil, affinity.NewPool([]*affinity.Load{load}))
-	l.pin(&routed{dec: affinity.Decision{Worker: w}, guard: p.deps.Loads.Acquire(load)})
-	return l
-}
-
-// continuedLeg is the leg of a Responses API request that continues a
+// planLeg plans the leg of a Responses API request that continues a
 // stored response (previous_response_id): to the worker that holds it for
 // the caller's key, since no other worker could answer it.
-func (p *Proxy) continuedLeg(x *exchange) (*leg, error) {
-	owner, ok := p.owned.ownerOf(&x.life, x.in.previous, callerKey(x))
+func (o *ownership) planLeg(x *exchange, _ *affinity.Pool, _ uint64) (*leg, bool, error) {
+	if x.in.Previous == "" {
+		return nil, false, nil
+	}
+	owner, ok := o.ownerOf(&x.life, x.in.Previous, callerKey(x))
 	if !ok {
 		if why := x.life.why(); why != nil {
-			return nil, why
+			return nil, true, why
 		}
-		return nil, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.previous)
+		return nil, true, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.Previous)
 	}
-	return p.pinnedLeg(x, owner), nil
+	return x.path.legs.pinnedLeg(x, owner), true, nil
 }
 
 // planAnyWorker is the plan of a request about the engine (get_model_info,
 // get_server_info, health_generate): to the least loaded eligible worker.
-func (p *Proxy) planAnyWorker(x *exchange) (*leg, error) { return p.leastLoadedLeg(x, "") }
+func (x *exchange) planAnyWorker() (*leg, error) { return x.leastLoadedLeg("") }

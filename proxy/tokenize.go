@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // TokenizeConfig is how the proxy asks engines for a prompt's token IDs
@@ -149,11 +150,11 @@ func (t *tokenizer) close() {
 // prompt it starts with, unless the endpoint has none or tokenization fails
 // or is slow.
 func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Pool) {
-	if t == nil || pool.Len() == 0 || (x.ep != chatCompletions && x.ep != completions) {
+	if t == nil || pool.Len() == 0 || (x.ep != wire.ChatCompletions && x.ep != wire.Completions) {
 		return
 	}
 	defer t.added.UpdateDuration(time.Now())
-	p, ok := tokenizeRequest(x.ep, x.in.model, x.body)
+	p, ok := tokenizeRequest(x.ep, x.in.Model, x.body)
 	if !ok {
 		t.results[tokenizedFailed].Inc()
 		return
@@ -166,7 +167,7 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 		}
 		req.TokenText = e.text
 		t.results[tokenizedPrefix].Inc()
-		t.learn(p, x.in.text.Len(), pool)
+		t.learn(p, x.in.Text.Len(), pool)
 		return
 	}
 	m := t.candidate(pool)
@@ -179,13 +180,13 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		t.results[tokenizedSlow].Inc()
-		t.learn(p, x.in.text.Len(), pool) // past the bound for this turn, but known for the next
+		t.learn(p, x.in.Text.Len(), pool) // past the bound for this turn, but known for the next
 	case err != nil:
 		t.results[tokenizedFailed].Inc()
 	default:
 		t.latency.UpdateDuration(start)
 		t.results[tokenizedOK].Inc()
-		t.cache.put(p, tokens, x.in.text.Len())
+		t.cache.put(p, tokens, x.in.Text.Len())
 		req.Tokens = tokens
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync"
 
+	"github.com/kvrouter/kvrouter/proxy/wire"
 	"github.com/valyala/fastjson"
 	"github.com/zeebo/xxh3"
 )
@@ -34,29 +35,29 @@ type prompt struct {
 // {"model", "messages", "tools"} for a chat (the template applied with the
 // generation prompt and the tools, as the chat endpoint applies it) or
 // {"model", "prompt"} for a completion whose prompt is one string.
-func tokenizeRequest(ep *endpoint, model string, body []byte) (prompt, bool) {
+func tokenizeRequest(ep *wire.Endpoint, model string, body []byte) (prompt, bool) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return prompt{}, false
 	}
-	field := v.Get(ep.textField)
-	if field == nil || (ep == completions && field.Type() != fastjson.TypeString) ||
-		(ep == chatCompletions && field.Type() != fastjson.TypeArray) {
+	field := v.Get(ep.TextField)
+	if field == nil || (ep == wire.Completions && field.Type() != fastjson.TypeString) ||
+		(ep == wire.ChatCompletions && field.Type() != fastjson.TypeArray) {
 		return prompt{}, false
 	}
 	m, _ := json.Marshal(model)
-	out := append(append([]byte(`{"model":`), m...), `,"`+ep.textField+`":`...)
+	out := append(append([]byte(`{"model":`), m...), `,"`+ep.TextField+`":`...)
 	out = field.MarshalTo(out)
 	var tools []byte
-	if t := v.Get("tools"); ep == chatCompletions && t != nil && len(t.GetArray()) > 0 {
+	if t := v.Get("tools"); ep == wire.ChatCompletions && t != nil && len(t.GetArray()) > 0 {
 		out = append(out, `,"tools":`...)
 		n := len(out)
 		out = t.MarshalTo(out)
 		tools = out[n:]
 	}
 	out = append(out, '}')
-	if ep == completions {
+	if ep == wire.Completions {
 		return completionPrompt(out, model, field.GetStringBytes()), true
 	}
 	messages := field.GetArray()

@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/dialtest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
 // tokenizingWorker answers /tokenize with tokens, after hold returns when
@@ -196,7 +197,7 @@ func chatTurns(contents ...string) string {
 }
 
 // tokenizeBodyOf is the /tokenize body the router sends for a client's.
-func tokenizeBodyOf(t *testing.T, ep *endpoint, body string) string {
+func tokenizeBodyOf(t *testing.T, ep *wire.Endpoint, body string) string {
 	t.Helper()
 	p, ok := tokenizeRequest(ep, "m", []byte(body))
 	if !ok {
@@ -213,7 +214,7 @@ func TestAChatsNextTurnIsRoutedAtOnceOnTheTokensOfTheTurnBeforeAndItsOwnAreLearn
 	w := startTokenizingWorker(t, "")
 	r, seen := tokenizingRouter(t, w, 20*time.Millisecond)
 	first, next := chatTurns("read the file"), chatTurns("read the file", "here it is", "now summarise it")
-	firstTokens := []uint32{uint32(len(tokenizeBodyOf(t, chatCompletions, first)))}
+	firstTokens := []uint32{uint32(len(tokenizeBodyOf(t, wire.ChatCompletions, first)))}
 	if resp, body := post(t, r.url, "/v1/chat/completions", first); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
@@ -236,7 +237,7 @@ func TestAChatsNextTurnIsRoutedAtOnceOnTheTokensOfTheTurnBeforeAndItsOwnAreLearn
 		t.Errorf("tokenize counts:\n%s", grepLines(m, "kv_tokenize_total"))
 	}
 	release() // the background ask is answered
-	nextTokens := []uint32{uint32(len(tokenizeBodyOf(t, chatCompletions, next)))}
+	nextTokens := []uint32{uint32(len(tokenizeBodyOf(t, wire.ChatCompletions, next)))}
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		post(t, r.url, "/v1/chat/completions", next)
 		return slices.Equal(seen.last(), nextTokens)
@@ -282,7 +283,7 @@ func TestTheTokenCacheKeepsItsBound(t *testing.T) {
 	c := newTokenCache(2, 1<<30)
 	var ps []prompt
 	for i := range 3 {
-		p, _ := tokenizeRequest(completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
+		p, _ := tokenizeRequest(wire.Completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
 		ps = append(ps, p)
 		c.put(p, []uint32{uint32(i)}, 8)
 		if i == 1 {
@@ -311,7 +312,7 @@ func TestTheTokenCacheKeepsItsBudgetInBytes(t *testing.T) {
 	c := newTokenCache(4096, budget)
 	long := make([]uint32, 100_000) // 400 kB
 	for i := range 50 {
-		p, _ := tokenizeRequest(completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
+		p, _ := tokenizeRequest(wire.Completions, "m", []byte(fmt.Sprintf(`{"prompt":"prompt %d"}`, i)))
 		c.put(p, long, 8)
 		if c.size() > budget {
 			t.Fatalf("after %d answers the cache holds %d bytes, over its budget %d", i+1, c.size(), budget)
@@ -320,7 +321,7 @@ func TestTheTokenCacheKeepsItsBudgetInBytes(t *testing.T) {
 	if c.order.Len() != 2 {
 		t.Errorf("%d entries of 400 kB in a budget of 1 MiB, want 2", c.order.Len())
 	}
-	p, _ := tokenizeRequest(completions, "m", []byte(`{"prompt":"too long"}`))
+	p, _ := tokenizeRequest(wire.Completions, "m", []byte(`{"prompt":"too long"}`))
 	c.put(p, make([]uint32, 300_000), 8)
 	if e, _ := c.lookup(p); e != nil {
 		t.Error("a list larger than the budget was kept")

@@ -30,14 +30,14 @@ type requestTrace struct {
 
 // startTrace opens x's request span, from x's start (a request the door
 // refused is traced from its arrival).
-func (p *Proxy) startTrace(x *exchange) {
-	if p.deps.Tracer == nil {
+func (rec *recorder) startTrace(x *exchange) {
+	if rec.tracer == nil {
 		return
 	}
 	parent := propagator.Extract(context.Background(), requestCarrier{&x.ctx.Request.Header})
-	ctx, span := p.deps.Tracer.Start(parent, x.ep.path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
-		trace.WithAttributes(attribute.String("http.route", x.ep.path), attribute.String("kvrouter.request_id", string(x.id))))
-	x.trace = &requestTrace{tracer: p.deps.Tracer, ctx: ctx, span: span}
+	ctx, span := rec.tracer.Start(parent, x.ep.Path, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.start),
+		trace.WithAttributes(attribute.String("http.route", x.ep.Path), attribute.String("kvrouter.request_id", string(x.id))))
+	x.trace = &requestTrace{tracer: rec.tracer, ctx: ctx, span: span}
 }
 
 // endTrace closes x's request span with how the request ended.
@@ -46,7 +46,7 @@ func (x *exchange) endTrace(status int, errType string) {
 		return
 	}
 	s := x.trace.span
-	s.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.request.model", x.in.model),
+	s.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.request.model", x.in.Model),
 		attribute.Int("kvrouter.attempts", x.route.attempts))
 	if x.route.decided {
 		s.SetAttributes(attribute.String("kvrouter.decision", decisionName(x.route.decision)),

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/peek"
 )
 
 // upstream is the connection pool of one worker. It speaks HTTP/1.1 with
@@ -46,7 +47,7 @@ type upConn struct {
 	net.Conn
 	raw      syscall.RawConn // the socket, for looks at it; nil if there is none
 	look     func(fd uintptr) bool
-	seen     peekState // what look saw
+	seen     peek.State // what look saw
 	br       *bufio.Reader
 	head     []byte      // the request head being written, reused
 	iov      [2][]byte   // head and body, written with one writev
@@ -120,7 +121,7 @@ func (c *upConn) quiet(now time.Time) bool {
 	if c.raw.Read(c.look) != nil {
 		return false
 	}
-	return c.seen == peekEmpty || c.seen == peekUnknown
+	return c.seen == peek.Empty || c.seen == peek.Unknown
 }
 
 func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error) {
@@ -143,8 +144,8 @@ func (u *upstream) dial(ctx context.Context, deadline time.Time) (*upConn, error
 		}
 		conn = tc
 	}
-	c := &upConn{Conn: conn, raw: rawConnOf(conn), br: bufio.NewReaderSize(conn, 16<<10)}
-	c.look = func(fd uintptr) bool { c.seen, _ = peekFD(fd); return true } // made once: a look allocates nothing
+	c := &upConn{Conn: conn, raw: peek.RawConn(conn), br: bufio.NewReaderSize(conn, 16<<10)}
+	c.look = func(fd uintptr) bool { c.seen, _ = peek.FD(fd); return true } // made once: a look allocates nothing
 	return c, nil
 }
 

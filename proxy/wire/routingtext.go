@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -19,11 +19,11 @@ import (
 // is read, in one pass over the body, and the sections are put in the
 // engines' order when the text is handed out (pieces).
 
-// routingText holds one request's routing text (inference.text): the
+// RoutingText holds one request's routing text (inference.text): the
 // bytes rendered, the strings left in the body, and the pieces they make.
 // An exchange takes one from textBuffers and returns it when it is done,
 // so that reading a body allocates nothing per byte of it.
-type routingText struct {
+type RoutingText struct {
 	rendered []byte
 	holes    []hole
 	pieces   affinity.Text
@@ -34,13 +34,17 @@ type routingText struct {
 	calls []callSpan
 }
 
-var textBuffers = sync.Pool{New: func() any { return &routingText{rendered: make([]byte, 0, 8<<10)} }}
+var textBuffers = sync.Pool{New: func() any { return &RoutingText{rendered: make([]byte, 0, 8<<10)} }}
+
+// TakeText is a RoutingText for one reading of a body, from a pool: give
+// it back with ReleaseText once nothing reads the text it holds.
+func TakeText() *RoutingText { return textBuffers.Get().(*RoutingText) }
 
 // maxPooledText is the largest buffer kept for reuse: a rare huge prompt
 // should not pin its memory in the pool.
 const maxPooledText = 1 << 20
 
-func releaseText(t *routingText) {
+func ReleaseText(t *RoutingText) {
 	if t == nil || cap(t.rendered) > maxPooledText {
 		return
 	}
@@ -49,6 +53,20 @@ func releaseText(t *routingText) {
 	t.uses.reset()
 	t.rendered, t.holes, t.pieces = t.rendered[:0], t.holes[:0], t.pieces[:0]
 	textBuffers.Put(t)
+}
+
+// rendering is the routing text of one body as it is rendered: the body,
+// the bytes rendered and the strings left in the body, in sections, and
+// the state its readers keep from one message to the next.
+type rendering struct {
+	ep    *Endpoint
+	b     []byte
+	text  []byte // the routing text's rendered bytes
+	holes []hole // its strings left in the body
+	// sections are where each part of the routing text was rendered.
+	sections [numSections]section
+	uses     toolUses   // tool_use ids of the message before and of this one (Anthropic)
+	calls    []callSpan // the tool calls of the chat message being read
 }
 
 // sectionKind is a part of the routing text, in the order engines render
@@ -73,13 +91,13 @@ type section struct {
 // open starts rendering section k, which is rendered in one go, up to
 // close. A section opened again goes on where it stopped (SGLang's
 // generate renders input_ids and then text, one after the other).
-func (r *bodyReader) open(k sectionKind) {
+func (r *rendering) open(k sectionKind) {
 	if !r.sections[k].set {
 		r.sections[k] = section{start: len(r.text), holeFrom: len(r.holes), set: true}
 	}
 }
 
-func (r *bodyReader) close(k sectionKind) {
+func (r *rendering) close(k sectionKind) {
 	s := &r.sections[k]
 	s.end, s.holeTo = len(r.text), len(r.holes)
 }
@@ -92,7 +110,7 @@ const minLeftInBody = 1024
 // appendString appends the contents of the raw string raw (still escaped)
 // to the routing text: a long one without escapes stays in the body, as a
 // piece of its own; any other is unescaped into the rendered bytes.
-func (r *bodyReader) appendString(raw []byte) {
+func (r *rendering) appendString(raw []byte) {
 	n := bytes.IndexByte(raw, '\\')
 	switch {
 	case n < 0 && len(raw) >= minLeftInBody:
@@ -106,24 +124,24 @@ func (r *bodyReader) appendString(raw []byte) {
 
 // appendStringAt appends the string at s to the routing text; nothing when
 // s holds no string.
-func (r *bodyReader) appendStringAt(s span) {
+func (r *rendering) appendStringAt(s span) {
 	if r.isString(s) {
 		r.appendString(r.b[s.start+1 : s.end-1])
 	}
 }
 
 // isString reports whether s holds a string.
-func (r *bodyReader) isString(s span) bool { return s.present() && r.b[s.start] == '"' }
+func (r *rendering) isString(s span) bool { return s.present() && r.b[s.start] == '"' }
 
 // isObject reports whether s holds an object.
-func (r *bodyReader) isObject(s span) bool { return s.present() && r.b[s.start] == '{' }
+func (r *rendering) isObject(s span) bool { return s.present() && r.b[s.start] == '{' }
 
 // appendDigest appends a stand-in for the media (an image, a sound, a file)
 // whose bytes or address are the string at s: its kind and the xxh3 of the
 // string, unescaped. The same image sent again, by the same URL or bytes,
 // renders the same; any other does not. An engine's prompt holds the
 // media's tokens where the routing text holds its digest.
-func (r *bodyReader) appendDigest(kind string, s span) {
+func (r *rendering) appendDigest(kind string, s span) {
 	raw := r.b[s.start+1 : s.end-1]
 	var h uint64
 	if hasBackslash(raw) {
@@ -148,7 +166,7 @@ func appendMedia(dst []byte, kind string, h uint64) []byte {
 
 // appendCompact appends the JSON value at s as written, less the
 // whitespace between its tokens.
-func (r *bodyReader) appendCompact(s span) {
+func (r *rendering) appendCompact(s span) {
 	r.text = jsonAppendCompact(r.text, r.b, s.start, s.end)
 }
 
@@ -162,7 +180,7 @@ type hole struct {
 // pieces appends the routing text to dst, section by section in the
 // engines' order: the rendered bytes, cut where the strings left in the
 // body go.
-func (r *bodyReader) pieces(dst affinity.Text) affinity.Text {
+func (r *rendering) pieces(dst affinity.Text) affinity.Text {
 	for _, s := range r.sections {
 		if !s.set {
 			continue

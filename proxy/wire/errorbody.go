@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -13,28 +13,27 @@ import (
 // statuses as on the OpenAI routes (anthropicapi.ErrorType names them). A
 // worker's own answers pass unchanged.
 
-// speaksAnthropic reports whether path is one of the Messages API's:
+// SpeaksAnthropic reports whether path is one of the Messages API's:
 // /v1/messages, count_tokens, and any path under it.
-func speaksAnthropic(path []byte) bool { return anthropicapi.Serves(path) }
+func SpeaksAnthropic(path []byte) bool { return anthropicapi.Serves(path) }
 
-// errorBody is the router's own error, of status and OpenAI type typ, in
+// ErrorBody is the router's own error, of status and OpenAI type typ, in
 // the shape of the API that path belongs to.
-func errorBody(path []byte, status int, typ, msg string) []byte {
-	if speaksAnthropic(path) {
+func ErrorBody(path []byte, status int, typ, msg string) []byte {
+	if SpeaksAnthropic(path) {
 		return anthropicapi.AppendError(nil, status, msg)
 	}
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": status}})
 	return body
 }
 
-// sseErrorEvent is the event that ends a stream the router had to cut, in
+// ErrorEvent is the event that ends a stream the router had to cut, in
 // the shape of path's API: OpenAI's SDKs raise on a data event carrying an
 // error, Anthropic's on an event named error (they skip unnamed ones).
-func sseErrorEvent(path []byte, err error) []byte {
-	status, typ := statusOf(err)
-	body := errorBody(path, status, typ, err.Error())
+func ErrorEvent(path []byte, status int, typ, msg string) []byte {
+	body := ErrorBody(path, status, typ, msg)
 	var out []byte
-	if speaksAnthropic(path) {
+	if SpeaksAnthropic(path) {
 		out = append(out, "event: error\n"...)
 	}
 	out = append(append(out, "data: "...), body...)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -9,66 +9,74 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
-// inference is what the router reads from a request body: just enough to
+// Inference is what the router reads from a request body: just enough to
 // route it, without building a document tree of the whole body.
-type inference struct {
-	model  string
-	stream bool
-	// text is the routing text: the prompt, or each message rendered as
+type Inference struct {
+	Model  string
+	Stream bool
+	// Text is the routing text: the prompt, or each message rendered as
 	// role + "\n" + content + "\n", in pieces (see appendString).
-	text affinity.Text
-	// session is the consistent-hash key of the body (user or session_id),
+	Text affinity.Text
+	// Session is the consistent-hash key of the body (user or session_id),
 	// empty when neither is present.
-	session string
-	// previous is a Responses API request's previous_response_id: the
+	Session string
+	// Previous is a Responses API request's previous_response_id: the
 	// worker that stored that response must answer this one.
-	previous string
-	// salt is the request's cache_salt (completions, chat, messages): the
+	Previous string
+	// Salt is the request's cache_salt (completions, chat, messages): the
 	// engine caches a salted prompt's blocks apart from everyone else's,
 	// so the router matches them only with the same salt's. "" for none.
-	salt string
+	Salt string
 }
 
-// parseInference reads an inference request body in one pass (see
+// Parse reads an inference request body in one pass (see
 // jsonscan.go). The routing text goes into into (nil: a new one), and the
 // result's text is its pieces, valid while into is not released and the
 // body is unchanged.
-func parseInference(ep *endpoint, body []byte, into *routingText) (inference, error) {
+func Parse(ep *Endpoint, body []byte, into *RoutingText) (Inference, error) {
 	if into == nil {
-		into = new(routingText)
+		into = new(RoutingText)
 	}
-	r := bodyReader{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0], uses: into.uses}
+	r := bodyReader{rendering: rendering{ep: ep, b: body, text: into.rendered[:0], holes: into.holes[:0], calls: into.calls[:0],
+		uses: into.uses}}
 	defer func() { into.rendered, into.holes, into.calls, into.uses = r.text, r.holes, r.calls, r.uses }() // what they grew to
 	// An earlier reading's ids answer nothing here.
 	r.uses.reset()
 	if err := r.read(); err != nil {
-		return inference{}, err
+		return Inference{}, err
 	}
 	in, err := r.result()
 	if err != nil {
-		return inference{}, err
+		return Inference{}, err
 	}
-	in.text = r.pieces(into.pieces[:0])
-	into.pieces = in.text
+	in.Text = r.pieces(into.pieces[:0])
+	into.pieces = in.Text
 	return in, nil
 }
 
+// A body is read by four types, one per concern, over one rendering:
+//
+//   - bodyReader reads the top-level members, checks them and keeps the
+//     spans of those it reads (model, stream, the session's, ...);
+//   - chatReader renders the messages of the OpenAI shapes (chattext.go);
+//   - anthropicReader renders the system prompt and the messages of
+//     Anthropic's Messages API (anthropictext.go);
+//   - rendering holds the body and the routing text rendered so far, in its
+//     sections, and what every reader asks of both: the string at a span,
+//     an object's members, a string appended to the text (routingtext.go).
+//
+// The readers of messages are made where a member names them, as values
+// that point at the one rendering: reading a body allocates nothing for
+// them.
+
 // bodyReader is one reading of a body: the spans of the top-level fields,
-// and the routing text as it is rendered.
+// over the rendering of its routing text.
 type bodyReader struct {
-	ep      *endpoint
-	b       []byte
-	text    []byte // the routing text's rendered bytes
-	holes   []hole // its strings left in the body
+	rendering
 	model   span
 	stream  span
 	session [3]span // session_id, user, metadata.user_id (Anthropic)
 	found   bool    // the field of the routing text was present
-	// sections are where each part of the routing text was rendered
-	// (routingtext.go).
-	sections [numSections]section
-	uses     toolUses   // tool_use ids of the message before and of this one (Anthropic)
-	calls    []callSpan // the tool calls of the chat message being read
 	// The spans of the fields rendered only once the whole body is read
 	// (their order in the text is not their order in the body).
 	query, documents    span // rerank
@@ -77,12 +85,19 @@ type bodyReader struct {
 	salt                span // cache_salt
 }
 
+// chat is the reader of r's messages in the OpenAI shapes.
+func (r *bodyReader) chat() chatReader { return chatReader{&r.rendering} }
+
+// anthropic is the reader of r's system prompt and messages in Anthropic's
+// shape.
+func (r *bodyReader) anthropic() anthropicReader { return anthropicReader{&r.rendering} }
+
 // span is where a value is in the body; a zero span is a missing value.
 type span struct{ start, end int }
 
 func (s span) present() bool { return s.end > s.start }
 
-func malformed(err error) error { return errorf(ErrBadRequest, "malformed JSON body: %v", err) }
+func malformed(err error) error { return Errorf(ErrBadRequest, "malformed JSON body: %v", err) }
 
 // read validates the body and renders the routing text of its messages or
 // prompt.
@@ -96,7 +111,7 @@ func (r *bodyReader) read() error {
 		if err != nil {
 			return malformed(err)
 		}
-		return errorf(ErrBadRequest, "the body must be a JSON object")
+		return Errorf(ErrBadRequest, "the body must be a JSON object")
 	}
 	var keys keySet
 	end, err := jsonEachMember(r.b, i, 1, func(raw []byte, vs int) (int, error) {
@@ -109,7 +124,7 @@ func (r *bodyReader) read() error {
 	if err == nil {
 		err = r.tail(end)
 	}
-	if _, ok := err.(*apiError); ok {
+	if _, ok := err.(*Error); ok {
 		return err
 	}
 	if err != nil {
@@ -132,7 +147,7 @@ func (r *bodyReader) tail(end int) error {
 // fields are kept as spans for result.
 func (r *bodyReader) member(key []byte, vs int) (int, error) {
 	var dst *span
-	switch k, kind := string(key), r.ep.kind; {
+	switch k, kind := string(key), r.ep.Kind; {
 	case k == "model":
 		dst = &r.model
 	case k == "stream":
@@ -141,34 +156,34 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 		dst = &r.session[0]
 	case k == "user":
 		dst = &r.session[1]
-	case k == "tools" && (kind == kindChat || kind == kindMessages):
+	case k == "tools" && (kind == KindChat || kind == KindMessages):
 		return r.tools(vs)
-	case k == "messages" && kind == kindChat:
+	case k == "messages" && kind == KindChat:
 		r.found = true
-		return r.inSection(sectionMessages, vs, r.messages)
-	case k == "messages" && kind == kindMessages:
+		return r.inSection(sectionMessages, vs, r.chat().messages)
+	case k == "messages" && kind == KindMessages:
 		r.found = true
-		return r.inSection(sectionMessages, vs, r.anthropicMessages)
-	case k == "system" && kind == kindMessages:
-		return r.system(vs)
-	case k == "metadata" && kind == kindMessages:
+		return r.inSection(sectionMessages, vs, r.anthropic().messages)
+	case k == "system" && kind == KindMessages:
+		return r.anthropic().system(vs)
+	case k == "metadata" && kind == KindMessages:
 		return r.metadata(vs)
-	case k == "prompt" && kind == kindCompletions, k == "input" && kind == kindEmbeddings,
-		k == "text" && kind == kindGenerate, k == "input_ids" && kind == kindGenerate && !r.found:
+	case k == "prompt" && kind == KindCompletions, k == "input" && kind == KindEmbeddings,
+		k == "text" && kind == KindGenerate, k == "input_ids" && kind == KindGenerate && !r.found:
 		r.found = true
 		field := promptField(kind, key)
 		return r.inSection(sectionMessages, vs, func(vs int) (int, error) { return r.prompt(vs, field) })
-	case k == "query" && kind == kindRerank:
+	case k == "query" && kind == KindRerank:
 		dst = &r.query
-	case k == "documents" && kind == kindRerank:
+	case k == "documents" && kind == KindRerank:
 		dst = &r.documents
-	case k == "instructions" && kind == kindResponses:
+	case k == "instructions" && kind == KindResponses:
 		dst = &r.instructions
-	case k == "input" && kind == kindResponses:
+	case k == "input" && kind == KindResponses:
 		dst = &r.input
-	case k == "previous_response_id" && kind == kindResponses:
+	case k == "previous_response_id" && kind == KindResponses:
 		dst = &r.previous
-	case k == "cache_salt" && (kind == kindCompletions || kind == kindChat || kind == kindMessages):
+	case k == "cache_salt" && (kind == KindCompletions || kind == KindChat || kind == KindMessages):
 		dst = &r.salt
 	}
 	ve, err := jsonSkipValue(r.b, vs, 1)
@@ -182,11 +197,11 @@ func (r *bodyReader) member(key []byte, vs int) (int, error) {
 // errors: a constant, so that reading a body's keys allocates nothing (a
 // key kept as a string past the switch would be copied to the heap, for
 // every member of every body).
-func promptField(kind endpointKind, key []byte) string {
+func promptField(kind Kind, key []byte) string {
 	switch {
-	case kind == kindCompletions:
+	case kind == KindCompletions:
 		return "prompt"
-	case kind == kindEmbeddings:
+	case kind == KindEmbeddings:
 		return "input"
 	case string(key) == "text":
 		return "text"
@@ -205,12 +220,12 @@ func (r *bodyReader) inSection(k sectionKind, vs int, render func(vs int) (int, 
 // as spans: rerank's query and then its documents, the Responses API's
 // instructions and then its input.
 func (r *bodyReader) render() error {
-	switch r.ep.kind {
-	case kindRerank:
+	switch r.ep.Kind {
+	case KindRerank:
 		r.open(sectionMessages)
 		defer r.close(sectionMessages)
 		return r.renderRerank()
-	case kindResponses:
+	case KindResponses:
 		r.open(sectionMessages)
 		defer r.close(sectionMessages)
 		return r.renderResponses()
@@ -220,10 +235,10 @@ func (r *bodyReader) render() error {
 
 func (r *bodyReader) renderRerank() error {
 	if !r.query.present() || r.b[r.query.start] != '"' {
-		return errorf(ErrBadRequest, "missing required field: query (a string)")
+		return Errorf(ErrBadRequest, "missing required field: query (a string)")
 	}
 	if !r.documents.present() || r.b[r.documents.start] != '[' {
-		return errorf(ErrBadRequest, "field documents must be an array")
+		return Errorf(ErrBadRequest, "field documents must be an array")
 	}
 	r.found = true
 	r.appendStringAt(r.query)
@@ -263,7 +278,7 @@ func (r *bodyReader) partText(os, depth int, where string) error {
 
 func (r *bodyReader) renderResponses() error {
 	if !r.input.present() {
-		return errorf(ErrBadRequest, "missing required field: input")
+		return Errorf(ErrBadRequest, "missing required field: input")
 	}
 	r.found = true
 	r.appendStringAt(r.instructions)
@@ -272,51 +287,51 @@ func (r *bodyReader) renderResponses() error {
 		r.appendStringAt(r.input)
 		return nil
 	case '[':
-		_, err := r.messages(r.input.start)
+		_, err := r.chat().messages(r.input.start)
 		return err
 	}
-	return errorf(ErrBadRequest, "field input must be a string or an array")
+	return Errorf(ErrBadRequest, "field input must be a string or an array")
 }
 
 // result checks the fields and returns what was read.
-func (r *bodyReader) result() (inference, error) {
-	var in inference
+func (r *bodyReader) result() (Inference, error) {
+	var in Inference
 	var ok bool
-	if in.model, ok = r.str(r.model); !ok {
-		return inference{}, errorf(ErrBadRequest, "field model must be a string")
+	if in.Model, ok = r.str(r.model); !ok {
+		return Inference{}, Errorf(ErrBadRequest, "field model must be a string")
 	}
-	if in.model == "" && r.ep.needsModel {
-		return inference{}, errorf(ErrBadRequest, "missing required field: model")
+	if in.Model == "" && r.ep.NeedsModel {
+		return Inference{}, Errorf(ErrBadRequest, "missing required field: model")
 	}
-	if err := checkModelName(in.model); err != nil {
-		return inference{}, err
+	if err := checkModelName(in.Model); err != nil {
+		return Inference{}, err
 	}
 	if s := r.stream; s.present() {
 		switch v := string(r.b[s.start:s.end]); v {
 		case "true", "false":
-			in.stream = v == "true"
+			in.Stream = v == "true"
 		default:
-			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
+			return Inference{}, Errorf(ErrBadRequest, "field stream must be a boolean")
 		}
 	}
 	for _, s := range r.session {
-		if in.session, _ = r.str(s); in.session != "" {
+		if in.Session, _ = r.str(s); in.Session != "" {
 			break
 		}
 	}
 	var ok2 bool
-	if in.previous, ok2 = r.str(r.previous); !ok2 {
-		return inference{}, errorf(ErrBadRequest, "field previous_response_id must be a string")
+	if in.Previous, ok2 = r.str(r.previous); !ok2 {
+		return Inference{}, Errorf(ErrBadRequest, "field previous_response_id must be a string")
 	}
 	var err error
-	if in.salt, err = r.cacheSalt(); err != nil {
-		return inference{}, err
+	if in.Salt, err = r.cacheSalt(); err != nil {
+		return Inference{}, err
 	}
 	if err := r.render(); err != nil {
-		return inference{}, err
+		return Inference{}, err
 	}
 	if !r.found {
-		return inference{}, errorf(ErrBadRequest, "missing required field: %s", r.ep.textField)
+		return Inference{}, Errorf(ErrBadRequest, "missing required field: %s", r.ep.TextField)
 	}
 	return in, nil
 }
@@ -340,33 +355,33 @@ func checkModelName(model string) error {
 		bad = seg == "." || seg == ".."
 	}
 	if bad {
-		return errorf(ErrBadRequest, "field model is not a model's name: at most %d bytes, no '.' or '..' path segment, "+
+		return Errorf(ErrBadRequest, "field model is not a model's name: at most %d bytes, no '.' or '..' path segment, "+
 			"backslash or control character", maxModelName)
 	}
 	return nil
 }
 
-// maxCacheSalt bounds a cache_salt's length: a tenant's name or a digest
+// MaxCacheSalt bounds a cache_salt's length: a tenant's name or a digest
 // of one is tens of bytes, and the salt is hashed with every request.
-const maxCacheSalt = 1024
+const MaxCacheSalt = 1024
 
 // cacheSalt is the body's cache_salt: absent or null is none; anything
 // else must be a non-empty string (vLLM refuses an empty one) within
-// maxCacheSalt bytes.
+// MaxCacheSalt bytes.
 func (r *bodyReader) cacheSalt() (string, error) {
-	if r.salt.end-r.salt.start > 2+6*maxCacheSalt { // too long however it is escaped: not copied to be refused
-		return "", errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
+	if r.salt.end-r.salt.start > 2+6*MaxCacheSalt { // too long however it is escaped: not copied to be refused
+		return "", Errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", MaxCacheSalt)
 	}
 	salt, ok := r.str(r.salt)
-	if !ok || (salt == "" && r.salt.present() && string(r.b[r.salt.start:r.salt.end]) != "null") || len(salt) > maxCacheSalt {
-		return "", errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", maxCacheSalt)
+	if !ok || (salt == "" && r.salt.present() && string(r.b[r.salt.start:r.salt.end]) != "null") || len(salt) > MaxCacheSalt {
+		return "", Errorf(ErrBadRequest, "field cache_salt must be a non-empty string of at most %d bytes", MaxCacheSalt)
 	}
 	return salt, nil
 }
 
 // str is the unescaped string at s: "" for a missing value or null, ok
 // false for another type.
-func (r *bodyReader) str(s span) (string, bool) {
+func (r *rendering) str(s span) (string, bool) {
 	if !s.present() {
 		return "", true
 	}
@@ -392,7 +407,7 @@ func (r *bodyReader) prompt(vs int, field string) (int, error) {
 		case err != nil:
 			return ve, err
 		case !ok:
-			return ve, errorf(ErrBadRequest, "field %s must be a string or an array", field)
+			return ve, Errorf(ErrBadRequest, "field %s must be a string or an array", field)
 		}
 		r.appendString(raw)
 		return ve, nil
@@ -454,19 +469,19 @@ func (s *keySet) add(raw []byte) (key []byte, dup bool) {
 }
 
 func duplicateKey(where string, key []byte) error {
-	return errorf(ErrBadRequest, "%s names the key %q twice", where, key)
+	return Errorf(ErrBadRequest, "%s names the key %q twice", where, key)
 }
 
 func hasBackslash(b []byte) bool { return bytes.IndexByte(b, '\\') >= 0 }
 
-// sessionKey is the consistent_hash key: the X-Session-ID header, else the
+// SessionKey is the consistent_hash key: the X-Session-ID header, else the
 // body's session_id or user, else the whole body.
-func sessionKey(header []byte, in inference, body []byte) uint64 {
+func SessionKey(header []byte, in Inference, body []byte) uint64 {
 	switch {
 	case len(header) > 0:
 		return xxh3.Hash(header)
-	case in.session != "":
-		return xxh3.HashString(in.session)
+	case in.Session != "":
+		return xxh3.HashString(in.Session)
 	}
 	return xxh3.Hash(body)
 }

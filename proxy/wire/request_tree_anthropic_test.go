@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 // The reference reading of Anthropic's Messages API bodies, on the
 // document tree: the keys named twice, where the router reads, and then
@@ -20,14 +20,14 @@ func treeRenderAnthropic(v *fastjson.Value) ([]byte, error) {
 		return nil, err
 	}
 	if v.Get("messages") == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: messages")
+		return nil, Errorf(ErrBadRequest, "missing required field: messages")
 	}
 	if len(v.GetArray("tools")) > maxTools {
-		return nil, errorf(ErrBadRequest, "too many tools")
+		return nil, Errorf(ErrBadRequest, "too many tools")
 	}
 	text, err := sim.AppendMessagesJSON(nil, v)
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "%v", err)
+		return nil, Errorf(ErrBadRequest, "%v", err)
 	}
 	return text, nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"errors"
@@ -17,8 +17,8 @@ import (
 // agentTurn is the body of an agent's turn on ep after turns rounds of a
 // tool call and its result, with tools as its tools, in the order the
 // SDKs write a body (the messages first, the tools and system last).
-func agentTurn(ep *endpoint, tools string, turns int) string {
-	if ep == messages {
+func agentTurn(ep *Endpoint, tools string, turns int) string {
+	if ep == Messages {
 		return anthropicTurn(tools, turns)
 	}
 	var m strings.Builder
@@ -51,11 +51,11 @@ const (
 )
 
 // routingTextOf is the routing text of body on ep, which must parse.
-func routingTextOf(t *testing.T, ep *endpoint, body string) string {
+func routingTextOf(t *testing.T, ep *Endpoint, body string) string {
 	t.Helper()
-	in, err := parseInference(ep, []byte(body), nil)
+	in, err := Parse(ep, []byte(body), nil)
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", ep.path, err, body)
+		t.Fatalf("%s: %v\n%s", ep.Path, err, body)
 	}
 	return textOf(in)
 }
@@ -68,34 +68,34 @@ func firstBlock(text string) uint64 {
 }
 
 func TestTwoTurnsOfOneAgentShareTheirWholePrefix(t *testing.T) {
-	for ep, tools := range map[*endpoint]string{chatCompletions: chatTools, messages: anthropicTools} {
+	for ep, tools := range map[*Endpoint]string{ChatCompletions: chatTools, Messages: anthropicTools} {
 		for turn := range 4 {
 			this, next := routingTextOf(t, ep, agentTurn(ep, tools, turn)), routingTextOf(t, ep, agentTurn(ep, tools, turn+1))
 			if !strings.HasPrefix(next, this) {
-				t.Fatalf("%s turn %d is not a prefix of the next:\n%q\n%q", ep.path, turn, this, next)
+				t.Fatalf("%s turn %d is not a prefix of the next:\n%q\n%q", ep.Path, turn, this, next)
 			}
 		}
 		last := routingTextOf(t, ep, agentTurn(ep, tools, 3))
 		for _, want := range []string{"tools\n", `"name":"read"`, "<tool_call:read>", "package f2"} {
 			if !strings.Contains(last, want) {
-				t.Errorf("%s: the routing text lacks %q:\n%s", ep.path, want, last)
+				t.Errorf("%s: the routing text lacks %q:\n%s", ep.Path, want, last)
 			}
 		}
 		if i, j := strings.Index(last, "tools\n"), strings.Index(last, "Fix the test."); i != 0 || j < 0 {
-			t.Errorf("%s: the tools do not come first:\n%s", ep.path, last)
+			t.Errorf("%s: the tools do not come first:\n%s", ep.Path, last)
 		}
 	}
 }
 
 func TestAgentsWithDifferentToolsDoNotShare(t *testing.T) {
-	for ep, tools := range map[*endpoint][2]string{chatCompletions: {chatTools, otherChatTools}, messages: {anthropicTools, otherAnthropicTools}} {
+	for ep, tools := range map[*Endpoint][2]string{ChatCompletions: {chatTools, otherChatTools}, Messages: {anthropicTools, otherAnthropicTools}} {
 		a, b := routingTextOf(t, ep, agentTurn(ep, tools[0], 3)), routingTextOf(t, ep, agentTurn(ep, tools[1], 3))
 		if firstBlock(a) == firstBlock(b) {
-			t.Errorf("%s: two agents with other tools share their first block", ep.path)
+			t.Errorf("%s: two agents with other tools share their first block", ep.Path)
 		}
 		none := routingTextOf(t, ep, agentTurn(ep, "[]", 3))
 		if null := routingTextOf(t, ep, agentTurn(ep, "null", 3)); none != null || strings.Contains(none, "tools") {
-			t.Errorf("%s: no tools, as [] and as null, render %q and %q", ep.path, none, null)
+			t.Errorf("%s: no tools, as [] and as null, render %q and %q", ep.Path, none, null)
 		}
 	}
 }
@@ -103,12 +103,12 @@ func TestAgentsWithDifferentToolsDoNotShare(t *testing.T) {
 func TestTheToolsComeFirstWhereverTheBodyNamesThem(t *testing.T) {
 	first := `{"tools":` + chatTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	last := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":` + chatTools + `}`
-	if a, b := routingTextOf(t, chatCompletions, first), routingTextOf(t, chatCompletions, last); a != b {
+	if a, b := routingTextOf(t, ChatCompletions, first), routingTextOf(t, ChatCompletions, last); a != b {
 		t.Fatalf("the tools' place in the body changes the text:\n%q\n%q", a, b)
 	}
 	first = `{"system":"Be brief.","tools":` + anthropicTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
 	last = `{"model":"m","messages":[{"role":"user","content":"hi"}],"system":"Be brief.","tools":` + anthropicTools + `}`
-	a, b := routingTextOf(t, messages, first), routingTextOf(t, messages, last)
+	a, b := routingTextOf(t, Messages, first), routingTextOf(t, Messages, last)
 	if a != b || !strings.HasPrefix(a, "tools\n") || !strings.Contains(a, "\nsystem\nBe brief.\nuser\nhi\n") {
 		t.Fatalf("Anthropic's tools, system, messages:\n%q\n%q", a, b)
 	}
@@ -124,21 +124,21 @@ func TestAnImageByTheSameURLMatchesAnotherDoesNot(t *testing.T) {
 			`},{"type":"text","text":"What is this?"}]}]}`
 	}
 	for _, c := range []struct {
-		ep             *endpoint
+		ep             *Endpoint
 		same, escaped  string
 		other, context string
 	}{
-		{chatCompletions, chat("https://example.com/cat.png"), chat(`https:\/\/example.com\/cat.png`), chat("https://example.com/dog.png"), "a URL"},
-		{chatCompletions, chat("data:image/png;base64,iVBORw0KGgo="), chat("data:image/png;base64,iVBORw0KGgo="), chat("data:image/png;base64,R0lGODlh"), "data"},
-		{messages, anthropic(`{"type":"url","url":"https://example.com/cat.png"}`), anthropic(`{"url":"https:\/\/example.com\/cat.png","type":"url"}`),
+		{ChatCompletions, chat("https://example.com/cat.png"), chat(`https:\/\/example.com\/cat.png`), chat("https://example.com/dog.png"), "a URL"},
+		{ChatCompletions, chat("data:image/png;base64,iVBORw0KGgo="), chat("data:image/png;base64,iVBORw0KGgo="), chat("data:image/png;base64,R0lGODlh"), "data"},
+		{Messages, anthropic(`{"type":"url","url":"https://example.com/cat.png"}`), anthropic(`{"url":"https:\/\/example.com\/cat.png","type":"url"}`),
 			anthropic(`{"type":"url","url":"https://example.com/dog.png"}`), "a URL"},
-		{messages, anthropic(`{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`),
+		{Messages, anthropic(`{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`),
 			anthropic(`{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}`),
 			anthropic(`{"type":"base64","media_type":"image/png","data":"R0lGODlh"}`), "bytes"},
 	} {
 		same, escaped, other := routingTextOf(t, c.ep, c.same), routingTextOf(t, c.ep, c.escaped), routingTextOf(t, c.ep, c.other)
 		if same != escaped || same == other || !strings.Contains(same, "<image:") || !strings.HasSuffix(same, "What is this?\n") {
-			t.Errorf("%s, an image by %s: same %q, escaped %q, other %q", c.ep.path, c.context, same, escaped, other)
+			t.Errorf("%s, an image by %s: same %q, escaped %q, other %q", c.ep.Path, c.context, same, escaped, other)
 		}
 	}
 }
@@ -147,17 +147,17 @@ func TestAnthropicSystemBlocksRenderLikeAString(t *testing.T) {
 	body := func(system string) string {
 		return `{"model":"m","system":` + system + `,"messages":[{"role":"user","content":"hi"}]}`
 	}
-	want := routingTextOf(t, messages, body(`"You help. Be brief."`))
+	want := routingTextOf(t, Messages, body(`"You help. Be brief."`))
 	for _, system := range []string{
 		`[{"type":"text","text":"You help. "},{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}]`,
 		// Claude Code's per-request stamp is left out, as vLLM leaves it out of the prompt.
 		`[{"type":"text","text":"x-anthropic-billing-header: cc_version=2.0; cch=9f3a1;"},{"type":"text","text":"You help. Be brief."}]`,
 	} {
-		if got := routingTextOf(t, messages, body(system)); got != want {
+		if got := routingTextOf(t, Messages, body(system)); got != want {
 			t.Errorf("system %s: %q, want %q", system, got, want)
 		}
 	}
-	if got := routingTextOf(t, messages, body(`""`)); got != "user\nhi\n" {
+	if got := routingTextOf(t, Messages, body(`""`)); got != "user\nhi\n" {
 		t.Errorf("an empty system prompt renders %q", got)
 	}
 }
@@ -168,7 +168,7 @@ func TestUnknownBlockTypesPassButAreNotRouted(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","data":"a pdf"}},` +
 		`{"type":"text","text":"Summarise it."}]},{"role":"assistant","content":[{"type":"thinking","thinking":"Hmm.","signature":"x"},` +
 		`{"type":"text","text":"It says hi."},{"type":"server_tool_use","id":"s1","name":"web_search","input":{}}]}]}`
-	if got, want := routingTextOf(t, messages, body), "user\nSummarise it.\nassistant\nIt says hi.\n"; got != want {
+	if got, want := routingTextOf(t, Messages, body), "user\nSummarise it.\nassistant\nIt says hi.\n"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
@@ -211,7 +211,7 @@ var badMessages = map[string]string{
 
 func TestBadMessagesAreRefusedWithA400(t *testing.T) {
 	for why, body := range badMessages {
-		_, err := parseInference(messages, []byte(body), nil)
+		_, err := Parse(Messages, []byte(body), nil)
 		if !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s: %v, want a bad request", why, err)
 		}
@@ -220,14 +220,14 @@ func TestBadMessagesAreRefusedWithA400(t *testing.T) {
 
 func TestAHugeToolsListIsRefused(t *testing.T) {
 	tools := "[" + strings.TrimSuffix(strings.Repeat(`{"name":"f","input_schema":{}},`, maxTools+1), ",") + "]"
-	for _, ep := range []*endpoint{chatCompletions, messages} {
-		_, err := parseInference(ep, []byte(`{"model":"m","messages":[],"tools":`+tools+`}`), nil)
+	for _, ep := range []*Endpoint{ChatCompletions, Messages} {
+		_, err := Parse(ep, []byte(`{"model":"m","messages":[],"tools":`+tools+`}`), nil)
 		if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "tools") {
-			t.Errorf("%s: %d tools: %v", ep.path, maxTools+1, err)
+			t.Errorf("%s: %d tools: %v", ep.Path, maxTools+1, err)
 		}
 	}
 	many := "[" + strings.TrimSuffix(strings.Repeat(`{"name":"f","input_schema":{}},`, maxTools), ",") + "]"
-	if _, err := parseInference(messages, []byte(`{"model":"m","messages":[],"tools":`+many+`}`), nil); err != nil {
+	if _, err := Parse(Messages, []byte(`{"model":"m","messages":[],"tools":`+many+`}`), nil); err != nil {
 		t.Errorf("%d tools: %v", maxTools, err)
 	}
 }
@@ -237,7 +237,7 @@ func TestModelNamesThatArePathsAreNamesUnlessTheyClimb(t *testing.T) {
 		"meta-llama/Llama-3.1-8B-Instruct": true, "/models/llama": true, "qwen2:7b": true, "v1.2": true,
 		"a/./b": false, "..": false, "loras/..": false, "a\\\\b": false, "a\\u0000b": false,
 	} {
-		_, err := parseInference(chatCompletions, []byte(`{"model":"`+model+`","messages":[]}`), nil)
+		_, err := Parse(ChatCompletions, []byte(`{"model":"`+model+`","messages":[]}`), nil)
 		if (err == nil) != ok {
 			t.Errorf("model %q: %v", model, err)
 		}
@@ -247,7 +247,7 @@ func TestModelNamesThatArePathsAreNamesUnlessTheyClimb(t *testing.T) {
 func TestTheChatRouteStillReadsLeniently(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"assistant","content":[7,{"type":"image_url"},{"text":"a"}],` +
 		`"tool_calls":[3,{"function":"x"},{"function":{"name":"f","arguments":7}}]},{"role":"tool","content":"r"}]}`
-	if got, want := routingTextOf(t, chatCompletions, body), "assistant\na<tool_call:f></tool_call>\ntool\nr\n"; got != want {
+	if got, want := routingTextOf(t, ChatCompletions, body), "assistant\na<tool_call:f></tool_call>\ntool\nr\n"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
@@ -285,7 +285,7 @@ func init() {
 
 // agreeChatBodies are chat bodies with tools, tool calls and media.
 var agreeChatBodies = []string{
-	agentTurn(chatCompletions, chatTools, 3),
+	agentTurn(ChatCompletions, chatTools, 3),
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":"data:x"},{"type":"input_audio","input_audio":{"data":"AAA","format":"wav"}},` +
 		`{"type":"file","file":{"file_id":"f1"}},{"type":"file","file":{"file_data":"b64","file_id":"f1"}}]}]}`,
 	`{"model":"m","messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{}"}},{"role":"assistant","tool_calls":[{"function":{"name":"g","name":"h"}}]}]}`,
@@ -296,16 +296,16 @@ var agreeChatBodies = []string{
 
 func TestNewShapesAgreeWithTheDocumentTree(t *testing.T) {
 	for _, body := range agreeMessagesBodies {
-		agree(t, messages, []byte(body))
+		agree(t, Messages, []byte(body))
 	}
 	for body := range badMessages {
-		agree(t, messages, []byte(badMessages[body]))
+		agree(t, Messages, []byte(badMessages[body]))
 	}
 	for _, body := range agreeChatBodies {
-		agree(t, chatCompletions, []byte(body))
+		agree(t, ChatCompletions, []byte(body))
 	}
 	for _, body := range agreeBodies {
-		agree(t, messages, []byte(body))
+		agree(t, Messages, []byte(body))
 	}
 }
 
@@ -314,20 +314,20 @@ func FuzzParseMessagesAgreesWithTheDocumentTree(f *testing.F) {
 		f.Add([]byte(b))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		agree(t, messages, body)
-		agree(t, chatCompletions, body)
+		agree(t, Messages, body)
+		agree(t, ChatCompletions, body)
 	})
 }
 
 // The simulated engine (workersim, fleetsim) renders the prompt of a chat
 // request as the router does: it caches what the router hashes.
 func TestTheSimulatedEngineCachesWhatTheRouterHashes(t *testing.T) {
-	for _, body := range append(agreeChatBodies[:2], agentTurn(chatCompletions, chatTools, 2), agentTurn(chatCompletions, "[]", 1)) {
+	for _, body := range append(agreeChatBodies[:2], agentTurn(ChatCompletions, chatTools, 2), agentTurn(ChatCompletions, "[]", 1)) {
 		want, err := sim.AppendChatRequestJSON(nil, fastjson.MustParse(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := routingTextOf(t, chatCompletions, body); got != string(want) {
+		if got := routingTextOf(t, ChatCompletions, body); got != string(want) {
 			t.Errorf("the router reads %q, the engine renders %q", got, want)
 		}
 	}
@@ -336,13 +336,13 @@ func TestTheSimulatedEngineCachesWhatTheRouterHashes(t *testing.T) {
 func TestPiecesFollowTheSections(t *testing.T) {
 	long := strings.Repeat("x", minLeftInBody)
 	body := `{"model":"m","messages":[{"role":"user","content":"` + long + `"}],"system":"` + long + `","tools":[{"name":"f"}]}`
-	in, err := parseInference(messages, []byte(body), nil)
+	in, err := Parse(Messages, []byte(body), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "tools\n{\"name\":\"f\"}\nsystem\n" + long + "\nuser\n" + long + "\n"
-	if textOf(in) != want || !slices.ContainsFunc(in.text, func(p []byte) bool { return len(p) == minLeftInBody }) {
-		t.Fatalf("%d pieces make %q", len(in.text), textOf(in))
+	if textOf(in) != want || !slices.ContainsFunc(in.Text, func(p []byte) bool { return len(p) == minLeftInBody }) {
+		t.Fatalf("%d pieces make %q", len(in.Text), textOf(in))
 	}
 }
 
@@ -361,18 +361,18 @@ func TestManyToolResultsAreMatchedToTheirCalls(t *testing.T) {
 			`]},{"role":"user","content":[` + strings.Join(results, ",") + `]}]}`)
 	}
 	start := time.Now()
-	if _, err := parseInference(messages, body(results), nil); err != nil {
+	if _, err := Parse(Messages, body(results), nil); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("%d results took %v", n, took)
 	}
 	results[n/2] = `{"type":"tool_result","tool_use_id":"toolu_\u0031x"}`
-	if _, err := parseInference(messages, body(results), nil); !errors.Is(err, ErrBadRequest) {
+	if _, err := Parse(Messages, body(results), nil); !errors.Is(err, ErrBadRequest) {
 		t.Fatalf("a result that answers none of %d calls: %v", n, err)
 	}
 	results[n/2] = `{"type":"tool_result","tool_use_id":"toolu_\u0031"}` // toolu_1, escaped
-	if _, err := parseInference(messages, body(results), nil); err != nil {
+	if _, err := Parse(Messages, body(results), nil); err != nil {
 		t.Fatalf("an escaped id: %v", err)
 	}
 }

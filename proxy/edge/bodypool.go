@@ -1,4 +1,4 @@
-package proxy
+package edge
 
 import (
 	"math/bits"
@@ -10,9 +10,9 @@ import (
 // request costs an allocation the size of the body, zeroed before it is
 // overwritten, and the collections that much garbage brings (at 64 KiB
 // bodies, a tenth of the router's CPU). A buffer goes back when the
-// request was served (Handler), or, for a stream that may resume, whose
-// continuation is written from the body, when the stream ends (finish);
-// never while anything may still read it:
+// request was served (the proxy's Handler), or, for a stream that may
+// resume, whose continuation is written from the body, when the stream
+// ends (the exchange's finish); never while anything may still read it:
 // a router with disaggregated workers, whose concurrent prefill may
 // outlive the exchange with the client's body, reads into fresh buffers.
 const (
@@ -31,9 +31,9 @@ func bodyClass(n int) int {
 	return c
 }
 
-// takeBody returns a buffer of n bytes, of unspecified content, and its
-// handle for giveBody (nil when it is not pooled).
-func takeBody(n int) ([]byte, *[]byte) {
+// TakeBody returns a buffer of n bytes, of unspecified content, and its
+// handle for GiveBody (nil when it is not pooled).
+func TakeBody(n int) ([]byte, *[]byte) {
 	c := bodyClass(n)
 	if c < 0 {
 		return make([]byte, n), nil
@@ -45,8 +45,8 @@ func takeBody(n int) ([]byte, *[]byte) {
 	return b[:n], &b
 }
 
-// giveBody returns a buffer of takeBody; nothing may read it after.
-func giveBody(b *[]byte) {
+// GiveBody returns a buffer of TakeBody; nothing may read it after.
+func GiveBody(b *[]byte) {
 	if b != nil {
 		bodyBuffers[bodyClass(cap(*b))].Put(b)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package edge
 
 import (
 	"crypto/tls"
@@ -20,8 +20,8 @@ type headEnds struct {
 	bad           bool // the head ended without CRLF CRLF
 }
 
-// errBareLF fails the read after a head that ended with bare LFs.
-var errBareLF = errors.New("the request head ends its lines with a bare LF: HTTP/1.1 needs CRLF (RFC 9112, 2.2)")
+// ErrBareLF fails the read after a head that ended with bare LFs.
+var ErrBareLF = errors.New("the request head ends its lines with a bare LF: HTTP/1.1 needs CRLF (RFC 9112, 2.2)")
 
 // scan follows b, the next bytes the connection read.
 func (h *headEnds) scan(b []byte) {
@@ -53,7 +53,7 @@ func (h *headEnds) scan(b []byte) {
 // read is a connection's Read through the watch.
 func (h *headEnds) read(read func([]byte) (int, error), b []byte) (int, error) {
 	if h.bad {
-		return 0, errBareLF
+		return 0, ErrBareLF
 	}
 	n, err := read(b)
 	if !h.done {
@@ -74,10 +74,10 @@ func (c *tlsHeadConn) Read(b []byte) (int, error) { return c.head.read(c.Conn.Re
 // NetConn returns the connection underneath, for edgeOf and the peeks.
 func (c *tlsHeadConn) NetConn() net.Conn { return c.Conn.NetConn() }
 
-// tlsHeadListener hands out watched TLS connections.
-type tlsHeadListener struct{ net.Listener }
+// TLSListener hands out watched TLS connections.
+type TLSListener struct{ net.Listener }
 
-func (l tlsHeadListener) Accept() (net.Conn, error) {
+func (l TLSListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if tc, ok := c.(*tls.Conn); ok && err == nil {
 		return &tlsHeadConn{Conn: tc}, nil

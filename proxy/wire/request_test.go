@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"errors"
@@ -10,11 +10,11 @@ import (
 )
 
 func TestParseCompletions(t *testing.T) {
-	in, err := parseInference(completions, []byte(`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`), nil)
-	if err != nil || in.model != "m" || !in.stream || textOf(in) != "hello" || in.session != "u1" {
+	in, err := Parse(Completions, []byte(`{"model":"m","prompt":"hello","stream":true,"user":"u1"}`), nil)
+	if err != nil || in.Model != "m" || !in.Stream || textOf(in) != "hello" || in.Session != "u1" {
 		t.Fatalf("got %+v, %v", in, err)
 	}
-	in, err = parseInference(completions, []byte(`{"model":"m","prompt":["a","b"]}`), nil)
+	in, err = Parse(Completions, []byte(`{"model":"m","prompt":["a","b"]}`), nil)
 	if err != nil || textOf(in) != "ab" {
 		t.Fatalf("array prompt: %q, %v", textOf(in), err)
 	}
@@ -23,7 +23,7 @@ func TestParseCompletions(t *testing.T) {
 func TestParseChatRendersRoleAndContent(t *testing.T) {
 	body := `{"model":"m","messages":[{"role":"system","content":"be brief"},` +
 		`{"role":"user","content":[{"type":"text","text":"hi "},{"type":"text","text":"there"}]}]}`
-	in, err := parseInference(chatCompletions, []byte(body), nil)
+	in, err := Parse(ChatCompletions, []byte(body), nil)
 	if err != nil || textOf(in) != "system\nbe brief\nuser\nhi there\n" {
 		t.Fatalf("got %q, %v", textOf(in), err)
 	}
@@ -39,11 +39,11 @@ func TestParseRefusesBadBodies(t *testing.T) {
 		"bad stream":       `{"model":"m","prompt":"x","stream":"yes"}`,
 		"bad prompt":       `{"model":"m","prompt":{}}`,
 	} {
-		if _, err := parseInference(completions, []byte(body), nil); !errors.Is(err, ErrBadRequest) {
+		if _, err := Parse(Completions, []byte(body), nil); !errors.Is(err, ErrBadRequest) {
 			t.Errorf("%s: err = %v, want a bad request", name, err)
 		}
 	}
-	if _, err := parseInference(chatCompletions, []byte(`{"model":"m","messages":"hi"}`), nil); !errors.Is(err, ErrBadRequest) {
+	if _, err := Parse(ChatCompletions, []byte(`{"model":"m","messages":"hi"}`), nil); !errors.Is(err, ErrBadRequest) {
 		t.Errorf("messages not an array: %v", err)
 	}
 }
@@ -53,15 +53,15 @@ func FuzzParseInference(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`), true)
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":[{"text":"a"}]}]}`), true)
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		ep := completions
+		ep := Completions
 		if chat {
-			ep = chatCompletions
+			ep = ChatCompletions
 		}
-		in, err := parseInference(ep, body, nil)
+		in, err := Parse(ep, body, nil)
 		if err != nil && !errors.Is(err, ErrBadRequest) {
 			t.Fatalf("error %v is not a bad request", err)
 		}
-		if err == nil && in.model == "" {
+		if err == nil && in.Model == "" {
 			t.Fatal("accepted a body without a model")
 		}
 	})
@@ -69,9 +69,9 @@ func FuzzParseInference(f *testing.F) {
 
 // agree checks that the one-pass reading of body says what the document
 // tree says: both refuse it, or both read the same fields.
-func agree(t *testing.T, ep *endpoint, body []byte) {
+func agree(t *testing.T, ep *Endpoint, body []byte) {
 	t.Helper()
-	got, gerr := parseInference(ep, body, nil)
+	got, gerr := Parse(ep, body, nil)
 	want, werr := parseInferenceTree(ep, body)
 	if (gerr == nil) != (werr == nil) {
 		t.Fatalf("%.300q: scan err %.300v, tree err %.300v", body, gerr, werr)
@@ -82,7 +82,7 @@ func agree(t *testing.T, ep *endpoint, body []byte) {
 		}
 		return
 	}
-	if got.model != want.model || got.stream != want.stream || got.session != want.session || textOf(got) != textOf(want) {
+	if got.Model != want.Model || got.Stream != want.Stream || got.Session != want.Session || textOf(got) != textOf(want) {
 		t.Fatalf("%q:\nscan %+v %q\ntree %+v %q", body, got, textOf(got), want, textOf(want))
 	}
 }
@@ -122,7 +122,7 @@ func TestParseAgreesWithTheDocumentTree(t *testing.T) {
 	deep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 299) + strings.Repeat("]", 299) + `}`
 	tooDeep := `{"model":"m","prompt":"p","x":` + strings.Repeat("[", 300) + strings.Repeat("]", 300) + `}`
 	for _, body := range append(agreeBodies, deep, tooDeep) {
-		for _, ep := range []*endpoint{completions, chatCompletions} {
+		for _, ep := range []*Endpoint{Completions, ChatCompletions} {
 			agree(t, ep, []byte(body))
 		}
 	}
@@ -134,16 +134,16 @@ func FuzzParseAgreesWithTheDocumentTree(f *testing.F) {
 		f.Add([]byte(b), true)
 	}
 	f.Fuzz(func(t *testing.T, body []byte, chat bool) {
-		ep := completions
+		ep := Completions
 		if chat {
-			ep = chatCompletions
+			ep = ChatCompletions
 		}
 		agree(t, ep, body)
 	})
 }
 
 // textOf is the routing text of in, in one piece.
-func textOf(in inference) string { return string(in.text.AppendTo(nil)) }
+func textOf(in Inference) string { return string(in.Text.AppendTo(nil)) }
 
 // TestParseAgreesOnLongStrings: long strings, with and without escapes, in
 // every place the routing text reads one (a message's content and its text
@@ -154,11 +154,11 @@ func TestParseAgreesOnLongStrings(t *testing.T) {
 	escaped := plain + `\n\"quoted\" \u00e9` + plain
 	short := "be brief"
 	for _, s := range []string{plain, escaped, short, plain[:minLeftInBody], plain[:minLeftInBody-1]} {
-		agree(t, chatCompletions, []byte(`{"model":"m","messages":[{"role":"system","content":"`+s+`"},`+
+		agree(t, ChatCompletions, []byte(`{"model":"m","messages":[{"role":"system","content":"`+s+`"},`+
 			`{"role":"user","content":[{"type":"text","text":"`+s+`"},{"type":"text","text":"`+plain+`"}]},`+
 			`{"role":"assistant","content":"`+short+`"}]}`))
-		agree(t, completions, []byte(`{"model":"m","prompt":"`+s+`"}`))
-		agree(t, completions, []byte(`{"model":"m","prompt":["`+s+`",1,"`+plain+`"]}`))
+		agree(t, Completions, []byte(`{"model":"m","prompt":"`+s+`"}`))
+		agree(t, Completions, []byte(`{"model":"m","prompt":["`+s+`",1,"`+plain+`"]}`))
 	}
 }
 
@@ -169,20 +169,20 @@ func TestALongStringStaysInTheBody(t *testing.T) {
 	content := strings.Repeat("You are a careful assistant. ", 2300) // about 64 KiB
 	body := []byte(`{"model":"m","messages":[{"role":"system","content":"` + content + `"},` +
 		`{"role":"user","content":"Summarise the conversation so far."}]}`)
-	into := new(routingText)
-	in, err := parseInference(chatCompletions, body, into)
+	into := new(RoutingText)
+	in, err := Parse(ChatCompletions, body, into)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(into.rendered) > 100 {
-		t.Errorf("%d bytes rendered for a text of %d: the long content was copied", len(into.rendered), in.text.Len())
+		t.Errorf("%d bytes rendered for a text of %d: the long content was copied", len(into.rendered), in.Text.Len())
 	}
 	whole := "system\n" + content + "\nuser\nSummarise the conversation so far.\n"
 	if textOf(in) != whole {
 		t.Fatal("the pieces do not make the rendered text")
 	}
 	r := affinity.NewRouter(affinity.LeastLoad{}, affinity.NewLoadTable(nil), nil, affinity.DefaultBlockSize, nil)
-	got, want := r.PrepareText("m", in.text, 0), r.Prepare("m", []byte(whole), 0)
+	got, want := r.PrepareText("m", in.Text, 0), r.Prepare("m", []byte(whole), 0)
 	if !slices.Equal(got.Hashes, want.Hashes) || got.Full != want.Full || got.Tail != want.Tail || got.Len() != want.Len() {
 		t.Fatalf("hashes of the pieces differ from those of the whole text: %d/%d hashes, tail %x/%x", len(got.Hashes), len(want.Hashes), got.Tail, want.Tail)
 	}

@@ -1,12 +1,12 @@
 //go:build unix
 
-package proxy
+package peek
 
 import "syscall"
 
-// peekFD peeks one byte of fd without waiting. more reports that nothing is
+// FD peeks one byte of fd without waiting. more reports that nothing is
 // there yet, so a caller that wants to wait should wait for readiness.
-func peekFD(fd uintptr) (state peekState, more bool) {
+func FD(fd uintptr) (state State, more bool) {
 	var b [1]byte
 	for {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
@@ -14,12 +14,12 @@ func peekFD(fd uintptr) (state peekState, more bool) {
 		case err == syscall.EINTR:
 			continue
 		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
-			return peekEmpty, true
+			return Empty, true
 		case err != nil:
-			return peekError, false
+			return Error, false
 		case n > 0:
-			return peekData, false
+			return Data, false
 		}
-		return peekEOF, false
+		return EOF, false
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -32,9 +32,13 @@ import (
 // and a router that refused new ones would break clients the day they
 // ship.
 
+// anthropicReader renders the system prompt and the messages of a
+// Messages API request.
+type anthropicReader struct{ *rendering }
+
 // system renders Anthropic's system prompt, the value at vs: a string, or
 // text blocks, rendered in the system section.
-func (r *bodyReader) system(vs int) (int, error) {
+func (r anthropicReader) system(vs int) (int, error) {
 	ve, err := jsonSkipValue(r.b, vs, 1)
 	if err != nil {
 		return ve, err
@@ -44,7 +48,7 @@ func (r *bodyReader) system(vs int) (int, error) {
 		return ve, nil
 	case '"', '[':
 	default:
-		return ve, errorf(ErrBadRequest, "field system must be a string or an array of text blocks")
+		return ve, Errorf(ErrBadRequest, "field system must be a string or an array of text blocks")
 	}
 	r.open(sectionSystem)
 	defer r.close(sectionSystem)
@@ -70,7 +74,7 @@ var billingHeader = []byte("x-anthropic-billing-header")
 
 // systemBlocks renders the text blocks of the system prompt, the array at
 // vs.
-func (r *bodyReader) systemBlocks(vs int) error {
+func (r anthropicReader) systemBlocks(vs int) error {
 	i := -1
 	_, err := jsonEachElement(r.b, vs, 2, func(bs int) (int, error) {
 		i++
@@ -80,7 +84,7 @@ func (r *bodyReader) systemBlocks(vs int) error {
 			if err != nil {
 				return be, err
 			}
-			return be, errorf(ErrBadRequest, "%s must be a text block", where())
+			return be, Errorf(ErrBadRequest, "%s must be a text block", where())
 		}
 		var f [numBlockFields]span
 		be, err := r.fields(bs, 3, blockFields, f[:], where)
@@ -88,7 +92,7 @@ func (r *bodyReader) systemBlocks(vs int) error {
 			return be, err
 		}
 		if !r.stringIs(f[blockType], "text") || !r.isString(f[blockText]) {
-			return be, errorf(ErrBadRequest, "%s must be a text block, with its text", where())
+			return be, Errorf(ErrBadRequest, "%s must be a text block, with its text", where())
 		}
 		if !bytes.HasPrefix(r.b[f[blockText].start+1:], billingHeader) {
 			r.appendStringAt(f[blockText])
@@ -100,8 +104,8 @@ func (r *bodyReader) systemBlocks(vs int) error {
 
 // anthropicMessages renders the messages of a Messages API request, the
 // array at vs: each message is its role, its blocks and a newline.
-func (r *bodyReader) anthropicMessages(vs int) (int, error) {
-	return r.eachMessage(vs, r.anthropicMessage)
+func (r anthropicReader) messages(vs int) (int, error) {
+	return r.eachMessage(vs, r.message)
 }
 
 // anthropicMessage renders messages[n], which starts at ms: its role, a
@@ -109,14 +113,14 @@ func (r *bodyReader) anthropicMessages(vs int) (int, error) {
 // read, in the one walk of the message; when the message names its role
 // after its content (the Go SDK writes "content" first), the role is put
 // before the content once it is read.
-func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
+func (r anthropicReader) message(ms, n int) (int, error) {
 	where := func() string { return fmt.Sprintf("messages[%d]", n) }
 	if ms >= len(r.b) || r.b[ms] != '{' {
 		me, err := jsonSkipValue(r.b, ms, 2)
 		if err != nil {
 			return me, err
 		}
-		return me, errorf(ErrBadRequest, "%s must be an object", where())
+		return me, Errorf(ErrBadRequest, "%s must be an object", where())
 	}
 	r.uses.turn()
 	var role span
@@ -133,7 +137,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 			return ve, true, err
 		case "content":
 			read = true
-			ve, err := r.anthropicContent(vs, n, where)
+			ve, err := r.content(vs, n, where)
 			return ve, true, err
 		}
 		return 0, false, nil
@@ -142,9 +146,9 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 	case err != nil:
 		return me, err
 	case !r.isString(role):
-		return me, errorf(ErrBadRequest, "%s.role must be a string", where())
+		return me, Errorf(ErrBadRequest, "%s.role must be a string", where())
 	case !read:
-		return me, errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
+		return me, Errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
 	}
 	if !placed {
 		r.insertRole(role, start, holes)
@@ -155,7 +159,7 @@ func (r *bodyReader) anthropicMessage(ms, n int) (int, error) {
 
 // insertRole puts role and a newline at start, before the content rendered
 // since; the content's strings left in the body (holes on) move with it.
-func (r *bodyReader) insertRole(role span, start, holes int) {
+func (r *rendering) insertRole(role span, start, holes int) {
 	end := len(r.text)
 	r.text = append(jsonAppendUnescaped(r.text, r.b[role.start+1:role.end-1]), '\n')
 	var small [32]byte
@@ -169,13 +173,13 @@ func (r *bodyReader) insertRole(role span, start, holes int) {
 
 // anthropicContent renders the content of messages[n], the value at vs: a
 // string, or content blocks.
-func (r *bodyReader) anthropicContent(vs, n int, where func() string) (int, error) {
+func (r anthropicReader) content(vs, n int, where func() string) (int, error) {
 	if vs < len(r.b) && r.b[vs] == '[' {
 		return r.blocks(vs, 4, n, false)
 	}
 	raw, ve, ok, err := jsonString(r.b, vs, 3)
 	if err == nil && !ok {
-		err = errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
+		err = Errorf(ErrBadRequest, "%s.content must be a string or an array of content blocks", where())
 	}
 	if err == nil {
 		r.appendString(raw)
@@ -202,7 +206,7 @@ const (
 // depth is depth, and returns the index just past it. Blocks within a
 // tool_result (nested) are its text and images; other types there are left
 // out.
-func (r *bodyReader) blocks(bs, depth, n int, nested bool) (int, error) {
+func (r anthropicReader) blocks(bs, depth, n int, nested bool) (int, error) {
 	i := -1
 	return jsonEachElement(r.b, bs, depth, func(es int) (int, error) {
 		i++
@@ -212,7 +216,7 @@ func (r *bodyReader) blocks(bs, depth, n int, nested bool) (int, error) {
 
 // block renders one content block, the object at bs (at depth depth), the
 // i-th of messages[n] (or of a tool_result of it, when nested).
-func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
+func (r anthropicReader) block(bs, depth, n, i int, nested bool) (int, error) {
 	where := func() string {
 		if nested {
 			return fmt.Sprintf("messages[%d] tool_result content[%d]", n, i)
@@ -224,7 +228,7 @@ func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
 		if err != nil {
 			return be, err
 		}
-		return be, errorf(ErrBadRequest, "%s must be an object", where())
+		return be, Errorf(ErrBadRequest, "%s must be an object", where())
 	}
 	var f [numBlockFields]span
 	be, err := r.fields(bs, depth, blockFields, f[:], where)
@@ -232,12 +236,12 @@ func (r *bodyReader) block(bs, depth, n, i int, nested bool) (int, error) {
 		return be, err
 	}
 	if !r.isString(f[blockType]) {
-		return be, errorf(ErrBadRequest, "%s must name its type", where())
+		return be, Errorf(ErrBadRequest, "%s must name its type", where())
 	}
 	switch {
 	case r.stringIs(f[blockType], "text"):
 		if !r.isString(f[blockText]) {
-			return be, errorf(ErrBadRequest, "%s is a text block without text", where())
+			return be, Errorf(ErrBadRequest, "%s is a text block without text", where())
 		}
 		r.appendStringAt(f[blockText])
 	case r.stringIs(f[blockType], "image"):
@@ -258,9 +262,9 @@ var sourceFields = []string{"type", "data", "url", "file_id"}
 // imageSource renders an image by its source, the object at s: the digest
 // of its data (base64), its URL or its file id. A source of another type
 // goes to the engine and is left out.
-func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
+func (r anthropicReader) imageSource(s span, depth int, where func() string) error {
 	if !r.isObject(s) {
-		return errorf(ErrBadRequest, "%s is an image without its source object", where())
+		return Errorf(ErrBadRequest, "%s is an image without its source object", where())
 	}
 	var f [4]span
 	if _, err := r.fields(s.start, depth, sourceFields, f[:], where); err != nil {
@@ -275,12 +279,12 @@ func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 	case r.stringIs(f[0], "file"):
 		v = f[3]
 	case !r.isString(f[0]):
-		return errorf(ErrBadRequest, "%s is an image whose source names no type", where())
+		return Errorf(ErrBadRequest, "%s is an image whose source names no type", where())
 	default:
 		return nil
 	}
 	if !r.isString(v) {
-		return errorf(ErrBadRequest, "%s is an image whose %s source lacks its value", where(), r.b[f[0].start+1:f[0].end-1])
+		return Errorf(ErrBadRequest, "%s is an image whose %s source lacks its value", where(), r.b[f[0].start+1:f[0].end-1])
 	}
 	r.appendDigest("image", v)
 	return nil
@@ -288,16 +292,16 @@ func (r *bodyReader) imageSource(s span, depth int, where func() string) error {
 
 // toolUse renders a tool_use block whose members are f, and records its id
 // for the tool_results of the next message.
-func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error {
+func (r anthropicReader) toolUse(f [numBlockFields]span, where func() string) error {
 	if !r.isString(f[blockID]) || !r.isString(f[blockName]) {
-		return errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
+		return Errorf(ErrBadRequest, "%s is a tool_use without a string id and name", where())
 	}
 	input := f[blockInput]
 	switch {
 	case !input.present() || r.b[input.start] == 'n':
 		input = span{} // no input is none, {}, as vLLM takes it
 	case !r.isObject(input):
-		return errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
+		return Errorf(ErrBadRequest, "%s is a tool_use whose input is not an object", where())
 	}
 	r.appendCall(f[blockName], input)
 	r.uses.add(r.b[f[blockID].start+1 : f[blockID].end-1])
@@ -306,13 +310,13 @@ func (r *bodyReader) toolUse(f [numBlockFields]span, where func() string) error 
 
 // toolResult renders a tool_result block whose members are f, at depth
 // depth in messages[n]: its content, a string or text and image blocks.
-func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func() string) error {
+func (r anthropicReader) toolResult(f [numBlockFields]span, depth, n int, where func() string) error {
 	id := f[blockToolUseID]
 	if !r.isString(id) {
-		return errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
+		return Errorf(ErrBadRequest, "%s is a tool_result without a string tool_use_id", where())
 	}
 	if !r.uses.answers(r.b[id.start+1 : id.end-1]) {
-		return errorf(ErrBadRequest, "%s is the result of tool_use %s, which the message before it does not call",
+		return Errorf(ErrBadRequest, "%s is the result of tool_use %s, which the message before it does not call",
 			where(), r.b[id.start:id.end])
 	}
 	r.text = append(r.text, "<tool_result>"...)
@@ -325,14 +329,14 @@ func (r *bodyReader) toolResult(f [numBlockFields]span, depth, n int, where func
 			return err
 		}
 	default:
-		return errorf(ErrBadRequest, "%s is a tool_result whose content is not a string or an array of blocks", where())
+		return Errorf(ErrBadRequest, "%s is a tool_result whose content is not a string or an array of blocks", where())
 	}
 	r.text = append(r.text, "</tool_result>"...)
 	return nil
 }
 
 // stringIs reports whether the string at s is want, escapes read.
-func (r *bodyReader) stringIs(s span, want string) bool {
+func (r *rendering) stringIs(s span, want string) bool {
 	if !r.isString(s) {
 		return false
 	}

@@ -1,22 +1,22 @@
-package proxy
+package peek
 
 import (
 	"net"
 	"syscall"
 )
 
-// peekState is what a look at a socket's receive queue found, without
+// State is what a look at a socket's receive queue found, without
 // consuming any of it: the bytes stay for whoever reads the connection next
 // (fasthttp's parser of a pipelined request, or the next response on a
 // pooled upstream connection).
-type peekState int
+type State int
 
 const (
-	peekEmpty   peekState = iota // nothing to read (only from a look that does not wait)
-	peekData                     // bytes wait to be read
-	peekEOF                      // the peer sent FIN: it closed, or only half-closed
-	peekError                    // a reset, a closed socket, or the wait was interrupted
-	peekUnknown                  // not a socket that can be looked at
+	Empty   State = iota // nothing to read (only from a look that does not wait)
+	Data                 // bytes wait to be read
+	EOF                  // the peer sent FIN: it closed, or only half-closed
+	Error                // a reset, a closed socket, or the wait was interrupted
+	Unknown              // not a socket that can be looked at
 )
 
 // socketOf unwraps conn down to the socket that carries it: through TLS and
@@ -34,9 +34,9 @@ func socketOf(conn net.Conn) (syscall.Conn, bool) {
 	}
 }
 
-// rawConnOf is the raw socket under conn, or nil when there is none to look
+// RawConn is the raw socket under conn, or nil when there is none to look
 // at.
-func rawConnOf(conn net.Conn) syscall.RawConn {
+func RawConn(conn net.Conn) syscall.RawConn {
 	sc, ok := socketOf(conn)
 	if !ok {
 		return nil
@@ -48,27 +48,27 @@ func rawConnOf(conn net.Conn) syscall.RawConn {
 	return raw
 }
 
-// peek looks at conn's receive queue. With wait it blocks, in the runtime's
+// Look looks at conn's receive queue. With wait it blocks, in the runtime's
 // poller, until something arrives, the peer closes, or the read deadline set
 // on conn passes (peekError then).
-func peek(conn net.Conn, wait bool) peekState {
-	raw := rawConnOf(conn)
+func Look(conn net.Conn, wait bool) State {
+	raw := RawConn(conn)
 	if raw == nil {
-		return peekUnknown
+		return Unknown
 	}
-	return peekRaw(raw, wait)
+	return lookRaw(raw, wait)
 }
 
-// peekRaw is peek on a raw socket.
-func peekRaw(raw syscall.RawConn, wait bool) peekState {
-	state := peekUnknown
+// lookRaw is Look on a raw socket.
+func lookRaw(raw syscall.RawConn, wait bool) State {
+	state := Unknown
 	err := raw.Read(func(fd uintptr) bool {
 		var more bool
-		state, more = peekFD(fd)
+		state, more = FD(fd)
 		return !(more && wait)
 	})
 	if err != nil {
-		return peekError
+		return Error
 	}
 	return state
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import "fmt"
 
@@ -20,6 +20,10 @@ import "fmt"
 // object, a tool call without a name, a field of another type than
 // expected add nothing to the text, and the engine judges the request.
 
+// chatReader renders the messages of the OpenAI shapes: chat's messages,
+// and the Responses API's input items.
+type chatReader struct{ *rendering }
+
 // maxTools bounds the tools one request declares. OpenAI's API takes 128;
 // a body declaring thousands is a mistake or an attack, refused before the
 // router renders and hashes them.
@@ -37,7 +41,7 @@ func (r *bodyReader) tools(vs int) (int, error) {
 		if err != nil {
 			return ve, err
 		}
-		return ve, errorf(ErrBadRequest, "field tools must be an array of objects")
+		return ve, Errorf(ErrBadRequest, "field tools must be an array of objects")
 	}
 	r.open(sectionTools)
 	defer r.close(sectionTools)
@@ -46,12 +50,12 @@ func (r *bodyReader) tools(vs int) (int, error) {
 	n := 0
 	ve, err := jsonEachElement(r.b, vs, 2, func(ts int) (int, error) {
 		if n++; n > maxTools {
-			return ts, errorf(ErrBadRequest, "field tools declares more than %d tools", maxTools)
+			return ts, Errorf(ErrBadRequest, "field tools declares more than %d tools", maxTools)
 		}
 		if ts >= len(r.b) || r.b[ts] != '{' {
 			te, err := jsonSkipValue(r.b, ts, 2)
 			if err == nil {
-				err = errorf(ErrBadRequest, "tools[%d] must be an object", n-1)
+				err = Errorf(ErrBadRequest, "tools[%d] must be an object", n-1)
 			}
 			return te, err
 		}
@@ -69,17 +73,17 @@ func (r *bodyReader) tools(vs int) (int, error) {
 
 // messages renders chat messages, the array at vs: each message is its
 // role, its content, its tool calls and a newline (see message).
-func (r *bodyReader) messages(vs int) (int, error) { return r.eachMessage(vs, r.message) }
+func (r chatReader) messages(vs int) (int, error) { return r.eachMessage(vs, r.message) }
 
 // eachMessage reads the messages array at vs with message, which is given
 // each message's start and index.
-func (r *bodyReader) eachMessage(vs int, message func(ms, n int) (int, error)) (int, error) {
+func (r *rendering) eachMessage(vs int, message func(ms, n int) (int, error)) (int, error) {
 	if vs >= len(r.b) || r.b[vs] != '[' {
 		ve, err := jsonSkipValue(r.b, vs, 1)
 		if err != nil {
 			return ve, err
 		}
-		return ve, errorf(ErrBadRequest, "field messages must be an array")
+		return ve, Errorf(ErrBadRequest, "field messages must be an array")
 	}
 	n := 0
 	return jsonEachElement(r.b, vs, 2, func(ms int) (int, error) {
@@ -103,13 +107,13 @@ const (
 )
 
 // message renders messages[n], which starts at ms.
-func (r *bodyReader) message(ms, n int) (int, error) {
+func (r chatReader) message(ms, n int) (int, error) {
 	if ms >= len(r.b) || r.b[ms] != '{' {
 		me, err := jsonSkipValue(r.b, ms, 2)
 		if err != nil {
 			return me, err
 		}
-		return me, errorf(ErrBadRequest, "messages[%d] must be an object", n)
+		return me, Errorf(ErrBadRequest, "messages[%d] must be an object", n)
 	}
 	where := func() string { return fmt.Sprintf("messages[%d]", n) }
 	var f [6]span
@@ -151,7 +155,7 @@ func (r *bodyReader) message(ms, n int) (int, error) {
 
 // content renders the content of messages[n]: a string, or each part of
 // an array in order.
-func (r *bodyReader) content(c span, n int) error {
+func (r chatReader) content(c span, n int) error {
 	if !c.present() || r.b[c.start] != '[' {
 		r.appendStringAt(c)
 		return nil
@@ -172,7 +176,7 @@ var partFields = []string{"text", "image_url", "input_audio", "file"}
 
 // contentPart renders messages[n].content[part], the object at ps: its
 // text, then its image, sound or file by digest.
-func (r *bodyReader) contentPart(ps, n, part int) (int, error) {
+func (r chatReader) contentPart(ps, n, part int) (int, error) {
 	where := func() string { return fmt.Sprintf("messages[%d].content[%d]", n, part) }
 	var f [4]span
 	pe, err := r.fields(ps, 5, partFields, f[:], where)
@@ -192,7 +196,7 @@ func (r *bodyReader) contentPart(ps, n, part int) (int, error) {
 // media renders the medium at s by digest: s is its URL or data itself, or
 // an object whose first member of names that is a string is. Anything else
 // adds nothing.
-func (r *bodyReader) media(kind string, s span, names []string, where func() string) error {
+func (r chatReader) media(kind string, s span, names []string, where func() string) error {
 	if r.isString(s) {
 		r.appendDigest(kind, s)
 		return nil
@@ -228,7 +232,7 @@ type callSpan struct{ name, arguments span }
 // readToolCalls reads the tool calls of messages[n], the value at vs, into
 // r.calls, in the one walk of the message: each call's function's name
 // and arguments. What is not an array of calls is skipped.
-func (r *bodyReader) readToolCalls(vs, n int) (int, error) {
+func (r chatReader) readToolCalls(vs, n int) (int, error) {
 	if vs >= len(r.b) || r.b[vs] != '[' {
 		return jsonSkipValue(r.b, vs, 3)
 	}
@@ -256,7 +260,7 @@ var functionFields = []string{"name", "arguments"}
 
 // readFunction reads the function of a call, the object at fs at depth
 // depth: its name and arguments.
-func (r *bodyReader) readFunction(fs, depth int, where func() string) (fe int, name, arguments span, err error) {
+func (r chatReader) readFunction(fs, depth int, where func() string) (fe int, name, arguments span, err error) {
 	var f [2]span
 	fe, err = r.fields(fs, depth, functionFields, f[:], where)
 	return fe, f[0], f[1], err
@@ -265,14 +269,14 @@ func (r *bodyReader) readFunction(fs, depth int, where func() string) (fe int, n
 // appendCall appends a tool call: "<tool_call:name>arguments</tool_call>".
 // The arguments are a string of JSON in the OpenAI shapes (rendered as
 // it says), an object in Anthropic's (rendered compacted).
-func (r *bodyReader) appendCall(name, arguments span) {
+func (r *rendering) appendCall(name, arguments span) {
 	r.text = append(r.text, "<tool_call:"...)
 	r.appendStringAt(name)
 	r.text = append(r.text, '>')
 	switch {
 	case r.isObject(arguments):
 		r.appendCompact(arguments)
-	case r.ep.kind == kindMessages: // a tool_use without input
+	case r.ep.Kind == KindMessages: // a tool_use without input
 		r.text = append(r.text, "{}"...)
 	default:
 		r.appendStringAt(arguments)
@@ -284,7 +288,7 @@ func (r *bodyReader) appendCall(name, arguments span) {
 // into: into[i] is the span of the member named names[i], zero when there
 // is none. where names the object in the error of a key named twice, which
 // is refused wherever the router reads (see keySet).
-func (r *bodyReader) fields(os, depth int, names []string, into []span, where func() string) (int, error) {
+func (r *rendering) fields(os, depth int, names []string, into []span, where func() string) (int, error) {
 	return r.fieldsWith(os, depth, names, into, where, nil)
 }
 
@@ -292,7 +296,7 @@ func (r *bodyReader) fields(os, depth int, names []string, into []span, where fu
 // (it reports ok), so that the object is walked once: read is given the
 // unescaped key and the start of the value, and returns the end of the
 // value.
-func (r *bodyReader) fieldsWith(os, depth int, names []string, into []span, where func() string,
+func (r *rendering) fieldsWith(os, depth int, names []string, into []span, where func() string,
 	read func(key []byte, vs int) (ve int, ok bool, err error)) (int, error) {
 	var keys keySet
 	return jsonEachMember(r.b, os, depth, func(raw []byte, vs int) (int, error) {

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 // The reference reading of request bodies: the fastjson document tree the
 // router read bodies with before it scanned them itself. The tests check
@@ -14,51 +14,51 @@ import (
 )
 
 // parseInferenceTree reads an inference request body.
-func parseInferenceTree(ep *endpoint, body []byte) (inference, error) {
+func parseInferenceTree(ep *Endpoint, body []byte) (Inference, error) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(body)
 	if err != nil {
-		return inference{}, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+		return Inference{}, Errorf(ErrBadRequest, "malformed JSON body: %v", err)
 	}
 	if v.Type() != fastjson.TypeObject {
-		return inference{}, errorf(ErrBadRequest, "the body must be a JSON object")
+		return Inference{}, Errorf(ErrBadRequest, "the body must be a JSON object")
 	}
 	if err := treeUniqueKeys(v, "the body"); err != nil {
-		return inference{}, err
+		return Inference{}, err
 	}
-	var in inference
-	if in.model, err = treeStringField(v, "model"); err != nil {
-		return inference{}, err
+	var in Inference
+	if in.Model, err = treeStringField(v, "model"); err != nil {
+		return Inference{}, err
 	}
-	if in.model == "" {
-		return inference{}, errorf(ErrBadRequest, "missing required field: model")
+	if in.Model == "" {
+		return Inference{}, Errorf(ErrBadRequest, "missing required field: model")
 	}
 	if s := v.Get("stream"); s != nil {
-		if in.stream, err = s.Bool(); err != nil {
-			return inference{}, errorf(ErrBadRequest, "field stream must be a boolean")
+		if in.Stream, err = s.Bool(); err != nil {
+			return Inference{}, Errorf(ErrBadRequest, "field stream must be a boolean")
 		}
 	}
 	for _, key := range []string{"session_id", "user"} {
-		if in.session, _ = treeStringField(v, key); in.session != "" {
+		if in.Session, _ = treeStringField(v, key); in.Session != "" {
 			break
 		}
 	}
-	if err := checkModelName(in.model); err != nil {
-		return inference{}, err
+	if err := checkModelName(in.Model); err != nil {
+		return Inference{}, err
 	}
 	var text []byte
-	switch ep.kind {
-	case kindChat:
+	switch ep.Kind {
+	case KindChat:
 		text, err = treeRenderChat(v)
-	case kindMessages:
+	case KindMessages:
 		text, err = treeRenderAnthropic(v)
-		if in.session == "" {
-			in.session, _ = treeStringField(v.Get("metadata"), "user_id")
+		if in.Session == "" {
+			in.Session, _ = treeStringField(v.Get("metadata"), "user_id")
 		}
 	default:
 		text, err = treeRenderPrompt(v.Get("prompt"))
 	}
-	in.text = affinity.Text{text}
+	in.Text = affinity.Text{text}
 	return in, err
 }
 
@@ -79,10 +79,10 @@ func treeRenderTools(out []byte, tools *fastjson.Value) ([]byte, error) {
 	}
 	ts, err := tools.Array()
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "field tools must be an array of objects")
+		return nil, Errorf(ErrBadRequest, "field tools must be an array of objects")
 	}
 	if len(ts) > maxTools {
-		return nil, errorf(ErrBadRequest, "too many tools")
+		return nil, Errorf(ErrBadRequest, "too many tools")
 	}
 	if len(ts) == 0 {
 		return out, nil
@@ -90,7 +90,7 @@ func treeRenderTools(out []byte, tools *fastjson.Value) ([]byte, error) {
 	out = append(out, "tools\n"...)
 	for i, t := range ts {
 		if t.Type() != fastjson.TypeObject {
-			return nil, errorf(ErrBadRequest, "tools[%d] must be an object", i)
+			return nil, Errorf(ErrBadRequest, "tools[%d] must be an object", i)
 		}
 		out = append(t.MarshalTo(out), '\n')
 	}
@@ -104,7 +104,7 @@ func treeStringField(v *fastjson.Value, key string) (string, error) {
 	}
 	b, err := f.StringBytes()
 	if err != nil {
-		return "", errorf(ErrBadRequest, "field %s must be a string", key)
+		return "", Errorf(ErrBadRequest, "field %s must be a string", key)
 	}
 	return string(b), nil
 }
@@ -113,7 +113,7 @@ func treeStringField(v *fastjson.Value, key string) (string, error) {
 // strings concatenated. Token-id prompts route on their JSON text.
 func treeRenderPrompt(p *fastjson.Value) ([]byte, error) {
 	if p == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: prompt")
+		return nil, Errorf(ErrBadRequest, "missing required field: prompt")
 	}
 	switch p.Type() {
 	case fastjson.TypeString:
@@ -129,23 +129,23 @@ func treeRenderPrompt(p *fastjson.Value) ([]byte, error) {
 		}
 		return out, nil
 	}
-	return nil, errorf(ErrBadRequest, "field prompt must be a string or an array")
+	return nil, Errorf(ErrBadRequest, "field prompt must be a string or an array")
 }
 
 // treeRenderMessages renders chat messages: role, content, tool calls and
 // a newline each.
 func treeRenderMessages(m *fastjson.Value) ([]byte, error) {
 	if m == nil {
-		return nil, errorf(ErrBadRequest, "missing required field: messages")
+		return nil, Errorf(ErrBadRequest, "missing required field: messages")
 	}
 	msgs, err := m.Array()
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "field messages must be an array")
+		return nil, Errorf(ErrBadRequest, "field messages must be an array")
 	}
 	var out []byte
 	for i, msg := range msgs {
 		if msg.Type() != fastjson.TypeObject {
-			return nil, errorf(ErrBadRequest, "messages[%d] must be an object", i)
+			return nil, Errorf(ErrBadRequest, "messages[%d] must be an object", i)
 		}
 		if err := treeUniqueKeys(msg, fmt.Sprintf("messages[%d]", i)); err != nil {
 			return nil, err
@@ -296,7 +296,7 @@ func treeUniqueKeys(v *fastjson.Value, where string) error {
 		}
 	})
 	if dup != nil {
-		return errorf(ErrBadRequest, "%s names the key %q twice", where, dup)
+		return Errorf(ErrBadRequest, "%s names the key %q twice", where, dup)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package edge
 
 import (
 	"errors"
@@ -10,18 +10,18 @@ import (
 	"time"
 )
 
-// edgeListener hands out the client connections of the proxy's server. It
+// Listener hands out the client connections of the proxy's server. It
 // keeps the accept loop alive when the process runs out of file descriptors
 // or memory (fasthttp would stop accepting for good), counts connections
 // against --max-connections, and owns the goroutines of the connections
 // that linger.
-type edgeListener struct {
+type Listener struct {
 	net.Listener
 	log      *slog.Logger
 	maxConns int64
-	// watchHeads: the connections are plaintext HTTP, whose first request
-	// head each watches for bare LFs (lineends.go).
-	watchHeads bool
+	// WatchHeads: the connections are plaintext HTTP, whose first request
+	// head each watches for bare LFs (heads.go).
+	WatchHeads bool
 	active     atomic.Int64
 	// failedAt is when accepting last failed for lack of resources (unix
 	// nanoseconds), 0 once an accept succeeded since.
@@ -30,21 +30,21 @@ type edgeListener struct {
 	quitOnce sync.Once
 
 	mu        sync.Mutex
-	lingering map[*edgeConn]struct{}
+	lingering map[*Conn]struct{}
 	closed    bool
 	wg        sync.WaitGroup
 }
 
-func newEdgeListener(ln net.Listener, maxConns int, log *slog.Logger) *edgeListener {
-	return &edgeListener{Listener: ln, log: log, maxConns: int64(maxConns), quit: make(chan struct{}),
-		lingering: map[*edgeConn]struct{}{}}
+func NewListener(ln net.Listener, maxConns int, log *slog.Logger) *Listener {
+	return &Listener{Listener: ln, log: log, maxConns: int64(maxConns), quit: make(chan struct{}),
+		lingering: map[*Conn]struct{}{}}
 }
 
 // Accept returns the next client connection. A failure for lack of
 // resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) or an aborted handshake is
 // logged at ERROR and retried with backoff, so the listener recovers once
 // descriptors are free again; any other error is returned, and ends Serve.
-func (l *edgeListener) Accept() (net.Conn, error) {
+func (l *Listener) Accept() (net.Conn, error) {
 	var backoff time.Duration
 	var lastLog time.Time
 	for {
@@ -54,7 +54,7 @@ func (l *edgeListener) Accept() (net.Conn, error) {
 				l.log.Info("accepting client connections again")
 			}
 			over := l.maxConns > 0 && l.active.Add(1) > l.maxConns
-			return &edgeConn{Conn: c, l: l, overLimit: over, head: headEnds{done: !l.watchHeads}}, nil
+			return &Conn{Conn: c, l: l, overLimit: over, head: headEnds{done: !l.WatchHeads}}, nil
 		}
 		if errors.Is(err, net.ErrClosed) || !recoverableAcceptError(err) {
 			return nil, err
@@ -89,7 +89,7 @@ func recoverableAcceptError(err error) bool {
 }
 
 // Close stops accepting.
-func (l *edgeListener) Close() error {
+func (l *Listener) Close() error {
 	l.quitOnce.Do(func() { close(l.quit) })
 	return l.Listener.Close()
 }
@@ -97,13 +97,13 @@ func (l *edgeListener) Close() error {
 // maxAcceptBackoff is the longest wait between two accepts that failed.
 const maxAcceptBackoff = time.Second
 
-// accepting reports whether the listener can take new connections: no
+// Accepting reports whether the listener can take new connections: no
 // accept failed for lack of resources within two of its longest backoffs.
 // A listener that is still failing fails again within one; one whose
 // retry found the descriptors free but no client waiting (the ones queued
 // during the failure gave up) waits for the next client without a success
 // to report, and must not say it is failing meanwhile.
-func (l *edgeListener) accepting() bool {
+func (l *Listener) Accepting() bool {
 	at := l.failedAt.Load()
 	return at == 0 || time.Since(time.Unix(0, at)) > 2*maxAcceptBackoff
 }
@@ -122,8 +122,8 @@ const (
 	lingerBufSize = 32 << 10
 )
 
-// stopLingering cuts short every lingering connection and waits for them.
-func (l *edgeListener) stopLingering() {
+// StopLingering cuts short every lingering connection and waits for them.
+func (l *Listener) StopLingering() {
 	l.mu.Lock()
 	l.closed = true
 	for c := range l.lingering {
@@ -133,7 +133,7 @@ func (l *edgeListener) stopLingering() {
 	l.wg.Wait()
 }
 
-func (l *edgeListener) startLingering(c *edgeConn) bool {
+func (l *Listener) startLingering(c *Conn) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || len(l.lingering) >= maxLingering {
@@ -144,10 +144,10 @@ func (l *edgeListener) startLingering(c *edgeConn) bool {
 	return true
 }
 
-// edgeConn is one client connection.
-type edgeConn struct {
+// Conn is one client connection.
+type Conn struct {
 	net.Conn
-	l         *edgeListener
+	l         *Listener
 	overLimit bool // accepted past --max-connections: answered 503 and closed
 	head      headEnds
 	mu        sync.Mutex
@@ -155,14 +155,18 @@ type edgeConn struct {
 	closed    bool
 }
 
+// OverLimit reports whether the connection was accepted past the limit of
+// connections: the server answers its requests 503, and closes it.
+func (c *Conn) OverLimit() bool { return c.overLimit }
+
 // Read reads from the client, watching its first request head.
-func (c *edgeConn) Read(b []byte) (int, error) { return c.head.read(c.Conn.Read, b) }
+func (c *Conn) Read(b []byte) (int, error) { return c.head.read(c.Conn.Read, b) }
 
 // NetConn returns the connection underneath (for peeks at its socket).
-func (c *edgeConn) NetConn() net.Conn { return c.Conn }
+func (c *Conn) NetConn() net.Conn { return c.Conn }
 
-// lingerOnClose makes Close drain the connection before closing it.
-func (c *edgeConn) lingerOnClose() {
+// LingerOnClose makes Close drain the connection before closing it.
+func (c *Conn) LingerOnClose() {
 	c.mu.Lock()
 	c.linger = true
 	c.mu.Unlock()
@@ -170,7 +174,7 @@ func (c *edgeConn) lingerOnClose() {
 
 // Close closes the connection, or, when asked to linger, half-closes it and
 // leaves the rest to a goroutine that drains it.
-func (c *edgeConn) Close() error {
+func (c *Conn) Close() error {
 	c.mu.Lock()
 	linger, already := c.linger, c.closed
 	c.linger, c.closed = false, true
@@ -193,7 +197,7 @@ func (c *edgeConn) Close() error {
 
 // drain reads and drops what the client still sends, until it closes, goes
 // quiet, or lingerTime is up, then closes the connection.
-func (c *edgeConn) drain() {
+func (c *Conn) drain() {
 	defer c.l.wg.Done()
 	defer func() {
 		c.l.mu.Lock()
@@ -226,10 +230,10 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// edgeOf returns the edge connection under conn (through TLS), or nil.
-func edgeOf(conn net.Conn) *edgeConn {
+// Of returns the edge connection under conn (through TLS), or nil.
+func Of(conn net.Conn) *Conn {
 	for conn != nil {
-		if ec, ok := conn.(*edgeConn); ok {
+		if ec, ok := conn.(*Conn); ok {
 			return ec
 		}
 		inner, ok := conn.(interface{ NetConn() net.Conn })
