@@ -291,7 +291,12 @@ func TestConnectionsAreBoundedInAllAndPerHost(t *testing.T) {
 			}
 			refused := make(chan error, 1)
 			cfg.Admit = func(netip.AddrPort) error { return nil }
-			cfg.Refused = func(_ net.Addr, err error) { refused <- err }
+			cfg.Refused = func(_ net.Addr, err error) {
+				select { // the first refusal is the one judged; a later one must not block Close
+				case refused <- err:
+				default:
+				}
+			}
 			cfg.Serve = func(c *Conn) { _, _ = c.Recv() }
 			l := ListenSub(ln, cfg)
 			defer l.Close()
