@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/agentturns"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
@@ -53,7 +54,7 @@ func TestAMessagesRequestIsRoutedByItsPrefixAndPassedOnWhole(t *testing.T) {
 	w1.Set(fakeworker.Status(200, fakeworker.Message("w1")))
 	w2.Set(fakeworker.Status(200, fakeworker.Message("w2")))
 	r := startRouter(t, Config{}, w1, w2)
-	conversation := anthropicTurn(anthropicTools, 4)
+	conversation := agentturns.Anthropic(agentturns.AnthropicTools, 4)
 	status, h, body := postMessages(t, r.url, "/v1/messages", conversation, "anthropic-version", "2023-06-01",
 		"anthropic-beta", "prompt-caching-2024-07-31")
 	if status != http.StatusOK || !strings.Contains(body, `"type":"message"`) {
@@ -69,7 +70,7 @@ func TestAMessagesRequestIsRoutedByItsPrefixAndPassedOnWhole(t *testing.T) {
 	}
 	// The agent's next turns share the whole prefix: they go where it went.
 	for turn := 5; turn < 8; turn++ {
-		if _, h, _ := postMessages(t, r.url, "/v1/messages", anthropicTurn(anthropicTools, turn)); h.Get("x-worker-id") != owner {
+		if _, h, _ := postMessages(t, r.url, "/v1/messages", agentturns.Anthropic(agentturns.AnthropicTools, turn)); h.Get("x-worker-id") != owner {
 			t.Fatalf("turn %d went to %s, the prefix is on %s", turn, h.Get("x-worker-id"), owner)
 		}
 	}

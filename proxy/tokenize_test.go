@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/agentturns"
 	"github.com/kvrouter/kvrouter/internal/dialtest"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
@@ -386,14 +387,14 @@ func TestAChatIsTokenizedWithItsTools(t *testing.T) {
 	withTools := func(tools, body string) string {
 		return strings.Replace(body, `{"model":"m",`, `{"model":"m","tools":`+tools+`,`, 1)
 	}
-	first := withTools(chatTools, chatTurns("read the file"))
+	first := withTools(agentturns.ChatTools, chatTurns("read the file"))
 	if resp, body := post(t, r.url, "/v1/chat/completions", first); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	if asked := w.bodies(); len(asked) != 1 || !strings.Contains(asked[0], `"tools":[{"type":"function"`) {
 		t.Fatalf("asked %q", asked)
 	}
-	other := withTools(otherChatTools, chatTurns("read the file", "here it is", "now summarise it"))
+	other := withTools(agentturns.OtherChatTools, chatTurns("read the file", "here it is", "now summarise it"))
 	if resp, body := post(t, r.url, "/v1/chat/completions", other); resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}

@@ -80,20 +80,7 @@ func benchKill(t *testing.T, workers, streams int) killFigures {
 	for _, p := range prompts {
 		want[p] = streamAll(t, m.url, "/v1/completions", bodyOf(p))
 	}
-	killed := make(chan struct{})
-	var killedAt time.Time
-	var wg sync.WaitGroup
-	var ready sync.WaitGroup
-	out := make([]benchStream, streams)
-	for i := range streams {
-		wg.Add(1)
-		ready.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = readBenchStream(m.url, bodyOf(prompts[i%len(prompts)]), &ready, killed, &killedAt)
-		}()
-	}
-	ready.Wait()
+	c := openBenchStreams(m.url, streams, func(i int) string { return bodyOf(prompts[i%len(prompts)]) })
 	victim, most := "", int64(-1)
 	for id, u := range m.urls {
 		if n := loadOf(t, m.url, u); n > most {
@@ -101,9 +88,7 @@ func benchKill(t *testing.T, workers, streams int) killFigures {
 		}
 	}
 	m.workers[victim].kill()
-	killedAt = time.Now()
-	close(killed)
-	wg.Wait()
+	out := c.killed()
 	f := killFigures{notTaken: int(migrated(t, m.url, "failed")), unresumable: int(migrated(t, m.url, "unresumable"))}
 	var pauses []time.Duration
 	for i, b := range out {
@@ -129,6 +114,41 @@ func benchKill(t *testing.T, workers, streams int) killFigures {
 		f.p50, f.p99 = pauses[len(pauses)/2], pauses[min(len(pauses)-1, len(pauses)*99/100)]
 	}
 	return f
+}
+
+// benchStreams are concurrent streams, each read past its first 20
+// events, whose clients wait to be told of a kill.
+type benchStreams struct {
+	out      []benchStream
+	wg       sync.WaitGroup
+	kill     chan struct{}
+	killedAt time.Time
+}
+
+// openBenchStreams opens n streams on url, stream i of body(i), and
+// returns once each has read its first 20 events.
+func openBenchStreams(url string, n int, body func(i int) string) *benchStreams {
+	c := &benchStreams{out: make([]benchStream, n), kill: make(chan struct{})}
+	var ready sync.WaitGroup
+	for i := range n {
+		c.wg.Add(1)
+		ready.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.out[i] = readBenchStream(url, body(i), &ready, c.kill, &c.killedAt)
+		}()
+	}
+	ready.Wait()
+	return c
+}
+
+// killed tells the clients that the kill happened now and returns their
+// streams once all have ended.
+func (c *benchStreams) killed() []benchStream {
+	c.killedAt = time.Now()
+	close(c.kill)
+	c.wg.Wait()
+	return c.out
 }
 
 // readBenchStream reads a stream of body: 20 events, then it says it is
@@ -228,19 +248,7 @@ func benchDrain(t *testing.T) drainFigures {
 func benchKillPeer(t *testing.T, engines, streams int) killFigures {
 	base, sims := startPeerMigrationTier(t, engines)
 	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":400,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
-	killed := make(chan struct{})
-	var killedAt time.Time
-	var wg, ready sync.WaitGroup
-	out := make([]benchStream, streams)
-	for i := range streams {
-		wg.Add(1)
-		ready.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = readBenchStream(base, body, &ready, killed, &killedAt)
-		}()
-	}
-	ready.Wait()
+	c := openBenchStreams(base, streams, func(int) string { return body })
 	var victim *process
 	most := int64(-1)
 	for url, p := range sims {
@@ -249,9 +257,7 @@ func benchKillPeer(t *testing.T, engines, streams int) killFigures {
 		}
 	}
 	victim.kill()
-	killedAt = time.Now()
-	close(killed)
-	wg.Wait()
+	out := c.killed()
 	f := killFigures{resumed: int(migrated(t, base, "resumed"))}
 	var pauses []time.Duration
 	for _, b := range out {

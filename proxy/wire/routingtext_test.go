@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/agentturns"
 	"github.com/kvrouter/kvrouter/sim"
 )
 
@@ -19,36 +20,10 @@ import (
 // SDKs write a body (the messages first, the tools and system last).
 func agentTurn(ep *Endpoint, tools string, turns int) string {
 	if ep == Messages {
-		return anthropicTurn(tools, turns)
+		return agentturns.Anthropic(tools, turns)
 	}
-	var m strings.Builder
-	m.WriteString(`{"role":"system","content":"You are a coding agent."},{"role":"user","content":"Fix the test."}`)
-	for t := range turns {
-		fmt.Fprintf(&m, `,{"role":"assistant","content":"Looking.","tool_calls":[{"id":"call_%d","type":"function",`+
-			`"function":{"name":"read","arguments":"{\"path\":\"f%d.go\"}"}}]},{"role":"tool","tool_call_id":"call_%d","content":"package f%d"}`, t, t, t, t)
-	}
-	return `{"model":"m","max_tokens":64,"messages":[` + m.String() + `],"tools":` + tools + `}`
+	return agentturns.Chat(tools, turns)
 }
-
-func anthropicTurn(tools string, turns int) string {
-	var m strings.Builder
-	m.WriteString(`{"role":"user","content":"Fix the test."}`)
-	for t := range turns {
-		fmt.Fprintf(&m, `,{"role":"assistant","content":[{"type":"text","text":"Looking."},{"type":"tool_use","id":"toolu_%d",`+
-			`"name":"read","input":{"path":"f%d.go"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_%d",`+
-			`"content":"package f%d"}]}`, t, t, t, t)
-	}
-	return `{"model":"m","max_tokens":64,"messages":[` + m.String() + `],"system":"You are a coding agent.","tools":` + tools + `}`
-}
-
-const (
-	chatTools = `[{"type":"function","function":{"name":"read","description":"Reads a file.","parameters":{"type":"object",` +
-		`"properties":{"path":{"type":"string"}}}}},{"type":"function","function":{"name":"write","parameters":{}}}]`
-	otherChatTools = `[{"type":"function","function":{"name":"search","description":"Searches the web.","parameters":{}}}]`
-	anthropicTools = `[{"name":"read","description":"Reads a file.","input_schema":{"type":"object","properties":{"path":` +
-		`{"type":"string"}}}},{"name":"write","input_schema":{"type":"object"}}]`
-	otherAnthropicTools = `[{"name":"search","description":"Searches the web.","input_schema":{"type":"object"}}]`
-)
 
 // routingTextOf is the routing text of body on ep, which must parse.
 func routingTextOf(t *testing.T, ep *Endpoint, body string) string {
@@ -68,7 +43,7 @@ func firstBlock(text string) uint64 {
 }
 
 func TestTwoTurnsOfOneAgentShareTheirWholePrefix(t *testing.T) {
-	for ep, tools := range map[*Endpoint]string{ChatCompletions: chatTools, Messages: anthropicTools} {
+	for ep, tools := range map[*Endpoint]string{ChatCompletions: agentturns.ChatTools, Messages: agentturns.AnthropicTools} {
 		for turn := range 4 {
 			this, next := routingTextOf(t, ep, agentTurn(ep, tools, turn)), routingTextOf(t, ep, agentTurn(ep, tools, turn+1))
 			if !strings.HasPrefix(next, this) {
@@ -88,7 +63,7 @@ func TestTwoTurnsOfOneAgentShareTheirWholePrefix(t *testing.T) {
 }
 
 func TestAgentsWithDifferentToolsDoNotShare(t *testing.T) {
-	for ep, tools := range map[*Endpoint][2]string{ChatCompletions: {chatTools, otherChatTools}, Messages: {anthropicTools, otherAnthropicTools}} {
+	for ep, tools := range map[*Endpoint][2]string{ChatCompletions: {agentturns.ChatTools, agentturns.OtherChatTools}, Messages: {agentturns.AnthropicTools, agentturns.OtherAnthropicTools}} {
 		a, b := routingTextOf(t, ep, agentTurn(ep, tools[0], 3)), routingTextOf(t, ep, agentTurn(ep, tools[1], 3))
 		if firstBlock(a) == firstBlock(b) {
 			t.Errorf("%s: two agents with other tools share their first block", ep.Path)
@@ -101,13 +76,13 @@ func TestAgentsWithDifferentToolsDoNotShare(t *testing.T) {
 }
 
 func TestTheToolsComeFirstWhereverTheBodyNamesThem(t *testing.T) {
-	first := `{"tools":` + chatTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	last := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":` + chatTools + `}`
+	first := `{"tools":` + agentturns.ChatTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	last := `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":` + agentturns.ChatTools + `}`
 	if a, b := routingTextOf(t, ChatCompletions, first), routingTextOf(t, ChatCompletions, last); a != b {
 		t.Fatalf("the tools' place in the body changes the text:\n%q\n%q", a, b)
 	}
-	first = `{"system":"Be brief.","tools":` + anthropicTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	last = `{"model":"m","messages":[{"role":"user","content":"hi"}],"system":"Be brief.","tools":` + anthropicTools + `}`
+	first = `{"system":"Be brief.","tools":` + agentturns.AnthropicTools + `,"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	last = `{"model":"m","messages":[{"role":"user","content":"hi"}],"system":"Be brief.","tools":` + agentturns.AnthropicTools + `}`
 	a, b := routingTextOf(t, Messages, first), routingTextOf(t, Messages, last)
 	if a != b || !strings.HasPrefix(a, "tools\n") || !strings.Contains(a, "\nsystem\nBe brief.\nuser\nhi\n") {
 		t.Fatalf("Anthropic's tools, system, messages:\n%q\n%q", a, b)
@@ -255,8 +230,8 @@ func TestTheChatRouteStillReadsLeniently(t *testing.T) {
 // agreeMessagesBodies are Messages API bodies the one-pass reading and the
 // reference reading must agree on.
 var agreeMessagesBodies = []string{
-	anthropicTurn(anthropicTools, 3),
-	anthropicTurn("null", 1),
+	agentturns.Anthropic(agentturns.AnthropicTools, 3),
+	agentturns.Anthropic("null", 1),
 	`{"model":"m","messages":[{"content":[{"text":"a","type":"text"},{"source":{"data":"x\u00e9","type":"base64"},"type":"image"}],"role":"user"}],"metadata":{"user_id":"u7"}}`,
 	`{"model":"m","messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t\u0031","name":"f","input":{ "a" : [1, 2] }}]},` +
 		`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"r"},{"type":"image","source":{"type":"url","url":"u"}},{"type":"tool_use"}]}]}]}`,
@@ -285,7 +260,7 @@ func init() {
 
 // agreeChatBodies are chat bodies with tools, tool calls and media.
 var agreeChatBodies = []string{
-	agentTurn(ChatCompletions, chatTools, 3),
+	agentTurn(ChatCompletions, agentturns.ChatTools, 3),
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":"data:x"},{"type":"input_audio","input_audio":{"data":"AAA","format":"wav"}},` +
 		`{"type":"file","file":{"file_id":"f1"}},{"type":"file","file":{"file_data":"b64","file_id":"f1"}}]}]}`,
 	`{"model":"m","messages":[{"role":"assistant","function_call":{"name":"f","arguments":"{}"}},{"role":"assistant","tool_calls":[{"function":{"name":"g","name":"h"}}]}]}`,
@@ -322,7 +297,7 @@ func FuzzParseMessagesAgreesWithTheDocumentTree(f *testing.F) {
 // The simulated engine (workersim, fleetsim) renders the prompt of a chat
 // request as the router does: it caches what the router hashes.
 func TestTheSimulatedEngineCachesWhatTheRouterHashes(t *testing.T) {
-	for _, body := range append(agreeChatBodies[:2], agentTurn(ChatCompletions, chatTools, 2), agentTurn(ChatCompletions, "[]", 1)) {
+	for _, body := range append(agreeChatBodies[:2], agentTurn(ChatCompletions, agentturns.ChatTools, 2), agentTurn(ChatCompletions, "[]", 1)) {
 		want, err := sim.AppendChatRequestJSON(nil, fastjson.MustParse(body))
 		if err != nil {
 			t.Fatal(err)
