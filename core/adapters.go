@@ -120,7 +120,7 @@ type peerRecord struct {
 // scrape) and refreshes w's view.
 func (r *Replica) ObserveAdapters(w affinity.WorkerID, e EngineAdapters) {
 	s := r.lora
-	if s == nil || !r.isKnown(uint32(w)) {
+	if s == nil || !r.reg.isKnown(uint32(w)) {
 		return
 	}
 	s.mu.Lock()

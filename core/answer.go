@@ -16,10 +16,27 @@ type Usage struct {
 	HasCached                  bool
 }
 
+// judge holds the replica's decisions against their engines' answers: it
+// counts false and lost hits (Attribution) and calibrates the index by what
+// each engine held of a predicted hit.
+type judge struct {
+	thresholds *atomic.Pointer[affinity.Thresholds] // the replica's, SetThresholds
+	reg        *registry
+	index      *affinity.Index
+	blockSize  int
+	kv         KVSource // nil without the engines' events
+	// noCalibration keeps the index's budgets as set (Config.NoCalibration);
+	// judged, when set, sends each judgement to the peers (loadsync's
+	// Judged, set with the gossip).
+	noCalibration bool
+	judged        func(w uint32, held bool)
+	counts        attributionCounts
+}
+
 // engineHit is the engine's side of a hit, by the same rule the policy
 // predicts one: its cached share of the prompt exceeds the cache threshold.
-func (r *Replica) engineHit(u Usage) bool {
-	return r.thresholds.Load().Hit(u.CachedTokens, u.PromptTokens)
+func (j *judge) engineHit(u Usage) bool {
+	return j.thresholds.Load().Hit(u.CachedTokens, u.PromptTokens)
 }
 
 // Cause is why an engine missed a prefix that the replica knew, by the
@@ -113,18 +130,23 @@ type attributionCounts struct {
 // its engine caches stops believing in what the engine evicted; the
 // judgement goes to the peers with the next report, and they calibrate
 // their indexes alike (remoteCalibration).
-func (r *Replica) Answered(d Decided, u Usage) {
+func (r *Replica) Answered(d Decided, u Usage) { r.judge.answered(d, u) }
+
+// Attribution reads the counts of the judged decisions. Safe at any time.
+func (r *Replica) Attribution() Attribution { return r.judge.attribution() }
+
+func (j *judge) answered(d Decided, u Usage) {
 	if !d.routed || !u.HasCached || u.PromptTokens <= 0 {
 		return
 	}
-	c := &r.counts
+	c := &j.counts
 	c.judged.Add(1)
 	c.prompt.Add(uint64(u.PromptTokens))
 	c.cached.Add(uint64(min(u.CachedTokens, u.PromptTokens)))
-	hit := r.engineHit(u)
+	hit := j.engineHit(u)
 	if d.Hit {
 		c.predictedHits.Add(1)
-		r.calibrate(d.Worker, hit)
+		j.calibrate(d.Worker, hit)
 	}
 	switch {
 	case hit:
@@ -135,23 +157,23 @@ func (r *Replica) Answered(d Decided, u Usage) {
 		if u.CachedTokens <= 0 {
 			c.falseUncached.Add(1)
 		}
-		if d.Fact == FactEngine && r.cfg.KV.EvictedSince(uint32(d.Worker), d.kvKeys, d.at) {
+		if d.Fact == FactEngine && j.kv.EvictedSince(uint32(d.Worker), d.kvKeys, d.at) {
 			c.falseEvicted.Add(1)
 		}
 	default:
-		r.attributeMiss(d)
+		j.attributeMiss(d)
 	}
 }
 
 // attributeMiss counts an engine's miss on a decision predicted a miss.
-func (r *Replica) attributeMiss(d Decided) {
-	c := &r.counts
+func (j *judge) attributeMiss(d Decided) {
+	c := &j.counts
 	switch {
 	case d.Shed:
 		c.lost[CauseShed].Add(1)
 	case d.Ineligible:
 		c.lost[CauseIneligible].Add(1)
-	case !r.heldElsewhere(d):
+	case !j.heldElsewhere(d):
 		c.cold.Add(1)
 	case d.Matched > 0:
 		c.lost[CauseBelowThreshold].Add(1)
@@ -162,22 +184,22 @@ func (r *Replica) attributeMiss(d Decided) {
 
 // heldElsewhere reports whether the index now knows a worker other than
 // d's holding more of d's prompt than the cache threshold.
-func (r *Replica) heldElsewhere(d Decided) bool {
-	k := r.known.Load()
+func (j *judge) heldElsewhere(d Decided) bool {
+	k := j.reg.load()
 	if len(d.hashes) == 0 || k.pool == nil {
 		return false
 	}
 	var buf [8]affinity.WorkerID
-	depth, _ := r.index.Match(d.hashes, k.pool.Without(d.Worker), buf[:0])
+	depth, _ := j.index.Match(d.hashes, k.pool.Without(d.Worker), buf[:0])
 	if depth < 0 {
 		return false
 	}
-	return r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, d.Total), d.Total)
+	return j.thresholds.Load().Hit(min((depth+1)*j.blockSize, d.Total), d.Total)
 }
 
-// Attribution reads the counts. Safe at any time.
-func (r *Replica) Attribution() Attribution {
-	c := &r.counts
+// attribution reads the counts. Safe at any time.
+func (j *judge) attribution() Attribution {
+	c := &j.counts
 	a := Attribution{Judged: c.judged.Load(), PredictedHits: c.predictedHits.Load(), EngineHits: c.engineHits.Load(),
 		FalseHits: c.falseHits.Load(), FalseHitsUncached: c.falseUncached.Load(),
 		FalseHitsEvicted: c.falseEvicted.Load(), ColdMisses: c.cold.Load(), PromptTokens: c.prompt.Load(),
@@ -193,12 +215,12 @@ func (r *Replica) Attribution() Attribution {
 
 // calibrate corrects w's index budget by its engine's answer to a predicted
 // hit, and has the peers do the same.
-func (r *Replica) calibrate(w affinity.WorkerID, held bool) {
-	if r.cfg.NoCalibration {
+func (j *judge) calibrate(w affinity.WorkerID, held bool) {
+	if j.noCalibration {
 		return
 	}
-	r.index.Calibrate(w, held)
-	if r.sync != nil && !r.cfg.NoCalibrationGossip {
-		r.sync.Judged(uint32(w), held)
+	j.index.Calibrate(w, held)
+	if j.judged != nil {
+		j.judged(uint32(w), held)
 	}
 }

@@ -60,7 +60,7 @@ func router(t *testing.T, r *Replica) *affinity.Router {
 }
 
 // allPool is every known worker as candidates.
-func allPool(r *Replica) *affinity.Pool { return r.known.Load().pool }
+func allPool(r *Replica) *affinity.Pool { return r.reg.load().pool }
 
 // exchange ticks every core at now and delivers each one's packets to the
 // others.
@@ -219,9 +219,9 @@ func TestAPeersFactIsChargedAtMostTheLongestChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.SetRegistry([]affinity.WorkerID{1})
-	r.ownership(loadsync.Fact{Hash: 42, Worker: 1, Span: 1 << 30})
-	r.ownership(loadsync.Fact{Hash: 43, Worker: 2, Span: 1})
-	r.remoteLoad(2, 5)
+	r.gate.ownership(loadsync.Fact{Hash: 42, Worker: 1, Span: 1 << 30})
+	r.gate.ownership(loadsync.Fact{Hash: 43, Worker: 2, Span: 1})
+	r.gate.remoteLoad(2, 5)
 	if got := r.Index().Blocks(1); got != affinity.MaxChainBlocks {
 		t.Errorf("a fact of span 2^30 was charged %d blocks, want %d", got, affinity.MaxChainBlocks)
 	}
@@ -297,3 +297,7 @@ func TestAFalseHitCalibratesThePeersWithTheNextTick(t *testing.T) {
 		}
 	}
 }
+
+// placement is r's side of the placer protocol, for the tests that drive
+// its questions and answers by hand.
+func placement(r *Replica) *Placement { return &Placement{r: r} }

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"k8s.io/utils/clock"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
@@ -98,24 +100,41 @@ func (d Decided) Routed() bool { return d.routed }
 // records its own fact at once. The guard is the caller's to release, as
 // with Route.
 func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
+	return r.decide.decide(router, req, pool)
+}
+
+// decider makes the replica's decisions on its routers and notes what the
+// replica knew when it made them: on the index (own, a peer's) or on the
+// engines' events.
+type decider struct {
+	reg        *registry
+	loads      *affinity.LoadTable
+	index      *affinity.Index
+	thresholds *atomic.Pointer[affinity.Thresholds] // the replica's, SetThresholds
+	blockSize  int
+	events     *events
+	clock      clock.PassiveClock
+}
+
+func (c *decider) decide(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
 	if !router.RoutesByPrefix() {
 		d, g, err := router.Route(req, pool)
 		return Decided{Decision: d}, g, err
 	}
-	r.useEvents(req)
-	fact, ineligible := r.knowledge(req, pool)
+	c.events.use(req)
+	fact, ineligible := c.knowledge(req, pool)
 	d, g, err := router.Route(req, pool)
 	if err != nil {
 		return Decided{}, nil, err
 	}
 	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
-	if m, onEngine := r.routedOnEvents(req, d); m != nil {
-		out.kvKeys, out.at = m.keys, r.cfg.Clock.Now()
+	if m, onEngine := c.events.routedOn(req, d); m != nil {
+		out.kvKeys, out.at = m.keys, c.clock.Now()
 		if onEngine {
 			out.Fact = FactEngine
 		}
 	}
-	if l := r.loads.Lookup(d.Worker); l != nil {
+	if l := c.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()
 	}
 	return out, g, nil
@@ -125,9 +144,9 @@ func (r *Replica) Decide(router *affinity.Router, req *affinity.Request, pool *a
 // recorded for: whether its owners among the candidates were recorded by
 // this replica or learned from a peer, and whether none of them is a
 // candidate while that block holds more of the text than the threshold.
-func (r *Replica) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, bool) {
+func (c *decider) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, bool) {
 	var buf [8]affinity.WorkerID
-	m := r.deepest(req, pool, buf[:0])
+	m := c.deepest(req, pool, buf[:0])
 	if m.depth < 0 {
 		return FactNone, false
 	}
@@ -136,7 +155,7 @@ func (r *Replica) knowledge(req *affinity.Request, pool *affinity.Pool) (Fact, b
 		if !pool.Contains(w) {
 			continue
 		}
-		if inserted, held := r.index.Inserted(req.Hashes[m.depth], w); inserted {
+		if inserted, held := c.index.Inserted(req.Hashes[m.depth], w); inserted {
 			fact = FactOwn
 		} else if held && fact == FactNone {
 			fact = FactPeer
@@ -157,17 +176,17 @@ type deepestMatch struct {
 
 // deepest asks the index for req's deepest known block over every known
 // worker, its owners appended to dst.
-func (r *Replica) deepest(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) deepestMatch {
-	k := r.known.Load()
+func (c *decider) deepest(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) deepestMatch {
+	k := c.reg.load()
 	if len(req.Hashes) == 0 || k.pool == nil {
 		return deepestMatch{depth: -1}
 	}
-	depth, owners := r.index.Match(req.Hashes, k.pool, dst)
+	depth, owners := c.index.Match(req.Hashes, k.pool, dst)
 	if depth < 0 {
 		return deepestMatch{depth: -1}
 	}
 	m := deepestMatch{depth: depth, owners: owners,
-		deep: r.thresholds.Load().Hit(min((depth+1)*r.cfg.BlockSize, req.Len()), req.Len())}
+		deep: c.thresholds.Load().Hit(min((depth+1)*c.blockSize, req.Len()), req.Len())}
 	for _, w := range owners {
 		if pool.Contains(w) {
 			m.candidate = true

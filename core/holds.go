@@ -136,10 +136,10 @@ func (h *holds) counted(from string, c loadsync.Counted) {
 
 // unhold ends the placer's hold for from's question n if the asker's report
 // has not ended it yet: the bound, holdBound after the answer.
-func (r *Replica) unhold(from string, n uint64) {
-	if g := r.holds.take(from, n); g != nil {
+func (h *holds) unhold(from string, n uint64) {
+	if g := h.take(from, n); g != nil {
 		g.Release()
-		r.holds.byBound.Add(1)
+		h.byBound.Add(1)
 	}
 }
 
@@ -148,8 +148,3 @@ func (r *Replica) unhold(from string, n uint64) {
 func (r *Replica) HoldsEnded() (byReport, byBound uint64) {
 	return r.holds.byReport.Load(), r.holds.byBound.Load()
 }
-
-// settle says this replica's question n is done with: its answer's
-// reservation is in the loads (decideOn), or it was given up. The next load
-// report tells the placer so.
-func (r *Replica) settle(n uint64) { r.questions.settle(n) }

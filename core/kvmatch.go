@@ -1,6 +1,8 @@
 package core
 
 import (
+	"k8s.io/utils/clock"
+
 	"sync/atomic"
 	"time"
 
@@ -46,9 +48,32 @@ type KVRouting struct {
 
 type kvCounts struct{ requests, onEvents, onText, reserved atomic.Uint64 }
 
-// KVRouting reads the counts. Safe at any time.
-func (r *Replica) KVRouting() KVRouting {
-	c := &r.kv
+// events matches requests that carry their tokens on the engines' KV
+// events (Config.KV), with the index's in-flight reservations, and counts
+// how.
+type events struct {
+	src         KVSource // nil: the text index alone
+	reservation time.Duration
+	index       *affinity.Index
+	clock       clock.PassiveClock
+	blockSize   int // of the routing text
+	counts      kvCounts
+}
+
+func newEvents(cfg Config, index *affinity.Index) *events {
+	e := &events{src: cfg.KV, reservation: cfg.KVReservation, index: index, clock: cfg.Clock, blockSize: cfg.BlockSize}
+	if e.reservation <= 0 {
+		e.reservation = DefaultReservation
+	}
+	return e
+}
+
+// KVRouting reads how the decisions with tokens matched. Safe at any time.
+func (r *Replica) KVRouting() KVRouting { return r.events.routing() }
+
+// routing reads the counts.
+func (e *events) routing() KVRouting {
+	c := &e.counts
 	return KVRouting{Requests: c.requests.Load(), OnEvents: c.onEvents.Load(), OnText: c.onText.Load(),
 		Reserved: c.reserved.Load()}
 }
@@ -63,40 +88,40 @@ func (r *Replica) KVRouting() KVRouting {
 // index alone. The match is expressed in blocks of the routing text, so the
 // cache threshold and the overload check judge it as they judge the index's.
 type kvMatch struct {
-	r    *Replica
+	e    *events
 	keys []kvevents.Key
 }
 
 var _ affinity.PrefixMatcher = (*kvMatch)(nil)
 
-// useEvents gives req a matcher on the engines' events when the replica has
+// use gives req a matcher on the engines' events when the replica has
 // them and the request carries its tokens.
-func (r *Replica) useEvents(req *affinity.Request) {
-	if r.cfg.KV == nil || len(req.Tokens) == 0 || req.Matcher != nil {
+func (e *events) use(req *affinity.Request) {
+	if e.src == nil || len(req.Tokens) == 0 || req.Matcher != nil {
 		return
 	}
-	req.Matcher = &kvMatch{r: r, keys: r.cfg.KV.Keys(nil, req.CacheIdentity, req.Tokens)}
-	r.kv.requests.Add(1)
+	req.Matcher = &kvMatch{e: e, keys: e.src.Keys(nil, req.CacheIdentity, req.Tokens)}
+	e.counts.requests.Add(1)
 }
 
-// routedOnEvents tells the events' source that d's worker was given work its
+// routedOn tells the events' source that d's worker was given work its
 // engine should store blocks for (it holds less of the prompt than its
 // tokens). It gives the request's match, if it was made on the events, and
 // whether the engine's stored blocks cover d's match (no deeper in-flight
 // reservation made it).
-func (r *Replica) routedOnEvents(req *affinity.Request, d affinity.Decision) (*kvMatch, bool) {
+func (e *events) routedOn(req *affinity.Request, d affinity.Decision) (*kvMatch, bool) {
 	m, ok := req.Matcher.(*kvMatch)
 	if !ok {
 		return nil, false
 	}
-	n, t := r.cfg.KV.Matched(uint32(d.Worker), m.keys)
+	n, t := e.src.Matched(uint32(d.Worker), m.keys)
 	if t != kvevents.Trusted {
 		return m, false
 	}
 	if n < len(m.keys) {
-		r.cfg.KV.Expect(uint32(d.Worker))
+		e.src.Expect(uint32(d.Worker))
 	}
-	return m, d.Matched > 0 && m.textDepth(req, n) >= d.Matched/r.cfg.BlockSize-1
+	return m, d.Matched > 0 && m.textDepth(req, n) >= d.Matched/e.blockSize-1
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
@@ -108,24 +133,24 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 	}
 	depths = depths[:2*n]
 	all, recent := depths[:n], depths[n:]
-	r := m.r
-	since := r.cfg.Clock.Now().Add(-r.reservation())
-	r.index.Depths(req.Hashes, pool, since, all, recent)
+	e := m.e
+	since := e.clock.Now().Add(-e.reservation)
+	e.index.Depths(req.Hashes, pool, since, all, recent)
 	best := -1
 	for i := range n {
-		blocks, trust := r.cfg.KV.Matched(uint32(pool.At(i).ID()), m.keys)
+		blocks, trust := e.src.Matched(uint32(pool.At(i).ID()), m.keys)
 		if trust == kvevents.Trusted {
-			r.kv.onEvents.Add(1)
+			e.counts.onEvents.Add(1)
 			engine := m.textDepth(req, blocks)
-			if recent[i] > engine && r.cfg.KV.EvictedSince(uint32(pool.At(i).ID()), m.keys, since) {
+			if recent[i] > engine && e.src.EvictedSince(uint32(pool.At(i).ID()), m.keys, since) {
 				recent[i] = -1 // the engine evicted the prompt's blocks since: the reservation is spent
 			}
 			if recent[i] > engine {
-				r.kv.reserved.Add(1)
+				e.counts.reserved.Add(1)
 			}
 			all[i] = max(engine, recent[i])
 		} else {
-			r.kv.onText.Add(1)
+			e.counts.onText.Add(1)
 		}
 		best = max(best, all[i])
 	}
@@ -151,14 +176,7 @@ func (m *kvMatch) textDepth(req *affinity.Request, blocks int) int {
 	if req.TokenText > 0 {
 		text = min(req.TokenText, text) // the tokens are a prefix's: they cover that much of the text
 	}
-	tokens := min(blocks*m.r.cfg.KV.BlockSize(), len(req.Tokens))
+	tokens := min(blocks*m.e.src.BlockSize(), len(req.Tokens))
 	bytes := tokens * text / len(req.Tokens)
-	return min(bytes/m.r.cfg.BlockSize, len(req.Hashes)) - 1
-}
-
-func (r *Replica) reservation() time.Duration {
-	if r.cfg.KVReservation > 0 {
-		return r.cfg.KVReservation
-	}
-	return DefaultReservation
+	return min(bytes/m.e.blockSize, len(req.Hashes)) - 1
 }

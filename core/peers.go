@@ -1,6 +1,8 @@
 package core
 
 import (
+	"sync/atomic"
+
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
@@ -21,6 +23,27 @@ import (
 // A longer span can only be made up.
 const maxFactSpan = affinity.MaxChainBlocks
 
+// registry holds the registry's workers, swapped whole by SetRegistry:
+// read on the request path and by every gossip callback, never locked.
+type registry struct{ workers atomic.Pointer[knownWorkers] }
+
+func (g *registry) load() *knownWorkers { return g.workers.Load() }
+
+func (g *registry) isKnown(w uint32) bool {
+	_, ok := g.load().byID[affinity.WorkerID(w)]
+	return ok
+}
+
+// peerGate is the trust boundary itself: the gossip's callbacks, which hand
+// what peers say of known workers to the load table's entries, the index
+// and the verdicts' owner.
+type peerGate struct {
+	reg        *registry
+	index      *affinity.Index
+	heard      func(hashes []uint64, w affinity.WorkerID) // Config.Heard
+	onVerdicts func(origin string, vs []loadsync.Verdict) // Config.OnVerdicts
+}
+
 // knownWorkers is one registry's workers, swapped whole by SetRegistry.
 type knownWorkers struct {
 	byID map[affinity.WorkerID]*affinity.Load
@@ -31,25 +54,20 @@ type knownWorkers struct {
 	pool *affinity.Pool
 }
 
-func (r *Replica) isKnown(w uint32) bool {
-	_, ok := r.known.Load().byID[affinity.WorkerID(w)]
-	return ok
-}
-
 // localLoads reports this replica's own in-flight counts to the gossip.
-func (r *Replica) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
-	return r.ownPerWorker(dst, (*affinity.Load).Local)
+func (g *peerGate) localLoads(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	return g.ownPerWorker(dst, (*affinity.Load).Local)
 }
 
 // localBacklogs reports this replica's own prefill backlogs to the gossip.
-func (r *Replica) localBacklogs(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
-	return r.ownPerWorker(dst, (*affinity.Load).Backlog)
+func (g *peerGate) localBacklogs(dst []loadsync.WorkerLoad) []loadsync.WorkerLoad {
+	return g.ownPerWorker(dst, (*affinity.Load).Backlog)
 }
 
 // ownPerWorker appends of(worker) for every known worker where it is not
 // zero: a load report's entries.
-func (r *Replica) ownPerWorker(dst []loadsync.WorkerLoad, of func(*affinity.Load) int64) []loadsync.WorkerLoad {
-	for _, l := range r.known.Load().inOrder {
+func (g *peerGate) ownPerWorker(dst []loadsync.WorkerLoad, of func(*affinity.Load) int64) []loadsync.WorkerLoad {
+	for _, l := range g.reg.load().inOrder {
 		if n := of(l); n != 0 {
 			dst = append(dst, loadsync.WorkerLoad{Worker: uint32(l.ID()), InFlight: n})
 		}
@@ -58,30 +76,30 @@ func (r *Replica) ownPerWorker(dst []loadsync.WorkerLoad, of func(*affinity.Load
 }
 
 // remoteLoad takes the peers' in-flight count for a known worker.
-func (r *Replica) remoteLoad(w uint32, n int64) { r.setKnown(w, n, (*affinity.Load).SetRemote) }
+func (g *peerGate) remoteLoad(w uint32, n int64) { g.setKnown(w, n, (*affinity.Load).SetRemote) }
 
 // remoteBacklog takes the peers' prefill backlog for a known worker.
-func (r *Replica) remoteBacklog(w uint32, n int64) {
-	r.setKnown(w, n, (*affinity.Load).SetRemoteBacklog)
+func (g *peerGate) remoteBacklog(w uint32, n int64) {
+	g.setKnown(w, n, (*affinity.Load).SetRemoteBacklog)
 }
 
 // setKnown hands a peers' sum to a known worker's counters; what peers say
 // of any other worker is dropped.
-func (r *Replica) setKnown(w uint32, n int64, set func(*affinity.Load, int64)) {
-	if l, ok := r.known.Load().byID[affinity.WorkerID(w)]; ok {
+func (g *peerGate) setKnown(w uint32, n int64, set func(*affinity.Load, int64)) {
+	if l, ok := g.reg.load().byID[affinity.WorkerID(w)]; ok {
 		set(l, n)
 	}
 }
 
 // ownership takes a peer's fact about a known worker, its span capped.
-func (r *Replica) ownership(f loadsync.Fact) {
-	if !r.isKnown(f.Worker) {
+func (g *peerGate) ownership(f loadsync.Fact) {
+	if !g.reg.isKnown(f.Worker) {
 		return
 	}
 	w := affinity.WorkerID(f.Worker)
-	r.index.Learn(affinity.Fact{Hash: f.Hash, Worker: w, Span: min(f.Span, maxFactSpan)})
-	if r.cfg.Heard != nil {
-		r.cfg.Heard([]uint64{f.Hash}, w)
+	g.index.Learn(affinity.Fact{Hash: f.Hash, Worker: w, Span: min(f.Span, maxFactSpan)})
+	if g.heard != nil {
+		g.heard([]uint64{f.Hash}, w)
 	}
 }
 
@@ -89,36 +107,36 @@ func (r *Replica) ownership(f loadsync.Fact) {
 // known worker to this replica's index, the misses first: the peer's
 // engine answers say how much of the worker's cache the index may believe
 // in, whichever replica heard them. loadsync caps the counts.
-func (r *Replica) remoteCalibration(c loadsync.Calibration) {
-	if !r.isKnown(c.Worker) {
+func (g *peerGate) remoteCalibration(c loadsync.Calibration) {
+	if !g.reg.isKnown(c.Worker) {
 		return
 	}
 	w := affinity.WorkerID(c.Worker)
 	for range c.Missed {
-		r.index.Calibrate(w, false)
+		g.index.Calibrate(w, false)
 	}
 	for range c.Held {
-		r.index.Calibrate(w, true)
+		g.index.Calibrate(w, true)
 	}
 }
 
 // remoteVerdicts passes on a peer's verdicts about known workers; nil (the
 // peer withdrew them, left, died or went silent) passes as nil.
-func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
-	if r.cfg.OnVerdicts == nil {
+func (g *peerGate) remoteVerdicts(origin string, vs []loadsync.Verdict) {
+	if g.onVerdicts == nil {
 		return
 	}
 	if vs == nil {
-		r.cfg.OnVerdicts(origin, nil)
+		g.onVerdicts(origin, nil)
 		return
 	}
 	kept := make([]loadsync.Verdict, 0, len(vs))
 	for _, v := range vs {
-		if r.isKnown(v.Worker) {
+		if g.reg.isKnown(v.Worker) {
 			kept = append(kept, v)
 		}
 	}
-	r.cfg.OnVerdicts(origin, kept)
+	g.onVerdicts(origin, kept)
 }
 
 // extendingSink passes the routers' ownership decisions to the gossip, with

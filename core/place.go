@@ -18,10 +18,10 @@ import (
 // cold reports whether req is one for the placer: no candidate is known to
 // hold more of its prefix than the cache threshold, or the prefix known is
 // one that req leaves, as others did before it (leavesSharedPrefix).
-func (r *Replica) cold(req *affinity.Request, pool *affinity.Pool) bool {
+func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
-	m := r.deepest(req, pool, buf[:0])
-	return !m.candidate || !m.deep || r.leavesSharedPrefix(req, m.depth)
+	m := c.deepest(req, pool, buf[:0])
+	return !m.candidate || !m.deep || c.leavesSharedPrefix(req, m.depth)
 }
 
 // leavesSharedPrefix reports whether req goes on past its deepest known
@@ -34,8 +34,8 @@ func (r *Replica) cold(req *affinity.Request, pool *affinity.Pool) bool {
 // sessions a worker where one replica placed 16 on each: 128 sessions, 8
 // workers, real processes), and a session stays where it was placed, its
 // worker's queue and evictions with it.
-func (r *Replica) leavesSharedPrefix(req *affinity.Request, depth int) bool {
-	return depth+1 < len(req.Hashes) && r.index.Forks(req.Hashes[depth])
+func (c *decider) leavesSharedPrefix(req *affinity.Request, depth int) bool {
+	return depth+1 < len(req.Hashes) && c.index.Forks(req.Hashes[depth])
 }
 
 // placing is how a replica of a tier with a placer decides a request
@@ -65,13 +65,13 @@ const (
 // tier by each adapter's rendezvous order, and whose question would not
 // carry its adapter), and policies that do not route by prefix, are
 // decided where they arrive.
-func (r *Replica) placingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) placing {
+func (c *decider) placingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) placing {
 	switch {
 	case req.Tokens != nil || !router.RoutesByPrefix() || (req.Adapter != 0 && router.PlacesAdapters()):
 		return decideHere
 	case isPlacer:
 		return placeHere
-	case r.cold(req, pool):
+	case c.cold(req, pool):
 		return askPlacer
 	}
 	return decideHere
@@ -81,17 +81,17 @@ func (r *Replica) placingOf(router *affinity.Router, req *affinity.Request, pool
 // itself: as Decide, on the loads as they are (affinity.Request.Placer).
 // The guard is the caller's: for a peer's request it stands for the
 // request until the peer's own load report counts it.
-func (r *Replica) place(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
+func (c *decider) place(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (Decided, *affinity.Guard, error) {
 	req.Placer = true
 	defer func() { req.Placer = false }() // a retry of the request decides as any other
-	return r.Decide(router, req, pool)
+	return c.decide(router, req, pool)
 }
 
 // decideOn is Decide with the worker the placer chose (placed): the
 // decision is recorded here as this replica's own and judged against the
 // engine's answer like any other, as learned from a peer when the placer
 // predicted a hit.
-func (r *Replica) decideOn(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, placed affinity.Decision) (Decided, *affinity.Guard, error) {
+func (c *decider) decideOn(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, placed affinity.Decision) (Decided, *affinity.Guard, error) {
 	d, g, err := router.RouteTo(req, pool, placed)
 	if err != nil {
 		return Decided{}, nil, err
@@ -100,7 +100,7 @@ func (r *Replica) decideOn(router *affinity.Router, req *affinity.Request, pool 
 	if d.Hit {
 		out.Fact = FactPeer
 	}
-	if l := r.loads.Lookup(d.Worker); l != nil {
+	if l := c.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()
 	}
 	return out, g, nil
@@ -122,8 +122,8 @@ type Question struct {
 
 // ask is the question for req over pool, numbered: the caller must settle
 // it, answered or not.
-func (r *Replica) ask(req *affinity.Request, pool *affinity.Pool) Question {
-	q := Question{From: r.origin, Seq: r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail,
+func (p *Placement) ask(req *affinity.Request, pool *affinity.Pool) Question {
+	q := Question{From: p.r.origin, Seq: p.r.questions.ask(), Hashes: req.Hashes, Full: req.Full, Tail: req.Tail,
 		TextLen: req.Len(), Candidates: make([]affinity.WorkerID, pool.Len())}
 	for i := range pool.Len() {
 		q.Candidates[i] = pool.At(i).ID()
@@ -135,8 +135,8 @@ func (r *Replica) ask(req *affinity.Request, pool *affinity.Pool) Question {
 // candidates this replica knows of, in the peer's order, and holds the
 // reservation until the asker's load report counts the question, or until
 // unhold, holdBound after the answer.
-func (r *Replica) answer(router *affinity.Router, q Question) (Decided, error) {
-	k := r.known.Load()
+func (p *Placement) answer(router *affinity.Router, q Question) (Decided, error) {
+	k := p.r.reg.load()
 	members := make([]*affinity.Load, 0, len(q.Candidates))
 	for _, id := range q.Candidates {
 		if l, ok := k.byID[id]; ok {
@@ -144,10 +144,10 @@ func (r *Replica) answer(router *affinity.Router, q Question) (Decided, error) {
 		}
 	}
 	req := &affinity.Request{Hashes: q.Hashes, Full: q.Full, Tail: q.Tail, TextLen: q.TextLen}
-	d, g, err := r.place(router, req, affinity.NewPool(members))
+	d, g, err := p.r.decide.place(router, req, affinity.NewPool(members))
 	if err != nil {
 		return Decided{}, err
 	}
-	r.holds.add(q.From, q.Seq, g)
+	p.r.holds.add(q.From, q.Seq, g)
 	return d, nil
 }

@@ -45,14 +45,14 @@ func TestThePlacerSpreadsABurstOfColdRequestsFromEveryReplica(t *testing.T) {
 	for i, r := range reps {
 		rt := router(t, r)
 		req := rt.Prepare("m", prompts[i], 0)
-		if !r.cold(req, allPool(r)) {
+		if !r.decide.cold(req, allPool(r)) {
 			t.Fatalf("replica %d: a prompt nobody has seen is not cold", i)
 		}
-		d, err := placer.answer(placerRouter, r.ask(req, allPool(r)))
+		d, err := placement(placer).answer(placerRouter, placement(r).ask(req, allPool(r)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _, err := r.decideOn(rt, req, allPool(r), d.Decision)
+		got, _, err := r.decide.decideOn(rt, req, allPool(r), d.Decision)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,13 +98,13 @@ func TestColdSaysWhetherACandidateHoldsThePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := rt.Prepare("m", coldBurst(1)[0], 0)
-	if r.cold(again, allPool(r)) {
+	if r.decide.cold(again, allPool(r)) {
 		t.Error("a prompt recorded on a candidate is cold")
 	}
-	if !r.cold(again, allPool(r).Without(d.Worker)) {
+	if !r.decide.cold(again, allPool(r).Without(d.Worker)) {
 		t.Error("a prompt recorded only on a worker outside the pool is not cold")
 	}
-	if !r.cold(rt.Prepare("m", coldBurst(2)[1], 0), allPool(r)) {
+	if !r.decide.cold(rt.Prepare("m", coldBurst(2)[1], 0), allPool(r)) {
 		t.Error("a prompt nobody recorded is not cold")
 	}
 }
@@ -137,7 +137,7 @@ func TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold(t *testing.
 		{"a request on the engines' tokens", tokens, false, decideHere},
 		{"a request on the engines' tokens on the placer", tokens, true, decideHere},
 	} {
-		if got := r.placingOf(rt, tc.req, allPool(r), tc.isPlacer); got != tc.want {
+		if got := r.decide.placingOf(rt, tc.req, allPool(r), tc.isPlacer); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
@@ -151,7 +151,7 @@ func TestAPlacedWorkerOutsideThePoolIsRefused(t *testing.T) {
 	r := reps[0]
 	rt := router(t, r)
 	pool := allPool(r).Without(2)
-	_, _, err := r.decideOn(rt, rt.Prepare("m", coldBurst(1)[0], 0), pool, affinity.Decision{Worker: 2})
+	_, _, err := r.decide.decideOn(rt, rt.Prepare("m", coldBurst(1)[0], 0), pool, affinity.Decision{Worker: 2})
 	if !errors.Is(err, affinity.ErrNotACandidate) {
 		t.Fatalf("err = %v, want ErrNotACandidate", err)
 	}
@@ -227,8 +227,8 @@ func TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt(t *testing.T) {
 	step()
 
 	req := rt.Prepare("m", coldBurst(1)[0], 0)
-	q := peer.ask(req, allPool(peer))
-	d, err := placer.answer(placerRouter, q)
+	q := placement(peer).ask(req, allPool(peer))
+	d, err := placement(placer).answer(placerRouter, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +239,11 @@ func TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt(t *testing.T) {
 	if n := onPlacer(d.Worker); n != 1 {
 		t.Fatalf("before the peer reserved, the placer counts %d, want 1", n)
 	}
-	_, g, err := peer.decideOn(rt, req, allPool(peer), d.Decision)
+	_, g, err := peer.decide.decideOn(rt, req, allPool(peer), d.Decision)
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer.settle(q.Seq)
+	peer.questions.settle(q.Seq)
 	if n := onPlacer(d.Worker); n != 1 {
 		t.Fatalf("with the peer's report on its way, the placer counts %d, want 1", n)
 	}
@@ -253,23 +253,23 @@ func TestThePlacerHoldsAPeersRequestUntilThePeersReportCountsIt(t *testing.T) {
 	}
 	g.Release()
 
-	given := peer.ask(req, allPool(peer))
-	d, err = placer.answer(placerRouter, given)
+	given := placement(peer).ask(req, allPool(peer))
+	d, err = placement(placer).answer(placerRouter, given)
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer.settle(given.Seq) // the answer came too late: decided alone
+	peer.questions.settle(given.Seq) // the answer came too late: decided alone
 	step()
 	if n := onPlacer(d.Worker); n != 0 {
 		t.Errorf("after the peer gave the question up, the placer counts %d, want 0", n)
 	}
 
-	lost := peer.ask(req, allPool(peer))
-	if d, err = placer.answer(placerRouter, lost); err != nil {
+	lost := placement(peer).ask(req, allPool(peer))
+	if d, err = placement(placer).answer(placerRouter, lost); err != nil {
 		t.Fatal(err)
 	}
-	placer.unhold(lost.From, lost.Seq)
-	placer.unhold(q.From, q.Seq) // ended by the report already: nothing to do
+	placer.holds.unhold(lost.From, lost.Seq)
+	placer.holds.unhold(q.From, q.Seq) // ended by the report already: nothing to do
 	if byReport, byBound := placer.HoldsEnded(); byReport != 2 || byBound != 1 || onPlacer(d.Worker) != 0 {
 		t.Errorf("holds ended by report %d, by bound %d, load %d; want 2, 1, 0", byReport, byBound, onPlacer(d.Worker))
 	}
@@ -288,17 +288,17 @@ func TestAQuestionNumberedAgainReplacesItsHold(t *testing.T) {
 	placer, peer := reps[0], reps[1]
 	rt := router(t, peer)
 	req := rt.Prepare("m", coldBurst(1)[0], 0)
-	q := peer.ask(req, allPool(peer))
+	q := placement(peer).ask(req, allPool(peer))
 	placerRouter := router(t, placer)
 	for range 2 {
-		if _, err := placer.answer(placerRouter, q); err != nil {
+		if _, err := placement(placer).answer(placerRouter, q); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := placer.Loads().Lookup(1).Local(); n != 1 {
 		t.Fatalf("the placer holds %d reservations for one question number, want 1", n)
 	}
-	placer.unhold(q.From, q.Seq)
+	placer.holds.unhold(q.From, q.Seq)
 	if n := placer.Loads().Lookup(1).Local(); n != 0 {
 		t.Fatalf("after the bound the placer holds %d, want 0", n)
 	}
@@ -353,7 +353,7 @@ func TestANewConversationOnASharedPrefixIsForThePlacer(t *testing.T) {
 		{"the known session's first turn again", sharedPrompt(0), decideHere},
 		{"the system prompt alone, as others began", bytesOf('s', 8*blockSize), decideHere},
 	} {
-		if got := r.placingOf(rt, rt.Prepare("m", tc.prompt, 0), allPool(r), false); got != tc.want {
+		if got := r.decide.placingOf(rt, rt.Prepare("m", tc.prompt, 0), allPool(r), false); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}

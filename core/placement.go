@@ -107,12 +107,12 @@ func (r *Replica) NewPlacement(cfg PlacementConfig) (*Placement, error) {
 // the decision. Otherwise the *Asking holds the question for the placer,
 // and the caller ends it with Answered, Refused or Silent.
 func (p *Placement) Begin(router *affinity.Router, req *affinity.Request, pool *affinity.Pool) (*Asking, Decided, *affinity.Guard, error) {
-	switch p.r.placingOf(router, req, pool, p.cfg.IsPlacer()) {
+	switch p.r.decide.placingOf(router, req, pool, p.cfg.IsPlacer()) {
 	case decideHere:
 		d, g, err := p.r.Decide(router, req, pool)
 		return nil, d, g, err
 	case placeHere:
-		d, g, err := p.r.place(router, req, pool)
+		d, g, err := p.r.decide.place(router, req, pool)
 		d.Via = ViaPlacer
 		return nil, d, g, err
 	}
@@ -122,7 +122,7 @@ func (p *Placement) Begin(router *affinity.Router, req *affinity.Request, pool *
 		return nil, d, g, err
 	}
 	now := p.r.cfg.Clock.Now()
-	return &Asking{Question: p.r.ask(req, pool), To: to, Deadline: now.Add(p.cfg.Timeout), start: now,
+	return &Asking{Question: p.ask(req, pool), To: to, Deadline: now.Add(p.cfg.Timeout), start: now,
 		router: router, req: req, pool: pool}, Decided{}, nil, nil
 }
 
@@ -139,7 +139,7 @@ func (p *Placement) quiet(addr string) bool {
 func (p *Placement) Answered(a *Asking, placed affinity.Decision) (Decided, *affinity.Guard, error) {
 	p.heard.Store(&answered{addr: a.To, at: p.r.cfg.Clock.Now()})
 	defer p.end(a) // after the reservation, whoever made it
-	d, g, err := p.r.decideOn(a.router, a.req, a.pool, placed)
+	d, g, err := p.r.decide.decideOn(a.router, a.req, a.pool, placed)
 	if err != nil {
 		return p.alone(a.router, a.req, a.pool)
 	}
@@ -172,7 +172,7 @@ func (p *Placement) Silent(a *Asking) (Decided, *affinity.Guard, error) {
 // counted here, or given up.
 func (p *Placement) end(a *Asking) {
 	a.ended = true
-	p.r.settle(a.Question.Seq)
+	p.r.questions.settle(a.Question.Seq)
 }
 
 // alone decides a cold request without the placer.
@@ -194,10 +194,10 @@ func (p *Placement) Serve(router *affinity.Router, q Question) (placed affinity.
 	if !p.cfg.IsPlacer() {
 		return affinity.Decision{}, 0, ErrNotPlacer
 	}
-	d, err := p.r.answer(router, q)
+	d, err := p.answer(router, q)
 	return d.Decision, p.r.holdBound, err
 }
 
 // Unhold ends the hold Serve made for q, if the asker's report has not
 // ended it yet.
-func (p *Placement) Unhold(q Question) { p.r.unhold(q.From, q.Seq) }
+func (p *Placement) Unhold(q Question) { p.r.holds.unhold(q.From, q.Seq) }

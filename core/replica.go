@@ -104,15 +104,18 @@ type Replica struct {
 	adapters *affinity.Adapters
 	lora     *loraState
 
-	// known is the registry's workers, in id order, with their load
+	// reg is the registry's workers, in id order, with their load
 	// entries: what peers may speak of, and what load reports list.
-	known atomic.Pointer[knownWorkers]
+	reg registry
+	// gate is where what the peers gossip comes in (peers.go).
+	gate *peerGate
 
 	// thresholds judge the engines' answers: Config.Thresholds until
 	// SetThresholds.
 	thresholds atomic.Pointer[affinity.Thresholds]
-	counts     attributionCounts
-	kv         kvCounts
+	decide     *decider
+	judge      *judge
+	events     *events
 
 	questions questions // this replica's questions to the placer
 	holds     holds     // the placer's reservations for its peers' questions
@@ -142,7 +145,13 @@ func New(cfg Config) (*Replica, error) {
 	if r.index == nil {
 		r.index = affinity.NewIndex(cfg.Clock, cfg.IndexBudget)
 	}
-	r.known.Store(&knownWorkers{byID: map[affinity.WorkerID]*affinity.Load{}})
+	r.reg.workers.Store(&knownWorkers{byID: map[affinity.WorkerID]*affinity.Load{}})
+	r.gate = &peerGate{reg: &r.reg, index: r.index, heard: cfg.Heard, onVerdicts: cfg.OnVerdicts}
+	r.events = newEvents(cfg, r.index)
+	r.decide = &decider{reg: &r.reg, loads: r.loads, index: r.index, thresholds: &r.thresholds,
+		blockSize: cfg.BlockSize, events: r.events, clock: cfg.Clock}
+	r.judge = &judge{thresholds: &r.thresholds, reg: &r.reg, index: r.index, blockSize: cfg.BlockSize, kv: cfg.KV,
+		noCalibration: cfg.NoCalibration}
 	if cfg.Gossip != nil {
 		if err := r.startGossip(*cfg.Gossip); err != nil {
 			return nil, err
@@ -165,30 +174,34 @@ func (r *Replica) startLoRA() {
 		maxPkt = r.sync.Config().MaxPacketBytes
 	}
 	r.adapters = affinity.NewAdapters(r.cfg.Clock, bound)
-	r.lora = &loraState{table: r.adapters, origin: r.origin, maxBytes: bound, maxPkt: maxPkt, known: r.isKnown,
+	r.lora = &loraState{table: r.adapters, origin: r.origin, maxBytes: bound, maxPkt: maxPkt, known: r.reg.isKnown,
 		engine: map[affinity.WorkerID]engineReading{}, peers: map[string]*adapterPeer{}, sent: map[affinity.WorkerID]sentRecord{}}
 }
 
 func (r *Replica) startGossip(gc loadsync.Config) error {
-	gc.LocalLoads = r.localLoads
-	gc.OnRemoteLoad = r.remoteLoad
-	gc.LocalBacklogs = r.localBacklogs
-	gc.OnRemoteBacklog = r.remoteBacklog
-	gc.KnownWorker = r.isKnown
-	gc.OnOwnership = r.ownership
+	g := r.gate
+	gc.LocalLoads = g.localLoads
+	gc.OnRemoteLoad = g.remoteLoad
+	gc.LocalBacklogs = g.localBacklogs
+	gc.OnRemoteBacklog = g.remoteBacklog
+	gc.KnownWorker = r.reg.isKnown
+	gc.OnOwnership = g.ownership
 	gc.LocalVerdicts = r.cfg.LocalVerdicts
-	gc.OnVerdicts = r.remoteVerdicts
+	gc.OnVerdicts = g.remoteVerdicts
 	gc.CountedAnswers = r.questions.counted
 	gc.OnCounted = r.holds.counted
 	gc.OnCalibration = nil
 	if !r.cfg.NoCalibration && !r.cfg.NoCalibrationGossip {
-		gc.OnCalibration = r.remoteCalibration
+		gc.OnCalibration = g.remoteCalibration
 	}
 	st, err := loadsync.New(gc)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	r.sync = st
+	if !r.cfg.NoCalibrationGossip {
+		r.judge.judged = st.Judged
+	}
 	c := st.Config()
 	r.origin, r.holdBound = c.Origin, c.LoadInterval+3*c.ReportLag()
 	return nil
@@ -265,7 +278,7 @@ func (r *Replica) SetRegistry(ids []affinity.WorkerID) {
 		k.inOrder = append(k.inOrder, l)
 	}
 	k.pool = affinity.NewPool(k.inOrder)
-	old := r.known.Swap(k)
+	old := r.reg.workers.Swap(k)
 	for id := range old.byID {
 		if _, ok := k.byID[id]; !ok {
 			r.loads.Remove(id)
