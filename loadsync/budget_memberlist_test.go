@@ -64,9 +64,9 @@ func measureOnMemberlist(t *testing.T, replicas, workers int, scheme string, run
 		sent += st.BytesSent - before[i].BytesSent
 		packets += st.PacketsSent - before[i].PacketsSent
 		drops += st.InboxDropped - before[i].InboxDropped
-		n.st.loadMu.Lock()
-		samples, _ := n.st.lags.snapshot()
-		n.st.loadMu.Unlock()
+		n.st.peers.mu.Lock()
+		samples, _ := n.st.peers.lags.snapshot()
+		n.st.peers.mu.Unlock()
 		lags = append(lags, samples...)
 	}
 	lag := summarise(lags, uint64(len(lags)))

@@ -445,7 +445,7 @@ func (s *budgetSim) sample() {
 // believes it is: zero when it equals it now.
 func (s *budgetSim) staleness(st *State, o int, w uint32) time.Duration {
 	var belief int64
-	if ol := st.view.origins[s.names[o]]; ol != nil {
+	if ol := st.peers.loads.origins[s.names[o]]; ol != nil {
 		belief = ol.loads[w]
 	}
 	h := s.history[o*s.b.workers+int(w)]
@@ -480,7 +480,7 @@ func (s *budgetSim) row() budgetRow {
 	row.indexFacts = len(s.index.Recent(math.MaxInt32))
 	st := s.states[0]
 	s.lags, s.history = nil, nil
-	row.loadTableBytes = retained(func() { st.view = newLoadView(st.cfg.LoadTTL, nil) })
+	row.loadTableBytes = retained(func() { st.peers.loads = newLoadView(st.cfg.LoadTTL, nil) })
 	row.indexByte = retained(func() { s.index = nil })
 	runtime.KeepAlive(s) // else the second measure counts the whole simulation freed
 	return row

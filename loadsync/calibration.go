@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
+	"sync"
 )
 
 // Calibration is what one replica learned from the engines' answers about a
@@ -33,7 +34,7 @@ const (
 )
 
 // calibrationQueue gathers this replica's judgements per worker until the
-// next report. Not safe for concurrent use; State guards it with calibMu.
+// next report. Not safe for concurrent use; calibrations guards it with its mu.
 type calibrationQueue struct {
 	pending map[uint32]*Calibration
 	scratch []Calibration
@@ -78,28 +79,39 @@ func (q *calibrationQueue) take() []Calibration {
 // summed per worker and sent to the peers with the next report, whose
 // OnCalibration applies them. Called on the request path; it does not
 // allocate once the worker has been judged before.
-func (s *State) Judged(worker uint32, held bool) {
-	s.calibMu.Lock()
-	kept := s.calibs.add(worker, held)
-	s.calibMu.Unlock()
+func (s *State) Judged(worker uint32, held bool) { s.calibs.judged(worker, held) }
+
+// calibrations is this replica's side of the calibration gossip: the
+// judgements made here since the last report, and the peers' handed on.
+type calibrations struct {
+	mu    sync.Mutex
+	queue calibrationQueue // judgements of predicted hits since the last report
+	cfg   *Config
+	stats *counters
+}
+
+func (s *calibrations) judged(worker uint32, held bool) {
+	s.mu.Lock()
+	kept := s.queue.add(worker, held)
+	s.mu.Unlock()
 	if !kept {
 		s.stats.calibrationsDropped.Add(1)
 	}
 }
 
-// takeCalibrations empties the pending calibrations into a slice of their
-// own, in worker order, and counts them sent.
-func (s *State) takeCalibrations() []Calibration {
-	s.calibMu.Lock()
-	defer s.calibMu.Unlock()
-	cs := slices.Clone(s.calibs.take())
+// take empties the pending calibrations into a slice of their own, in
+// worker order, and counts them sent.
+func (s *calibrations) take() []Calibration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := slices.Clone(s.queue.take())
 	s.stats.calibrationsSent.Add(uint64(len(cs)))
 	return cs
 }
 
-// legacyCalibrations packs calibrations into msgCalibrations packets of at
-// most MaxPacketBytes, for peers that do not read msgReport.
-func (s *State) legacyCalibrations(cs []Calibration) [][]byte {
+// legacy packs calibrations into msgCalibrations packets of at most
+// MaxPacketBytes, for peers that do not read msgReport.
+func (s *calibrations) legacy(cs []Calibration) [][]byte {
 	budget := s.cfg.MaxPacketBytes - headerBytes - uvarintLen(uint64(len(s.cfg.Origin))) - len(s.cfg.Origin) -
 		binary.MaxVarintLen32
 	var pkts [][]byte
@@ -173,9 +185,9 @@ func decodeCalibrationsBody(r *reader) ([]Calibration, error) {
 	return cs, nil
 }
 
-// receiveCalibrations hands a peer's calibrations of known workers, their
+// receive hands a peer's calibrations of known workers, their
 // counts capped, to OnCalibration.
-func (s *State) receiveCalibrations(r *reader) error {
+func (s *calibrations) receive(r *reader) error {
 	origin, cs, err := decodeCalibrations(r)
 	if err != nil {
 		return err
@@ -186,7 +198,7 @@ func (s *State) receiveCalibrations(r *reader) error {
 
 // calibrated hands origin's calibrations of known workers, their counts
 // capped, to OnCalibration.
-func (s *State) calibrated(origin string, cs []Calibration) {
+func (s *calibrations) calibrated(origin string, cs []Calibration) {
 	if origin == s.cfg.Origin || s.cfg.OnCalibration == nil {
 		return
 	}

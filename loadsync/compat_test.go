@@ -128,13 +128,13 @@ func TestATierOfBothBuildsConvergesAndTheOlderCountsNoError(t *testing.T) {
 	if m.Release != legacyRelease || m.Reads(msgReport) {
 		t.Fatalf("the older peer is seen as %+v", m)
 	}
-	if !current.st.legacyPeers.Load() {
+	if !current.st.reports.legacyPeers.Load() {
 		t.Fatal("the newer build does not make the older types for its older peer")
 	}
 	if err := old.g.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the newer build stops making the older types", func() bool { return !current.st.legacyPeers.Load() })
+	waitFor(t, "the newer build stops making the older types", func() bool { return !current.st.reports.legacyPeers.Load() })
 }
 
 // TestAJoinOfABuildThatSpeaksNoCommonVersionIsRefusedNamingBoth: a peer of a

@@ -27,7 +27,7 @@ func TestCountsOfUnknownWorkersAreDroppedAsTheyArrive(t *testing.T) {
 			t.Errorf("unknown worker %d holds %d", w, got)
 		}
 	}
-	if n := len(r.st.view.origins["a"].base); n != 10 {
+	if n := len(r.st.peers.loads.origins["a"].base); n != 10 {
 		t.Errorf("the origin's base holds %d workers, want the 10 known", n)
 	}
 
@@ -37,7 +37,7 @@ func TestCountsOfUnknownWorkersAreDroppedAsTheyArrive(t *testing.T) {
 			entries: []WorkerLoad{{Worker: lo, InFlight: 1}}})
 		_ = r.st.Receive(p, t0)
 	}
-	if n := len(r.st.view.origins["a"].ranges); n > maxReportRanges {
+	if n := len(r.st.peers.loads.origins["a"].ranges); n > maxReportRanges {
 		t.Errorf("one report was merged from %d ranges, more than %d", n, maxReportRanges)
 	}
 }

@@ -12,8 +12,8 @@ import (
 // changed or half an interval after they were last sent, and the
 // calibrations (msgCalibrations). Gossip sends these only to peers that do
 // not read msgReport, so they cost the tier only while it is being
-// upgraded. loadMu is held.
-func (s *State) legacyReport(rep *report) [][]byte {
+// upgraded. mu is held.
+func (s *reporter) legacyReport(rep *report) [][]byte {
 	var pkts [][]byte
 	if rep.full {
 		base := loadReport{origin: rep.origin, epoch: rep.epoch, seq: rep.seq, sentAt: rep.sentAt}
@@ -30,13 +30,13 @@ func (s *State) legacyReport(rep *report) [][]byte {
 		pkts = append(pkts, appendCounted(make([]byte, 0, 32+len(rep.counted.Also)*2), rep.origin, *rep.counted))
 	}
 	pkts = append(pkts, s.legacyBacklog(rep)...)
-	return append(pkts, s.legacyCalibrations(rep.calibs)...)
+	return append(pkts, s.calibs.legacy(rep.calibs)...)
 }
 
 // legacyBacklog is the msgBacklog report that goes with rep: when the
 // backlogs changed since the last one sent, or half an interval after it
-// (peers expire what they do not hear of again). loadMu is held.
-func (s *State) legacyBacklog(rep *report) [][]byte {
+// (peers expire what they do not hear of again). mu is held.
+func (s *reporter) legacyBacklog(rep *report) [][]byte {
 	at := time.Unix(0, rep.sentAt)
 	if s.cfg.LocalBacklogs == nil || slices.Equal(s.backlogs, s.legacyBacklogs) && at.Sub(s.legacyBacklogAt) < s.cfg.LoadInterval/2 {
 		return nil

@@ -42,7 +42,7 @@ func newOriginLoad(epoch uint64) *originLoad {
 func (o *originLoad) baseComplete() bool { return o.covered == 1<<32 }
 
 // loadView merges the peers' reports into per-worker remote sums. It is not
-// safe for concurrent use; State guards it with loadMu.
+// safe for concurrent use; peerView guards it with its mu.
 type loadView struct {
 	ttl      time.Duration
 	origins  map[string]*originLoad

@@ -255,7 +255,7 @@ func TestDeltaViewMatchesTheOriginUnderLossAndReordering(t *testing.T) {
 				a.local.set(uint32(rng.IntN(220)), int64(rng.IntN(4)))
 			}
 			pkts := tk.tick()
-			truth[a.st.seq] = a.local.snapshot()
+			truth[a.st.reports.seq] = a.local.snapshot()
 			for _, p := range pkts {
 				switch {
 				case isDelta(p) && rng.IntN(4) == 0: // lost
@@ -274,7 +274,7 @@ func TestDeltaViewMatchesTheOriginUnderLossAndReordering(t *testing.T) {
 				}
 				delayed = delayed[:0]
 			}
-			o := b.st.view.origins["a"]
+			o := b.st.peers.loads.origins["a"]
 			if o == nil || o.exactAt != tk.now.UnixNano() {
 				continue // this tick's report was not merged exactly
 			}

@@ -62,9 +62,9 @@ func measure(t *testing.T, size int, encrypted bool, run time.Duration) {
 		packets += st.PacketsSent - before[i].PacketsSent
 		facts += st.FactsSent - before[i].FactsSent
 		state += st.StateBytesSent - before[i].StateBytesSent
-		n.st.loadMu.Lock()
-		samples, _ := n.st.lags.snapshot()
-		n.st.loadMu.Unlock()
+		n.st.peers.mu.Lock()
+		samples, _ := n.st.peers.lags.snapshot()
+		n.st.peers.mu.Unlock()
 		lags = append(lags, samples...)
 	}
 	lag := summarise(lags, uint64(len(lags)))

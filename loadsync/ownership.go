@@ -2,6 +2,8 @@ package loadsync
 
 import (
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 )
@@ -27,8 +29,34 @@ func (s *State) Owned(hashes []uint64, worker uint32) { s.OwnedBeyond(hashes, -1
 // per turn, and an old turn's fact aging out of its index frees one block,
 // not a stretch that is still cached.
 func (s *State) OwnedBeyond(hashes []uint64, known int, worker uint32) {
-	s.digestMu.Lock()
-	defer s.digestMu.Unlock()
+	s.digests.owned(hashes, known, worker)
+}
+
+// digests is this replica's side of the ownership digests: the facts queued
+// for the peers, those recently sent or learned (so none is echoed), and
+// the recent ring that LocalState sends a joining peer. Its lock is its
+// own: Owned on the request path never waits for a load report.
+type digests struct {
+	mu      sync.Mutex
+	queue   factRing // facts waiting to be sent, oldest first
+	known   factSet  // facts recently sent or learned, kept once in the recent ring
+	sent    factSet  // facts queued or learned within the last refresh half-interval
+	rotated time.Time
+	recent  factRing // facts recently made or learned, for LocalState
+
+	cfg   *Config
+	stats *counters
+}
+
+func newDigests(cfg *Config, stats *counters) *digests {
+	return &digests{queue: newFactRing(cfg.DigestQueueFacts), known: newFactSet(cfg.RecentSetFacts),
+		sent: newFactSet(cfg.RecentSetFacts), recent: newFactRing(cfg.FullStateFacts), cfg: cfg, stats: stats}
+}
+
+// owned is OwnedBeyond.
+func (s *digests) owned(hashes []uint64, known int, worker uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if superseded(known, len(hashes)) {
 		s.demote(Fact{Hash: hashes[known], Worker: worker, Span: affinity.SpanSuperseded})
 	}
@@ -46,8 +74,8 @@ func superseded(known, n int) bool {
 }
 
 // demote queues f, a fact the peers hold with a larger span, whatever was
-// queued recently: its new span must reach them. digestMu is held.
-func (s *State) demote(f Fact) {
+// queued recently: its new span must reach them. mu is held.
+func (s *digests) demote(f Fact) {
 	s.stats.factsQueued.Add(1)
 	if s.queue.push(f) {
 		s.stats.factsDropped.Add(1)
@@ -57,8 +85,8 @@ func (s *State) demote(f Fact) {
 // offer queues f unless it was queued within the last half refresh
 // interval. The spans are computed before this filter, so a skipped fact's
 // blocks are not handed to a deeper one: the peers were charged for them
-// when they learned the skipped fact. digestMu is held.
-func (s *State) offer(f Fact) {
+// when they learned the skipped fact. mu is held.
+func (s *digests) offer(f Fact) {
 	if !s.sent.addFresh(f) {
 		s.stats.factsDeduplicated.Add(1)
 		return
@@ -72,7 +100,7 @@ func (s *State) offer(f Fact) {
 	}
 }
 
-func (s *State) receiveDigest(r *reader) error {
+func (s *digests) receive(r *reader) error {
 	facts, err := readFacts(r)
 	if err != nil {
 		return err
@@ -84,19 +112,19 @@ func (s *State) receiveDigest(r *reader) error {
 // learn marks facts heard from a peer as sent, so that Owned does not echo
 // them within the refresh interval, keeps them for LocalState, and hands
 // them to OnOwnership.
-func (s *State) learn(facts []Fact) {
+func (s *digests) learn(facts []Fact) {
 	// A full state holds up to FullStateFacts facts: take the lock per
 	// chunk so Owned on the request path waits microseconds, not the
 	// milliseconds the whole merge takes.
 	for chunk := range slices.Chunk(facts, learnChunk) {
-		s.digestMu.Lock()
+		s.mu.Lock()
 		for _, f := range chunk {
 			s.sent.addFresh(f) // a peer just announced it: no need to echo it
 			if s.known.add(f) {
 				s.recent.push(f)
 			}
 		}
-		s.digestMu.Unlock()
+		s.mu.Unlock()
 	}
 	s.stats.factsLearned.Add(uint64(len(facts)))
 	if s.cfg.OnOwnership == nil {
@@ -116,14 +144,16 @@ func (s *State) learn(facts []Fact) {
 // all workers, and keeps this package free of the index's types. Facts the
 // index has since evicted may be included; at worst the peer routes one
 // request to a worker that lost the prefix, and learns the truth from it.
-func (s *State) LocalState(join bool) []byte {
+func (s *State) LocalState(join bool) []byte { return s.digests.localState(join) }
+
+func (s *digests) localState(join bool) []byte {
 	n := s.cfg.PushPullFacts
 	if join {
 		n = s.cfg.FullStateFacts
 	}
-	s.digestMu.Lock()
+	s.mu.Lock()
 	facts := s.recent.newest(make([]Fact, 0, min(n, s.recent.len())), n)
-	s.digestMu.Unlock()
+	s.mu.Unlock()
 	return appendFacts(make([]byte, 0, headerBytes+5+len(facts)*factMaxBytes), msgFullState, facts)
 }
 
@@ -136,6 +166,32 @@ func (s *State) MergeRemoteState(buf []byte) error {
 		s.stats.decodeErrors.Add(1)
 		return err
 	}
-	s.learn(facts)
+	s.digests.learn(facts)
 	return nil
+}
+
+// take takes this tick's facts from the queue: as many as
+// DigestPacketsPerTick digest packets hold, in packet-sized runs.
+func (s *digests) take(now time.Time) [][]Fact {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rotateSent(now)
+	before := s.queue.len()
+	runs := takeFacts(&s.queue, s.cfg.MaxPacketBytes, s.cfg.DigestPacketsPerTick)
+	s.stats.factsSent.Add(uint64(before - s.queue.len()))
+	return runs
+}
+
+// rotateSent ages the sent set by one generation every half refresh
+// interval, so a fact is skipped for between half an interval and one
+// interval after it was queued. mu is held.
+func (s *digests) rotateSent(now time.Time) {
+	if s.rotated.IsZero() {
+		s.rotated = now
+	}
+	if now.Sub(s.rotated) < s.cfg.RefreshInterval/2 {
+		return
+	}
+	s.rotated = now
+	s.sent.rotate()
 }

@@ -133,92 +133,13 @@ func (s *State) receiveReport(r *reader, now time.Time) error {
 	if err != nil || p.origin == s.cfg.Origin {
 		return err
 	}
-	s.mergeReportLoads(&p, now)
+	s.peers.mergeReportLoads(&p, now)
 	if p.counted != nil {
 		s.heardCounted(p.origin, *p.counted)
 	}
-	s.calibrated(p.origin, p.calibs)
+	s.calibs.calibrated(p.origin, p.calibs)
 	if len(p.facts) > 0 {
-		s.learn(p.facts)
+		s.digests.learn(p.facts)
 	}
 	return nil
-}
-
-// resolve gives a packet that says epoch 0 the epoch held for its origin
-// (a step applies on what the origin's full report began), and its
-// sections that epoch and their send time. false: the origin is not held,
-// and a step on nothing is dropped. loadMu is held.
-func (s *State) resolve(p *reportPacket) bool {
-	if p.epoch == 0 {
-		o := s.view.origins[p.origin]
-		if o == nil {
-			return false
-		}
-		p.epoch = o.epoch
-		p.sentAt = (int64(p.epoch)/1e3 + p.sinceEpoch) * 1e3
-	}
-	for _, d := range []*loadDelta{p.delta, p.step, p.backlogStep} {
-		if d != nil {
-			d.epoch, d.sentAt = p.epoch, p.sentAt
-		}
-	}
-	for _, reps := range [][]loadReport{p.fulls, p.backlogFulls} {
-		for i := range reps {
-			reps[i].epoch, reps[i].sentAt = p.epoch, p.sentAt
-		}
-	}
-	return true
-}
-
-// mergeReportLoads merges the packet's loads and backlogs into the views.
-func (s *State) mergeReportLoads(p *reportPacket, now time.Time) {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
-	s.view.expire(now)
-	s.backlogView.expire(now)
-	if !s.resolve(p) {
-		s.stats.reportsStale.Add(1)
-		return
-	}
-	merged, any := false, false
-	for i := range p.fulls {
-		p.fulls[i].entries = s.knownOnly(p.fulls[i].entries)
-		merged = s.view.apply(&p.fulls[i], now) || merged
-		any = true
-	}
-	if p.delta != nil {
-		merged = s.mergeDelta(p.delta, s.view.applyDelta, now) || merged
-		any = true
-	}
-	if p.step != nil {
-		merged = s.mergeDelta(p.step, s.view.applyStep, now) || merged
-		any = true
-	}
-	if any {
-		s.accepted(merged, p.origin, now)
-	}
-	s.mergeReportBacklogs(p, now)
-}
-
-// mergeDelta merges a cumulative delta or a step of known workers with
-// apply and reports whether it was news. loadMu is held.
-func (s *State) mergeDelta(d *loadDelta, apply func(*loadDelta, time.Time) deltaOutcome, now time.Time) bool {
-	d.entries = s.knownOnly(d.entries)
-	outcome := apply(d, now)
-	if outcome == deltaInexact {
-		s.stats.deltasInexact.Add(1)
-	}
-	return outcome != deltaStale
-}
-
-// mergeReportBacklogs merges the packet's backlogs. loadMu is held.
-func (s *State) mergeReportBacklogs(p *reportPacket, now time.Time) {
-	for i := range p.backlogFulls {
-		p.backlogFulls[i].entries = s.knownOnly(p.backlogFulls[i].entries)
-		s.backlogView.apply(&p.backlogFulls[i], now)
-	}
-	if p.backlogStep != nil {
-		p.backlogStep.entries = s.knownOnly(p.backlogStep.entries)
-		s.backlogView.applyStep(p.backlogStep, now)
-	}
 }

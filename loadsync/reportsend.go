@@ -2,8 +2,62 @@ package loadsync
 
 import (
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// reporter makes this replica's load reports: it reads the local loads and
+// backlogs, and sends them in full, as a cumulative delta on the last full
+// report or as a step on the last one, with what goes with them (the
+// counted answers, the calibrations, the ownership facts, the verdicts).
+type reporter struct {
+	mu       sync.Mutex // Tick runs one report at a time, NextTick reads it
+	seq      uint64
+	nextLoad time.Time    // when the next report is due; zero before the first
+	lastLoad time.Time    // when the last report was sent
+	loads    []WorkerLoad // as last reported
+	prev     []WorkerLoad // as reported before that: this report's step is taken against it
+	probe    []WorkerLoad // as read since, to see whether they changed
+	// nextProbe is when Tick next looks whether the loads changed: one
+	// LoadFlushInterval after the last report, or after the last Tick if
+	// that is later.
+	nextProbe time.Time
+	// base is the counts of the last full report, numbered baseSeq, that
+	// the deltas since are taken against, sent at fullAt; sinceFull counts
+	// those deltas.
+	base      []WorkerLoad
+	baseSeq   uint64
+	fullAt    time.Time
+	sinceFull int
+	// lastFull and lastFullReport are the packets of that full report (of
+	// the older types and msgReport), sent again with the first report on
+	// it, so that a peer that lost one copy still holds the base of the
+	// deltas and steps to come.
+	lastFull, lastFullReport [][]byte
+	diff, step               []WorkerLoad
+	// repairedAt is when the last cumulative delta went in a msgReport,
+	// calibratedAt when the last calibrations went.
+	repairedAt, calibratedAt time.Time
+	// backlogUnits is the prefill backlogs as last reported, in
+	// backlogUnits, prevUnits as reported before; backlogs the same in
+	// bytes, and legacyBacklogs as last sent, at legacyBacklogAt, to the
+	// peers of older builds. backlogProbe and unitsProbe are as read since.
+	backlogUnits, prevUnits, unitsProbe []WorkerLoad
+	backlogs, backlogProbe              []WorkerLoad
+	legacyBacklogs                      []WorkerLoad
+	legacyBacklogAt                     time.Time
+	// counted is the Counted last sent.
+	counted Counted
+	// legacyPeers says some live peer reads no msgReport (a build of
+	// v0.1.0 or before, during an upgrade): reports are then also made in
+	// the older types, which Gossip sends only to such peers.
+	legacyPeers atomic.Bool
+
+	cfg    *Config
+	stats  *counters
+	calibs *calibrations
+}
 
 // Tick advances the state to now: it expires silent origins and, when a
 // report is due (every LoadInterval, or LoadFlushInterval after the last
@@ -17,26 +71,13 @@ import (
 // while there is no peer are not lost to later joiners: LocalState carries
 // them.
 func (s *State) Tick(now time.Time) [][]byte {
-	s.expireVerdicts(now)
+	s.verdicts.expire(now)
 	s.queues.tick(now)
-	s.loadMu.Lock()
-	s.view.expire(now)
-	s.backlogView.expire(now)
-	s.nextProbe = now.Add(s.cfg.LoadFlushInterval)
-	if early := s.lastLoad.Add(s.cfg.LoadFlushInterval); early.After(now) {
-		s.nextProbe = early // the soonest a change may be reported
-	}
-	regular := s.due(now)
-	if !regular && !s.changed(now) {
-		s.loadMu.Unlock()
+	s.peers.expire(now)
+	pkts, sent := s.reports.tick(now, s.digests, s.verdicts)
+	if !sent {
 		return nil
 	}
-	s.lastLoad = now
-	pkts := s.loadReport(now, regular, s.takeDigests(now))
-	if regular {
-		pkts = append(pkts, s.verdictReport(now)...)
-	}
-	s.loadMu.Unlock()
 	// Queue depths go with every report while there are any: a freed slot
 	// goes to the tier's longest-waiting request, and how long each has
 	// waited is news at every flush (a tenth of a second later, a tier's
@@ -46,10 +87,31 @@ func (s *State) Tick(now time.Time) [][]byte {
 	return pkts
 }
 
+// tick makes the load report due at now, if any (sent false: none), with
+// digests' facts and, on the regular cadence, verdicts' report.
+func (s *reporter) tick(now time.Time, digests *digests, verdicts *verdicts) (pkts [][]byte, sent bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextProbe = now.Add(s.cfg.LoadFlushInterval)
+	if early := s.lastLoad.Add(s.cfg.LoadFlushInterval); early.After(now) {
+		s.nextProbe = early // the soonest a change may be reported
+	}
+	regular := s.due(now)
+	if !regular && !s.changed(now) {
+		return nil, false
+	}
+	s.lastLoad = now
+	pkts = s.loadReport(now, regular, digests.take(now))
+	if regular {
+		pkts = append(pkts, verdicts.report(s.seq)...)
+	}
+	return pkts, true
+}
+
 // due reports whether a report is due at now and, if so, schedules the next
 // one. The schedule is anchored to itself, not to now, with half an
 // interval of tolerance, so a ticker's jitter never skips a report.
-func (s *State) due(now time.Time) bool {
+func (s *reporter) due(now time.Time) bool {
 	interval := s.cfg.LoadInterval
 	if s.nextLoad.IsZero() {
 		s.nextLoad = now
@@ -66,8 +128,8 @@ func (s *State) due(now time.Time) bool {
 
 // changed reports whether the loads changed since the last report and
 // that report is LoadFlushInterval old: a report is due early. If so, the
-// next regular report is one LoadInterval later. loadMu is held.
-func (s *State) changed(now time.Time) bool {
+// next regular report is one LoadInterval later. mu is held.
+func (s *reporter) changed(now time.Time) bool {
 	if s.cfg.LocalLoads == nil || s.lastLoad.IsZero() || !s.cfg.flushes() ||
 		now.Sub(s.lastLoad) < s.cfg.LoadFlushInterval {
 		return false
@@ -83,8 +145,8 @@ func (s *State) changed(now time.Time) bool {
 }
 
 // readBacklogs reads the prefill backlogs into backlogProbe, and in
-// backlogUnits into unitsProbe. loadMu is held.
-func (s *State) readBacklogs() {
+// backlogUnits into unitsProbe. mu is held.
+func (s *reporter) readBacklogs() {
 	s.backlogProbe = normalizeLoads(s.cfg.LocalBacklogs(s.backlogProbe[:0]))
 	s.unitsProbe = s.unitsProbe[:0]
 	for _, b := range s.backlogProbe {
@@ -93,9 +155,9 @@ func (s *State) readBacklogs() {
 }
 
 // backlogChanged reports whether the prefill backlogs changed since they
-// were last reported, as reports carry them (in backlogUnits). loadMu is
+// were last reported, as reports carry them (in backlogUnits). mu is
 // held.
-func (s *State) backlogChanged() bool {
+func (s *reporter) backlogChanged() bool {
 	if s.cfg.LocalBacklogs == nil {
 		return false
 	}
@@ -107,9 +169,11 @@ func (s *State) backlogChanged() bool {
 // virtual time: LoadFlushInterval after the last Tick (a report if the
 // loads changed by then), or the next regular report if sooner. It is the
 // zero time before the first Tick.
-func (s *State) NextTick() time.Time {
-	s.loadMu.Lock()
-	defer s.loadMu.Unlock()
+func (s *State) NextTick() time.Time { return s.reports.nextTick() }
+
+func (s *reporter) nextTick() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.nextProbe.IsZero() || !s.cfg.flushes() {
 		return s.nextLoad
 	}
@@ -139,8 +203,8 @@ type report struct {
 
 // loadReport reads this tick's report and encodes it with this tick's
 // ownership facts: a msgReport for the peers that read it and, while some
-// peer does not, the older types. loadMu is held.
-func (s *State) loadReport(now time.Time, regular bool, facts [][]Fact) [][]byte {
+// peer does not, the older types. mu is held.
+func (s *reporter) loadReport(now time.Time, regular bool, facts [][]Fact) [][]byte {
 	s.seq++
 	rep := report{reportHeader: reportHeader{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, sentAt: now.UnixNano()},
 		regular: regular}
@@ -167,7 +231,7 @@ func (s *State) loadReport(now time.Time, regular bool, facts [][]Fact) [][]byte
 		// Once an interval: a worker judged several times then is sent
 		// once, and a flush carries no section for one answer.
 		s.calibratedAt = now
-		rep.calibs = s.takeCalibrations()
+		rep.calibs = s.calibs.take()
 	}
 	rep.facts = slices.Concat(facts...)
 	pkts := s.encodeReport(&rep)
@@ -179,8 +243,8 @@ func (s *State) loadReport(now time.Time, regular bool, facts [][]Fact) [][]byte
 }
 
 // countedChanged returns c when it differs from the Counted last sent, and
-// remembers it; nil otherwise. loadMu is held.
-func (s *State) countedChanged(c Counted) *Counted {
+// remembers it; nil otherwise. mu is held.
+func (s *reporter) countedChanged(c Counted) *Counted {
 	if c.equal(s.counted) {
 		return nil
 	}
@@ -191,8 +255,8 @@ func (s *State) countedChanged(c Counted) *Counted {
 // fullNow reports whether this report must be full: there is no base yet,
 // FullReportInterval has passed since the last full one, or the delta on
 // the base (left in s.diff) would be no smaller than the full report or
-// would not fit one packet. loadMu is held.
-func (s *State) fullNow(now time.Time) bool {
+// would not fit one packet. mu is held.
+func (s *reporter) fullNow(now time.Time) bool {
 	if s.baseSeq == 0 || s.fullDue(now) {
 		return true
 	}
@@ -204,7 +268,7 @@ func (s *State) fullNow(now time.Time) bool {
 // fullDue reports whether the next report must be full: FullReportInterval
 // has passed since the last full one, within half a LoadInterval (a report
 // on the regular cadence that falls due then is the full one).
-func (s *State) fullDue(now time.Time) bool {
+func (s *reporter) fullDue(now time.Time) bool {
 	return now.Sub(s.fullAt)+s.cfg.LoadInterval/2 >= s.cfg.FullReportInterval
 }
 
@@ -212,8 +276,8 @@ func (s *State) fullDue(now time.Time) bool {
 // is one (and again with the first report after it), then the rest, the
 // facts filling its last packet: the loads as a step on the previous report
 // or a cumulative delta on the full one (loadsSection), the backlogs, what
-// it counts and the calibrations. loadMu is held.
-func (s *State) encodeReport(rep *report) [][]byte {
+// it counts and the calibrations. mu is held.
+func (s *reporter) encodeReport(rep *report) [][]byte {
 	budget := s.cfg.MaxPacketBytes - reportHeaderMaxBytes(s.cfg.Origin) - sectionOverhead
 	var pkts [][]byte
 	var rest []section
@@ -263,9 +327,9 @@ func saysEpoch(s section) bool {
 // (s.diff, which fullNow left) on the regular cadence, where the step does
 // not fit, and every repairEvery of a busy replica's flushes (its loads
 // change at every one, which puts its regular report off). A receiver that
-// lost a step is exact again with the next cumulative delta. loadMu is
+// lost a step is exact again with the next cumulative delta. mu is
 // held.
-func (s *State) loadsSection(rep *report, budget int) section {
+func (s *reporter) loadsSection(rep *report, budget int) section {
 	at := time.Unix(0, rep.sentAt)
 	if !rep.regular && !s.repairDue(at) {
 		s.step = loadDiff(s.step[:0], s.prev, s.loads)
@@ -286,7 +350,7 @@ const repairEvery = 2
 // repairDue reports whether a cumulative delta is due: repairEvery
 // intervals since the last one or the full report, within half a flush
 // interval.
-func (s *State) repairDue(now time.Time) bool {
+func (s *reporter) repairDue(now time.Time) bool {
 	return now.Sub(maxTime(s.repairedAt, s.fullAt))+s.cfg.LoadFlushInterval/2 >= repairEvery*s.cfg.LoadInterval
 }
 
@@ -303,8 +367,8 @@ const maxBackBytes = 10
 // backlogSections is a step of the backlogs changed since the previous
 // report, sent with every report that is not full (empty, it still keeps
 // the peers' view of them fresh), or the full backlogs where the step would
-// not fit a packet. loadMu is held.
-func (s *State) backlogSections(budget int) []section {
+// not fit a packet. mu is held.
+func (s *reporter) backlogSections(budget int) []section {
 	if s.cfg.LocalBacklogs == nil {
 		return nil
 	}
@@ -319,4 +383,4 @@ func (s *State) backlogSections(budget int) []section {
 // of v0.1.0 or before): while one does, every report is also made in the
 // older types, for it. Gossip calls it on every change of membership; a
 // State driven by hand needs it only with such peers.
-func (s *State) SetLegacyPeers(some bool) { s.legacyPeers.Store(some) }
+func (s *State) SetLegacyPeers(some bool) { s.reports.legacyPeers.Store(some) }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -106,7 +107,7 @@ type originVerdicts struct {
 }
 
 // verdictView holds the peers' verdicts. It is not safe for concurrent use;
-// State guards it with verdictMu.
+// verdicts guards it with its mu.
 type verdictView struct {
 	ttl      time.Duration
 	origins  map[string]*originVerdicts
@@ -166,10 +167,24 @@ func (v *verdictView) expire(now time.Time) {
 	}
 }
 
-// verdictReport returns this tick's verdict packet, if any: the current set
-// while it is not empty, and an empty set for a few reports after it
-// empties. loadMu is held (it guards seq and the fields used here).
-func (s *State) verdictReport(now time.Time) [][]byte {
+// verdicts is this replica's side of the verdict gossip: its own verdicts
+// as last read, and the peers' as they arrive.
+type verdicts struct {
+	mu   sync.Mutex
+	view verdictView // the peers' verdicts, under mu
+	// own is this replica's verdicts as last read, and withdrawing how
+	// many more reports announce their withdrawal; only Tick's report
+	// reads and writes them.
+	own         []Verdict
+	withdrawing int
+	cfg         *Config
+	stats       *counters
+}
+
+// report returns this tick's verdict packet, numbered seq, if any: the
+// current set while it is not empty, and an empty set for a few reports
+// after it empties.
+func (s *verdicts) report(seq uint64) [][]byte {
 	if s.cfg.LocalVerdicts == nil {
 		return nil
 	}
@@ -182,13 +197,13 @@ func (s *State) verdictReport(now time.Time) [][]byte {
 	default:
 		return nil
 	}
-	pkt, left := packVerdicts(verdictReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: s.seq, verdicts: s.own},
+	pkt, left := packVerdicts(verdictReport{origin: s.cfg.Origin, epoch: s.cfg.BootEpoch, seq: seq, verdicts: s.own},
 		s.cfg.MaxPacketBytes)
 	s.stats.verdictsUnsent.Add(uint64(left))
 	return [][]byte{pkt}
 }
 
-func (s *State) receiveVerdicts(r *reader, now time.Time) error {
+func (s *verdicts) receive(r *reader, now time.Time) error {
 	rep, err := decodeVerdictReport(r)
 	if err != nil {
 		return err
@@ -196,11 +211,25 @@ func (s *State) receiveVerdicts(r *reader, now time.Time) error {
 	if rep.origin == s.cfg.Origin {
 		return nil
 	}
-	s.verdictMu.Lock()
-	defer s.verdictMu.Unlock()
-	s.verdicts.expire(now)
-	if !s.verdicts.apply(&rep, now) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.view.expire(now)
+	if !s.view.apply(&rep, now) {
 		s.stats.reportsStale.Add(1)
 	}
 	return nil
+}
+
+// expire drops the verdicts of origins not heard from within LoadTTL.
+func (s *verdicts) expire(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.view.expire(now)
+}
+
+// forget drops origin's verdicts at once.
+func (s *verdicts) forget(origin string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.view.forget(origin)
 }
