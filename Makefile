@@ -73,7 +73,7 @@ bench: build ## benchmarks: selection cost, fleet simulation tables, the proxy p
 bench-proxy: build ## only the proxy path against nginx and HAProxy; rewrites its section of BENCHMARKS.md
 	@scripts/bench.sh proxy
 
-bench-migration: ## streams that outlive their engine on real processes, 3 rounds (BENCHMARKS.md): a worker killed under load (workersim and llm-d-inference-sim), a drain=migrate of 20 streams
+bench-migration: ## streams that outlive their engine on real processes, 3 rounds (BENCHMARKS.md): a worker killed under load (workersim and llm-d-inference-sim), a drain=migrate of 20 streams, a P/D decode worker killed
 	KVROUTER_BENCH_MIGRATION=1 $(GO) test ./cmd/router -run TestBenchMigration -v -count=1 -timeout 20m
 
 chaos: build ## docker-compose chaos scenarios and their invariants

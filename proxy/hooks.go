@@ -25,6 +25,14 @@ type legPlanner interface {
 	planLeg(x *exchange, pool *affinity.Pool, key uint64) (l *leg, ok bool, err error)
 }
 
+// resumePlanner plans the leg that continues a stream its worker cut, with
+// body, the continuation, over pool, the final role's candidates the stream
+// has not used (P/D's decode leg resumes through a new prefill). ok false
+// leaves it to the next, and after the last to the regular leg.
+type resumePlanner interface {
+	planResume(x *exchange, body []byte, pool *affinity.Pool, key uint64) (l *leg, ok bool, err error)
+}
+
 // requestAttacher adds to a request a router is about to decide on, over
 // pool (the tokenizer attaches the prompt's token IDs).
 type requestAttacher interface {
@@ -54,6 +62,7 @@ var (
 	_ parsedHook      = (*disaggregation)(nil)
 	_ legPlanner      = (*disaggregation)(nil)
 	_ finishHearer    = (*disaggregation)(nil)
+	_ resumePlanner   = (*disaggregation)(nil)
 	_ parsedHook      = (*ownership)(nil)
 	_ legPlanner      = (*ownership)(nil)
 	_ streamHearer    = (*ownership)(nil)
@@ -66,6 +75,7 @@ var (
 type hooks struct {
 	parsedHooks []parsedHook
 	planners    []legPlanner
+	resumers    []resumePlanner
 	attachers   []requestAttacher
 	streams     []streamHearer
 	answers     []answerHearer
@@ -81,6 +91,9 @@ func newHooks(all ...any) *hooks {
 		}
 		if c, ok := hook.(legPlanner); ok {
 			h.planners = append(h.planners, c)
+		}
+		if c, ok := hook.(resumePlanner); ok {
+			h.resumers = append(h.resumers, c)
 		}
 		if c, ok := hook.(requestAttacher); ok {
 			h.attachers = append(h.attachers, c)
@@ -112,6 +125,17 @@ func (h *hooks) parsed(x *exchange) error {
 func (h *hooks) planLeg(x *exchange, pool *affinity.Pool, key uint64) (*leg, bool, error) {
 	for _, c := range h.planners {
 		if l, ok, err := c.planLeg(x, pool, key); ok {
+			return l, true, err
+		}
+	}
+	return nil, false, nil
+}
+
+// planResume asks the resume planners in order; the first that takes x
+// plans its continuation.
+func (h *hooks) planResume(x *exchange, body []byte, pool *affinity.Pool, key uint64) (*leg, bool, error) {
+	for _, c := range h.resumers {
+		if l, ok, err := c.planResume(x, body, pool, key); ok {
 			return l, true, err
 		}
 	}

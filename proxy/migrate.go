@@ -184,8 +184,16 @@ func (x *exchange) resumeOn(s *splice, left affinity.WorkerID) (*attempt, *leg, 
 		return nil, nil, err
 	}
 	key := legs.sessionKey(x)
-	l := legs.newLeg(x, "", router, legs.prepare(router, x, key), pool.Without(x.route.streamed...))
-	l.body, l.toClient = body, false // an answer that is not a stream is read, never the client's
+	pool = pool.Without(x.route.streamed...)
+	l, planned, err := x.path.hooks.planResume(x, body, pool, key)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case !planned:
+		l = legs.newLeg(x, "", router, legs.prepare(router, x, key), pool)
+		l.body = body
+	}
+	l.toClient = false // an answer that is not a stream is read, never the client's
 	firstByte := x.firstByte
 	live, ans, err := x.path.send.try(x, l)
 	x.firstByte = firstByte

@@ -100,18 +100,49 @@ func (d *disaggregation) finished(x *exchange, status int, cut bool) {
 func (d *disaggregation) plan(x *exchange, dpool *affinity.Pool, key uint64) (*leg, error) {
 	d.requests.Inc()
 	x.pd = true
+	l, refused, err := d.planBody(x, x.body, dpool, key)
+	if refused != nil {
+		refused.deliver(x)
+		return nil, nil
+	}
+	return l, err
+}
+
+// planResume plans the continuation of a disaggregated stream whose decode
+// worker cut it: body, the continuation, goes through a new prefill (its
+// prompt is the original one and the text so far, mostly a cache hit on the
+// prefill worker that holds the conversation) to a decode worker of dpool,
+// those the stream has not used. A prefill that refuses the continuation
+// fails the resume: the client's stream has begun, and the refusal is not
+// its answer.
+func (d *disaggregation) planResume(x *exchange, body []byte, dpool *affinity.Pool, key uint64) (*leg, bool, error) {
+	if !x.pd {
+		return nil, false, nil
+	}
+	l, refused, err := d.planBody(x, body, dpool, key)
+	if refused != nil {
+		return nil, true, errorf(ErrUpstream, "prefill worker %d answered the stream's continuation with %d",
+			refused.worker, refused.status)
+	}
+	return l, true, err
+}
+
+// planBody runs the protocol for body up to its decode leg; refused is a
+// sequential prefill's own answer when it failed with one.
+func (d *disaggregation) planBody(x *exchange, body []byte, dpool *affinity.Pool, key uint64) (l *leg, refused *answer, err error) {
 	ppool, err := d.routing.poolFor(x, d.routing.routers.Load().pd.Prefill, RolePrefill, x.in.Model)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pre, dec, err := d.legs(x, ppool, dpool, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if d.cfg.Mode == PDSGLang {
-		return d.concurrent(x, pre, dec)
+		l, err := d.concurrent(x, body, pre, dec)
+		return l, nil, err
 	}
-	return d.sequential(x, pre, dec)
+	return d.sequential(x, body, pre, dec)
 }
 
 // legs chooses the prefill and the decode worker together and returns the
@@ -134,17 +165,17 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 	return pre, dec, nil
 }
 
-// sequential is the vLLM protocol: the prefill leg, whose answer carries
-// the kv_transfer_params, then the decode leg with them. A prefill that
-// failed is answered with the prefill worker's own answer when there is one
-// (a 4xx is the client's mistake, a 429 or 5xx what the worker said after
-// every retry), else with the router's error.
-func (d *disaggregation) sequential(x *exchange, pre, dec *leg) (*leg, error) {
+// sequential is the vLLM protocol: the prefill leg of body, whose answer
+// carries the kv_transfer_params, then the decode leg with them. A prefill
+// that failed gives the prefill worker's own answer when there is one (a
+// 4xx is the client's mistake, a 429 or 5xx what the worker said after
+// every retry), else the router's error.
+func (d *disaggregation) sequential(x *exchange, body []byte, pre, dec *leg) (*leg, *answer, error) {
 	var err error
-	if pre.body, err = prefillRequestBody(x.body); err != nil {
+	if pre.body, err = prefillRequestBody(body); err != nil {
 		pre.release()
 		dec.release()
-		return nil, err
+		return nil, nil, err
 	}
 	d.prefills.Inc()
 	_, ans, err := d.send.try(x, pre)
@@ -152,26 +183,25 @@ func (d *disaggregation) sequential(x *exchange, pre, dec *leg) (*leg, error) {
 		pre.judge(ans.status, usageOf(ans.body)) // the prefill engine's cache is the prefill router's to judge
 	}
 	if err == nil && ans.status/100 == 2 {
-		dec.body, err = decodeRequestBody(x.body, ans.body)
+		dec.body, err = decodeRequestBody(body, ans.body)
 	}
 	if err != nil || ans.status/100 != 2 {
 		dec.release() // no decode call for a request whose prefill failed or whose client left
 		x.failedPhase.Store(&phasePrefill)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		ans.deliver(x)
-		return nil, nil
+		return nil, ans, nil
 	}
 	d.decodes.Inc()
-	return dec, nil
+	return dec, nil, nil
 }
 
-// concurrent is the SGLang protocol: prefill and decode at once, tied by the
-// bootstrap fields, the decode answer to the client. A failed prefill
-// aborts the decode. Neither half is retried: a retry would need a new
-// bootstrap room on both.
-func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
+// concurrent is the SGLang protocol: body's prefill and decode at once, tied
+// by the bootstrap fields, the decode answer to the client. A failed
+// prefill aborts the decode. Neither half is retried: a retry would need a
+// new bootstrap room on both.
+func (d *disaggregation) concurrent(x *exchange, body []byte, pre, dec *leg) (*leg, error) {
 	px, end := d.detached(x) // before the decode half uses x's request
 	// The prefill worker is picked, through its circuit, before the body
 	// that names it is written: a worker whose circuit refuses is replaced
@@ -182,7 +212,7 @@ func (d *disaggregation) concurrent(x *exchange, pre, dec *leg) (*leg, error) {
 		dec.release()
 		return nil, err
 	}
-	body, err := bootstrapBody(x.body, a.m)
+	body, err = bootstrapBody(body, a.m)
 	if err != nil {
 		a.end(Canceled, false)
 		end()

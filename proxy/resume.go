@@ -31,14 +31,13 @@ var errCannotResume = errors.New("the stream cannot resume")
 // resumeKindOf says how x's stream would be continued, or why it cannot be:
 // only OpenAI completions and chat completions, streamed, one choice,
 // without logprobs, stop sequences (one may straddle the cut), echo,
-// suffix or constrained output (the grammar would start over), and not a
-// disaggregated request. Tool-call deltas are refused as they come
+// suffix or constrained output (the grammar would start over). A
+// disaggregated request's continuation goes through a new prefill
+// (disaggregation.planResume). Tool-call deltas are refused as they come
 // (splice.go).
 func resumeKindOf(x *exchange) (resumeKind, error) {
 	kind := resumeCompletion
 	switch {
-	case x.pd:
-		return 0, fmt.Errorf("%w: a disaggregated request does not resume", errCannotResume)
 	case x.ep == wire.ChatCompletions:
 		kind = resumeChat
 	case x.ep != wire.Completions:

@@ -17,7 +17,8 @@ import (
 // processes (make bench-migration; BENCHMARKS.md): under load, the worker
 // holding the most streams is killed mid-stream, and every stream is
 // compared with an uninterrupted run's text; then a worker holding 20
-// long streams is removed with drain=migrate; then the kill again on
+// long streams is removed with drain=migrate; then the kill of a decode
+// worker under vLLM's disaggregation; then the kill again on
 // llm-d-inference-sim. Three rounds; each prints its figures.
 func TestBenchMigration(t *testing.T) {
 	if os.Getenv("KVROUTER_BENCH_MIGRATION") == "" {
@@ -40,6 +41,15 @@ func TestBenchMigration(t *testing.T) {
 			}
 			if d.cut > 0 {
 				t.Errorf("round %d: the drain cut %d streams", round, d.cut)
+			}
+			pd := benchKillPD(t, 24)
+			for _, why := range pd.failures {
+				t.Logf("round %d: P/D: a failed stream: %s", round, why)
+			}
+			t.Logf("round %d: P/D decode kill: %d streams, %d resumed through a new prefill, %d failed, %d truncated, %d wrong text; pause p50 %v p99 %v",
+				round, pd.streams, pd.resumed, pd.failed, pd.truncated, pd.wrong, pd.p50, pd.p99)
+			if pd.failed+pd.truncated+pd.wrong > 0 {
+				t.Errorf("round %d: P/D: %d streams failed, %d truncated, %d with the wrong text: want none", round, pd.failed, pd.truncated, pd.wrong)
 			}
 			p := benchKillPeer(t, 4, 48) // skipped, after the figures above, without the public engine
 			for _, why := range p.failures {
@@ -71,7 +81,20 @@ type benchStream struct {
 }
 
 func benchKill(t *testing.T, workers, streams int) killFigures {
-	m := startMigrationTier(t, workers)
+	return killUnderLoad(t, startMigrationTier(t, workers), nil, streams)
+}
+
+// benchKillPD is benchKill on vLLM's disaggregation, two prefill and two
+// decode workersims: the decode worker holding the most streams is killed,
+// and each of its streams resumes through a new prefill.
+func benchKillPD(t *testing.T, streams int) killFigures {
+	return killUnderLoad(t, startPDMigrationTier(t, "--vllm-pd-disaggregation"), []string{"d1", "d2"}, streams)
+}
+
+// killUnderLoad opens streams on m, kills the worker among victims (nil:
+// any) that holds the most, and judges every stream against an
+// uninterrupted run's.
+func killUnderLoad(t *testing.T, m *migrationTier, victims []string, streams int) killFigures {
 	prompts := []string{"the sea", "the mountains", "a city at night", "a long journey"}
 	bodyOf := func(p string) string {
 		return fmt.Sprintf(`{"model":"sim-model","prompt":"write a long essay about %s","max_tokens":400,"stream":true,"stream_options":{"include_usage":true}}`, p)
@@ -83,6 +106,9 @@ func benchKill(t *testing.T, workers, streams int) killFigures {
 	c := openBenchStreams(m.url, streams, func(i int) string { return bodyOf(prompts[i%len(prompts)]) })
 	victim, most := "", int64(-1)
 	for id, u := range m.urls {
+		if victims != nil && !slices.Contains(victims, id) {
+			continue
+		}
 		if n := loadOf(t, m.url, u); n > most {
 			victim, most = id, n
 		}

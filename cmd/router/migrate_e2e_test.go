@@ -234,6 +234,81 @@ func TestMigrationAKilledWorkersStreamResumesElsewhere(t *testing.T) {
 	}
 }
 
+// TestMigrationAPDDecodeWorkerKilledResumesThroughANewPrefill: in both
+// disaggregation protocols, the decode worker of a stream dies after a few
+// chunks; the continuation goes through a prefill worker again (vLLM: its
+// kv_transfer_params to the next decode worker; SGLang: both halves at
+// once under a new bootstrap room), and the client reads the uninterrupted
+// run's stream token for token.
+func TestMigrationAPDDecodeWorkerKilledResumesThroughANewPrefill(t *testing.T) {
+	for _, mode := range []string{"--vllm-pd-disaggregation", "--pd-disaggregation"} {
+		t.Run(strings.TrimPrefix(mode, "--"), func(t *testing.T) {
+			m := startPDMigrationTier(t, mode)
+			want := streamAll(t, m.url, "/v1/completions", completionBody)
+			got := streamCut(t, m.url, "/v1/completions", completionBody, 5, func(worker string) {
+				if !strings.HasPrefix(worker, "d") {
+					t.Fatalf("the stream's worker is %q, not a decode worker", worker)
+				}
+				m.workers[worker].kill()
+			})
+			sameAsUninterrupted(t, got, want)
+			testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, m.url, "resumed") == 1 }, "the stream resumed")
+			// One prefill for the uninterrupted run, one for the cut stream
+			// and one for its continuation.
+			if n := metric(t, m.url, "vllm_router_pd_prefill_requests_total"); n != 3 {
+				t.Fatalf("%v prefill requests, want 3: the continuation must go through a prefill", n)
+			}
+			testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, m.url) == 0 }, "the router's load back to zero")
+		})
+	}
+}
+
+// TestMigrationAPDPrefillThatRefusesTheContinuationFailsTheStream: the
+// decode worker dies and every prefill worker then answers errors; the
+// stream fails visibly (the prefill's answer is never the client's),
+// counted as a prefill error, and every guard is released.
+func TestMigrationAPDPrefillThatRefusesTheContinuationFailsTheStream(t *testing.T) {
+	m := startPDMigrationTier(t, "--vllm-pd-disaggregation", "--retry-max-retries", "1")
+	got := streamCut(t, m.url, "/v1/completions", completionBody, 3, func(worker string) {
+		m.fault(t, "p1", `{"mode":"errors","rate":1}`)
+		m.fault(t, "p2", `{"mode":"errors","rate":1}`)
+		m.workers[worker].kill()
+	})
+	if got.done || got.errEvent == "" {
+		t.Fatalf("a refused continuation ended with done %v, error event %q", got.done, got.errEvent)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, m.url, "failed") == 1 }, "the failed resume counted")
+	if n := metric(t, m.url, `vllm_router_pd_errors_total{phase="prefill"}`); n != 1 {
+		t.Fatalf("%v prefill errors counted, want 1", n)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, m.url) == 0 }, "the router's load back to zero")
+}
+
+// startPDMigrationTier is a router disaggregating with mode (its flag), and
+// routerArgs, over two prefill workersims (p1, p2) and two decode ones (d1,
+// d2) that draw the same text.
+func startPDMigrationTier(t *testing.T, mode string, routerArgs ...string) *migrationTier {
+	t.Helper()
+	router, workersim := binaries(t)
+	m := &migrationTier{workers: map[string]*process{}, urls: map[string]string{}}
+	args := append([]string{mode}, routerArgs...)
+	for _, w := range []struct{ id, role string }{{"p1", "prefill"}, {"p2", "prefill"}, {"d1", "decode"}, {"d2", "decode"}} {
+		p, u := startWorkersim(t, workersim, w.id, "--time-scale", "1", "--text-seed", "11", "--role", w.role)
+		m.workers[w.id], m.urls[w.id] = p, u
+		args = append(args, "--"+w.role, u)
+	}
+	m.url = startRouterProcess(t, router, args...)
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		for _, u := range m.urls {
+			if !healthy(t, m.url, u) {
+				return false
+			}
+		}
+		return true
+	}, "every worker healthy")
+	return m
+}
+
 // TestMigrationResumesAfterAnEngineErrorEvent: a worker that sends an error
 // event mid-stream (as vLLM does when a generation fails) is replaced the
 // same way; the client never sees the error.
@@ -467,13 +542,64 @@ func TestMigrationFromAKilledPeerEngine(t *testing.T) {
 	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
 }
 
+// TestMigrationAPDStreamFromAKilledPeerDecodeEngine: vLLM's protocol over
+// llm-d-inference-sims, two prefill and two decode engines; the decode
+// engine of a stream is killed mid-stream, and the stream goes on through
+// a new prefill on the other decode engine, every token of max_tokens.
+func TestMigrationAPDStreamFromAKilledPeerDecodeEngine(t *testing.T) {
+	urls, sims := startPeerSims(t, 4)
+	base := startRouterOver(t, urls, []string{"--vllm-pd-disaggregation", "--prefill", urls[0], "--prefill", urls[1],
+		"--decode", urls[2], "--decode", urls[3]})
+	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
+	resp, r := openStream(t, base, "/v1/completions", body)
+	s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
+	if !s.readEvents(t, r, 5) {
+		t.Fatal("the stream ended within 5 events")
+	}
+	before := s.text
+	var victim *process
+	for _, url := range urls[2:] { // the decode engine with the request in flight
+		if loadOf(t, base, url) > 0 {
+			victim = sims[url]
+		}
+	}
+	if victim == nil {
+		t.Fatal("no decode engine had the stream")
+	}
+	victim.kill()
+	s.readEvents(t, r, -1)
+	resp.Body.Close()
+	switch {
+	case !s.done || s.errEvent != "":
+		t.Fatalf("the resumed stream ended with done %v, error %q", s.done, s.errEvent)
+	case len(s.ids) != 1:
+		t.Fatalf("ids %v", s.ids)
+	case !strings.HasPrefix(s.text, before) || len(s.text) <= len(before):
+		t.Fatalf("text %q does not continue %q", s.text, before)
+	case s.usage == nil || s.usage.Completion != 300:
+		t.Fatalf("usage %+v; want the 300 completion tokens of both decode engines", s.usage)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
+	if n := metric(t, base, "vllm_router_pd_prefill_requests_total"); n != 2 {
+		t.Fatalf("%v prefill requests, want 2: the continuation must go through a prefill", n)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
+}
+
 // startPeerMigrationTier starts a router with routerArgs in front of n
 // llm-d-inference-sims (16 sequences each, 5 ms a token) and returns its
 // URL, once every engine is healthy, and the engines by URL.
 func startPeerMigrationTier(t *testing.T, n int, routerArgs ...string) (string, map[string]*process) {
 	t.Helper()
+	urls, sims := startPeerSims(t, n)
+	return startRouterOver(t, urls, append([]string{"--worker-urls", strings.Join(urls, ",")}, routerArgs...)), sims
+}
+
+// startPeerSims starts n llm-d-inference-sims (16 sequences each, 5 ms a
+// token) and returns their URLs, once each answers, and the engines by URL.
+func startPeerSims(t *testing.T, n int) ([]string, map[string]*process) {
+	t.Helper()
 	bin := peers.Sim(t)
-	router, _ := binaries(t)
 	sims := map[string]*process{}
 	var urls []string
 	for range n {
@@ -493,7 +619,15 @@ func startPeerMigrationTier(t *testing.T, n int, routerArgs ...string) (string, 
 			return nil
 		}, "llm-d-inference-sim on %s", addr)
 	}
-	base := startRouterProcess(t, router, append([]string{"--worker-urls", strings.Join(urls, ",")}, routerArgs...)...)
+	return urls, sims
+}
+
+// startRouterOver starts a router with args and returns its URL once every
+// worker of urls is healthy.
+func startRouterOver(t *testing.T, urls []string, args []string) string {
+	t.Helper()
+	router, _ := binaries(t)
+	base := startRouterProcess(t, router, args...)
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		for _, u := range urls {
 			if !healthy(t, base, u) {
@@ -502,7 +636,7 @@ func startPeerMigrationTier(t *testing.T, n int, routerArgs ...string) (string, 
 		}
 		return true
 	}, "every engine healthy")
-	return base, sims
+	return base
 }
 
 // loadOf is this router's in-flight count on the worker at url.
