@@ -6,110 +6,188 @@ import (
 	"time"
 )
 
-// peekWaiting returns the oldest live waiting sequence, dropping cancelled ones on the way.
-func (e *Engine) peekWaiting() *sequence {
-	for e.waitingHead < len(e.waiting) {
-		s := e.waiting[e.waitingHead]
+// waitQueue is the requests not admitted yet: in arrival order, or by priority under priority
+// scheduling; cancelled entries are skipped lazily.
+type waitQueue struct {
+	entries    []*sequence
+	head       int
+	live       int  // live entries
+	byPriority bool // Config.PriorityScheduling
+}
+
+// peek returns the oldest live waiting sequence, dropping cancelled ones on the way.
+func (q *waitQueue) peek() *sequence {
+	for q.head < len(q.entries) {
+		s := q.entries[q.head]
 		if !s.cancelled {
 			return s
 		}
-		e.popWaiting()
+		q.pop()
 	}
 	return nil
 }
 
-// pushWaiting queues s: last, or under priority scheduling before the first waiting sequence
+// push queues s: last, or under priority scheduling before the first waiting sequence
 // that s goes before.
-func (e *Engine) pushWaiting(s *sequence) {
-	e.waitingLen++
-	countAdapter(e.lora.waiting, s.adapter, 1)
-	if !e.cfg.PriorityScheduling {
-		e.waiting = append(e.waiting, s)
+func (q *waitQueue) push(s *sequence) {
+	q.live++
+	if !q.byPriority {
+		q.entries = append(q.entries, s)
 		return
 	}
-	live := e.waiting[e.waitingHead:]
-	i := e.waitingHead + sort.Search(len(live), func(i int) bool { return s.before(live[i]) })
-	e.waiting = slices.Insert(e.waiting, i, s)
+	live := q.entries[q.head:]
+	i := q.head + sort.Search(len(live), func(i int) bool { return s.before(live[i]) })
+	q.entries = slices.Insert(q.entries, i, s)
 }
 
-// takeWaiting removes the waiting entry at index i, the head or one a
-// LoRA bound skipped before it.
-func (e *Engine) takeWaiting(i int) {
-	if i == e.waitingHead {
-		e.popWaiting()
+// take removes the live waiting entry at index i, the head or one a
+// LoRA bound skipped before it, as it is admitted.
+func (q *waitQueue) take(i int) {
+	q.live--
+	if i == q.head {
+		q.pop()
 		return
 	}
-	e.waiting = slices.Delete(e.waiting, i, i+1)
+	q.entries = slices.Delete(q.entries, i, i+1)
 }
 
-func (e *Engine) popWaiting() {
-	e.waiting[e.waitingHead] = nil
-	e.waitingHead++
-	if e.waitingHead > 64 && e.waitingHead*2 > len(e.waiting) {
-		n := copy(e.waiting, e.waiting[e.waitingHead:])
-		clear(e.waiting[n:])
-		e.waiting = e.waiting[:n]
-		e.waitingHead = 0
+// cancelled counts out a waiting entry just cancelled; the entry itself leaves when it reaches
+// the head.
+func (q *waitQueue) cancelled() { q.live-- }
+
+func (q *waitQueue) pop() {
+	q.entries[q.head] = nil
+	q.head++
+	if q.head > 64 && q.head*2 > len(q.entries) {
+		n := copy(q.entries, q.entries[q.head:])
+		clear(q.entries[n:])
+		q.entries = q.entries[:n]
+		q.head = 0
 	}
+}
+
+// nextAdmissible is the first live waiting sequence at or after index *i that the LoRA bound
+// (max adapters in a batch) lets into the batch, *i set to its index; nil when there is none.
+// Cancelled entries at the head are dropped on the way.
+func (q *waitQueue) nextAdmissible(i *int, lora *loraSlots, max int) *sequence {
+	for ; *i < len(q.entries); *i++ {
+		s := q.entries[*i]
+		if s.cancelled && *i == q.head {
+			q.pop()
+			*i = q.head - 1 // the loop's increment brings it to the new head
+			continue
+		}
+		if !s.cancelled && lora.allows(s.adapter, max) {
+			return s
+		}
+	}
+	return nil
+}
+
+// kvManager is the engine's KV cache as its sequences use it, after vLLM's KVCacheManager: it
+// reserves a sequence's blocks at admission, looking its prompt up in the prefix cache, marks the
+// blocks it computes shareable (logging them when cache events are on), and releases them. It
+// counts the lookups.
+type kvManager struct {
+	cfg            *Config // the engine's
+	cache          prefixCache
+	log            cacheLog
+	prefixQueries  uint64
+	prefixHits     uint64
+	transferTokens uint64
 }
 
 // admit reserves the KV a sequence needs for its whole life (prompt and every token it will
 // generate) and looks its prompt up in the prefix cache. It reports false, changing nothing,
 // when the KV does not fit even after evicting every unreferenced block.
-func (e *Engine) admit(s *sequence, at time.Duration) bool {
-	p, private, ok := e.fits(s)
+func (m *kvManager) admit(s *sequence, at time.Duration) bool {
+	p, private, ok := m.fits(s)
 	if !ok {
 		return false
 	}
 	s.private = private
-	s.blocks = e.cache.commit(s.hashes, private)
+	s.blocks = m.cache.commit(s.hashes, private)
 	s.hashes = nil // nothing readmits it
 	s.admitted = true
-	hits := p.hits * e.cfg.BlockTokens
+	hits := p.hits * m.cfg.BlockTokens
 	s.kvTokens = hits
 	s.cached = hits
 	s.transfer = min(s.remote, s.promptTokens-hits)
-	s.readyAt = at + e.cfg.TransferCost(s.transfer)
+	s.readyAt = at + m.cfg.TransferCost(s.transfer)
 	s.prefillLeft = s.promptTokens - hits - s.transfer
-	e.prefixQueries += uint64(s.promptTokens)
-	e.prefixHits += uint64(hits)
-	e.transferTokens += uint64(s.transfer)
+	m.prefixQueries += uint64(s.promptTokens)
+	m.prefixHits += uint64(hits)
+	m.transferTokens += uint64(s.transfer)
 	return true
 }
 
 // fits plans the admission of s: the blocks it would find indexed and those it needs of its
 // own, and whether they fit, changing nothing.
-func (e *Engine) fits(s *sequence) (plan admissionPlan, private int, ok bool) {
-	p := e.cache.plan(s.hashes, e.cfg.hitLimitBlocks(s.promptTokens))
-	private = e.cfg.BlocksFor(s.promptTokens+s.maxTokens) - p.indexed
-	return p, private, e.cache.fits(p, private)
+func (m *kvManager) fits(s *sequence) (plan admissionPlan, private int, ok bool) {
+	p := m.cache.plan(s.hashes, m.cfg.hitLimitBlocks(s.promptTokens))
+	private = m.cfg.BlocksFor(s.promptTokens+s.maxTokens) - p.indexed
+	return p, private, m.cache.fits(p, private)
 }
 
 // release gives back everything a sequence holds in the cache.
-func (e *Engine) release(s *sequence) {
-	countAdapter(e.lora.running, s.adapter, -1)
-	e.cache.release(s.blocks)
+func (m *kvManager) release(s *sequence) {
+	m.cache.release(s.blocks)
 	s.blocks = nil
-	e.cache.private -= s.private
+	m.cache.private -= s.private
 	s.private = 0
 }
 
 // markComputed marks the sequence's indexed blocks whose tokens now have KV, so that later
 // prompts can share them.
-func (e *Engine) markComputed(s *sequence) {
-	done := min(s.kvTokens/e.cfg.BlockTokens, len(s.blocks))
+func (m *kvManager) markComputed(s *sequence) {
+	done := min(s.kvTokens/m.cfg.BlockTokens, len(s.blocks))
 	for ; s.marked < done; s.marked++ {
-		if e.cache.markComputed(s.blocks[s.marked]) && e.cfg.CacheEvents {
-			e.logStored(s, s.marked)
+		if m.cache.markComputed(s.blocks[s.marked]) && m.cfg.CacheEvents {
+			m.logStored(s, s.marked)
 		}
 	}
 }
 
-func (e *Engine) removeRunning(s *sequence) {
-	for i, r := range e.running {
-		if r == s {
-			e.running = slices.Delete(e.running, i, i+1)
+// cachedTokens is the number of tokens of prompt that would be found cached if it were admitted
+// now. It changes nothing.
+func (m *kvManager) cachedTokens(prompt []byte) int {
+	hashes := m.cfg.AppendBlockHashes(nil, prompt)
+	limit := m.cfg.hitLimitBlocks(m.cfg.TokenCount(len(prompt)))
+	return m.cache.cachedPrefix(hashes, limit) * m.cfg.BlockTokens
+}
+
+// runningSet is the admitted, unfinished sequences, in admission order.
+type runningSet struct{ seqs []*sequence }
+
+func (r *runningSet) add(s *sequence) { r.seqs = append(r.seqs, s) }
+
+func (r *runningSet) remove(s *sequence) {
+	for i, o := range r.seqs {
+		if o == s {
+			r.seqs = slices.Delete(r.seqs, i, i+1)
 			return
 		}
 	}
+}
+
+func (r *runningSet) dropFinished() {
+	kept := r.seqs[:0]
+	for _, s := range r.seqs {
+		if !s.finished {
+			kept = append(kept, s)
+		}
+	}
+	clear(r.seqs[len(kept):])
+	r.seqs = kept
+}
+
+// earliestReady is the earliest instant a running sequence is ready to compute (its KV
+// transfer, if any, complete), and false when nothing runs.
+func (r *runningSet) earliestReady() (at time.Duration, ok bool) {
+	for _, s := range r.seqs {
+		if !ok || s.readyAt < at {
+			ok, at = true, s.readyAt
+		}
+	}
+	return at, ok
 }

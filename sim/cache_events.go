@@ -47,20 +47,20 @@ func (l *cacheLog) removed(hash uint64) {
 }
 
 // logStored logs block i of s, just computed.
-func (e *Engine) logStored(s *sequence, i int) {
-	bt := e.cfg.BlockTokens
+func (m *kvManager) logStored(s *sequence, i int) {
+	bt := m.cfg.BlockTokens
 	var parent uint64
 	if i > 0 {
-		parent = e.cache.slab[s.blocks[i-1]].hash
+		parent = m.cache.slab[s.blocks[i-1]].hash
 	}
-	e.cacheLog.stored(e.cache.slab[s.blocks[i]].hash, parent, i > 0, s.tokens[i*bt:(i+1)*bt], s.adapter, s.salt)
+	m.log.stored(m.cache.slab[s.blocks[i]].hash, parent, i > 0, s.tokens[i*bt:(i+1)*bt], s.adapter, s.salt)
 }
 
 // TakeCacheEvents appends the cache events logged since the last call to dst and forgets them.
 // Nothing is logged unless [Config.CacheEvents] is set.
 func (e *Engine) TakeCacheEvents(dst []CacheEvent) []CacheEvent {
-	dst = append(dst, e.cacheLog.events...)
-	clear(e.cacheLog.events)
-	e.cacheLog.events = e.cacheLog.events[:0]
+	dst = append(dst, e.kv.log.events...)
+	clear(e.kv.log.events)
+	e.kv.log.events = e.kv.log.events[:0]
 	return dst
 }

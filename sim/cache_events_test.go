@@ -95,8 +95,8 @@ func TestWithoutCacheEventsNothingIsLogged(t *testing.T) {
 
 func computedBlocks(e *Engine) map[uint64]bool {
 	held := map[uint64]bool{}
-	for h, slot := range e.cache.index {
-		if e.cache.slab[slot].computed {
+	for h, slot := range e.kv.cache.index {
+		if e.kv.cache.slab[slot].computed {
 			held[h] = true
 		}
 	}

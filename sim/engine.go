@@ -18,18 +18,15 @@ var (
 // advanced over virtual time by its caller. Times are durations since an epoch the caller picks;
 // they must not go backwards. Not safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	cache prefixCache
-	byID  map[RequestID]*sequence
+	cfg  Config
+	kv   kvManager
+	byID map[RequestID]*sequence
 
-	waiting     []*sequence // FIFO, or by priority; cancelled entries are skipped lazily
-	waitingHead int
-	waitingLen  int // live entries
-	running     []*sequence
+	waiting waitQueue
+	running runningSet
 
-	batch    []*sequence
+	batch    stepBatch
 	lora     loraSlots
-	swaps    int // adapters loaded for the step being composed
 	stepping bool
 	stepEnd  time.Duration
 	waking   bool // idle until a KV transfer completes at wakeAt
@@ -37,11 +34,7 @@ type Engine struct {
 	now      time.Duration
 
 	events         []Event
-	cacheLog       cacheLog
-	prefixQueries  uint64
-	prefixHits     uint64
 	computedTokens uint64
-	transferTokens uint64
 	generated      uint64
 	arrivals       uint64
 }
@@ -55,13 +48,14 @@ func NewEngine(cfg Config) *Engine {
 		panic(err)
 	}
 	e := &Engine{
-		cfg:   cfg,
-		cache: newPrefixCache(cfg.KVCapacityTokens / cfg.BlockTokens),
-		byID:  make(map[RequestID]*sequence),
-		lora:  newLoRASlots(),
+		cfg:     cfg,
+		byID:    make(map[RequestID]*sequence),
+		waiting: waitQueue{byPriority: cfg.PriorityScheduling},
+		lora:    newLoRASlots(),
 	}
+	e.kv = kvManager{cfg: &e.cfg, cache: newPrefixCache(cfg.KVCapacityTokens / cfg.BlockTokens)}
 	if cfg.CacheEvents {
-		e.cache.log = &e.cacheLog
+		e.kv.cache.log = &e.kv.log
 	}
 	return e
 }
@@ -85,15 +79,16 @@ func (e *Engine) Submit(r Request, now time.Duration) error {
 		return fmt.Errorf("%w: %d", ErrDuplicateRequest, r.ID)
 	}
 	s := newSequence(e.cfg, r)
-	if limit := e.cache.capacity * e.cfg.BlockTokens; s.promptTokens > limit || s.maxTokens > limit ||
-		e.cfg.BlocksFor(s.promptTokens+s.maxTokens) > e.cache.capacity {
+	if limit := e.kv.cache.capacity * e.cfg.BlockTokens; s.promptTokens > limit || s.maxTokens > limit ||
+		e.cfg.BlocksFor(s.promptTokens+s.maxTokens) > e.kv.cache.capacity {
 		return fmt.Errorf("%w: %d prompt and %d generated tokens, capacity %d tokens",
 			ErrRequestTooLarge, s.promptTokens, s.maxTokens, limit)
 	}
 	e.byID[r.ID] = s
 	e.arrivals++
 	s.arrival = e.arrivals
-	e.pushWaiting(s)
+	countAdapter(e.lora.waiting, s.adapter, 1)
+	e.waiting.push(s)
 	e.kick(now)
 	return nil
 }
@@ -109,10 +104,11 @@ func (e *Engine) Cancel(id RequestID, now time.Duration) bool {
 	delete(e.byID, id)
 	s.cancelled = true
 	if s.admitted {
-		e.release(s)
-		e.removeRunning(s)
+		countAdapter(e.lora.running, s.adapter, -1)
+		e.kv.release(s)
+		e.running.remove(s)
 	} else {
-		e.waitingLen--
+		e.waiting.cancelled()
 		countAdapter(e.lora.waiting, s.adapter, -1)
 	}
 	e.kick(now)
@@ -153,24 +149,24 @@ func (e *Engine) Advance(now time.Duration) []Event {
 }
 
 // Running is the number of admitted, unfinished requests (vllm:num_requests_running).
-func (e *Engine) Running() int { return len(e.running) }
+func (e *Engine) Running() int { return len(e.running.seqs) }
 
 // Waiting is the number of queued requests not admitted yet (vllm:num_requests_waiting).
-func (e *Engine) Waiting() int { return e.waitingLen }
+func (e *Engine) Waiting() int { return e.waiting.live }
 
 // KVUsage is the fraction (0..1) of KV blocks held by running requests; cached blocks that
 // nothing references count as free, as in vllm:kv_cache_usage_perc.
 func (e *Engine) KVUsage() float64 {
-	return float64(e.cache.usedBlocks()) / float64(e.cache.capacity)
+	return float64(e.kv.cache.usedBlocks()) / float64(e.kv.cache.capacity)
 }
 
 // PrefixQueries is the number of prompt tokens looked up in the prefix cache so far (monotonic,
 // vllm:prefix_cache_queries_total).
-func (e *Engine) PrefixQueries() uint64 { return e.prefixQueries }
+func (e *Engine) PrefixQueries() uint64 { return e.kv.prefixQueries }
 
 // PrefixHits is the number of looked-up prompt tokens found cached so far (monotonic,
 // vllm:prefix_cache_hits_total).
-func (e *Engine) PrefixHits() uint64 { return e.prefixHits }
+func (e *Engine) PrefixHits() uint64 { return e.kv.prefixHits }
 
 // ComputedTokens is the number of prompt tokens prefilled locally so far (monotonic): the
 // uncached tokens that cost compute.
@@ -187,21 +183,17 @@ func (e *Engine) Preemptions() uint64 { return 0 }
 
 // TransferredTokens is the number of prompt tokens whose KV was fetched from a remote prefill
 // engine so far (monotonic), counted when the transfer starts.
-func (e *Engine) TransferredTokens() uint64 { return e.transferTokens }
+func (e *Engine) TransferredTokens() uint64 { return e.kv.transferTokens }
 
 // NumGPUBlocks is the KV capacity in blocks (vllm:cache_config_info's num_gpu_blocks).
-func (e *Engine) NumGPUBlocks() int { return e.cache.capacity }
+func (e *Engine) NumGPUBlocks() int { return e.kv.cache.capacity }
 
 // CachedBlocks is the number of blocks indexed by hash, referenced or not.
-func (e *Engine) CachedBlocks() int { return len(e.cache.index) }
+func (e *Engine) CachedBlocks() int { return len(e.kv.cache.index) }
 
 // CachedTokens is the number of tokens of prompt that would be found cached if it were admitted
 // now. It changes nothing.
-func (e *Engine) CachedTokens(prompt []byte) int {
-	hashes := e.cfg.AppendBlockHashes(nil, prompt)
-	limit := e.cfg.hitLimitBlocks(e.cfg.TokenCount(len(prompt)))
-	return e.cache.cachedPrefix(hashes, limit) * e.cfg.BlockTokens
-}
+func (e *Engine) CachedTokens(prompt []byte) int { return e.kv.cachedTokens(prompt) }
 
 // kick starts a step at now when the engine is not already in one.
 func (e *Engine) kick(now time.Duration) {

@@ -9,7 +9,7 @@ import (
 // checkInvariants verifies the cache and queue bookkeeping against a recount from scratch.
 func checkInvariants(t *testing.T, e *Engine) {
 	t.Helper()
-	c := &e.cache
+	c := &e.kv.cache
 	if c.referenced+c.lruLen != len(c.index) {
 		t.Fatalf("referenced %d + lru %d != indexed %d", c.referenced, c.lruLen, len(c.index))
 	}
@@ -27,7 +27,7 @@ func checkInvariants(t *testing.T, e *Engine) {
 		t.Fatalf("LRU list has %d blocks, counter says %d", n, c.lruLen)
 	}
 	refs, private := 0, 0
-	for _, s := range e.running {
+	for _, s := range e.running.seqs {
 		refs += len(s.blocks)
 		private += s.private
 	}
@@ -39,13 +39,13 @@ func checkInvariants(t *testing.T, e *Engine) {
 		t.Fatalf("running hold %d refs / %d private, cache counts %d / %d", refs, private, slabRefs, c.private)
 	}
 	live := 0
-	for _, s := range e.waiting[e.waitingHead:] {
+	for _, s := range e.waiting.entries[e.waiting.head:] {
 		if !s.cancelled {
 			live++
 		}
 	}
-	if live != e.waitingLen || len(e.running) > e.cfg.MaxNumSeqs {
-		t.Fatalf("waiting %d live vs counter %d; running %d", live, e.waitingLen, len(e.running))
+	if live != e.waiting.live || len(e.running.seqs) > e.cfg.MaxNumSeqs {
+		t.Fatalf("waiting %d live vs counter %d; running %d", live, e.waiting.live, len(e.running.seqs))
 	}
 }
 

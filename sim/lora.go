@@ -73,6 +73,15 @@ func (l *loraSlots) evictIdlest(keep string) {
 	}
 }
 
+// start counts an admitted request of adapter as running, loading the adapter into a slot
+// (evicting as activate does) when it is not in one; it reports whether it loaded, which costs
+// LoraSwapMs in the step being composed.
+func (l *loraSlots) start(adapter string, max int) bool {
+	countAdapter(l.waiting, adapter, -1)
+	countAdapter(l.running, adapter, 1)
+	return l.activate(adapter, max)
+}
+
 // ran marks the running requests' adapters as run in the step that starts.
 func (l *loraSlots) ran() {
 	l.step++

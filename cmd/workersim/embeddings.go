@@ -15,8 +15,8 @@ import (
 // handleEmbeddings serves POST /v1/embeddings as vLLM does for an embedding model: input is a
 // string, an array of strings, an array of token ids or an array of such arrays (or, as vLLM's
 // chat form, messages). Each input is one engine request that costs its prefill.
-func (s *server) handleEmbeddings(ctx *fasthttp.RequestCtx) {
-	s.serveJob(ctx, s.embeddingsJob)
+func (api *inferenceAPI) handleEmbeddings(ctx *fasthttp.RequestCtx) {
+	api.jobs.serveJob(ctx, api.embeddingsJob)
 }
 
 // embeddingsRequest is what the worker needs from an embeddings request.
@@ -27,14 +27,14 @@ type embeddingsRequest struct {
 	dims   int  // dimensions; 0 for the model's
 }
 
-func (s *server) embeddingsJob(parser *fastjson.Parser, body []byte) (job, error) {
-	req, err := s.parseEmbeddings(parser, body)
+func (api *inferenceAPI) embeddingsJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, err := api.parseEmbeddings(parser, body)
 	if err != nil {
 		return job{}, err
 	}
 	r := &embeddingsRenderer{
-		id: s.nextID("embd-"), created: s.created, model: req.model, req: req,
-		dims: s.cfg.embeddingDims, width: s.cfg.engine.BytesPerToken,
+		id: api.ids.next("embd-"), created: api.created, model: req.model, req: req,
+		dims: api.cfg.embeddingDims, width: api.cfg.engine.BytesPerToken,
 	}
 	return job{subs: prefillOnly(req.inputs), render: r, pooling: true}, nil
 }
@@ -49,7 +49,7 @@ func prefillOnly(inputs []embedInput) []submission {
 	return subs
 }
 
-func (s *server) parseEmbeddings(p *fastjson.Parser, body []byte) (embeddingsRequest, error) {
+func (api *inferenceAPI) parseEmbeddings(p *fastjson.Parser, body []byte) (embeddingsRequest, error) {
 	v, err := parseObject(p, body)
 	if err != nil {
 		return embeddingsRequest{}, err
@@ -58,18 +58,18 @@ func (s *server) parseEmbeddings(p *fastjson.Parser, body []byte) (embeddingsReq
 	if req.model, _, err = optionalString(v, "model"); err != nil {
 		return req, err
 	}
-	if req.model, err = s.resolveModel(req.model); err != nil {
+	if req.model, err = api.models.resolveModel(req.model); err != nil {
 		return req, err
 	}
-	if req.inputs, err = readEmbeddingInputs(v, s.cfg.engine.BytesPerToken); err != nil {
+	if req.inputs, err = readEmbeddingInputs(v, api.cfg.engine.BytesPerToken); err != nil {
 		return req, err
 	}
 	if req.base64, err = readEncodingFormat(v); err != nil {
 		return req, err
 	}
 	req.dims, err = optionalPositiveInt(v, "dimensions", 0)
-	if err == nil && req.dims > s.cfg.embeddingDims {
-		err = fmt.Errorf("%w: dimensions %d exceeds the model's %d", errBadRequest, req.dims, s.cfg.embeddingDims)
+	if err == nil && req.dims > api.cfg.embeddingDims {
+		err = fmt.Errorf("%w: dimensions %d exceeds the model's %d", errBadRequest, req.dims, api.cfg.embeddingDims)
 	}
 	return req, err
 }

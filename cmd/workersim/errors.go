@@ -53,19 +53,30 @@ func classify(err error) apiError {
 	return apiError{http.StatusInternalServerError, "internal_server_error", "internal_error", ""}
 }
 
+// replier writes what every answer of the worker shares: its id header, and an error as an error
+// body in the shape of the request's API, counted when it fails an inference request.
+type replier struct {
+	workerID string
+	metrics  *workerMetrics
+}
+
+func (r *replier) setCommonHeaders(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Header.Set(headerWorkerID, r.workerID)
+}
+
 // failRequest answers an inference request with err and counts the failure.
-func (s *server) failRequest(ctx *fasthttp.RequestCtx, err error) {
+func (r *replier) failRequest(ctx *fasthttp.RequestCtx, err error) {
 	if reason := classify(err).reason; reason != "" {
-		s.metrics.fail(reason)
+		r.metrics.fail(reason)
 	}
-	s.writeError(ctx, err)
+	r.writeError(ctx, err)
 }
 
 // writeError answers with err as an error body in the shape of the request's API.
-func (s *server) writeError(ctx *fasthttp.RequestCtx, err error) {
+func (r *replier) writeError(ctx *fasthttp.RequestCtx, err error) {
 	e := classify(err)
 	ctx.Response.Reset()
-	s.setCommonHeaders(ctx)
+	r.setCommonHeaders(ctx)
 	ctx.SetStatusCode(e.status)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(errorBody(ctx.Path(), err.Error(), e))

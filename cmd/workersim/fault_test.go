@@ -145,9 +145,9 @@ func TestClearingAPendingCrashDisarmsIt(t *testing.T) {
 	w := startWorker(t, testConfig())
 	setFault(t, w, `{"mode":"crash","delay_ms":60000}`)
 	setFault(t, w, `{"mode":"none"}`)
-	w.s.faultMu.Lock()
-	armed := w.s.crash != nil
-	w.s.faultMu.Unlock()
+	w.s.faults.mu.Lock()
+	armed := w.s.faults.crash != nil
+	w.s.faults.mu.Unlock()
 	if armed || len(w.exits) != 0 {
 		t.Fatal("crash still armed after clearing the fault")
 	}

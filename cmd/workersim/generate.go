@@ -18,27 +18,27 @@ const (
 // handleGenerate serves SGLang's native POST /generate: one prompt given as text or input_ids,
 // sampling_params.max_new_tokens, stream (data: events with the text so far, then [DONE]), and
 // the bootstrap fields of SGLang's prefill/decode disaggregation.
-func (s *server) handleGenerate(ctx *fasthttp.RequestCtx) {
-	s.serveJob(ctx, s.generateJob)
+func (api *inferenceAPI) handleGenerate(ctx *fasthttp.RequestCtx) {
+	api.jobs.serveJob(ctx, api.generateJob)
 }
 
-func (s *server) generateJob(parser *fastjson.Parser, body []byte) (job, error) {
-	req, rid, err := s.parseGenerate(parser, body)
+func (api *inferenceAPI) generateJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, rid, err := api.parseGenerate(parser, body)
 	if err != nil {
 		return job{}, err
 	}
-	p, err := s.plan(req)
+	p, err := api.planner.plan(req)
 	if err != nil {
 		return job{}, err
 	}
 	if rid == "" {
-		rid = s.nextID("")
+		rid = api.ids.next("")
 	}
 	return singleJob(p, &generateRenderer{rid: rid, maxTokens: p.sub.maxTokens}), nil
 }
 
 // parseGenerate reads a /generate body into the generation it asks for and its rid.
-func (s *server) parseGenerate(p *fastjson.Parser, body []byte) (inferenceRequest, string, error) {
+func (api *inferenceAPI) parseGenerate(p *fastjson.Parser, body []byte) (inferenceRequest, string, error) {
 	v, err := parseObject(p, body)
 	if err != nil {
 		return inferenceRequest{}, "", err
@@ -49,10 +49,10 @@ func (s *server) parseGenerate(p *fastjson.Parser, body []byte) (inferenceReques
 			return req, "", err
 		}
 	}
-	if req.model, err = s.resolveModel(req.model); err != nil {
+	if req.model, err = api.models.resolveModel(req.model); err != nil {
 		return req, "", err
 	}
-	if req.prompt, err = readGeneratePrompt(v, s.cfg.engine.BytesPerToken); err != nil {
+	if req.prompt, err = readGeneratePrompt(v, api.cfg.engine.BytesPerToken); err != nil {
 		return req, "", err
 	}
 	if req.maxTokens, err = readMaxNewTokens(v.Get("sampling_params")); err != nil {

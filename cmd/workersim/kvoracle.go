@@ -48,21 +48,21 @@ func (d *driver) matched(keys []kvevents.Key) (int, error) {
 	return n, err
 }
 
-func (s *server) handleKVOracle(ctx *fasthttp.RequestCtx) {
+func (a *engineAdmin) handleKVOracle(ctx *fasthttp.RequestCtx) {
 	if ip, ok := ctx.RemoteAddr().(*net.TCPAddr); !ok || !ip.IP.IsLoopback() {
 		ctx.SetStatusCode(fasthttp.StatusForbidden)
 		ctx.SetContentType("application/json")
 		ctx.SetBody(appendErrorBody(nil, errNotLoopback.Error(), "invalid_request_error", "forbidden"))
 		return
 	}
-	keys, err := s.oracleKeys(ctx.PostBody())
+	keys, err := a.oracleKeys(ctx.PostBody())
 	if err != nil {
-		s.writeError(ctx, err)
+		a.reply.writeError(ctx, err)
 		return
 	}
-	n, err := s.driver.matched(keys)
+	n, err := a.driver.matched(keys)
 	if err != nil {
-		s.writeError(ctx, err)
+		a.reply.writeError(ctx, err)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -70,9 +70,9 @@ func (s *server) handleKVOracle(ctx *fasthttp.RequestCtx) {
 	ctx.Response.AppendBodyString("}")
 }
 
-func (s *server) oracleKeys(body []byte) ([]kvevents.Key, error) {
-	parser := s.parsers.Get()
-	defer s.parsers.Put(parser)
+func (a *engineAdmin) oracleKeys(body []byte) ([]kvevents.Key, error) {
+	parser := a.parsers.Get()
+	defer a.parsers.Put(parser)
 	v, err := parser.ParseBytes(body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadRequest, err)

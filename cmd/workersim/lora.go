@@ -138,15 +138,15 @@ func (a *adapterSet) unload(name string) error {
 
 // adapterOf is the adapter a request of model runs with: model itself when it is one, "" for a
 // base model.
-func (s *server) adapterOf(model string) string {
-	if s.adapters.has(model) {
+func (m *modelCatalog) adapterOf(model string) string {
+	if m.adapters.has(model) {
 		return model
 	}
 	return ""
 }
 
 // handleLoadAdapter serves POST /v1/load_lora_adapter: {"lora_name", "lora_path"}.
-func (s *server) handleLoadAdapter(ctx *fasthttp.RequestCtx) {
+func (m *modelCatalog) handleLoadAdapter(ctx *fasthttp.RequestCtx) {
 	var req struct {
 		Name string `json:"lora_name"`
 		Path string `json:"lora_path"`
@@ -158,13 +158,13 @@ func (s *server) handleLoadAdapter(ctx *fasthttp.RequestCtx) {
 	case req.Name == "" || req.Path == "":
 		err = fmt.Errorf("%w: Both 'lora_name' and 'lora_path' must be provided.", errBadRequest)
 	default:
-		err = s.adapters.load(loraModule{Name: req.Name, Path: req.Path})
+		err = m.adapters.load(loraModule{Name: req.Name, Path: req.Path})
 	}
-	s.adapterAnswer(ctx, err, "Success: LoRA adapter '"+req.Name+"' added successfully.")
+	m.adapterAnswer(ctx, err, "Success: LoRA adapter '"+req.Name+"' added successfully.")
 }
 
 // handleUnloadAdapter serves POST /v1/unload_lora_adapter: {"lora_name"}.
-func (s *server) handleUnloadAdapter(ctx *fasthttp.RequestCtx) {
+func (m *modelCatalog) handleUnloadAdapter(ctx *fasthttp.RequestCtx) {
 	var req struct {
 		Name string `json:"lora_name"`
 	}
@@ -175,15 +175,15 @@ func (s *server) handleUnloadAdapter(ctx *fasthttp.RequestCtx) {
 	case req.Name == "":
 		err = fmt.Errorf("%w: 'lora_name' must be provided.", errBadRequest)
 	default:
-		err = s.adapters.unload(req.Name)
+		err = m.adapters.unload(req.Name)
 	}
-	s.adapterAnswer(ctx, err, "Success: LoRA adapter '"+req.Name+"' removed successfully.")
+	m.adapterAnswer(ctx, err, "Success: LoRA adapter '"+req.Name+"' removed successfully.")
 }
 
 // adapterAnswer answers an adapter update as vLLM does: its plain text on success.
-func (s *server) adapterAnswer(ctx *fasthttp.RequestCtx, err error, ok string) {
+func (m *modelCatalog) adapterAnswer(ctx *fasthttp.RequestCtx, err error, ok string) {
 	if err != nil {
-		s.writeError(ctx, err)
+		m.reply.writeError(ctx, err)
 		return
 	}
 	ctx.SetContentType("text/plain; charset=utf-8")

@@ -23,7 +23,9 @@ const (
 )
 
 // handleMessages serves POST /v1/messages.
-func (s *server) handleMessages(ctx *fasthttp.RequestCtx) { s.serveJob(ctx, s.messagesJob) }
+func (api *inferenceAPI) handleMessages(ctx *fasthttp.RequestCtx) {
+	api.jobs.serveJob(ctx, api.messagesJob)
+}
 
 // messagesRequest is what the worker needs from a Messages API request, beyond what every
 // generation needs.
@@ -32,25 +34,25 @@ type messagesRequest struct {
 	tool string // the tool the answer calls; "" for a text answer
 }
 
-func (s *server) messagesJob(parser *fastjson.Parser, body []byte) (job, error) {
-	req, err := s.parseMessages(parser, body)
+func (api *inferenceAPI) messagesJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, err := api.parseMessages(parser, body)
 	if err != nil {
 		return job{}, err
 	}
-	p, err := s.plan(req.inferenceRequest)
+	p, err := api.planner.plan(req.inferenceRequest)
 	if err != nil {
 		return job{}, err
 	}
-	r := &messagesRenderer{id: s.nextID("msg_"), model: req.model, tool: req.tool, maxTokens: p.sub.maxTokens}
+	r := &messagesRenderer{id: api.ids.next("msg_"), model: req.model, tool: req.tool, maxTokens: p.sub.maxTokens}
 	if p.kvReply {
-		r.kv = s.appendKVReply
+		r.kv = api.planner.appendKVReply
 	}
 	return singleJob(p, r), nil
 }
 
 // parseMessages reads a Messages API body: max_tokens is required, as Anthropic's API and
 // vLLM require it.
-func (s *server) parseMessages(parser *fastjson.Parser, body []byte) (messagesRequest, error) {
+func (api *inferenceAPI) parseMessages(parser *fastjson.Parser, body []byte) (messagesRequest, error) {
 	v, err := parseObject(parser, body)
 	if err != nil {
 		return messagesRequest{}, err
@@ -65,7 +67,7 @@ func (s *server) parseMessages(parser *fastjson.Parser, body []byte) (messagesRe
 			return req, err
 		}
 	}
-	if r.model, err = s.resolveModel(r.model); err != nil {
+	if r.model, err = api.models.resolveModel(r.model); err != nil {
 		return req, err
 	}
 	if req.tool, err = toolToCall(v); err != nil {
@@ -115,20 +117,20 @@ func lastBringsAResult(messages []*fastjson.Value) bool {
 
 // handleCountTokens serves POST /v1/messages/count_tokens: {"input_tokens": n}, the tokens the
 // engine's tokenizer makes of the request's prompt. It generates nothing.
-func (s *server) handleCountTokens(ctx *fasthttp.RequestCtx) {
-	parser := s.parsers.Get()
-	defer s.parsers.Put(parser)
-	text, err := s.countText(parser, ctx.PostBody())
+func (tk *tokenizer) handleCountTokens(ctx *fasthttp.RequestCtx) {
+	parser := tk.parsers.Get()
+	defer tk.parsers.Put(parser)
+	text, err := tk.countText(parser, ctx.PostBody())
 	if err != nil {
-		s.writeError(ctx, err)
+		tk.reply.writeError(ctx, err)
 		return
 	}
-	b := strconv.AppendInt([]byte(`{"input_tokens":`), int64(len(s.cfg.engine.Tokens(nil, text))), 10)
+	b := strconv.AppendInt([]byte(`{"input_tokens":`), int64(len(tk.cfg.engine.Tokens(nil, text))), 10)
 	ctx.SetContentType("application/json")
 	ctx.SetBody(append(b, '}'))
 }
 
-func (s *server) countText(parser *fastjson.Parser, body []byte) ([]byte, error) {
+func (tk *tokenizer) countText(parser *fastjson.Parser, body []byte) ([]byte, error) {
 	v, err := parseObject(parser, body)
 	if err != nil {
 		return nil, err
@@ -137,7 +139,7 @@ func (s *server) countText(parser *fastjson.Parser, body []byte) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.resolveModel(model); err != nil {
+	if _, err := tk.models.resolveModel(model); err != nil {
 		return nil, err
 	}
 	text, err := sim.AppendMessagesJSON(nil, v)

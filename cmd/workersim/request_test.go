@@ -138,29 +138,32 @@ func FuzzParseEndpointBodies(f *testing.F) {
 			f.Add([]byte(s), kind)
 		}
 	}
-	s := &server{cfg: testConfig()}
+	cfg := testConfig()
+	models := &modelCatalog{cfg: cfg}
+	api := &inferenceAPI{cfg: cfg, models: models}
+	responses := &responsesAPI{models: models}
 	var p fastjson.Parser
 	f.Fuzz(func(t *testing.T, body []byte, kind uint8) {
 		var err error
 		switch kind % 4 {
 		case 0:
 			var r embeddingsRequest
-			if r, err = s.parseEmbeddings(&p, body); err == nil && (len(r.inputs) == 0 || r.dims > s.cfg.embeddingDims) {
+			if r, err = api.parseEmbeddings(&p, body); err == nil && (len(r.inputs) == 0 || r.dims > cfg.embeddingDims) {
 				t.Fatalf("accepted %+v", r)
 			}
 		case 1:
 			var r rerankRequest
-			if r, err = s.parseRerank(&p, body); err == nil && r.topN < 0 {
+			if r, err = api.parseRerank(&p, body); err == nil && r.topN < 0 {
 				t.Fatalf("accepted top_n %d", r.topN)
 			}
 		case 2:
 			var r responsesRequest
-			if r, err = s.parseResponses(&p, body); err == nil && (r.maxOutput < 0 || (r.background && (!r.store || r.stream))) {
+			if r, err = responses.parseResponses(&p, body); err == nil && (r.maxOutput < 0 || (r.background && (!r.store || r.stream))) {
 				t.Fatalf("accepted %+v", r)
 			}
 		case 3:
 			var r inferenceRequest
-			if r, _, err = s.parseGenerate(&p, body); err == nil && (r.maxTokens < 1 || r.maxTokens > 1<<31-1) {
+			if r, _, err = api.parseGenerate(&p, body); err == nil && (r.maxTokens < 1 || r.maxTokens > 1<<31-1) {
 				t.Fatalf("accepted max tokens %d", r.maxTokens)
 			}
 		}

@@ -13,8 +13,8 @@ import (
 // handleRerank serves POST /rerank, /v1/rerank and /v2/rerank in the Jina/Cohere shape vLLM
 // serves for a cross-encoder: each (query, document) pair is one engine request whose prompt is
 // the query, a newline and the document, so the pairs of one query share its cached blocks.
-func (s *server) handleRerank(ctx *fasthttp.RequestCtx) {
-	s.serveJob(ctx, s.rerankJob)
+func (api *inferenceAPI) handleRerank(ctx *fasthttp.RequestCtx) {
+	api.jobs.serveJob(ctx, api.rerankJob)
 }
 
 // rerankRequest is what the worker needs from a rerank request.
@@ -26,8 +26,8 @@ type rerankRequest struct {
 	returnDocs bool // return_documents, default true
 }
 
-func (s *server) rerankJob(parser *fastjson.Parser, body []byte) (job, error) {
-	req, err := s.parseRerank(parser, body)
+func (api *inferenceAPI) rerankJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, err := api.parseRerank(parser, body)
 	if err != nil {
 		return job{}, err
 	}
@@ -35,11 +35,11 @@ func (s *server) rerankJob(parser *fastjson.Parser, body []byte) (job, error) {
 	for i, doc := range req.documents {
 		inputs[i].text = append(append([]byte(req.query), '\n'), doc...)
 	}
-	r := &rerankRenderer{id: s.nextID("rerank-"), model: req.model, req: req, dims: s.cfg.embeddingDims}
+	r := &rerankRenderer{id: api.ids.next("rerank-"), model: req.model, req: req, dims: api.cfg.embeddingDims}
 	return job{subs: prefillOnly(inputs), render: r, pooling: true}, nil
 }
 
-func (s *server) parseRerank(p *fastjson.Parser, body []byte) (rerankRequest, error) {
+func (api *inferenceAPI) parseRerank(p *fastjson.Parser, body []byte) (rerankRequest, error) {
 	v, err := parseObject(p, body)
 	if err != nil {
 		return rerankRequest{}, err
@@ -48,7 +48,7 @@ func (s *server) parseRerank(p *fastjson.Parser, body []byte) (rerankRequest, er
 	if req.model, _, err = optionalString(v, "model"); err != nil {
 		return req, err
 	}
-	if req.model, err = s.resolveModel(req.model); err != nil {
+	if req.model, err = api.models.resolveModel(req.model); err != nil {
 		return req, err
 	}
 	var set bool

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvrouter/kvrouter/sim"
@@ -11,21 +12,33 @@ import (
 	"github.com/valyala/fastjson"
 )
 
+// responsesAPI serves OpenAI's Responses API: its generations go through the jobRunner, and it
+// keeps the responses stored (store) and runs the background ones until shutdown.
+type responsesAPI struct {
+	store    *responseStore // the Responses API's stored responses
+	bg       goroutines     // background responses
+	ids      *responseIDs
+	models   *modelCatalog
+	jobs     *jobRunner
+	reply    *replier
+	stopping <-chan struct{} // closed when shutdown begins
+}
+
 // handleResponses serves POST /v1/responses, OpenAI's Responses API as vLLM serves it for a
 // model without tools: the input (a string or message items) after the instructions and, with
 // previous_response_id, after the stored conversation it continues, is rendered like a chat and
 // generated once. Stored responses (store, on by default) can be fetched, listed and continued;
 // background ones (background with store) answer at once and can be cancelled.
-func (s *server) handleResponses(ctx *fasthttp.RequestCtx) {
-	j, tickets, ok := s.startJob(ctx, s.responsesJob)
+func (ra *responsesAPI) handleResponses(ctx *fasthttp.RequestCtx) {
+	j, tickets, ok := ra.jobs.startJob(ctx, ra.responsesJob)
 	if !ok {
 		return
 	}
 	if r := j.render.(*responsesRenderer); r.meta.background {
-		s.startBackground(ctx, j, r, tickets[0])
+		ra.startBackground(ctx, j, r, tickets[0])
 		return
 	}
-	s.answer(ctx, j, tickets)
+	ra.jobs.answer(ctx, j, tickets)
 }
 
 // responsesRequest is what the worker needs from a Responses API request.
@@ -46,14 +59,14 @@ type responsesRequest struct {
 // The message roles the Responses API accepts in input items.
 var inputRoles = map[string]bool{"user": true, "assistant": true, "system": true, "developer": true}
 
-func (s *server) responsesJob(parser *fastjson.Parser, body []byte) (job, error) {
-	req, err := s.parseResponses(parser, body)
+func (ra *responsesAPI) responsesJob(parser *fastjson.Parser, body []byte) (job, error) {
+	req, err := ra.parseResponses(parser, body)
 	if err != nil {
 		return job{}, err
 	}
 	var prev []byte
 	if req.previousID != "" {
-		p, ok := s.responses.get(req.previousID)
+		p, ok := ra.store.get(req.previousID)
 		if !ok {
 			return job{}, fmt.Errorf("%w: previous_response_id %q", errResponseNotFound, req.previousID)
 		}
@@ -70,9 +83,9 @@ func (s *server) responsesJob(parser *fastjson.Parser, body []byte) (job, error)
 		maxTokens = defaultMaxTokens // vLLM fills the context; a simulation keeps it short
 	}
 	r := &responsesRenderer{
-		s: s, input: req.input, history: history, maxTokens: maxTokens,
+		store: ra.store, input: req.input, history: history, maxTokens: maxTokens,
 		meta: responseMeta{
-			id: cmp.Or(req.requestID, s.responseID()), created: time.Now().Unix(), model: req.model,
+			id: cmp.Or(req.requestID, ra.ids.response()), created: time.Now().Unix(), model: req.model,
 			instructions: req.instructions, hasInstructions: req.hasInstructions,
 			maxOutput: req.maxOutput, previousID: req.previousID, store: req.store, background: req.background,
 			metadata: req.metadata,
@@ -88,7 +101,7 @@ func concat(a, b []byte) []byte {
 	return append(append(out, a...), b...)
 }
 
-func (s *server) parseResponses(p *fastjson.Parser, body []byte) (responsesRequest, error) {
+func (ra *responsesAPI) parseResponses(p *fastjson.Parser, body []byte) (responsesRequest, error) {
 	v, err := parseObject(p, body)
 	if err != nil {
 		return responsesRequest{}, err
@@ -98,7 +111,7 @@ func (s *server) parseResponses(p *fastjson.Parser, body []byte) (responsesReque
 		func(v *fastjson.Value) (err error) {
 			req.model, _, err = optionalString(v, "model")
 			if err == nil {
-				req.model, err = s.resolveModel(req.model)
+				req.model, err = ra.models.resolveModel(req.model)
 			}
 			return err
 		},
@@ -200,10 +213,23 @@ func contentText(content *fastjson.Value) (string, error) {
 	return "", fmt.Errorf("%w: content must be a string, an array of parts or null", errBadRequest)
 }
 
-// responseID returns a response id unique to this worker and boot: resp_, then the hex of the
+// responseIDs makes the ids of the worker's answers from one sequence: unique within the
+// process, and the Responses API's unique to this worker and boot.
+type responseIDs struct {
+	seq     atomic.Uint64
+	created int64  // unix seconds at start
+	tag     string // names this worker and boot in the Responses API's ids
+}
+
+// next returns a response id unique within the process.
+func (ids *responseIDs) next(prefix string) string {
+	return prefix + strconv.FormatUint(ids.seq.Add(1), 36) + "-" + strconv.FormatInt(ids.created, 36)
+}
+
+// response returns a response id unique to this worker and boot: resp_, then the hex of the
 // worker id, its boot time and a sequence number. The router can read the worker back out of it.
-func (s *server) responseID() string {
-	return "resp_" + s.idTag + strconv.FormatUint(s.seq.Add(1), 36)
+func (ids *responseIDs) response() string {
+	return "resp_" + ids.tag + strconv.FormatUint(ids.seq.Add(1), 36)
 }
 
 // responseIDTag is the part of response ids that names the worker and its boot.
@@ -214,7 +240,7 @@ func responseIDTag(workerID string, boot time.Time) string {
 // responsesRenderer renders one response: its object, its SSE events, and its record in the
 // store once it completes.
 type responsesRenderer struct {
-	s         *server
+	store     *responseStore
 	meta      responseMeta
 	input     []sim.Message
 	history   []byte // the conversation through this response's input
@@ -237,11 +263,11 @@ func (r *responsesRenderer) finish(final []sim.Usage) {
 	history := concat(r.history, sim.RenderChat([]sim.Message{{Role: "assistant", Content: repeatToken(u.Completion)}}))
 	switch {
 	case r.meta.background:
-		r.s.responses.update(r.meta.id, func(st *storedResponse) {
+		r.store.update(r.meta.id, func(st *storedResponse) {
 			st.status, st.usage, st.history = statusCompleted, u, history
 		})
 	case r.meta.store:
-		r.s.responses.put(storedResponse{meta: r.meta, status: statusCompleted, usage: u, input: r.input, history: history})
+		r.store.put(storedResponse{meta: r.meta, status: statusCompleted, usage: u, input: r.input, history: history})
 	}
 }
 

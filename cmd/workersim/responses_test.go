@@ -344,7 +344,7 @@ func TestShutdownFailsBackgroundResponses(t *testing.T) {
 	if err := w.s.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := w.s.responses.get(o.ID); !ok || r.status != statusFailed {
+	if r, ok := w.s.responses.store.get(o.ID); !ok || r.status != statusFailed {
 		t.Fatalf("after shutdown the response is %+v (found %v)", r.status, ok)
 	}
 }

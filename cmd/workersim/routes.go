@@ -55,37 +55,47 @@ func (e endpoint) handler(method []byte) fasthttp.RequestHandler {
 }
 
 // routes is the table of exact paths; the stored responses under /v1/responses/ are routed by
-// handleStoredResponse.
+// handleStoredResponse. The runtime LoRA updates are served with LoRA on (--lora-modules or
+// --max-loras), the KV oracle with --kv-events-endpoint.
 func (s *server) routes() map[string]endpoint {
-	rerank := endpoint{post: s.handleRerank}
-	generate := s.handleGenerate
-	flush := s.handleFlushCache
-	return map[string]endpoint{
-		pathCompletions:      {post: s.handleCompletions(false)},
-		pathChatCompletions:  {post: s.handleCompletions(true)},
-		pathEmbeddings:       {post: s.handleEmbeddings},
+	api, admin := s.inference, s.admin
+	rerank := endpoint{post: api.handleRerank}
+	generate := api.handleGenerate
+	flush := admin.handleFlushCache
+	routes := map[string]endpoint{
+		pathCompletions:      {post: api.handleCompletions(false)},
+		pathChatCompletions:  {post: api.handleCompletions(true)},
+		pathEmbeddings:       {post: api.handleEmbeddings},
 		pathRerank:           rerank,
 		pathRerankV1:         rerank,
 		pathRerankV2:         rerank,
-		pathResponses:        {post: s.handleResponses},
-		pathModels:           {get: s.handleModels},
-		pathHealth:           {get: s.handleHealth},
+		pathResponses:        {post: s.responses.handleResponses},
+		pathModels:           {get: s.models.handleModels},
+		pathHealth:           {get: admin.handleHealth},
 		pathMetrics:          {get: s.handleMetrics},
-		pathResetPrefixCache: {post: s.handleResetPrefixCache},
+		pathResetPrefixCache: {post: admin.handleResetPrefixCache},
 		pathGenerate:         {post: generate, put: generate},
-		pathHealthGenerate:   {get: s.handleHealthGenerate},
-		pathModelInfo:        {get: s.handleModelInfo},
-		pathServerInfo:       {get: s.handleServerInfo},
+		pathHealthGenerate:   {get: admin.handleHealthGenerate},
+		pathModelInfo:        {get: admin.handleModelInfo},
+		pathServerInfo:       {get: admin.handleServerInfo},
 		pathFlushCache:       {get: flush, post: flush},
-		pathAdminFault:       {get: s.handleFault, post: s.handleFault},
-		pathTokenize:         {post: s.handleTokenize},
-		pathMessages:         {post: s.handleMessages},
-		pathCountTokens:      {post: s.handleCountTokens},
+		pathAdminFault:       {get: admin.handleFault, post: admin.handleFault},
+		pathTokenize:         {post: s.tokenizer.handleTokenize},
+		pathMessages:         {post: api.handleMessages},
+		pathCountTokens:      {post: s.tokenizer.handleCountTokens},
 	}
+	if s.cfg.lora {
+		routes[pathLoadAdapter] = endpoint{post: s.models.handleLoadAdapter}
+		routes[pathUnloadAdapter] = endpoint{post: s.models.handleUnloadAdapter}
+	}
+	if s.kv != nil {
+		routes[pathKVOracle] = endpoint{post: admin.handleKVOracle}
+	}
+	return routes
 }
 
 func (s *server) handle(ctx *fasthttp.RequestCtx) {
-	s.setCommonHeaders(ctx)
+	s.reply.setCommonHeaders(ctx)
 	if h := s.route(ctx); h != nil {
 		h(ctx)
 		return
@@ -104,5 +114,5 @@ func (s *server) route(ctx *fasthttp.RequestCtx) fasthttp.RequestHandler {
 	if !ok {
 		return nil
 	}
-	return s.storedResponseHandler(ctx.Method(), rest)
+	return s.responses.storedResponseHandler(ctx.Method(), rest)
 }

@@ -1,13 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,31 +19,27 @@ import (
 // maxBodyBytes bounds a request body; long agentic contexts run to megabytes.
 const maxBodyBytes = 64 << 20
 
-// server is one simulated worker: the HTTP front on fasthttp and the engine driver behind it.
+// server is one simulated worker: the HTTP front on fasthttp and the engine driver behind it. It
+// routes each path to the collaborator that serves it.
 type server struct {
 	cfg       serverConfig
 	workerID  string
-	host      string // bound address, announced to decode workers in kv_transfer_params
-	port      int
-	created   int64 // unix seconds at start, reported as created/owned times
 	driver    *driver
 	kv        *kvEventPublisher // nil unless --kv-events-endpoint
 	metrics   *workerMetrics
 	http      *fasthttp.Server
 	parsers   fastjson.ParserPool
 	endpoints map[string]endpoint // by path, built once at start
-	responses *responseStore      // the Responses API's stored responses
-	adapters  *adapterSet         // the LoRA adapters served now
-	idTag     string              // names this worker and boot in response ids
-	bg        goroutines          // background responses
-	seq       atomic.Uint64       // response ids
 
-	fault    atomic.Pointer[fault]
-	faultMu  sync.Mutex // serialises fault changes
-	crash    *time.Timer
-	exit     func(code int)
-	rngMu    sync.Mutex
-	rng      *rand.Rand
+	faults    *faultInjector
+	reply     *replier
+	jobs      *jobRunner
+	models    *modelCatalog
+	inference *inferenceAPI
+	tokenizer *tokenizer
+	responses *responsesAPI
+	admin     *engineAdmin
+
 	stopping chan struct{} // closed when shutdown begins
 	stopOnce sync.Once
 }
@@ -58,56 +53,55 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 		return nil, err
 	}
 	port, _ := strconv.Atoi(portText)
-	s := &server{
-		cfg:      cfg,
-		workerID: cfg.workerID,
-		host:     host,
-		port:     port,
-		created:  time.Now().Unix(),
-		exit:     exit,
-		rng:      rand.New(rand.NewPCG(cfg.seed, cfg.seed^0x9e3779b97f4a7c15)),
-		stopping: make(chan struct{}),
-	}
-	if s.workerID == "" {
-		s.workerID = addr.String()
-	}
-	s.fault.Store(&fault{Mode: faultNone})
-	s.endpoints = s.routes()
-	s.adapters = newAdapterSet(cfg.loras)
-	if cfg.lora {
-		s.endpoints[pathLoadAdapter] = endpoint{post: s.handleLoadAdapter}
-		s.endpoints[pathUnloadAdapter] = endpoint{post: s.handleUnloadAdapter}
-	}
-	s.responses = newResponseStore(cfg.maxStoredResponses)
-	s.idTag = responseIDTag(s.workerID, time.Now())
+	s := &server{cfg: cfg, workerID: cmp.Or(cfg.workerID, addr.String()), stopping: make(chan struct{})}
+	s.faults = newFaultInjector(cfg.seed, exit, s.stopping)
 	if s.kv, err = newKVEventPublisher(cfg); err != nil {
 		return nil, fmt.Errorf("%w --kv-events-endpoint: %w", errBadFlag, err)
 	}
 	if s.kv != nil {
-		s.kv.muted = func() bool { return s.fault.Load().Mode == faultMuteKV }
-		s.kv.garbled = func() bool { return s.fault.Load().Mode == faultGarbleKV }
-		s.endpoints[pathKVOracle] = endpoint{post: s.handleKVOracle}
+		s.kv.muted = func() bool { return s.faults.mode() == faultMuteKV }
+		s.kv.garbled = func() bool { return s.faults.mode() == faultGarbleKV }
 	}
 	s.driver = newPublishingDriver(cfg.engine, cfg.timeScale, clk, s.kv)
-	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats,
-		func() faultMode { return s.fault.Load().Mode })
+	s.faults.engine = s.driver
+	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats, s.faults.mode)
 	s.driver.SetLatency(&s.metrics.latency)
 	if cfg.lora {
 		s.metrics.registerLoRAMetrics(cfg.engine.MaxLoras, &s.driver.stats,
 			func() float64 { return float64(clk.Now().UnixNano()) / 1e9 })
 	}
+	s.assemble(host, port)
+	if err := s.faults.set(cfg.fault); err != nil {
+		s.driver.Stop()
+		s.kv.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// assemble builds the collaborators that serve the endpoints, over the driver and metrics, and
+// the routing table and HTTP server in front of them.
+func (s *server) assemble(host string, port int) {
+	created := time.Now().Unix()
+	s.reply = &replier{workerID: s.workerID, metrics: s.metrics}
+	s.jobs = &jobRunner{driver: s.driver, metrics: s.metrics, faults: s.faults, reply: s.reply,
+		parsers: &s.parsers, stopping: s.stopping}
+	s.models = &modelCatalog{cfg: s.cfg, created: created, adapters: newAdapterSet(s.cfg.loras), reply: s.reply}
+	ids := &responseIDs{created: created, tag: responseIDTag(s.workerID, time.Now())}
+	s.inference = &inferenceAPI{cfg: s.cfg, created: created, models: s.models, ids: ids, jobs: s.jobs,
+		planner: &pdPlanner{cfg: s.cfg, workerID: s.workerID, host: host, port: port, models: s.models}}
+	s.tokenizer = &tokenizer{cfg: s.cfg, models: s.models, reply: s.reply, parsers: &s.parsers}
+	s.responses = &responsesAPI{store: newResponseStore(s.cfg.maxStoredResponses), ids: ids, models: s.models,
+		jobs: s.jobs, reply: s.reply, stopping: s.stopping}
+	s.admin = &engineAdmin{cfg: s.cfg, host: host, port: port, driver: s.driver, jobs: s.jobs, faults: s.faults,
+		reply: s.reply, parsers: &s.parsers}
+	s.endpoints = s.routes()
 	s.http = &fasthttp.Server{
 		Handler:            s.handle,
 		Name:               "workersim",
 		MaxRequestBodySize: maxBodyBytes,
 		CloseOnShutdown:    true,
 	}
-	if err := s.setFault(cfg.fault); err != nil {
-		s.driver.Stop()
-		s.kv.close()
-		return nil, err
-	}
-	return s, nil
 }
 
 // Serve answers connections from ln until Shutdown.
@@ -119,95 +113,15 @@ func (s *server) Serve(ln net.Listener) error {
 // connections, and stops the engine. Idempotent.
 func (s *server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stopping) })
-	s.faultMu.Lock()
-	if s.crash != nil {
-		s.crash.Stop()
-	}
-	s.faultMu.Unlock()
+	s.faults.disarm()
 	err := s.http.ShutdownWithContext(ctx)
-	s.bg.Close()
+	s.responses.bg.Close()
 	s.driver.Stop()
 	s.kv.close()
 	return err
 }
 
-func (s *server) setCommonHeaders(ctx *fasthttp.RequestCtx) {
-	ctx.Response.Header.Set(headerWorkerID, s.workerID)
-}
-
-// handleModels lists the models served, as vLLM does: each base model, then each LoRA adapter
-// with its path as its root and the first model as its parent.
-func (s *server) handleModels(ctx *fasthttp.RequestCtx) {
-	b := []byte(`{"object":"list","data":[`)
-	for i, m := range s.cfg.models {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = s.appendModel(b, m, m, "")
-	}
-	for _, a := range s.adapters.list() {
-		b = s.appendModel(append(b, ','), a.Name, a.Path, s.cfg.models[0])
-	}
-	ctx.SetContentType("application/json")
-	ctx.SetBody(append(b, "]}"...))
-}
-
-// appendModel appends one model of /v1/models; parent "" is null (a base model).
-func (s *server) appendModel(b []byte, id, root, parent string) []byte {
-	b = append(b, `{"id":`...)
-	b = appendJSONString(b, id)
-	b = append(b, `,"object":"model","created":`...)
-	b = strconv.AppendInt(b, s.created, 10)
-	b = append(b, `,"owned_by":"workersim","root":`...)
-	b = appendJSONString(b, root)
-	b = append(b, `,"parent":`...)
-	if parent == "" {
-		b = append(b, "null"...)
-	} else {
-		b = appendJSONString(b, parent)
-	}
-	b = append(b, `,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(s.cfg.engine.KVCapacityTokens), 10)
-	return append(b, '}')
-}
-
-func (s *server) handleHealth(ctx *fasthttp.RequestCtx) {
-	s.slowHealth()
-	ctx.SetStatusCode(fasthttp.StatusOK)
-}
-
-// slowHealth holds a health check for the slow_health fault's delay.
-func (s *server) slowHealth() {
-	f := s.fault.Load()
-	if f.Mode != faultSlowHealth {
-		return
-	}
-	// Wall time on purpose: the delay is aimed at the router's health-check timeout.
-	t := time.NewTimer(time.Duration(f.DelayMs) * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-s.stopping:
-	}
-}
-
 func (s *server) handleMetrics(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4")
 	exposition.Write(ctx, s.metrics.set)
-}
-
-// drawError reports whether the errors fault fails this request.
-func (s *server) drawError() bool {
-	f := s.fault.Load()
-	if f.Mode != faultErrors {
-		return false
-	}
-	s.rngMu.Lock()
-	defer s.rngMu.Unlock()
-	return s.rng.Float64() < f.Rate
-}
-
-// nextID returns a response id unique within the process.
-func (s *server) nextID(prefix string) string {
-	return prefix + strconv.FormatUint(s.seq.Add(1), 36) + "-" + strconv.FormatInt(s.created, 36)
 }

@@ -19,7 +19,7 @@ const (
 // storedResponseHandler routes rest, the path after /v1/responses/: GET {id}, DELETE {id},
 // POST {id}/cancel, and GET {id}/input_items (OpenAI's name) or {id}/input (the path vllm-router
 // forwards).
-func (s *server) storedResponseHandler(method []byte, rest string) fasthttp.RequestHandler {
+func (ra *responsesAPI) storedResponseHandler(method []byte, rest string) fasthttp.RequestHandler {
 	id, action, _ := strings.Cut(rest, "/")
 	if id == "" {
 		return nil
@@ -28,13 +28,13 @@ func (s *server) storedResponseHandler(method []byte, rest string) fasthttp.Requ
 	switch action {
 	case "":
 		e = endpoint{
-			get: func(ctx *fasthttp.RequestCtx) { s.getResponse(ctx, id) },
-			del: func(ctx *fasthttp.RequestCtx) { s.deleteResponse(ctx, id) },
+			get: func(ctx *fasthttp.RequestCtx) { ra.getResponse(ctx, id) },
+			del: func(ctx *fasthttp.RequestCtx) { ra.deleteResponse(ctx, id) },
 		}
 	case "cancel":
-		e = endpoint{post: func(ctx *fasthttp.RequestCtx) { s.cancelResponse(ctx, id) }}
+		e = endpoint{post: func(ctx *fasthttp.RequestCtx) { ra.cancelResponse(ctx, id) }}
 	case "input_items", "input":
-		e = endpoint{get: func(ctx *fasthttp.RequestCtx) { s.listInputItems(ctx, id) }}
+		e = endpoint{get: func(ctx *fasthttp.RequestCtx) { ra.listInputItems(ctx, id) }}
 	}
 	return e.handler(method)
 }
@@ -43,10 +43,10 @@ func notFound(id string) error {
 	return fmt.Errorf("%w: no response %q on this worker", errResponseNotFound, id)
 }
 
-func (s *server) getResponse(ctx *fasthttp.RequestCtx, id string) {
-	r, ok := s.responses.get(id)
+func (ra *responsesAPI) getResponse(ctx *fasthttp.RequestCtx, id string) {
+	r, ok := ra.store.get(id)
 	if !ok {
-		s.writeError(ctx, notFound(id))
+		ra.reply.writeError(ctx, notFound(id))
 		return
 	}
 	writeResponseObject(ctx, r)
@@ -62,9 +62,9 @@ func writeResponseObject(ctx *fasthttp.RequestCtx, r storedResponse) {
 }
 
 // deleteResponse forgets a response; one still generating in the background is cancelled.
-func (s *server) deleteResponse(ctx *fasthttp.RequestCtx, id string) {
-	if _, ok := s.responses.remove(id); !ok {
-		s.writeError(ctx, notFound(id))
+func (ra *responsesAPI) deleteResponse(ctx *fasthttp.RequestCtx, id string) {
+	if _, ok := ra.store.remove(id); !ok {
+		ra.reply.writeError(ctx, notFound(id))
 		return
 	}
 	b := append([]byte(`{"id":`), appendJSONString(nil, id)...)
@@ -74,21 +74,21 @@ func (s *server) deleteResponse(ctx *fasthttp.RequestCtx, id string) {
 
 // cancelResponse stops a background response that is queued or in progress and answers with it,
 // cancelled, once the engine has dropped it. Any other response cannot be cancelled (400).
-func (s *server) cancelResponse(ctx *fasthttp.RequestCtx, id string) {
-	r, found, cancellable := s.responses.cancel(id)
+func (ra *responsesAPI) cancelResponse(ctx *fasthttp.RequestCtx, id string) {
+	r, found, cancellable := ra.store.cancel(id)
 	switch {
 	case !found:
-		s.writeError(ctx, notFound(id))
+		ra.reply.writeError(ctx, notFound(id))
 		return
 	case !cancellable:
-		s.writeError(ctx, fmt.Errorf("%w: response %q is %s; only a background response still queued or in progress can be cancelled",
+		ra.reply.writeError(ctx, fmt.Errorf("%w: response %q is %s; only a background response still queued or in progress can be cancelled",
 			errBadRequest, id, r.status))
 		return
 	}
 	r.run.cancel()
 	select {
 	case <-r.run.finished:
-	case <-s.stopping:
+	case <-ra.stopping:
 	}
 	writeResponseObject(ctx, r)
 }
@@ -119,15 +119,15 @@ func parseItemsQuery(args *fasthttp.Args) (itemsQuery, error) {
 	return q, nil
 }
 
-func (s *server) listInputItems(ctx *fasthttp.RequestCtx, id string) {
+func (ra *responsesAPI) listInputItems(ctx *fasthttp.RequestCtx, id string) {
 	q, err := parseItemsQuery(ctx.QueryArgs())
 	if err != nil {
-		s.writeError(ctx, err)
+		ra.reply.writeError(ctx, err)
 		return
 	}
-	r, ok := s.responses.get(id)
+	r, ok := ra.store.get(id)
 	if !ok {
-		s.writeError(ctx, notFound(id))
+		ra.reply.writeError(ctx, notFound(id))
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -136,12 +136,12 @@ func (s *server) listInputItems(ctx *fasthttp.RequestCtx, id string) {
 
 // startBackground stores a background response as queued, answers with it at once and leaves
 // its generation to a goroutine the server owns.
-func (s *server) startBackground(ctx *fasthttp.RequestCtx, j job, r *responsesRenderer, t *ticket) {
+func (ra *responsesAPI) startBackground(ctx *fasthttp.RequestCtx, j job, r *responsesRenderer, t *ticket) {
 	run := newBackgroundRun()
-	s.responses.put(r.stored(run))
-	if !s.bg.Go(func() { s.runBackground(j, r, t, run) }) {
-		s.responses.remove(r.meta.id)
-		s.abandon(ctx, errShuttingDown, t)
+	ra.store.put(r.stored(run))
+	if !ra.bg.Go(func() { ra.runBackground(j, r, t, run) }) {
+		ra.store.remove(r.meta.id)
+		ra.jobs.abandon(ctx, errShuttingDown, t)
 		return
 	}
 	ctx.SetContentType("application/json")
@@ -151,20 +151,20 @@ func (s *server) startBackground(ctx *fasthttp.RequestCtx, j job, r *responsesRe
 // runBackground waits for a background response's generation and records how it ended: in
 // progress at its first token, then completed; cancelled (by cancel, delete or eviction), when
 // the engine drops it; failed when the worker stops first.
-func (s *server) runBackground(j job, r *responsesRenderer, t *ticket, run *backgroundRun) {
+func (ra *responsesAPI) runBackground(j job, r *responsesRenderer, t *ticket, run *backgroundRun) {
 	defer close(run.finished)
-	events, err := s.await(t, run.stop, nil, sim.FirstToken)
+	events, err := ra.jobs.await(t, run.stop, nil, sim.FirstToken)
 	if err == nil && events[len(events)-1].Kind != sim.Done {
-		s.responses.update(r.meta.id, func(st *storedResponse) { st.status = statusInProgress })
-		events, err = s.await(t, run.stop, events, sim.Done)
+		ra.store.update(r.meta.id, func(st *storedResponse) { st.status = statusInProgress })
+		events, err = ra.jobs.await(t, run.stop, events, sim.Done)
 	}
 	switch {
 	case err == nil:
-		s.finish(j, []sim.Usage{events[len(events)-1].Usage})
+		ra.jobs.finish(j, []sim.Usage{events[len(events)-1].Usage})
 	case errors.Is(err, errClientGone):
-		s.clientGone(t)
+		ra.jobs.clientGone(t)
 	default:
-		s.driver.Cancel(t)
-		s.responses.update(r.meta.id, func(st *storedResponse) { st.status = statusFailed })
+		ra.jobs.driver.Cancel(t)
+		ra.store.update(r.meta.id, func(st *storedResponse) { st.status = statusFailed })
 	}
 }

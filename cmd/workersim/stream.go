@@ -12,13 +12,13 @@ import (
 // stream answers with server-sent events, rendered by the job's streamRenderer and flushed as
 // the engine produces tokens. Nothing is sent before the first token exists: like a real engine,
 // the status line and headers wait for the prefill, so a wedged worker sends no byte at all.
-func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
+func (jr *jobRunner) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
 	conn := ctx.Conn()
 	w := watchConn(conn)
-	events, err := s.await(t, w.Gone(), nil, sim.FirstToken)
+	events, err := jr.await(t, w.Gone(), nil, sim.FirstToken)
 	stray := w.Stop()
 	if err != nil {
-		s.abandon(ctx, err, t)
+		jr.abandon(ctx, err, t)
 		return
 	}
 	if stray {
@@ -27,7 +27,7 @@ func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
 	ctx.SetContentType("text/event-stream")
 	ctx.Response.Header.Set("Cache-Control", "no-cache")
 	ctx.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		r := relay{s: s, t: t, job: j, events: j.render.(streamRenderer), out: bw, conn: conn}
+		r := relay{jobs: jr, t: t, job: j, events: j.render.(streamRenderer), out: bw, conn: conn}
 		r.run(conn, events)
 	})
 }
@@ -35,7 +35,7 @@ func (s *server) stream(ctx *fasthttp.RequestCtx, t *ticket, j job) {
 // relay writes one request's events to its SSE stream. It runs on the goroutine fasthttp gives
 // the body writer, which ends when run returns.
 type relay struct {
-	s      *server
+	jobs   *jobRunner
 	t      *ticket
 	job    job
 	events streamRenderer
@@ -51,11 +51,11 @@ var errStreamFault = errors.New("stream ended by a fault")
 // faulted ends the stream as the current fault says, before its next token chunk: cut (the
 // connection closed under it) or an engine error event and [DONE].
 func (r *relay) faulted() error {
-	f := r.s.fault.Load()
+	f := r.jobs.faults.load()
 	if f.Mode != faultCutStreams && f.Mode != faultErrorStreams || r.chunks < f.After {
 		return nil
 	}
-	r.s.driver.Cancel(r.t)
+	r.jobs.driver.Cancel(r.t)
 	if f.Mode == faultCutStreams {
 		_ = r.conn.Close()
 		return errStreamFault
@@ -77,7 +77,7 @@ func (r *relay) run(conn net.Conn, events []sim.Event) {
 				return
 			}
 			if err != nil {
-				r.s.clientGone(r.t)
+				r.jobs.clientGone(r.t)
 				return
 			}
 			if finished {
@@ -93,13 +93,13 @@ func (r *relay) run(conn net.Conn, events []sim.Event) {
 
 // next waits for more events; on a client that went away it cancels the request.
 func (r *relay) next(gone <-chan struct{}, events []sim.Event) ([]sim.Event, error) {
-	events, err := r.s.await(r.t, gone, events, sim.Token)
+	events, err := r.jobs.await(r.t, gone, events, sim.Token)
 	switch {
 	case err == nil:
 	case errors.Is(err, errClientGone):
-		r.s.clientGone(r.t)
+		r.jobs.clientGone(r.t)
 	default:
-		r.s.driver.Cancel(r.t)
+		r.jobs.driver.Cancel(r.t)
 	}
 	return events, err
 }
@@ -115,7 +115,7 @@ func (r *relay) write(ev sim.Event) (finished bool, err error) {
 		r.chunks++
 		r.buf = r.events.appendToken(r.buf[:0], ev.Usage)
 	case sim.Done:
-		r.s.finish(r.job, []sim.Usage{ev.Usage})
+		r.jobs.finish(r.job, []sim.Usage{ev.Usage})
 		r.buf = r.events.appendEnd(r.buf[:0], ev.Usage)
 		finished = true
 	}

@@ -6,26 +6,36 @@ import (
 
 	"github.com/kvrouter/kvrouter/sim"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 )
 
 // pathTokenize is vLLM's POST /tokenize: a router that routes on the engine's KV events asks it
 // for a prompt's token IDs, chat template applied.
 const pathTokenize = "/tokenize"
 
+// tokenizer serves the endpoints that render and tokenize a prompt without generating: vLLM's
+// /tokenize and the Messages API's count_tokens (messages.go).
+type tokenizer struct {
+	cfg     serverConfig
+	models  *modelCatalog
+	reply   *replier
+	parsers *fastjson.ParserPool
+}
+
 // handleTokenize answers {"prompt": ...} or {"messages": [...], "tools": [...]} with the token IDs the engine
 // would compute: {"count", "max_model_len", "tokens"}, as vLLM does. The IDs are the simulated
 // tokenizer's (sim.Config.Tokens) over the text the engine renders, so block i of them is the
 // block whose KV events name those tokens.
-func (s *server) handleTokenize(ctx *fasthttp.RequestCtx) {
-	text, err := s.tokenizeText(ctx.PostBody())
+func (tk *tokenizer) handleTokenize(ctx *fasthttp.RequestCtx) {
+	text, err := tk.tokenizeText(ctx.PostBody())
 	if err != nil {
-		s.writeError(ctx, err)
+		tk.reply.writeError(ctx, err)
 		return
 	}
-	tokens := s.cfg.engine.Tokens(nil, text)
+	tokens := tk.cfg.engine.Tokens(nil, text)
 	b := append([]byte(`{"count":`), strconv.Itoa(len(tokens))...)
 	b = append(b, `,"max_model_len":`...)
-	b = strconv.AppendInt(b, int64(s.cfg.engine.KVCapacityTokens), 10)
+	b = strconv.AppendInt(b, int64(tk.cfg.engine.KVCapacityTokens), 10)
 	b = append(b, `,"tokens":[`...)
 	for i, t := range tokens {
 		if i > 0 {
@@ -38,9 +48,9 @@ func (s *server) handleTokenize(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-func (s *server) tokenizeText(body []byte) ([]byte, error) {
-	parser := s.parsers.Get()
-	defer s.parsers.Put(parser)
+func (tk *tokenizer) tokenizeText(body []byte) ([]byte, error) {
+	parser := tk.parsers.Get()
+	defer tk.parsers.Put(parser)
 	v, err := parseObject(parser, body)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/internal/virtualclock"
 )
 
 // DefaultEngineScrapeInterval is how often a replica reads each engine's
@@ -37,19 +38,36 @@ func newDoor(cfg Config, clk clock.PassiveClock, loads *affinity.LoadTable,
 	return core.NewDoor(core.DoorConfig{Admission: a, Clock: clk, Loads: loads, Readings: readings})
 }
 
-// startDoors schedules every replica's first limit refresh and every
+// doorTraffic takes requests through their replicas' doors: it queues a
+// request its door holds, routes it once let in, fails one refused, and
+// runs each door's limit refresh on the agenda.
+type doorTraffic struct {
+	cfg      Config // Door and EngineScrapeInterval
+	clock    *virtualclock.Clock
+	agenda   *agenda
+	replicas []*replica
+	workers  int        // workers every replica reads
+	stats    *collector // counts the waits at the doors
+	// busy reports whether requests are pending: the doors' own events
+	// stop with the run.
+	busy func() bool
+	// fail retires a request that could not be served.
+	fail func(req *request)
+}
+
+// start schedules every replica's first limit refresh and every
 // (replica, worker)'s first engine reading, phases spread evenly.
-func (s *simulation) startDoors() {
-	if !s.cfg.Door {
+func (d *doorTraffic) start() {
+	if !d.cfg.Door {
 		return
 	}
-	n := time.Duration(len(s.replicas))
-	pairs := n * time.Duration(len(s.workers))
-	for i := range s.replicas {
-		s.agenda.push(event{at: core.DoorRefreshEvery * time.Duration(i) / n, kind: evRefresh, target: i})
-		for w := range s.workers {
-			at := s.cfg.EngineScrapeInterval * time.Duration(i*len(s.workers)+w) / pairs
-			s.agenda.push(event{at: at, kind: evScrape, target: i, gen: uint64(w)})
+	n := time.Duration(len(d.replicas))
+	pairs := n * time.Duration(d.workers)
+	for i := range d.replicas {
+		d.agenda.push(event{at: core.DoorRefreshEvery * time.Duration(i) / n, kind: evRefresh, target: i})
+		for w := range d.workers {
+			at := d.cfg.EngineScrapeInterval * time.Duration(i*d.workers+w) / pairs
+			d.agenda.push(event{at: at, kind: evScrape, target: i, gen: uint64(w)})
 		}
 	}
 }
@@ -70,19 +88,19 @@ func (s *simulation) scrape(i, w int) {
 
 // refresh ticks replica i's door: it sets its limit from the replica's
 // readings and loads.
-func (s *simulation) refresh(i int) {
-	r := s.replicas[i]
+func (d *doorTraffic) refresh(i int) {
+	r := d.replicas[i]
 	r.door.Tick()
-	s.letIn(r)
-	if s.pending > 0 {
-		s.agenda.push(event{at: s.clock.Elapsed() + core.DoorRefreshEvery, kind: evRefresh, target: i})
+	d.letIn(r)
+	if d.busy() {
+		d.agenda.push(event{at: d.clock.Elapsed() + core.DoorRefreshEvery, kind: evRefresh, target: i})
 	}
 }
 
 // knock takes an arriving request to replica r's door, and reports whether
 // it went in at once. A request the door queues waits in r.queued; one it
 // refuses fails.
-func (s *simulation) knock(r *replica, req *request) bool {
+func (d *doorTraffic) knock(r *replica, req *request) bool {
 	if r.door == nil {
 		return true
 	}
@@ -90,24 +108,24 @@ func (s *simulation) knock(r *replica, req *request) bool {
 	req.ticket = tk
 	select {
 	case <-tk.Ready():
-		s.stats.doorWaits = append(s.stats.doorWaits, 0)
+		d.stats.doorWaits = append(d.stats.doorWaits, 0)
 		if tk.Err() != nil {
-			s.refused(req)
+			d.refused(req)
 			return false
 		}
 		return true
 	default:
 	}
 	r.queued = append(r.queued, req)
-	s.agenda.push(event{at: s.clock.Elapsed() + r.door.Timeout(), kind: evQueueTimeout, req: req})
-	s.letIn(r) // the arrival may have let an earlier request go, or itself
+	d.agenda.push(event{at: d.clock.Elapsed() + r.door.Timeout(), kind: evQueueTimeout, req: req})
+	d.letIn(r) // the arrival may have let an earlier request go, or itself
 	return false
 }
 
 // letIn routes the requests replica r's door let go since it last looked,
 // each as an event at this instant (the engine that freed a slot may be in
 // the middle of reporting its events), and fails those it refused.
-func (s *simulation) letIn(r *replica) {
+func (d *doorTraffic) letIn(r *replica) {
 	r.doorMoved = false
 	kept := r.queued[:0]
 	for _, req := range r.queued {
@@ -117,12 +135,12 @@ func (s *simulation) letIn(r *replica) {
 			kept = append(kept, req)
 			continue
 		}
-		s.stats.doorWaits = append(s.stats.doorWaits, req.ticket.Waited())
+		d.stats.doorWaits = append(d.stats.doorWaits, req.ticket.Waited())
 		if req.ticket.Err() != nil {
-			s.refused(req)
+			d.refused(req)
 			continue
 		}
-		s.agenda.push(event{at: s.clock.Elapsed(), kind: evAdmitted, req: req})
+		d.agenda.push(event{at: d.clock.Elapsed(), kind: evAdmitted, req: req})
 	}
 	clear(r.queued[len(kept):])
 	r.queued = kept
@@ -130,22 +148,22 @@ func (s *simulation) letIn(r *replica) {
 
 // refused fails a request its door turned away: its ticket holds no slot
 // to give back.
-func (s *simulation) refused(req *request) {
+func (d *doorTraffic) refused(req *request) {
 	req.ticket = nil
-	s.fail(req)
+	d.fail(req)
 }
 
 // queueTimeout refuses a request still queued at its door after the
 // router's --queue-timeout-secs.
-func (s *simulation) queueTimeout(req *request) {
+func (d *doorTraffic) queueTimeout(req *request) {
 	r := req.replica
 	if req.ticket != nil && r.door.Cancel(req.ticket, admission.TimedOut) {
-		s.letIn(r)
+		d.letIn(r)
 	}
 }
 
 // leave gives a finished or failed request's slot back to its door.
-func (s *simulation) leave(req *request) {
+func (d *doorTraffic) leave(req *request) {
 	tk := req.ticket
 	if tk == nil {
 		return
@@ -153,5 +171,5 @@ func (s *simulation) leave(req *request) {
 	req.ticket = nil
 	r := req.replica
 	r.door.Done(tk)
-	s.letIn(r)
+	d.letIn(r)
 }

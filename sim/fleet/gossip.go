@@ -51,6 +51,6 @@ func (s *simulation) deliver(i int, pkts [][]byte) {
 		}
 	}
 	if r.doorMoved {
-		s.letIn(r)
+		s.doors.letIn(r)
 	}
 }

@@ -48,6 +48,7 @@ type simulation struct {
 	stats   collector
 	queues  queueDepth
 	placing placerTraffic
+	doors   doorTraffic
 	// err is the first failure that ends the run early.
 	err error
 }
@@ -76,7 +77,6 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		balancer: seeded(cfg.Seed, streamBalancer),
 		net:      network{delay: cfg.GossipDelay, loss: cfg.GossipLoss, rand: seeded(cfg.Seed, streamNetwork)},
 		inflight: make(map[sim.RequestID]*request),
-		placing:  placerTraffic{loss: seeded(cfg.Seed, streamPlacerLoss)},
 	}
 	for id := 1; id <= cfg.totalWorkers(); id++ {
 		engine := cfg.Engine
@@ -97,6 +97,9 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 		}
 		s.replicas = append(s.replicas, r)
 	}
+	s.placing = newPlacerTraffic(cfg, s.clock, &s.agenda, s.replicas, s.dispatch)
+	s.doors = doorTraffic{cfg: cfg, clock: s.clock, agenda: &s.agenda, replicas: s.replicas, workers: len(s.workers),
+		stats: &s.stats, busy: func() bool { return s.pending > 0 }, fail: s.fail}
 	var err error
 	s.oracle, err = newOracle(cfg, s.clock, s.replicas)
 	return s, err
@@ -112,7 +115,7 @@ func (s *simulation) run() {
 		s.schedule(a)
 	}
 	s.startGossip()
-	s.startDoors()
+	s.doors.start()
 	s.startQueueSampling()
 	for s.pending > 0 && s.agenda.len() > 0 && s.err == nil {
 		e := s.agenda.pop()
@@ -139,21 +142,21 @@ func (s *simulation) handle(e event) {
 	case evSample:
 		s.sampleQueues()
 	case evPlace:
-		s.place(e.req)
+		s.placing.place(e.req)
 	case evPlaced:
-		s.placed(e.req)
+		s.placing.placed(e.req)
 	case evSilent:
-		s.silent(e.req)
+		s.placing.silent(e.req)
 	case evUnhold:
-		s.placer().placement.Unhold(e.req.asking.Question)
+		s.placing.unhold(e.req)
 	case evRefresh:
-		s.refresh(e.target)
+		s.doors.refresh(e.target)
 	case evScrape:
 		s.scrape(e.target, int(e.gen))
 	case evAdmitted:
 		s.route(e.req)
 	case evQueueTimeout:
-		s.queueTimeout(e.req)
+		s.doors.queueTimeout(e.req)
 	}
 }
 
@@ -184,7 +187,7 @@ func (s *simulation) arrive(req *request) {
 	req.id = s.nextID
 	s.inflight[req.id] = req
 	req.replica = s.balance(req.arrival)
-	if s.knock(req.replica, req) {
+	if s.doors.knock(req.replica, req) {
 		s.route(req)
 	}
 }
@@ -312,7 +315,7 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 
 // finish retires a request and lets a closed-loop workload send the next.
 func (s *simulation) finish(req *request, at time.Duration) {
-	s.leave(req)
+	s.doors.leave(req)
 	delete(s.inflight, req.id)
 	s.pending--
 	s.stats.completed++
@@ -331,7 +334,7 @@ func (s *simulation) finish(req *request, at time.Duration) {
 // session goes on with its next turn, as an agent retries past an error.
 func (s *simulation) fail(req *request) {
 	req.release()
-	s.leave(req)
+	s.doors.leave(req)
 	delete(s.inflight, req.id)
 	s.pending--
 	s.stats.errs++
