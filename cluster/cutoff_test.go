@@ -37,7 +37,7 @@ func TestAReplicaCutOffFromPeersAndWorkersKeepsItsWorkers(t *testing.T) {
 	}
 	reopen := cutGossip(t, cut)
 	testwait.Eventually(t, testDeadline, func() bool {
-		silent, expected := cut.peerContact()
+		silent, expected := cut.contact.silence()
 		return expected && silent > 0
 	}, "the cut replica to hear no peer for a second")
 	for _, w := range c.workers {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 )
@@ -72,12 +73,12 @@ func pluralIs(n int) string {
 	return "are"
 }
 
-// warnIfInsecure says, at start, what --insecure-cluster leaves open.
-func (r *Replica) warnIfInsecure() {
-	exposed := r.cfg.exposedBinds()
-	if len(exposed) == 0 || len(r.cfg.GossipKey) != 0 && r.cfg.ClusterTLS.Enabled() {
+// warnIfInsecure says to log, at start, what --insecure-cluster leaves open.
+func (c Config) warnIfInsecure(log *slog.Logger) {
+	exposed := c.exposedBinds()
+	if len(exposed) == 0 || len(c.GossipKey) != 0 && c.ClusterTLS.Enabled() {
 		return
 	}
-	r.log.Warn("--insecure-cluster: replica links are reachable beyond loopback without authentication",
-		"binds", exposed, "gossip_encrypted", len(r.cfg.GossipKey) != 0, "cluster_tls", r.cfg.ClusterTLS.Enabled())
+	log.Warn("--insecure-cluster: replica links are reachable beyond loopback without authentication",
+		"binds", exposed, "gossip_encrypted", len(c.GossipKey) != 0, "cluster_tls", c.ClusterTLS.Enabled())
 }

@@ -1,14 +1,19 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/kvrouter/kvrouter/affinity"
-	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -41,10 +46,30 @@ func (rt Routing) clusterConfig() map[string]string {
 	}
 }
 
-// gossipTags is what this replica announces: where its Raft and API listen,
+// replicaGossip is the replica's memberlist side: the gossip node, the tags
+// it announces, the join of --join, the leave at stop, and what the other
+// parts ask of the membership it sees.
+type replicaGossip struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clock.WithTicker
+	// node is the memberlist node; a pointer swapped only by tests that
+	// cut a replica off the gossip and reopen it (cutGossip, heal_helpers_test.go).
+	node atomic.Pointer[loadsync.Gossip]
+	// addr is the gossip's address, read once at start.
+	addr string
+	// raftAddr and apiAddr are where the replica's Raft and API listen,
+	// announced in the tags; set once both are bound, before start.
+	raftAddr, apiAddr string
+}
+
+// current is the gossip node, nil before start made it.
+func (g *replicaGossip) current() *loadsync.Gossip { return g.node.Load() }
+
+// tags is what this replica announces: where its Raft and API listen,
 // its --bootstrap-expect, and whether it holds Raft state yet.
-func (r *Replica) gossipTags(joined bool) map[string]string {
-	tags := map[string]string{tagRaft: r.raft.Addr(), tagAPI: r.apiAddr, tagExpect: strconv.Itoa(r.cfg.BootstrapExpect)}
+func (g *replicaGossip) tags(joined bool) map[string]string {
+	tags := map[string]string{tagRaft: g.raftAddr, tagAPI: g.apiAddr, tagExpect: strconv.Itoa(g.cfg.BootstrapExpect)}
 	if joined {
 		tags[tagJoined] = "1"
 	}
@@ -72,11 +97,14 @@ func advertisedAPIAddr(ln net.Addr, raftAddr string) string {
 // verdicts.
 func (r *Replica) newCore() error {
 	rt := r.cfg.Routing
-	kv, err := newKVHub(r.cfg.KVEvents, r.dialer, r.metrics, r.log, func() *core.Replica { return r.core }, r.kvPeers())
+	snapshots := &snapshotFetcher{gossip: r.gossip, rpc: r.rpc, maxBlocks: r.cfg.KVEvents.MaxBlocks}
+	peers := kvPeers{origin: r.cfg.NodeName, peers: r.gossip.livePeers, fetch: snapshots.fetch}
+	kv, err := newKVHub(r.cfg.KVEvents, r.dialer, r.metrics, r.log, func() *core.Replica { return r.core }, peers)
 	if err != nil {
 		return err
 	}
 	r.kv = kv
+	verdicts := verdictRelay{r.monitor}
 	c, err := core.New(core.Config{
 		KV: kv.source(), KVReservation: r.cfg.KVEvents.Reservation,
 		Clock:       r.clock,
@@ -92,16 +120,16 @@ func (r *Replica) newCore() error {
 			LoadFlushInterval: r.cfg.GossipFlushInterval,
 			BootEpoch:         uint64(time.Now().UnixNano()),
 			ClusterConfig:     rt.clusterConfig(),
-			Tags:              r.gossipTags(r.members.Joined()),
+			Tags:              r.gossip.tags(r.members.Joined()),
 			Release:           r.cfg.Release,
 			Wires:             Wires(),
 			LegacyWires:       legacyWires(),
-			ChannelTypes:      r.channelTypes(),
+			ChannelTypes:      r.cfg.channelTypes(),
 			LocalQueues:       r.admission.localQueues,
 			OnQueues:          r.admission.remoteQueues,
 		},
-		LocalVerdicts: r.localVerdicts,
-		OnVerdicts:    r.remoteVerdicts,
+		LocalVerdicts: verdicts.local,
+		OnVerdicts:    verdicts.remote,
 		LoRA:          r.cfg.LoRA.Residency,
 		NoPeerShare:   r.cfg.CountOwnBurstOnce,
 	})
@@ -112,55 +140,126 @@ func (r *Replica) newCore() error {
 	return nil
 }
 
-// startGossip creates the memberlist node and joins --join, if any. A join
-// refused because the cluster's routing settings (or its gossip key) differ
-// fails at once, naming the fields. While none of the --join addresses
-// answers (replicas of a new cluster start in any order), it keeps trying
-// for JoinTimeout.
-func (r *Replica) startGossip() error {
+// start creates the memberlist node over sync, with onMember hearing the
+// membership's events and channels riding it, and joins --join, if any. A
+// join refused because the cluster's routing settings (or its gossip key)
+// differ fails at once, naming the fields. While none of the --join
+// addresses answers (replicas of a new cluster start in any order), it
+// keeps trying for JoinTimeout, or until ctx ends.
+func (g *replicaGossip) start(ctx context.Context, sync *loadsync.State, onMember func(loadsync.MemberEvent),
+	channels []loadsync.Channel) error {
 	cfg := loadsync.GossipConfig{
-		BindAddr:      r.cfg.GossipBind,
-		AdvertiseAddr: unlessPortZero(r.cfg.GossipAdvertise),
-		SecretKey:     r.cfg.GossipKey,
-		OnMember:      r.members.MemberChanged,
-		LocalNetwork:  r.cfg.GossipLocal,
-		Channels:      r.channels(),
+		BindAddr:      g.cfg.GossipBind,
+		AdvertiseAddr: unlessPortZero(g.cfg.GossipAdvertise),
+		SecretKey:     g.cfg.GossipKey,
+		OnMember:      onMember,
+		LocalNetwork:  g.cfg.GossipLocal,
+		Channels:      channels,
 	}
-	g, err := loadsync.Start(cfg, r.sync, r.clock)
+	node, err := loadsync.Start(cfg, sync, g.clock)
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
-	r.gossip.Store(g)
+	g.node.Store(node)
 	// Read once, now: memberlist's local node changes under UpdateNode,
 	// which SetTags calls from other goroutines.
-	r.gossipAddr = g.LocalAddr()
-	if len(r.cfg.Join) == 0 {
+	g.addr = node.LocalAddr()
+	if len(g.cfg.Join) == 0 {
 		return nil
 	}
-	return r.join()
+	return g.join(ctx)
 }
 
 // join retries --join with backoff until a peer answers, the join is
-// refused, or JoinTimeout passes.
-func (r *Replica) join() error {
-	deadline := r.clock.Now().Add(r.cfg.JoinTimeout)
+// refused, JoinTimeout passes or ctx ends.
+func (g *replicaGossip) join(ctx context.Context) error {
+	deadline := g.clock.Now().Add(g.cfg.JoinTimeout)
 	wait := 200 * time.Millisecond
 	for {
-		err := r.gossiper().Join(r.cfg.Join)
-		if err == nil || !errors.Is(err, loadsync.ErrJoin) || r.clock.Now().Add(wait).After(deadline) {
+		err := g.current().Join(g.cfg.Join)
+		if err == nil || !errors.Is(err, loadsync.ErrJoin) || g.clock.Now().Add(wait).After(deadline) {
 			if err != nil {
 				return fmt.Errorf("gossip: %w", err)
 			}
 			return nil
 		}
-		r.log.Info("no --join address answers yet; trying again", "join", r.cfg.Join, "in", wait)
+		g.log.Info("no --join address answers yet; trying again", "join", g.cfg.Join, "in", wait)
 		select {
-		case <-r.ctx.Done():
-			return r.ctx.Err()
-		case <-r.clock.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-g.clock.After(wait):
 		}
 		wait = min(wait*2, 5*time.Second)
 	}
+}
+
+// stop leaves the gossip, or, with leave false, kills the node as a crash
+// would; joined says whether the replica holds Raft state (its tags).
+func (g *replicaGossip) stop(leave, joined bool) error {
+	if !leave {
+		return g.current().Kill()
+	}
+	// Say that this is a leave, not a death, so that the peers' status
+	// pages tell the truth (memberlist's events do not), to every peer
+	// before the leave can overtake it.
+	tags := g.tags(joined)
+	tags[membership.TagLeaving] = "1"
+	if err := g.current().SetTagsEverywhere(tags); err != nil {
+		g.log.Debug("announcing the leave", "err", err)
+	}
+	return g.current().Stop()
+}
+
+// ownerSecrets are the secrets the tier shares, for the seals of stored
+// responses' owners (proxy.Deps.OwnerSecrets): the gossip keyring, its
+// primary first, so that a key rotation seals with the new key and still
+// accepts what the old one sealed until it is removed. None without a
+// gossip key: each replica then seals with a secret of its own.
+func (g *replicaGossip) ownerSecrets() [][]byte {
+	node := g.current()
+	if node == nil {
+		return nil
+	}
+	kr, err := node.Keyring()
+	if err != nil {
+		return nil
+	}
+	secrets := [][]byte{kr.Primary}
+	for _, k := range kr.Keys {
+		if !bytes.Equal(k, kr.Primary) {
+			secrets = append(secrets, k)
+		}
+	}
+	return secrets
+}
+
+// livePeers names the live members but this one.
+func (g *replicaGossip) livePeers() []string {
+	node := g.current()
+	if node == nil {
+		return nil
+	}
+	var names []string
+	for _, m := range node.Members() {
+		if !m.Self {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// peerRPCAddr is the cluster port of live member name, "" if none.
+func (g *replicaGossip) peerRPCAddr(name string) string {
+	node := g.current()
+	if node == nil {
+		return ""
+	}
+	for _, m := range node.Members() {
+		if m.Name == name && !m.Self {
+			return m.Tags[tagRaft]
+		}
+	}
+	return ""
 }
 
 // unlessPortZero treats an advertise address with port 0 as unset: the
@@ -170,28 +269,4 @@ func unlessPortZero(addr string) string {
 		return ""
 	}
 	return addr
-}
-
-// localVerdicts reports this replica's wedge and degrade verdicts.
-func (r *Replica) localVerdicts(dst []loadsync.Verdict) []loadsync.Verdict {
-	for _, v := range r.monitor.Verdicts() {
-		dst = append(dst, loadsync.Verdict{Worker: uint32(v.Worker), Kind: uint8(v.Kind), Since: v.Since.UnixNano()})
-	}
-	return dst
-}
-
-// remoteVerdicts hands a peer's verdicts about known workers (the core let
-// only those through) to the monitor. nil means the peer withdrew them,
-// left, died or went silent: forget them all.
-func (r *Replica) remoteVerdicts(origin string, vs []loadsync.Verdict) {
-	if vs == nil {
-		r.monitor.ForgetOrigin(origin)
-		return
-	}
-	out := make([]health.Verdict, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, health.Verdict{Worker: health.WorkerID(v.Worker), Kind: health.VerdictKind(v.Kind),
-			Since: time.Unix(0, v.Since)})
-	}
-	r.monitor.SetRemoteVerdicts(origin, out)
 }

@@ -22,7 +22,7 @@ import (
 // knows nobody live, and only the rejoin loop brings it back.
 func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 	t.Helper()
-	old := r.gossiper()
+	old := r.gossip.current()
 	addr := r.GossipAddr()
 	if err := old.Kill(); err != nil {
 		t.Fatalf("cutting %s off the gossip: %v", r.cfg.NodeName, err)
@@ -34,14 +34,14 @@ func cutGossip(t *testing.T, r *Replica) (reopen func()) {
 		if err != nil {
 			t.Fatalf("reopening %s's gossip at %s: %v", r.cfg.NodeName, addr, err)
 		}
-		r.gossip.Store(g)
+		r.gossip.node.Store(g)
 	}
 }
 
 // liveNames are the members r's gossip sees live, itself included.
 func liveNames(r *Replica) []string {
 	var out []string
-	for _, m := range r.gossiper().Members() {
+	for _, m := range r.gossip.current().Members() {
 		out = append(out, m.Name)
 	}
 	return out

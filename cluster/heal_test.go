@@ -165,7 +165,7 @@ func TestAWorkerRemovedThroughTheAdminAPIStaysRemovedAcrossARestart(t *testing.T
 	cfg := testConfig(t, dir, w1, w2)
 	r := startReplica(t, cfg)
 	gone, _ := r.fsm.View().WorkerByURL(w2)
-	if _, err := r.apply(context.Background(), store.NewRemoveWorker(gone.ID)); err != nil {
+	if _, err := r.ApplyRegistry(context.Background(), store.NewRemoveWorker(gone.ID)); err != nil {
 		t.Fatal(err)
 	}
 	_ = r.Stop(context.Background())
@@ -189,7 +189,7 @@ func TestADataDirReusedUnderANewNodeNameStarts(t *testing.T) {
 	if n := r.fsm.View().Len(); n != 1 {
 		t.Fatalf("%d workers under the new name, want the one registered before", n)
 	}
-	if _, err := r.apply(context.Background(), store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:2"})); err != nil {
+	if _, err := r.ApplyRegistry(context.Background(), store.NewAddWorker(store.AddWorker{URL: "http://127.0.0.1:2"})); err != nil {
 		t.Fatalf("a write under the new name: %v", err)
 	}
 }

@@ -9,8 +9,11 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/cluster/admin"
+	"github.com/kvrouter/kvrouter/cluster/health"
+	"github.com/kvrouter/kvrouter/cluster/link"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/kvevents"
 	"github.com/kvrouter/kvrouter/loadsync"
@@ -41,65 +44,56 @@ func (c relayChannel) Type() byte                              { return kvevents
 func (c relayChannel) Outbox(now time.Time) [][]byte           { return c.hub.Outbox(now) }
 func (c relayChannel) Receive(pkt []byte, now time.Time) error { return c.hub.Receive(pkt, now) }
 
-// channels are the gossip channels of this replica: the relay of the
-// engines' events (--kv-events) and the adapters' residency
-// (--lora-residency), each when it is on. The core must be built.
-func (r *Replica) channels() []loadsync.Channel {
+// gossipChannels are the gossip channels of a replica: the relay of the
+// engines' events (--kv-events, kv not nil) and the adapters' residency
+// (--lora-residency, when the core has its channel), each when it is on.
+func gossipChannels(kv *kvHub, c *core.Replica) []loadsync.Channel {
 	var cs []loadsync.Channel
-	if r.kv != nil {
-		cs = append(cs, relayChannel{r.kv.hub})
+	if kv != nil {
+		cs = append(cs, relayChannel{kv.hub})
 	}
-	return append(cs, r.loraChannels()...)
+	if ac := c.AdapterChannel(); ac != nil {
+		cs = append(cs, ac)
+	}
+	return cs
 }
 
-// channelTypes are the message types of channels(), announced to the
+// channelTypes are the message types of gossipChannels, announced to the
 // peers (known from the config alone: they go into the core's gossip
 // config before the core is built).
-func (r *Replica) channelTypes() []byte {
+func (c Config) channelTypes() []byte {
 	var types []byte
-	if r.cfg.KVEvents.Enabled {
+	if c.KVEvents.Enabled {
 		types = append(types, kvevents.RelayType)
 	}
-	if r.cfg.LoRA.Residency {
+	if c.LoRA.Residency {
 		types = append(types, core.AdapterReportType)
 	}
 	return types
 }
 
-// kvPeers is how this replica's hub reaches its peers.
-func (r *Replica) kvPeers() kvPeers {
-	return kvPeers{origin: r.cfg.NodeName, peers: r.livePeers, fetch: r.fetchSnapshots}
+// snapshotFetcher asks the peers for their snapshots of the workers' sets
+// over the cluster port, finding each peer's port in the gossip.
+type snapshotFetcher struct {
+	gossip    *replicaGossip
+	rpc       *link.Client
+	maxBlocks int // --kv-events-max-blocks: what one worker's snapshot may hold
 }
 
-// livePeers names the live members but this one.
-func (r *Replica) livePeers() []string {
-	g := r.gossiper()
-	if g == nil {
-		return nil
-	}
-	var names []string
-	for _, m := range g.Members() {
-		if !m.Self {
-			names = append(names, m.Name)
-		}
-	}
-	return names
-}
-
-// fetchSnapshots asks peer origin for its snapshots of workers, as many at
-// a time as an answer may hold.
-func (r *Replica) fetchSnapshots(ctx context.Context, origin string, workers []uint32) (map[uint32]kvevents.Snapshot, error) {
-	addr := r.peerRPCAddr(origin)
+// fetch asks peer origin for its snapshots of workers, as many at a time
+// as an answer may hold.
+func (f *snapshotFetcher) fetch(ctx context.Context, origin string, workers []uint32) (map[uint32]kvevents.Snapshot, error) {
+	addr := f.gossip.peerRPCAddr(origin)
 	if addr == "" {
 		return nil, fmt.Errorf("peer %s is not a live member with a cluster port", origin)
 	}
-	maxBlocks := r.cfg.KVEvents.MaxBlocks
+	maxBlocks := f.maxBlocks
 	perWorker := 64 + 12*maxBlocks
 	step := max(1, maxSnapshotAnswer/perWorker)
 	out := map[uint32]kvevents.Snapshot{}
 	for len(workers) > 0 {
 		n := min(step, len(workers))
-		got, err := r.fetchSome(ctx, addr, workers[:n], maxBlocks)
+		got, err := f.fetchSome(ctx, addr, workers[:n], maxBlocks)
 		if err != nil {
 			return out, err
 		}
@@ -111,12 +105,12 @@ func (r *Replica) fetchSnapshots(ctx context.Context, origin string, workers []u
 	return out, nil
 }
 
-func (r *Replica) fetchSome(ctx context.Context, addr string, workers []uint32, maxBlocks int) (map[uint32]kvevents.Snapshot, error) {
+func (f *snapshotFetcher) fetchSome(ctx context.Context, addr string, workers []uint32, maxBlocks int) (map[uint32]kvevents.Snapshot, error) {
 	var body []byte
 	for _, id := range workers {
 		body = binary.AppendUvarint(body, uint64(id))
 	}
-	status, data, err := r.rpc.CallUpTo(ctx, http.MethodPost, addr, kvSnapshotPath, body, maxSnapshotAnswer)
+	status, data, err := f.rpc.CallUpTo(ctx, http.MethodPost, addr, kvSnapshotPath, body, maxSnapshotAnswer)
 	if err != nil {
 		return nil, err
 	}
@@ -126,33 +120,19 @@ func (r *Replica) fetchSome(ctx context.Context, addr string, workers []uint32, 
 	return kvevents.DecodeSnapshots(data, len(workers), maxBlocks)
 }
 
-// peerRPCAddr is the cluster port of live member name, "" if none.
-func (r *Replica) peerRPCAddr(name string) string {
-	g := r.gossiper()
-	if g == nil {
-		return ""
-	}
-	for _, m := range g.Members() {
-		if m.Name == name && !m.Self {
-			return m.Tags[tagRaft]
-		}
-	}
-	return ""
-}
-
 // maxSnapshotAsk bounds the workers one ask names.
 const maxSnapshotAsk = 1 << 16
 
-// serveKVSnapshots is kvSnapshotPath: this replica's trusted views of the
+// serveSnapshots is kvSnapshotPath: this replica's trusted views of the
 // workers a peer asks for.
-func (r *Replica) serveKVSnapshots(ctx *fasthttp.RequestCtx) {
+func (h *kvHub) serveSnapshots(ctx *fasthttp.RequestCtx) {
 	ids, err := decodeWorkerIDs(ctx.PostBody())
 	if err != nil {
 		admin.WriteError(ctx, admin.Refusal(http.StatusBadRequest, "invalid_request_error", err.Error()))
 		return
 	}
 	ctx.SetContentType("application/octet-stream")
-	ctx.SetBody(kvevents.AppendSnapshots(nil, r.kv.hub.Snapshots(ids)))
+	ctx.SetBody(kvevents.AppendSnapshots(nil, h.hub.Snapshots(ids)))
 }
 
 func decodeWorkerIDs(b []byte) ([]uint32, error) {
@@ -175,27 +155,26 @@ func decodeWorkerIDs(b []byte) ([]uint32, error) {
 // judgement of an engine busy and silent.
 const kvReadings = time.Second
 
-// feedKVReadings hands the hub the engines' requests running, until the
-// replica stops.
-func (r *Replica) feedKVReadings() {
-	t := r.clock.NewTicker(kvReadings)
+// followEngines hands the hub the engines' requests running, as the
+// monitor's scraper reads them, until ctx ends.
+func (h *kvHub) followEngines(ctx context.Context, clk clock.WithTicker, engines *health.EngineScraper) {
+	t := clk.NewTicker(kvReadings)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C():
-			r.kv.engineRunning(r.runningReadings)
+			h.engineRunning(func() map[store.WorkerID]float64 { return runningReadings(clk.Now(), engines) })
 		}
 	}
 }
 
 // runningReadings are the engines' latest readings of requests running,
-// those read within the last few seconds.
-func (r *Replica) runningReadings() map[store.WorkerID]float64 {
-	now := r.clock.Now()
+// those read within the last few seconds of now.
+func runningReadings(now time.Time, engines *health.EngineScraper) map[store.WorkerID]float64 {
 	out := map[store.WorkerID]float64{}
-	for _, e := range r.monitor.Engines().Readings(nil) {
+	for _, e := range engines.Readings(nil) {
 		if now.Sub(e.At) < 5*kvReadings {
 			out[store.WorkerID(e.ID)] = e.Running
 		}

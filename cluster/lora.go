@@ -1,19 +1,21 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/cluster/health"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/exposition"
-	"github.com/kvrouter/kvrouter/loadsync"
 	"github.com/kvrouter/kvrouter/proxy"
+	"github.com/kvrouter/kvrouter/store"
 )
 
 // LoRA is how the replica routes the requests of LoRA adapters.
@@ -58,35 +60,46 @@ func (l LoRA) proxyConfig(h health.Config) proxy.LoRAConfig {
 // the residency: the monitor reads each busy engine every scrape interval.
 const adapterReadings = 250 * time.Millisecond
 
-// feedAdapterReadings hands the core every new reading of an engine's LoRA
-// state, until the replica stops.
-func (r *Replica) feedAdapterReadings() {
-	t := r.clock.NewTicker(adapterReadings)
+// loraResidency is the replica's side of the adapters' residency
+// (--lora-residency): it feeds the core the engines' LoRA state and
+// exposes the residency's metrics. nil when residency is off.
+type loraResidency struct {
+	core    *core.Replica
+	engines *health.EngineScraper
+	fsm     *store.FSM // the registry, whose workers the metrics name
+	clock   clock.WithTicker
+}
+
+// newLoRAResidency is the residency's side of a replica, nil when
+// --lora-residency is off.
+func newLoRAResidency(on bool, c *core.Replica, engines *health.EngineScraper, fsm *store.FSM, clk clock.WithTicker) *loraResidency {
+	if !on {
+		return nil
+	}
+	return &loraResidency{core: c, engines: engines, fsm: fsm, clock: clk}
+}
+
+// feed hands the core every new reading of an engine's LoRA state, until
+// ctx ends.
+func (l *loraResidency) feed(ctx context.Context) {
+	t := l.clock.NewTicker(adapterReadings)
 	defer t.Stop()
 	fed := map[health.WorkerID]time.Time{}
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-t.C():
-			for _, e := range r.monitor.Engines().Readings(nil) {
+			for _, e := range l.engines.Readings(nil) {
 				if e.LoRA == nil || !e.At.After(fed[e.ID]) {
 					continue
 				}
 				fed[e.ID] = e.At
-				r.core.ObserveAdapters(affinity.WorkerID(e.ID), core.EngineAdapters{At: e.At, Slots: e.LoRA.MaxLoRA,
+				l.core.ObserveAdapters(affinity.WorkerID(e.ID), core.EngineAdapters{At: e.At, Slots: e.LoRA.MaxLoRA,
 					Running: e.LoRA.Running, Waiting: e.LoRA.Waiting})
 			}
 		}
 	}
-}
-
-// loraChannels is the adapter gossip's channel, when residency is on.
-func (r *Replica) loraChannels() []loadsync.Channel {
-	if c := r.core.AdapterChannel(); c != nil {
-		return []loadsync.Channel{c}
-	}
-	return nil
 }
 
 var _ = exposition.Describe(map[string]string{
@@ -96,19 +109,16 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_worker_lora_slots":          "Each worker's max_lora as the tier knows it from its engine's vllm:lora_requests_info (0: not read yet), by worker URL.",
 })
 
-// registerLoRA registers the residency's metrics.
-func (r *Replica) registerLoRA(set *metrics.Set) {
-	if !r.cfg.LoRA.Residency {
-		return
-	}
-	set.NewGauge("vllm_router_lora_residency_bytes", func() float64 { return float64(r.core.AdapterStats().Bytes) })
+// register registers the residency's metrics.
+func (l *loraResidency) register(set *metrics.Set) {
+	set.NewGauge("vllm_router_lora_residency_bytes", func() float64 { return float64(l.core.AdapterStats().Bytes) })
 	set.RegisterMetricsWriter(func(w io.Writer) {
-		metrics.WriteCounterUint64(w, "vllm_router_lora_reports_refused_total", r.core.AdapterStats().Refused)
-		workers := r.fsm.View().Workers()
+		metrics.WriteCounterUint64(w, "vllm_router_lora_reports_refused_total", l.core.AdapterStats().Refused)
+		workers := l.fsm.View().Workers()
 		for _, family := range []struct {
 			name string
 			of   func(affinity.WorkerID) int
-		}{{"vllm_router_worker_lora_busy_adapters", r.core.BusyAdapters}, {"vllm_router_worker_lora_slots", r.core.AdapterSlots}} {
+		}{{"vllm_router_worker_lora_busy_adapters", l.core.BusyAdapters}, {"vllm_router_worker_lora_slots", l.core.AdapterSlots}} {
 			metrics.WriteMetadataIfNeeded(w, family.name, "gauge") // once per family, not per series
 			for _, wk := range workers {
 				fmt.Fprintf(w, "%s{worker=%q} %d\n", family.name, wk.URL, family.of(affinity.WorkerID(wk.ID)))

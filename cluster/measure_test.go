@@ -51,7 +51,7 @@ func measureGossip(t *testing.T, size, rps int, window time.Duration) {
 
 	before := map[string]uint64{}
 	for name, r := range c.replicas {
-		before[name] = r.gossiper().Stats().BytesSent
+		before[name] = r.gossip.current().Stats().BytesSent
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -74,7 +74,7 @@ func measureGossip(t *testing.T, size, rps int, window time.Duration) {
 	for name, r := range c.replicas {
 		lag := r.sync.Lag()
 		p50s, p99s = append(p50s, lag.P50), append(p99s, lag.P99)
-		bytes += r.gossiper().Stats().BytesSent - before[name]
+		bytes += r.gossip.current().Stats().BytesSent - before[name]
 		n, _ := sent.Load(name)
 		bad, _ := failed.Load(name)
 		requests, errors = requests+n.(uint64), errors+bad.(uint64)

@@ -3,20 +3,25 @@ package cluster
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/kvrouter/kvrouter/cluster/membership"
 	"github.com/kvrouter/kvrouter/cluster/raftnode"
 	"github.com/kvrouter/kvrouter/loadsync"
 )
 
-// newMembership is the replica's membership planner and rejoin loop, over
-// its Raft node and its gossip; joined says whether it holds Raft state.
-func (r *Replica) newMembership(joined bool) *membership.Membership {
-	cfg := membership.Config{Self: r.cfg.NodeName, Expect: r.cfg.BootstrapExpect, Join: r.cfg.Join,
-		ReconcileInterval: r.cfg.ReconcileInterval, ReapTimeout: r.cfg.ReapTimeout,
-		Stabilization: r.cfg.Stabilization, Clock: r.clock, Logger: r.log}
-	return membership.New(cfg, raftMembers{r.raft}, gossipMembers{r}, joined)
+// newMembership is a replica's membership planner and rejoin loop, as its
+// config c says, over its Raft node and its gossip; joined says whether it
+// holds Raft state.
+func newMembership(c Config, clk clock.WithTicker, log *slog.Logger, node *raftnode.Node, gossip gossipMembers,
+	joined bool) *membership.Membership {
+	cfg := membership.Config{Self: c.NodeName, Expect: c.BootstrapExpect, Join: c.Join,
+		ReconcileInterval: c.ReconcileInterval, ReapTimeout: c.ReapTimeout,
+		Stabilization: c.Stabilization, Clock: clk, Logger: log}
+	return membership.New(cfg, raftMembers{node}, gossip, joined)
 }
 
 // raftMembers is the Raft node as membership sees it.
@@ -60,17 +65,22 @@ func (m raftMembers) Bootstrap(ctx context.Context, voters []membership.Server) 
 	return nil
 }
 
-// gossipMembers is the replica's gossip as membership sees it. It reads the
-// gossip node at every call: tests swap it (cutGossip).
-type gossipMembers struct{ r *Replica }
+// gossipMembers is the replica's gossip as membership sees it, with the
+// peers' load reports from sync. It reads the gossip node at every call:
+// tests swap it (cutGossip). sync is read at every call too: the core that
+// holds it is built after the membership.
+type gossipMembers struct {
+	gossip *replicaGossip
+	sync   func() *loadsync.State
+}
 
 var _ membership.Source = gossipMembers{}
 
-func (g gossipMembers) Members() []loadsync.Member { return g.r.gossiper().Members() }
-func (g gossipMembers) Join(addrs []string) error  { return g.r.gossiper().Join(addrs) }
+func (g gossipMembers) Members() []loadsync.Member { return g.gossip.current().Members() }
+func (g gossipMembers) Join(addrs []string) error  { return g.gossip.current().Join(addrs) }
 
 func (g gossipMembers) AnnounceJoined() error {
-	return g.r.gossiper().SetTags(g.r.gossipTags(true))
+	return g.gossip.current().SetTags(g.gossip.tags(true))
 }
 
 // gossipingWithin is how recent a peer's last load report must be for the
@@ -83,7 +93,7 @@ const gossipingWithin = 2 * time.Second
 // gossipingWithin.
 func (g gossipMembers) Reporting(now time.Time) map[string]bool {
 	out := map[string]bool{}
-	for _, o := range g.r.sync.Origins(now) {
+	for _, o := range g.sync().Origins(now) {
 		if o.Age < gossipingWithin {
 			out[o.Origin] = true
 		}

@@ -20,5 +20,5 @@ func (r *Replica) IsLeader() bool { return r.raft.IsLeader() }
 
 // ApplyRegistry submits a registry write through the leader, bounded by ctx.
 func (r *Replica) ApplyRegistry(ctx context.Context, cmd store.Command) (store.Result, error) {
-	return r.apply(ctx, cmd)
+	return r.writes.Apply(ctx, cmd)
 }

@@ -94,7 +94,7 @@ func TestRegistrySurvivesARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	added, err := r.apply(context.Background(), store.NewAddWorker(store.AddWorker{URL: echoWorker(t, "w2")}))
+	added, err := r.ApplyRegistry(context.Background(), store.NewAddWorker(store.AddWorker{URL: echoWorker(t, "w2")}))
 	if err != nil || added.Err != nil {
 		t.Fatalf("add: %v %v", err, added.Err)
 	}

@@ -41,7 +41,7 @@ func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
 		routes[placePath] = postOnly(r.placer.servePlace)
 	}
 	if r.kv != nil {
-		routes[kvSnapshotPath] = postOnly(r.serveKVSnapshots)
+		routes[kvSnapshotPath] = postOnly(r.kv.serveSnapshots)
 	}
 	return routes
 }

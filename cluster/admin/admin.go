@@ -88,6 +88,10 @@ const MaxBody = store.MaxCommandBytes
 type Admin struct {
 	cfg       Config
 	tokenHash [sha256.Size]byte
+	// keyring serves the gossip keyring's endpoints (keyring.go).
+	keyring keyringEndpoints
+	// migration serves DELETE /workers/{id}?drain=migrate (migrate.go).
+	migration migration
 }
 
 // New returns the admin API. Registry and Apply are required: a nil
@@ -99,7 +103,11 @@ func New(cfg Config) *Admin {
 	if cfg.ApplyTimeout <= 0 {
 		cfg.ApplyTimeout = DefaultApplyTimeout
 	}
-	return &Admin{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token))}
+	a := &Admin{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)),
+		keyring: keyringEndpoints{keyring: cfg.Keyring, timeout: cfg.ApplyTimeout}}
+	a.migration = migration{registry: cfg.Registry, apply: a.apply, move: cfg.MoveStreams, streamsOn: cfg.StreamsOn,
+		wait: cfg.MigrateWait}
+	return a
 }
 
 // handler serves one method of one admin endpoint; id is the worker id of
@@ -122,10 +130,10 @@ var (
 		"/list_workers":    {http.MethodGet: (*Admin).legacyListWorkers},
 		"/flush_cache":     {http.MethodPost: (*Admin).flushCache},
 
-		"/cluster/keyring":         {http.MethodGet: (*Admin).listKeyring},
-		"/cluster/keyring/install": {http.MethodPost: (*Admin).changeKeyring},
-		"/cluster/keyring/use":     {http.MethodPost: (*Admin).changeKeyring},
-		"/cluster/keyring/remove":  {http.MethodPost: (*Admin).changeKeyring},
+		"/cluster/keyring":         {http.MethodGet: keyringRoute((*keyringEndpoints).list)},
+		"/cluster/keyring/install": {http.MethodPost: keyringRoute((*keyringEndpoints).change)},
+		"/cluster/keyring/use":     {http.MethodPost: keyringRoute((*keyringEndpoints).change)},
+		"/cluster/keyring/remove":  {http.MethodPost: keyringRoute((*keyringEndpoints).change)},
 	}
 	workerEndpoints = map[string]endpoint{
 		"":         {http.MethodGet: (*Admin).getWorker, http.MethodDelete: (*Admin).deleteWorker},
@@ -426,7 +434,7 @@ func (a *Admin) deleteWorker(ctx *fasthttp.RequestCtx, id store.WorkerID) {
 	switch drain := string(ctx.QueryArgs().Peek("drain")); drain {
 	case "":
 	case adminapi.DrainMigrate:
-		a.migrateAndRemove(ctx, id)
+		a.migration.serve(ctx, id)
 		return
 	default:
 		WriteError(ctx, &statusError{http.StatusBadRequest, "invalid_request_error",

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -49,18 +50,30 @@ var keyringAdminOps = map[string]adminapi.KeyringOp{
 	"/cluster/keyring/remove":  adminapi.KeyringRemove,
 }
 
-func (a *Admin) listKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
-	a.runKeyring(ctx, adminapi.KeyringList, nil)
+// keyringEndpoints serve the keyring endpoints: keyring is Config.Keyring,
+// each call bounded by timeout (Config.ApplyTimeout).
+type keyringEndpoints struct {
+	keyring func(ctx context.Context, op adminapi.KeyringOp, key []byte) ([]adminapi.NodeKeyring, error)
+	timeout time.Duration
 }
 
-func (a *Admin) changeKeyring(ctx *fasthttp.RequestCtx, _ store.WorkerID) {
+// keyringRoute is the admin handler of a keyring endpoint.
+func keyringRoute(serve func(*keyringEndpoints, *fasthttp.RequestCtx)) handler {
+	return func(a *Admin, ctx *fasthttp.RequestCtx, _ store.WorkerID) { serve(&a.keyring, ctx) }
+}
+
+func (k *keyringEndpoints) list(ctx *fasthttp.RequestCtx) {
+	k.run(ctx, adminapi.KeyringList, nil)
+}
+
+func (k *keyringEndpoints) change(ctx *fasthttp.RequestCtx) {
 	op := keyringAdminOps[string(ctx.Path())]
 	key, err := decodeKeyringKey(ctx.PostBody())
 	if err != nil {
 		WriteError(ctx, err)
 		return
 	}
-	a.runKeyring(ctx, op, key)
+	k.run(ctx, op, key)
 }
 
 // decodeKeyringKey reads {"key": base64} and checks it is an AES key.
@@ -83,17 +96,17 @@ func ParseGossipKey(text string) ([]byte, error) {
 	return key, nil
 }
 
-// runKeyring applies op everywhere and answers 200 with every replica's
+// run applies op everywhere and answers 200 with every replica's
 // keyring, or 502 naming the replicas where it failed (with the keyrings
 // of all, so the operator sees where each one stands).
-func (a *Admin) runKeyring(ctx *fasthttp.RequestCtx, op adminapi.KeyringOp, key []byte) {
-	if a.cfg.Keyring == nil {
+func (k *keyringEndpoints) run(ctx *fasthttp.RequestCtx, op adminapi.KeyringOp, key []byte) {
+	if k.keyring == nil {
 		WriteError(ctx, &statusError{http.StatusNotFound, "not_found_error", "this replica has no gossip keyring"})
 		return
 	}
-	apply, cancel := context.WithTimeout(context.Background(), a.cfg.ApplyTimeout)
+	apply, cancel := context.WithTimeout(context.Background(), k.timeout)
 	defer cancel()
-	nodes, err := a.cfg.Keyring(apply, op, key)
+	nodes, err := k.keyring(apply, op, key)
 	if err != nil {
 		WriteError(ctx, err)
 		return

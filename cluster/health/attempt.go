@@ -151,12 +151,12 @@ func (a *Attempt) End(o Outcome) {
 // before.
 func (j *judge) ended(a *Attempt, o Outcome, now int64) {
 	w := a.w
-	touched := j.stallTouched(a.begunAt, now)
-	if o == OutcomeFailure && (touched || j.isolated(a.begunAt, now)) {
+	touched := j.stalls.touched(a.begunAt, now)
+	if o == OutcomeFailure && (touched || j.isolation.isolated(a.begunAt, now)) {
 		o = OutcomeCanceled
 	}
 	rate, sampled := a.rate(now)
-	slowTrial := sampled && !touched && a.trial && o == OutcomeSuccess && j.tooSlow(w, rate)
+	slowTrial := sampled && !touched && a.trial && o == OutcomeSuccess && j.degrade.tooSlow(w, rate)
 	if slowTrial {
 		o = OutcomeFailure
 	}
@@ -169,7 +169,7 @@ func (j *judge) ended(a *Attempt, o Outcome, now int64) {
 		w.noteProgress(now) // a worker left idle is not silent
 	}
 	if !touched {
-		j.lastSample(w, a, now, rate, sampled)
+		j.degrade.lastSample(w, a, now, rate, sampled)
 	}
 	ch := w.recordOutcome(o, a.gen, a.trial, now)
 	if slowTrial {

@@ -78,15 +78,15 @@ func (p *prober) checkOne(ctx context.Context, w *worker, round uint64) {
 // be this replica's own doing (the probe overlapped a stall of this
 // replica, or came while it heard no peer and no worker) is not counted.
 func (j *judge) checked(w *worker, good bool, start, now int64, round uint64) bool {
-	if !good && j.stallTouched(start, now) {
+	if !good && j.stalls.touched(start, now) {
 		return false
 	}
-	if !good && j.probeIsolated(start, now, round) {
-		j.noteCutOff()
+	if !good && j.isolation.probeIsolated(start, now, round) {
+		j.isolation.noteCutOff()
 		return false
 	}
 	if good {
-		j.noteAnswer(now, round)
+		j.isolation.noteAnswer(now, round)
 	}
 	w.mu.Lock()
 	ch := w.recordProbe(good, &j.cfg)

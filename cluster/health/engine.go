@@ -179,13 +179,6 @@ func labelsEnd(s []byte) int {
 	return -1
 }
 
-// scrapeEvery is how often a worker's engine is read while it needs to be:
-// often enough that a working engine shows progress well within WedgeTimeout,
-// never more often than Tick runs.
-func (j *judge) scrapeEvery() int64 {
-	return max(j.cfg.WedgeTimeout.Nanoseconds()/6, j.cfg.EvalInterval.Nanoseconds())
-}
-
 // EngineScraper reads the engines' /metrics: the token counters, which it
 // hands the judge as progress of a silent worker, and the saturation signal
 // (requests running and waiting, KV cache usage, LoRA state), which it keeps
@@ -205,7 +198,7 @@ type EngineScraper struct {
 func (s *EngineScraper) scrapeOne(ctx context.Context, w *worker) {
 	start := s.now()
 	w.wantScrape.Store(false)
-	s.judge.scrapeStarted(w, start)
+	s.judge.wedge.scrapeStarted(w, start)
 	r, err := s.client.scrape(ctx, w.target, s.timeout)
 	if ctx.Err() != nil {
 		return
@@ -217,7 +210,7 @@ func (s *EngineScraper) scrapeOne(ctx context.Context, w *worker) {
 	if err == nil {
 		s.keep(w, r, now)
 	}
-	s.judge.engineRead(w, start, now, r, err == nil)
+	s.judge.wedge.engineRead(w, start, now, r, err == nil)
 }
 
 // keep makes r, read at now, w's latest reading, whatever its counters.
@@ -225,22 +218,6 @@ func (s *EngineScraper) keep(w *worker, r engineReading, now int64) {
 	w.mu.Lock()
 	w.occupancy, w.occupancyAt, w.read = r, now, true
 	w.mu.Unlock()
-}
-
-// scrapeStarted notes that a read of w's engine started at start.
-func (j *judge) scrapeStarted(w *worker, start int64) {
-	w.mu.Lock()
-	w.engine.last = start
-	w.mu.Unlock()
-}
-
-// engineRead applies a read of w's engine that started at start and ended at
-// now: ok says it was readable. It counts as progress only if it has the
-// token counters and no stall of this replica overlapped it.
-func (j *judge) engineRead(w *worker, start, now int64, r engineReading, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.recordEngine(start, r, ok && r.hasTokens && !j.stallTouched(start, now), j.scrapeEvery())
 }
 
 // recordEngine applies a reading taken at `at`. Token counters that rose
@@ -263,25 +240,6 @@ func (w *worker) recordEngine(at int64, r engineReading, good bool, every int64)
 	}
 	advance(&w.engineAt, prev.at)
 	w.noteHeard(prev.at)
-}
-
-// needsScrape reports whether Tick should have w's engine read: some attempt
-// on it has heard nothing for a third of WedgeTimeout, and the last scrape
-// is at least scrapeEvery old; or, for the saturation signal, it has
-// attempts in flight and the last scrape is EngineScrapeInterval old.
-// Caller holds mu.
-func (j *judge) needsScrape(w *worker, now, oldestSilence int64) bool {
-	if w.scraping.Load() {
-		return false
-	}
-	if every := j.cfg.EngineScrapeInterval.Nanoseconds(); every > 0 && w.inflight.Load() > 0 &&
-		(w.engine.last == 0 || now-w.engine.last >= every) {
-		return true
-	}
-	if oldestSilence < j.cfg.WedgeTimeout.Nanoseconds()/3 {
-		return false
-	}
-	return w.engine.last == 0 || now-w.engine.last >= j.scrapeEvery()
 }
 
 // EngineReading is the latest readable scrape of a worker's engine: what

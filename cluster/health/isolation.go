@@ -1,6 +1,7 @@
 package health
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,12 @@ type PeerContact func() (silent time.Duration, expected bool)
 
 // isolation is what the Monitor knows of this replica's contact with the
 // world: the latest window in which it heard no peer, on the Monitor's
-// timeline. Its atomics are lock-free; mu guards the window.
+// timeline, and whether it is the one cut off. Its atomics are lock-free;
+// mu guards the window.
 type isolation struct {
+	interval int64 // between active checks: Config.Interval
+	log      *slog.Logger
+
 	peers      atomic.Pointer[PeerContact]
 	lastAnswer atomic.Int64 // when a worker last answered a probe, or notSet
 	// round counts CheckNow's rounds; answeredRound is the latest in which
@@ -42,8 +47,8 @@ type isolation struct {
 	backAt int64 // when one was heard again, or notSet while they are quiet
 }
 
-func newIsolation() *isolation {
-	i := &isolation{recheck: make(chan struct{}, 1), goneAt: notSet, backAt: notSet}
+func newIsolation(interval time.Duration, log *slog.Logger) *isolation {
+	i := &isolation{interval: interval.Nanoseconds(), log: log, recheck: make(chan struct{}, 1), goneAt: notSet, backAt: notSet}
 	i.lastAnswer.Store(notSet)
 	return i
 }
@@ -71,9 +76,9 @@ func (i *isolation) observe(now int64) (gone, back int64, ok bool) {
 // be this replica's own isolation: it began while no peer was heard (one
 // that outlasts the isolation fails all the same, on the replica's side),
 // and no worker answered a probe since an Interval and a half before from.
-func (j *judge) isolated(from, now int64) bool {
-	return j.peersQuietAt(from, now) &&
-		j.isolation.lastAnswer.Load() < from-3*j.cfg.Interval.Nanoseconds()/2
+func (i *isolation) isolated(from, now int64) bool {
+	return i.peersQuietAt(from, now) &&
+		i.lastAnswer.Load() < from-3*i.interval/2
 }
 
 // probeIsolated is isolated for a probe of the given round (CheckNow's):
@@ -82,54 +87,54 @@ func (j *judge) isolated(from, now int64) bool {
 // there, while a worker that dies beside others that answer is counted in
 // every round, whatever the order in which a round's answers arrive and
 // however the rounds bunch up on a busy replica.
-func (j *judge) probeIsolated(from, now int64, round uint64) bool {
-	return j.peersQuietAt(from, now) && j.isolation.answeredRound.Load()+2 <= round
+func (i *isolation) probeIsolated(from, now int64, round uint64) bool {
+	return i.peersQuietAt(from, now) && i.answeredRound.Load()+2 <= round
 }
 
 // peersQuietAt reports whether [from, now] began while no peer was heard.
-func (j *judge) peersQuietAt(from, now int64) bool {
-	gone, back, ok := j.isolation.observe(now)
+func (i *isolation) peersQuietAt(from, now int64) bool {
+	gone, back, ok := i.observe(now)
 	return ok && gone != notSet && from >= gone && (back == notSet || from < back)
 }
 
 // noteCutOff records a failure not counted because of isolation.
-func (j *judge) noteCutOff() {
-	if j.isolation.cutOff.CompareAndSwap(false, true) {
-		j.log.Warn("this replica hears no peer and no worker: it is the one cut off; its failed probes do not count against workers")
+func (i *isolation) noteCutOff() {
+	if i.cutOff.CompareAndSwap(false, true) {
+		i.log.Warn("this replica hears no peer and no worker: it is the one cut off; its failed probes do not count against workers")
 	}
 }
 
 // noteAnswer records a worker's answer to a probe of round at now; an
 // isolation it ends asks for every worker to be probed again at once.
-func (j *judge) noteAnswer(now int64, round uint64) {
-	j.isolation.lastAnswer.Store(now)
+func (i *isolation) noteAnswer(now int64, round uint64) {
+	i.lastAnswer.Store(now)
 	for {
-		seen := j.isolation.answeredRound.Load()
-		if seen >= round || j.isolation.answeredRound.CompareAndSwap(seen, round) {
+		seen := i.answeredRound.Load()
+		if seen >= round || i.answeredRound.CompareAndSwap(seen, round) {
 			break
 		}
 	}
-	j.endCutOff("a worker answered")
+	i.endCutOff("a worker answered")
 }
 
 // checkContact asks after the peers at now, every EvalInterval (the evaluation
 // loop calls it), which keeps the PeerContact's view of them current even
 // while no probe fails, and ends an isolation once a peer is heard from
 // again.
-func (j *judge) checkContact(now int64) {
-	_, back, ok := j.isolation.observe(now)
-	if ok && back != notSet && j.isolation.cutOff.Load() {
-		j.endCutOff("a peer was heard from")
+func (i *isolation) checkContact(now int64) {
+	_, back, ok := i.observe(now)
+	if ok && back != notSet && i.cutOff.Load() {
+		i.endCutOff("a peer was heard from")
 	}
 }
 
-func (j *judge) endCutOff(why string) {
-	if !j.isolation.cutOff.CompareAndSwap(true, false) {
+func (i *isolation) endCutOff(why string) {
+	if !i.cutOff.CompareAndSwap(true, false) {
 		return
 	}
-	j.log.Info("this replica is in contact again; probing every worker now", "because", why)
+	i.log.Info("this replica is in contact again; probing every worker now", "because", why)
 	select {
-	case j.isolation.recheck <- struct{}{}:
+	case i.recheck <- struct{}{}:
 	default:
 	}
 }

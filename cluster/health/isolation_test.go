@@ -60,7 +60,7 @@ func TestAReplicaThatHearsNoPeerAndNoWorkerKeepsItsWorkers(t *testing.T) {
 	w1.code.Store(fasthttp.StatusOK)
 	w2.code.Store(fasthttp.StatusOK)
 	p.silent.Store(0)
-	m.judge.checkContact(m.now())
+	m.judge.isolation.checkContact(m.now())
 	if m.CutOff() {
 		t.Fatal("CutOff() = true once a peer was heard again")
 	}
@@ -119,16 +119,16 @@ func TestAFailureBegunWhileCutOffIsNotCountedWhenItEndsAfterContactReturns(t *te
 	m, clock, p := isolationMonitor(t, w1)
 	clock.Step(2 * m.cfg.Interval) // the last answer is a round and more behind
 	p.silent.Store(int64(time.Second))
-	m.judge.checkContact(m.now()) // the peers went quiet a second ago
+	m.judge.isolation.checkContact(m.now()) // the peers went quiet a second ago
 	began := m.now()
 	clock.Step(time.Second)
 	p.silent.Store(0)
-	m.judge.checkContact(m.now()) // a peer is heard again
+	m.judge.isolation.checkContact(m.now()) // a peer is heard again
 	clock.Step(time.Millisecond)
-	if !m.judge.isolated(began, m.now()) {
+	if !m.judge.isolation.isolated(began, m.now()) {
 		t.Fatal("a failure begun while cut off, ending after contact returned, was counted")
 	}
-	if m.judge.isolated(m.now(), m.now()+int64(time.Millisecond)) {
+	if m.judge.isolation.isolated(m.now(), m.now()+int64(time.Millisecond)) {
 		t.Fatal("a failure begun after contact returned was not counted")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -25,7 +24,7 @@ import (
 // All methods are safe for concurrent use: the request path (begin,
 // ended, eligible) reads atomics and holds a worker's mutex for a few
 // instructions; control-plane writers (setWorkers, remote verdicts)
-// serialise on controlMu.
+// serialise in remoteVerdicts.
 type judge struct {
 	cfg    Config
 	log    *slog.Logger
@@ -34,15 +33,16 @@ type judge struct {
 	stalls *stallLog // when this replica itself was stalled
 	// isolation: whether this replica, not its workers, is cut off
 	isolation *isolation
-	changed   func() // an eligibility or verdict moved; never blocks
+	// remote: the other replicas' verdicts, and whether they take a
+	// worker out here (quorum.go)
+	remote *remoteVerdicts
+	// wedge and degrade are the two verdicts this replica reaches itself
+	// (wedge.go, rates.go).
+	wedge   *wedgeJudge
+	degrade *degradeJudge
+	changed func() // an eligibility or verdict moved; never blocks
 
 	workers atomic.Pointer[workerSet]
-	live    atomic.Int32 // live replicas, this one included (setLiveReplicas)
-
-	// controlMu serialises control-plane writers: setWorkers and remote
-	// verdicts. The request path and Tick never take it.
-	controlMu sync.Mutex
-	remote    map[string][]Verdict // origin -> its latest verdicts
 }
 
 // workerSet is an immutable view of the watched workers, swapped whole.
@@ -61,11 +61,13 @@ func newJudge(cfg Config, epoch time.Time, log *slog.Logger, changed func()) *ju
 			failures: cfg.CBFailureThreshold, successes: cfg.CBSuccessThreshold,
 			trials: cfg.CBHalfOpenTrials, timeout: cfg.CBTimeout.Nanoseconds(), disabled: cfg.DisableCircuitBreaker,
 		},
-		stalls: newStallLog(), isolation: newIsolation(),
-		remote: make(map[string][]Verdict),
+		stalls:    newStallLog(cfg.EvalInterval, log),
+		isolation: newIsolation(cfg.Interval, log),
 	}
+	j.remote = newRemoteVerdicts(&j.workers, j.report)
+	j.wedge = &wedgeJudge{cfg: cfg, stalls: j.stalls}
+	j.degrade = &degradeJudge{cfg: cfg, stalls: j.stalls}
 	j.workers.Store(&workerSet{byID: map[WorkerID]*worker{}})
-	j.live.Store(1)
 	return j
 }
 
@@ -78,25 +80,23 @@ func (j *judge) list() []*worker { return j.workers.Load().list }
 
 // setWorkers replaces the set of watched workers (see Monitor.SetWorkers).
 func (j *judge) setWorkers(targets []Target) error {
-	j.controlMu.Lock()
-	defer j.controlMu.Unlock()
-	old := j.workers.Load()
-	next := &workerSet{byID: make(map[WorkerID]*worker, len(targets))}
 	var errs []error
-	for _, t := range targets {
-		w, err := j.carryOver(old, t)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	j.remote.swapWorkers(func(old *workerSet) *workerSet {
+		next := &workerSet{byID: make(map[WorkerID]*worker, len(targets))}
+		for _, t := range targets {
+			w, err := j.carryOver(old, t)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			next.byID[t.ID] = w
 		}
-		next.byID[t.ID] = w
-	}
-	for _, w := range next.byID {
-		next.list = append(next.list, w)
-	}
-	slices.SortFunc(next.list, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
-	j.workers.Store(next)
-	j.applyRemoteLocked()
+		for _, w := range next.byID {
+			next.list = append(next.list, w)
+		}
+		slices.SortFunc(next.list, func(a, b *worker) int { return cmp.Compare(a.id, b.id) })
+		return next
+	})
 	j.changed()
 	return errors.Join(errs...)
 }

@@ -121,10 +121,10 @@ func TestJudgeCountsProgressAsLife(t *testing.T) {
 func TestJudgeDoesNotCountAFailedCheckThatOverlappedItsOwnStall(t *testing.T) {
 	cfg := DefaultConfig()
 	b := newJudgeBench(t, cfg)
-	b.j.beat(b.now())
+	b.j.stalls.beat(b.now())
 	sent := b.now() + int64(time.Second)
 	b.clock.Advance(10 * time.Second) // this replica stopped: no heartbeat for 10s
-	b.j.beat(b.now())
+	b.j.stalls.beat(b.now())
 	for range cfg.FailureThreshold {
 		if b.j.checked(b.worker(1), false, sent, b.now(), b.j.isolation.round.Add(1)) {
 			t.Fatal("a failed check sent before this replica's stall ended was counted")
@@ -145,17 +145,17 @@ func TestJudgeDoesNotCountAFailedCheckThatOverlappedItsOwnStall(t *testing.T) {
 
 func TestJudgeTakesAWorkerOutOnAQuorumOfRemoteVerdicts(t *testing.T) {
 	b := newJudgeBench(t, DefaultConfig())
-	b.j.setLiveReplicas(3)
+	b.j.remote.setLive(3)
 	wedged := []Verdict{{Worker: 1, Kind: VerdictWedged, Since: t0}}
-	b.j.setRemoteVerdicts("replica-b", wedged)
+	b.j.remote.set("replica-b", wedged)
 	if !b.j.eligible(1) {
 		t.Fatal("one replica of three took worker 1 out without this replica's evidence")
 	}
-	b.j.setRemoteVerdicts("replica-c", wedged)
+	b.j.remote.set("replica-c", wedged)
 	if b.j.eligible(1) {
 		t.Fatal("two replicas of three (a quorum) did not take worker 1 out")
 	}
-	b.j.setRemoteVerdicts("replica-c", nil)
+	b.j.remote.set("replica-c", nil)
 	if !b.j.eligible(1) {
 		t.Fatal("worker 1 stayed out after the quorum was lost")
 	}

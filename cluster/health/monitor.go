@@ -162,7 +162,7 @@ func (m *Monitor) Verdicts() []Verdict { return m.judge.verdicts() }
 // not watched yet apply when the worker is added. Cost O(workers + verdicts);
 // it never blocks on the request path or on callbacks.
 func (m *Monitor) SetRemoteVerdicts(origin string, verdicts []Verdict) {
-	m.judge.setRemoteVerdicts(origin, verdicts)
+	m.judge.remote.set(origin, verdicts)
 }
 
 // ForgetOrigin drops every verdict of replica origin, for when it leaves or dies.
@@ -171,14 +171,14 @@ func (m *Monitor) ForgetOrigin(origin string) {
 }
 
 // RemoteOrigins lists the replicas that currently hold verdicts, sorted.
-func (m *Monitor) RemoteOrigins() []string { return m.judge.remoteOrigins() }
+func (m *Monitor) RemoteOrigins() []string { return m.judge.remote.origins() }
 
 // SetLiveReplicas tells the Monitor how many router replicas are live,
 // counting this one; the gossip membership knows. It decides how many
 // replicas' verdicts take a worker out without this replica's own evidence
 // (see quorum). Until it is called the Monitor assumes it is alone. Values
 // below 1 count as 1. Cheap when n is unchanged.
-func (m *Monitor) SetLiveReplicas(n int) { m.judge.setLiveReplicas(n) }
+func (m *Monitor) SetLiveReplicas(n int) { m.judge.remote.setLive(n) }
 
 // SetPeerContact tells the Monitor how to learn whether this replica hears
 // its peers. Without it, no failure is ever put down to isolation.

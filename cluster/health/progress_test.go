@@ -256,7 +256,7 @@ func engineWorker(t *testing.T) (*Monitor, *testingclock.FakeClock, *fakeWorker)
 // second advances the clock by a second, evaluates and runs the tasks due.
 func second(m *Monitor, clock *testingclock.FakeClock) {
 	clock.Step(time.Second)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	m.Tick()
 	tasksRound(m)
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"time"
 )
 
 // rateWindowSize bounds the token-rate samples kept per worker; past it the
@@ -17,7 +18,7 @@ const rateWindowSize = 128
 const minRateTokens = 4
 
 // rateSample is one request's decode rate in tokens per second, over the
-// whole request or over one slice of it (see judge.slice).
+// whole request or over one slice of it (see degradeJudge.slice).
 type rateSample struct {
 	at   int64 // when the request ended
 	rate float64
@@ -88,12 +89,22 @@ type rateJudgement struct {
 	suspect bool // too slow on fewer samples: evidence, short of a verdict
 }
 
-// judgeRates decides, aligned with ws, which workers are degraded: judged on
+// degradeJudge is the degrade verdict: it samples the workers' decode rates
+// (slices of the streams in flight, and the rest of each when it ends),
+// ranks each worker against the peers of its group, and sets and lifts the
+// verdict. A sample that overlapped a stall of this replica (stalls) is
+// dropped.
+type degradeJudge struct {
+	cfg    Config
+	stalls *stallLog
+}
+
+// rates decides, aligned with ws, which workers are degraded: judged on
 // enough recent samples and slower than DegradeRatio times the median of the
 // judged peers in their group. It also leaves each worker's peer median in
 // peerRate for End to weigh trial requests against.
-func (j *judge) judgeRates(ws []*worker, now int64) []rateJudgement {
-	since := now - j.cfg.DegradeWindow.Nanoseconds()
+func (d *degradeJudge) rates(ws []*worker, now int64) []rateJudgement {
+	since := now - d.cfg.DegradeWindow.Nanoseconds()
 	groups := make(map[string][]judged)
 	var scratch []float64
 	for i, w := range ws {
@@ -102,16 +113,16 @@ func (j *judge) judgeRates(ws []*worker, now int64) []rateJudgement {
 		w.mu.Unlock()
 		scratch = s
 		groups[w.group] = append(groups[w.group],
-			judged{index: i, rate: rate, samples: n, ok: n > 0 && n >= j.cfg.DegradeMinSamples})
+			judged{index: i, rate: rate, samples: n, ok: n > 0 && n >= d.cfg.DegradeMinSamples})
 	}
 	out := make([]rateJudgement, len(ws))
 	for _, members := range groups {
-		j.judgeGroup(ws, members, out)
+		d.group(ws, members, out)
 	}
 	return out
 }
 
-func (j *judge) judgeGroup(ws []*worker, members []judged, out []rateJudgement) {
+func (d *degradeJudge) group(ws []*worker, members []judged, out []rateJudgement) {
 	ranked := make([]judged, 0, len(members))
 	for _, g := range members {
 		if g.ok {
@@ -131,21 +142,21 @@ func (j *judge) judgeGroup(ws []*worker, members []judged, out []rateJudgement) 
 		}
 		peers := medianExcluding(sorted, skip)
 		ws[g.index].peerRate.Store(math.Float64bits(zeroIfNaN(peers)))
-		slower := g.samples > 0 && !math.IsNaN(peers) && g.rate < j.cfg.DegradeRatio*peers
+		slower := g.samples > 0 && !math.IsNaN(peers) && g.rate < d.cfg.DegradeRatio*peers
 		out[g.index] = rateJudgement{slow: slower && g.ok, suspect: slower}
 	}
 }
 
 // sliceMin is the shortest stretch of a stream that yields a rate sample;
 // shorter ones are mostly timing noise.
-func (j *judge) sliceMin() int64 { return j.cfg.EvalInterval.Nanoseconds() / 2 }
+func (d *degradeJudge) sliceMin() int64 { return d.cfg.EvalInterval.Nanoseconds() / 2 }
 
 // slice samples the decode rate of a in flight over the stretch since its
 // previous slice. Sampling streams while they run, not only when they end,
 // is what lets a worker that slows down be caught within seconds: its
 // requests take ever longer to end. A slice that overlapped a stall of this
 // replica is dropped. Caller holds w.mu.
-func (j *judge) slice(w *worker, a *Attempt, now int64) {
+func (d *degradeJudge) slice(w *worker, a *Attempt, now int64) {
 	first := a.firstAt.Load()
 	if first == notSet {
 		return // not decoding yet
@@ -153,11 +164,11 @@ func (j *judge) slice(w *worker, a *Attempt, now int64) {
 	if a.sliceAt == notSet {
 		a.sliceAt, a.sliceTokens = first, a.firstTokens.Load()
 	}
-	if now-a.sliceAt < j.sliceMin() {
+	if now-a.sliceAt < d.sliceMin() {
 		return
 	}
 	tokens := a.tokens.Load()
-	if !j.stallTouched(a.sliceAt, now) {
+	if !d.stalls.touched(a.sliceAt, now) {
 		w.rates.add(now, perSecond(tokens-a.sliceTokens, now-a.sliceAt))
 	}
 	a.sliceAt, a.sliceTokens = now, tokens
@@ -166,21 +177,44 @@ func (j *judge) slice(w *worker, a *Attempt, now int64) {
 // lastSample is the rate sample an attempt leaves when it ends: the rest of
 // its stream since its last slice, or, for one too short to have been
 // sliced, its whole decode rate. Caller holds w.mu.
-func (j *judge) lastSample(w *worker, a *Attempt, now int64, rate float64, sampled bool) {
+func (d *degradeJudge) lastSample(w *worker, a *Attempt, now int64, rate float64, sampled bool) {
 	switch {
 	case a.sliceAt == notSet && sampled:
 		w.rates.add(now, rate)
-	case a.sliceAt != notSet && now-a.sliceAt >= j.sliceMin():
+	case a.sliceAt != notSet && now-a.sliceAt >= d.sliceMin():
 		w.rates.add(now, perSecond(a.tokens.Load()-a.sliceTokens, now-a.sliceAt))
 	}
+}
+
+// verdict sets the degrade verdict of a worker whose rate is far below
+// its peers'. Only a recovery probe at a normal speed lifts it (the worker
+// gets no traffic to be measured on meanwhile), or, for a worker that refuses
+// recovery probes, its samples ageing out of DegradeWindow. Caller holds mu.
+func (d *degradeJudge) verdict(w *worker, now int64, slow bool) change {
+	held := w.degradedAt.Load() != notSet
+	switch {
+	case !held && slow:
+		w.recovery.next.failed(now, recoveryBase.Nanoseconds(), recoveryCeiling.Nanoseconds())
+		return setVerdict(&w.degradedAt, true, now) | w.tripByVerdict(now)
+	case held && !slow && w.recovery.refused:
+		return setVerdict(&w.degradedAt, false, now)
+	}
+	return 0
 }
 
 func perSecond(tokens, ns int64) float64 { return float64(tokens) / (float64(ns) / 1e9) }
 
 // tooSlow reports whether rate is degraded against w's peers as of the last Tick.
-func (j *judge) tooSlow(w *worker, rate float64) bool {
+func (d *degradeJudge) tooSlow(w *worker, rate float64) bool {
 	peers := math.Float64frombits(w.peerRate.Load())
-	return peers > 0 && rate < j.cfg.DegradeRatio*peers
+	return peers > 0 && rate < d.cfg.DegradeRatio*peers
+}
+
+// tooSlowProbe reports whether a probe that took took is degraded against
+// one to a peer that took peer: slower by more than 1/DegradeRatio, and by
+// more than timing noise.
+func (d *degradeJudge) tooSlowProbe(took, peer time.Duration) bool {
+	return took-peer > recoverySlack && float64(took)*d.cfg.DegradeRatio > float64(peer)
 }
 
 func zeroIfNaN(f float64) float64 {

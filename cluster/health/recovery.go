@@ -177,7 +177,7 @@ func (j *judge) recoveryResult(took, peerTook time.Duration, err error) probeRes
 	if err != nil || peerTook < 0 {
 		return probeResult{err: err}
 	}
-	return probeResult{slow: j.tooSlowProbe(took, peerTook)}
+	return probeResult{slow: j.degrade.tooSlowProbe(took, peerTook)}
 }
 
 // recovered applies the answer of a recovery probe of w sent at start and
@@ -185,7 +185,7 @@ func (j *judge) recoveryResult(took, peerTook time.Duration, err error) probeRes
 func (j *judge) recovered(w *worker, start, now int64, res probeResult) change {
 	w.mu.Lock()
 	var ch change
-	if j.stallTouched(start, now) {
+	if j.stalls.touched(start, now) {
 		w.recovery.next.reset() // our stall, not the worker's: ask again
 	} else {
 		ch = j.applyRecovery(w, now, res)
@@ -194,13 +194,6 @@ func (j *judge) recovered(w *worker, start, now int64, res probeResult) change {
 	w.mu.Unlock()
 	j.report(w, ch)
 	return ch
-}
-
-// tooSlowProbe reports whether a probe that took took is degraded against
-// one to a peer that took peer: slower by more than 1/DegradeRatio, and by
-// more than timing noise.
-func (j *judge) tooSlowProbe(took, peer time.Duration) bool {
-	return took-peer > recoverySlack && float64(took)*j.cfg.DegradeRatio > float64(peer)
 }
 
 // peerOf returns a worker of w's group that is eligible, to measure w's

@@ -64,8 +64,8 @@ func (m *Monitor) evalLoop(ctx context.Context, wg *sync.WaitGroup, sem chan str
 			return
 		case <-ticker.C:
 			now := m.now()
-			m.judge.beat(now)
-			m.judge.checkContact(now)
+			m.judge.stalls.beat(now)
+			m.judge.isolation.checkContact(now)
 			m.Tick()
 		case <-m.notify.wake:
 			m.notify.deliver()

@@ -62,7 +62,7 @@ func newSimFleet(t *testing.T, random bool) *simFleet {
 		f.probes[id] = fw
 		f.setSlowdown(id, 1)
 	}
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	return f
 }
 
@@ -79,7 +79,7 @@ func (f *simFleet) run(t *testing.T, until time.Duration, each func()) {
 		f.arrive(t)
 		f.deliver()
 		if f.now%time.Second == 0 {
-			f.m.judge.beat(f.m.now())
+			f.m.judge.stalls.beat(f.m.now())
 			f.m.Tick()
 			tasksRound(f.m)
 		}

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ func (s span) overlap(from, to int64) int64 {
 // socket buffers, timers fired late, probes timed out on our side. Safe for
 // concurrent use; the request path reads only its atomics.
 type stallLog struct {
+	period int64 // between heartbeats: Config.EvalInterval
+	log    *slog.Logger
+
 	mu     sync.Mutex
 	last   int64 // previous heartbeat, or notSet
 	ring   [maxStalls]span
@@ -43,24 +47,34 @@ type stallLog struct {
 	beatAt atomic.Int64 // the latest heartbeat, or notSet
 }
 
-func newStallLog() *stallLog {
-	s := &stallLog{last: notSet}
+func newStallLog(period time.Duration, log *slog.Logger) *stallLog {
+	s := &stallLog{period: period.Nanoseconds(), log: log, last: notSet}
 	s.latest.Store(notSet)
 	s.beatAt.Store(notSet)
 	return s
 }
 
-// beat records a heartbeat at now, due period after the previous one, and
+// beat is one heartbeat of the evaluation loop, at now: it notices a stall
+// of this replica and logs it. Run calls it every EvalInterval; tests call it
+// after stepping a FakeClock.
+func (s *stallLog) beat(now int64) {
+	if d := s.record(now); d > 0 {
+		s.log.Warn("this replica was stalled; its observations of that window do not count against workers",
+			"stalled", d.Round(time.Millisecond))
+	}
+}
+
+// record records a heartbeat at now, due period after the previous one, and
 // returns the stall it reveals (0 when the heartbeat was on time). The whole
 // gap since the previous heartbeat counts as stalled: the replica may have
 // stopped anywhere in it.
-func (s *stallLog) beat(now, period int64) time.Duration {
+func (s *stallLog) record(now int64) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	prev := s.last
 	s.last = now
 	s.beatAt.Store(now)
-	if prev == notSet || now-prev-period < minStall.Nanoseconds() {
+	if prev == notSet || now-prev-s.period < minStall.Nanoseconds() {
 		return 0
 	}
 	s.ring[s.next] = span{from: prev, to: now}
@@ -76,12 +90,12 @@ func (s *stallLog) beat(now, period int64) time.Duration {
 // before the latest stall ended, or the heartbeat is overdue now (a stall
 // that has ended but that the heartbeat has not noticed yet). Lock-free, for
 // the request path.
-func (s *stallLog) touched(from, now, period int64) bool {
+func (s *stallLog) touched(from, now int64) bool {
 	if end := s.latest.Load(); end != notSet && from < end {
 		return true
 	}
 	beat := s.beatAt.Load()
-	return beat != notSet && now-beat >= period+minStall.Nanoseconds()
+	return beat != notSet && now-beat >= s.period+minStall.Nanoseconds()
 }
 
 // snapshot copies the remembered stalls, so that Tick can correct every
@@ -110,20 +124,4 @@ func (st stalls) silence(from, now int64) int64 {
 		d -= s.overlap(from, now)
 	}
 	return max(d, 0)
-}
-
-// beat is one heartbeat of the evaluation loop, at now: it notices a stall
-// of this replica and logs it. Run calls it every EvalInterval; tests call it
-// after stepping a FakeClock.
-func (j *judge) beat(now int64) {
-	if d := j.stalls.beat(now, j.cfg.EvalInterval.Nanoseconds()); d > 0 {
-		j.log.Warn("this replica was stalled; its observations of that window do not count against workers",
-			"stalled", d.Round(time.Millisecond))
-	}
-}
-
-// stallTouched reports whether [from, now] may have overlapped a stall of
-// this replica. Lock-free.
-func (j *judge) stallTouched(from, now int64) bool {
-	return j.stalls.touched(from, now, j.cfg.EvalInterval.Nanoseconds())
 }

@@ -13,7 +13,7 @@ import (
 func beats(m *Monitor, clock *testingclock.FakeClock, n int) {
 	for range n {
 		clock.Step(m.cfg.EvalInterval)
-		m.judge.beat(m.now())
+		m.judge.stalls.beat(m.now())
 		m.Tick()
 	}
 }
@@ -22,12 +22,12 @@ func beats(m *Monitor, clock *testingclock.FakeClock, n int) {
 // would see it, then beats once: the late heartbeat that notices.
 func stall(m *Monitor, clock *testingclock.FakeClock, d time.Duration) {
 	clock.Step(d)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 }
 
 func TestStalledReplicaDoesNotJudgeWedgeOverItsStall(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	a := begin(t, m, 1)
 	defer a.End(OutcomeCanceled)
 	beats(m, clock, 50)
@@ -52,7 +52,7 @@ func TestStalledReplicaDoesNotJudgeWedgeOverItsStall(t *testing.T) {
 
 func TestLateHeartbeatsBelowASecondAreNoStall(t *testing.T) {
 	m, clock := newTestMonitor(t, wedgeConfig(), targets(t, 1)...)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	a := begin(t, m, 1)
 	defer a.End(OutcomeCanceled)
 	for range 40 {
@@ -67,7 +67,7 @@ func TestLateHeartbeatsBelowASecondAreNoStall(t *testing.T) {
 func TestFailuresOfAStalledReplicaDoNotOpenCircuits(t *testing.T) {
 	cfg := breakerConfig()
 	m, clock := newTestMonitor(t, cfg, targets(t, 1)...)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	before := make([]*Attempt, cfg.CBFailureThreshold)
 	for i := range before {
 		before[i] = begin(t, m, 1)
@@ -76,7 +76,7 @@ func TestFailuresOfAStalledReplicaDoNotOpenCircuits(t *testing.T) {
 	for _, a := range before[:2] {
 		a.End(OutcomeFailure) // timeouts that fired on waking, before the heartbeat did
 	}
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	before[2].End(OutcomeFailure) // after the heartbeat noticed
 	if got := status(t, m, 1).Circuit; got != CircuitClosed {
 		t.Fatalf("failures of attempts that spanned a stall of this replica opened the circuit: %v", got)
@@ -90,7 +90,7 @@ func TestFailuresOfAStalledReplicaDoNotOpenCircuits(t *testing.T) {
 
 func TestRateSamplesSpanningAStallAreDropped(t *testing.T) {
 	m, clock := newTestMonitor(t, degradeConfig(), targets(t, 3)...)
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	stream(t, m, clock, 1, 5, 50, time.Second)
 	stream(t, m, clock, 2, 5, 50, time.Second)
 	as := make([]*Attempt, 5)
@@ -114,7 +114,7 @@ func TestProbeFailureDuringAStallIsNotCounted(t *testing.T) {
 	cfg := testConfig()
 	cfg.FailureThreshold = 1
 	m, clock := newTestMonitor(t, cfg, Target{ID: 1, URL: fw.url})
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	fw.code.Store(fasthttp.StatusServiceUnavailable)
 	release := fw.hold()
 	round := make(chan error, 1)
@@ -128,7 +128,7 @@ func TestProbeFailureDuringAStallIsNotCounted(t *testing.T) {
 	if !status(t, m, 1).Healthy {
 		t.Fatal("a probe that failed across a stall of this replica marked the worker unhealthy")
 	}
-	m.judge.beat(m.now())
+	m.judge.stalls.beat(m.now())
 	checkRound(t, m)
 	if status(t, m, 1).Healthy {
 		t.Fatal("a probe failing after the stall did not count")

@@ -15,8 +15,8 @@ func (j *judge) tick(now int64) {
 		w.mu.Unlock()
 		j.sweep(w, now, st)
 	}
-	rates := j.judgeRates(list, now)
-	live := j.liveReplicas()
+	rates := j.degrade.rates(list, now)
+	live := j.remote.liveReplicas()
 	for i, w := range list {
 		w.mu.Lock()
 		ch := j.evaluate(w, now, silent[i], rates[i], live)
@@ -36,22 +36,22 @@ func (j *judge) sweep(w *worker, now int64, st stalls) {
 	wedged := w.wedgedAt.Load() != notSet
 	var oldest int64
 	w.attempts.each(func(a *Attempt) {
-		j.slice(w, a, now)
+		j.degrade.slice(w, a, now)
 		silent := st.silence(max(a.heardSince(), engine), now)
 		oldest = max(oldest, silent)
 		if wedged || silent >= wedge {
 			a.closeStuck()
 		}
 	})
-	w.wantScrape.Store(j.needsScrape(w, now, oldest))
+	w.wantScrape.Store(j.wedge.needsScrape(w, now, oldest))
 }
 
 // evaluate applies one evaluation to w, silent for that long (-1 when idle).
 // Caller holds mu.
 func (j *judge) evaluate(w *worker, now int64, silent int64, r rateJudgement, live int) change {
 	wedge := j.cfg.WedgeTimeout.Nanoseconds()
-	ch := j.judgeWedge(w, now, silent >= wedge)
-	ch |= j.judgeDegrade(w, now, r.slow)
+	ch := j.wedge.verdict(w, now, silent >= wedge)
+	ch |= j.degrade.verdict(w, now, r.slow)
 	w.suspectWedged, w.suspectSlow = silent >= wedge/2, r.suspect
 	ch |= w.refreshRemote(live)
 	switch {
@@ -76,48 +76,4 @@ func (w *worker) silence(now int64, st stalls) int64 {
 		return -1
 	}
 	return st.silence(last, now)
-}
-
-// judgeWedge sets the wedge verdict of a worker silent for WedgeTimeout and
-// gives up its attempts; it lifts the verdict once the worker has delivered
-// something since, half-opening the circuit and asking for a recovery probe
-// at once, whose answer closes it. A worker that refuses recovery probes is
-// also let go when it has nothing in flight, as before there were probes.
-// Caller holds mu.
-func (j *judge) judgeWedge(w *worker, now int64, stalled bool) change {
-	since := w.wedgedAt.Load()
-	switch {
-	case since == notSet && stalled:
-		w.attempts.each(func(a *Attempt) { a.closeStuck() })
-		w.recovery.next.reset()
-		return setVerdict(&w.wedgedAt, true, now) | w.tripByVerdict(now)
-	case since == notSet:
-		return 0
-	case w.heardAt.Load() >= since:
-		ch := setVerdict(&w.wedgedAt, false, now)
-		w.recovery.next.reset()
-		if w.degradedAt.Load() == notSet {
-			ch |= circuitMoved(w.breaker.halfOpen(now))
-		}
-		return ch
-	case w.recovery.refused && w.inflight.Load() == 0:
-		return setVerdict(&w.wedgedAt, false, now)
-	}
-	return 0
-}
-
-// judgeDegrade sets the degrade verdict of a worker whose rate is far below
-// its peers'. Only a recovery probe at a normal speed lifts it (the worker
-// gets no traffic to be measured on meanwhile), or, for a worker that refuses
-// recovery probes, its samples ageing out of DegradeWindow. Caller holds mu.
-func (j *judge) judgeDegrade(w *worker, now int64, slow bool) change {
-	held := w.degradedAt.Load() != notSet
-	switch {
-	case !held && slow:
-		w.recovery.next.failed(now, recoveryBase.Nanoseconds(), recoveryCeiling.Nanoseconds())
-		return setVerdict(&w.degradedAt, true, now) | w.tripByVerdict(now)
-	case held && !slow && w.recovery.refused:
-		return setVerdict(&w.degradedAt, false, now)
-	}
-	return 0
 }

@@ -1,10 +1,6 @@
 package health
 
-import (
-	"cmp"
-	"slices"
-	"time"
-)
+import "time"
 
 // VerdictKind is what a replica concluded about a worker from its progress.
 type VerdictKind uint8
@@ -51,67 +47,4 @@ func (j *judge) appendVerdict(out []Verdict, id WorkerID, k VerdictKind, since i
 		return out
 	}
 	return append(out, Verdict{Worker: id, Kind: k, Since: j.timeAt(since)})
-}
-
-func (j *judge) setRemoteVerdicts(origin string, verdicts []Verdict) {
-	j.controlMu.Lock()
-	defer j.controlMu.Unlock()
-	if len(verdicts) == 0 {
-		delete(j.remote, origin)
-	} else {
-		j.remote[origin] = slices.Clone(verdicts)
-	}
-	j.applyRemoteLocked()
-}
-
-func (j *judge) remoteOrigins() []string {
-	j.controlMu.Lock()
-	defer j.controlMu.Unlock()
-	out := make([]string, 0, len(j.remote))
-	for origin := range j.remote {
-		out = append(out, origin)
-	}
-	slices.SortFunc(out, cmp.Compare)
-	return out
-}
-
-// remoteCount is how many origins hold verdicts against one worker: any,
-// and of each kind.
-type remoteCount struct{ any, wedged, degraded int32 }
-
-// applyRemoteLocked recounts, per worker, the origins holding a verdict against
-// it, and decides again whether they take it out. Caller holds controlMu.
-func (j *judge) applyRemoteLocked() {
-	counts := make(map[WorkerID]remoteCount)
-	for _, verdicts := range j.remote {
-		named := make(map[WorkerID]VerdictKind, len(verdicts))
-		for _, v := range verdicts {
-			if v.Kind.known() {
-				named[v.Worker] |= v.Kind
-			}
-		}
-		for id, kinds := range named {
-			c := counts[id]
-			c.any++
-			c.wedged += int32(kinds & VerdictWedged)
-			c.degraded += int32(kinds&VerdictDegraded) >> 1
-			counts[id] = c
-		}
-	}
-	// Every origin holding verdicts is live (they are forgotten when it
-	// leaves or dies), and so is this replica: a verdict heard before the
-	// gossip's count of live replicas caught up is never a quorum alone.
-	live := max(j.liveReplicas(), len(j.remote)+1)
-	for _, w := range j.workers.Load().list {
-		c := counts[w.id]
-		w.mu.Lock()
-		ch := changeRemote
-		if w.remote.Swap(c.any) == c.any {
-			ch = 0
-		}
-		w.remoteWedged, w.remoteDegraded = c.wedged, c.degraded
-		ch |= w.refreshRemote(live)
-		w.mu.Unlock()
-		j.report(w, ch)
-	}
 }

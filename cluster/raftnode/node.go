@@ -214,15 +214,11 @@ type Node struct {
 	transport *raft.NetworkTransport
 	// links is the cluster port the transport runs over, which also
 	// carries the replicas' HTTP (forwarded writes, keyring changes).
-	links    *link.Port
-	observer *raft.Observer
+	links *link.Port
 	// lastAtOpen is the last index of the log on disk when the node opened.
 	lastAtOpen uint64
-
-	// leaderMu guards leaderChanged, closed when leadership or this node's
-	// Raft state changes (see LeaderChanges).
-	leaderMu      sync.Mutex
-	leaderChanged chan struct{}
+	// leadership turns raft's observations into LeaderChanges.
+	leadership *leadershipWatch
 
 	// mu guards closed; waiters counts the goroutines awaiting raft
 	// futures, which Close waits for.
@@ -248,8 +244,7 @@ func Open(cfg Config, fsm *store.FSM) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, fsm: fsm, stores: stores,
-		leaderChanged: make(chan struct{}), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, fsm: fsm, stores: stores, leadership: newLeadershipWatch(), stop: make(chan struct{})}
 	if err := n.start(); err != nil {
 		return nil, errors.Join(err, n.closeParts())
 	}
@@ -261,12 +256,13 @@ func (n *Node) start() error {
 	if n.transport, n.links, err = newTransport(n.cfg); err != nil {
 		return err
 	}
-	conf := n.raftConfig()
+	boot := bootstrap{cfg: n.cfg, stores: n.stores, transport: n.transport}
+	conf := boot.raftConfig()
 	if n.cfg.Bootstrap {
-		if err := n.bootstrapIfNew(conf); err != nil {
+		if err := boot.ifNew(conf); err != nil {
 			return err
 		}
-		if err := n.adoptIfRenamed(conf); err != nil {
+		if err := boot.adoptIfRenamed(conf); err != nil {
 			return err
 		}
 	}
@@ -278,7 +274,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("raft: start: %w", n.fsm.StartError(err))
 	}
-	n.watchLeadership()
+	n.leadership.watch(n.raft, n.stop, &n.waiters)
 	return nil
 }
 
@@ -338,65 +334,6 @@ type namedAddr string
 
 func (a namedAddr) Network() string { return "tcp" }
 func (a namedAddr) String() string  { return string(a) }
-
-func (n *Node) raftConfig() *raft.Config {
-	c := raft.DefaultConfig()
-	c.LocalID = raft.ServerID(n.cfg.NodeID)
-	t := n.cfg.Timings
-	c.HeartbeatTimeout = t.Heartbeat
-	c.ElectionTimeout = t.Election
-	c.LeaderLeaseTimeout = t.LeaderLease
-	c.CommitTimeout = t.Commit
-	c.SnapshotThreshold = raftSnapshotThreshold
-	c.SnapshotInterval = raftSnapshotInterval
-	c.TrailingLogs = raftTrailingLogs
-	c.NoLegacyTelemetry = true
-	c.Logger = newHclogAdapter(n.cfg.Logger, "raft")
-	return c
-}
-
-// bootstrapIfNew writes a one-voter configuration before raft starts, so a
-// fresh single node needs nobody else; a data dir with state is left alone.
-func (n *Node) bootstrapIfNew(conf *raft.Config) error {
-	has, err := n.stores.HasState()
-	if err != nil || has {
-		return err
-	}
-	self := raft.Server{Suffrage: raft.Voter, ID: conf.LocalID, Address: n.transport.LocalAddr()}
-	err = raft.BootstrapCluster(conf, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport,
-		raft.Configuration{Servers: []raft.Server{self}})
-	if err != nil {
-		return fmt.Errorf("raft: bootstrap: %w", err)
-	}
-	return nil
-}
-
-// adoptIfRenamed makes a lone node whose data dir holds a Raft
-// configuration without it (the data dir of a replica started before under
-// another --node-name) the only voter of that state, keeping its registry.
-// Without it the node would wait forever for a leader it can never be.
-func (n *Node) adoptIfRenamed(conf *raft.Config) error {
-	probe, fsm := *conf, store.NewFSM() // GetConfiguration marks the config it is given
-	current, err := raft.GetConfiguration(&probe, fsm, n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport)
-	if err != nil {
-		return fmt.Errorf("raft: reading the configuration in --data-dir: %w", fsm.StartError(err))
-	}
-	for _, s := range current.Servers {
-		if s.ID == conf.LocalID {
-			return nil
-		}
-	}
-	n.cfg.Logger.Warn("the data dir's raft configuration does not name this node; taking it over as a one-node cluster",
-		"node", n.cfg.NodeID, "servers", len(current.Servers))
-	self := raft.Server{Suffrage: raft.Voter, ID: conf.LocalID, Address: n.transport.LocalAddr()}
-	recover := *conf
-	err = raft.RecoverCluster(&recover, store.NewFSM(), n.stores.Log, n.stores.Stable, n.stores.Snapshots, n.transport,
-		raft.Configuration{Servers: []raft.Server{self}})
-	if err != nil {
-		return fmt.Errorf("raft: taking over the data dir under --node-name %q: %w", n.cfg.NodeID, err)
-	}
-	return nil
-}
 
 // BootstrapCluster makes voters the initial configuration of a node that
 // holds no state (the --bootstrap-expect path: every expected replica calls
@@ -601,11 +538,7 @@ func (n *Node) Status(ctx context.Context) (Status, error) {
 // LeaderChanges returns a channel closed at the next change of the known
 // leader or of this node's Raft state. Call it again after it fires, then
 // read IsLeader or Leader: changes coalesce. Safe from any goroutine.
-func (n *Node) LeaderChanges() <-chan struct{} {
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	return n.leaderChanged
-}
+func (n *Node) LeaderChanges() <-chan struct{} { return n.leadership.changes() }
 
 // WaitForLeader blocks until this node knows a leader (possibly itself) and
 // returns it, or returns ctx's error.
@@ -625,42 +558,6 @@ func (n *Node) WaitForLeader(ctx context.Context) (id, addr string, err error) {
 	}
 }
 
-// watchLeadership starts the goroutine that turns raft's leader and state
-// observations into LeaderChanges notifications. It ends at Close.
-func (n *Node) watchLeadership() {
-	ch := make(chan raft.Observation, 16)
-	n.observer = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		switch o.Data.(type) {
-		case raft.LeaderObservation, raft.RaftState:
-			return true
-		}
-		return false
-	})
-	n.raft.RegisterObserver(n.observer)
-	n.waiters.Add(1)
-	go func() {
-		defer n.waiters.Done()
-		for {
-			select {
-			case <-ch:
-				n.notifyLeaderChange()
-			case <-n.stop:
-				return
-			}
-		}
-	}()
-}
-
-// notifyLeaderChange wakes every LeaderChanges waiter. Observations dropped
-// because ch was full lose nothing: a pending one still wakes the waiters,
-// and they read the live state.
-func (n *Node) notifyLeaderChange() {
-	n.leaderMu.Lock()
-	defer n.leaderMu.Unlock()
-	close(n.leaderChanged)
-	n.leaderChanged = make(chan struct{})
-}
-
 // Close shuts the node down: Raft (ending its goroutines and resolving
 // pending writes with ErrClosed), the observer, the transport and the
 // stores. It does not hand leadership over first; a leader's peers elect a
@@ -676,7 +573,7 @@ func (n *Node) Close() error {
 		}
 		if n.raft != nil {
 			err = n.raft.Shutdown().Error()
-			n.raft.DeregisterObserver(n.observer)
+			n.leadership.unwatch(n.raft)
 		}
 		close(n.stop)
 		n.waiters.Wait()
