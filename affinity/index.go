@@ -1,6 +1,7 @@
 package affinity
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -697,4 +698,18 @@ func (ix *Index) Inserted(h uint64, w WorkerID) (inserted, held bool) {
 		}
 	}
 	return false, false
+}
+
+// Continues is the worker of pool that an earlier prompt hashes continue
+// was sent to: the owner (the lowest id, where several are) of the deepest
+// block of hashes the index knows, when hashes go on past it and no request
+// this replica recorded did (a prefix that others went on past, a shared
+// system prompt, is no earlier turn of this conversation).
+func (ix *Index) Continues(hashes []uint64, pool *Pool) (WorkerID, bool) {
+	var buf [8]WorkerID
+	depth, owners := ix.Match(hashes, pool, buf[:0])
+	if depth < 0 || depth+1 >= len(hashes) || len(owners) == 0 || ix.Forks(hashes[depth]) {
+		return 0, false
+	}
+	return slices.Min(owners), true
 }

@@ -682,3 +682,30 @@ func TestAStretchAtTheTailLosesOnlyTheExcess(t *testing.T) {
 		t.Fatalf("the learned prefix matched to depth %d after its last blocks were evicted", d)
 	}
 }
+
+// TestContinuesNamesTheWorkerOfAnEarlierTurnNotOfASharedPrefix: a prompt
+// that goes on past an earlier turn a peer sent to worker 3 continues it
+// there; one that goes on past a prefix this replica's own requests went on
+// past (a shared system prompt) continues nothing, nor does the earlier
+// turn itself, nor a prompt the index knows nothing of.
+func TestContinuesNamesTheWorkerOfAnEarlierTurnNotOfASharedPrefix(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 100)
+	pool := NewPool([]*Load{{id: 2}, {id: 3}, {id: 5}})
+	turn := chain("m", 20, "conv")
+	ix.Learn(Fact{Hash: turn[11], Worker: 5, Span: 12})
+	ix.Learn(Fact{Hash: turn[11], Worker: 3, Span: 12})
+	if w, ok := ix.Continues(turn, pool); !ok || w != 3 {
+		t.Fatalf("the next turn continues %d (%v), want worker 3", w, ok)
+	}
+	if _, ok := ix.Continues(turn[:12], pool); ok {
+		t.Fatal("the earlier turn itself continues something")
+	}
+	shared := chain("m", 8, "system")
+	ix.Insert(append(shared[:6:6], chain("m", 2, "one session")...), 2)
+	if _, ok := ix.Continues(append(shared[:6:6], chain("m", 3, "another")...), pool); ok {
+		t.Fatal("a prompt past a prefix other requests went on past continues a turn")
+	}
+	if _, ok := ix.Continues(chain("m", 4, "new"), pool); ok {
+		t.Fatal("a prompt the index knows nothing of continues a turn")
+	}
+}

@@ -52,7 +52,8 @@ type Replica struct {
 	writes   *raftnode.Forwarder
 	rpc      *link.Client // to the peers' cluster ports
 	keyrings keyringFanout
-	placer   *placing // nil with --placer=false
+	placer   *placing    // nil with --placer=false
+	tokens   *tokenShare // nil unless the proxy tokenizes (--kv-events)
 	reloads  reloaders
 
 	// routing builds the routers and follows the registry's routing
@@ -241,10 +242,16 @@ func (r *Replica) buildFrontEnd() error {
 	}
 	pcfg := cfg.Proxy
 	pcfg.LoRA = cfg.LoRA.proxyConfig(cfg.Health)
+	var tokens proxy.TokenShare
+	if pcfg.Tokenize.Enabled && !pcfg.Tokenize.Alone {
+		r.tokens = &tokenShare{gossip: r.gossip, rpc: link.NewQuick(r.raft.Port())}
+		tokens = r.tokens
+	}
 	r.proxy, err = proxy.New(pcfg, proxy.Deps{Loads: r.loads, Index: r.index, Router: router,
 		Health: healthGate{r.monitor}, Metrics: r.metrics, Logger: r.log, Admin: r.admin.Serve,
 		RegistryLoaded: r.registry.loaded.Load, Ready: r.registry.ready, PD: pd, Tracer: cfg.Tracer, AdminToken: r.admin,
-		Dialer: r.dialer, Decider: decider, Engines: r.admission.engineReadings, OwnerSecrets: r.gossip.ownerSecrets})
+		Dialer: r.dialer, Decider: decider, Engines: r.admission.engineReadings, OwnerSecrets: r.gossip.ownerSecrets,
+		Tokens: tokens})
 	r.routing.proxy = r.proxy
 	r.registry.proxy, r.registry.routing = r.proxy, r.routing
 	if r.proxy != nil {
@@ -379,6 +386,9 @@ func (r *Replica) closeParts() error {
 	}
 	if r.placer != nil {
 		r.placer.rpc.Close()
+	}
+	if r.tokens != nil {
+		r.tokens.rpc.Close()
 	}
 	if r.raft != nil {
 		errs = append(errs, r.raft.Close())

@@ -43,6 +43,10 @@ func (r *Replica) rpcRoutes() map[string]fasthttp.RequestHandler {
 	if r.kv != nil {
 		routes[kvSnapshotPath] = postOnly(r.kv.serveSnapshots)
 	}
+	if r.tokens != nil {
+		routes[tokensFindPath] = postOnly(serveFindTokens(r.proxy))
+		routes[tokensKeepPath] = postOnly(serveKeepTokens(r.proxy))
+	}
 	return routes
 }
 

@@ -67,6 +67,7 @@ type exchange struct {
 	gone     atomic.Bool // the client left; counted once
 
 	route     route         // how it was routed, for the request log
+	shared    *sharedPrompt // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
 	routed    time.Time     // when its first worker was chosen: the door and the decision behind it

@@ -68,6 +68,8 @@ var (
 	_ streamHearer    = (*ownership)(nil)
 	_ answerHearer    = (*ownership)(nil)
 	_ requestAttacher = (*tokenizer)(nil)
+	_ streamHearer    = (*tokenizer)(nil)
+	_ answerHearer    = (*tokenizer)(nil)
 )
 
 // hooks are the hooks of a proxy, sorted by capability once, in their

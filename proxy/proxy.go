@@ -65,6 +65,9 @@ type Deps struct {
 	// or none returned: a secret of this replica's own, and a response is
 	// found only through the replica that relayed it.
 	OwnerSecrets func() [][]byte
+	// Tokens, when set, is the tier's keepers of the prompts' tokens
+	// (tokenize_share.go); nil: this replica's are its own.
+	Tokens TokenShare
 }
 
 // Proxy serves the inference API of one replica: it owns the server, its
@@ -107,7 +110,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.fleet = newWorkerFleet(cfg, deps, m, p.log, func(id affinity.WorkerID) { p.MoveStreams(id) })
 	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
 	if cfg.Tokenize.Enabled {
-		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Metrics)
+		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Tokens, deps.Index, deps.Metrics)
 	}
 	keys := &apiKeys{}
 	keys.replace(cfg.APIKeys)

@@ -32,6 +32,10 @@ type TokenizeConfig struct {
 	// (--kv-events-tokenize-cache-bytes, default 64 MiB): an engine that
 	// answers long lists cannot make the cache hold more.
 	CacheBytes int
+	// Alone keeps the tokens this replica learns to itself, not shared
+	// with the tier's keepers (tokenize_share.go;
+	// --kv-events-keep-tokens-alone). For comparisons.
+	Alone bool
 }
 
 // The defaults of TokenizeConfig.
@@ -69,6 +73,7 @@ const (
 	tokenizedPrefix = "prefix" // an earlier prompt's it starts with were known: routed on those, its own learned after
 	tokenizedSlow   = "slow"   // past the bound: routed on the text index
 	tokenizedFailed = "failed" // an error or a refusal: routed on the text index
+	tokenizedPeer   = "peer"   // the keeper of the turn before's worker knew them (tokenize_share.go): routed on those, its own learned after
 )
 
 // tokenizer asks a candidate engine for the token IDs of a request's prompt
@@ -94,9 +99,16 @@ type tokenizer struct {
 	// learning bounds the prompts learned in the background at once; one
 	// that finds it full is not learned (its next turn waits).
 	learning chan struct{}
-	ctx      context.Context // ends at close: the background asks stop
-	stop     context.CancelFunc
-	wg       sync.WaitGroup
+	// share, when set, is the tier's keepers of tokens, index what says
+	// which earlier turn a prompt continues, keeping the gifts in flight
+	// (tokenize_share.go).
+	share   TokenShare
+	index   *affinity.Index
+	keeping chan struct{}
+	shared  shareCounts
+	ctx     context.Context // ends at close: the background asks stop
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // tokenizeBuckets are the bounds, in seconds, of the tokenization latency.
@@ -113,7 +125,8 @@ const (
 	learnTimeout = time.Second
 )
 
-func newTokenizer(cfg TokenizeConfig, apiKey string, fleet *Fleet, set *metrics.Set) *tokenizer {
+func newTokenizer(cfg TokenizeConfig, apiKey string, fleet *Fleet, share TokenShare, index *affinity.Index,
+	set *metrics.Set) *tokenizer {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTokenizeTimeout
 	}
@@ -129,9 +142,11 @@ func newTokenizer(cfg TokenizeConfig, apiKey string, fleet *Fleet, set *metrics.
 		latency:  set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_duration_seconds", tokenizeBuckets),
 		added:    set.NewPrometheusHistogramExt("vllm_router_kv_tokenize_added_seconds", addedBuckets),
 		results:  map[string]*metrics.Counter{},
-		learning: make(chan struct{}, maxLearning)}
+		learning: make(chan struct{}, maxLearning),
+		share:    share, index: index, keeping: make(chan struct{}, maxKeeping), shared: newShareCounts(set)}
+	set.NewGauge("vllm_router_kv_token_share_in_flight", func() float64 { return float64(len(t.keeping)) })
 	t.ctx, t.stop = context.WithCancel(context.Background())
-	for _, r := range []string{tokenizedOK, tokenizedCached, tokenizedPrefix, tokenizedSlow, tokenizedFailed} {
+	for _, r := range []string{tokenizedOK, tokenizedCached, tokenizedPrefix, tokenizedSlow, tokenizedFailed, tokenizedPeer} {
 		t.results[r] = set.NewCounter(fmt.Sprintf(`vllm_router_kv_tokenize_total{result=%q}`, r))
 	}
 	return t
@@ -167,7 +182,13 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 		}
 		req.TokenText = e.text
 		t.results[tokenizedPrefix].Inc()
-		t.learn(p, x.in.Text.Len(), pool)
+		t.learn(p, x.in.Text.Len(), pool, t.newShared(x, p, x.in.Text.Len()))
+		return
+	}
+	if e := t.fromKeeper(req, pool, p); e != nil {
+		req.Tokens, req.TokenText = e.tokens, e.text
+		t.results[tokenizedPeer].Inc()
+		t.learn(p, x.in.Text.Len(), pool, t.newShared(x, p, x.in.Text.Len()))
 		return
 	}
 	m := t.candidate(pool)
@@ -180,13 +201,14 @@ func (t *tokenizer) attach(x *exchange, req *affinity.Request, pool *affinity.Po
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		t.results[tokenizedSlow].Inc()
-		t.learn(p, x.in.Text.Len(), pool) // past the bound for this turn, but known for the next
+		t.learn(p, x.in.Text.Len(), pool, t.newShared(x, p, x.in.Text.Len())) // past the bound for this turn, but known for the next
 	case err != nil:
 		t.results[tokenizedFailed].Inc()
 	default:
 		t.latency.UpdateDuration(start)
 		t.results[tokenizedOK].Inc()
 		t.cache.put(p, tokens, x.in.Text.Len())
+		t.learned(t.newShared(x, p, x.in.Text.Len()), tokens)
 		req.Tokens = tokens
 	}
 }
@@ -197,8 +219,9 @@ func (t *tokenizer) candidate(pool *affinity.Pool) *member {
 }
 
 // learn asks for p's tokens in the background, for the next turn that
-// starts with it, unless maxLearning are being learned already.
-func (t *tokenizer) learn(p prompt, text int, pool *affinity.Pool) {
+// starts with it (here, and through sh at its keeper), unless maxLearning
+// are being learned already.
+func (t *tokenizer) learn(p prompt, text int, pool *affinity.Pool, sh *sharedPrompt) {
 	m := t.candidate(pool)
 	if m == nil {
 		return
@@ -214,6 +237,7 @@ func (t *tokenizer) learn(p prompt, text int, pool *affinity.Pool) {
 		defer func() { <-t.learning }()
 		if tokens, err := t.ask(t.ctx, m, p.body, learnTimeout); err == nil {
 			t.cache.put(p, tokens, text)
+			t.learned(sh, tokens)
 		}
 	}()
 }

@@ -158,6 +158,20 @@ func (c *tokenCache) lookup(p prompt) (e *tokenEntry, whole bool) {
 	return nil, false
 }
 
+// lookupMarks finds the entry kept under the longest of marks, for a peer
+// that asks (who checks that its prompt starts with the entry's).
+func (c *tokenCache) lookupMarks(marks []uint64) *tokenEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(marks) - 1; i >= 0; i-- {
+		if el, ok := c.byMark[marks[i]]; ok {
+			c.order.MoveToFront(el)
+			return el.Value.(*tokenEntry)
+		}
+	}
+	return nil
+}
+
 // starts says whether p starts with e's prompt (and is longer), e being
 // found by one of p's marks: a chat's marks name whole messages, so an
 // entry of a chat found by an earlier mark than p's last is its prefix; a
@@ -176,7 +190,11 @@ func (p prompt) starts(e *tokenEntry) bool {
 // the cache's bounds in entries and bytes (the least recently used go);
 // tokens larger than the whole budget are not kept.
 func (c *tokenCache) put(p prompt, tokens []uint32, text int) {
-	e := &tokenEntry{mark: p.marks[len(p.marks)-1], full: p.full, size: len(p.text), tokens: tokens, text: text}
+	c.putEntry(&tokenEntry{mark: p.marks[len(p.marks)-1], full: p.full, size: len(p.text), tokens: tokens, text: text})
+}
+
+// putEntry keeps e, as put does.
+func (c *tokenCache) putEntry(e *tokenEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.byFull[e.full]; ok {

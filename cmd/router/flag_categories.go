@@ -36,7 +36,7 @@ var flagCategories = []flagCategory{
 	{"KV events", "Routing on the blocks the engines say they hold (vLLM's KV cache events over ZMQ).",
 		[]string{"kv-events", "kv-events-endpoints", "kv-events-bind", "kv-events-block-size", "kv-events-max-blocks",
 			"kv-events-replay-offset", "kv-events-stale-after", "kv-events-reservation", "kv-events-tokenize-timeout",
-			"kv-events-tokenize-cache-bytes", "kv-events-max-message-bytes"}},
+			"kv-events-tokenize-cache-bytes", "kv-events-max-message-bytes", "kv-events-keep-tokens-alone"}},
 	{"LoRA adapters", "Sending an adapter's requests where it is resident.",
 		[]string{"lora-residency", "lora-load-path"}},
 	{"Failures, retries and health", "What a replica does when a worker fails, stops making progress or slows down.",

@@ -197,6 +197,7 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"kv-events-tokenize-cache-bytes": sets(func(c cluster.Config) any { return c.Proxy.Tokenize.CacheBytes },
 			d.Proxy.Tokenize.CacheBytes),
 		"kv-events-max-message-bytes": sets(func(c cluster.Config) any { return c.KVEvents.MaxMessageBytes }, d.KVEvents.MaxMessageBytes),
+		"kv-events-keep-tokens-alone": sets(func(c cluster.Config) any { return c.Proxy.Tokenize.Alone }, d.Proxy.Tokenize.Alone),
 
 		"lora-residency": sets(func(c cluster.Config) any { return c.LoRA.Residency }, d.LoRA.Residency),
 		"lora-load-path": sets(func(c cluster.Config) any { return c.LoRA.LoadPath }, d.LoRA.LoadPath),

@@ -28,6 +28,7 @@ func kvEventsFlags() []cli.Flag {
 		stringFlag("kv-events-bind", "", "also bind a SUB socket here, tcp://host:port, that engines dial (vLLM's --kv-events-config endpoint set to the tier's address); what each replica hears there it relays to its peers, and a worker is then dialed only where its KV-event endpoint is given"),
 		intFlag("kv-events-tokenize-cache-bytes", tk.CacheBytes, "most bytes the prompts' cached token IDs may take (4 a token), the least recently used out"),
 		intFlag("kv-events-max-message-bytes", k.MaxMessageBytes, "most bytes one message of an engine's event or replay socket may hold; a peer that sends more is cut off"),
+		boolFlag("kv-events-keep-tokens-alone", "keep the prompts' token IDs each replica learns to itself rather than with the tier's keepers, so that a conversation's turn through another replica waits for an engine's /tokenize (for comparisons)"),
 	}
 }
 
@@ -37,7 +38,7 @@ func kvEventsFlags() []cli.Flag {
 // hub subscribes, before any dial.
 func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 	on, eps := c.Bool("kv-events"), c.StringSlice("kv-events-endpoints")
-	for _, flag := range []string{"kv-events-endpoints", "kv-events-bind"} {
+	for _, flag := range []string{"kv-events-endpoints", "kv-events-bind", "kv-events-keep-tokens-alone"} {
 		if !on && c.IsSet(flag) {
 			return fmt.Errorf("--%s: needs --kv-events", flag)
 		}
@@ -71,6 +72,7 @@ func kvEventsFrom(c *cli.Context, cfg *cluster.Config) error {
 	cfg.KVEvents = k
 	cfg.Proxy.Tokenize.Enabled, cfg.Proxy.Tokenize.Timeout = on, tokenize
 	cfg.Proxy.Tokenize.CacheBytes = c.Int("kv-events-tokenize-cache-bytes")
+	cfg.Proxy.Tokenize.Alone = c.Bool("kv-events-keep-tokens-alone")
 	if !on {
 		return nil
 	}

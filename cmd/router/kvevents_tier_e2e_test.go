@@ -115,3 +115,31 @@ func TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult(t *testing.T) {
 		t.Errorf("KV events in a tier cached %.3f of the prompt tokens, the text index %.3f", kvRatio, textRatio)
 	}
 }
+
+// TestEndToEndATurnThroughAnotherReplicaRoutesOnTheTokensTheTierKept: a
+// conversation's first turn goes through one replica, which tokenizes it
+// and gives the tokens to the keeper of the worker it went to; its next
+// turn reaches another replica, which has never seen the conversation and
+// routes at once on those tokens, asked of the keeper (result "peer"), not
+// on an engine's /tokenize.
+func TestEndToEndATurnThroughAnotherReplicaRoutesOnTheTokensTheTierKept(t *testing.T) {
+	router, workersim := binaries(t)
+	ws := kvWorkers(t, workersim, 2)
+	routers := startKVTier(t, router, 3, ws, true)
+	first := document(0) + " First question?"
+	if c := complete(t, routers[0], first, false); c.status != 200 {
+		t.Fatalf("first turn: %d %s", c.status, c.body)
+	}
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		return metric(t, routers[1], "vllm_router_cluster_gossip_facts_learned_total") > 0 &&
+			metric(t, routers[0], "vllm_router_kv_token_share_in_flight") == 0
+	}, "the next replica knows where the turn went, and its tokens are with their keeper")
+	next := first + strings.Repeat(" The answer was long, and the second question asks about it.", 8)
+	if c := complete(t, routers[1], next, false); c.status != 200 {
+		t.Fatalf("next turn: %d %s", c.status, c.body)
+	}
+	if n := metric(t, routers[1], `vllm_router_kv_tokenize_total{result="peer"}`); n != 1 {
+		t.Fatalf("the next turn was routed on the kept tokens %v times, want 1 (ok %v, slow %v)", n,
+			metric(t, routers[1], `vllm_router_kv_tokenize_total{result="ok"}`), metric(t, routers[1], `vllm_router_kv_tokenize_total{result="slow"}`))
+	}
+}
