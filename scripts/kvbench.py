@@ -77,7 +77,7 @@ import realtier  # noqa: E402  (the real-process fleet: workersims, replicas, lo
 AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "512", "--observation-tokens", "384",
            "--answer-tokens", "32", "--seed", "7"]
 ADDED = "vllm_router_kv_tokenize_added_seconds"
-RESULTS = ("ok", "cached", "prefix", "slow", "failed")  # vllm_router_kv_tokenize_total's results
+RESULTS = ("ok", "cached", "prefix", "peer", "slow", "failed")  # vllm_router_kv_tokenize_total's results
 ENGINE = "vllm_router_kv_tokenize_duration_seconds"
 FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 
@@ -101,6 +101,11 @@ def config():
         "scenario": e("KVBENCH_SCENARIO", "control"),
         "restart_after": float(e("KVBENCH_RESTART_AFTER", "8")),
     }
+
+
+def alone(mode):
+    """The flags of the alone mode: events, each replica keeping the tokens it learns to itself."""
+    return ["--kv-events-keep-tokens-alone"] if mode == "alone" else []
 
 
 def model(cfg):
@@ -294,7 +299,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 # The engines keep no replay socket here; llm-d-inference-sim holds its events up
                 # to a second before it publishes them.
                 extra += ["--kv-events", "--kv-events-replay-offset", "-1", "--kv-events-stale-after", "3s"]
-            apis = fleet.tier(replicas, urls, realtier.Variant(extra),
+            apis = fleet.tier(replicas, urls, realtier.Variant(extra + alone(mode)),
                               lambda i: ["--kv-events-bind", f"tcp://127.0.0.1:{binds[i]}"] if mode != "text" else [])
             dialing_engines(fleet, cfg, ports, binds)
             for a in apis:  # the engines started after the replicas: their first health checks
@@ -305,7 +310,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 extra += ["--kv-events", "--kv-events-endpoints", ",".join(eps)]
             if mode == "oracle":
                 extra += ["--kv-events-tokenize-timeout", "5s"]  # the oracle knows every prompt's tokens
-            apis = fleet.tier(replicas, urls, realtier.Variant(extra))
+            apis = fleet.tier(replicas, urls, realtier.Variant(extra + alone(mode)))
         if mode != "text" and cfg["topology"] == "dial":
             # (A connection to the bound socket names its worker with its first batch.)
             for a in apis:
@@ -395,6 +400,8 @@ def render(cfg, runs, load_before, load_after, elapsed):
          f"concurrent agentic sessions on /v1/completions (each turn's prompt extends the one before) of {cfg['turns']} turns ({' '.join(AGENTIC[:-2])}, think time "
          f"{cfg['think']:g} s), every turn to a random replica, through {replicas_text(cfg)} replicas started from bin/ on "
          "127.0.0.1 with real memberlist and Raft. Modes: text, the text index alone; events, --kv-events"
+         + ("; alone, --kv-events with --kv-events-keep-tokens-alone (each replica keeps the prompts' tokens it "
+            "learns to itself, as before the tier shared them)" if "alone" in cfg["modes"] else "")
          + ("; oracle, --kv-events in a router built with the kvoracle tag, which asks each candidate's workersim at "
             "decision time how many leading blocks of the prompt it holds (its loopback /debug/kv/match): the "
             "engines' caches known exactly, with the reservations, threshold and overload check of the others. "
@@ -424,7 +431,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "TTFT p99 <= 1.1x one's (worst round); false hits at most 1% of the decisions judged.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
          "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | added p50 / p99 ms | engine tokenize p50 / "
-         "p99 ms | tokenized: ok / cached / prefix / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | errors | load avg per round |",
+         "p99 ms | tokenized: ok / cached / prefix / peer / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | errors | load avg per round |",
          "|" + "---|" * 15]
     verdicts = []
     for n in cfg["replicas"]:
@@ -482,7 +489,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
 def main(out_md):
     cfg = config()
     tmp = tempfile.mkdtemp(prefix="kvrouter-kvbench.")
-    bindir = {"text": realtier.BIN, "events": realtier.BIN}
+    bindir = {"text": realtier.BIN, "events": realtier.BIN, "alone": realtier.BIN}
     if "oracle" in cfg["modes"]:
         bindir["oracle"] = router_bin(tmp, "oracle", ["-tags", "kvoracle"])
     if "before" in cfg["modes"]:
