@@ -48,6 +48,8 @@ const (
 	lostHitsFamily = "vllm_router_lost_hits_total"
 	lostHitsHelp   = "Engine misses on a prefix another worker was known to hold above --cache-threshold, by cause: shed (the owner judged overloaded), ineligible (the owner not a candidate), below_threshold (only a shallower part known at the decision), peer_fact_late (nothing known at the decision, a fact arrived by the answer)."
 	falseByFact    = "vllm_router_false_hits_by_fact_total"
+	predByFact     = "vllm_router_predicted_hits_by_fact_total"
+	predByFactHelp = "Judged decisions predicted as hits, by where the belief came from (as vllm_router_false_hits_by_fact_total): with --kv-events, engine is the decisions made on the engine's own events, whose false share is what the events cost."
 	falseByFactHlp = "False hits by where the belief came from: own (this replica's decision) or peer (a peer's gossip), an in-flight reservation with --kv-events; engine (the blocks the engine's own KV events said it held)."
 	calibSent      = "vllm_router_calibrations_sent_total"
 	calibSentHelp  = "Per-worker sums of this replica's judged predicted hits sent to its peers (one per worker judged in a load report interval)."
@@ -62,7 +64,7 @@ const (
 var _ = exposition.Describe(attributionHelp())
 
 func attributionHelp() map[string]string {
-	help := map[string]string{lostHitsFamily: lostHitsHelp, falseByFact: falseByFactHlp, scaleFamily: scaleHelp,
+	help := map[string]string{lostHitsFamily: lostHitsHelp, falseByFact: falseByFactHlp, predByFact: predByFactHelp, scaleFamily: scaleHelp,
 		calibSent: calibSentHelp, calibHeard: calibHeardHelp}
 	for _, f := range attributionFamilies {
 		help[f.name] = f.help
@@ -83,6 +85,10 @@ func (f clusterFamilies) writeAttribution(w io.Writer) {
 	metrics.WriteMetadataIfNeeded(w, falseByFact, "counter")
 	for _, f := range []core.Fact{core.FactOwn, core.FactPeer, core.FactEngine} {
 		fmt.Fprintf(w, "%s{fact=%q} %d\n", falseByFact, f.String(), a.FalseHitsByFact[f])
+	}
+	metrics.WriteMetadataIfNeeded(w, predByFact, "counter")
+	for _, f := range []core.Fact{core.FactOwn, core.FactPeer, core.FactEngine} {
+		fmt.Fprintf(w, "%s{fact=%q} %d\n", predByFact, f.String(), a.PredictedHitsByFact[f])
 	}
 	if f.sync != nil {
 		st := f.sync.Stats()

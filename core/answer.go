@@ -76,8 +76,11 @@ func (c Cause) String() string {
 type Attribution struct {
 	// Judged is the answers that carried cached tokens.
 	Judged uint64
-	// PredictedHits is the judged decisions predicted as hits.
-	PredictedHits uint64
+	// PredictedHits is the judged decisions predicted as hits;
+	// PredictedHitsByFact splits them by where the belief came from, as
+	// FalseHitsByFact does its false ones.
+	PredictedHits       uint64
+	PredictedHitsByFact [numFacts]uint64
 	// EngineHits is the judged answers whose cached share of the prompt
 	// exceeded the cache threshold.
 	EngineHits uint64
@@ -117,7 +120,7 @@ func (a Attribution) LostTotal() uint64 {
 
 type attributionCounts struct {
 	judged, predictedHits, engineHits, falseHits, falseUncached, falseEvicted, cold, prompt, cached atomic.Uint64
-	falseByFact                                                                                     [numFacts]atomic.Uint64
+	falseByFact, predictedByFact                                                                    [numFacts]atomic.Uint64
 	lost                                                                                            [numCauses]atomic.Uint64
 }
 
@@ -146,6 +149,7 @@ func (j *judge) answered(d Decided, u Usage) {
 	hit := j.engineHit(u)
 	if d.Hit {
 		c.predictedHits.Add(1)
+		c.predictedByFact[d.Fact].Add(1)
 		j.calibrate(d.Worker, hit)
 	}
 	switch {
@@ -206,6 +210,7 @@ func (j *judge) attribution() Attribution {
 		CachedTokens: c.cached.Load()}
 	for i := range c.falseByFact {
 		a.FalseHitsByFact[i] = c.falseByFact[i].Load()
+		a.PredictedHitsByFact[i] = c.predictedByFact[i].Load()
 	}
 	for i := range c.lost {
 		a.Lost[i] = c.lost[i].Load()

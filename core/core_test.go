@@ -136,6 +136,7 @@ func TestAPredictedHitTheEngineDidNotHoldIsAFalseHit(t *testing.T) {
 	want := Attribution{Judged: 3, PredictedHits: 2, EngineHits: 1, FalseHits: 1, ColdMisses: 1,
 		PromptTokens: 300, CachedTokens: 61}
 	want.FalseHitsByFact[FactOwn] = 1
+	want.PredictedHitsByFact[FactOwn] = 2
 	if a != want {
 		t.Errorf("attribution %+v, want %+v", a, want)
 	}

@@ -276,8 +276,10 @@ func TestOnEventsAFalseHitSaysWhetherTheEngineOrAReservationBackedIt(t *testing.
 
 	a := r.Attribution()
 	if a.FalseHits != 3 || a.FalseHitsByFact[FactEngine] != 2 || a.FalseHitsByFact[FactOwn] != 1 ||
-		a.FalseHitsUncached != 1 || a.FalseHitsEvicted != 1 {
-		t.Errorf("false hits %d, by fact %v, none cached %d, evicted %d; want 3, two engine and one own, one with none cached, one evicted",
-			a.FalseHits, a.FalseHitsByFact, a.FalseHitsUncached, a.FalseHitsEvicted)
+		a.FalseHitsUncached != 1 || a.FalseHitsEvicted != 1 || a.PredictedHitsByFact[FactEngine] < 2 ||
+		a.PredictedHitsByFact[FactOwn] < 1 || a.PredictedHitsByFact[FactEngine]+a.PredictedHitsByFact[FactOwn]+
+		a.PredictedHitsByFact[FactPeer]+a.PredictedHitsByFact[FactNone] != a.PredictedHits {
+		t.Errorf("false hits %d, by fact %v, none cached %d, evicted %d, predicted by fact %v of %d; want 3, two engine and one own, one with none cached, one evicted, the predictions split by fact",
+			a.FalseHits, a.FalseHitsByFact, a.FalseHitsUncached, a.FalseHitsEvicted, a.PredictedHitsByFact, a.PredictedHits)
 	}
 }

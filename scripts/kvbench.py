@@ -103,6 +103,14 @@ def config():
     }
 
 
+def on_events(reps):
+    """The false share of the hits predicted on the engines' events, over reps: '-' where none were."""
+    predicted = sum(r.get("predicted_engine", 0) for r in reps)
+    if not predicted:
+        return "-"
+    return f"{sum(r['false_engine'] for r in reps) / predicted:.1%} of {predicted / len(reps):.0f}"
+
+
 def alone(mode):
     """The flags of the alone mode: events, each replica keeping the tokens it learns to itself."""
     return ["--kv-events-keep-tokens-alone"] if mode == "alone" else []
@@ -326,6 +334,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 "false_uncached": summed(pages, "vllm_router_false_hits_uncached_total"),
                 "false_evicted": summed(pages, "vllm_router_false_hits_evicted_total"),
                 "predicted": summed(pages, "vllm_router_predicted_hits_total"),
+                "predicted_engine": summed(pages, "vllm_router_predicted_hits_by_fact_total", 'fact="engine"'),
                 "judged": summed(pages, "vllm_router_judged_decisions_total"),
                 "added_p50": quantile(added, 0.5), "added_p99": quantile(added, 0.99),
                 "engine_p50": quantile(engine, 0.5), "engine_p99": quantile(engine, 0.99),
@@ -428,11 +437,11 @@ def render(cfg, runs, load_before, load_after, elapsed):
          f"{len(runs)} runs. The machine has 2 cores, shared with other work: the workersims' simulated "
          "engines run on wall time, so a busy machine slows every mode alike within a round.\n",
          "Targets: events >= text and >= 0.99 of the oracle (worst round); more replicas >= 0.99 of one and "
-         "TTFT p99 <= 1.1x one's (worst round); false hits at most 1% of the decisions judged.\n",
+         "TTFT p99 <= 1.1x one's (worst round); false hits at most 1% of the hits predicted on the events.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
-         "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | added p50 / p99 ms | engine tokenize p50 / "
+         "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | false share of the hits predicted on the events (mean) | added p50 / p99 ms | engine tokenize p50 / "
          "p99 ms | tokenized: ok / cached / prefix / peer / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | errors | load avg per round |",
-         "|" + "---|" * 15]
+         "|" + "---|" * 16]
     verdicts = []
     for n in cfg["replicas"]:
         for mode in cfg["modes"]:
@@ -458,6 +467,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
                      f"({statistics.mean(r['false_evicted'] for r in reps):.1f}) / "
                      f"{statistics.mean(r['false'] - r['false_engine'] for r in reps):.1f} / "
                      f"{statistics.mean(r['false_uncached'] for r in reps):.1f} | "
+                     f"{on_events(reps)} | "
                      f"{ms(max((r['added_p50'] for r in reps), key=lambda x: x or 0))} / "
                      f"{ms(max((r['added_p99'] for r in reps), key=lambda x: x or 0))} | "
                      f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
@@ -480,8 +490,9 @@ def render(cfg, runs, load_before, load_after, elapsed):
                                     f"({'met' if max(t) <= 1.1 else 'not met'}, <= 1.1x)")
             if mode == "events":
                 fh = sum(r["false"] for r in reps) / max(1, sum(r["judged"] for r in reps))
-                verdicts.append(f"{n} replica(s), events: false hits {fh:.1%} of the decisions judged "
-                                f"({'met' if fh <= 0.01 else 'not met'}, <= 1%)")
+                fe = sum(r["false_engine"] for r in reps) / max(1, sum(r.get("predicted_engine", 0) for r in reps))
+                verdicts.append(f"{n} replica(s), events: false hits {fe:.1%} of the hits predicted on the events "
+                                f"({'met' if fe <= 0.01 else 'not met'}, <= 1%), {fh:.1%} of all the decisions judged")
     L.append("\nAdded-latency figures are the worst round's bucket bound. " + "; ".join(verdicts) + ".\n")
     return "\n".join(L) + "\n"
 
