@@ -525,6 +525,11 @@ def main(out_md):
         raise
     with open(out_md, "w") as f:
         f.write(render(cfg, runs, load_before, realtier.loadavg(), time.monotonic() - started))
+    if any(r["errors"] for r in runs.values()):  # a failed request's logs are kept to be read
+        keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-errors")
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp, keep, symlinks=True)
+        print(f"kvbench: requests failed; logs in {keep}", file=sys.stderr)
     shutil.rmtree(tmp, ignore_errors=True)
 
 

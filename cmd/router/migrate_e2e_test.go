@@ -509,6 +509,22 @@ func workerID(t *testing.T, base, url string) string {
 // random: only the splice's continuity can be checked, not its words.)
 func TestMigrationFromAKilledPeerEngine(t *testing.T) {
 	base, sims := startPeerMigrationTier(t, 2, "--log-level", "debug")
+	var urls []string
+	for url := range sims {
+		urls = append(urls, url)
+	}
+	killAPeerMidStream(t, base, urls, sims)
+	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
+	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
+}
+
+// killAPeerMidStream streams 300 tokens of an essay through base, kills
+// the engine among candidates that has the stream in flight after 5
+// events, and fails t unless the stream still ends whole: [DONE], one id,
+// its text going on from what came before the kill, and the usage of
+// every token of max_tokens.
+func killAPeerMidStream(t *testing.T, base string, candidates []string, sims map[string]*process) {
+	t.Helper()
 	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
 	resp, r := openStream(t, base, "/v1/completions", body)
 	s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
@@ -517,9 +533,9 @@ func TestMigrationFromAKilledPeerEngine(t *testing.T) {
 	}
 	before := s.text
 	var victim *process
-	for url, p := range sims { // the engine with the request in flight
+	for _, url := range candidates { // the engine with the request in flight
 		if loadOf(t, base, url) > 0 {
-			victim = p
+			victim = sims[url]
 		}
 	}
 	if victim == nil {
@@ -538,8 +554,6 @@ func TestMigrationFromAKilledPeerEngine(t *testing.T) {
 	case s.usage == nil || s.usage.Completion != 300:
 		t.Fatalf("usage %+v; want the 300 completion tokens of both engines", s.usage)
 	}
-	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
-	testwait.Eventually(t, 20*time.Second, func() bool { return totalLoad(t, base) == 0 }, "the router's load back to zero")
 }
 
 // TestMigrationAPDStreamFromAKilledPeerDecodeEngine: vLLM's protocol over
@@ -550,35 +564,7 @@ func TestMigrationAPDStreamFromAKilledPeerDecodeEngine(t *testing.T) {
 	urls, sims := startPeerSims(t, 4)
 	base := startRouterOver(t, urls, []string{"--vllm-pd-disaggregation", "--prefill", urls[0], "--prefill", urls[1],
 		"--decode", urls[2], "--decode", urls[3]})
-	body := `{"model":"` + peerModel + `","prompt":"write a long essay about the sea","max_tokens":300,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}`
-	resp, r := openStream(t, base, "/v1/completions", body)
-	s := spliced{ids: map[string]bool{}, created: map[int64]bool{}}
-	if !s.readEvents(t, r, 5) {
-		t.Fatal("the stream ended within 5 events")
-	}
-	before := s.text
-	var victim *process
-	for _, url := range urls[2:] { // the decode engine with the request in flight
-		if loadOf(t, base, url) > 0 {
-			victim = sims[url]
-		}
-	}
-	if victim == nil {
-		t.Fatal("no decode engine had the stream")
-	}
-	victim.kill()
-	s.readEvents(t, r, -1)
-	resp.Body.Close()
-	switch {
-	case !s.done || s.errEvent != "":
-		t.Fatalf("the resumed stream ended with done %v, error %q", s.done, s.errEvent)
-	case len(s.ids) != 1:
-		t.Fatalf("ids %v", s.ids)
-	case !strings.HasPrefix(s.text, before) || len(s.text) <= len(before):
-		t.Fatalf("text %q does not continue %q", s.text, before)
-	case s.usage == nil || s.usage.Completion != 300:
-		t.Fatalf("usage %+v; want the 300 completion tokens of both decode engines", s.usage)
-	}
+	killAPeerMidStream(t, base, urls[2:], sims)
 	testwait.Eventually(t, 20*time.Second, func() bool { return migrated(t, base, "resumed") == 1 }, "the resume counted")
 	if n := metric(t, base, "vllm_router_pd_prefill_requests_total"); n != 2 {
 		t.Fatalf("%v prefill requests, want 2: the continuation must go through a prefill", n)
