@@ -103,6 +103,13 @@ def config():
     }
 
 
+def engines_cell(reps):
+    """The mean spread and queue time of reps' engines, '-' where they exported neither."""
+    sp = [r["spread"] for r in reps if r.get("spread")]
+    q = [r["queue_ms"] for r in reps if r.get("queue_ms") is not None]
+    return (f"{statistics.mean(sp):.2f}" if sp else "-") + " / " + (f"{statistics.mean(q):.1f}" if q else "-")
+
+
 def on_events(reps):
     """The false share of the hits predicted on the engines' events, over reps: '-' where none were."""
     predicted = sum(r.get("predicted_engine", 0) for r in reps)
@@ -293,6 +300,28 @@ def summed(pages, name, labels=""):
     return sum(p.get((name, labels), 0) for p in pages)
 
 
+def family(page, name):
+    """The sum of every sample of name on page, whatever its labels."""
+    return sum(v for (n, _), v in page.items() if n == name)
+
+
+def engines_seen(urls):
+    """Where the tier placed the work, as the engines count it: the largest engine's prompt tokens
+    over the mean engine's, and the mean time a request queued at its engine, in ms (None where the
+    engine exports neither: vLLM's vllm:prompt_tokens_total and vllm:request_queue_time_seconds)."""
+    pages = []
+    for u in urls:
+        try:
+            pages.append(realtier.scrape(u))
+        except OSError:
+            pass
+    tokens = [family(p, "vllm:prompt_tokens_total") for p in pages]
+    queued = sum(family(p, "vllm:request_queue_time_seconds_sum") for p in pages)
+    count = sum(family(p, "vllm:request_queue_time_seconds_count") for p in pages)
+    spread = max(tokens) / statistics.mean(tokens) if tokens and statistics.mean(tokens) else None
+    return spread, (1000 * queued / count if count else None)
+
+
 def run(tmp, tag, cfg, mode, replicas, bindir):
     fleet = realtier.Fleet(tmp, tag)
     fleet.engines = Engines(fleet)
@@ -324,6 +353,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
             for a in apis:
                 realtier.wait_for(f"{a}: every worker's stream connected", lambda a=a: streams_connected(a, len(urls)))
         rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"), fleet, urls)
+        spread, queue_ms = engines_seen(urls)
         pages = [realtier.scrape(a) for a in apis]
         added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)
         res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in RESULTS}
@@ -338,7 +368,7 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 "judged": summed(pages, "vllm_router_judged_decisions_total"),
                 "added_p50": quantile(added, 0.5), "added_p99": quantile(added, 0.99),
                 "engine_p50": quantile(engine, 0.5), "engine_p99": quantile(engine, 0.99),
-                "tokenize": res, "loadavg": realtier.loadavg()}
+                "tokenize": res, "spread": spread, "queue_ms": queue_ms, "loadavg": realtier.loadavg()}
     finally:
         fleet.stop()
         realtier.BIN = bindir["text"]
@@ -440,8 +470,9 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "TTFT p99 <= 1.1x one's (worst round); false hits at most 1% of the hits predicted on the events.\n",
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
          "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | false share of the hits predicted on the events (mean) | added p50 / p99 ms | engine tokenize p50 / "
-         "p99 ms | tokenized: ok / cached / prefix / peer / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | errors | load avg per round |",
-         "|" + "---|" * 16]
+         "p99 ms | tokenized: ok / cached / prefix / peer / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | "
+         "engines: largest's prompt tokens over the mean's / queue ms (mean) | errors | load avg per round |",
+         "|" + "---|" * 17]
     verdicts = []
     for n in cfg["replicas"]:
         for mode in cfg["modes"]:
@@ -473,7 +504,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
                      f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
                      f"{ms(max((r['engine_p99'] for r in reps), key=lambda x: x or 0))} | {tok} | "
                      f"{statistics.mean(r['ttft_p50'] for r in reps):.0f} / {statistics.mean(r['ttft_p99'] for r in reps):.0f} | "
-                     f"{ttft_vs_one(runs, n, mode, rounds)} | {sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
+                     f"{ttft_vs_one(runs, n, mode, rounds)} | {engines_cell(reps)} | {sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
             if mode == "events":
                 for label, other, bound in (("vs text", "text", 1.0), ("vs oracle", "oracle", 0.99)):
                     v = vs(lambda k: runs.get((n, other, k)))
@@ -516,6 +547,7 @@ def main(out_md):
                     print(f"kvbench: {tag}: cached {r['ratio']:.3f}, false hits {r['false']:.0f} of {r['judged']:.0f} "
                           f"(stored {r['false_engine']:.0f}, evicted after {r['false_evicted']:.0f}, none cached {r['false_uncached']:.0f}), "
                           f"added p50 {ms(r['added_p50'])} p99 {ms(r['added_p99'])} ms, tokenized {r['tokenize']}, "
+                          f"engines: spread {r['spread']}, queue ms {r['queue_ms']}, "
                           f"errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
     except Exception:
         keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-failed")
