@@ -5,7 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+	"k8s.io/utils/clock"
+
+	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -95,5 +100,95 @@ func TestAPeersEntryIsUsedOnlyForAPromptThatExtendsIt(t *testing.T) {
 	}
 	if chat("hello", "other", "again").extends(ce) {
 		t.Error("another chat extends the entry")
+	}
+}
+
+// keeperDouble is a tier's keepers as a test sets them: one peer keeps
+// every worker's prompts and answers each question with answer, or err.
+type keeperDouble struct {
+	keeper string
+	answer []byte
+	err    error
+	asked  int
+}
+
+func (k *keeperDouble) KeeperOf(affinity.WorkerID) string { return k.keeper }
+
+func (k *keeperDouble) Find(string, []byte, time.Time) ([]byte, error) {
+	k.asked++
+	return k.answer, k.err
+}
+
+func (k *keeperDouble) Keep(string, []byte, time.Time) error { return nil }
+
+// TestATurnUsesOnlyWhatItsKeeperKeptOfItsOwnConversation: a turn that
+// continues an earlier one (the index knows where the earlier one went)
+// asks that worker's keeper; a keeper that fails, has nothing, answers
+// bytes that do not decode, or answers another conversation's tokens
+// leaves the turn to the engine, counted; the earlier turn's tokens are
+// used, and kept here for the next turn. A prompt that continues nothing,
+// or whose keeper is this replica, asks no one.
+func TestATurnUsesOnlyWhatItsKeeperKeptOfItsOwnConversation(t *testing.T) {
+	earlierText := strings.Repeat("the first turn of this conversation, ", 20)
+	prompt := func(text string) prompt {
+		p, ok := tokenizeRequest(wire.Completions, "m", []byte(`{"model":"m","prompt":"`+text+`"}`))
+		if !ok {
+			t.Fatal("no prompt")
+		}
+		return p
+	}
+	earlier, next := prompt(earlierText), prompt(earlierText+"and the second turn, which goes on")
+	kept := appendTokenEntry(nil, &tokenEntry{full: earlier.full, mark: earlier.marks[len(earlier.marks)-1],
+		size: len(earlier.text), text: len(earlierText), tokens: []uint32{7, 8, 9}})
+	other := prompt(strings.Repeat("another conversation altogether, ", 20))
+	otherKept := appendTokenEntry(nil, &tokenEntry{full: other.full, mark: other.marks[len(other.marks)-1],
+		size: len(other.text), text: 600, tokens: []uint32{1}})
+
+	index := affinity.NewIndex(clock.RealClock{}, 1000)
+	loads := affinity.NewLoadTable(nil)
+	pool := affinity.NewPool([]*affinity.Load{loads.Get(1), loads.Get(2)})
+	hashes := affinity.BlockHashes(nil, "m", []byte(earlierText+"and the second turn, which goes on"), 16)
+	index.Learn(affinity.Fact{Hash: hashes[len(hashes)-3], Worker: 2, Span: 1})
+	req := &affinity.Request{Hashes: hashes}
+
+	for _, tc := range []struct {
+		name   string
+		share  *keeperDouble
+		used   bool
+		counts func(shareCounts) uint64
+	}{
+		{"a keeper that fails", &keeperDouble{keeper: "peer", err: errors.New("refused")}, false,
+			func(c shareCounts) uint64 { return c.findFailed.Get() }},
+		{"a keeper with nothing", &keeperDouble{keeper: "peer"}, false, func(c shareCounts) uint64 { return c.findNone.Get() }},
+		{"bytes that do not decode", &keeperDouble{keeper: "peer", answer: []byte{1, 2, 3}}, false,
+			func(c shareCounts) uint64 { return c.findFailed.Get() }},
+		{"another conversation's tokens", &keeperDouble{keeper: "peer", answer: otherKept}, false,
+			func(c shareCounts) uint64 { return c.findFailed.Get() }},
+		{"the earlier turn's tokens", &keeperDouble{keeper: "peer", answer: kept}, true,
+			func(c shareCounts) uint64 { return c.found.Get() }},
+	} {
+		tok := newTokenizer(TokenizeConfig{}, "", nil, tc.share, index, metrics.NewSet())
+		e := tok.fromKeeper(req, pool, next)
+		if used := e != nil; used != tc.used || tc.share.asked != 1 || tc.counts(tok.shared) != 1 {
+			t.Errorf("%s: used %v (want %v), asked %d times, counted %d", tc.name, used, tc.used, tc.share.asked, tc.counts(tok.shared))
+		}
+		if tc.used {
+			if !slices.Equal(e.tokens, []uint32{7, 8, 9}) || e.text != len(earlierText) {
+				t.Errorf("%s: routed on %v standing for %d bytes", tc.name, e.tokens, e.text)
+			}
+			if found, whole := tok.cache.lookup(next); found == nil || whole {
+				t.Errorf("%s: the kept tokens are not here for the next turn", tc.name)
+			}
+		}
+	}
+	for name, share := range map[string]*keeperDouble{"its own keeper": {keeper: ""}} {
+		tok := newTokenizer(TokenizeConfig{}, "", nil, share, index, metrics.NewSet())
+		if tok.fromKeeper(req, pool, next) != nil || share.asked != 0 {
+			t.Errorf("%s: asked %d times", name, share.asked)
+		}
+	}
+	tok := newTokenizer(TokenizeConfig{}, "", nil, &keeperDouble{keeper: "peer", answer: kept}, index, metrics.NewSet())
+	if tok.fromKeeper(&affinity.Request{Hashes: affinity.BlockHashes(nil, "m", []byte(strings.Repeat("new ", 200)), 16)}, pool, next) != nil {
+		t.Error("a prompt that continues no earlier turn asked a keeper")
 	}
 }
