@@ -71,7 +71,7 @@ func parseTokenQuery(b []byte) ([]uint64, error) {
 	if len(b) == 0 || b[0] != tokenWireVersion {
 		return nil, fmt.Errorf("%w: not a version %d query", errTokenWire, tokenWireVersion)
 	}
-	n, k := binary.Uvarint(b[1:])
+	n, k := minimalUvarint(b[1:])
 	rest := b[1+max(k, 0):]
 	if k <= 0 || n != uint64(len(rest)/8) || len(rest)%8 != 0 {
 		return nil, fmt.Errorf("%w: a query of %d bytes does not hold its marks", errTokenWire, len(b))
@@ -110,7 +110,7 @@ func parseTokenEntry(b []byte) (*tokenEntry, error) {
 	rest := b[17:]
 	var fields [3]uint64
 	for i := range fields {
-		v, k := binary.Uvarint(rest)
+		v, k := minimalUvarint(rest)
 		if k <= 0 || v > maxSharedTokens*16 {
 			return nil, fmt.Errorf("%w: a length out of bounds", errTokenWire)
 		}
@@ -126,6 +126,17 @@ func parseTokenEntry(b []byte) (*tokenEntry, error) {
 		e.tokens[i] = binary.LittleEndian.Uint32(rest[4*i:])
 	}
 	return e, nil
+}
+
+// minimalUvarint is binary.Uvarint that refuses (k 0) a number written in
+// more bytes than it needs: a peer's bytes decode one way only.
+func minimalUvarint(b []byte) (uint64, int) {
+	v, k := binary.Uvarint(b)
+	var buf [binary.MaxVarintLen64]byte
+	if k > 0 && k != binary.PutUvarint(buf[:], v) {
+		return 0, 0
+	}
+	return v, k
 }
 
 // extends says whether p starts with e's prompt and is longer: a chat's by

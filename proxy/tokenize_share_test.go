@@ -192,3 +192,25 @@ func TestATurnUsesOnlyWhatItsKeeperKeptOfItsOwnConversation(t *testing.T) {
 		t.Error("a prompt that continues no earlier turn asked a keeper")
 	}
 }
+
+// FuzzATokenEntryOrQueryFromAPeer: whatever a peer sends as a token entry
+// or query never panics, and what decodes is within its bounds and
+// encodes back to the same bytes.
+func FuzzATokenEntryOrQueryFromAPeer(f *testing.F) {
+	f.Add(appendTokenEntry(nil, &tokenEntry{full: 1, mark: 2, size: 10, text: 10, tokens: []uint32{1, 2}}))
+	f.Add(appendTokenQuery(nil, []uint64{3, 4}))
+	f.Add([]byte{1, 255, 255, 255, 255, 15})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if e, err := parseTokenEntry(b); err == nil {
+			if len(e.tokens) > maxSharedTokens || len(e.tokens) > e.text+templateTokens {
+				t.Fatalf("%d tokens for %d bytes of text passed", len(e.tokens), e.text)
+			}
+			if again := appendTokenEntry(nil, e); !slices.Equal(again, b) {
+				t.Fatalf("entry %x encodes back as %x", b, again)
+			}
+		}
+		if marks, err := parseTokenQuery(b); err == nil && !slices.Equal(appendTokenQuery(nil, marks), b) {
+			t.Fatalf("query %x encodes back differently", b)
+		}
+	})
+}
