@@ -52,6 +52,13 @@ type Config struct {
 	// slot a borrower frees (BENCHMARKS.md: 70x the interactive TTFT p99).
 	// Off: a reserved slot stays idle while its class is.
 	LendReserved bool
+	// PreemptByResume makes a class that takes back a slot it lent take it
+	// at once (--preempt-by-resume): a borrower's stream on the worker the
+	// class's request goes to gives its slot back at its next chunk, its
+	// request ended at the engine, and resumes, its client seeing a pause,
+	// when admission lets it in again (the proxy's preempt.go). Needs
+	// LendReserved, and streams that may resume (--migration-limit).
+	PreemptByResume bool
 
 	// KeyClasses gives, per API key, the class of its requests
 	// (--api-key-classes): the class of those that name none, and the
@@ -132,6 +139,8 @@ func (c Config) Validate() error {
 		return configError("--queue-timeout-secs", "must be positive")
 	case !(c.KVFull > 0 && c.KVFull <= 1):
 		return configError("--saturation-kv-usage", "want a share in (0, 1], got %v", c.KVFull)
+	case c.PreemptByResume && !c.LendReserved:
+		return configError("--preempt-by-resume", "needs --lend-reserved-slots: a class takes back only a slot it lent")
 	}
 	if err := c.Scheduler().Validate(); err != nil {
 		return err

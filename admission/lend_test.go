@@ -86,3 +86,69 @@ func TestTakingBackNeverPassesMaxInFlight(t *testing.T) {
 		t.Fatal("an interactive request passed --max-concurrent-requests")
 	}
 }
+
+// TestASuspendedBorrowerResumesFirstOnceTheSlotItGaveBackFrees: the
+// interactive request that took its slot back is told so (TookBack, and
+// none of the others), the bulk request preempted for it gives its slot
+// back and waits ahead of the bulk requests that never began, and goes
+// again once the interactive one ends.
+func TestASuspendedBorrowerResumesFirstOnceTheSlotItGaveBackFrees(t *testing.T) {
+	s := New(lending(1))
+	s.SetLimit(4, t0)
+	bulk, inter := class(t, s, "bulk"), class(t, s, "interactive")
+	var held []*Ticket
+	for range 4 {
+		held = append(held, s.Arrive(Request{Class: bulk, Tenant: "b"}, t0))
+	}
+	queued := s.Arrive(Request{Class: bulk, Tenant: "b"}, t0)
+	tk := s.Arrive(Request{Class: inter, Tenant: "i"}, t0)
+	if !isAdmitted(tk) || !tk.TookBack() {
+		t.Fatal("the interactive request must go at once, over the bound, taking its slot back")
+	}
+	for i, h := range held {
+		if h.TookBack() {
+			t.Fatalf("bulk request %d took a slot back: it was admitted within the bound", i)
+		}
+	}
+	victim := held[3]
+	if !s.Suspend(victim, t0.Add(time.Millisecond)) || !isWaiting(victim) {
+		t.Fatal("the preempted bulk request must wait again: the interactive one holds the slot it gave back")
+	}
+	if st := s.Stats(); st.InFlight != 4 {
+		t.Fatalf("%d in flight after the suspension, want the engines' 4", st.InFlight)
+	}
+	s.Done(tk, t0.Add(2*time.Millisecond))
+	if !isAdmitted(victim) || !isWaiting(queued) {
+		t.Fatal("the interactive request ended: the suspended bulk request goes first, before the one that never began")
+	}
+	if s.Suspend(queued, t0) {
+		t.Fatal("a waiting ticket was suspended")
+	}
+	s.Done(victim, t0.Add(3*time.Millisecond))
+	if !isAdmitted(queued) {
+		t.Fatal("the resumed request ended: the next bulk one goes")
+	}
+}
+
+// TestASuspendedTicketWhoseClientLeavesIsRefusedAndHoldsNothing: a
+// preempted request whose client leaves while it waits to resume is
+// cancelled like any queued one, and its Done gives nothing back twice.
+func TestASuspendedTicketWhoseClientLeavesIsRefusedAndHoldsNothing(t *testing.T) {
+	s := New(lending(1))
+	s.SetLimit(1, t0)
+	bulk, inter := class(t, s, "bulk"), class(t, s, "interactive")
+	b := s.Arrive(Request{Class: bulk, Tenant: "b"}, t0)
+	i := s.Arrive(Request{Class: inter, Tenant: "i"}, t0)
+	s.Suspend(b, t0)
+	if !s.Cancel(b, ClientGone, t0) || b.Err() == nil {
+		t.Fatal("the suspended ticket's client left: it must be refused")
+	}
+	s.Done(b, t0)
+	if st := s.Stats(); st.InFlight != 1 || st.Queued != 0 {
+		t.Fatalf("in flight %d queued %d, want the interactive request alone", st.InFlight, st.Queued)
+	}
+	s.Done(i, t0)
+	if st := s.Stats(); st.InFlight != 0 {
+		t.Fatalf("%d in flight, want none", st.InFlight)
+	}
+}

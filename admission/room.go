@@ -26,7 +26,7 @@ func (s *Scheduler) classHasRoom(c Class) bool {
 	case room < 0:
 		return true
 	case !s.cfg.Lend:
-		return s.inflight+s.unusedAbove(c) < room
+		return s.inflight+unusedAbove(c, s.reserved, s.inflightBy) < room
 	case s.inflight < room:
 		return true
 	}
@@ -46,11 +46,12 @@ func (s *Scheduler) room() int {
 	return room
 }
 
-// unusedAbove counts the reserved slots the classes above c leave unused.
-func (s *Scheduler) unusedAbove(c Class) int {
+// unusedAbove counts the reserved slots the classes above c leave unused,
+// of reserved per class with inflight in flight.
+func unusedAbove(c Class, reserved, inflight []int) int {
 	held := 0
 	for k := 0; k < int(c); k++ {
-		held += max(0, s.reserved[k]-s.inflightBy[k])
+		held += max(0, reserved[k]-inflight[k])
 	}
 	return held
 }

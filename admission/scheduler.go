@@ -24,6 +24,9 @@ type Ticket struct {
 	ready   chan struct{} // closed once admitted or refused; decidedAtArrival for one Arrive decided
 	refusal *Refusal
 	waited  time.Duration
+	// tookBack: admitted over the engines' bound, taking back a reserved
+	// slot a lower class borrowed (Lend).
+	tookBack bool
 }
 
 type ticketState uint8
@@ -69,6 +72,12 @@ func (tk *Ticket) Waited() time.Duration { return tk.waited }
 
 // Request is what the ticket was issued for.
 func (tk *Ticket) Request() Request { return tk.req }
+
+// TookBack reports whether the ticket was admitted over the engines'
+// bound, taking back a reserved slot of its class that a lower class
+// borrowed: a borrower holds that slot at the engine until it ends, or is
+// preempted. Read it after Ready is closed.
+func (tk *Ticket) TookBack() bool { return tk.tookBack }
 
 // Scheduler admits requests; see the package doc.
 type Scheduler struct {
@@ -149,7 +158,7 @@ func (s *Scheduler) Arrive(req Request, now time.Time) *Ticket {
 		return tk
 	}
 	tk.ready = make(chan struct{}) // a queued ticket is waited on
-	s.enqueue(tk)
+	s.enqueue(tk, false)
 	s.dispatch(now)
 	return tk
 }
@@ -180,16 +189,27 @@ func (s *Scheduler) Done(tk *Ticket, now time.Time) {
 		return
 	}
 	tk.state = released
-	t := tk.t
-	s.inflight--
-	s.inflightBy[t.key.class]--
-	t.inflight--
-	t.tokens -= tk.req.Cost
-	if s.loads[t.key.name]--; s.loads[t.key.name] <= 0 {
-		delete(s.loads, t.key.name)
-	}
-	s.dropIfIdle(t)
+	s.unadmit(tk)
+	s.dropIfIdle(tk.t)
 	s.dispatch(now)
+}
+
+// Suspend takes an admitted ticket's slot back and queues the ticket
+// again, first of its tenant's: its request was preempted mid-stream and
+// waits to resume, ahead of the requests that have not begun. It reports
+// false, and does nothing, for a ticket not admitted. Ready is a new
+// channel, closed when the ticket is admitted again or refused (Cancel).
+func (s *Scheduler) Suspend(tk *Ticket, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tk.state != admitted {
+		return false
+	}
+	s.unadmit(tk)
+	tk.state, tk.ready, tk.tookBack = waiting, make(chan struct{}), false
+	s.enqueue(tk, true)
+	s.dispatch(now)
+	return true
 }
 
 // SetCost corrects an admitted ticket's cost to what its request turned out
@@ -261,9 +281,15 @@ func (s *Scheduler) dropIfIdle(t *tenant) {
 	}
 }
 
-func (s *Scheduler) enqueue(tk *Ticket) {
+// enqueue queues tk last of its tenant's, or first: a suspended ticket
+// goes ahead of those that have not begun.
+func (s *Scheduler) enqueue(tk *Ticket, first bool) {
 	c := tk.req.Class
-	tk.t.queue = append(tk.t.queue, tk)
+	if first {
+		tk.t.queue = append([]*Ticket{tk}, tk.t.queue...)
+	} else {
+		tk.t.queue = append(tk.t.queue, tk)
+	}
 	s.queued++
 	s.queuedBy[c]++
 	s.bands[c].join(tk.t)
@@ -287,6 +313,8 @@ func (s *Scheduler) unqueue(tk *Ticket) {
 func (s *Scheduler) admit(tk *Ticket, now time.Time) {
 	t := tk.t
 	s.bucket.take()
+	room := s.room()
+	tk.tookBack = s.cfg.Lend && room >= 0 && s.inflight >= room
 	tk.state, tk.waited = admitted, now.Sub(tk.arrived)
 	s.inflight++
 	s.inflightBy[t.key.class]++
@@ -294,6 +322,18 @@ func (s *Scheduler) admit(tk *Ticket, now time.Time) {
 	t.tokens += tk.req.Cost
 	s.loads[t.key.name]++
 	tk.decided()
+}
+
+// unadmit gives back the slot admit took.
+func (s *Scheduler) unadmit(tk *Ticket) {
+	t := tk.t
+	s.inflight--
+	s.inflightBy[t.key.class]--
+	t.inflight--
+	t.tokens -= tk.req.Cost
+	if s.loads[t.key.name]--; s.loads[t.key.name] <= 0 {
+		delete(s.loads, t.key.name)
+	}
 }
 
 func (s *Scheduler) refuse(tk *Ticket, reason Reason, now time.Time) {

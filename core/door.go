@@ -95,6 +95,10 @@ func (d *Door) Recost(tk *admission.Ticket, bodyBytes int) { d.s.SetCost(tk, Cos
 // Done gives an admitted ticket's slot back; see admission.Scheduler.Done.
 func (d *Door) Done(tk *admission.Ticket) { d.s.Done(tk, d.clock.Now()) }
 
+// Suspend gives an admitted ticket's slot back and queues it again, first
+// of its tenant's; see admission.Scheduler.Suspend.
+func (d *Door) Suspend(tk *admission.Ticket) bool { return d.s.Suspend(tk, d.clock.Now()) }
+
 // Cancel takes a queued ticket out of the queue, refused for reason, and
 // reports true; see admission.Scheduler.Cancel.
 func (d *Door) Cancel(tk *admission.Ticket, reason admission.Reason) bool {

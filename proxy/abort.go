@@ -167,6 +167,18 @@ func (g *connGuard) markMoveOff(w affinity.WorkerID) bool {
 	return true
 }
 
+// markGiveWay asks the stream whose live attempt is on worker w to give
+// its slot way (preempt.go); it reports whether there was one not asked
+// already to move.
+func (g *connGuard) markGiveWay(w affinity.WorkerID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed || g.owner.moveOff.Load() {
+		return false
+	}
+	return g.owner.giveWay.CompareAndSwap(false, true)
+}
+
 // on reports whether the live attempt is on worker w.
 func (g *connGuard) on(w affinity.WorkerID) bool {
 	g.mu.Lock()

@@ -37,6 +37,9 @@ type admitter struct {
 	// stamp: pass the class on as the engine's priority field
 	// (EnginePriority, with classes enabled)
 	stamp bool
+	// preempts: a request that takes its slot back has a borrower give way
+	// (PreemptByResume, with classes enabled; preempt.go)
+	preempts bool
 }
 
 // newAdmitter builds the door of a over loads, reading the engines'
@@ -50,7 +53,7 @@ func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]a
 	classes := door.Scheduler().Classes()
 	d := &admitter{door: door, classes: classes, keyClass: map[credential.ID]admission.Class{},
 		tenants: newKeyTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
-		stamp: a.EnginePriority && classes.Enabled()}
+		stamp: a.EnginePriority && classes.Enabled(), preempts: a.PreemptByResume && classes.Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
 			d.keyClass[credential.IDOf([]byte(key))] = c
@@ -192,6 +195,33 @@ type queuedClient struct {
 }
 
 func (q *queuedClient) clientGone() { q.door.Cancel(q.tk, admission.ClientGone) }
+
+// readmit gives the slot of x, a stream that gives way (preempt.go), back
+// to the door and waits, first of its tenant, until it is admitted again:
+// an error when its client leaves, its deadline passes or the replica
+// shuts down meanwhile, the ticket then refused (Done gives nothing back
+// twice).
+func (d *admitter) readmit(x *exchange) error {
+	tk := x.ticket
+	if tk == nil || !d.door.Suspend(tk) {
+		return nil
+	}
+	t := time.NewTimer(time.Until(x.deadline))
+	defer t.Stop()
+	var why error
+	select {
+	case <-tk.Ready():
+	case <-t.C:
+		why = errorf(ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume")
+	case <-x.life.Done(): // its client left, or the replica shuts down
+		why = x.life.why()
+	}
+	if why != nil && d.door.Cancel(tk, admission.ClientGone) {
+		return why
+	}
+	<-tk.Ready() // a Cancel that lost to an admission: it is admitted
+	return tk.Err()
+}
 
 // recost charges an admitted request whose body had no length for what it
 // turned out to be: n bytes, as the door would have from a Content-Length.

@@ -26,6 +26,7 @@ type attempt struct {
 	track    Attempt
 	stuck    atomic.Bool   // health judged it stuck, and its connection was cut
 	moveOff  atomic.Bool   // its worker is drained with migration: the stream moves (migrate.go)
+	giveWay  atomic.Bool   // its stream gives its slot to a request that took it back (preempt.go)
 	over     chan struct{} // closed by end, when a goroutine waits for stuck
 	span     trace.Span    // nil unless tracing
 	conn     *upConn

@@ -65,6 +65,9 @@ type exchange struct {
 	// reqWatch is the watch while no byte of the response was written.
 	reqWatch clientWatch
 	gone     atomic.Bool // the client left; counted once
+	// mayResume: its answer is a stream that may resume (relay.go), one
+	// that preemption may ask to give way.
+	mayResume atomic.Bool
 
 	route     route         // how it was routed, for the request log
 	shared    *sharedPrompt // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)

@@ -39,6 +39,12 @@ type requestAttacher interface {
 	attach(x *exchange, req *affinity.Request, pool *affinity.Pool)
 }
 
+// pickHearer hears that attempt a of leg l goes to its worker, before it
+// is sent (preemption asks a borrower on that worker to give way).
+type pickHearer interface {
+	picked(x *exchange, l *leg, a *attempt)
+}
+
 // streamHearer hears that the answer of worker a is streamed to the client:
 // its first bytes are in a.first.
 type streamHearer interface {
@@ -79,6 +85,7 @@ type hooks struct {
 	planners    []legPlanner
 	resumers    []resumePlanner
 	attachers   []requestAttacher
+	picks       []pickHearer
 	streams     []streamHearer
 	answers     []answerHearer
 	finishes    []finishHearer
@@ -99,6 +106,9 @@ func newHooks(all ...any) *hooks {
 		}
 		if c, ok := hook.(requestAttacher); ok {
 			h.attachers = append(h.attachers, c)
+		}
+		if c, ok := hook.(pickHearer); ok {
+			h.picks = append(h.picks, c)
 		}
 		if c, ok := hook.(streamHearer); ok {
 			h.streams = append(h.streams, c)
@@ -147,6 +157,12 @@ func (h *hooks) planResume(x *exchange, body []byte, pool *affinity.Pool, key ui
 func (h *hooks) attach(x *exchange, req *affinity.Request, pool *affinity.Pool) {
 	for _, c := range h.attachers {
 		c.attach(x, req, pool)
+	}
+}
+
+func (h *hooks) picked(x *exchange, l *leg, a *attempt) {
+	for _, c := range h.picks {
+		c.picked(x, l, a)
 	}
 }
 

@@ -40,6 +40,7 @@ type Metrics struct {
 	underflows       *metrics.Counter
 	streamErrors     *metrics.Counter
 	migrations       migrationMetrics
+	preemptions      preemptionMetrics
 	ttft             *metrics.PrometheusHistogram
 	routing          *metrics.PrometheusHistogram
 	tpot             *metrics.PrometheusHistogram
@@ -92,6 +93,7 @@ func newMetrics(set *metrics.Set) *Metrics {
 		tpot:             set.NewPrometheusHistogramExt("vllm_router_time_per_output_token_seconds", tokenBuckets),
 		pdDuration:       set.NewPrometheusHistogramExt("vllm_router_pd_request_duration_seconds", durationBuckets),
 		migrations:       newMigrationMetrics(set),
+		preemptions:      newPreemptionMetrics(set),
 		errors:           map[errorKey]*metrics.Counter{},
 		workers:          map[string]*workerCounters{},
 	}

@@ -18,6 +18,8 @@ var _ = exposition.Describe(map[string]string{
 	"vllm_router_stream_errors_total":           "Streams cut after their first byte (also counted in vllm_router_request_errors_total).",
 	"vllm_router_stream_migrations_total":       "Streams cut by their worker after the first byte, or moved off a drained one, by result: resumed on another worker, failed (no worker took the continuation, or it failed before its first byte), unresumable (its shape, --migration-limit or the buffer bounds).",
 	"vllm_router_stream_migration_seconds":      "Time from a stream's cut (or a drain's move) to the first bytes of its continuation on another worker.",
+	"vllm_router_preemptions_total":             "Preemptions by resume (--preempt-by-resume), by result: asked (a request that took its reserved slot back asked a borrower's stream on its worker to give way), no_borrower (none there could), resumed (the stream gave way and resumed), failed (its client left or its deadline passed while it waited, or no worker took the continuation), unresumable (it could no longer resume when asked: it kept its slot).",
+	"vllm_router_preemption_pause_seconds":      "Time a preempted stream paused: from giving its slot back to the first bytes of its continuation.",
 	"vllm_router_cache_hits_total":              "Routing decisions that found the request's prefix on a candidate worker.",
 	"vllm_router_cache_misses_total":            "Routing decisions that found no worker holding enough of the request's prefix.",
 	"vllm_router_load_balancing_events_total":   "Hits sent elsewhere because their owner was overloaded.",

@@ -111,6 +111,9 @@ func (r *relay) pull() {
 	case err == nil && r.a.moveOff.Load() && s.canResume(r.streams.migration.Limit) && len(s.partial) == 0:
 		r.moveOff()
 		return
+	case err == nil && r.a.giveWay.Load() && len(s.partial) == 0:
+		r.giveWay()
+		return
 	case err == nil:
 		return
 	}
@@ -132,13 +135,15 @@ func (r *relay) resume(cause error) bool {
 	old := r.a
 	o, _ := old.failure(cause)
 	old.end(o, false)
-	live, l, err := r.x.resumeOn(s, old.m.ID)
+	r.x.route.noteStreamed(old.m.ID)
+	live, l, err := r.x.resumeOn(s, r.x.route.streamed)
 	if err != nil {
 		r.streams.metrics.migrations.failed.Inc()
 		r.streams.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
 		return false
 	}
-	r.switchTo(live, l, start)
+	r.switchTo(live, l)
+	r.migrated(start)
 	return true
 }
 
@@ -157,7 +162,8 @@ func (r *relay) moveOff() {
 	r.a.moveOff.Store(false)
 	start := time.Now()
 	old := r.a
-	live, l, err := r.x.resumeOn(r.splice, old.m.ID)
+	r.x.route.noteStreamed(old.m.ID)
+	live, l, err := r.x.resumeOn(r.splice, r.x.route.streamed)
 	if err != nil {
 		if !r.x.guard.attachFor(old, old.conn) { // the client left meanwhile
 			r.fail(err)
@@ -165,14 +171,15 @@ func (r *relay) moveOff() {
 		return
 	}
 	old.end(Canceled, false) // nothing against a worker being drained
-	r.switchTo(live, l, start)
+	r.switchTo(live, l)
+	r.migrated(start)
 }
 
-// resumeOn starts the continuation of x's stream on a worker the stream
-// has not used, chosen by the regular decision over the conversation, and
-// returns it live: its first bytes read.
-func (x *exchange) resumeOn(s *splice, left affinity.WorkerID) (*attempt, *leg, error) {
-	x.route.noteStreamed(left)
+// resumeOn starts the continuation of x's stream on a worker not among
+// avoid (those the stream failed on or moved off), chosen by the regular
+// decision over the conversation, and returns it live: its first bytes
+// read.
+func (x *exchange) resumeOn(s *splice, avoid []affinity.WorkerID) (*attempt, *leg, error) {
 	body, err := continuation(s.kind, x.body, s.text, s.tokens)
 	if err != nil {
 		return nil, nil, err
@@ -184,7 +191,7 @@ func (x *exchange) resumeOn(s *splice, left affinity.WorkerID) (*attempt, *leg, 
 		return nil, nil, err
 	}
 	key := legs.sessionKey(x)
-	pool = pool.Without(x.route.streamed...)
+	pool = pool.Without(avoid...)
 	l, planned, err := x.path.hooks.planResume(x, body, pool, key)
 	switch {
 	case err != nil:
@@ -207,13 +214,19 @@ func (x *exchange) resumeOn(s *splice, left affinity.WorkerID) (*attempt, *leg, 
 }
 
 // switchTo makes live the stream's worker.
-func (r *relay) switchTo(live *attempt, l *leg, start time.Time) {
+func (r *relay) switchTo(live *attempt, l *leg) {
 	r.a, r.l = live, l
 	live.streamed = true
 	r.splice.resumed()
 	r.splice.feed(live.first)
 	firstReads.Put(live.firstBuf)
 	live.first, live.firstBuf = nil, nil
+}
+
+// migrated counts a stream that resumed after a failure or a drain, cut
+// at start: against --migration-limit, and in the metrics.
+func (r *relay) migrated(start time.Time) {
+	r.splice.resumes++
 	r.streams.metrics.migrations.resumed.Inc()
 	r.streams.metrics.migrations.seconds.UpdateDuration(start)
 }

@@ -60,6 +60,9 @@ func inferenceHooks(path *requestPath, tokens *tokenizer, pd *PD, wg *sync.WaitG
 		all = append(all, newDisaggregation(*pd, path.legs, path.send, path.flights, wg, path.rec.metrics))
 	}
 	all = append(all, path.owned)
+	if path.admission.preempts {
+		all = append(all, &preemption{flights: path.flights, metrics: path.rec.metrics.preemptions})
+	}
 	if tokens != nil {
 		all = append(all, tokens)
 	}

@@ -96,6 +96,7 @@ func (x *exchange) stream(a *attempt, l *leg) {
 		r.opened = usageOf(r.pending)
 	}
 	if r.splice, r.whyNot = r.streams.newSplice(x, r.sse); r.splice != nil {
+		x.mayResume.Store(true)
 		r.scratch = firstReads.Get().(*[]byte)
 		r.splice.feed(r.pending)
 		r.pending = nil

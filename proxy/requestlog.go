@@ -34,6 +34,10 @@ type route struct {
 	// streamed are the workers a stream that may resume used, in order
 	// (migrate.go); more than one when it resumed.
 	streamed []affinity.WorkerID
+	// tookBack: the exchange asked a borrower to give way (preempt.go);
+	// preempted: the times its stream gave way.
+	tookBack  bool
+	preempted int
 }
 
 // noteAttempt records an attempt of leg l on dec's worker, whose counters
@@ -71,6 +75,9 @@ func (rec *recorder) logRequest(x *exchange, status int, errType string) {
 	}
 	if len(x.route.streamed) > 1 {
 		attrs = append(attrs, slog.String("workers", x.route.streamedWorkers()), slog.Int("migrations", len(x.route.streamed)-1))
+	}
+	if x.route.preempted > 0 {
+		attrs = append(attrs, slog.Int("preemptions", x.route.preempted))
 	}
 	if x.route.prefill != 0 {
 		attrs = append(attrs, slog.Uint64("prefill_worker", uint64(x.route.prefill)))

@@ -50,6 +50,7 @@ func (s *sender) try(x *exchange, l *leg) (live *attempt, ans *answer, err error
 		if n > 0 {
 			s.metrics.retries.Inc()
 		}
+		x.path.hooks.picked(x, l, a)
 		live, ans, err = s.run(a, l, n == l.attempts-1)
 		switch {
 		case live != nil || ans != nil && !ans.retryable:

@@ -23,7 +23,10 @@ type splice struct {
 	tokens  int    // tokens generated so far, over every worker: a chunk of text each
 	before  int    // of those, the tokens the workers before the current one generated
 	sent    int    // bytes of out the client was handed
-	resumes int    // times the stream resumed
+	resumes int    // times the stream resumed after a failure or a drain (--migration-limit)
+	// workers counts the workers' answers the stream was made of, less
+	// one: more than zero once it resumed, for whatever reason.
+	workers int
 
 	id       []byte // the first worker's response id and created: the client's
 	created  int64
@@ -122,7 +125,7 @@ func (s *splice) event(ev []byte) {
 	}
 	s.head(v)
 	s.take(v)
-	if s.resumes == 0 || s.refused != nil {
+	if s.workers == 0 || s.refused != nil {
 		s.out = append(s.out, ev...)
 		return
 	}
@@ -245,15 +248,20 @@ func (s *splice) rewriteUsage(u *fastjson.Value, a *fastjson.Arena) {
 	}
 }
 
-// canResume reports whether the stream may resume once more.
+// canResume reports whether the stream may resume once more after a
+// failure or a drain.
 func (s *splice) canResume(limit int) bool {
-	return s.refused == nil && !s.finished && s.resumes < limit
+	return s.resumable() && s.resumes < limit
 }
+
+// resumable reports whether the generation can be continued: its shape
+// allows it and it has not finished.
+func (s *splice) resumable() bool { return s.refused == nil && !s.finished }
 
 // resumed readies the splice for the next worker's events.
 func (s *splice) resumed() {
 	s.before = s.tokens
-	s.resumes++
+	s.workers++
 	s.partial = s.partial[:0]
 	s.engineFailed = false
 }

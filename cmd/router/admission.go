@@ -23,6 +23,7 @@ func admissionFlags() []cli.Flag {
 		stringFlag("priority-reserved", "", "in-flight slots that lower classes may not take, as class=slots,class=slots"),
 		boolFlag("engine-priority", "the engines run vLLM's --scheduling-policy priority: pass each request's class rank on as its priority field"),
 		boolFlag("lend-reserved-slots", "let lower classes borrow unused --priority-reserved slots, the class taking them back over the engines' bound; for engines that preempt a running request for a higher-priority waiting one (vLLM v1 does not: there the class waits at the engine for a borrower to end)"),
+		boolFlag("preempt-by-resume", "a class taking back a --lend-reserved-slots slot takes it at once: a borrower's stream on its worker gives way at its next chunk (ended at the engine), waits first in the queue, and resumes where it stopped, its client seeing a pause; needs --lend-reserved-slots and --migration-limit above 0"),
 		sliceFlag("api-key-classes", "class of an API key's requests, as KEY=class (repeatable): the class of those that name none, and the highest any of them gets (a key without one is held to --priority-default-class); needs --api-keys"),
 		sliceFlag("api-key-tenants", "tenants an API key speaks for, as KEY=tenant (repeatable; several keys may share a tenant): its first is its requests' tenant, and --tenant-header may name any of them; needs --api-keys"),
 		stringFlag("tenant-header", a.TenantHeader, "header naming a request's tenant: as sent without --api-keys; with them, one of the tenants --api-key-tenants gives the key (403 otherwise); default: the key's tenant"),
@@ -71,9 +72,13 @@ func admissionFrom(c *cli.Context, p *proxy.Config) error {
 	a.TierFair = !c.Bool("disable-tier-fairness")
 	a.EnginePriority = c.Bool("engine-priority")
 	a.LendReserved = c.Bool("lend-reserved-slots")
+	a.PreemptByResume = c.Bool("preempt-by-resume")
 	a.KVFull = c.Float64("saturation-kv-usage")
 	if err := a.Validate(); err != nil {
 		return err
+	}
+	if a.PreemptByResume && p.Migration.Limit <= 0 {
+		return fmt.Errorf("--preempt-by-resume: needs --migration-limit above 0 (a stream that gives way resumes as a migrated one does)")
 	}
 	return a.ValidateKeyed(p.APIKeys)
 }

@@ -48,7 +48,7 @@ var flagCategories = []flagCategory{
 			"wedge-timeout", "degrade-window", "degrade-ratio"}},
 	{"Admission and priority", "How many requests are let in, in which order, and how tenants share the engines.",
 		[]string{"max-concurrent-requests", "rate-limit-tokens-per-second", "queue-size", "queue-timeout-secs",
-			"priority-classes", "priority-default-class", "priority-reserved", "engine-priority", "lend-reserved-slots",
+			"priority-classes", "priority-default-class", "priority-reserved", "engine-priority", "lend-reserved-slots", "preempt-by-resume",
 			"api-key-classes", "api-key-tenants", "tenant-header", "tenant-max-inflight", "disable-tier-fairness",
 			"saturation-kv-usage"}},
 	{"Keys and TLS", "Who may call the API and the admin API, and the client listener's TLS (see SECURITY.md).",

@@ -179,6 +179,7 @@ func goldenFlags(t *testing.T) map[string]flagDefault {
 		"api-key-tenants":             sets(func(c cluster.Config) any { return c.Proxy.Admission.KeyTenants }, d.Proxy.Admission.KeyTenants),
 		"engine-priority":             sets(func(c cluster.Config) any { return c.Proxy.Admission.EnginePriority }, d.Proxy.Admission.EnginePriority),
 		"lend-reserved-slots":         sets(func(c cluster.Config) any { return c.Proxy.Admission.LendReserved }, d.Proxy.Admission.LendReserved),
+		"preempt-by-resume":           sets(func(c cluster.Config) any { return c.Proxy.Admission.PreemptByResume }, d.Proxy.Admission.PreemptByResume),
 		"tenant-header":               sets(func(c cluster.Config) any { return c.Proxy.Admission.TenantHeader }, d.Proxy.Admission.TenantHeader),
 		"tenant-max-inflight":         sets(func(c cluster.Config) any { return c.Proxy.Admission.TenantMaxInFlight }, d.Proxy.Admission.TenantMaxInFlight),
 		"disable-tier-fairness":       sets(func(c cluster.Config) any { return c.Proxy.Admission.TierFair }, d.Proxy.Admission.TierFair),

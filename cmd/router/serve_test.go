@@ -55,6 +55,9 @@ func TestServeRefusesBadEdgeFlagsNamingThem(t *testing.T) {
 		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1"}, "--api-key-tenants"},
 		{[]string{"--api-keys", "k1", "--api-key-tenants", "k1=a b"}, "--api-key-tenants"},
 		{[]string{"--api-keys", "k1", "--tenant-header", "x-tenant"}, "--tenant-header"},
+		{[]string{"--priority-reserved", "interactive=1", "--preempt-by-resume"}, "--preempt-by-resume"},
+		{[]string{"--priority-reserved", "interactive=1", "--lend-reserved-slots", "--preempt-by-resume", "--migration-limit", "0"},
+			"--preempt-by-resume"},
 	} {
 		_, err := parseServe(t, tc.args...)
 		if err == nil || !strings.Contains(err.Error(), tc.flag) {

@@ -22,6 +22,7 @@ type sample struct {
 	status  int
 	stream  string // which client stream sent it
 	arrived bool   // a first token arrived
+	failed  bool   // not a 200, or the stream carried an error or did not end with [DONE]
 }
 
 // recorder collects samples from every client.
@@ -100,11 +101,18 @@ func (c *client) once(rng *rand.Rand) sample {
 	if ms, err := strconv.Atoi(resp.Header.Get("x-admission-queue-ms")); err == nil {
 		s.queue = time.Duration(ms) * time.Millisecond
 	}
+	done := false
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
+		if line == "data: [DONE]" {
+			done = true
+		}
 		if !strings.HasPrefix(line, "data: ") || line == "data: [DONE]" {
 			continue
+		}
+		if strings.Contains(line, `"error"`) {
+			s.failed = true
 		}
 		if !s.arrived {
 			s.ttft, s.arrived = time.Since(s.start), true
@@ -112,6 +120,7 @@ func (c *client) once(rng *rand.Rand) sample {
 		s.tokens++
 	}
 	s.dur = time.Since(s.start)
+	s.failed = s.failed || s.status != http.StatusOK || !done
 	return s
 }
 

@@ -29,6 +29,7 @@ import (
 var (
 	quick  = flag.Bool("quick", false, "shorter runs")
 	rounds = flag.Int("rounds", 3, "rounds of the priority runs, each round every run once, one after the other")
+	runs   = flag.String("runs", "", "the priority runs to make, by name (alone, fifo, idle, lent, preempt), comma-separated; empty: all")
 )
 
 func main() {

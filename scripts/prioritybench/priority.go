@@ -8,6 +8,7 @@ import (
 
 // priorityRun is one configuration of the priority scenario.
 type priorityRun struct {
+	short   string // its name in -runs
 	name    string
 	flags   []string // the router's
 	workers []string // the workersim's
@@ -23,21 +24,40 @@ type priorityRow struct {
 	bulkTokens              float64 // per second
 	busy, waiting, queued   float64
 	idle                    float64 // share of samples with an idle slot while requests waited
-	preemptions             float64
+	preemptions             float64 // the engine's own
+	resumed                 float64 // the router's preemptions by resume
+	bulkFailed              int     // bulk streams that failed or were cut
 	beforeFirst             string
 	loadStart, loadFinished string
 }
 
 var priorityRuns = func() []priorityRun {
 	reserved := []string{"--priority-reserved", "interactive=1"}
+	priorityEngine := []string{"--scheduling-policy", "priority"}
 	return []priorityRun{
-		{"interactive alone", reserved, nil, false},
-		{"+ bulk flood, one class (FIFO, no saturation signal)", []string{"--priority-classes", "", "--engine-scrape-interval-secs", "0"}, nil, true},
-		{"+ bulk flood, interactive=1 reserved, kept idle for it", reserved, nil, true},
-		{"+ bulk flood, interactive=1 reserved and lent to bulk (--engine-priority --lend-reserved-slots)",
-			append([]string{"--engine-priority", "--lend-reserved-slots"}, reserved...), []string{"--scheduling-policy", "priority"}, true},
+		{"alone", "interactive alone", reserved, nil, false},
+		{"fifo", "+ bulk flood, one class (FIFO, no saturation signal)", []string{"--priority-classes", "", "--engine-scrape-interval-secs", "0"}, nil, true},
+		{"idle", "+ bulk flood, interactive=1 reserved, kept idle for it", reserved, nil, true},
+		{"lent", "+ bulk flood, interactive=1 reserved and lent to bulk (--engine-priority --lend-reserved-slots)",
+			append([]string{"--engine-priority", "--lend-reserved-slots"}, reserved...), priorityEngine, true},
+		{"preempt", "+ bulk flood, interactive=1 reserved, lent, taken back by preemption (--engine-priority --lend-reserved-slots --preempt-by-resume)",
+			append([]string{"--engine-priority", "--lend-reserved-slots", "--preempt-by-resume"}, reserved...), priorityEngine, true},
 	}
 }()
+
+// selectedRuns are the priority runs -runs names, in their order.
+func selectedRuns() []priorityRun {
+	if *runs == "" {
+		return priorityRuns
+	}
+	var out []priorityRun
+	for _, r := range priorityRuns {
+		if strings.Contains(","+*runs+",", ","+r.short+",") {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // priority: one engine of 4 sequences; a bulk flood of 20 closed-loop
 // clients (256-token prompts, 256 tokens out: 5x the engine's sequences)
@@ -66,14 +86,18 @@ queue goes by priority, and a waiting request never preempts a running one, so a
 request that finds the engine full waits, first in line, for a bulk request to end. "bulk time
 before first token" is the share of a bulk request's time at the engine (its TTFT less its queue
 time, over its whole time less its queue time) before its first token: the window in which the
-router could take it back without cutting its client's stream. %d rounds, each round every run
-once.`, seqs, timeScale, warm, measure, seqs, seqs, *rounds))
-	fmt.Println("| round | run | interactive TTFT p50 ms | p99 ms | p99 / alone | p99 past the router's queue ms | interactive requests | bulk tokens/s | engine busy | engine waiting (mean) | queued at router (mean) | idle while queued | engine preemptions | bulk time before first token |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	rows := make([][]priorityRow, len(priorityRuns))
+router could take it back without cutting its client's stream. With --preempt-by-resume the
+interactive request that takes its slot back has a bulk stream on the engine give way at its next
+chunk (ended at the engine, queued first at the router, resumed where it stopped once admitted
+again: its client sees a pause); "preempted by the router" counts them, "bulk failed" the bulk
+streams that were not a whole 200 ending in [DONE]. %d rounds, each round every run once.`, seqs, timeScale, warm, measure, seqs, seqs, *rounds))
+	fmt.Println("| round | run | interactive TTFT p50 ms | p99 ms | p99 / alone | p99 past the router's queue ms | interactive requests | bulk tokens/s | engine busy | engine waiting (mean) | queued at router (mean) | idle while queued | engine preemptions | preempted by the router | bulk failed | bulk time before first token |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	runs := selectedRuns()
+	rows := make([][]priorityRow, len(runs))
 	for round := 1; round <= *rounds; round++ {
 		var alone time.Duration
-		for i, r := range priorityRuns {
+		for i, r := range runs {
 			row := priorityOnce(r, round, seqs, timeScale, warm, measure)
 			if !r.flood {
 				alone = row.p99
@@ -84,21 +108,49 @@ once.`, seqs, timeScale, warm, measure, seqs, seqs, *rounds))
 				ratio = fmt.Sprintf("%.2f", row.ratio)
 			}
 			rows[i] = append(rows[i], row)
-			fmt.Printf("| %d | %s | %s | %s | %s | %s | %d | %.0f | %.0f%% | %.2f | %.1f | %.0f%% | %.0f | %s |\n", round, r.name,
+			fmt.Printf("| %d | %s | %s | %s | %s | %s | %d | %.0f | %.0f%% | %.2f | %.1f | %.0f%% | %.0f | %.0f | %d | %s |\n", round, r.name,
 				ms(row.p50), ms(row.p99), ratio, ms(row.engineP99), row.requests, row.bulkTokens, 100*row.busy, row.waiting, row.queued,
-				100*row.idle, row.preemptions, row.beforeFirst)
+				100*row.idle, row.preemptions, row.resumed, row.bulkFailed, row.beforeFirst)
 			fmt.Fprintf(stderr, "priority %q round %d: load average %s at the start, %s at the end\n", r.name, round, row.loadStart, row.loadFinished)
 			loads = append(loads, row.loadStart)
 		}
 	}
 	fmt.Printf("\nLoad average (1, 5, 15 min) at the start of each run, in the table's order: %v.\n\n", loads)
 	loads = nil
-	prioritySummary(rows)
+	prioritySummary(runs, rows)
+	preemptionVerdict(runs, rows)
+}
+
+// preemptionVerdict says, round by round, whether preemption by resume
+// held the interactive TTFT p99 to the kept-idle slot's and bulk's tokens
+// to lending's, with no bulk stream failed.
+func preemptionVerdict(runs []priorityRun, rows [][]priorityRow) {
+	at := map[string]int{}
+	for i, r := range runs {
+		at[r.short] = i
+	}
+	idle, okIdle := at["idle"]
+	lent, okLent := at["lent"]
+	pre, okPre := at["preempt"]
+	if !okIdle || !okLent || !okPre {
+		return
+	}
+	met := 0
+	for k := range rows[pre] {
+		p, i, l := rows[pre][k], rows[idle][k], rows[lent][k]
+		ok := p.p99 <= i.p99 && p.bulkTokens >= l.bulkTokens && p.bulkFailed == 0
+		if ok {
+			met++
+		}
+		fmt.Printf("Round %d: preemption's interactive TTFT p99 %s ms against kept idle %s ms, bulk %.0f tokens/s against lent %.0f, "+
+			"%d bulk streams failed: %s.\n", k+1, ms(p.p99), ms(i.p99), p.bulkTokens, l.bulkTokens, p.bulkFailed, map[bool]string{true: "met", false: "not met"}[ok])
+	}
+	fmt.Printf("\nPreemption by resume met all three in %d of %d rounds.\n\n", met, len(rows[pre]))
 }
 
 // prioritySummary prints the before and after of this run: each mode over
 // its rounds, worst and mean.
-func prioritySummary(rows [][]priorityRow) {
+func prioritySummary(runs []priorityRun, rows [][]priorityRow) {
 	fmt.Printf(`#### Before and after, side by side in this run
 
 Each mode over the %d rounds above, worst and mean: "one class" is the door before priority classes,
@@ -109,7 +161,7 @@ each round's p99 over the same round's alone p99.
 	fmt.Println("| run | p99 / alone worst | mean | p99 ms worst | mean | bulk tokens/s worst | mean | idle while queued worst | mean |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	var both []string
-	for i, r := range priorityRuns {
+	for i, r := range runs {
 		var ratioW, ratioM, p99W, p99M, idleW, idleM, tokM float64
 		tokW := -1.0
 		for _, row := range rows[i] {
@@ -152,13 +204,18 @@ func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measu
 	}
 	row := priorityRow{loadStart: loadavg()}
 	from := time.Now().Add(warm)
-	preemptFrom := make(chan float64, 1)
+	preemptFrom := make(chan [2]float64, 1)
+	preempted := func() [2]float64 {
+		return [2]float64{gauge(f.workers[0], "vllm:num_preemptions_total"),
+			gauge(f.routers[0], "vllm_router_preemptions_total", `result="resumed"`)}
+	}
 	go func() {
 		time.Sleep(time.Until(from))
-		preemptFrom <- gauge(f.workers[0], "vllm:num_preemptions_total")
+		preemptFrom <- preempted()
 	}()
 	_, from, to, es := drive(f, seqs, clients, warm, measure)
-	row.preemptions = gauge(f.workers[0], "vllm:num_preemptions_total") - <-preemptFrom
+	before, after := <-preemptFrom, preempted()
+	row.preemptions, row.resumed = after[0]-before[0], after[1]-before[1]
 	f.stop()
 	row.loadFinished = loadavg()
 	var ttft, past []time.Duration
@@ -171,6 +228,9 @@ func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measu
 	var beforeFirst, atEngine time.Duration
 	for _, s := range rec.between("bulk", from, to) {
 		bulkTokens += s.tokens
+		if s.failed {
+			row.bulkFailed++
+		}
 		if s.arrived {
 			beforeFirst += s.ttft - s.queue
 			atEngine += s.dur - s.queue

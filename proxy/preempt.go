@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/affinity"
+)
+
+// Preemption by resume (--preempt-by-resume). With --lend-reserved-slots a
+// lower class borrows the slots a higher class reserved and leaves unused,
+// and a request of the higher class takes its slot back over the engines'
+// bound (admission.Ticket.TookBack). The engine is full, though: vLLM v1
+// preempts no running request for a waiting one, so without this the
+// request waits at the engine for a borrower to end (BENCHMARKS.md: 70x
+// the interactive TTFT p99). With it, the request's worker gives up a
+// borrower's stream at its next chunk: the borrower's request is ended at
+// the engine (its connection closed, which frees the slot), its admission
+// goes back to the queue ahead of the requests that have not begun, and
+// once it is admitted again the stream resumes where it stopped, as a
+// migrated one does (migrate.go), on the worker the regular decision picks:
+// its own most often, which holds the prompt and the text so far. Its
+// client sees a pause, never an error.
+
+// preemption is the hook that picks the stream to give way.
+type preemption struct {
+	flights *flights // the exchanges in flight, among them the borrowers
+	metrics preemptionMetrics
+}
+
+// preemptionMetrics count the preemptions by how they went, and how long
+// a preempted stream paused.
+type preemptionMetrics struct {
+	marked, noBorrower, resumed, failed, unresumable *metrics.Counter
+	pause                                            *metrics.PrometheusHistogram
+}
+
+func newPreemptionMetrics(set *metrics.Set) preemptionMetrics {
+	c := func(result string) *metrics.Counter {
+		return set.NewCounter(fmt.Sprintf(`vllm_router_preemptions_total{result=%q}`, result))
+	}
+	return preemptionMetrics{marked: c("asked"), noBorrower: c("no_borrower"), resumed: c("resumed"), failed: c("failed"),
+		unresumable: c("unresumable"), pause: set.NewPrometheusHistogramExt("vllm_router_preemption_pause_seconds", durationBuckets)}
+}
+
+var _ pickHearer = (*preemption)(nil)
+
+// picked asks, for an exchange that took its slot back and whose answer
+// attempt a goes to its worker, one borrower's stream on that worker to
+// give way; once per exchange, on its first such attempt.
+func (p *preemption) picked(x *exchange, l *leg, a *attempt) {
+	if x.ticket == nil || !x.ticket.TookBack() || !l.toClient || x.route.tookBack {
+		return
+	}
+	x.route.tookBack = true
+	if y := p.borrowerOn(a.m.ID, x.ticket.Request().Class, x); y != nil && y.guard.markGiveWay(a.m.ID) {
+		p.metrics.marked.Inc()
+		return
+	}
+	p.metrics.noBorrower.Inc()
+}
+
+// borrowerOn is the stream that gives way for x, of class c, on worker w:
+// of a lower class, streaming on w, able to resume, the youngest (the one
+// that started last: a stream preempted before keeps its start, so the
+// same one is not picked every time).
+func (p *preemption) borrowerOn(w affinity.WorkerID, c admission.Class, x *exchange) *exchange {
+	var out *exchange
+	for _, y := range p.flights.all() {
+		if y == x || y.ticket == nil || y.ticket.Request().Class <= c || !y.mayResume.Load() || !y.guard.on(w) {
+			continue
+		}
+		if out == nil || y.start.After(out.start) {
+			out = y
+		}
+	}
+	return out
+}
+
+// giveWay ends the stream's attempt at its engine, so that the slot it
+// held goes to the request that took it back, waits for admission to let
+// the stream in again, and resumes the generation where it stopped. A
+// stream that can no longer resume (its splice refused a shape since)
+// stays where it is. A preemption does not count against
+// --migration-limit: it is the router's doing, not a failure.
+func (r *relay) giveWay() {
+	r.a.giveWay.Store(false)
+	m := r.streams.metrics.preemptions
+	if !r.splice.resumable() {
+		m.unresumable.Inc()
+		return
+	}
+	start := time.Now()
+	old := r.a
+	old.end(Canceled, false)
+	r.x.route.noteStreamed(old.m.ID)
+	r.x.route.preempted++
+	if err := r.x.path.admission.readmit(r.x); err != nil {
+		m.failed.Inc()
+		r.fail(err)
+		return
+	}
+	live, l, err := r.x.resumeOn(r.splice, nil)
+	if err != nil {
+		m.failed.Inc()
+		r.fail(err)
+		return
+	}
+	r.switchTo(live, l)
+	m.resumed.Inc()
+	m.pause.UpdateDuration(start)
+}
