@@ -78,6 +78,8 @@ AGENTIC = ["--system-prompt-tokens", "1024", "--task-tokens", "512", "--observat
            "--answer-tokens", "32", "--seed", "7"]
 ADDED = "vllm_router_kv_tokenize_added_seconds"
 RESULTS = ("ok", "cached", "prefix", "peer", "slow", "failed")  # vllm_router_kv_tokenize_total's results
+PLACED = ("asked", "here", "alone", "for_peer")  # vllm_router_cluster_placements_total's ways
+MIGRATED = ("resumed", "failed", "unresumable")  # vllm_router_stream_migrations_total's results
 ENGINE = "vllm_router_kv_tokenize_duration_seconds"
 FALSE_BY_FACT = "vllm_router_false_hits_by_fact_total"
 
@@ -368,7 +370,9 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 "judged": summed(pages, "vllm_router_judged_decisions_total"),
                 "added_p50": quantile(added, 0.5), "added_p99": quantile(added, 0.99),
                 "engine_p50": quantile(engine, 0.5), "engine_p99": quantile(engine, 0.99),
-                "tokenize": res, "spread": spread, "queue_ms": queue_ms, "loadavg": realtier.loadavg()}
+                "tokenize": res, "spread": spread,
+                "placed": {h: summed(pages, "vllm_router_cluster_placements_total", f'how="{h}"') for h in PLACED},
+                "migrated": {m: summed(pages, "vllm_router_stream_migrations_total", f'result="{m}"') for m in MIGRATED}, "queue_ms": queue_ms, "loadavg": realtier.loadavg()}
     finally:
         fleet.stop()
         realtier.BIN = bindir["text"]
@@ -547,7 +551,8 @@ def main(out_md):
                     print(f"kvbench: {tag}: cached {r['ratio']:.3f}, false hits {r['false']:.0f} of {r['judged']:.0f} "
                           f"(stored {r['false_engine']:.0f}, evicted after {r['false_evicted']:.0f}, none cached {r['false_uncached']:.0f}), "
                           f"added p50 {ms(r['added_p50'])} p99 {ms(r['added_p99'])} ms, tokenized {r['tokenize']}, "
-                          f"engines: spread {r['spread']}, queue ms {r['queue_ms']}, "
+                          f"engines: spread {r['spread']}, queue ms {r['queue_ms']}, placed {r['placed']}, "
+                          f"streams migrated {r['migrated']}, "
                           f"errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
     except Exception:
         keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-failed")
