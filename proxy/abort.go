@@ -167,16 +167,26 @@ func (g *connGuard) markMoveOff(w affinity.WorkerID) bool {
 	return true
 }
 
+// longAgo is a deadline in the past: set on a connection, it ends the
+// read waiting on it at once.
+var longAgo = time.Unix(1, 0)
+
 // markGiveWay asks the stream whose live attempt is on worker w to give
-// its slot way (preempt.go); it reports whether there was one not asked
-// already to move.
+// its slot way (preempt.go), at once: its read of the worker's next chunk
+// is interrupted (a read deadline in the past), so that the slot frees
+// within the engine's current step rather than after its next one. It
+// reports whether there was one not asked already to move.
 func (g *connGuard) markGiveWay(w affinity.WorkerID) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed || g.owner.moveOff.Load() {
+	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed || g.owner.moveOff.Load() ||
+		!g.owner.giveWay.CompareAndSwap(false, true) {
 		return false
 	}
-	return g.owner.giveWay.CompareAndSwap(false, true)
+	if g.live != nil {
+		_ = g.live.SetReadDeadline(longAgo)
+	}
+	return true
 }
 
 // on reports whether the live attempt is on worker w.

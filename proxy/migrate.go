@@ -108,11 +108,10 @@ func (r *relay) pull() {
 	case err == io.EOF:
 		r.complete = true
 		return
+	case r.a.giveWay.Load() && (err != nil || len(s.partial) == 0) && r.giveWay(err):
+		return
 	case err == nil && r.a.moveOff.Load() && s.canResume(r.streams.migration.Limit) && len(s.partial) == 0:
 		r.moveOff()
-		return
-	case err == nil && r.a.giveWay.Load() && len(s.partial) == 0:
-		r.giveWay()
 		return
 	case err == nil:
 		return

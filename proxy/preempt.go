@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -82,16 +84,23 @@ func (p *preemption) borrowerOn(w affinity.WorkerID, c admission.Class, x *excha
 
 // giveWay ends the stream's attempt at its engine, so that the slot it
 // held goes to the request that took it back, waits for admission to let
-// the stream in again, and resumes the generation where it stopped. A
-// stream that can no longer resume (its splice refused a shape since)
-// stays where it is. A preemption does not count against
-// --migration-limit: it is the router's doing, not a failure.
-func (r *relay) giveWay() {
+// the stream in again, and resumes the generation where it stopped; read
+// is how the read it was asked during ended (nil, or the interruption,
+// whose partial event is dropped and generated again). A stream that can
+// no longer resume (it finished, or its splice refused a shape since)
+// stays where it is, its read deadline restored; false when read was a
+// failure of the worker's, for the relay to handle. A preemption does not
+// count against --migration-limit: it is the router's doing.
+func (r *relay) giveWay(read error) bool {
 	r.a.giveWay.Store(false)
 	m := r.streams.metrics.preemptions
 	if !r.splice.resumable() {
 		m.unresumable.Inc()
-		return
+		if read != nil && !errors.Is(read, os.ErrDeadlineExceeded) {
+			return false
+		}
+		_ = r.a.conn.SetReadDeadline(r.a.conn.deadline)
+		return true
 	}
 	start := time.Now()
 	old := r.a
@@ -101,15 +110,16 @@ func (r *relay) giveWay() {
 	if err := r.x.path.admission.readmit(r.x); err != nil {
 		m.failed.Inc()
 		r.fail(err)
-		return
+		return true
 	}
 	live, l, err := r.x.resumeOn(r.splice, nil)
 	if err != nil {
 		m.failed.Inc()
 		r.fail(err)
-		return
+		return true
 	}
 	r.switchTo(live, l)
 	m.resumed.Inc()
 	m.pause.UpdateDuration(start)
+	return true
 }

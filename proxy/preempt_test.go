@@ -165,8 +165,8 @@ func TestAPreemptedStreamWhoseClientLeavesWhileItWaitsHoldsNothing(t *testing.T)
 	go func() { _ = got.read(stream, -1) }()
 	answered := make(chan int, 1)
 	go func() { answered <- postInteractive(t, r.url, "hold: a question") }()
-	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 },
-		"the bulk stream waiting to resume")
+	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 1 && w.Inference.Load() == 2 },
+		"the bulk stream waiting to resume, the interactive request at the worker")
 	sent := w.Inference.Load()
 	resp.Body.Close() // the client leaves
 	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Queued == 0 }, "its place in the queue gone")
