@@ -175,18 +175,22 @@ var longAgo = time.Unix(1, 0)
 // its slot way (preempt.go), at once: its read of the worker's next chunk
 // is interrupted (a read deadline in the past), so that the slot frees
 // within the engine's current step rather than after its next one. It
-// reports whether there was one not asked already to move.
-func (g *connGuard) markGiveWay(w affinity.WorkerID) bool {
+// returns the channel closed once the stream gave way or cannot, nil when
+// there was no stream on w not asked already to move.
+func (g *connGuard) markGiveWay(w affinity.WorkerID) <-chan struct{} {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed || g.owner.moveOff.Load() ||
-		!g.owner.giveWay.CompareAndSwap(false, true) {
-		return false
+	if g.owner == nil || g.owner.m.ID != w || !g.owner.streamed || g.owner.moveOff.Load() {
+		return nil
+	}
+	c := make(chan struct{})
+	if !g.owner.giveWay.CompareAndSwap(nil, &c) {
+		return nil
 	}
 	if g.live != nil {
 		_ = g.live.SetReadDeadline(longAgo)
 	}
-	return true
+	return c
 }
 
 // on reports whether the live attempt is on worker w.

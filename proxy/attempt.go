@@ -19,14 +19,17 @@ import (
 // request's deadline is on the connection. end releases all of them, once,
 // on every path.
 type attempt struct {
-	x        *exchange
-	m        *member
-	dec      affinity.Decision
-	guard    *affinity.Guard
-	track    Attempt
-	stuck    atomic.Bool   // health judged it stuck, and its connection was cut
-	moveOff  atomic.Bool   // its worker is drained with migration: the stream moves (migrate.go)
-	giveWay  atomic.Bool   // its stream gives its slot to a request that took it back (preempt.go)
+	x       *exchange
+	m       *member
+	dec     affinity.Decision
+	guard   *affinity.Guard
+	track   Attempt
+	stuck   atomic.Bool // health judged it stuck, and its connection was cut
+	moveOff atomic.Bool // its worker is drained with migration: the stream moves (migrate.go)
+	// giveWay, when set, asks its stream to give its slot to a request that
+	// took it back (preempt.go); the channel is closed once the stream gave
+	// way (end) or cannot.
+	giveWay  atomic.Pointer[chan struct{}]
 	over     chan struct{} // closed by end, when a goroutine waits for stuck
 	span     trace.Span    // nil unless tracing
 	conn     *upConn
@@ -37,6 +40,14 @@ type attempt struct {
 	// first is the first read of a streamed body, made before going live.
 	first    []byte
 	firstBuf *[]byte
+}
+
+// gaveWay tells the request that asked a's stream to give way, if one did,
+// that it did or cannot.
+func (a *attempt) gaveWay() {
+	if c := a.giveWay.Swap(nil); c != nil {
+		close(*c)
+	}
 }
 
 // pick chooses the worker of the leg's next attempt and admits it through
@@ -257,6 +268,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 	endAttemptTrace(a.span, o, status)
 	a.guard.Release()
 	a.track.End(o)
+	a.gaveWay()
 	if a.over != nil {
 		close(a.over)
 	}

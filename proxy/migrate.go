@@ -108,7 +108,7 @@ func (r *relay) pull() {
 	case err == io.EOF:
 		r.complete = true
 		return
-	case r.a.giveWay.Load() && (err != nil || len(s.partial) == 0) && r.giveWay(err):
+	case r.a.giveWay.Load() != nil && (err != nil || len(s.partial) == 0) && r.giveWay(err):
 		return
 	case err == nil && r.a.moveOff.Load() && s.canResume(r.streams.migration.Limit) && len(s.partial) == 0:
 		r.moveOff()

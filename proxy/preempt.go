@@ -58,12 +58,33 @@ func (p *preemption) picked(x *exchange, l *leg, a *attempt) {
 		return
 	}
 	x.route.tookBack = true
-	if y := p.borrowerOn(a.m.ID, x.ticket.Request().Class, x); y != nil && y.guard.markGiveWay(a.m.ID) {
-		p.metrics.marked.Inc()
+	y := p.borrowerOn(a.m.ID, x.ticket.Request().Class, x)
+	if y == nil {
+		p.metrics.noBorrower.Inc()
 		return
 	}
-	p.metrics.noBorrower.Inc()
+	gone := y.guard.markGiveWay(a.m.ID)
+	if gone == nil {
+		p.metrics.noBorrower.Inc()
+		return
+	}
+	p.metrics.marked.Inc()
+	// x goes to the engine once the borrower's request is ended there, so
+	// that the engine finds the slot free when x arrives rather than at its
+	// next step; a borrower slow to answer (its client slow to read) is
+	// not waited for long.
+	t := time.NewTimer(giveWayWait)
+	defer t.Stop()
+	select {
+	case <-gone:
+	case <-t.C:
+	case <-x.life.Done():
+	}
 }
+
+// giveWayWait bounds how long a request waits for a borrower to give way
+// before it goes to the engine anyway, to wait there for the slot.
+const giveWayWait = 20 * time.Millisecond
 
 // borrowerOn is the stream that gives way for x, of class c, on worker w:
 // of a lower class, streaming on w, able to resume, the youngest (the one
@@ -92,9 +113,9 @@ func (p *preemption) borrowerOn(w affinity.WorkerID, c admission.Class, x *excha
 // failure of the worker's, for the relay to handle. A preemption does not
 // count against --migration-limit: it is the router's doing.
 func (r *relay) giveWay(read error) bool {
-	r.a.giveWay.Store(false)
 	m := r.streams.metrics.preemptions
 	if !r.splice.resumable() {
+		r.a.gaveWay()
 		m.unresumable.Inc()
 		if read != nil && !errors.Is(read, os.ErrDeadlineExceeded) {
 			return false

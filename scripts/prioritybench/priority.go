@@ -27,6 +27,7 @@ type priorityRow struct {
 	preemptions             float64 // the engine's own
 	resumed                 float64 // the router's preemptions by resume
 	bulkFailed              int     // bulk streams that failed or were cut
+	ttft                    []time.Duration
 	beforeFirst             string
 	loadStart, loadFinished string
 }
@@ -145,7 +146,19 @@ func preemptionVerdict(runs []priorityRun, rows [][]priorityRow) {
 		fmt.Printf("Round %d: preemption's interactive TTFT p99 %s ms against kept idle %s ms, bulk %.0f tokens/s against lent %.0f, "+
 			"%d bulk streams failed: %s.\n", k+1, ms(p.p99), ms(i.p99), p.bulkTokens, l.bulkTokens, p.bulkFailed, map[bool]string{true: "met", false: "not met"}[ok])
 	}
-	fmt.Printf("\nPreemption by resume met all three in %d of %d rounds.\n\n", met, len(rows[pre]))
+	fmt.Printf("\nPreemption by resume met all three in %d of %d rounds. ", met, len(rows[pre]))
+	fmt.Printf("The rounds' interactive requests pooled (%d and %d), TTFT p95 / p98 / p99: preemption %s / %s / %s ms, kept idle %s / %s / %s ms.\n\n",
+		len(pooled(rows[pre])), len(pooled(rows[idle])), ms(pct(pooled(rows[pre]), 0.95)), ms(pct(pooled(rows[pre]), 0.98)),
+		ms(pct(pooled(rows[pre]), 0.99)), ms(pct(pooled(rows[idle]), 0.95)), ms(pct(pooled(rows[idle]), 0.98)), ms(pct(pooled(rows[idle]), 0.99)))
+}
+
+// pooled is every round's interactive TTFTs of one run, together.
+func pooled(rows []priorityRow) []time.Duration {
+	var all []time.Duration
+	for _, r := range rows {
+		all = append(all, r.ttft...)
+	}
+	return all
 }
 
 // prioritySummary prints the before and after of this run: each mode over
@@ -244,6 +257,7 @@ func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measu
 		row.beforeFirst = fmt.Sprintf("%.1f%%", 100*float64(beforeFirst)/float64(atEngine))
 	}
 	row.p50, row.p99, row.engineP99, row.requests = pct(ttft, 0.5), pct(ttft, 0.99), pct(past, 0.99), len(ttft)
+	row.ttft = ttft
 	row.bulkTokens = float64(bulkTokens) / measure.Seconds()
 	row.busy, row.waiting, row.queued = mean(es.running)/float64(seqs), mean(es.waiting), mean(es.queued)
 	return row
