@@ -115,6 +115,17 @@ func (e *Engine) Cancel(id RequestID, now time.Duration) bool {
 	return true
 }
 
+// Progress is the usage so far of a request the engine holds, waiting or running: what its
+// stream showed up to now (Completion counts the tokens generated). False when the engine holds
+// no such request (never submitted, finished or cancelled). It changes nothing.
+func (e *Engine) Progress(id RequestID) (Usage, bool) {
+	s, ok := e.byID[id]
+	if !ok {
+		return Usage{}, false
+	}
+	return s.usage(), true
+}
+
 // NextEventAt is the virtual time at which the engine next changes state (a step ends or a KV
 // transfer completes), and false when it is idle until the next Submit.
 func (e *Engine) NextEventAt() (time.Duration, bool) {

@@ -265,6 +265,31 @@ func TestStreamTokensReportsEveryToken(t *testing.T) {
 	}
 }
 
+// TestProgressCountsTheTokensGeneratedSoFar: a request's progress is what its stream showed up
+// to the instant asked, without streaming every token; a finished request has none.
+func TestProgressCountsTheTokensGeneratedSoFar(t *testing.T) {
+	e := NewEngine(Config{})
+	mustSubmit(t, e, Request{ID: 1, Prompt: text(1, 100), MaxTokens: 10}, 0)
+	if u, ok := e.Progress(1); !ok || u.Completion != 0 {
+		t.Fatalf("progress before any step = %+v, %v; want none generated, held", u, ok)
+	}
+	for first := false; !first; { // step by step up to the first token
+		at, _ := e.NextEventAt()
+		first = count(e.Advance(at), 1, FirstToken) == 1
+	}
+	for range 3 { // three decode steps
+		at, _ := e.NextEventAt()
+		e.Advance(at)
+	}
+	if u, ok := e.Progress(1); !ok || u.Completion != 4 || u.Prompt != 25 {
+		t.Fatalf("progress = %+v, %v; want 4 of 10 tokens of a 25-token prompt, held", u, ok)
+	}
+	runAll(t, e)
+	if u, ok := e.Progress(1); ok {
+		t.Fatalf("a finished request has progress %+v", u)
+	}
+}
+
 func TestEventsAreInTimeOrder(t *testing.T) {
 	e := NewEngine(Config{})
 	for id := range RequestID(20) {
