@@ -154,6 +154,32 @@ func TestSplitFleetReportsItsShape(t *testing.T) {
 	}
 }
 
+// TestKilledWorkersStreamsResumeOrFail: --kill cuts the streams of the
+// workers it kills mid-run (all but one, whichever held the sessions): they
+// resume on the last one with every token, or with --migration-limit 0 fail,
+// and the table says so.
+func TestKilledWorkersStreamsResumeOrFail(t *testing.T) {
+	args := with(small, "--answer-tokens", "256", "--kill", "1:500ms", "--kill", "2:500ms", "--kill", "3:500ms")
+	for _, limit := range []string{"2", "0"} {
+		path := filepath.Join(t.TempDir(), "out.json")
+		out, err := runApp(t, with(args, "--migration-limit", limit, "--json", path)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := readRuns(t, path)[0]
+		cuts, resumed, failed := run["cuts"], run["resumed"], run["cut_failed"]
+		switch {
+		case cuts == nil || !strings.Contains(out, "resume_pause_p99_ms"):
+			t.Errorf("--migration-limit %s: no cut reported: %v\n%s", limit, run, out)
+		case limit == "2" && (resumed == nil || failed != nil || run["output_tokens"].(float64) != 32*256):
+			t.Errorf("--migration-limit 2: %v resumed, %v failed, %v tokens: want cut streams resumed with all 8192 tokens",
+				resumed, failed, run["output_tokens"])
+		case limit == "0" && (resumed != nil || failed == nil):
+			t.Errorf("--migration-limit 0: %v resumed, %v failed: want cut streams failed", resumed, failed)
+		}
+	}
+}
+
 func TestBadFlagsAreRefusedNamingTheFlag(t *testing.T) {
 	for flag, args := range map[string][]string{
 		"trace":                       {"fleetsim"},
@@ -164,6 +190,8 @@ func TestBadFlagsAreRefusedNamingTheFlag(t *testing.T) {
 		"sync":                        with(small, "--sync", "psychic"),
 		"pd":                          with(small[:len(small)-2], "--pd", "4"),
 		"slowdown":                    with(small, "--slowdown", "9:2"),
+		"kill":                        with(small, "--kill", "9:1s"),
+		"migration-limit":             with(small, "--migration-limit", "-1"),
 		"gossip-loss":                 with(small, "--gossip-loss", "1"),
 		"placer-answer-loss":          with(small, "--placer-answer-loss", "1"),
 		"gossip-interval":             with(small, "--gossip-interval", "0s"),

@@ -9,6 +9,9 @@
 // replicas' own attribution against the engines' answers, what a real
 // replica exports as vllm_router_false_hits_total,
 // vllm_router_lost_hits_total{cause} and vllm_router_cold_misses_total.
+// --kill ID:AT kills a worker on virtual time: its streams resume elsewhere
+// as the router's do (up to --migration-limit times), and the table adds
+// the cuts, the retries, the resumes, the failures and the resume pause.
 //
 //	fleetsim --trace FILE | --agentic [--sessions N --turns T ...]
 //	         --workers W --replicas 1,2,4,8 --policies cache_aware,round_robin

@@ -70,6 +70,8 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "kv-capacity-tokens", Value: sim.DefaultKVCapacityTokens, Usage: "each worker's KV cache, in tokens"},
 		&cli.IntFlag{Name: "max-num-seqs", Value: sim.DefaultMaxNumSeqs, Usage: "each worker's concurrent sequences"},
 		&cli.StringSliceFlag{Name: "slowdown", Usage: "ID:FACTOR makes worker ID (from 1, prefill first with --pd) FACTOR times slower; repeatable"},
+		&cli.StringSliceFlag{Name: "kill", Usage: "ID:AT kills worker ID at AT of virtual time (as 3:2s): its streams resume elsewhere as the router's do, its other requests are retried; repeatable, not with --pd"},
+		&cli.IntFlag{Name: "migration-limit", Value: fleet.DefaultMigrationLimit, Usage: "most times one stream cut by --kill resumes on another worker, as the router's flag (0: a cut stream fails)"},
 
 		&cli.DurationFlag{Name: "gossip-interval", Value: loadsync.DefaultLoadInterval, Usage: "how often a replica reports its load and digests while its loads do not change"},
 		&cli.DurationFlag{Name: "gossip-flush-interval", Value: loadsync.DefaultLoadFlushInterval, Usage: "how soon after its last report a replica whose loads changed reports again, as a router replica does (--gossip-interval or more: only every --gossip-interval)"},
@@ -157,7 +159,35 @@ func readFleet(c *cli.Context, p *plan) error {
 			return err
 		}
 	}
-	return readSlowdown(c, p)
+	if err := readSlowdown(c, p); err != nil {
+		return err
+	}
+	return readKills(c, p)
+}
+
+// readKills reads the repeated --kill ID:AT and --migration-limit.
+func readKills(c *cli.Context, p *plan) error {
+	limit := c.Int("migration-limit")
+	if limit < 0 {
+		return badFlag("migration-limit", ">= 0", limit)
+	}
+	p.base.MigrationLimit = limit
+	if limit == 0 {
+		p.base.MigrationLimit = fleet.MigrationOff // fleet's zero means the default
+	}
+	for _, spec := range c.StringSlice("kill") {
+		ids, ats, found := strings.Cut(spec, ":")
+		id, ierr := strconv.Atoi(ids)
+		at, aerr := time.ParseDuration(ats)
+		if !found || ierr != nil || aerr != nil {
+			return badFlag("kill", "ID:AT, as 3:2s", spec)
+		}
+		p.base.Kills = append(p.base.Kills, fleet.Kill{Worker: affinity.WorkerID(id), At: at})
+	}
+	if err := p.base.Validate(); err != nil {
+		return fmt.Errorf("%w --kill: %w", errBadFlag, err)
+	}
+	return nil
 }
 
 // readSlowdown reads the repeated --slowdown ID:FACTOR.

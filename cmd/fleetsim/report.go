@@ -36,6 +36,10 @@ func writeTable(w io.Writer, rows []row) error {
 	if door {
 		header = append(header[:len(header):len(header)], "door_wait_p99_ms", "slowest_at_door_ms", "slowest_after_door_ms")
 	}
+	kills := slices.ContainsFunc(rows, func(r row) bool { return r.Killed > 0 })
+	if kills {
+		header = append(header[:len(header):len(header)], "cuts", "retried", "resumed", "cut_failed", "resume_pause_p99_ms")
+	}
 	for _, h := range header {
 		fmt.Fprint(tw, h, "\t")
 	}
@@ -61,6 +65,9 @@ func writeTable(w io.Writer, rows []row) error {
 		}
 		if door {
 			fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t", r.DoorWaitP99Ms, r.SlowestAtDoorMs, r.SlowestAfterDoorMs)
+		}
+		if kills {
+			fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.0f\t", r.Cuts, r.Retried, r.Resumed, r.CutFailed, r.ResumePauseP99Ms)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -44,9 +44,11 @@ func (l Lost) Total() int {
 // It never reserves nor routes: it is asked what it would do, then told
 // where the tier sent the request.
 type oracle struct {
-	loads  *affinity.LoadTable
-	index  *affinity.Index
-	pool   *affinity.Pool
+	loads *affinity.LoadTable
+	index *affinity.Index
+	pool  *affinity.Pool
+	// live is pool less the workers killed (Config.Kills): its candidates.
+	live   *affinity.Pool
 	policy affinity.Policy
 	// tables are the distinct load tables of the tier, whose local counts
 	// add up to the exact in-flight count of every worker.
@@ -68,6 +70,7 @@ func newOracle(cfg Config, clk clock.PassiveClock, replicas []*replica) (*oracle
 		members = append(members, o.loads.Get(affinity.WorkerID(id)))
 	}
 	o.pool = affinity.NewPool(members)
+	o.live = o.pool
 	// The oracle's policy draws its own bits, so asking it changes no
 	// replica's random stream.
 	p, err := affinity.NewPolicy(cfg.settings(cfg.Policy, seeded(cfg.Seed, streamOracle).Uint64), o.index)
@@ -86,8 +89,9 @@ func newOracle(cfg Config, clk clock.PassiveClock, replicas []*replica) (*oracle
 }
 
 // wouldHit reports whether the oracle would route req as a hit now, and to
-// which owner.
-func (o *oracle) wouldHit(req *affinity.Request) (affinity.WorkerID, bool) {
+// which owner, among the live workers but those of avoid (the workers a
+// cut stream used).
+func (o *oracle) wouldHit(req *affinity.Request, avoid []affinity.WorkerID) (affinity.WorkerID, bool) {
 	for i := range o.pool.Len() {
 		var n int64
 		for _, t := range o.tables {
@@ -95,19 +99,26 @@ func (o *oracle) wouldHit(req *affinity.Request) (affinity.WorkerID, bool) {
 		}
 		o.loads.SetRemote(affinity.WorkerID(i+1), n)
 	}
-	c := o.policy.Select(req, o.pool)
+	c := o.policy.Select(req, o.live.Without(avoid...))
 	return c.Load.ID(), c.Hit
 }
 
-// judge compares the tier's decision on replica r with the oracle's, then
-// records where the request went.
-func (o *oracle) judge(r *replica, req *affinity.Request, owner affinity.WorkerID, oracleHit bool, d affinity.Decision) {
+// forget drops a killed worker: from the candidates, and its blocks from
+// the index, as the tier's replicas do.
+func (o *oracle) forget(w affinity.WorkerID) {
+	o.live = o.live.Without(w)
+	o.index.Forget(w)
+}
+
+// judge compares the tier's decision over pool on replica r with the
+// oracle's, then records where the request went.
+func (o *oracle) judge(r *replica, pool *affinity.Pool, req *affinity.Request, owner affinity.WorkerID, oracleHit bool, d affinity.Decision) {
 	if oracleHit {
 		o.hits++
 		// A miss placed on the oracle's owner all the same (rendezvous
 		// placement agrees without knowing) loses nothing.
 		if !d.Hit && d.Worker != owner {
-			o.attribute(r, req, owner, d)
+			o.attribute(r, pool, req, owner, d)
 		}
 	}
 	if len(req.Hashes) > 0 {
@@ -115,10 +126,11 @@ func (o *oracle) judge(r *replica, req *affinity.Request, owner affinity.WorkerI
 	}
 }
 
-// attribute finds why replica r missed what the oracle matched on owner.
-func (o *oracle) attribute(r *replica, req *affinity.Request, owner affinity.WorkerID, d affinity.Decision) {
+// attribute finds why replica r, deciding over pool, missed what the
+// oracle matched on owner.
+func (o *oracle) attribute(r *replica, pool *affinity.Pool, req *affinity.Request, owner affinity.WorkerID, d affinity.Decision) {
 	switch {
-	case !r.pool.Contains(owner):
+	case !pool.Contains(owner):
 		o.lost.Ineligible++
 	case d.Shed:
 		o.lost.Shed++

@@ -154,6 +154,17 @@ type Config struct {
 	// door before it fails. Default the router's --queue-timeout-secs.
 	DoorQueueTimeout time.Duration
 
+	// Kills kill workers on virtual time (see Kill): each dead engine takes
+	// nothing more, and the requests it held are cut and go on elsewhere as
+	// the router's retries and migration take them. Not with a
+	// prefill/decode split.
+	Kills []Kill
+	// MigrationLimit is the most times one request cut after its first
+	// token resumes on another worker: the router's --migration-limit.
+	// Default DefaultMigrationLimit (2); MigrationOff (any negative) turns
+	// migration off, the router's --migration-limit 0: such a request fails.
+	MigrationLimit int
+
 	// StickySessions makes the load balancer session-sticky: every turn of
 	// a closed-loop session reaches the same replica (the session's number
 	// modulo the replicas), the control of a tier measurement. Arrivals of
@@ -191,6 +202,7 @@ func (c Config) withDefaults() Config {
 	c.EngineScrapeInterval = cmpOr(c.EngineScrapeInterval, DefaultEngineScrapeInterval)
 	c.DoorQueueTimeout = cmpOr(c.DoorQueueTimeout, admission.DefaultConfig().QueueTimeout)
 	c.PlacerTimeout = cmpOr(c.PlacerTimeout, core.DefaultPlacerTimeout)
+	c.MigrationLimit = cmpOr(c.MigrationLimit, DefaultMigrationLimit)
 	return c
 }
 
@@ -255,6 +267,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Engine: %w", ErrBadConfig, err)
 	}
 	if err := c.validateSlowdown(); err != nil {
+		return err
+	}
+	if err := c.validateKills(); err != nil {
 		return err
 	}
 	return c.validatePolicies()

@@ -22,6 +22,7 @@ func TestInvalidConfigsNameTheirField(t *testing.T) {
 		"GossipInterval":       {Workers: 1, GossipInterval: -1},
 		"EngineScrapeInterval": {Workers: 1, Door: true, EngineScrapeInterval: -1},
 		"DoorQueueTimeout":     {Workers: 1, Door: true, DoorQueueTimeout: -1},
+		"Kills":                {Workers: 2, Kills: []Kill{{Worker: 3}}},
 	} {
 		err := cfg.Validate()
 		if !errors.Is(err, ErrBadConfig) || !strings.Contains(err.Error(), field) {

@@ -48,6 +48,20 @@
 // PlacerTimeout and asks that placer nothing for core.PlacerQuiet, on
 // virtual time, as a router replica does on the wall clock.
 //
+// With Kills, workers die on virtual time, and the tier learns of it at
+// once: every replica drops the dead worker from its candidates, its
+// registry and its index, as the registry removing it would, and the
+// requests its engine held are cut. One cut before its first token is
+// retried elsewhere after the router's backoff; one cut after resumes as the
+// router's migration does (proxy/migrate.go): a continuation whose prompt is
+// the original one followed by the text generated so far, asking for the
+// tokens not generated yet, routed by the same replica among the live
+// workers its stream has not used, so that the engines' prefix caches give
+// it the hits its conversation's blocks would, up to MigrationLimit times.
+// Nothing is lost silently: the Result counts the cuts, the retries, the
+// resumes and the failures, the pause from a cut to the continuation's
+// first token, and the tokens the clients of completed requests got.
+//
 // The routed (prefill) workers' waiting queues are read every virtual second
 // (an event that changes nothing), and closed-loop sessions count as rollouts
 // when their last turn completes: the figures of the seed's P/D collapse
@@ -55,7 +69,7 @@
 //
 // The simulation is a single-threaded discrete-event loop over a binary heap
 // of events ordered by (time, sequence number): arrivals, engine steps, gossip
-// ticks, packet deliveries and queue samples. All randomness comes from the seed, so the
+// ticks, packet deliveries, kills and queue samples. All randomness comes from the seed, so the
 // same Config and workload give the same Result, byte for byte. Run starts no
 // goroutine; independent runs may execute concurrently.
 package fleet

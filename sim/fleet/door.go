@@ -74,6 +74,9 @@ func (d *doorTraffic) start() {
 
 // scrape reads worker w's engine for replica i, as its monitor does.
 func (s *simulation) scrape(i, w int) {
+	if s.workers[w].dead {
+		return // the replicas read it no more (kill.go)
+	}
 	now := s.clock.Elapsed()
 	s.advance(w, now)
 	s.reschedule(w)

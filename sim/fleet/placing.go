@@ -58,7 +58,7 @@ func newPlacement(cfg Config, n int, c *core.Replica) (*core.Placement, error) {
 func (s *simulation) decide(req *request) {
 	r := req.replica
 	if r.placement == nil {
-		decided, guard, err := r.core.Decide(r.router, req.areq, r.pool)
+		decided, guard, err := r.core.Decide(r.router, req.areq, req.pool)
 		s.dispatch(req, decided, guard, err)
 		return
 	}
@@ -69,7 +69,7 @@ func (s *simulation) decide(req *request) {
 // decided at once, or its question goes to the placer.
 func (p *placerTraffic) ask(req *request) {
 	r := req.replica
-	a, decided, guard, err := r.placement.Begin(r.router, req.areq, r.pool)
+	a, decided, guard, err := r.placement.Begin(r.router, req.areq, req.pool)
 	if a == nil {
 		p.decided(req, decided, guard, err)
 		return

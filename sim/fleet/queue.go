@@ -36,6 +36,11 @@ const (
 	// evQueueTimeout: a request may have waited at its door for the
 	// queue timeout.
 	evQueueTimeout
+	// evKill: a worker dies (Config.Kills).
+	evKill
+	// evRetry: a request cut before its first token is due to be routed
+	// again.
+	evRetry
 )
 
 // event is one entry of the simulation's agenda. Only the fields its kind

@@ -53,6 +53,16 @@ type request struct {
 	// ticket is the request's place at its replica's door, from its
 	// arrival to its end; nil without a door.
 	ticket *admission.Ticket
+
+	// on is the worker whose engine holds the request (its routed worker
+	// in a split fleet), nil while no engine does: at its door, asking
+	// the placer, between attempts.
+	on *worker
+	// pool is what its (prefill) decision chooses from: its replica's
+	// candidates less the workers that streamed to it and were cut.
+	pool *affinity.Pool
+	// stream is what its client has of the answer, carried across cuts.
+	stream stream
 }
 
 // doorWait is how long the request waited at its replica's door.

@@ -113,6 +113,31 @@ type Result struct {
 	// GossipFactsDropped counts ownership facts pushed out of a replica's
 	// full digest queue before they were sent (digest bandwidth is capped).
 	GossipFactsDropped uint64 `json:"gossip_facts_dropped,omitempty"`
+
+	// OutputTokens is the tokens the completed requests' clients got,
+	// every piece of a resumed stream together: with nothing lost, the
+	// sum of their max tokens.
+	OutputTokens int64 `json:"output_tokens"`
+	// Killed counts the workers Config.Kills killed before the run ended,
+	// and Cuts the times a dying engine held a request (one request may be
+	// cut more than once).
+	Killed int `json:"killed,omitempty"`
+	Cuts   int `json:"cuts,omitempty"`
+	// Retried counts the attempts made again after a cut before the first
+	// token (of a request or of a continuation), Resumed the continuations
+	// that streamed after a cut past the first token, and CutFailed the
+	// cut requests that failed (counted in Errors too): the migration
+	// limit reached, no worker left, or the attempts run out.
+	Retried   int `json:"retried,omitempty"`
+	Resumed   int `json:"resumed,omitempty"`
+	CutFailed int `json:"cut_failed,omitempty"`
+	// ResumePauseMeanMs, ResumePauseP99Ms and ResumePauseMaxMs are how
+	// long resumed streams paused, from the cut to the continuation's
+	// first token, in milliseconds: the router's
+	// vllm_router_stream_migration_seconds.
+	ResumePauseMeanMs float64 `json:"resume_pause_mean_ms,omitempty"`
+	ResumePauseP99Ms  float64 `json:"resume_pause_p99_ms,omitempty"`
+	ResumePauseMaxMs  float64 `json:"resume_pause_max_ms,omitempty"`
 }
 
 // collector gathers what happens to requests during a run.
@@ -120,14 +145,38 @@ type collector struct {
 	// turns holds every first token's TTFT and its request's wait at the
 	// door (0 without one); doorWaits, with a door, every request's wait
 	// at it, refused ones too.
-	turns            []turn
-	doorWaits        []time.Duration
-	completed, errs  int
-	routed, hits     int
-	rollouts         int
-	shed             int
+	turns           []turn
+	doorWaits       []time.Duration
+	completed, errs int
+	routed, hits    int
+	rollouts        int
+	shed            int
+	// cutStats are counted as Result's Killed, Cuts, Retried, CutFailed
+	// and resume pauses.
+	cutStats
+
 	first, last      time.Duration
 	started, stopped bool
+}
+
+// cutStats counts what the deaths of workers did to requests, and the
+// tokens the completed requests' clients got.
+type cutStats struct {
+	killed, cuts, retried, cutFailed int
+	pauses                           []time.Duration
+	outputTokens                     int64
+}
+
+// resumed counts a continuation's first token, pause after its cut.
+func (c *cutStats) resumed(pause time.Duration) { c.pauses = append(c.pauses, pause) }
+
+// summary fills the figures of the cuts in r.
+func (c *cutStats) summary(r *Result) {
+	r.OutputTokens, r.Killed, r.Cuts = c.outputTokens, c.killed, c.cuts
+	r.Retried, r.Resumed, r.CutFailed = c.retried, len(c.pauses), c.cutFailed
+	slices.Sort(c.pauses)
+	r.ResumePauseMeanMs, r.ResumePauseP99Ms = mean(c.pauses), quantile(c.pauses, 0.99)
+	r.ResumePauseMaxMs = quantile(c.pauses, 1)
 }
 
 // turn is one request's TTFT and its wait at the door within it.
@@ -252,6 +301,7 @@ func (c *collector) summary(r *Result) {
 		r.SlowestAtDoorMs, r.SlowestAfterDoorMs = c.slowest()
 	}
 	r.RouterHitRate = ratio(float64(c.hits), float64(c.routed))
+	c.cutStats.summary(r)
 	span := c.makespan().Seconds()
 	r.MakespanSeconds = span
 	r.ThroughputRPS = ratio(float64(c.completed), span)

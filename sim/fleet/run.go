@@ -49,6 +49,8 @@ type simulation struct {
 	queues  queueDepth
 	placing placerTraffic
 	doors   doorTraffic
+	// migration takes on the requests of the workers killed.
+	migration migration
 	// err is the first failure that ends the run early.
 	err error
 }
@@ -100,6 +102,8 @@ func newSimulation(cfg Config, load Workload) (*simulation, error) {
 	s.placing = newPlacerTraffic(cfg, s.clock, &s.agenda, s.replicas, s.dispatch)
 	s.doors = doorTraffic{cfg: cfg, clock: s.clock, agenda: &s.agenda, replicas: s.replicas, workers: len(s.workers),
 		stats: &s.stats, busy: func() bool { return s.pending > 0 }, fail: s.fail}
+	s.migration = migration{cfg: cfg, clock: s.clock, agenda: &s.agenda, stats: &s.stats, inflight: s.inflight,
+		route: s.route, fail: s.fail}
 	var err error
 	s.oracle, err = newOracle(cfg, s.clock, s.replicas)
 	return s, err
@@ -115,6 +119,7 @@ func (s *simulation) run() {
 		s.schedule(a)
 	}
 	s.startGossip()
+	s.scheduleKills()
 	s.doors.start()
 	s.startQueueSampling()
 	for s.pending > 0 && s.agenda.len() > 0 && s.err == nil {
@@ -157,6 +162,10 @@ func (s *simulation) handle(e event) {
 		s.route(e.req)
 	case evQueueTimeout:
 		s.doors.queueTimeout(e.req)
+	case evKill:
+		s.kill(e.target)
+	case evRetry:
+		s.route(e.req)
 	}
 }
 
@@ -172,7 +181,7 @@ func (s *simulation) balance(a Arrival) *replica {
 // schedule puts an arrival on the agenda.
 func (s *simulation) schedule(a Arrival) {
 	s.pending++
-	s.agenda.push(event{at: max(a.At, s.clock.Elapsed()), kind: evArrival, req: &request{arrival: a}})
+	s.agenda.push(event{at: max(a.At, s.clock.Elapsed()), kind: evArrival, req: &request{arrival: a, stream: newStream(a)}})
 }
 
 // arrive takes a request to a replica picked by the load balancer, and
@@ -194,12 +203,19 @@ func (s *simulation) arrive(req *request) {
 
 // route decides a request on its replica and submits it to the chosen
 // worker. A split fleet routes both phases at once, as the proxy does, so
-// the decode guard is held from dispatch.
+// the decode guard is held from dispatch. A continuation is routed the
+// same way, by its own prompt, among the candidates its stream has not
+// used; none left fails it.
 func (s *simulation) route(req *request) {
 	r := req.replica
-	areq := r.router.Prepare(s.cfg.Model, req.arrival.Prompt, req.arrival.SessionKey)
+	req.pool = r.pool.Without(req.stream.streamed...)
+	if req.pool.Len() == 0 {
+		s.fail(req)
+		return
+	}
+	areq := r.router.Prepare(s.cfg.Model, req.stream.prompt, req.arrival.SessionKey)
 	req.areq = areq
-	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq)
+	req.oracleOwner, req.oracleHit = s.oracle.wouldHit(areq, req.stream.streamed)
 	s.decide(req)
 }
 
@@ -210,12 +226,21 @@ func (s *simulation) dispatch(req *request, decided core.Decided, guard *affinit
 		return
 	}
 	r, areq, dec := req.replica, req.areq, decided.Decision
+	if s.workers[s.index(dec.Worker)].dead {
+		// Decided on what the replica knew before the worker died (a
+		// placer's answer on its way): the connection fails, and the
+		// attempt is retried as any cut before the first token.
+		guard.Release()
+		s.migration.retry(req)
+		return
+	}
 	req.decided = decided
 	s.stats.route(dec)
-	s.oracle.judge(r, areq, req.oracleOwner, req.oracleHit, dec)
+	s.oracle.judge(r, req.pool, areq, req.oracleOwner, req.oracleHit, dec)
 	eng := s.workers[s.index(dec.Worker)].engine
-	s.oracle.checkHit(dec, eng.CachedTokens(req.arrival.Prompt), eng.Config().TokenCount(len(req.arrival.Prompt)))
-	sr := sim.Request{ID: req.id, Prompt: req.arrival.Prompt, MaxTokens: req.arrival.MaxTokens}
+	prompt := req.stream.prompt
+	s.oracle.checkHit(dec, eng.CachedTokens(prompt), eng.Config().TokenCount(len(prompt)))
+	sr := sim.Request{ID: req.id, Prompt: prompt, MaxTokens: req.stream.maxTokens}
 	if r.decode == nil {
 		req.guard, req.phase = guard, phaseServe
 		s.submit(req, s.index(dec.Worker), sr)
@@ -263,6 +288,7 @@ func (s *simulation) submit(req *request, w int, sr sim.Request) {
 		s.fail(req)
 		return
 	}
+	req.on = wk
 	wk.begin(now)
 	s.reschedule(w)
 }
@@ -293,7 +319,7 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 			req.prefillGuard.Prefilled()
 		} else {
 			req.guard.Prefilled()
-			s.stats.firstToken(ev.At-req.arrival.At, req.doorWait())
+			s.migration.streamed(req, ev.At)
 		}
 	case sim.Done:
 		s.workers[w].end(ev.At, ev.Usage)
@@ -309,6 +335,7 @@ func (s *simulation) onEngineEvent(w int, ev sim.Event) {
 			return
 		}
 		req.guard.Release()
+		s.stats.outputTokens += int64(req.stream.delivered + ev.Usage.Completion)
 		s.finish(req, ev.At)
 	}
 }
@@ -338,6 +365,9 @@ func (s *simulation) fail(req *request) {
 	delete(s.inflight, req.id)
 	s.pending--
 	s.stats.errs++
+	if req.stream.cuts > 0 {
+		s.stats.cutFailed++
+	}
 	if next, ok := s.load.Completed(req.arrival, s.clock.Elapsed()); ok {
 		s.schedule(next)
 	}

@@ -27,6 +27,10 @@ type worker struct {
 	// promptTokens and cachedTokens sum the usage of finished requests:
 	// the hit rate as this engine's cache saw it.
 	promptTokens, cachedTokens int64
+
+	// dead says the worker was killed (Config.Kills): its engine is never
+	// advanced nor given a request again.
+	dead bool
 }
 
 func newWorker(id affinity.WorkerID, cfg sim.Config) *worker {
@@ -51,12 +55,21 @@ func (w *worker) end(at time.Duration, u sim.Usage) {
 	w.cachedTokens += int64(u.Cached)
 }
 
+// die kills the worker at at: the requests it held are cut, so its busy
+// stretch ends, and a step of its engine still on the agenda is stale.
+func (w *worker) die(at time.Duration) {
+	if w.outstanding > 0 {
+		w.busy += at - w.busySince
+	}
+	w.outstanding, w.armed, w.dead = 0, false, true
+}
+
 // due returns the time of the engine's next state change when it differs
 // from what is on the agenda, arming the worker for it under a new
 // generation; ok is false when nothing new needs scheduling.
 func (w *worker) due() (at time.Duration, gen uint64, ok bool) {
 	next, busy := w.engine.NextEventAt()
-	if !busy {
+	if !busy || w.dead {
 		w.armed = false
 		return 0, 0, false
 	}
