@@ -59,13 +59,8 @@ func TestAResumedStreamContinuesItsOwnRequest(t *testing.T) {
 // gate opens its connection is closed: a worker dying mid-stream.
 func textEngine(held int) fakeworker.Behaviour {
 	return func(e *fakeworker.Exchange) {
-		var req struct {
-			Prompt    string `json:"prompt"`
-			MaxTokens int    `json:"max_tokens"`
-			Stream    bool   `json:"stream"`
-		}
-		if err := json.Unmarshal(e.Body, &req); err != nil {
-			e.JSON(400, `{"error":{"message":"bad body"}}`)
+		req, ok := readCompletion(e)
+		if !ok {
 			return
 		}
 		if strings.HasPrefix(req.Prompt, "int") {
@@ -89,18 +84,42 @@ func textEngine(held int) fakeworker.Behaviour {
 					return
 				}
 			}
-			finish := "null"
-			if i == from+req.MaxTokens-1 {
-				finish = `"length"`
-			}
-			ev := fmt.Sprintf(`{"id":"cmpl-%d","object":"text_completion","created":%d,"choices":[{"index":0,"text":"<%d:%c>","finish_reason":%s}]}`,
-				from, 1000+from, i, req.Prompt[0], finish)
-			if e.Event(ev) != nil {
+			if e.Event(textEvent(req, from, i)) != nil {
 				return
 			}
 		}
 		_ = e.EndStream()
 	}
+}
+
+// completionAsked is what a fake engine reads of a completion request.
+type completionAsked struct {
+	Prompt    string `json:"prompt"`
+	MaxTokens int    `json:"max_tokens"`
+	Stream    bool   `json:"stream"`
+}
+
+// readCompletion reads e's completion request, and answers a 400 to one
+// without a prompt.
+func readCompletion(e *fakeworker.Exchange) (completionAsked, bool) {
+	var req completionAsked
+	if err := json.Unmarshal(e.Body, &req); err != nil || req.Prompt == "" {
+		e.JSON(400, `{"error":{"message":"bad body"}}`)
+		return req, false
+	}
+	return req, true
+}
+
+// textEvent is the event of token i of textEngine's text for req, whose
+// prompt carries from of them already: <i:c>, c the prompt's first byte,
+// the last one finished by its length.
+func textEvent(req completionAsked, from, i int) string {
+	finish := "null"
+	if i == from+req.MaxTokens-1 {
+		finish = `"length"`
+	}
+	return fmt.Sprintf(`{"id":"cmpl-%d","object":"text_completion","created":%d,"choices":[{"index":0,"text":"<%d:%c>","finish_reason":%s}]}`,
+		from, 1000+from, i, req.Prompt[0], finish)
 }
 
 // sseRead is a stream as its client read it.

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -23,13 +22,8 @@ import (
 func oneSlotEngine() fakeworker.Behaviour {
 	slot := make(chan struct{}, 1)
 	return func(e *fakeworker.Exchange) {
-		var req struct {
-			Prompt    string `json:"prompt"`
-			MaxTokens int    `json:"max_tokens"`
-			Stream    bool   `json:"stream"`
-		}
-		if err := json.Unmarshal(e.Body, &req); err != nil || req.Prompt == "" {
-			e.JSON(400, `{"error":{"message":"bad body"}}`)
+		req, ok := readCompletion(e)
+		if !ok {
 			return
 		}
 		slot <- struct{}{}
@@ -49,13 +43,7 @@ func oneSlotEngine() fakeworker.Behaviour {
 		defer tick.Stop()
 		for i := from; i < from+req.MaxTokens; i++ {
 			<-tick.C
-			finish := "null"
-			if i == from+req.MaxTokens-1 {
-				finish = `"length"`
-			}
-			ev := fmt.Sprintf(`{"id":"cmpl-%d","object":"text_completion","created":%d,"choices":[{"index":0,"text":"<%d:%c>","finish_reason":%s}]}`,
-				from, 1000+from, i, req.Prompt[0], finish)
-			if e.Event(ev) != nil {
+			if e.Event(textEvent(req, from, i)) != nil {
 				return // hung up: the slot frees
 			}
 		}
