@@ -52,22 +52,14 @@ func TestAResumedStreamContinuesItsOwnRequest(t *testing.T) {
 
 // textEngine is a fake engine whose completion of a prompt is the tokens
 // <0:c> <1:c> ... up to max_tokens, c the prompt's first byte; a prompt
-// that carries k of them already gets <k:c> onwards. A new stream of a prompt starting "bulk" sends
-// held tokens, then waits for the worker's gate (or its connection cut);
-// the interactive request ("int") waits for the gate before answering. A
-// new stream of a prompt starting "cut" holds the same way, and when the
-// gate opens its connection is closed: a worker dying mid-stream.
+// that carries k of them already gets <k:c> onwards. A new stream of a
+// prompt starting "cut" sends held tokens, then waits for the worker's
+// gate, and when it opens its connection is closed: a worker dying
+// mid-stream.
 func textEngine(held int) fakeworker.Behaviour {
 	return func(e *fakeworker.Exchange) {
 		req, ok := readCompletion(e)
 		if !ok {
-			return
-		}
-		if strings.HasPrefix(req.Prompt, "int") {
-			if e.WaitHangUp() {
-				return
-			}
-			e.JSON(200, fakeworker.Completion(e.Worker.Name))
 			return
 		}
 		from := strings.Count(req.Prompt, "<")
@@ -75,14 +67,12 @@ func textEngine(held int) fakeworker.Behaviour {
 			return
 		}
 		for i := from; i < from+req.MaxTokens; i++ {
-			if i == held && from == 0 && (strings.HasPrefix(req.Prompt, "bulk") || strings.HasPrefix(req.Prompt, "cut")) {
+			if i == held && from == 0 && strings.HasPrefix(req.Prompt, "cut") {
 				if e.WaitHangUp() {
 					return
 				}
-				if strings.HasPrefix(req.Prompt, "cut") {
-					e.Cut() // the engine dies mid-stream
-					return
-				}
+				e.Cut() // the engine dies mid-stream
+				return
 			}
 			if e.Event(textEvent(req, from, i)) != nil {
 				return
