@@ -18,12 +18,17 @@ import (
 // k of them goes on from <k:c>), one a millisecond, and the slot frees when
 // the stream ends or its client hangs up. A request that does not stream
 // is answered whole once it has the slot, at once, or when the worker's
-// gate opens if its prompt starts "hold".
-func oneSlotEngine() fakeworker.Behaviour {
+// gate opens if its prompt starts "hold". With refuse, a continuation (a
+// prompt carrying tokens) is answered a 400.
+func oneSlotEngine(refuse bool) fakeworker.Behaviour {
 	slot := make(chan struct{}, 1)
 	return func(e *fakeworker.Exchange) {
 		req, ok := readCompletion(e)
 		if !ok {
+			return
+		}
+		if refuse && strings.Contains(req.Prompt, "<") {
+			e.JSON(400, `{"error":{"message":"continue_final_message is not supported"}}`)
 			return
 		}
 		slot <- struct{}{}
@@ -89,7 +94,7 @@ func postInteractive(t *testing.T, url, prompt string) int {
 // id, no error, every load and slot given back.
 func TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing(t *testing.T) {
 	w := startFake(t, "w1")
-	w.Set(oneSlotEngine())
+	w.Set(oneSlotEngine(false))
 	r := preemptingRouter(t, w, true)
 	const n = 3000
 	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", n)
@@ -136,7 +141,7 @@ func TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing(t 
 // nothing is sent for it again, and every load and slot is given back.
 func TestAPreemptedStreamWhoseClientLeavesWhileItWaitsHoldsNothing(t *testing.T) {
 	w := startFake(t, "w1")
-	w.Set(oneSlotEngine())
+	w.Set(oneSlotEngine(false))
 	r := preemptingRouter(t, w, true)
 	body := `{"model":"m","prompt":"bulk-a: the story so far","max_tokens":3000,"stream":true}`
 	req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/completions", strings.NewReader(body))
@@ -172,4 +177,38 @@ func TestAPreemptedStreamWhoseClientLeavesWhileItWaitsHoldsNothing(t *testing.T)
 	if text := metricsText(r); !strings.Contains(text, `vllm_router_preemptions_total{result="failed"} 1`) {
 		t.Fatal("the preemption that could not resume is not counted failed")
 	}
+}
+
+// TestAPreemptedStreamThatTheEngineRefusesToContinueFailsVisibly: the bulk
+// stream gives way, and the engine answers its continuation with a 400.
+// The bulk client gets an error event and no clean end, the engine's
+// answer is not passed on as the stream's, and every load and slot is
+// given back.
+func TestAPreemptedStreamThatTheEngineRefusesToContinueFailsVisibly(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(oneSlotEngine(true))
+	r := preemptingRouter(t, w, true)
+	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", 3000)
+	got := &sseRead{}
+	if err := got.read(stream, 2); err != nil {
+		t.Fatal(err)
+	}
+	bulkDone := make(chan error, 1)
+	go func() { bulkDone <- got.read(stream, -1) }()
+	if status := postInteractive(t, r.url, "interactive: a question"); status != http.StatusOK {
+		t.Fatalf("the interactive request: %d", status)
+	}
+	if err := <-bulkDone; err != nil {
+		t.Fatal(err)
+	}
+	if got.done || got.errors != 1 || strings.Contains(got.text, "continue_final_message") {
+		t.Fatalf("the refused stream: done %v, %d error events, text %.80q; want one error event and no clean end", got.done, got.errors, got.text)
+	}
+	if text := metricsText(r); !strings.Contains(text, `vllm_router_preemptions_total{result="failed"} 1`) {
+		t.Fatal("the preemption whose continuation was refused is not counted failed")
+	}
+	testwait.Eventually(t, waitDeadline, func() bool {
+		st := r.proxy.AdmissionStats()
+		return r.totalLoad() == 0 && st.InFlight == 0 && st.Queued == 0
+	}, "every load and admission slot released")
 }
