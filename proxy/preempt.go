@@ -87,13 +87,15 @@ func (p *preemption) picked(x *exchange, l *leg, a *attempt) {
 const giveWayWait = 20 * time.Millisecond
 
 // borrowerOn is the stream that gives way for x, of class c, on worker w:
-// of a lower class, streaming on w, able to resume, the youngest (the one
+// of a lower class, streaming on w, able to resume, its client still
+// there (one that left frees its slot anyway), the youngest (the one
 // that started last: a stream preempted before keeps its start, so the
 // same one is not picked every time).
 func (p *preemption) borrowerOn(w affinity.WorkerID, c admission.Class, x *exchange) *exchange {
 	var out *exchange
 	for _, y := range p.flights.all() {
-		if y == x || y.ticket == nil || y.ticket.Request().Class <= c || !y.mayResume.Load() || !y.guard.on(w) {
+		if y == x || y.ticket == nil || y.ticket.Request().Class <= c || !y.mayResume.Load() || y.life.why() != nil ||
+			!y.guard.on(w) {
 			continue
 		}
 		if out == nil || y.start.After(out.start) {
