@@ -102,6 +102,9 @@ func (r *relay) pull() {
 	s := r.splice
 	n, err := r.readArrived(*r.scratch)
 	s.feed((*r.scratch)[:n])
+	if !s.resumable() && r.x.mayResume.Load() {
+		r.x.mayResume.Store(false) // finished, or a shape it cannot splice: preemption asks it no more
+	}
 	switch {
 	case s.engineFailed:
 		err = errEngineFailed
