@@ -86,6 +86,25 @@ func postInteractive(t *testing.T, url, prompt string) int {
 	return resp.StatusCode
 }
 
+// bulkThenInteractive opens a bulk stream of n tokens through r, reads its
+// first two events (it streams: it holds the engine's one slot), goes on
+// reading it to its end in the background (bulkDone), and sends an
+// interactive request, which must be answered.
+func bulkThenInteractive(t *testing.T, r *testRouter, n int) (got *sseRead, bulkDone chan error) {
+	t.Helper()
+	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", n)
+	got = &sseRead{}
+	if err := got.read(stream, 2); err != nil {
+		t.Fatal(err)
+	}
+	bulkDone = make(chan error, 1)
+	go func() { bulkDone <- got.read(stream, -1) }()
+	if status := postInteractive(t, r.url, "interactive: a question"); status != http.StatusOK {
+		t.Fatalf("the interactive request: %d", status)
+	}
+	return got, bulkDone
+}
+
 // TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing:
 // a bulk stream holds the engine's one slot, lent to it; an interactive
 // request takes the slot back and is answered while the bulk stream still
@@ -97,16 +116,7 @@ func TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing(t 
 	w.Set(oneSlotEngine(false))
 	r := preemptingRouter(t, w, true)
 	const n = 3000
-	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", n)
-	got := &sseRead{}
-	if err := got.read(stream, 2); err != nil {
-		t.Fatal(err)
-	}
-	bulkDone := make(chan error, 1)
-	go func() { bulkDone <- got.read(stream, -1) }()
-	if status := postInteractive(t, r.url, "interactive: a question"); status != http.StatusOK {
-		t.Fatalf("the interactive request: %d", status)
-	}
+	got, bulkDone := bulkThenInteractive(t, r, n)
 	select {
 	case <-bulkDone:
 		t.Fatal("the bulk stream ended before the interactive request was answered: it did not give its slot way")
@@ -188,16 +198,7 @@ func TestAPreemptedStreamThatTheEngineRefusesToContinueFailsVisibly(t *testing.T
 	w := startFake(t, "w1")
 	w.Set(oneSlotEngine(true))
 	r := preemptingRouter(t, w, true)
-	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", 3000)
-	got := &sseRead{}
-	if err := got.read(stream, 2); err != nil {
-		t.Fatal(err)
-	}
-	bulkDone := make(chan error, 1)
-	go func() { bulkDone <- got.read(stream, -1) }()
-	if status := postInteractive(t, r.url, "interactive: a question"); status != http.StatusOK {
-		t.Fatalf("the interactive request: %d", status)
-	}
+	got, bulkDone := bulkThenInteractive(t, r, 3000)
 	if err := <-bulkDone; err != nil {
 		t.Fatal(err)
 	}
