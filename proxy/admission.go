@@ -209,14 +209,15 @@ func (d *admitter) readmit(x *exchange) error {
 	t := time.NewTimer(time.Until(x.deadline))
 	defer t.Stop()
 	var why error
+	reason := admission.ClientGone
 	select {
 	case <-tk.Ready():
 	case <-t.C:
-		why = errorf(ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume")
+		why, reason = errorf(ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume"), admission.TimedOut
 	case <-x.life.Done(): // its client left, or the replica shuts down
 		why = x.life.why()
 	}
-	if why != nil && d.door.Cancel(tk, admission.ClientGone) {
+	if why != nil && d.door.Cancel(tk, reason) {
 		return why
 	}
 	<-tk.Ready() // a Cancel that lost to an admission: it is admitted

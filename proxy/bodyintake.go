@@ -197,7 +197,7 @@ func (in *intake) cut() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.cuts = true
-	_ = in.ctx.SetReadDeadline(time.Unix(1, 0))
+	_ = in.ctx.SetReadDeadline(longAgo)
 }
 
 func (in *intake) cutError() error {

@@ -58,13 +58,16 @@ func oneSlotEngine(refuse bool) fakeworker.Behaviour {
 
 // preemptingRouter is a router in front of w, an engine of one slot that
 // the saturation signal reports full, with interactive's one reserved slot
-// lent to bulk and taken back by preemption (on) or not.
-func preemptingRouter(t *testing.T, w *fakeworker.Worker, on bool) *testRouter {
+// lent to bulk and taken back by preemption; cfg's changes, if any, apply.
+func preemptingRouter(t *testing.T, w *fakeworker.Worker, change ...func(*Config)) *testRouter {
 	t.Helper()
 	cfg := classesConfig()
 	cfg.Admission.Reserved = map[string]int{"interactive": 1}
-	cfg.Admission.LendReserved, cfg.Admission.PreemptByResume = true, on
+	cfg.Admission.LendReserved, cfg.Admission.PreemptByResume = true, true
 	cfg.Migration = DefaultMigration()
+	for _, c := range change {
+		c(&cfg)
+	}
 	r := startSaturated(t, cfg, w)
 	testwait.Eventually(t, waitDeadline, func() bool { return r.proxy.AdmissionStats().Limit == 1 }, "the engine's limit")
 	return r
@@ -114,7 +117,7 @@ func bulkThenInteractive(t *testing.T, r *testRouter, n int) (got *sseRead, bulk
 func TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing(t *testing.T) {
 	w := startFake(t, "w1")
 	w.Set(oneSlotEngine(false))
-	r := preemptingRouter(t, w, true)
+	r := preemptingRouter(t, w)
 	const n = 3000
 	got, bulkDone := bulkThenInteractive(t, r, n)
 	select {
@@ -152,7 +155,7 @@ func TestPreemptionByResumeGivesTheSlotBackAtOnceAndTheBulkStreamLosesNothing(t 
 func TestAPreemptedStreamWhoseClientLeavesWhileItWaitsHoldsNothing(t *testing.T) {
 	w := startFake(t, "w1")
 	w.Set(oneSlotEngine(false))
-	r := preemptingRouter(t, w, true)
+	r := preemptingRouter(t, w)
 	body := `{"model":"m","prompt":"bulk-a: the story so far","max_tokens":3000,"stream":true}`
 	req, _ := http.NewRequest(http.MethodPost, r.url+"/v1/completions", strings.NewReader(body))
 	req.Header.Set("x-priority", "bulk")
@@ -197,7 +200,7 @@ func TestAPreemptedStreamWhoseClientLeavesWhileItWaitsHoldsNothing(t *testing.T)
 func TestAPreemptedStreamThatTheEngineRefusesToContinueFailsVisibly(t *testing.T) {
 	w := startFake(t, "w1")
 	w.Set(oneSlotEngine(true))
-	r := preemptingRouter(t, w, true)
+	r := preemptingRouter(t, w)
 	got, bulkDone := bulkThenInteractive(t, r, 3000)
 	if err := <-bulkDone; err != nil {
 		t.Fatal(err)
@@ -208,6 +211,53 @@ func TestAPreemptedStreamThatTheEngineRefusesToContinueFailsVisibly(t *testing.T
 	if text := metricsText(r); !strings.Contains(text, `vllm_router_preemptions_total{result="failed"} 1`) {
 		t.Fatal("the preemption whose continuation was refused is not counted failed")
 	}
+	testwait.Eventually(t, waitDeadline, func() bool {
+		st := r.proxy.AdmissionStats()
+		return r.totalLoad() == 0 && st.InFlight == 0 && st.Queued == 0
+	}, "every load and admission slot released")
+}
+
+// TestAPreemptedStreamWhoseDeadlinePassesWhileItWaitsFailsVisibly: the bulk
+// stream gives way behind an interactive request that holds the slot, and
+// its request's deadline (--request-timeout-secs) passes while it waits to
+// resume. Its client gets an error event and no clean end, its place in
+// the queue goes, and every load and slot is given back.
+func TestAPreemptedStreamWhoseDeadlinePassesWhileItWaitsFailsVisibly(t *testing.T) {
+	w := startFake(t, "w1")
+	w.Set(oneSlotEngine(false))
+	r := preemptingRouter(t, w, func(c *Config) { c.RequestTimeout = time.Second })
+	stream := openBulk(t, r.url, "bulk", "bulk-a: the story so far", 3000)
+	got := &sseRead{}
+	// 300 tokens, a millisecond each: the interactive request's own
+	// deadline comes that much after the stream's.
+	if err := got.read(stream, 300); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan int, 1)
+	go func() { answered <- postInteractive(t, r.url, "hold: a question") }()
+	for got.errors == 0 && !got.done { // up to the error event, read as it comes
+		before := len(got.text)
+		if err := got.read(stream, 1); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.text) == before && got.errors == 0 && !got.done {
+			break // the stream ended without an event
+		}
+	}
+	if got.done || got.errors != 1 {
+		t.Fatalf("the stream whose deadline passed: done %v, %d error events; want one error event and no clean end", got.done, got.errors)
+	}
+	if strings.Contains(metricsText(r), `error_type="upstream_timeout"} 1`) {
+		t.Fatal("the stream failed only once the interactive request timed out: its wait did not end at its own deadline")
+	}
+	if err := got.read(stream, -1); err != nil || got.done {
+		t.Fatalf("after the error event: %v, done %v; want the end of the body, no [DONE]", err, got.done)
+	}
+	if text := metricsText(r); !strings.Contains(text, `vllm_router_preemptions_total{result="failed"} 1`) {
+		t.Fatal("the preemption whose deadline passed is not counted failed")
+	}
+	w.Open()
+	<-answered // its own deadline may have passed too: its status is not this test's
 	testwait.Eventually(t, waitDeadline, func() bool {
 		st := r.proxy.AdmissionStats()
 		return r.totalLoad() == 0 && st.InFlight == 0 && st.Queued == 0
