@@ -129,12 +129,52 @@ func (m *kvManager) fits(s *sequence) (plan admissionPlan, private int, ok bool)
 	return p, private, m.cache.fits(p, private)
 }
 
-// release gives back everything a sequence holds in the cache.
+// release gives back everything a sequence holds in the cache. A sequence whose output is known
+// leaves the blocks of its output cached too, in place of the private blocks that held them.
 func (m *kvManager) release(s *sequence) {
-	m.cache.release(s.blocks)
-	s.blocks = nil
 	m.cache.private -= s.private
 	s.private = 0
+	m.cacheOutput(s)
+	m.cache.release(s.blocks)
+	s.blocks = nil
+}
+
+// cacheOutput appends to s's blocks the full blocks of its prompt followed by the output it has
+// KV for (every generated token but the last, which no step has fed yet), computed, as vLLM
+// caches decode blocks. The output hangs from the prompt's last block, so nothing is cached
+// unless the whole prompt is (a duplicate prefix kept private ends the chain), nor past a block
+// another sequence is still computing.
+func (m *kvManager) cacheOutput(s *sequence) {
+	if s.output == nil || s.generated < 2 || len(s.blocks) != s.promptBlocks || s.marked < len(s.blocks) {
+		return
+	}
+	text := s.output(s.tail, s.generated-1)
+	parent, hasParent := identitySeed(s.adapter, s.salt), len(s.blocks) > 0
+	if hasParent {
+		parent = m.cache.slab[s.blocks[len(s.blocks)-1]].hash
+	}
+	var tokens []uint32
+	if m.cfg.CacheEvents {
+		tokens = m.cfg.Tokens(nil, text)
+	}
+	bt := m.cfg.BlockTokens
+	for i, h := range m.cfg.appendBlockHashesFrom(nil, parent, text) {
+		slot, ok := m.cache.index[h]
+		switch {
+		case ok && !m.cache.slab[slot].computed:
+			return
+		case ok:
+			m.cache.ref(slot)
+		default:
+			slot = m.cache.insertOrRef(h)
+			m.cache.markComputed(slot)
+			if m.cfg.CacheEvents {
+				m.log.stored(h, parent, hasParent, tokens[i*bt:(i+1)*bt], s.adapter, s.salt)
+			}
+		}
+		s.blocks = append(s.blocks, slot)
+		parent, hasParent = h, true
+	}
 }
 
 // markComputed marks the sequence's indexed blocks whose tokens now have KV, so that later

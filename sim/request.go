@@ -31,6 +31,12 @@ type Request struct {
 	// model; Salt its cache_salt, "" for none. Both key its blocks apart
 	// from other identities' (see lora.go).
 	Adapter, Salt string
+	// Output, when set, appends to dst the bytes of the first n tokens the request generates.
+	// The engine then caches the full blocks of the prompt followed by its output when the
+	// request ends, finished or cancelled, as vLLM caches every computed block: a request that
+	// continues the generation (its prompt the prompt and the text generated so far) finds them.
+	// Without it only prompt blocks are cached.
+	Output func(dst []byte, n int) []byte
 }
 
 // EventKind tells what an [Event] reports.

@@ -16,6 +16,11 @@ type sequence struct {
 	adapter      string   // the LoRA adapter it runs with, "" for the base model
 	salt         string   // its cache_salt
 
+	// With Request.Output: what the output's blocks continue.
+	output       func(dst []byte, n int) []byte
+	tail         []byte // the prompt past its last full block
+	promptBlocks int    // the prompt's full blocks
+
 	admitted    bool
 	cancelled   bool
 	finished    bool
@@ -32,7 +37,7 @@ type sequence struct {
 }
 
 func newSequence(cfg Config, r Request) *sequence {
-	return &sequence{
+	s := &sequence{
 		id:           r.ID,
 		promptTokens: cfg.TokenCount(len(r.Prompt)),
 		maxTokens:    max(r.MaxTokens, 1),
@@ -44,6 +49,12 @@ func newSequence(cfg Config, r Request) *sequence {
 		adapter:      r.Adapter,
 		salt:         r.Salt,
 	}
+	if r.Output != nil {
+		s.output = r.Output
+		s.promptBlocks = len(s.hashes)
+		s.tail = append([]byte(nil), r.Prompt[len(r.Prompt)/cfg.BlockBytes()*cfg.BlockBytes():]...)
+	}
+	return s
 }
 
 func promptTokens(cfg Config, prompt []byte) []uint32 {

@@ -53,6 +53,9 @@ type submission struct {
 	// adapter is the LoRA adapter it runs with ("" for a base model), salt
 	// its cache_salt.
 	adapter, salt string
+	// output draws the text it generates, so that the engine caches it after the prompt
+	// (sim.Request.Output); nil for none.
+	output func(dst []byte, n int) []byte
 }
 
 // newDriver starts the goroutine that owns a new engine; Stop ends it.
@@ -196,7 +199,7 @@ func (d *driver) submit(s submission, now time.Duration) (*ticket, error) {
 	d.nextID++
 	r := sim.Request{ID: d.nextID, Prompt: s.prompt, MaxTokens: s.maxTokens,
 		StreamTokens: s.streamTokens, RemotePrefillTokens: s.remoteTokens, Priority: s.priority,
-		Adapter: s.adapter, Salt: s.salt}
+		Adapter: s.adapter, Salt: s.salt, Output: s.output}
 	if err := d.engine.Submit(r, now); err != nil {
 		return nil, err
 	}

@@ -99,6 +99,7 @@ func (a *inferenceAPI) completionsJob(chat bool) buildFunc {
 		if p.kvReply {
 			r.kv = a.planner.appendKVReply
 		}
+		p.sub.output = a.output(req)
 		return singleJob(p, r), nil
 	}
 }
@@ -110,6 +111,14 @@ func (a *inferenceAPI) textGen(req inferenceRequest) *textGen {
 		seeded, seed = true, a.cfg.textSeed
 	}
 	return newTextGen(seeded, seed, req.context, a.cfg.engine.BytesPerToken)
+}
+
+// output draws req's text for the engine, from a generator of its own: the blocks the engine
+// caches after the prompt hold the bytes the stream sent, so a continuation (the prompt extended
+// by the text generated so far, or the chat's partial answer with continue_final_message) finds
+// them cached, as it does on vLLM.
+func (a *inferenceAPI) output(req inferenceRequest) func(dst []byte, n int) []byte {
+	return func(dst []byte, n int) []byte { return a.textGen(req).appendTake(dst, n) }
 }
 
 func idPrefix(chat bool) string {

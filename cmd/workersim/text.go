@@ -59,11 +59,15 @@ func (g *textGen) next() string {
 
 // take draws the text of n tokens.
 func (g *textGen) take(n int) string {
-	b := make([]byte, 0, n*g.width)
+	return string(g.appendTake(make([]byte, 0, n*g.width), n))
+}
+
+// appendTake appends the text of the next n tokens to dst.
+func (g *textGen) appendTake(dst []byte, n int) []byte {
 	for range n {
-		b = append(b, g.next()...)
+		dst = append(dst, g.next()...)
 	}
-	return string(b)
+	return dst
 }
 
 func splitmix(x uint64) uint64 {

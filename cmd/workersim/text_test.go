@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kvrouter/kvrouter/sim"
 )
 
 // whole asks w for a whole completion or chat completion and returns its text and usage.
@@ -32,6 +34,9 @@ func whole(t *testing.T, w *testWorker, path, body string) (string, usageBody) {
 type usageBody struct {
 	Prompt     int `json:"prompt_tokens"`
 	Completion int `json:"completion_tokens"`
+	Details    struct {
+		Cached int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
 }
 
 // TestSeededTextContinuesLikeVLLM: a completion whose prompt is the original prompt followed by
@@ -62,5 +67,32 @@ func TestSeededTextContinuesLikeVLLM(t *testing.T) {
 	tail, tu := whole(t, w, pathChatCompletions, cont)
 	if partial+tail != chat || tu.Prompt != cu.Prompt+3 {
 		t.Fatalf("chat continued %q + %q (prompt %d), uninterrupted %q (prompt %d)", partial, tail, tu.Prompt, chat, cu.Prompt)
+	}
+}
+
+// TestAContinuationFindsTheGeneratedTextCached: the engine caches the blocks of the prompt
+// followed by the text it generated, as vLLM caches decode blocks, so a continuation's prefill
+// is a cache hit past the original prompt: what a resumed stream costs the engine.
+func TestAContinuationFindsTheGeneratedTextCached(t *testing.T) {
+	w := startWorker(t, testConfig())
+	cfg := sim.DefaultConfig()
+	prompt := strings.Repeat("abcd", 4*cfg.BlockTokens) // four full blocks
+	full, _ := whole(t, w, pathCompletions, fmt.Sprintf(`{"prompt":%q,"max_tokens":40,"seed":7}`, prompt))
+	head := full[:36*cfg.BytesPerToken]
+	_, cu := whole(t, w, pathCompletions, fmt.Sprintf(`{"prompt":%q,"max_tokens":4,"seed":7}`, prompt+head))
+	// 4 prompt blocks and 39 tokens of output with KV: 6 full blocks; the continuation's 100
+	// tokens may find all 6 (its last token is computed anyway).
+	if want := 6 * cfg.BlockTokens; cu.Details.Cached != want {
+		t.Fatalf("continuation found %d tokens cached, want %d (the prompt's alone: %d)", cu.Details.Cached, want, 4*cfg.BlockTokens)
+	}
+
+	msgs := `[{"role":"user","content":"` + strings.Repeat("hello ", 30) + `"}]`
+	chat, ou := whole(t, w, pathChatCompletions, `{"messages":`+msgs+`,"max_tokens":40,"seed":7}`)
+	partial := chat[:36*cfg.BytesPerToken]
+	cont := fmt.Sprintf(`{"messages":[{"role":"user","content":%q},{"role":"assistant","content":%q}],`+
+		`"continue_final_message":true,"add_generation_prompt":false,"max_tokens":4,"seed":7}`, strings.Repeat("hello ", 30), partial)
+	_, tu := whole(t, w, pathChatCompletions, cont)
+	if promptBlocks := ou.Prompt / cfg.BlockTokens * cfg.BlockTokens; tu.Details.Cached <= promptBlocks {
+		t.Fatalf("chat continuation found %d tokens cached, no more than the original prompt's %d", tu.Details.Cached, promptBlocks)
 	}
 }
