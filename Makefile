@@ -79,7 +79,7 @@ bench-migration: ## streams that outlive their engine on real processes, 3 round
 chaos: build ## docker-compose chaos scenarios and their invariants
 	@scripts/chaos.sh
 
-chaos-fleet: build ## chaos at fleet scale: 8 replicas, 64 workersims; workers removed, a replica SIGKILLed, a rolling restart, a partition of 3 of 8
+chaos-fleet: build ## chaos at fleet scale: 8 replicas, 64 workersims; workers removed, a replica SIGKILLed, a worker SIGKILLed mid-stream, a rolling restart, a partition of 3 of 8
 	@scripts/chaos-fleet.sh
 
 soak: build ## four replicas for SOAK_MINUTES (60) of agentic traffic, workers replaced, a replica restarted every 10 min; judges growth (scripts/soak.py)

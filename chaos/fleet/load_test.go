@@ -62,13 +62,15 @@ type fleetState struct {
 	removed  map[string]int    // worker id (x-worker-id) -> removal generation, while removed
 	remGen   int               // bumped on every removal
 	inflight map[string]*int64 // replica -> streams in flight
+	onWorker map[string]int    // worker id (x-worker-id) -> streams in flight on it
 	// onDown runs when a replica is taken out: the balancer drops its idle connections, as a
 	// proxy drains a host it took out (one pooled to a killed process would fail the next request).
 	onDown func()
 }
 
 func newFleetState() *fleetState {
-	f := &fleetState{down: map[string]bool{}, killGen: map[string]int{}, dead: map[string]bool{}, removed: map[string]int{}, inflight: map[string]*int64{}}
+	f := &fleetState{down: map[string]bool{}, killGen: map[string]int{}, dead: map[string]bool{}, removed: map[string]int{}, inflight: map[string]*int64{},
+		onWorker: map[string]int{}}
 	for _, n := range replicaNames {
 		f.inflight[n] = new(int64)
 	}
@@ -129,6 +131,33 @@ func (f *fleetState) readd(workers []string) {
 		delete(f.removed, w)
 	}
 	f.remGen++
+}
+
+// streaming counts a stream in flight on worker w (add 1) or one that ended (add -1).
+func (f *fleetState) streaming(w string, add int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onWorker[w] += add
+}
+
+// streamsOn is the number of streams in flight on worker w.
+func (f *fleetState) streamsOn(w string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.onWorker[w]
+}
+
+// busiestWorker is the worker with the most streams in flight, and how many.
+func (f *fleetState) busiestWorker() (string, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	best, most := "", 0
+	for w, n := range f.onWorker {
+		if n > most {
+			best, most = w, n
+		}
+	}
+	return best, most
 }
 
 func (f *fleetState) snapshot() (up []string, remGen int, removed map[string]bool) {
@@ -330,6 +359,8 @@ func (l *load) attempt(n string, body []byte) (string, error) {
 	atomic.AddInt64(in, 1)
 	defer atomic.AddInt64(in, -1)
 	worker := resp.Header.Get("x-worker-id")
+	l.fleet.streaming(worker, 1)
+	defer l.fleet.streaming(worker, -1)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	done := false

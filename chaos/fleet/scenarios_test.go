@@ -55,6 +55,7 @@ func TestChaosFleet(t *testing.T) {
 		}, 0},
 		{"workers-13-removed-readded", removeWorkers(13), 0},
 		{"replica-sigkill-midstream", killReplica, 256}, // streams of about 2 s, so the kill lands mid-stream
+		{"worker-sigkill-midstream", killWorker, 512},   // streams of about 4 s, resumed on other workers
 		{"rolling-restart-8", rollingRestart, 0},
 		{"partition-3-of-8", partition(3, 20*time.Second), 0},
 	} {
@@ -174,6 +175,57 @@ func killReplica(t *testing.T, fs *fleetState) (time.Time, string) {
 	fs.setDown(victim, false)
 	return healed, fmt.Sprintf("%s (not the leader, %s) killed with %d streams in flight, down 5 s; ready %.1f s after its start",
 		victim, leader, inflight, time.Since(healed).Seconds())
+}
+
+// killWorker kills the worker with the most streams in flight (at least two) with SIGKILL,
+// keeps it down for 5 s and starts it again. Its streams, cut after their first byte, resume on
+// other workers (--migration-limit): none fails, none is cut silently. The worker stays in the
+// registry; while it is down its sessions' follow-ups go elsewhere, so they are not counted as
+// staying or moving, as a removed worker's are not.
+func killWorker(t *testing.T, fs *fleetState) (time.Time, string) {
+	resumedBefore := migrations(t, "resumed")
+	var victim string
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		w, n := fs.busiestWorker()
+		victim = w
+		return n >= 2
+	}, "two streams in flight on one worker")
+	id := containerID(t, victim) // slow (compose): the streams are counted again after it
+	testwait.Eventually(t, 20*time.Second, func() bool { return fs.streamsOn(victim) >= 2 }, "two streams in flight on %s", victim)
+	streams := fs.streamsOn(victim)
+	fs.remove([]string{victim})
+	docker(t, "kill", "-s", "KILL", id)
+	time.Sleep(5 * time.Second)
+	compose(t, "start", victim)
+	healed := time.Now()
+	testwait.EventuallyNil(t, 60*time.Second, func() error { return converged(nWorkers) }, "every replica to see %s healthy again", victim)
+	fs.readd([]string{victim})
+	resumed := migrations(t, "resumed") - resumedBefore
+	if resumed == 0 {
+		t.Errorf("the tier resumed no stream after %s was killed with %d in flight", victim, streams)
+	}
+	return healed, fmt.Sprintf("%s SIGKILLed with %d streams in flight, down 5 s; the tier resumed %d streams on other workers meanwhile",
+		victim, streams, resumed)
+}
+
+// migrations is vllm_router_stream_migrations_total{result} summed over the replicas that answer.
+func migrations(t *testing.T, result string) int64 {
+	t.Helper()
+	var sum int64
+	prefix := fmt.Sprintf(`vllm_router_stream_migrations_total{result=%q} `, result)
+	for _, n := range replicaNames {
+		code, body, err := do("GET", replicaURL(n)+"/metrics", "")
+		if err != nil || code != 200 {
+			continue
+		}
+		for line := range strings.Lines(body) {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+				sum += int64(f)
+			}
+		}
+	}
+	return sum
 }
 
 // rollingRestart restarts every replica in turn (SIGTERM, at most 20 s to finish what it
