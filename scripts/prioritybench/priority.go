@@ -229,6 +229,7 @@ func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measu
 	_, from, to, es := drive(f, seqs, clients, warm, measure)
 	before, after := <-preemptFrom, preempted()
 	row.preemptions, row.resumed = after[0]-before[0], after[1]-before[1]
+	checkCountsSettle(f)
 	f.stop()
 	row.loadFinished = loadavg()
 	var ttft, past []time.Duration
@@ -261,4 +262,20 @@ func priorityOnce(r priorityRun, round, seqs int, timeScale float64, warm, measu
 	row.bulkTokens = float64(bulkTokens) / measure.Seconds()
 	row.busy, row.waiting, row.queued = mean(es.running)/float64(seqs), mean(es.waiting), mean(es.queued)
 	return row
+}
+
+// checkCountsSettle says on stderr when the router still counts requests in flight some
+// seconds after every client's last request ended: a count that never came back (a leak), which
+// would hold slots the engine has free.
+func checkCountsSettle(f *fleet) {
+	var held, running float64
+	for range 50 {
+		held = gauge(f.routers[0], "vllm_router_admission_in_flight")
+		running = gauge(f.workers[0], "vllm:num_requests_running")
+		if held == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(stderr, "the router counts %.0f requests in flight 5 s after the clients stopped (the engine runs %.0f): a count leaked\n", held, running)
 }
