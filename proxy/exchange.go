@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -69,7 +70,10 @@ type exchange struct {
 	// that preemption may ask to give way.
 	mayResume atomic.Bool
 
-	route     route         // how it was routed, for the request log
+	route requestlog.Route // how it was routed, for the request log
+	// counters are those of the worker whose answer the client got, for
+	// its tally; nil without metrics.
+	counters  *workerCounters
 	shared    *sharedPrompt // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)
 	trace     *requestTrace // its span, when tracing
 	firstByte time.Time     // when a stream's first bytes went out: its time to first token
@@ -217,7 +221,7 @@ func (x *exchange) serveLeg(l *leg) {
 		body := x.ctx.Response.Body()
 		l.judge(ans.status, usageOf(body))
 		x.path.hooks.heard(x, ans.worker, ans.status, body)
-		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: completionTokens(body)})
+		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: requestlog.CompletionTokens(body)})
 	default:
 		x.refuse(err)
 	}
@@ -295,7 +299,7 @@ func (x *exchange) finish(e ending) {
 	case errType == "" && status >= 400:
 		errType = workerErrorType(status)
 	}
-	x.route.tokens = e.tokens
+	x.route.Tokens = e.tokens
 	x.path.rec.record(x, status, errType)
 	x.path.hooks.finished(x, status, e.cut)
 }

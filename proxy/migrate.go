@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -137,8 +135,8 @@ func (r *relay) resume(cause error) bool {
 	old := r.a
 	o, _ := old.failure(cause)
 	old.end(o, false)
-	r.x.route.noteStreamed(old.m.ID)
-	live, l, err := r.x.resumeOn(s, r.x.route.streamed)
+	r.x.route.NoteStreamed(old.m.ID)
+	live, l, err := r.x.resumeOn(s, r.x.route.Streamed)
 	if err != nil {
 		r.streams.metrics.migrations.failed.Inc()
 		r.streams.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
@@ -164,8 +162,8 @@ func (r *relay) moveOff() {
 	r.a.moveOff.Store(false)
 	start := time.Now()
 	old := r.a
-	r.x.route.noteStreamed(old.m.ID)
-	live, l, err := r.x.resumeOn(r.splice, r.x.route.streamed)
+	r.x.route.NoteStreamed(old.m.ID)
+	live, l, err := r.x.resumeOn(r.splice, r.x.route.Streamed)
 	if err != nil {
 		if !r.x.guard.attachFor(old, old.conn) { // the client left meanwhile
 			r.fail(err)
@@ -241,27 +239,7 @@ func (r *relay) endSplice() {
 	r.splice.close()
 	firstReads.Put(r.scratch)
 	r.scratch = nil
-	r.x.route.noteStreamed(r.a.m.ID)
-}
-
-// noteStreamed records that the stream used worker w.
-func (rt *route) noteStreamed(w affinity.WorkerID) {
-	if n := len(rt.streamed); n == 0 || rt.streamed[n-1] != w {
-		rt.streamed = append(rt.streamed, w)
-	}
-}
-
-// streamedWorkers is the request log's list of the workers a stream used,
-// when it used more than one.
-func (rt *route) streamedWorkers() string {
-	var b strings.Builder
-	for i, w := range rt.streamed {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.FormatUint(uint64(w), 10))
-	}
-	return b.String()
+	r.x.route.NoteStreamed(r.a.m.ID)
 }
 
 // MoveStreams marks the streams of this replica on worker w to move, at

@@ -54,10 +54,10 @@ var _ pickHearer = (*preemption)(nil)
 // attempt a goes to its worker, one borrower's stream on that worker to
 // give way; once per exchange, on its first such attempt.
 func (p *preemption) picked(x *exchange, l *leg, a *attempt) {
-	if x.ticket == nil || !x.ticket.TookBack() || !l.toClient || x.route.tookBack {
+	if x.ticket == nil || !x.ticket.TookBack() || !l.toClient || x.route.TookBack {
 		return
 	}
-	x.route.tookBack = true
+	x.route.TookBack = true
 	y := p.borrowerOn(a.m.ID, x.ticket.Request().Class, x)
 	if y == nil {
 		p.metrics.noBorrower.Inc()
@@ -128,8 +128,8 @@ func (r *relay) giveWay(read error) bool {
 	start := time.Now()
 	old := r.a
 	old.end(Canceled, false)
-	r.x.route.noteStreamed(old.m.ID)
-	r.x.route.preempted++
+	r.x.route.NoteStreamed(old.m.ID)
+	r.x.route.Preempted++
 	if err := r.x.path.admission.readmit(r.x); err != nil {
 		m.failed.Inc()
 		r.fail(err)

@@ -8,10 +8,14 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/requestlog"
 )
 
 // recorder writes down every exchange as its client saw it, once, from
-// finish: the request-path metrics, the request log's line (requestlog.go),
+// finish: the request-path metrics, the request log's line (package
+// requestlog),
 // the worker's tally and the trace (tracing.go). It also names the
 // request (its id) and opens its span when the exchange starts. Safe for
 // concurrent use.
@@ -27,7 +31,8 @@ type recorder struct {
 func (rec *recorder) record(x *exchange, status int, errType string) {
 	m := rec.metrics
 	m.request(x.ep, status, errType, x.start)
-	rec.logRequest(x, status, errType)
+	requestlog.Write(rec.log, &requestlog.Entry{ID: x.id, Path: x.ep.Path, Model: x.in.Model, Status: status,
+		ErrType: errType, Start: x.start, Routed: x.routed, FirstByte: x.firstByte, Route: &x.route})
 	countTokens(x)
 	x.endTrace(status, errType)
 	if !x.routed.IsZero() {
@@ -50,4 +55,19 @@ func (rec *recorder) requestID(ctx *fasthttp.RequestCtx, buf []byte) []byte {
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
 	return hex.AppendEncode(buf, b[:])
+}
+
+// noteAttempt records, for the request log and the worker's tally, an
+// attempt of leg l on dec's worker, whose counters are c.
+func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters) {
+	x.route.Attempts++
+	if l.phase == RolePrefill {
+		x.route.Prefill = dec.Worker
+		return
+	}
+	if !x.route.Decided && !l.pinned {
+		x.route.Decision, x.route.Decided = dec, true
+		x.route.Fact, x.route.Via, x.route.Judged = l.decided.Fact, l.decided.Via, l.decided.Routed()
+	}
+	x.route.Worker, x.counters = dec.Worker, c
 }

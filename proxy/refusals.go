@@ -14,7 +14,7 @@ import (
 // logged, whatever its route: a wrong key on /v1/models, /metrics or a path
 // of no route used to leave no trace, so a stranger trying keys went
 // unseen. A refused request of an inference route is also an exchange,
-// with its line in the request log (requestlog.go); the others get a line
+// with its line in the request log (package requestlog); the others get a line
 // of their own here, at most refusalLines a second, so that a flood of
 // refusals cannot flood the log: those left out are counted in the next
 // line's unlogged field.

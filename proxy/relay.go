@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -296,7 +297,7 @@ func (r *relay) note(b []byte) {
 // include_usage, or the Responses API's completed event), else one per
 // data event but the last, [DONE].
 func (r *relay) tokens() int {
-	if n := completionTokens(r.usage.bytes()); n > 0 {
+	if n := requestlog.CompletionTokens(r.usage.bytes()); n > 0 {
 		return n
 	}
 	return max(r.events.n-1, 0)

@@ -27,8 +27,8 @@ func (c *workerCounters) countOutcome(d affinity.Decision) {
 // countTokens adds the tokens of x's answer to the tally of the worker
 // that gave it.
 func countTokens(x *exchange) {
-	if c := x.route.counters; c != nil && x.route.tokens > 0 {
-		c.tally.tokens.Add(uint64(x.route.tokens))
+	if c := x.counters; c != nil && x.route.Tokens > 0 {
+		c.tally.tokens.Add(uint64(x.route.Tokens))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/requestlog"
 )
 
 // Tracing, when Deps.Tracer is set: an OpenTelemetry span per inference
@@ -47,10 +48,10 @@ func (x *exchange) endTrace(status int, errType string) {
 	}
 	s := x.trace.span
 	s.SetAttributes(attribute.Int("http.response.status_code", status), attribute.String("gen_ai.request.model", x.in.Model),
-		attribute.Int("kvrouter.attempts", x.route.attempts))
-	if x.route.decided {
-		s.SetAttributes(attribute.String("kvrouter.decision", decisionName(x.route.decision)),
-			attribute.Int64("kvrouter.worker", int64(x.route.worker)))
+		attribute.Int("kvrouter.attempts", x.route.Attempts))
+	if x.route.Decided {
+		s.SetAttributes(attribute.String("kvrouter.decision", requestlog.DecisionName(x.route.Decision)),
+			attribute.Int64("kvrouter.worker", int64(x.route.Worker)))
 	}
 	if errType != "" {
 		s.SetStatus(codes.Error, errType)
