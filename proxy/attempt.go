@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/tracing"
 )
 
 // attempt is one try of a leg on one worker. From pick to end it owns the
@@ -84,7 +85,7 @@ func (s *sender) pick(x *exchange, l *leg) (*attempt, error) {
 			m.counters.decisions[l.router.Policy().Name()].Inc()
 		}
 		a := x.newAttempt(m, dec, guard, track)
-		a.span = x.attemptTrace(dec.Worker, l.phase)
+		a.span = x.trace.Attempt(dec.Worker, l.phase)
 		return a, nil
 	}
 }
@@ -134,7 +135,7 @@ func (a *attempt) abandon() {
 // send writes the request and reads the response headers.
 func (a *attempt) send(body []byte) error {
 	req := a.x.upstreamRequest(a.m)
-	injectTrace(a.span, &req.Header)
+	tracing.Inject(a.span, &req.Header)
 	a.resp = fasthttp.AcquireResponse()
 	conn, err := a.m.up.exchange(&a.x.life, attemptConn{a}, req, body, a.resp, a.x.start, a.x.deadline)
 	if err != nil {
@@ -265,7 +266,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 		fasthttp.ReleaseResponse(a.resp)
 		a.resp = nil
 	}
-	endAttemptTrace(a.span, o, status)
+	tracing.EndAttempt(a.span, outcomeName(o), o == Failed, status)
 	a.guard.Release()
 	a.track.End(o)
 	a.gaveWay()

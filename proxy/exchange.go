@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
+	"github.com/kvrouter/kvrouter/proxy/tracing"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -74,10 +75,10 @@ type exchange struct {
 	// counters are those of the worker whose answer the client got, for
 	// its tally; nil without metrics.
 	counters  *workerCounters
-	shared    *sharedPrompt // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)
-	trace     *requestTrace // its span, when tracing
-	firstByte time.Time     // when a stream's first bytes went out: its time to first token
-	routed    time.Time     // when its first worker was chosen: the door and the decision behind it
+	shared    *sharedPrompt    // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)
+	trace     *tracing.Request // its span, when tracing
+	firstByte time.Time        // when a stream's first bytes went out: its time to first token
+	routed    time.Time        // when its first worker was chosen: the door and the decision behind it
 
 	ticket      *admission.Ticket      // its admission slot, released by finish
 	caller      caller                 // who it says it is, as the door read it
@@ -96,7 +97,7 @@ func newExchange(path *requestPath, ctx *fasthttp.RequestCtx, ep *wire.Endpoint,
 		uri: ctx.URI().RequestURI(), ticket: tk}
 	x.id = path.rec.requestID(ctx, x.idBuf[:0])
 	ctx.Response.Header.SetBytesV("x-request-id", x.id)
-	path.rec.startTrace(x)
+	x.trace = tracing.Start(path.rec.tracer, &ctx.Request.Header, ep.Path, start, x.id)
 	return x
 }
 

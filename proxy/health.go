@@ -45,6 +45,17 @@ const (
 	Canceled
 )
 
+// outcomeName is how an attempt's span names its outcome.
+func outcomeName(o Outcome) string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case Failed:
+		return "failed"
+	}
+	return "canceled"
+}
+
 // outcomeOf maps an upstream status to an Outcome.
 func outcomeOf(status int) Outcome {
 	if status >= 500 {

@@ -39,7 +39,7 @@ type Deps struct {
 	// maxReadyWait) instead of meeting an empty fleet.
 	Ready <-chan struct{}
 	// Tracer, when set, gets a span per inference request and per upstream
-	// attempt (see tracing.go); nil traces nothing.
+	// attempt (see package tracing); nil traces nothing.
 	Tracer trace.Tracer
 	// PD, when set, disaggregates prefill and decode; Router then goes
 	// unused for inference.

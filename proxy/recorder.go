@@ -15,10 +15,9 @@ import (
 
 // recorder writes down every exchange as its client saw it, once, from
 // finish: the request-path metrics, the request log's line (package
-// requestlog),
-// the worker's tally and the trace (tracing.go). It also names the
-// request (its id) and opens its span when the exchange starts. Safe for
-// concurrent use.
+// requestlog), the worker's tally and the trace (package tracing). It also
+// names the request (its id) and holds the tracer its span is opened with
+// when the exchange starts. Safe for concurrent use.
 type recorder struct {
 	metrics   *Metrics
 	log       *slog.Logger
@@ -34,7 +33,7 @@ func (rec *recorder) record(x *exchange, status int, errType string) {
 	requestlog.Write(rec.log, &requestlog.Entry{ID: x.id, Path: x.ep.Path, Model: x.in.Model, Status: status,
 		ErrType: errType, Start: x.start, Routed: x.routed, FirstByte: x.firstByte, Route: &x.route})
 	countTokens(x)
-	x.endTrace(status, errType)
+	x.trace.End(status, errType, x.in.Model, &x.route)
 	if !x.routed.IsZero() {
 		m.routing.Update(x.routed.Sub(x.start).Seconds())
 	}
