@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // errQueueTimeout: a request waited --queue-timeout-secs in the admission
@@ -32,7 +33,7 @@ type admitter struct {
 	classes  admission.Classes
 	keyClass map[credential.ID]admission.Class
 	tenants  keyTenants
-	metrics  *admissionMetrics
+	metrics  *pathmetrics.Admission
 	watcher  *watcher // looks at the clients of queued requests
 	// stamp: pass the class on as the engine's priority field
 	// (EnginePriority, with classes enabled)
@@ -45,7 +46,7 @@ type admitter struct {
 // newAdmitter builds the door of a over loads, reading the engines'
 // saturation signal from engines (nil: none).
 func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading,
-	m *admissionMetrics, w *watcher) (*admitter, error) {
+	m *pathmetrics.Admission, w *watcher) (*admitter, error) {
 	door, err := core.NewDoor(core.DoorConfig{Admission: a, Clock: clock.RealClock{}, Loads: loads, Readings: engines})
 	if err != nil {
 		return nil, err
@@ -59,7 +60,7 @@ func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]a
 			d.keyClass[credential.IDOf([]byte(key))] = c
 		}
 	}
-	m.watch(door.Scheduler())
+	m.Watch(door.Scheduler())
 	return d, nil
 }
 
@@ -127,14 +128,14 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *call
 	case <-tk.Ready():
 	default:
 		if !d.wait(ctx, rc, tk) {
-			d.metrics.decided(d.classes.Name(class), tk.Request().Tenant, tk)
+			d.metrics.Decided(d.classes.Name(class), tk.Request().Tenant, tk)
 			if tk.Err() == nil {
 				d.door.Done(tk)
 			}
 			return nil, errorf(ErrNoWorker, "the replica is shutting down")
 		}
 	}
-	d.metrics.decided(d.classes.Name(class), tk.Request().Tenant, tk)
+	d.metrics.Decided(d.classes.Name(class), tk.Request().Tenant, tk)
 	setQueueTime(&rc.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {

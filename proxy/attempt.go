@@ -73,8 +73,8 @@ func (s *sender) pick(x *exchange, l *leg) (*attempt, error) {
 			continue
 		}
 		if !l.counted && !l.pinned && l.countsCacheOutcome() {
-			s.metrics.decision(dec)
-			m.counters.countOutcome(dec)
+			s.metrics.Decision(dec)
+			m.counters.CountOutcome(dec)
 		}
 		l.counted = true
 		if x.routed.IsZero() {
@@ -82,7 +82,7 @@ func (s *sender) pick(x *exchange, l *leg) (*attempt, error) {
 		}
 		x.noteAttempt(l, dec, m.counters)
 		if m.counters != nil && !l.pinned {
-			m.counters.decisions[l.router.Policy().Name()].Inc()
+			m.counters.Decisions[l.router.Policy().Name()].Inc()
 		}
 		a := x.newAttempt(m, dec, guard, track)
 		a.span = x.trace.Attempt(dec.Worker, l.phase)
@@ -255,7 +255,7 @@ func (a *attempt) end(o Outcome, reusable bool) {
 		// reusable as a short one.
 		a.m.up.release(a.conn, reusable && intact, time.Now())
 		if o != Canceled && a.m.counters != nil {
-			a.m.counters.processed.Inc() // the worker answered this one
+			a.m.counters.Processed.Inc() // the worker answered this one
 		}
 	}
 	status := 0 // no answer had come

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // The door is what every request outside the admin API passes before its
@@ -38,7 +39,7 @@ type door struct {
 	bodies     *bodyBudget     // the request bodies held at once
 	admission  *admitter
 	refusals   *refusals // every refusal, counted and logged
-	metrics    *Metrics
+	metrics    *pathmetrics.Metrics
 	maxPayload int
 	edge       Edge
 	pooled     bool            // bodies may be read into pooled buffers (not with P/D, whose prefill outlives the request)
@@ -139,7 +140,7 @@ func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *a
 		ctx.SetConnectionClose()
 		ctx.Response.ResetBody()
 		ctx.SetStatusCode(statusClientGone)
-		d.metrics.disconnects.Inc()
+		d.metrics.Disconnects.Inc()
 	}
 	d.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
 	if rt.metered != nil {

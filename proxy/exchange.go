@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/tracing"
 	"github.com/kvrouter/kvrouter/proxy/wire"
@@ -74,7 +75,7 @@ type exchange struct {
 	route requestlog.Route // how it was routed, for the request log
 	// counters are those of the worker whose answer the client got, for
 	// its tally; nil without metrics.
-	counters  *workerCounters
+	counters  *pathmetrics.WorkerCounters
 	shared    *sharedPrompt    // its prompt's tokens for the tier's keeper, when shared (tokenize_share.go)
 	trace     *tracing.Request // its span, when tracing
 	firstByte time.Time        // when a stream's first bytes went out: its time to first token
@@ -248,7 +249,7 @@ const statusClientGone = 499
 // upstream exchange so the engine stops generating.
 func (x *exchange) clientGone() {
 	if x.gone.CompareAndSwap(false, true) {
-		x.path.rec.metrics.disconnects.Inc()
+		x.path.rec.metrics.Disconnects.Inc()
 	}
 	x.abort(ErrClientGone)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // Worker roles, as the registry names them.
@@ -35,7 +36,7 @@ type member struct {
 	base     workerurl.URL // the parsed URL: where to dial, the Host header, the base path
 	addr     string        // base.Addr(): the Host header
 	models   []string      // what it serves; empty = any model
-	counters *workerCounters
+	counters *pathmetrics.WorkerCounters
 }
 
 type poolKey struct{ role, model string }
@@ -56,6 +57,15 @@ type view struct {
 	// workers that list one: where an adapter no worker has is loaded.
 	adapters map[string]bool
 	lora     map[string]*affinity.Pool
+}
+
+// labels are what the metrics label each member's series with, by id.
+func (v *view) labels() map[affinity.WorkerID]pathmetrics.Worker {
+	out := make(map[affinity.WorkerID]pathmetrics.Worker, len(v.members))
+	for id, m := range v.members {
+		out[id] = pathmetrics.Worker{URL: m.URL, Role: m.Role}
+	}
+	return out
 }
 
 // isAdapter reports whether model is a LoRA adapter of some worker.
@@ -99,7 +109,7 @@ type Fleet struct {
 	// onPublish hears of every new view (metrics keep per-worker gauges).
 	onPublish func(*view)
 	// counters returns a worker's own metrics.
-	counters func(Worker) *workerCounters
+	counters func(Worker) *pathmetrics.WorkerCounters
 
 	// refreshModels asks every worker's /v1/models at every discovery
 	// round, not only until it answers once: adapters loaded or unloaded

@@ -16,7 +16,7 @@ import (
 func TestEveryOwnErrorTypeIsKnownUpFront(t *testing.T) {
 	var known []string
 	for _, k := range knownErrors() {
-		known = append(known, k.errType)
+		known = append(known, k.ErrType)
 	}
 	for _, err := range []error{ErrBadRequest, ErrTooLarge, ErrModelNotFound, ErrNoWorker, affinity.ErrNoCandidates,
 		ErrUpstream, ErrUpstreamTimeout, ErrTooManyRequests, ErrClientGone, errQueueTimeout, errAnswerTooLarge,
@@ -44,7 +44,7 @@ func TestErrorCountersStartAtZeroOnEveryRoute(t *testing.T) {
 	_, body := get(t, r.url+"/metrics")
 	for _, ep := range wire.Endpoints {
 		for _, k := range knownErrors() {
-			series := fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d",error_type=%q} 0`, ep.Path, k.status, k.errType)
+			series := fmt.Sprintf(`vllm_router_request_errors_total{route=%q,status="%d",error_type=%q} 0`, ep.Path, k.Status, k.ErrType)
 			if !strings.Contains(body, series+"\n") {
 				t.Fatalf("no %s before the first request", series)
 			}

@@ -6,8 +6,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/kvrouter/kvrouter/affinity"
 )
 
@@ -39,21 +37,6 @@ var errMovedOff = errors.New("the worker is drained: the stream moves to another
 
 // errEngineFailed: the worker's stream carried an error event.
 var errEngineFailed = errors.New("the engine sent an error event mid-stream")
-
-// migrationMetrics count the streams that resumed, and how long a resume
-// took.
-type migrationMetrics struct {
-	resumed, failed, unresumable *metrics.Counter
-	seconds                      *metrics.PrometheusHistogram
-}
-
-func newMigrationMetrics(set *metrics.Set) migrationMetrics {
-	c := func(result string) *metrics.Counter {
-		return set.NewCounter(fmt.Sprintf(`vllm_router_stream_migrations_total{result=%q}`, result))
-	}
-	return migrationMetrics{resumed: c("resumed"), failed: c("failed"), unresumable: c("unresumable"),
-		seconds: set.NewPrometheusHistogramExt("vllm_router_stream_migration_seconds", durationBuckets)}
-}
 
 // newSplice is the splice of x's stream when it may resume, else nil.
 func (st *streaming) newSplice(x *exchange, sse bool) (*splice, error) {
@@ -138,7 +121,7 @@ func (r *relay) resume(cause error) bool {
 	r.x.route.NoteStreamed(old.m.ID)
 	live, l, err := r.x.resumeOn(s, r.x.route.Streamed)
 	if err != nil {
-		r.streams.metrics.migrations.failed.Inc()
+		r.streams.metrics.Migrations.Failed.Inc()
 		r.streams.log.Debug("stream not resumed", "request_id", string(r.x.id), "worker", old.m.ID, "err", err)
 		return false
 	}
@@ -151,7 +134,7 @@ func (r *relay) resume(cause error) bool {
 // or the limit, not a client that left.
 func (r *relay) countUnresumable(cause error) {
 	if r.x.life.why() == nil && !errors.Is(cause, errMovedOff) {
-		r.streams.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.Migrations.Unresumable.Inc()
 	}
 }
 
@@ -227,8 +210,8 @@ func (r *relay) switchTo(live *attempt, l *leg) {
 // at start: against --migration-limit, and in the metrics.
 func (r *relay) migrated(start time.Time) {
 	r.splice.resumes++
-	r.streams.metrics.migrations.resumed.Inc()
-	r.streams.metrics.migrations.seconds.UpdateDuration(start)
+	r.streams.metrics.Migrations.Resumed.Inc()
+	r.streams.metrics.Migrations.Seconds.UpdateDuration(start)
 }
 
 // endSplice gives back what the splice holds.

@@ -3,6 +3,8 @@ package proxy
 import (
 	"sync"
 	"time"
+
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // requestPath is what every exchange is served with: the proxy's
@@ -27,14 +29,14 @@ type requestPath struct {
 
 // newRequestPath builds the request path of p, whose fleet, worker calls
 // and life are made, over the request-path metrics m and the API's keys.
-func newRequestPath(p *Proxy, m *Metrics, keys *apiKeys) (*requestPath, error) {
+func newRequestPath(p *Proxy, m *pathmetrics.Metrics, keys *apiKeys) (*requestPath, error) {
 	cfg, deps := p.cfg, p.deps
 	path := &requestPath{rec: &recorder{metrics: m, log: p.log, tracer: deps.Tracer, idHeaders: cfg.RequestIDHeaders},
 		watcher: newWatcher(), flights: &flights{}, cors: &corsPolicy{origins: cfg.CORSOrigins},
 		headers: newUpstreamHeaders(deps.Tracer != nil, keys, cfg.APIKey), ready: readyGate{ready: deps.Ready, life: p.ctx},
 		timeout: cfg.RequestTimeout}
 	var err error
-	if path.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, newAdmissionMetrics(deps.Metrics), path.watcher); err != nil {
+	if path.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, pathmetrics.NewAdmission(deps.Metrics), path.watcher); err != nil {
 		return nil, err
 	}
 	path.send = &sender{fleet: p.fleet, health: deps.Health, metrics: m, retry: cfg.Retry, maxResponse: cfg.MaxResponseSize}
@@ -61,7 +63,7 @@ func inferenceHooks(path *requestPath, tokens *tokenizer, pd *PD, wg *sync.WaitG
 	}
 	all = append(all, path.owned)
 	if path.admission.preempts {
-		all = append(all, &preemption{flights: path.flights, metrics: path.rec.metrics.preemptions})
+		all = append(all, &preemption{flights: path.flights, metrics: path.rec.metrics.Preemptions})
 	}
 	if tokens != nil {
 		all = append(all, tokens)

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // Disaggregation protocols.
@@ -55,9 +56,9 @@ type disaggregation struct {
 	duration *metrics.PrometheusHistogram
 }
 
-func newDisaggregation(cfg PD, legs *routing, send *sender, flights *flights, wg *sync.WaitGroup, m *Metrics) *disaggregation {
-	s := m.set
-	d := &disaggregation{cfg: cfg, routing: legs, send: send, flights: flights, wg: wg, duration: m.pdDuration,
+func newDisaggregation(cfg PD, legs *routing, send *sender, flights *flights, wg *sync.WaitGroup, m *pathmetrics.Metrics) *disaggregation {
+	s := m.Set()
+	d := &disaggregation{cfg: cfg, routing: legs, send: send, flights: flights, wg: wg, duration: m.PDDuration,
 		requests: s.NewCounter("vllm_router_pd_requests_total"),
 		prefills: s.NewCounter("vllm_router_pd_prefill_requests_total"),
 		decodes:  s.NewCounter("vllm_router_pd_decode_requests_total"),

@@ -2,14 +2,12 @@ package proxy
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // Preemption by resume (--preempt-by-resume). With --lend-reserved-slots a
@@ -30,22 +28,7 @@ import (
 // preemption is the hook that picks the stream to give way.
 type preemption struct {
 	flights *flights // the exchanges in flight, among them the borrowers
-	metrics preemptionMetrics
-}
-
-// preemptionMetrics count the preemptions by how they went, and how long
-// a preempted stream paused.
-type preemptionMetrics struct {
-	marked, noBorrower, resumed, failed, unresumable *metrics.Counter
-	pause                                            *metrics.PrometheusHistogram
-}
-
-func newPreemptionMetrics(set *metrics.Set) preemptionMetrics {
-	c := func(result string) *metrics.Counter {
-		return set.NewCounter(fmt.Sprintf(`vllm_router_preemptions_total{result=%q}`, result))
-	}
-	return preemptionMetrics{marked: c("asked"), noBorrower: c("no_borrower"), resumed: c("resumed"), failed: c("failed"),
-		unresumable: c("unresumable"), pause: set.NewPrometheusHistogramExt("vllm_router_preemption_pause_seconds", durationBuckets)}
+	metrics pathmetrics.Preemptions
 }
 
 var _ pickHearer = (*preemption)(nil)
@@ -60,15 +43,15 @@ func (p *preemption) picked(x *exchange, l *leg, a *attempt) {
 	x.route.TookBack = true
 	y := p.borrowerOn(a.m.ID, x.ticket.Request().Class, x)
 	if y == nil {
-		p.metrics.noBorrower.Inc()
+		p.metrics.NoBorrower.Inc()
 		return
 	}
 	gone := y.guard.markGiveWay(a.m.ID)
 	if gone == nil {
-		p.metrics.noBorrower.Inc()
+		p.metrics.NoBorrower.Inc()
 		return
 	}
-	p.metrics.marked.Inc()
+	p.metrics.Marked.Inc()
 	// x goes to the engine once the borrower's request is ended there, so
 	// that the engine finds the slot free when x arrives rather than at its
 	// next step; a borrower slow to answer (its client slow to read) is
@@ -115,10 +98,10 @@ func (p *preemption) borrowerOn(w affinity.WorkerID, c admission.Class, x *excha
 // failure of the worker's, for the relay to handle. A preemption does not
 // count against --migration-limit: it is the router's doing.
 func (r *relay) giveWay(read error) bool {
-	m := r.streams.metrics.preemptions
+	m := r.streams.metrics.Preemptions
 	if !r.splice.resumable() {
 		r.a.gaveWay()
-		m.unresumable.Inc()
+		m.Unresumable.Inc()
 		if read != nil && !errors.Is(read, os.ErrDeadlineExceeded) {
 			return false
 		}
@@ -131,18 +114,18 @@ func (r *relay) giveWay(read error) bool {
 	r.x.route.NoteStreamed(old.m.ID)
 	r.x.route.Preempted++
 	if err := r.x.path.admission.readmit(r.x); err != nil {
-		m.failed.Inc()
+		m.Failed.Inc()
 		r.fail(err)
 		return true
 	}
 	live, l, err := r.x.resumeOn(r.splice, nil)
 	if err != nil {
-		m.failed.Inc()
+		m.Failed.Inc()
 		r.fail(err)
 		return true
 	}
 	r.switchTo(live, l)
-	m.resumed.Inc()
-	m.pause.UpdateDuration(start)
+	m.Resumed.Inc()
+	m.Pause.UpdateDuration(start)
 	return true
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -106,7 +107,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 			return nil, err
 		}
 	}
-	m := newMetrics(deps.Metrics)
+	m := pathmetrics.New(deps.Metrics, knownErrors())
 	p.fleet = newWorkerFleet(cfg, deps, m, p.log, func(id affinity.WorkerID) { p.MoveStreams(id) })
 	p.calls = &workerCalls{fleet: p.fleet, apiKey: cfg.APIKey, timeout: cfg.DialTimeout}
 	if cfg.Tokenize.Enabled {
@@ -156,7 +157,7 @@ func (d Deps) complete(cfg Config) (Deps, error) {
 // off it by moveStreams (the engine may be going away with it; a stream
 // that cannot resume finishes where it is), and every change is written to
 // the per-worker metrics.
-func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger, moveStreams func(affinity.WorkerID)) *Fleet {
+func newWorkerFleet(cfg Config, deps Deps, m *pathmetrics.Metrics, log *slog.Logger, moveStreams func(affinity.WorkerID)) *Fleet {
 	onRemove := func(id affinity.WorkerID) {
 		if deps.Index != nil {
 			deps.Index.RemoveWorker(id)
@@ -166,9 +167,9 @@ func newWorkerFleet(cfg Config, deps Deps, m *Metrics, log *slog.Logger, moveStr
 	f := newFleet(deps.Loads, deps.Health.Eligible, onRemove, cfg.DialTimeout, cfg.WorkerHosts, deps.Dialer, log)
 	f.idleTimeout = cfg.WorkerIdleTimeout
 	f.refreshModels = cfg.LoRA.ModelRefresh > 0
-	f.onPublish = func(v *view) { m.syncWorkers(v, deps.Loads, deps.Health.Eligible) }
+	f.onPublish = func(v *view) { m.SyncWorkers(v.labels(), deps.Loads, deps.Health.Eligible) }
 	policies := slices.Sorted(slices.Values(affinity.PolicyNames)) // all: SetRouters may switch to any
-	f.counters = func(w Worker) *workerCounters { return m.forWorker(w, policies) }
+	f.counters = func(w Worker) *pathmetrics.WorkerCounters { return m.ForWorker(w.URL, policies) }
 	deps.Metrics.NewGauge("vllm_router_active_workers", func() float64 { return float64(f.view().eligible) })
 	if deps.Index != nil {
 		deps.Metrics.NewGauge("vllm_router_index_blocks", func() float64 { return float64(deps.Index.TotalBlocks()) })

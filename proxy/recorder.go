@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 )
 
@@ -19,7 +20,7 @@ import (
 // names the request (its id) and holds the tracer its span is opened with
 // when the exchange starts. Safe for concurrent use.
 type recorder struct {
-	metrics   *Metrics
+	metrics   *pathmetrics.Metrics
 	log       *slog.Logger
 	tracer    trace.Tracer // nil traces nothing
 	idHeaders []string     // Config.RequestIDHeaders
@@ -29,16 +30,16 @@ type recorder struct {
 // them.
 func (rec *recorder) record(x *exchange, status int, errType string) {
 	m := rec.metrics
-	m.request(x.ep, status, errType, x.start)
+	m.Request(x.ep, status, errType, x.start)
 	requestlog.Write(rec.log, &requestlog.Entry{ID: x.id, Path: x.ep.Path, Model: x.in.Model, Status: status,
 		ErrType: errType, Start: x.start, Routed: x.routed, FirstByte: x.firstByte, Route: &x.route})
 	countTokens(x)
 	x.trace.End(status, errType, x.in.Model, &x.route)
 	if !x.routed.IsZero() {
-		m.routing.Update(x.routed.Sub(x.start).Seconds())
+		m.Routing.Update(x.routed.Sub(x.start).Seconds())
 	}
 	if !x.firstByte.IsZero() {
-		m.ttft.Update(x.firstByte.Sub(x.start).Seconds())
+		m.TTFT.Update(x.firstByte.Sub(x.start).Seconds())
 	}
 }
 
@@ -58,7 +59,7 @@ func (rec *recorder) requestID(ctx *fasthttp.RequestCtx, buf []byte) []byte {
 
 // noteAttempt records, for the request log and the worker's tally, an
 // attempt of leg l on dec's worker, whose counters are c.
-func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *workerCounters) {
+func (x *exchange) noteAttempt(l *leg, dec affinity.Decision, c *pathmetrics.WorkerCounters) {
 	x.route.Attempts++
 	if l.phase == RolePrefill {
 		x.route.Prefill = dec.Worker

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
@@ -78,7 +79,7 @@ type streaming struct {
 	writeTimeout time.Duration // Edge.WriteTimeout
 	migration    Migration
 	splices      *spliceBudget // the generated text resumable streams keep
-	metrics      *Metrics
+	metrics      *pathmetrics.Metrics
 	log          *slog.Logger
 }
 
@@ -372,7 +373,7 @@ func (t *streamTail) bytes() []byte { return t.buf[:t.n] }
 func (r *relay) fail(err error) {
 	r.outcome, r.failed = r.a.failure(err)
 	if r.whyNot != nil && r.outcome != Canceled {
-		r.streams.metrics.migrations.unresumable.Inc()
+		r.streams.metrics.Migrations.Unresumable.Inc()
 	}
 	if r.sse && r.boundary && r.outcome != Canceled {
 		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
@@ -414,7 +415,7 @@ func (r *relay) end(werr error) ending {
 		r.a.end(r.outcome, false)
 		cut := r.outcome != Canceled
 		if cut {
-			r.streams.metrics.streamErrors.Inc()
+			r.streams.metrics.StreamErrors.Inc()
 		}
 		if cut && r.pastDeadline(r.failed) {
 			return timedOut
@@ -424,12 +425,12 @@ func (r *relay) end(werr error) ending {
 		r.a.end(outcomeOf(r.status), r.a.reusable())
 		r.l.judge(r.status, r.engineUsage())
 		if events := r.events.n; events > 2 {
-			r.streams.metrics.tpot.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
+			r.streams.metrics.TPOT.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
 		return ending{status: r.status, tokens: r.tokens()}
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
-		r.streams.metrics.streamErrors.Inc()
+		r.streams.metrics.StreamErrors.Inc()
 		return timedOut
 	default: // the client went away before the stream ended
 		r.x.clientGone()

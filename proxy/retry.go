@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"time"
+
+	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
 // sender sends a leg's attempts, the one retry policy of the request path:
@@ -14,7 +16,7 @@ import (
 type sender struct {
 	fleet       *Fleet
 	health      Health
-	metrics     *Metrics
+	metrics     *pathmetrics.Metrics
 	retry       Retry
 	maxResponse int // Config.MaxResponseSize: the largest whole answer read
 }
@@ -48,14 +50,14 @@ func (s *sender) try(x *exchange, l *leg) (live *attempt, ans *answer, err error
 			break
 		}
 		if n > 0 {
-			s.metrics.retries.Inc()
+			s.metrics.Retries.Inc()
 		}
 		x.path.hooks.picked(x, l, a)
 		live, ans, err = s.run(a, l, n == l.attempts-1)
 		switch {
 		case live != nil || ans != nil && !ans.retryable:
 			if ans != nil && retryableStatus(ans.status) {
-				s.metrics.retriesExhausted.Inc() // the last attempt's answer, a failure too
+				s.metrics.RetriesExhausted.Inc() // the last attempt's answer, a failure too
 			}
 			return live, ans, nil
 		case ans != nil:
@@ -65,7 +67,7 @@ func (s *sender) try(x *exchange, l *leg) (live *attempt, ans *answer, err error
 		}
 		l.failedOn(a.m.ID)
 		if n == l.attempts-1 {
-			s.metrics.retriesExhausted.Inc()
+			s.metrics.RetriesExhausted.Inc()
 		}
 	}
 	if kept != nil {

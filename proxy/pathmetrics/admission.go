@@ -1,4 +1,4 @@
-package proxy
+package pathmetrics
 
 import (
 	"errors"
@@ -15,10 +15,10 @@ import (
 // grow the metrics.
 const maxTenantSeries = 32
 
-// admissionMetrics are the vllm_router_admission_* families: per class
+// Admission are the vllm_router_admission_* families: per class
 // gauges of what waits and runs, and per class and tenant counters of what
 // was admitted or refused and how long it waited.
-type admissionMetrics struct {
+type Admission struct {
 	set     *metrics.Set
 	mu      sync.Mutex
 	tenants map[string]bool
@@ -34,12 +34,13 @@ type admissionSeries struct {
 	refused   map[string]*metrics.Counter // by reason
 }
 
-func newAdmissionMetrics(set *metrics.Set) *admissionMetrics {
-	return &admissionMetrics{set: set, tenants: map[string]bool{}, series: map[admissionKey]*admissionSeries{}}
+// NewAdmission makes the admission families in set.
+func NewAdmission(set *metrics.Set) *Admission {
+	return &Admission{set: set, tenants: map[string]bool{}, series: map[admissionKey]*admissionSeries{}}
 }
 
-// watch registers the gauges read from s's stats at each scrape.
-func (m *admissionMetrics) watch(s *admission.Scheduler) {
+// Watch registers the gauges read from s's stats at each scrape.
+func (m *Admission) Watch(s *admission.Scheduler) {
 	m.set.NewGauge("vllm_router_admission_limit", func() float64 { return float64(s.Stats().Limit) })
 	m.set.NewGauge("vllm_router_admission_tenant_bytes", func() float64 { return float64(s.Stats().TenantBytes) })
 	for i := range s.Classes().Len() {
@@ -56,8 +57,8 @@ func (m *admissionMetrics) watch(s *admission.Scheduler) {
 	}
 }
 
-// decided counts a ticket's outcome under its class and tenant.
-func (m *admissionMetrics) decided(class, tenant string, tk *admission.Ticket) {
+// Decided counts a ticket's outcome under its class and tenant.
+func (m *Admission) Decided(class, tenant string, tk *admission.Ticket) {
 	s := m.seriesOf(class, tenant)
 	s.queueTime.Update(tk.Waited().Seconds())
 	if err := tk.Err(); err == nil {
@@ -69,14 +70,14 @@ func (m *admissionMetrics) decided(class, tenant string, tk *admission.Ticket) {
 
 // refusedBy counts a refusal; apart, so that the admitted ticket's path
 // does not allocate the Refusal pointer errors.As needs on the heap.
-func (m *admissionMetrics) refusedBy(s *admissionSeries, err error) {
+func (m *Admission) refusedBy(s *admissionSeries, err error) {
 	var r *admission.Refusal
 	if errors.As(err, &r) {
 		m.refused(s, r.Reason.String()).Inc()
 	}
 }
 
-func (m *admissionMetrics) seriesOf(class, tenant string) *admissionSeries {
+func (m *Admission) seriesOf(class, tenant string) *admissionSeries {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.tenants[tenant] {
@@ -90,14 +91,14 @@ func (m *admissionMetrics) seriesOf(class, tenant string) *admissionSeries {
 	if s == nil {
 		labels := fmt.Sprintf(`{class=%q,tenant=%q}`, class, tenant)
 		s = &admissionSeries{labels: labels, admitted: m.set.NewCounter("vllm_router_admission_admitted_total" + labels),
-			queueTime: m.set.NewPrometheusHistogramExt("vllm_router_admission_queue_seconds"+labels, durationBuckets),
+			queueTime: m.set.NewPrometheusHistogramExt("vllm_router_admission_queue_seconds"+labels, DurationBuckets),
 			refused:   map[string]*metrics.Counter{}}
 		m.series[k] = s
 	}
 	return s
 }
 
-func (m *admissionMetrics) refused(s *admissionSeries, reason string) *metrics.Counter {
+func (m *Admission) refused(s *admissionSeries, reason string) *metrics.Counter {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := s.refused[reason]

@@ -1,8 +1,8 @@
-package proxy
+package pathmetrics
 
 import "github.com/kvrouter/kvrouter/internal/exposition"
 
-// The help texts of the admission families (admission_metrics.go).
+// The help texts of the admission families (admission.go).
 var _ = exposition.Describe(map[string]string{
 	"vllm_router_admission_limit":          "The engines' bound on this replica's requests in flight, from their saturation signal (-1: none known).",
 	"vllm_router_admission_queued":         "Requests waiting for admission on this replica, by class.",
