@@ -13,12 +13,9 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
-
-// errQueueTimeout: a request waited --queue-timeout-secs in the admission
-// queue.
-var errQueueTimeout = errors.New("timed out in the admission queue")
 
 // priorityHeaders carry a request's class, ours first, then the spellings
 // of SGLang's gateway and of Dynamo.
@@ -104,7 +101,7 @@ func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok 
 		if v := h.Peek(name); len(v) > 0 {
 			c, err := d.classes.Parse(string(v))
 			if err != nil {
-				return 0, false, errorf(ErrBadRequest, "%s: %v", name, err)
+				return 0, false, failure.Errorf(failure.ErrBadRequest, "%s: %v", name, err)
 			}
 			return c, true, nil
 		}
@@ -132,7 +129,7 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *call
 			if tk.Err() == nil {
 				d.door.Done(tk)
 			}
-			return nil, errorf(ErrNoWorker, "the replica is shutting down")
+			return nil, failure.Errorf(failure.ErrNoWorker, "the replica is shutting down")
 		}
 	}
 	d.metrics.Decided(d.classes.Name(class), tk.Request().Tenant, tk)
@@ -142,13 +139,13 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *call
 	case err == nil:
 		return tk, nil
 	case errors.As(err, &r) && r.Reason == admission.TimedOut:
-		return nil, errorf(errQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.door.Timeout())
+		return nil, failure.Errorf(failure.ErrQueueTimeout, "%v after %v (--queue-timeout-secs)", err, d.door.Timeout())
 	case errors.As(err, &r) && r.Reason == admission.Shed:
-		return nil, errorf(ErrTooManyRequests, "%v", err)
+		return nil, failure.Errorf(failure.ErrTooManyRequests, "%v", err)
 	case errors.As(err, &r) && r.Reason == admission.ClientGone:
-		return nil, errorf(ErrClientGone, "%v", err)
+		return nil, failure.Errorf(failure.ErrClientGone, "%v", err)
 	default:
-		return nil, errorf(ErrTooManyRequests, "%v (--queue-size %d)", err, d.door.Scheduler().Stats().QueueSize)
+		return nil, failure.Errorf(failure.ErrTooManyRequests, "%v (--queue-size %d)", err, d.door.Scheduler().Stats().QueueSize)
 	}
 }
 
@@ -214,7 +211,7 @@ func (d *admitter) readmit(x *exchange) error {
 	select {
 	case <-tk.Ready():
 	case <-t.C:
-		why, reason = errorf(ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume"), admission.TimedOut
+		why, reason = failure.Errorf(failure.ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume"), admission.TimedOut
 	case <-x.life.Done(): // its client left, or the replica shuts down
 		why = x.life.why()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/agentturns"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // anthropicBody is a Messages API request asking text of the model m.
@@ -303,7 +304,7 @@ func TestTheClientsKeyDoesNotReachTheWorker(t *testing.T) {
 // A stream the router cuts on the Messages API ends with an event named
 // error, in Anthropic's shape; elsewhere with OpenAI's data event.
 func TestTheErrorEventOfACutStreamIsInTheRoutesShape(t *testing.T) {
-	event := sseErrorEvent([]byte("/v1/messages"), errorf(ErrUpstream, "the worker died"))
+	event := failure.SSEEvent([]byte("/v1/messages"), failure.Errorf(failure.ErrUpstream, "the worker died"))
 	sc := bufio.NewScanner(strings.NewReader(string(event)))
 	var lines []string
 	for sc.Scan() {
@@ -312,7 +313,7 @@ func TestTheErrorEventOfACutStreamIsInTheRoutesShape(t *testing.T) {
 	if typ, _, ok := anthropicErrorOf(strings.TrimPrefix(lines[1], "data: ")); len(lines) != 3 || lines[0] != "event: error" || !ok || typ != "api_error" {
 		t.Fatalf("the error event: %q", event)
 	}
-	if event := sseErrorEvent([]byte("/v1/chat/completions"), errorf(ErrUpstream, "x")); !strings.HasPrefix(string(event), `data: {"error":{`) {
+	if event := failure.SSEEvent([]byte("/v1/chat/completions"), failure.Errorf(failure.ErrUpstream, "x")); !strings.HasPrefix(string(event), `data: {"error":{`) {
 		t.Fatalf("chat's error event: %q", event)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/tracing"
 )
 
@@ -58,7 +59,7 @@ func (s *sender) pick(x *exchange, l *leg) (*attempt, error) {
 	for {
 		dec, guard, err := l.choose()
 		if err != nil {
-			return nil, errorf(ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.Model)
+			return nil, failure.Errorf(failure.ErrNoWorker, "no eligible %sworker for model %q", phaseWord(l.phase), x.in.Model)
 		}
 		m := s.fleet.view().members[dec.Worker]
 		if m == nil {
@@ -195,7 +196,7 @@ func (a *attempt) readWhole(limit int) error {
 	}
 	err := readBody(a.conn.br, a.resp, limit)
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		return errorf(errAnswerTooLarge, "worker %d answered more than the limit of %d bytes (--max-response-size)", a.m.ID, limit)
+		return failure.Errorf(failure.ErrAnswerTooLarge, "worker %d answered more than the limit of %d bytes (--max-response-size)", a.m.ID, limit)
 	}
 	if err == nil {
 		a.track.Progress(0)
@@ -224,17 +225,17 @@ func (a *attempt) failure(err error) (Outcome, error) {
 	case a.x.life.why() != nil:
 		return Canceled, a.x.life.why()
 	case a.stuck.Load():
-		return Failed, errorf(ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
-	case errors.Is(err, errAnswerTooLarge):
+		return Failed, failure.Errorf(failure.ErrUpstream, "worker %d made no progress and was abandoned", a.m.ID)
+	case errors.Is(err, failure.ErrAnswerTooLarge):
 		return Failed, err
 	case isTimeout(err):
-		return Failed, errorf(ErrUpstreamTimeout, "worker %d did not answer within the request timeout", a.m.ID)
+		return Failed, failure.Errorf(failure.ErrUpstreamTimeout, "worker %d did not answer within the request timeout", a.m.ID)
 	}
 	var de *dialError
 	if errors.As(err, &de) {
-		return Failed, errorf(ErrUpstream, "could not connect to worker %d", a.m.ID)
+		return Failed, failure.Errorf(failure.ErrUpstream, "could not connect to worker %d", a.m.ID)
 	}
-	return Failed, errorf(ErrUpstream, "worker %d broke off its answer", a.m.ID)
+	return Failed, failure.Errorf(failure.ErrUpstream, "worker %d broke off its answer", a.m.ID)
 }
 
 // end finishes the attempt once: the connection goes back to the pool when

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // bodyBudget bounds the bytes of request bodies the router holds at once
@@ -59,7 +60,7 @@ func (b *bodyBudget) grow(in *intake, from, to int64, transient bool) error {
 		need = to
 	}
 	if in.want < 0 && (to > b.limit || transient && from+to > b.limit) {
-		return errorf(ErrTooLarge, "a body of unknown length takes its buffer and the next, twice as large, while it grows: "+
+		return failure.Errorf(failure.ErrTooLarge, "a body of unknown length takes its buffer and the next, twice as large, while it grows: "+
 			"past %d bytes it needs more than the router's %d (--max-buffered-body-bytes); send a Content-Length", from, b.limit)
 	}
 	freed, err := b.tryGrow(in, from, to, need)
@@ -102,7 +103,7 @@ func (b *bodyBudget) tryGrow(in *intake, from, to, need int64) (<-chan struct{},
 		return nil, nil
 	}
 	if mine > b.share {
-		return nil, errorf(errBodiesHeld, "no room for more of this client's request bodies: it holds more than its share "+
+		return nil, failure.Errorf(failure.ErrBodiesHeld, "no room for more of this client's request bodies: it holds more than its share "+
 			"(--max-body-share) of the router's %d bytes (--max-buffered-body-bytes) while others need it; retry shortly", b.limit)
 	}
 	victim := b.overShare(in.client)
@@ -127,7 +128,7 @@ func (b *bodyBudget) overShare(c bodyClient) *intake {
 }
 
 func (b *bodyBudget) full() error {
-	return errorf(errBodiesHeld, "the router holds %d bytes of request bodies, its limit (--max-buffered-body-bytes); retry shortly",
+	return failure.Errorf(failure.ErrBodiesHeld, "the router holds %d bytes of request bodies, its limit (--max-buffered-body-bytes); retry shortly",
 		b.limit)
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -95,11 +96,11 @@ func (in *intake) read() error {
 		in.body = in.body[:len(in.body)+n]
 		switch {
 		case len(in.body) > in.max:
-			return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", in.max)
+			return failure.Errorf(failure.ErrTooLarge, "request body exceeds the limit of %d bytes", in.max)
 		case err == io.EOF && (in.want < 0 || len(in.body) == in.want):
 			return nil
 		case err == io.EOF:
-			return errorf(ErrBadRequest, "malformed HTTP request body")
+			return failure.Errorf(failure.ErrBadRequest, "malformed HTTP request body")
 		case err != nil:
 			return in.failed(err, rateDue)
 		}
@@ -201,7 +202,7 @@ func (in *intake) cut() {
 }
 
 func (in *intake) cutError() error {
-	return errorf(errBodiesHeld, "the request body was cut to make room for other clients: this client held more than its share "+
+	return failure.Errorf(failure.ErrBodiesHeld, "the request body was cut to make room for other clients: this client held more than its share "+
 		"(--max-body-share) of the router's request bodies (--max-buffered-body-bytes); retry shortly")
 }
 
@@ -222,11 +223,11 @@ func (in *intake) failed(err error, rateDue bool) error {
 		return in.cutError()
 	case isTimeout(err) && rateDue:
 		elapsed := time.Since(in.start)
-		return errorf(errBodyTimeout, "the request body arrived at %.0f bytes a second over %v; past --body-rate-grace-secs it must "+
+		return failure.Errorf(failure.ErrBodyTimeout, "the request body arrived at %.0f bytes a second over %v; past --body-rate-grace-secs it must "+
 			"arrive at %.0f: --min-body-rate, or the rate that brings its length within --body-read-timeout-secs, whichever is more",
 			float64(len(in.body))/elapsed.Seconds(), elapsed.Round(time.Millisecond), in.rate)
 	case isTimeout(err):
-		return errorf(errBodyTimeout, "the request was not received in time")
+		return failure.Errorf(failure.ErrBodyTimeout, "the request was not received in time")
 	}
-	return errorf(ErrBadRequest, "malformed HTTP request body")
+	return failure.Errorf(failure.ErrBadRequest, "malformed HTTP request body")
 }

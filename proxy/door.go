@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -130,19 +131,19 @@ func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *a
 		ctx.SetConnectionClose()
 	}
 	switch {
-	case errors.Is(err, errNoKey):
+	case errors.Is(err, failure.ErrNoKey):
 		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="kvrouter"`)
-	case errors.Is(err, errBodiesHeld):
+	case errors.Is(err, failure.ErrBodiesHeld):
 		ctx.Response.Header.Set("Retry-After", "1")
 	}
-	writeError(ctx, err)
-	if isGone(err) { // it left while queued: it gets nothing, the metrics a 499
+	failure.Write(ctx, err)
+	if failure.IsGone(err) { // it left while queued: it gets nothing, the metrics a 499
 		ctx.SetConnectionClose()
 		ctx.Response.ResetBody()
 		ctx.SetStatusCode(statusClientGone)
 		d.metrics.Disconnects.Inc()
 	}
-	d.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), errorType(err), rt.metered == nil)
+	d.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), failure.Type(err), rt.metered == nil)
 	if rt.metered != nil {
 		d.finishRefused(ctx, rt, since, tk, err)
 	}
@@ -193,13 +194,7 @@ func (d *door) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyCli
 
 var (
 	// errUnauthorized: a request without the credential its route needs.
-	errUnauthorized = errorf(errNoKey, "missing or invalid API key: send Authorization: Bearer <key>, or x-api-key: <key>")
-	errNoKey        = errors.New("unauthorized")
+	errUnauthorized = failure.Errorf(failure.ErrNoKey, "missing or invalid API key: send Authorization: Bearer <key>, or x-api-key: <key>")
 	// errAmbiguousKey: two different keys, one in each header.
-	errAmbiguousKey = errorf(errNoKey, "two different API keys, in Authorization and in x-api-key: send one")
-	// errBodiesHeld: the budget of request bodies is spent.
-	errBodiesHeld = errors.New("too many request bytes held")
-	// errBodyTimeout: the body did not arrive within --body-read-timeout-secs,
-	// or fell behind --min-body-rate.
-	errBodyTimeout = errors.New("request body timed out")
+	errAmbiguousKey = failure.Errorf(failure.ErrNoKey, "two different API keys, in Authorization and in x-api-key: send one")
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/tracing"
@@ -50,8 +51,8 @@ type exchange struct {
 	// something else than what the router approved.
 	uri []byte
 
-	// life ends when the client leaves (cause ErrClientGone), when the
-	// router gives up on the request (an abortError) or shuts down, or when
+	// life ends when the client leaves (cause failure.ErrClientGone), when the
+	// router gives up on the request (a failure.Abort) or shuts down, or when
 	// it finishes. abort ends it and cuts the upstream connection.
 	life  exchangeCtx
 	begun bool      // begin ran: finish has its attempts' state to end
@@ -193,9 +194,9 @@ func (r readyGate) await(x *exchange) error {
 	case <-r.ready:
 		return nil
 	case <-t.C:
-		return errorf(ErrNoWorker, "the replica has not loaded its registry yet")
+		return failure.Errorf(failure.ErrNoWorker, "the replica has not loaded its registry yet")
 	case <-r.life.Done():
-		return errorf(ErrNoWorker, "the replica is shutting down")
+		return failure.Errorf(failure.ErrNoWorker, "the replica is shutting down")
 	}
 }
 
@@ -232,14 +233,14 @@ func (x *exchange) serveLeg(l *leg) {
 // refuse answers the client with the router's own error, and ends x; a
 // client that left gets nothing (the 499 keeps the metrics honest).
 func (x *exchange) refuse(err error) {
-	if isGone(err) {
+	if failure.IsGone(err) {
 		x.ctx.SetConnectionClose()
 		x.ctx.Response.ResetBody()
 		x.ctx.SetStatusCode(statusClientGone)
 	} else {
-		writeError(x.ctx, err)
+		failure.Write(x.ctx, err)
 	}
-	x.finish(ending{status: x.ctx.Response.StatusCode(), errType: errorType(err)})
+	x.finish(ending{status: x.ctx.Response.StatusCode(), errType: failure.Type(err)})
 }
 
 // statusClientGone is what the metrics record for a client that left.
@@ -251,7 +252,7 @@ func (x *exchange) clientGone() {
 	if x.gone.CompareAndSwap(false, true) {
 		x.path.rec.metrics.Disconnects.Inc()
 	}
-	x.abort(ErrClientGone)
+	x.abort(failure.ErrClientGone)
 }
 
 // abort ends x's attempts with cause: the context first, so that whoever

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -77,7 +78,7 @@ func (v *view) pool(role, model string) (*affinity.Pool, error) {
 		if p := v.all[role]; p != nil && p.Len() > 0 {
 			return p, nil
 		}
-		return nil, errorf(ErrNoWorker, "no healthy %s worker is available", role)
+		return nil, failure.Errorf(failure.ErrNoWorker, "no healthy %s worker is available", role)
 	}
 	if p, ok := v.pools[poolKey{role, model}]; ok {
 		return p, nil
@@ -86,12 +87,12 @@ func (v *view) pool(role, model string) (*affinity.Pool, error) {
 		return p, nil
 	}
 	if v.serves[poolKey{role, model}] || v.hasAny[role] {
-		return nil, errorf(ErrNoWorker, "no healthy %s worker is available for model %q", role, model)
+		return nil, failure.Errorf(failure.ErrNoWorker, "no healthy %s worker is available for model %q", role, model)
 	}
 	if len(v.members) == 0 {
-		return nil, errorf(ErrNoWorker, "no worker is registered yet")
+		return nil, failure.Errorf(failure.ErrNoWorker, "no worker is registered yet")
 	}
-	return nil, errorf(ErrModelNotFound, "the model %q does not exist", model)
+	return nil, failure.Errorf(failure.ErrModelNotFound, "the model %q does not exist", model)
 }
 
 // Fleet publishes views. Rebuilds are serialised; readers never lock.

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // flushTimeout bounds the whole fan-out of POST /flush_cache.
@@ -69,7 +70,7 @@ func (p *Proxy) flush(ctx context.Context, w Worker) error {
 	case err != nil:
 		return err
 	case status/100 != 2:
-		return errorf(ErrUpstream, "worker %d answered %d", w.ID, status)
+		return failure.Errorf(failure.ErrUpstream, "worker %d answered %d", w.ID, status)
 	}
 	return nil
 }

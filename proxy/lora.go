@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/exposition"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // LoRAConfig is how the proxy follows the engines' LoRA adapters.
@@ -105,7 +106,7 @@ func (l *adapterLoads) loadOnce(ctx context.Context, router *affinity.Router, ro
 		pool = v.all[role]
 	}
 	if pool == nil || pool.Len() == 0 {
-		return errorf(ErrNoWorker, "no healthy %s worker to load the adapter %q on", role, name)
+		return failure.Errorf(failure.ErrNoWorker, "no healthy %s worker to load the adapter %q on", role, name)
 	}
 	m := v.members[router.AdapterHome(affinity.AdapterKeyOf(name), pool)]
 	body, _ := json.Marshal(map[string]string{"lora_name": name, "lora_path": strings.ReplaceAll(l.path, AdapterNameVar, name)})
@@ -118,7 +119,7 @@ func (l *adapterLoads) loadOnce(ctx context.Context, router *affinity.Router, ro
 	if err != nil {
 		l.failed.Inc()
 		l.log.Debug("loading a LoRA adapter failed", "adapter", name, "worker", m.URL, "err", err)
-		return errorf(ErrModelNotFound, "the model %q does not exist (loading it as an adapter failed: %v)", name, err)
+		return failure.Errorf(failure.ErrModelNotFound, "the model %q does not exist (loading it as an adapter failed: %v)", name, err)
 	}
 	l.ok.Inc()
 	l.log.Info("loaded a LoRA adapter", "adapter", name, "worker", m.URL)

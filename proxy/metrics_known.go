@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/valyala/fasthttp"
 
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -12,13 +13,13 @@ import (
 // first failure of each kind on each replica would go unseen by an alert.
 func knownErrors() []pathmetrics.KnownError {
 	own := func(err error) pathmetrics.KnownError {
-		status, _ := statusOf(err)
-		return pathmetrics.KnownError{ErrType: errorType(err), Status: status}
+		status, _ := failure.StatusOf(err)
+		return pathmetrics.KnownError{ErrType: failure.Type(err), Status: status}
 	}
 	return []pathmetrics.KnownError{
-		own(ErrBadRequest), own(ErrTooLarge), own(ErrModelNotFound), own(ErrNoWorker), own(ErrTooManyRequests),
-		own(errQueueTimeout), own(ErrUpstream), own(ErrUpstreamTimeout), own(&abortError{ErrUpstream}),
-		own(errUnauthorized), own(ErrForbidden), own(errBodiesHeld), own(errBodyTimeout),
+		own(failure.ErrBadRequest), own(failure.ErrTooLarge), own(failure.ErrModelNotFound), own(failure.ErrNoWorker), own(failure.ErrTooManyRequests),
+		own(failure.ErrQueueTimeout), own(failure.ErrUpstream), own(failure.ErrUpstreamTimeout), own(&failure.Abort{Err: failure.ErrUpstream}),
+		own(errUnauthorized), own(failure.ErrForbidden), own(failure.ErrBodiesHeld), own(failure.ErrBodyTimeout),
 		{ErrType: "client_disconnected", Status: statusClientGone},
 		{ErrType: "stream_cut", Status: fasthttp.StatusOK},
 		{ErrType: timedOut.errType, Status: timedOut.status},

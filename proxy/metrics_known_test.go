@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -18,10 +19,10 @@ func TestEveryOwnErrorTypeIsKnownUpFront(t *testing.T) {
 	for _, k := range knownErrors() {
 		known = append(known, k.ErrType)
 	}
-	for _, err := range []error{ErrBadRequest, ErrTooLarge, ErrModelNotFound, ErrNoWorker, affinity.ErrNoCandidates,
-		ErrUpstream, ErrUpstreamTimeout, ErrTooManyRequests, ErrClientGone, errQueueTimeout, errAnswerTooLarge,
-		&abortError{ErrUpstream}, ErrForbidden} {
-		if typ := errorType(err); !slices.Contains(known, typ) {
+	for _, err := range []error{failure.ErrBadRequest, failure.ErrTooLarge, failure.ErrModelNotFound, failure.ErrNoWorker, affinity.ErrNoCandidates,
+		failure.ErrUpstream, failure.ErrUpstreamTimeout, failure.ErrTooManyRequests, failure.ErrClientGone, failure.ErrQueueTimeout, failure.ErrAnswerTooLarge,
+		&failure.Abort{Err: failure.ErrUpstream}, failure.ErrForbidden} {
+		if typ := failure.Type(err); !slices.Contains(known, typ) {
 			t.Errorf("%v is counted as %q, which is not made at start", err, typ)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // Migration says when a stream its worker cut after the first byte
@@ -191,7 +192,7 @@ func (x *exchange) resumeOn(s *splice, avoid []affinity.WorkerID) (*attempt, *le
 	case live != nil:
 		return live, l, nil
 	case ans != nil:
-		return nil, nil, errorf(ErrUpstream, "worker %d answered the stream's continuation with %d", ans.worker, ans.status)
+		return nil, nil, failure.Errorf(failure.ErrUpstream, "worker %d answered the stream's continuation with %d", ans.worker, ans.status)
 	}
 	return nil, nil, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -122,7 +123,7 @@ func (d *disaggregation) planResume(x *exchange, body []byte, dpool *affinity.Po
 	}
 	l, refused, err := d.planBody(x, body, dpool, key)
 	if refused != nil {
-		return nil, true, errorf(ErrUpstream, "prefill worker %d answered the stream's continuation with %d",
+		return nil, true, failure.Errorf(failure.ErrUpstream, "prefill worker %d answered the stream's continuation with %d",
 			refused.worker, refused.status)
 	}
 	return l, true, err
@@ -155,12 +156,12 @@ func (d *disaggregation) legs(x *exchange, ppool, dpool *affinity.Pool, key uint
 	x.path.hooks.attach(x, pre.req, ppool) // the prefill workers' events say what is cached
 	pdec, pguard, err := pre.route(ppool)
 	if err != nil {
-		return nil, nil, errorf(ErrNoWorker, "no eligible prefill worker for model %q", x.in.Model)
+		return nil, nil, failure.Errorf(failure.ErrNoWorker, "no eligible prefill worker for model %q", x.in.Model)
 	}
 	ddec, dguard, err := dec.route(dpool)
 	if err != nil {
 		pguard.Release()
-		return nil, nil, errorf(ErrNoWorker, "no eligible decode worker for model %q", x.in.Model)
+		return nil, nil, failure.Errorf(failure.ErrNoWorker, "no eligible decode worker for model %q", x.in.Model)
 	}
 	pre.first, dec.first = &routed{dec: pdec, guard: pguard}, &routed{dec: ddec, guard: dguard}
 	return pre, dec, nil
@@ -240,13 +241,13 @@ func (d *disaggregation) concurrent(x *exchange, body []byte, pre, dec *leg) (*l
 func (d *disaggregation) concurrentPrefill(x, px *exchange, pre *leg) {
 	_, ans, err := d.send.try(px, pre)
 	switch {
-	case err == nil && ans.status/100 == 2, isGone(err):
+	case err == nil && ans.status/100 == 2, failure.IsGone(err):
 		return
 	case err == nil:
-		err = errorf(ErrUpstream, "the prefill worker answered %d", ans.status)
+		err = failure.Errorf(failure.ErrUpstream, "the prefill worker answered %d", ans.status)
 	}
 	x.failedPhase.Store(&phasePrefill)
-	x.abort(&abortError{fmt.Errorf("prefill failed, decode aborted: %w", err)})
+	x.abort(&failure.Abort{Err: fmt.Errorf("prefill failed, decode aborted: %w", err)})
 }
 
 // detached is x as the prefill half of a concurrent request sees it: the
@@ -259,7 +260,7 @@ func (d *disaggregation) detached(x *exchange) (px *exchange, end func()) {
 	x.up.CopyTo(px.up)
 	d.flights.add(px) // shutdown aborts it
 	stop := context.AfterFunc(&x.life, func() {
-		if cause := x.life.why(); isGone(cause) {
+		if cause := x.life.why(); failure.IsGone(cause) {
 			px.abort(cause)
 		}
 	})
@@ -294,7 +295,7 @@ func prefillRequestBody(body []byte) ([]byte, error) {
 	var parser fastjson.Parser
 	v, err := parser.ParseBytes(body)
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+		return nil, failure.Errorf(failure.ErrBadRequest, "malformed JSON body: %v", err)
 	}
 	var a fastjson.Arena
 	v.Set("max_tokens", a.NewNumberInt(1))
@@ -319,15 +320,15 @@ func decodeRequestBody(body, prefillAnswer []byte) ([]byte, error) {
 	var pa, pb fastjson.Parser
 	answer, err := pa.ParseBytes(prefillAnswer)
 	if err != nil {
-		return nil, errorf(ErrUpstream, "prefill worker answered malformed JSON: %v", err)
+		return nil, failure.Errorf(failure.ErrUpstream, "prefill worker answered malformed JSON: %v", err)
 	}
 	params := answer.Get("kv_transfer_params")
 	if params == nil || params.Type() != fastjson.TypeObject {
-		return nil, errorf(ErrUpstream, "prefill worker answered without kv_transfer_params")
+		return nil, failure.Errorf(failure.ErrUpstream, "prefill worker answered without kv_transfer_params")
 	}
 	v, err := pb.ParseBytes(body)
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+		return nil, failure.Errorf(failure.ErrBadRequest, "malformed JSON body: %v", err)
 	}
 	v.Set("kv_transfer_params", params)
 	return v.MarshalTo(nil), nil
@@ -339,7 +340,7 @@ func bootstrapBody(body []byte, prefill *member) ([]byte, error) {
 	var parser fastjson.Parser
 	v, err := parser.ParseBytes(body)
 	if err != nil {
-		return nil, errorf(ErrBadRequest, "malformed JSON body: %v", err)
+		return nil, failure.Errorf(failure.ErrBadRequest, "malformed JSON body: %v", err)
 	}
 	var a fastjson.Arena
 	v.Set("bootstrap_host", a.NewString(prefill.base.Host()))

@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy/edge"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
@@ -218,7 +219,7 @@ func newDoor(p *Proxy, keys *apiKeys) *door {
 	p.deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(d.bodies.held.Load()) })
 	d.finishRefused = func(ctx *fasthttp.RequestCtx, rt *apiRoute, since time.Time, tk *admission.Ticket, err error) {
 		x := newExchange(path, ctx, rt.metered(ctx.Path()), since, tk)
-		x.finish(ending{status: ctx.Response.StatusCode(), errType: errorType(err)})
+		x.finish(ending{status: ctx.Response.StatusCode(), errType: failure.Type(err)})
 	}
 	return d
 }
@@ -312,7 +313,7 @@ func (p *Proxy) Handler(ctx *fasthttp.RequestCtx) {
 func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edge.Conn) {
 	ec.LingerOnClose()
 	ctx.SetConnectionClose()
-	writeErrorStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
+	failure.WriteStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
 	p.refusals.refused(ctx, refusedConnection, fasthttp.StatusServiceUnavailable, "max_connections", true)
 }
@@ -368,26 +369,26 @@ func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	var small *fasthttp.ErrSmallBuffer
 	switch {
 	case errors.Is(err, edge.ErrBareLF):
-		writeError(ctx, errorf(ErrBadRequest, "%v", edge.ErrBareLF))
+		failure.Write(ctx, failure.Errorf(failure.ErrBadRequest, "%v", edge.ErrBareLF))
 		return "bare_lf"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, tooLarge(p.cfg.MaxPayloadSize))
-		return errorType(ErrTooLarge)
+		failure.Write(ctx, tooLarge(p.cfg.MaxPayloadSize))
+		return failure.Type(failure.ErrTooLarge)
 	case errors.As(err, &small):
-		writeErrorStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
+		failure.WriteStatus(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "invalid_request_error",
 			fmt.Sprintf("request line and headers exceed the limit of %d bytes", p.cfg.Edge.MaxHeaderSize))
 		return "headers_too_large"
 	case isTimeout(err):
-		writeErrorStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
+		failure.WriteStatus(ctx, fasthttp.StatusRequestTimeout, "invalid_request_error", "the request was not received in time")
 		return "header_timeout"
 	}
-	writeError(ctx, errorf(ErrBadRequest, "malformed HTTP request"))
-	return errorType(ErrBadRequest)
+	failure.Write(ctx, failure.Errorf(failure.ErrBadRequest, "malformed HTTP request"))
+	return failure.Type(failure.ErrBadRequest)
 }
 
 // tooLarge is the refusal of a body over max bytes.
 func tooLarge(max int) error {
-	return errorf(ErrTooLarge, "request body exceeds the limit of %d bytes", max)
+	return failure.Errorf(failure.ErrTooLarge, "request body exceeds the limit of %d bytes", max)
 }
 
 // expect answers "Expect: 100-continue": a request the door would refuse

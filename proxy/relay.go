@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/core"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/wire"
@@ -171,7 +172,7 @@ func (r *relay) cutByDeadline(werr error) bool {
 // same deadline as a write's, met on the other side of the relay. Which of
 // the two waits it meets is a matter of scheduling, so both count the same.
 func (r *relay) pastDeadline(failed error) bool {
-	return errors.Is(failed, ErrUpstreamTimeout) && !time.Now().Before(r.x.deadline)
+	return errors.Is(failed, failure.ErrUpstreamTimeout) && !time.Now().Before(r.x.deadline)
 }
 
 // timedOut is how a stream cut at the request's deadline ends for the
@@ -376,7 +377,7 @@ func (r *relay) fail(err error) {
 		r.streams.metrics.Migrations.Unresumable.Inc()
 	}
 	if r.sse && r.boundary && r.outcome != Canceled {
-		r.event = sseErrorEvent(r.x.ctx.Path(), r.failed)
+		r.event = failure.SSEEvent(r.x.ctx.Path(), r.failed)
 	}
 }
 

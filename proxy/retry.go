@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -110,8 +111,8 @@ func isEventStream(a *attempt) bool {
 // not when the client left, the router gave up, or the answer was refused
 // as too large.
 func retryable(err error) bool {
-	var abort *abortError
-	return !isGone(err) && !errors.As(err, &abort) && !errors.Is(err, errAnswerTooLarge)
+	var abort *failure.Abort
+	return !failure.IsGone(err) && !errors.As(err, &abort) && !errors.Is(err, failure.ErrAnswerTooLarge)
 }
 
 // retryableStatus are the statuses that, before any byte reached the client,
@@ -130,7 +131,7 @@ func retryableStatus(code int) bool {
 func (s *sender) pause(x *exchange, n int) error {
 	d := s.backoff(n)
 	if time.Now().Add(d).After(x.deadline) {
-		return errorf(ErrUpstreamTimeout, "no worker answered within the request timeout")
+		return failure.Errorf(failure.ErrUpstreamTimeout, "no worker answered within the request timeout")
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -138,7 +139,7 @@ func (s *sender) pause(x *exchange, n int) error {
 	case <-t.C:
 		return nil
 	case <-x.life.Done():
-		return contextCause(x)
+		return x.life.why()
 	}
 }
 

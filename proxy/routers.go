@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/kvevents"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -118,7 +119,7 @@ func (r *routing) prepare(router *affinity.Router, x *exchange, key uint64) *aff
 // router would place it on, first.
 func (r *routing) poolFor(x *exchange, router *affinity.Router, role, model string) (*affinity.Pool, error) {
 	pool, err := r.fleet.view().pool(role, model)
-	if err == nil || r.adapters == nil || !errors.Is(err, ErrModelNotFound) {
+	if err == nil || r.adapters == nil || !errors.Is(err, failure.ErrModelNotFound) {
 		return pool, err
 	}
 	if err := r.adapters.load(&x.life, router, role, model); err != nil {

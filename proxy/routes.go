@@ -4,6 +4,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/internal/exposition"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -85,7 +86,7 @@ func workerInfoRoute(path string) *apiRoute {
 // noRoute answers what the table does not hold, behind the key like any
 // route: a stranger learns nothing of the API from its 404s.
 var noRoute = &apiRoute{name: "no route", access: keyed, serve: func(p *Proxy, ctx *fasthttp.RequestCtx) {
-	writeErrorStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error",
+	failure.WriteStatus(ctx, fasthttp.StatusNotFound, "invalid_request_error",
 		"no route for "+string(ctx.Method())+" "+string(ctx.Path()))
 }}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -129,7 +130,7 @@ func (o *ownership) stamp(x *exchange) error {
 	var parser fastjson.Parser
 	v, err := parser.ParseBytes(x.body)
 	if err != nil {
-		return errorf(ErrBadRequest, "malformed JSON body: %v", err)
+		return failure.Errorf(failure.ErrBadRequest, "malformed JSON body: %v", err)
 	}
 	x.responseID = newResponseID()
 	var a fastjson.Arena
@@ -164,7 +165,7 @@ func (x *exchange) planStored() (*leg, error) {
 	case x.life.why() != nil:
 		return nil, x.life.why()
 	case !ok:
-		return nil, errorf(ErrNotFound, "no worker holds a response with id %s", id)
+		return nil, failure.Errorf(failure.ErrNotFound, "no worker holds a response with id %s", id)
 	}
 	return x.path.legs.pinnedLeg(x, owner), nil
 }
@@ -219,7 +220,7 @@ func (o *ownership) planLeg(x *exchange, _ *affinity.Pool, _ uint64) (*leg, bool
 		if why := x.life.why(); why != nil {
 			return nil, true, why
 		}
-		return nil, true, errorf(ErrNotFound, "no worker holds the previous response %s", x.in.Previous)
+		return nil, true, failure.Errorf(failure.ErrNotFound, "no worker holds the previous response %s", x.in.Previous)
 	}
 	return x.path.legs.pinnedLeg(x, owner), true, nil
 }

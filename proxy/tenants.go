@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // A tenant is who fairness is between (admission's deficit round robin,
@@ -49,7 +50,7 @@ func (d *admitter) tenantOf(h *fasthttp.RequestHeader, who *caller) (string, err
 	case slices.Contains(own, named):
 		return named, nil
 	}
-	return "", errorf(ErrForbidden, "%s: this API key may not name the tenant %q%s", d.tenants.header, named, mayName(own))
+	return "", failure.Errorf(failure.ErrForbidden, "%s: this API key may not name the tenant %q%s", d.tenants.header, named, mayName(own))
 }
 
 // unkeyedTenant is the tenant of a request the API takes without a key:
@@ -83,7 +84,7 @@ func (t keyTenants) named(h *fasthttp.RequestHeader) (string, error) {
 		return "", nil
 	}
 	if !admission.ValidTenantName(v) {
-		return "", errorf(ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", t.header, admission.MaxTenantNameBytes)
+		return "", failure.Errorf(failure.ErrBadRequest, "%s: a tenant is at most %d letters, digits and . _ : -", t.header, admission.MaxTenantNameBytes)
 	}
 	return string(v), nil
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
 // maxDiscoveryBody bounds what the router reads of a worker's answer to its
@@ -45,7 +47,7 @@ func (c *workerCalls) post(ctx context.Context, w Worker, path string) (int, err
 func (c *workerCalls) call(ctx context.Context, w Worker, method, path string, body []byte) ([]byte, int, error) {
 	m := c.fleet.view().members[w.ID]
 	if m == nil {
-		return nil, 0, errorf(ErrNoWorker, "worker %d left the registry", w.ID)
+		return nil, 0, failure.Errorf(failure.ErrNoWorker, "worker %d left the registry", w.ID)
 	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)

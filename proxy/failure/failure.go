@@ -1,4 +1,4 @@
-package proxy
+package failure
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 // Conditions the request path branches on. Each maps to one HTTP status in
-// statusOf, the single place where errors meet HTTP.
+// StatusOf, the single place where errors meet HTTP.
 var (
 	ErrBadRequest      = wire.ErrBadRequest      // a body the router cannot read, among others
 	ErrForbidden       = errors.New("forbidden") // the caller's key may not do what it asked
@@ -23,40 +23,48 @@ var (
 	ErrTooManyRequests = errors.New("too many concurrent requests")
 	ErrClientGone      = errors.New("client went away")
 
-	// errAnswerTooLarge: a worker's non-streamed answer exceeded
+	// ErrAnswerTooLarge: a worker's non-streamed answer exceeded
 	// --max-response-size; it is a 502, and not retried.
-	errAnswerTooLarge = errors.New("worker answer too large")
+	ErrAnswerTooLarge = errors.New("worker answer too large")
+
+	// ErrNoKey: a request without the credential its route needs.
+	ErrNoKey = errors.New("unauthorized")
+	// ErrBodiesHeld: the budget of request bodies is spent.
+	ErrBodiesHeld = errors.New("too many request bytes held")
+	// ErrBodyTimeout: the body did not arrive within --body-read-timeout-secs,
+	// or fell behind --min-body-rate.
+	ErrBodyTimeout = errors.New("request body timed out")
+	// ErrQueueTimeout: a request waited --queue-timeout-secs in the admission
+	// queue.
+	ErrQueueTimeout = errors.New("timed out in the admission queue")
 )
 
-// abortError is why the router gave up on a request while an attempt of it
+// Abort is why the router gave up on a request while an attempt of it
 // was under way (the prefill half of a concurrent P/D request failed).
-type abortError struct{ err error }
+type Abort struct{ Err error }
 
-func (e *abortError) Error() string { return e.err.Error() }
-func (e *abortError) Unwrap() error { return e.err }
+func (e *Abort) Error() string { return e.Err.Error() }
+func (e *Abort) Unwrap() error { return e.Err }
 
-// isGone reports whether err means the client went away.
-func isGone(err error) bool { return errors.Is(err, ErrClientGone) }
+// IsGone reports whether err means the client went away.
+func IsGone(err error) bool { return errors.Is(err, ErrClientGone) }
 
-// contextCause is why x's attempts were cancelled.
-func contextCause(x *exchange) error { return x.life.why() }
-
-// errorf is an error of kind whose message, format and args, the client
+// Errorf is an error of kind whose message, format and args, the client
 // sees (wire.Errorf).
-func errorf(kind error, format string, args ...any) error { return wire.Errorf(kind, format, args...) }
+func Errorf(kind error, format string, args ...any) error { return wire.Errorf(kind, format, args...) }
 
-// statusOf maps an error to its HTTP status and OpenAI error type.
-func statusOf(err error) (int, string) {
+// StatusOf maps an error to its HTTP status and OpenAI error type.
+func StatusOf(err error) (int, string) {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return fasthttp.StatusBadRequest, "invalid_request_error"
-	case errors.Is(err, errNoKey):
+	case errors.Is(err, ErrNoKey):
 		return fasthttp.StatusUnauthorized, "invalid_request_error"
 	case errors.Is(err, ErrForbidden):
 		return fasthttp.StatusForbidden, "permission_error"
-	case errors.Is(err, errBodiesHeld):
+	case errors.Is(err, ErrBodiesHeld):
 		return fasthttp.StatusServiceUnavailable, "service_unavailable"
-	case errors.Is(err, errBodyTimeout):
+	case errors.Is(err, ErrBodyTimeout):
 		return fasthttp.StatusRequestTimeout, "invalid_request_error"
 	case errors.Is(err, ErrTooLarge):
 		return fasthttp.StatusRequestEntityTooLarge, "invalid_request_error"
@@ -66,7 +74,7 @@ func statusOf(err error) (int, string) {
 		return fasthttp.StatusServiceUnavailable, "service_unavailable"
 	case errors.Is(err, ErrTooManyRequests):
 		return fasthttp.StatusTooManyRequests, "rate_limit_error"
-	case errors.Is(err, errQueueTimeout):
+	case errors.Is(err, ErrQueueTimeout):
 		return fasthttp.StatusRequestTimeout, "timeout_error"
 	case errors.Is(err, ErrUpstreamTimeout):
 		return fasthttp.StatusGatewayTimeout, "upstream_timeout"
@@ -75,22 +83,22 @@ func statusOf(err error) (int, string) {
 	}
 }
 
-// errorType names an error of the router's own for the metrics
+// Type names an error of the router's own for the metrics
 // (vllm_router_request_errors_total's error_type).
-func errorType(err error) string {
-	var abort *abortError
+func Type(err error) string {
+	var abort *Abort
 	switch {
 	case errors.Is(err, ErrClientGone):
 		return "client_disconnected"
 	case errors.Is(err, ErrBadRequest):
 		return "bad_request"
-	case errors.Is(err, errNoKey):
+	case errors.Is(err, ErrNoKey):
 		return "unauthorized"
 	case errors.Is(err, ErrForbidden):
 		return "forbidden"
-	case errors.Is(err, errBodiesHeld):
+	case errors.Is(err, ErrBodiesHeld):
 		return "bodies_held"
-	case errors.Is(err, errBodyTimeout):
+	case errors.Is(err, ErrBodyTimeout):
 		return "body_timeout"
 	case errors.Is(err, ErrTooLarge):
 		return "payload_too_large"
@@ -102,7 +110,7 @@ func errorType(err error) string {
 		return "no_eligible_worker"
 	case errors.Is(err, ErrTooManyRequests):
 		return "rate_limited"
-	case errors.Is(err, errQueueTimeout):
+	case errors.Is(err, ErrQueueTimeout):
 		return "queue_timeout"
 	case errors.Is(err, ErrUpstreamTimeout):
 		return "upstream_timeout"
@@ -112,14 +120,16 @@ func errorType(err error) string {
 	return "upstream_error"
 }
 
-// writeError answers with the router's own error: in OpenAI's shape, or in
+// Write answers with the router's own error: in OpenAI's shape, or in
 // Anthropic's on its Messages API (wire.ErrorBody).
-func writeError(ctx *fasthttp.RequestCtx, err error) {
-	status, typ := statusOf(err)
-	writeErrorStatus(ctx, status, typ, err.Error())
+func Write(ctx *fasthttp.RequestCtx, err error) {
+	status, typ := StatusOf(err)
+	WriteStatus(ctx, status, typ, err.Error())
 }
 
-func writeErrorStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
+// WriteStatus answers with status and an error body of type typ and
+// message msg, in the shape of the request's API.
+func WriteStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
 	body := wire.ErrorBody(ctx.Path(), status, typ, msg)
 	ctx.Response.ResetBody()
 	ctx.SetStatusCode(status)
@@ -127,9 +137,9 @@ func writeErrorStatus(ctx *fasthttp.RequestCtx, status int, typ, msg string) {
 	ctx.SetBody(body)
 }
 
-// sseErrorEvent is the event that ends a stream the router had to cut with
+// SSEEvent is the event that ends a stream the router had to cut with
 // err, in the shape of path's API (wire.ErrorEvent).
-func sseErrorEvent(path []byte, err error) []byte {
-	status, typ := statusOf(err)
+func SSEEvent(path []byte, err error) []byte {
+	status, typ := StatusOf(err)
 	return wire.ErrorEvent(path, status, typ, err.Error())
 }
