@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/catalog"
 	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
@@ -121,7 +122,7 @@ type Fleet struct {
 	mu         sync.Mutex
 	workers    []Worker
 	ups        map[affinity.WorkerID]*upstream
-	discovered map[affinity.WorkerID]served
+	discovered map[affinity.WorkerID]catalog.Served
 	measured   map[affinity.WorkerID]bool // KV capacity known
 	current    atomic.Pointer[view]
 	wake       chan struct{} // signalled when the worker list changes
@@ -132,7 +133,7 @@ type Fleet struct {
 func newFleet(loads *affinity.LoadTable, eligible func(affinity.WorkerID) bool, onRemove func(affinity.WorkerID),
 	dialTimeout time.Duration, hosts workerurl.HostPolicy, dialer *workerurl.Dialer, log *slog.Logger) *Fleet {
 	f := &Fleet{loads: loads, eligible: eligible, onRemove: onRemove, dialTimeout: dialTimeout, maxIdle: 256, hosts: hosts, dialer: dialer, log: log,
-		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID]served{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
+		ups: map[affinity.WorkerID]*upstream{}, discovered: map[affinity.WorkerID]catalog.Served{}, measured: map[affinity.WorkerID]bool{}, wake: make(chan struct{}, 1)}
 	f.current.Store(&view{members: map[affinity.WorkerID]*member{}})
 	return f
 }
@@ -165,13 +166,13 @@ func (f *Fleet) Refresh() {
 
 // setDiscovered records the models worker id listed on its /v1/models,
 // and publishes a view when they changed.
-func (f *Fleet) setDiscovered(id affinity.WorkerID, models served) {
+func (f *Fleet) setDiscovered(id affinity.WorkerID, models catalog.Served) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.ups[id] == nil {
 		return // it left meanwhile
 	}
-	if old, ok := f.discovered[id]; ok && old.equal(models) {
+	if old, ok := f.discovered[id]; ok && old.Equal(models) {
 		return
 	}
 	f.discovered[id] = models
@@ -187,10 +188,10 @@ func (f *Fleet) addAdapter(id affinity.WorkerID, name string) {
 		return
 	}
 	s := f.discovered[id]
-	if slices.Contains(s.adapters, name) {
+	if slices.Contains(s.Adapters, name) {
 		return
 	}
-	f.discovered[id] = served{names: append(slices.Clip(s.names), name), adapters: append(slices.Clip(s.adapters), name)}
+	f.discovered[id] = s.WithAdapter(name)
 	f.publish()
 }
 
@@ -297,7 +298,7 @@ func (f *Fleet) publish() {
 		for _, model := range m.models {
 			v.serves[poolKey{w.Role, model}] = true
 		}
-		adapters := f.discovered[w.ID].adapters
+		adapters := f.discovered[w.ID].Adapters
 		for _, a := range adapters {
 			v.adapters[a] = true
 		}
@@ -341,9 +342,9 @@ func (f *Fleet) publish() {
 // its /v1/models said, else nothing declared (it serves any model).
 func (f *Fleet) modelsOf(w Worker) []string {
 	if w.Model != "" {
-		return append([]string{w.Model}, f.discovered[w.ID].adapters...)
+		return append([]string{w.Model}, f.discovered[w.ID].Adapters...)
 	}
-	return f.discovered[w.ID].names
+	return f.discovered[w.ID].Names
 }
 
 // mergeByID merges two id-sorted lists into one id-sorted list.
