@@ -13,6 +13,7 @@ import (
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 )
 
 // openBody opens a connection from the local address from (127.0.0.1 when
@@ -94,7 +95,7 @@ func TestASlowBodyHoldsWhatArrivedAndIsCut(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-trickled }()
-	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() > 0 }, "the slow body to be read")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() > 0 }, "the slow body to be read")
 	const others = 20
 	refused := 0
 	for range others {
@@ -103,7 +104,7 @@ func TestASlowBodyHoldsWhatArrivedAndIsCut(t *testing.T) {
 		}
 	}
 	t.Logf("while the slow body was read, %d of %d other requests were turned away; it held %d bytes", refused, others,
-		p.door.bodies.held.Load())
+		p.door.bodies.Held())
 	if refused > 0 {
 		t.Fatalf("the slow body turned away %d of %d other requests", refused, others)
 	}
@@ -111,7 +112,7 @@ func TestASlowBodyHoldsWhatArrivedAndIsCut(t *testing.T) {
 	if status != http.StatusRequestTimeout || !strings.Contains(body, "--min-body-rate") {
 		t.Fatalf("the slow body: %d %s, want 408 naming --min-body-rate", status, body)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 0 }, "the slow body's share to be given back")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() == 0 }, "the slow body's share to be given back")
 }
 
 // One client (a key; without keys an address) uses the budget others
@@ -134,10 +135,10 @@ func TestAClientKeepsNoMoreThanItsShareWhileOthersNeedRoom(t *testing.T) {
 			cfg := Config{APIKeys: tc.keys, MaxPayloadSize: 8 << 20, Edge: Edge{MaxBufferedBodyBytes: 8 << 20, MaxBodyShare: 0.5}}
 			p, base := serveProxyWith(t, cfg, nil, w)
 			hog, hogBr := openBody(t, base, tc.hog[0], tc.hog[1], 8<<20)
-			if _, err := io.WriteString(hog, `{"model":"m","prompt":"`+strings.Repeat("x", commitBytes)); err != nil {
+			if _, err := io.WriteString(hog, `{"model":"m","prompt":"`+strings.Repeat("x", bodyintake.CommitBytes)); err != nil {
 				t.Fatal(err)
 			}
-			testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 8<<20 },
+			testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() == 8<<20 },
 				"the hog's body to hold the whole budget, nobody else needing it")
 			if got := sendFrom(t, base, tc.hogAgain[0], tc.hogAgain[1]); got != tc.wantHogAgainStatus {
 				t.Fatalf("the hog's second request: %d, want %d: it is over its share", got, tc.wantHogAgainStatus)
@@ -202,5 +203,5 @@ func TestAChunkedBodyStaysWithinTheBudget(t *testing.T) {
 	if status, body := send(completion(strings.Repeat("x", 1<<20), false)); status != http.StatusOK {
 		t.Fatalf("a chunked body that fits: %d %s", status, body)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 0 }, "the budget to be given back")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() == 0 }, "the budget to be given back")
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/internal/credential"
+	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 )
 
 // caller is who a request says it is, read once at the door from its
@@ -46,19 +47,19 @@ func (c *caller) hasKey() bool { return c.token != nil }
 func (c *caller) keyTenant() string { return "key:" + hex.EncodeToString(c.id[:6]) }
 
 // clientOf is who a body's share of the budget is charged to
-// (bodybudget.go): the key when it is a verified one, else the client's
+// (package bodyintake): the key when it is a verified one, else the client's
 // address, an IPv6 one by its /64 (a host is given a /64, and can take any
 // address of it).
-func clientOf(c *caller, ctx *fasthttp.RequestCtx) bodyClient {
+func clientOf(c *caller, ctx *fasthttp.RequestCtx) bodyintake.Client {
 	if c.verified {
-		return bodyClient{id: c.id}
+		return bodyintake.Client{ID: c.id}
 	}
-	b := bodyClient{addr: true}
+	b := bodyintake.Client{Addr: true}
 	ip := ctx.RemoteIP()
 	if v4 := ip.To4(); v4 != nil {
-		copy(b.id[:], v4)
+		copy(b.ID[:], v4)
 	} else if v6 := ip.To16(); v6 != nil {
-		copy(b.id[:], v6.Mask(net.CIDRMask(64, 128)))
+		copy(b.ID[:], v6.Mask(net.CIDRMask(64, 128)))
 	}
 	return b
 }

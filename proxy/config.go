@@ -107,7 +107,7 @@ type Edge struct {
 	// (--max-header-size, default 64 KiB); beyond it the client gets 431.
 	MaxHeaderSize int
 	// MaxBufferedBodyBytes bounds the bytes of request bodies the replica
-	// holds at once, each as it arrives (bodyintake.go) until its answer
+	// holds at once, each as it arrives (package bodyintake) until its answer
 	// is written or its stream starts (--max-buffered-body-bytes, default
 	// 512 MiB, at least MaxPayloadSize); a body that has no room to grow
 	// is answered 503 with Retry-After (before it is read, when there is no
@@ -118,7 +118,7 @@ type Edge struct {
 	// IPv6 one by its /64), over all its connections (--max-body-share,
 	// default 0.5, in (0, 1]). A client uses what the others leave; when
 	// another needs room, the largest body still arriving of a client past
-	// its share is cut with 503 (bodybudget.go).
+	// its share is cut with 503 (package bodyintake).
 	MaxBodyShare float64
 	// MinBodyRate is the rate, in bytes a second, at which a body must
 	// arrive on average once BodyRateGrace has passed (--min-body-rate,

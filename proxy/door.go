@@ -3,12 +3,12 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
@@ -21,8 +21,8 @@ import (
 //  2. size and headers: 413 for a Content-Length over --max-payload-size;
 //  3. admission: 429 (or 408 after queueing) on the routes that take a token;
 //  4. body: read as it arrives, charged to --max-buffered-body-bytes for
-//     what arrived (bodyintake.go), fairly between clients
-//     (bodybudget.go): 503 with Retry-After when it has no room to grow,
+//     what arrived, fairly between clients (package bodyintake): 503
+//     with Retry-After when it has no room to grow,
 //     408 when it arrives too slowly or too late, 413 for a body without
 //     a length (chunked) past --max-payload-size.
 //
@@ -35,9 +35,9 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 type door struct {
-	keys       *apiKeys        // shared with the upstream headers, which drop the client's key
-	admin      AdminCredential // nil: no admin token
-	bodies     *bodyBudget     // the request bodies held at once
+	keys       *apiKeys           // shared with the upstream headers, which drop the client's key
+	admin      AdminCredential    // nil: no admin token
+	bodies     *bodyintake.Budget // the request bodies held at once
 	admission  *admitter
 	refusals   *refusals // every refusal, counted and logged
 	metrics    *pathmetrics.Metrics
@@ -72,7 +72,7 @@ func (d *door) pass(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 // passed is what a request that went through the door holds.
 type passed struct {
 	held   int64             // its body's share of the budget
-	client bodyClient        // who it is charged to of bodies held
+	client bodyintake.Client // who it is charged to of bodies held
 	buf    *[]byte           // the pooled buffer its body was read into; nil when none
 	ticket *admission.Ticket // its admission slot; nil on routes that take none
 	caller caller            // who it says it is
@@ -83,7 +83,7 @@ type passed struct {
 // when its exchange kept the body (keptBody: a stream that may resume,
 // whose finish gives the buffer back).
 func (d *door) served(ctx *fasthttp.RequestCtx, pass passed, keptBody bool) {
-	d.bodies.give(pass.client, pass.held)
+	d.bodies.Give(pass.client, pass.held)
 	if pass.buf != nil {
 		ctx.Request.SetBodyRaw(nil)
 		if !keptBody {
@@ -154,42 +154,38 @@ func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 	return ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0
 }
 
-// readBody reads the request's body (bodyintake.go), charged to the
+// readBody reads the request's body (package bodyintake), charged to the
 // budget of bodies held as it arrives, and makes it the request's body
 // (PostBody). held is its share of the budget, buf the pooled buffer it
 // was read into (edge.TakeBody), nil when it has none. A body of no length
 // (chunked) is charged to its admission for what it turned out to be.
-func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyClient, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
+func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyintake.Client, tk *admission.Ticket) (held int64, buf *[]byte, err error) {
 	stream := ctx.RequestBodyStream()
 	n := ctx.Request.Header.ContentLength()
 	if stream == nil || n == 0 {
 		return 0, nil, nil
 	}
-	in := d.intake(ctx, stream, client, n)
-	defer releaseIntake(in)
-	err = in.read()
-	held = int64(in.size)
+	in := d.bodies.Start(ctx, stream, client, n, d.bodyLimits())
+	defer in.Release()
+	err = in.Read()
+	held = in.Held()
 	if err != nil {
-		d.bodies.give(in.client, held)
-		edge.GiveBody(in.buf)
+		d.bodies.Give(client, held)
+		edge.GiveBody(in.Buf())
 		return 0, nil, err
 	}
 	if n < 0 {
-		d.admission.recost(tk, len(in.body))
+		d.admission.recost(tk, len(in.Body()))
 	}
-	ctx.Request.SetBodyRaw(in.body)
-	return held, in.buf, nil
+	ctx.Request.SetBodyRaw(in.Body())
+	return held, in.Buf(), nil
 }
 
-// intake is the reading of ctx's body, announced at n bytes (-1: none),
-// for client.
-func (d *door) intake(ctx *fasthttp.RequestCtx, stream io.Reader, client bodyClient, n int) *intake {
+// bodyLimits bound the reading of a body, from the edge's settings.
+func (d *door) bodyLimits() bodyintake.Limits {
 	e := d.edge
-	in := intakes.Get().(*intake)
-	in.stream, in.ctx, in.budget, in.client, in.want, in.max = stream, ctx, d.bodies, client, n, d.maxPayload
-	in.pooled, in.rate, in.grace = d.pooled, float64(max(e.MinBodyRate, 0)), max(e.BodyRateGrace, 0)
-	in.start, in.end = time.Now(), ctx.Time().Add(e.BodyReadTimeout)
-	return in
+	return bodyintake.Limits{Max: d.maxPayload, Pooled: d.pooled, MinRate: float64(max(e.MinBodyRate, 0)),
+		Grace: max(e.BodyRateGrace, 0), Timeout: e.BodyReadTimeout}
 }
 
 var (

@@ -18,6 +18,7 @@ import (
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
 	"github.com/kvrouter/kvrouter/internal/testwait"
+	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 )
 
 // adminToken is an admin API token for the proxy's /metrics rule.
@@ -211,15 +212,15 @@ func TestTheDoorAnswersFromTheHeadersBeforeTheBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := io.WriteString(conn, post("", 64<<20)+`"model":"m","prompt":"`+strings.Repeat("x", commitBytes)); err != nil {
+	if _, err := io.WriteString(conn, post("", 64<<20)+`"model":"m","prompt":"`+strings.Repeat("x", bodyintake.CommitBytes)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 64<<20 }, "the first body to take its share of the budget")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() == 64<<20 }, "the first body to take its share of the budget")
 	if st, h := rawExchange(t, base, post("", 30<<20)); !strings.Contains(st, " 503 ") || !strings.Contains(h, "Retry-After: 1") {
 		t.Fatalf("past the budget of bodies held: %q %q, want 503 with Retry-After", st, h)
 	}
 	conn.Close()
-	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.held.Load() == 0 }, "the abandoned body to give its share back")
+	testwait.Eventually(t, waitDeadline, func() bool { return p.door.bodies.Held() == 0 }, "the abandoned body to give its share back")
 	if got := sendSample(t, base, "POST /v1/completions", ""); got != http.StatusOK {
 		t.Fatalf("once the budget is free again: %d", got)
 	}

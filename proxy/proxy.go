@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
+	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
@@ -215,8 +216,8 @@ func newDoor(p *Proxy, keys *apiKeys) *door {
 	path := p.path
 	d := &door{keys: keys, admin: p.deps.AdminToken, admission: path.admission, refusals: p.refusals,
 		metrics: path.rec.metrics, maxPayload: p.cfg.MaxPayloadSize, edge: p.cfg.Edge, pooled: p.deps.PD == nil, life: p.ctx,
-		bodies: newBodyBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)}
-	p.deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(d.bodies.held.Load()) })
+		bodies: bodyintake.NewBudget(p.cfg.Edge.MaxBufferedBodyBytes, p.cfg.Edge.MaxBodyShare)}
+	p.deps.Metrics.NewGauge("vllm_router_request_body_bytes_held", func() float64 { return float64(d.bodies.Held()) })
 	d.finishRefused = func(ctx *fasthttp.RequestCtx, rt *apiRoute, since time.Time, tk *admission.Ticket, err error) {
 		x := newExchange(path, ctx, rt.metered(ctx.Path()), since, tk)
 		x.finish(ending{status: ctx.Response.StatusCode(), errType: failure.Type(err)})

@@ -1,4 +1,4 @@
-package proxy
+package bodyintake
 
 import (
 	"sync"
@@ -9,9 +9,9 @@ import (
 	"github.com/kvrouter/kvrouter/proxy/failure"
 )
 
-// bodyBudget bounds the bytes of request bodies the router holds at once
+// Budget bounds the bytes of request bodies the router holds at once
 // (--max-buffered-body-bytes). A body takes its share as it arrives
-// (bodyintake.go), not as it was announced, and gives it back when the
+// (intake.go), not as it was announced, and gives it back when the
 // handler returns (its answer written, or its stream started). A body of
 // no length that grows past a pooled buffer is charged with the buffer it
 // leaves until the copy is done, so that the budget bounds the memory of
@@ -25,36 +25,39 @@ import (
 // largest body still being read of a client over its share (503, its
 // connection closed), and the growth waits for the room that frees, up to
 // maxRoomWait. Bodies already read are never cut: they are being served.
-type bodyBudget struct {
+type Budget struct {
 	limit int64 // --max-buffered-body-bytes
 	share int64 // what one client keeps while others need room
 	held  atomic.Int64
 
 	mu      sync.Mutex
-	clients map[bodyClient]int64 // a client's bytes, while it holds any
-	reading map[*intake]int64    // the bodies being read, which may be cut, and their buffers' sizes
-	freed   chan struct{}        // closed, and replaced, when bytes are given back while growths wait
-	waiting bool                 // a growth waits on freed
+	clients map[Client]int64  // a client's bytes, while it holds any
+	reading map[*Intake]int64 // the bodies being read, which may be cut, and their buffers' sizes
+	freed   chan struct{}     // closed, and replaced, when bytes are given back while growths wait
+	waiting bool              // a growth waits on freed
 }
 
 // maxRoomWait bounds how long a growth waits for the room a cut frees.
 const maxRoomWait = time.Second
 
-// bodyClient is who a body is charged to.
-type bodyClient struct {
-	id   credential.ID // the key's identity, or the address in its first bytes
-	addr bool          // id holds an address
+// Client is who a body is charged to.
+type Client struct {
+	ID   credential.ID // the key's identity, or the address in its first bytes
+	Addr bool          // ID holds an address
 }
 
-func newBodyBudget(limit int64, share float64) *bodyBudget {
-	return &bodyBudget{limit: limit, share: int64(share * float64(limit)), clients: map[bodyClient]int64{},
-		reading: map[*intake]int64{}, freed: make(chan struct{})}
+// NewBudget is a budget of limit bytes (--max-buffered-body-bytes) of which
+// a client keeps share (--max-body-share, a fraction) while others need
+// room.
+func NewBudget(limit int64, share float64) *Budget {
+	return &Budget{limit: limit, share: int64(share * float64(limit)), clients: map[Client]int64{},
+		reading: map[*Intake]int64{}, freed: make(chan struct{})}
 }
 
 // grow takes what in needs to go from a buffer of from bytes to one of to
 // (from is 0 for its first). transient: the old buffer stays charged
 // until release(from).
-func (b *bodyBudget) grow(in *intake, from, to int64, transient bool) error {
+func (b *Budget) grow(in *Intake, from, to int64, transient bool) error {
 	need := to - from
 	if transient {
 		need = to
@@ -72,7 +75,7 @@ func (b *bodyBudget) grow(in *intake, from, to int64, transient bool) error {
 
 // await waits, up to maxRoomWait, for the room a cut frees, and charges
 // in's growth once there is.
-func (b *bodyBudget) await(in *intake, from, to, need int64, freed <-chan struct{}) error {
+func (b *Budget) await(in *Intake, from, to, need int64, freed <-chan struct{}) error {
 	wait := time.NewTimer(maxRoomWait)
 	defer wait.Stop()
 	for freed != nil {
@@ -92,7 +95,7 @@ func (b *bodyBudget) await(in *intake, from, to, need int64, freed <-chan struct
 // tryGrow charges in's growth if there is room; else it cuts a body of a
 // client over its share, when there is one and in's client is not over
 // its own, and returns the channel to wait on for the room it frees.
-func (b *bodyBudget) tryGrow(in *intake, from, to, need int64) (<-chan struct{}, error) {
+func (b *Budget) tryGrow(in *Intake, from, to, need int64) (<-chan struct{}, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	mine := b.clients[in.client] - from + to
@@ -117,8 +120,8 @@ func (b *bodyBudget) tryGrow(in *intake, from, to, need int64) (<-chan struct{},
 
 // overShare is the largest body being read of a client, other than c,
 // that holds more than its share; nil when there is none.
-func (b *bodyBudget) overShare(c bodyClient) *intake {
-	var largest *intake
+func (b *Budget) overShare(c Client) *Intake {
+	var largest *Intake
 	for in, size := range b.reading {
 		if in.client != c && b.clients[in.client] > b.share && (largest == nil || size > b.reading[largest]) {
 			largest = in
@@ -127,13 +130,13 @@ func (b *bodyBudget) overShare(c bodyClient) *intake {
 	return largest
 }
 
-func (b *bodyBudget) full() error {
+func (b *Budget) full() error {
 	return failure.Errorf(failure.ErrBodiesHeld, "the router holds %d bytes of request bodies, its limit (--max-buffered-body-bytes); retry shortly",
 		b.limit)
 }
 
 // release gives back the transient charge of a buffer a growth replaced.
-func (b *bodyBudget) release(n int64) {
+func (b *Budget) release(n int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.held.Add(-n)
@@ -141,14 +144,14 @@ func (b *bodyBudget) release(n int64) {
 }
 
 // done says in's body was read whole, or failed: it can no longer be cut.
-func (b *bodyBudget) done(in *intake) {
+func (b *Budget) done(in *Intake) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.reading, in)
 }
 
-// give gives back a client's body of n bytes.
-func (b *bodyBudget) give(c bodyClient, n int64) {
+// Give gives back a client's body of n bytes.
+func (b *Budget) Give(c Client, n int64) {
 	if n == 0 {
 		return
 	}
@@ -163,9 +166,12 @@ func (b *bodyBudget) give(c bodyClient, n int64) {
 
 // wake tells the growths waiting for room that some freed (each looks
 // again, and waits again if it must). b.mu is held.
-func (b *bodyBudget) wake() {
+func (b *Budget) wake() {
 	if b.waiting {
 		close(b.freed)
 		b.freed, b.waiting = make(chan struct{}), false
 	}
 }
+
+// Held is the bytes of request bodies held now.
+func (b *Budget) Held() int64 { return b.held.Load() }

@@ -1,4 +1,4 @@
-package proxy
+package bodyintake
 
 import (
 	"slices"
@@ -20,7 +20,7 @@ func TestABodysBufferGrowsWithWhatArrived(t *testing.T) {
 		{want: 5 << 20, max: 1 << 30, caps: []int{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 5 << 20}},
 		{want: -1, max: 3 << 20, caps: []int{16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 3<<20 + 1}},
 	} {
-		in := intake{want: tc.want, max: tc.max}
+		in := Intake{want: tc.want, max: tc.max}
 		var caps []int
 		for size := in.nextSize(0); ; size = in.nextSize(size) {
 			caps = append(caps, size)
