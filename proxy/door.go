@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
+	"github.com/kvrouter/kvrouter/proxy/refusals"
 )
 
 // The door is what every request outside the admin API passes before its
@@ -39,7 +40,7 @@ type door struct {
 	admin      AdminCredential    // nil: no admin token
 	bodies     *bodyintake.Budget // the request bodies held at once
 	admission  *admitter
-	refusals   *refusals // every refusal, counted and logged
+	refusals   *refusals.Log // every refusal, counted and logged
 	metrics    *pathmetrics.Metrics
 	maxPayload int
 	edge       Edge
@@ -143,7 +144,7 @@ func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *a
 		ctx.SetStatusCode(statusClientGone)
 		d.metrics.Disconnects.Inc()
 	}
-	d.refusals.refused(ctx, rt.name, ctx.Response.StatusCode(), failure.Type(err), rt.metered == nil)
+	d.refusals.Refused(ctx, rt.name, ctx.Response.StatusCode(), failure.Type(err), rt.metered == nil)
 	if rt.metered != nil {
 		d.finishRefused(ctx, rt, since, tk, err)
 	}

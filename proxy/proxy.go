@@ -22,6 +22,7 @@ import (
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
+	"github.com/kvrouter/kvrouter/proxy/refusals"
 	"github.com/kvrouter/kvrouter/proxy/wire"
 )
 
@@ -85,10 +86,10 @@ type Proxy struct {
 	server   *fasthttp.Server
 	edgesMu  sync.Mutex
 	edges    []*edge.Listener
-	door     *door       // what every request passes before its route serves it
-	refusals *refusals   // every refusal, counted and logged
-	cert     *serverCert // nil: the client listener speaks plain HTTP
-	tokens   *tokenizer  // nil unless Config.Tokenize.Enabled; its background asks end at Shutdown
+	door     *door         // what every request passes before its route serves it
+	refusals *refusals.Log // every refusal, counted and logged
+	cert     *serverCert   // nil: the client listener speaks plain HTTP
+	tokens   *tokenizer    // nil unless Config.Tokenize.Enabled; its background asks end at Shutdown
 	calls    *workerCalls
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -102,7 +103,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, deps: deps, log: deps.Logger, refusals: newRefusals(deps.Metrics, deps.Logger)}
+	p := &Proxy{cfg: cfg, deps: deps, log: deps.Logger, refusals: refusals.New(deps.Metrics, deps.Logger)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	if cfg.TLSCertPath != "" || cfg.TLSKeyPath != "" {
 		if p.cert, err = newServerCert(cfg.TLSCertPath, cfg.TLSKeyPath); err != nil {
@@ -316,7 +317,7 @@ func (p *Proxy) refuseConnection(ctx *fasthttp.RequestCtx, ec *edge.Conn) {
 	ctx.SetConnectionClose()
 	failure.WriteStatus(ctx, fasthttp.StatusServiceUnavailable, "service_unavailable",
 		fmt.Sprintf("the router is at its limit of %d connections", p.cfg.Edge.MaxConnections))
-	p.refusals.refused(ctx, refusedConnection, fasthttp.StatusServiceUnavailable, "max_connections", true)
+	p.refusals.Refused(ctx, refusals.Connection, fasthttp.StatusServiceUnavailable, "max_connections", true)
 }
 
 // CutOffReporter is a Health that can tell when this replica, not its
@@ -361,7 +362,7 @@ func (p *Proxy) serverError(ctx *fasthttp.RequestCtx, err error) {
 		ec.LingerOnClose()
 	}
 	reason := p.serverRefusal(ctx, err)
-	p.refusals.refused(ctx, refusedBeforeRouting, ctx.Response.StatusCode(), reason, true)
+	p.refusals.Refused(ctx, refusals.BeforeRouting, ctx.Response.StatusCode(), reason, true)
 }
 
 // serverRefusal answers an error fasthttp met, and names it for the

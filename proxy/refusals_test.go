@@ -4,10 +4,6 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
-	"time"
-
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/testwait"
@@ -47,31 +43,5 @@ func TestEveryRefusalIsLoggedAndCounted(t *testing.T) {
 	}
 	if n := len(sink.messages(t, "refused")); n != 3 {
 		t.Errorf("%d refusal lines, want 3: a refused completion has its request line instead", n)
-	}
-}
-
-// A flood of refusals is logged at most refusalLines a second; the next
-// line says how many went unlogged. Every one is counted.
-func TestRefusalLinesAreRateLimited(t *testing.T) {
-	var sink syncBuffer
-	r := newRefusals(metrics.NewSet(), slog.New(slog.NewJSONHandler(&sink, nil)))
-	now := time.Unix(100, 0)
-	r.now = func() time.Time { return now }
-	var ctx fasthttp.RequestCtx
-	ctx.Request.SetRequestURI("/v1/models")
-	for range 3 * refusalLines {
-		r.refused(&ctx, "/v1/models", 401, "unauthorized", true)
-	}
-	if n := len(sink.messages(t, "refused")); n != refusalLines {
-		t.Fatalf("%d lines in one second, want %d", n, refusalLines)
-	}
-	now = now.Add(time.Second)
-	r.refused(&ctx, "/v1/models", 401, "unauthorized", true)
-	lines := sink.messages(t, "refused")
-	if last := lines[len(lines)-1]; last["unlogged"] != float64(2*refusalLines) {
-		t.Fatalf("the next second's line: %v, want unlogged %d", last, 2*refusalLines)
-	}
-	if got := r.counter("/v1/models", "unauthorized").Get(); got != uint64(3*refusalLines+1) {
-		t.Fatalf("counted %d, want every one", got)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package refusals
 
 import (
 	"fmt"
@@ -10,26 +10,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Every request the router refuses before it serves it is counted and
-// logged, whatever its route: a wrong key on /v1/models, /metrics or a path
-// of no route used to leave no trace, so a stranger trying keys went
-// unseen. A refused request of an inference route is also an exchange,
-// with its line in the request log (package requestlog); the others get a line
-// of their own here, at most refusalLines a second, so that a flood of
-// refusals cannot flood the log: those left out are counted in the next
-// line's unlogged field.
-
 // refusalLines bounds the refusal lines logged a second.
 const refusalLines = 20
 
 // Routes of refusals that no route of the table names.
 const (
-	refusedBeforeRouting = "(before routing)" // fasthttp refused the request's head or body
-	refusedConnection    = "(connection)"     // a connection past --max-connections
+	BeforeRouting = "(before routing)" // fasthttp refused the request's head or body
+	Connection    = "(connection)"     // a connection past --max-connections
 )
 
-// refusals counts and logs refusals.
-type refusals struct {
+// Log counts and logs refusals.
+type Log struct {
 	set *metrics.Set
 	log *slog.Logger
 	now func() time.Time
@@ -43,14 +34,15 @@ type refusals struct {
 
 type refusalKey struct{ route, reason string }
 
-func newRefusals(set *metrics.Set, log *slog.Logger) *refusals {
-	return &refusals{set: set, log: log, now: time.Now, counters: map[refusalKey]*metrics.Counter{}}
+// New is the refusals of a replica, counted in set and logged to log.
+func New(set *metrics.Set, log *slog.Logger) *Log {
+	return &Log{set: set, log: log, now: time.Now, counters: map[refusalKey]*metrics.Counter{}}
 }
 
-// refused records a refusal of ctx's request on route (a name of the
+// Refused records a refusal of ctx's request on route (a name of the
 // route table), answered with status for reason (an error type); logged
 // says whether a line of its own is due (an exchange has its own).
-func (r *refusals) refused(ctx *fasthttp.RequestCtx, route string, status int, reason string, logged bool) {
+func (r *Log) Refused(ctx *fasthttp.RequestCtx, route string, status int, reason string, logged bool) {
 	r.counter(route, reason).Inc()
 	if !logged {
 		return
@@ -69,7 +61,7 @@ func (r *refusals) refused(ctx *fasthttp.RequestCtx, route string, status int, r
 
 // counter is the series of route and reason, made on first use: both come
 // from closed sets (the route table, the error types).
-func (r *refusals) counter(route, reason string) *metrics.Counter {
+func (r *Log) counter(route, reason string) *metrics.Counter {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := refusalKey{route, reason}
@@ -83,7 +75,7 @@ func (r *refusals) counter(route, reason string) *metrics.Counter {
 
 // mayLog reports whether a line may be logged now, and how many refusals
 // went unlogged before it.
-func (r *refusals) mayLog() (unlogged int, ok bool) {
+func (r *Log) mayLog() (unlogged int, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if now := r.now().Truncate(time.Second); !now.Equal(r.second) {
