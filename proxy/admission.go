@@ -14,6 +14,7 @@ import (
 	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/failure"
+	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -29,7 +30,7 @@ type admitter struct {
 	door     *core.Door
 	classes  admission.Classes
 	keyClass map[credential.ID]admission.Class
-	tenants  keyTenants
+	tenants  identity.Tenants
 	metrics  *pathmetrics.Admission
 	watcher  *watcher // looks at the clients of queued requests
 	// stamp: pass the class on as the engine's priority field
@@ -50,7 +51,7 @@ func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]a
 	}
 	classes := door.Scheduler().Classes()
 	d := &admitter{door: door, classes: classes, keyClass: map[credential.ID]admission.Class{},
-		tenants: newKeyTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
+		tenants: identity.NewTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
 		stamp: a.EnginePriority && classes.Enabled(), preempts: a.PreemptByResume && classes.Enabled()}
 	for key, name := range a.KeyClasses {
 		if c, err := d.classes.Parse(name); err == nil {
@@ -64,13 +65,13 @@ func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]a
 // requestOf reads a request's class and tenant from its headers and its
 // caller (the door charges its cost). A class that is not one of ours, a
 // negative rank or a tenant header that is too long or not printable is a
-// 400; a tenant the caller's key may not name is a 403 (tenants.go).
-func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.Class, string, error) {
+// 400; a tenant the caller's key may not name is a 403 (identity.Tenants).
+func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, string, error) {
 	class, err := d.classOf(h, who)
 	if err != nil {
 		return class, "", err
 	}
-	tenant, err := d.tenantOf(h, who)
+	tenant, err := d.tenants.Of(h, who)
 	return class, tenant, err
 }
 
@@ -79,16 +80,16 @@ func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *caller) (admission.
 // may have: a priority header may ask for a lower one, and one that asks
 // for a higher one gets the key's. Without keys a caller is nobody in
 // particular, and a header is taken as sent.
-func (d *admitter) classOf(h *fasthttp.RequestHeader, who *caller) (admission.Class, error) {
+func (d *admitter) classOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, error) {
 	ceiling := d.classes.Default()
-	if c, ok := d.keyClass[who.id]; ok && who.verified {
+	if c, ok := d.keyClass[who.ID]; ok && who.Verified {
 		ceiling = c
 	}
 	asked, ok, err := d.askedClass(h)
 	switch {
 	case err != nil || !ok:
 		return ceiling, err
-	case who.verified && asked < ceiling: // a lower rank is a higher class
+	case who.Verified && asked < ceiling: // a lower rank is a higher class
 		return ceiling, nil
 	}
 	return asked, nil
@@ -115,7 +116,7 @@ func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok 
 // queue is full or the request was shed for a higher class, 408 after the
 // timeout, each naming the class, the tenant and what held it). The
 // ticket's slot is released by release (the exchange's finish).
-func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *caller) (*admission.Ticket, error) {
+func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *identity.Caller) (*admission.Ticket, error) {
 	class, tenant, err := d.requestOf(&rc.Request.Header, who)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
+	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/refusals"
 )
@@ -36,7 +37,7 @@ import (
 // back once the request was served, and its admission ticket, whose slot it
 // releases.
 type door struct {
-	keys       *apiKeys           // shared with the upstream headers, which drop the client's key
+	keys       *identity.Keys     // shared with the upstream headers, which drop the client's key
 	admin      AdminCredential    // nil: no admin token
 	bodies     *bodyintake.Budget // the request bodies held at once
 	admission  *admitter
@@ -54,13 +55,13 @@ type door struct {
 // pass runs ctx's request through the door: what it holds when it
 // passed, or false when it was turned away (and answered).
 func (d *door) pass(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
-	who := d.callerOf(ctx)
+	who := d.keys.CallerOf(&ctx.Request.Header)
 	tk, err := d.admitted(ctx, rt, &who)
 	if err != nil {
 		d.turnAway(ctx, rt, err, nil, ctx.Time())
 		return passed{}, false
 	}
-	client := clientOf(&who, ctx)
+	client := identity.ClientOf(&who, ctx.RemoteIP())
 	held, buf, err := d.readBody(ctx, client, tk)
 	if err != nil {
 		d.turnAway(ctx, rt, err, tk, ctx.Time())
@@ -76,7 +77,7 @@ type passed struct {
 	client bodyintake.Client // who it is charged to of bodies held
 	buf    *[]byte           // the pooled buffer its body was read into; nil when none
 	ticket *admission.Ticket // its admission slot; nil on routes that take none
-	caller caller            // who it says it is
+	caller identity.Caller   // who it says it is
 }
 
 // served gives back what the request held once it was served: its share of
@@ -94,7 +95,7 @@ func (d *door) served(ctx *fasthttp.RequestCtx, pass passed, keptBody bool) {
 }
 
 // admitted runs the door's steps that read no body: key, size, admission.
-func (d *door) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*admission.Ticket, error) {
+func (d *door) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *identity.Caller) (*admission.Ticket, error) {
 	if err := d.headersAllow(ctx, rt, who); err != nil {
 		return nil, err
 	}
@@ -106,9 +107,9 @@ func (d *door) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) (*a
 
 // headersAllow runs the steps decided on the headers: the key, then the
 // announced size. The Expect: 100-continue handler runs them too.
-func (d *door) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *caller) error {
+func (d *door) headersAllow(ctx *fasthttp.RequestCtx, rt *apiRoute, who *identity.Caller) error {
 	if !d.mayUse(who, rt.access) {
-		if who.ambiguous && d.keys.enabled() {
+		if who.Ambiguous && d.keys.Enabled() {
 			return errAmbiguousKey
 		}
 		return errUnauthorized
@@ -148,6 +149,34 @@ func (d *door) turnAway(ctx *fasthttp.RequestCtx, rt *apiRoute, err error, tk *a
 	if rt.metered != nil {
 		d.finishRefused(ctx, rt, since, tk, err)
 	}
+}
+
+// AdminCredential is the admin API's token, as /metrics takes it in place
+// of an API key.
+type AdminCredential interface {
+	// HasToken reports whether the admin API has a token (--admin-token).
+	HasToken() bool
+	// IsToken reports whether a credential (as package credential reads
+	// it) is that token.
+	IsToken(token []byte) bool
+}
+
+// mayUse reports whether a request of caller c carries what a route of
+// this access needs.
+func (d *door) mayUse(c *identity.Caller, a access) bool {
+	switch a {
+	case open:
+		return true
+	case keyedOrAdmin:
+		admin := d.admin
+		if admin != nil && admin.HasToken() && c.Token != nil && admin.IsToken(c.Token) {
+			return true
+		}
+		if !d.keys.Enabled() {
+			return admin == nil || !admin.HasToken()
+		}
+	}
+	return !d.keys.Enabled() || c.Verified
 }
 
 // bodyLeft reports whether some of the request's body may still be unread.

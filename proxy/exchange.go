@@ -12,6 +12,7 @@ import (
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
+	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/requestlog"
 	"github.com/kvrouter/kvrouter/proxy/tracing"
@@ -83,7 +84,7 @@ type exchange struct {
 	routed    time.Time        // when its first worker was chosen: the door and the decision behind it
 
 	ticket      *admission.Ticket      // its admission slot, released by finish
-	caller      caller                 // who it says it is, as the door read it
+	caller      identity.Caller        // who it says it is, as the door read it
 	responseID  string                 // the id the router chose for the response a POST /v1/responses makes
 	pd          bool                   // disaggregated: its errors count in pd_errors_total
 	failedPhase atomic.Pointer[string] // the P/D phase that failed, if one did (set by the concurrent prefill too)
@@ -329,12 +330,12 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 // takes keys and the trace context of a traced request, with the request's
 // id and the workers' own key.
 type upstreamHeaders struct {
-	traced bool     // each attempt sends a traceparent of its own
-	keys   *apiKeys // the API's keys (the door's)
-	bearer string   // "Bearer " + Config.APIKey; "" when none
+	traced bool           // each attempt sends a traceparent of its own
+	keys   *identity.Keys // the API's keys (the door's)
+	bearer string         // "Bearer " + Config.APIKey; "" when none
 }
 
-func newUpstreamHeaders(traced bool, keys *apiKeys, apiKey string) upstreamHeaders {
+func newUpstreamHeaders(traced bool, keys *identity.Keys, apiKey string) upstreamHeaders {
 	u := upstreamHeaders{traced: traced, keys: keys}
 	if apiKey != "" {
 		u.bearer = "Bearer " + apiKey
@@ -354,7 +355,7 @@ func (u upstreamHeaders) request(x *exchange) *fasthttp.Request {
 		h.Del("tracestate")
 	}
 	h.SetBytesV("x-request-id", x.id)
-	if u.keys.enabled() {
+	if u.keys.Enabled() {
 		// the client's key is the router's, not the workers', in either form
 		h.Del(fasthttp.HeaderAuthorization)
 		h.Del(credential.APIKeyHeader)

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
 
@@ -29,7 +30,7 @@ type requestPath struct {
 
 // newRequestPath builds the request path of p, whose fleet, worker calls
 // and life are made, over the request-path metrics m and the API's keys.
-func newRequestPath(p *Proxy, m *pathmetrics.Metrics, keys *apiKeys) (*requestPath, error) {
+func newRequestPath(p *Proxy, m *pathmetrics.Metrics, keys *identity.Keys) (*requestPath, error) {
 	cfg, deps := p.cfg, p.deps
 	path := &requestPath{rec: &recorder{metrics: m, log: p.log, tracer: deps.Tracer, idHeaders: cfg.RequestIDHeaders},
 		watcher: newWatcher(), flights: &flights{}, cors: &corsPolicy{origins: cfg.CORSOrigins},

@@ -21,6 +21,7 @@ import (
 	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
+	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 	"github.com/kvrouter/kvrouter/proxy/refusals"
 	"github.com/kvrouter/kvrouter/proxy/wire"
@@ -116,8 +117,8 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	if cfg.Tokenize.Enabled {
 		p.tokens = newTokenizer(cfg.Tokenize, cfg.APIKey, p.fleet, deps.Tokens, deps.Index, deps.Metrics)
 	}
-	keys := &apiKeys{}
-	keys.replace(cfg.APIKeys)
+	keys := &identity.Keys{}
+	keys.Replace(cfg.APIKeys)
 	if p.path, err = newRequestPath(p, m, keys); err != nil {
 		return nil, err
 	}
@@ -213,7 +214,7 @@ func newServer(p *Proxy) *fasthttp.Server {
 
 // newDoor builds the door of p's requests, with the API's keys, once p's
 // request path is built.
-func newDoor(p *Proxy, keys *apiKeys) *door {
+func newDoor(p *Proxy, keys *identity.Keys) *door {
 	path := p.path
 	d := &door{keys: keys, admin: p.deps.AdminToken, admission: path.admission, refusals: p.refusals,
 		metrics: path.rec.metrics, maxPayload: p.cfg.MaxPayloadSize, edge: p.cfg.Edge, pooled: p.deps.PD == nil, life: p.ctx,
@@ -228,6 +229,10 @@ func newDoor(p *Proxy, keys *apiKeys) *door {
 
 // Fleet returns the proxy's view of the workers.
 func (p *Proxy) Fleet() *Fleet { return p.fleet }
+
+// SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
+// turns the check off.
+func (p *Proxy) SetAPIKeys(keys []string) { p.door.keys.Replace(keys) }
 
 // Serve answers connections from ln until Shutdown.
 func (p *Proxy) Serve(ln net.Listener) error {
@@ -401,7 +406,7 @@ func (p *Proxy) expect(ctx *fasthttp.RequestCtx) int {
 	if rt == noRoute {
 		rt = &apiRoute{name: noRoute.name, access: open} // perhaps the admin API's: only the size
 	}
-	who := p.door.callerOf(ctx)
+	who := p.door.keys.CallerOf(&ctx.Request.Header)
 	if err := p.door.headersAllow(ctx, rt, &who); err != nil {
 		p.door.turnAway(ctx, rt, err, nil, time.Now()) // the request's time is not set before its body
 		return ctx.Response.StatusCode()

@@ -57,10 +57,10 @@ const responseIDField = "request_id"
 // callerKey is the identity of the key x's request presents, or the zero
 // ID when the API takes no keys.
 func callerKey(x *exchange) credential.ID {
-	if !x.caller.verified {
+	if !x.caller.Verified {
 		return credential.ID{}
 	}
-	return x.caller.id // the door let only a key of --api-keys in
+	return x.caller.ID // the door let only a key of --api-keys in
 }
 
 // learn records the worker that answered a POST /v1/responses for

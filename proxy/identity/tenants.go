@@ -1,4 +1,4 @@
-package proxy
+package identity
 
 import (
 	"slices"
@@ -21,46 +21,50 @@ import (
 // new tenant per request and pass --tenant-max-inflight. Without keys a
 // request is nobody in particular, and the header is taken as sent.
 
-// keyTenants resolves a request's tenant.
-type keyTenants struct {
+// Tenants resolves a request's tenant.
+type Tenants struct {
 	header string                     // --tenant-header; "" for none
 	byKey  map[credential.ID][]string // --api-key-tenants, the key's own first
 }
 
-func newKeyTenants(header string, tenants map[string][]string) keyTenants {
-	t := keyTenants{header: header, byKey: map[credential.ID][]string{}}
+// NewTenants resolves tenants from the request header header (--tenant-header,
+// "" for none) and the tenants of each key (--api-key-tenants).
+func NewTenants(header string, tenants map[string][]string) Tenants {
+	t := Tenants{header: header, byKey: map[credential.ID][]string{}}
 	for key, names := range tenants {
 		t.byKey[credential.IDOf([]byte(key))] = names
 	}
 	return t
 }
 
-// tenantOf is the request's tenant (see above).
-func (d *admitter) tenantOf(h *fasthttp.RequestHeader, who *caller) (string, error) {
-	named, err := d.tenants.named(h)
-	if err != nil || !who.verified {
+// Of is the tenant of a request with headers h from who (see above): a
+// tenant header too long or not printable is a 400, a tenant the caller's
+// key may not name a 403.
+func (t Tenants) Of(h *fasthttp.RequestHeader, who *Caller) (string, error) {
+	named, err := t.named(h)
+	if err != nil || !who.Verified {
 		return unkeyedTenant(named, who), err
 	}
-	own := d.tenants.byKey[who.id]
+	own := t.byKey[who.ID]
 	switch {
 	case named == "" && len(own) > 0:
 		return own[0], nil
 	case named == "":
-		return who.keyTenant(), nil
+		return who.KeyTenant(), nil
 	case slices.Contains(own, named):
 		return named, nil
 	}
-	return "", failure.Errorf(failure.ErrForbidden, "%s: this API key may not name the tenant %q%s", d.tenants.header, named, mayName(own))
+	return "", failure.Errorf(failure.ErrForbidden, "%s: this API key may not name the tenant %q%s", t.header, named, mayName(own))
 }
 
 // unkeyedTenant is the tenant of a request the API takes without a key:
 // the header's, else its credential's, else "anonymous".
-func unkeyedTenant(named string, who *caller) string {
+func unkeyedTenant(named string, who *Caller) string {
 	switch {
 	case named != "":
 		return named
-	case who.hasKey():
-		return who.keyTenant()
+	case who.HasKey():
+		return who.KeyTenant()
 	}
 	return "anonymous"
 }
@@ -75,7 +79,7 @@ func mayName(own []string) string {
 
 // named is the tenant the request's header names, "" when none; a value
 // too long or not printable is a 400.
-func (t keyTenants) named(h *fasthttp.RequestHeader) (string, error) {
+func (t Tenants) named(h *fasthttp.RequestHeader) (string, error) {
 	if t.header == "" {
 		return "", nil
 	}
