@@ -3,8 +3,10 @@ package proxy
 import (
 	"bytes"
 
-	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/proxy/admit"
 )
 
 // answer is a worker's whole answer, read before any byte of it reached the
@@ -99,7 +101,7 @@ func copyResponseHeader(x *exchange, src *fasthttp.ResponseHeader) {
 	delWorkerHeaders(&dst.Header)
 	dst.Header.Del("Content-Length")
 	dst.Header.SetBytesV("x-request-id", x.id)
-	setQueueTime(&dst.Header, x.ticket)
+	admit.SetQueueTime(&dst.Header, x.ticket)
 	x.path.cors.apply(x.ctx, false)
 }
 

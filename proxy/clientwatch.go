@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"context"
-	"github.com/kvrouter/kvrouter/proxy/peek"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/kvrouter/kvrouter/proxy/peek"
 )
 
 // clientWatch notices a client that hangs up while its request is in
@@ -125,6 +128,24 @@ func (w *watcher) startQueued(c *clientWatch, conn net.Conn, probe prober, x lea
 	*c = clientWatch{w: w, conn: conn, probe: probe, x: x, interval: watchFirstLook, queued: true}
 	w.link(c, now)
 }
+
+// WatchQueued watches the client of rc, a request that waits for
+// admission (startQueued): gone is called when it leaves; stop ends the
+// watch.
+func (w *watcher) WatchQueued(rc *fasthttp.RequestCtx, gone func()) (stop func()) {
+	q := &queuedClient{gone: gone}
+	w.startQueued(&q.watch, rc.Conn(), requestProber(rc.Request.Header.IsHTTP11()), q, time.Now())
+	return q.watch.stop
+}
+
+// queuedClient is the watch on the client of a queued request: a client
+// that leaves takes its ticket out of the queue (gone).
+type queuedClient struct {
+	gone  func()
+	watch clientWatch
+}
+
+func (q *queuedClient) clientGone() { q.gone() }
 
 // link adds c to the watches, its first look due watchFirstLook from now.
 func (w *watcher) link(c *clientWatch, now time.Time) {

@@ -27,7 +27,7 @@ type Config struct {
 	// (--max-concurrent-requests and friends), priority classes, tenants
 	// and the engines' saturation signal (admission.Config, default
 	// admission.DefaultConfig); the door that admits with it is
-	// admission.go's.
+	// package admit's.
 	Admission admission.Config
 	// Retry says when and how a failed attempt is retried.
 	Retry Retry

@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/proxy/admit"
 	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
@@ -40,7 +41,7 @@ type door struct {
 	keys       *identity.Keys     // shared with the upstream headers, which drop the client's key
 	admin      AdminCredential    // nil: no admin token
 	bodies     *bodyintake.Budget // the request bodies held at once
-	admission  *admitter
+	admission  *admit.Admitter
 	refusals   *refusals.Log // every refusal, counted and logged
 	metrics    *pathmetrics.Metrics
 	maxPayload int
@@ -67,7 +68,9 @@ func (d *door) pass(ctx *fasthttp.RequestCtx, rt *apiRoute) (passed, bool) {
 		d.turnAway(ctx, rt, err, tk, ctx.Time())
 		return passed{}, false
 	}
-	d.admission.stampPriority(ctx, tk)
+	if d.admission.StampsPriority() {
+		stampPriority(ctx, tk)
+	}
 	return passed{held: held, client: client, buf: buf, ticket: tk, caller: who}, true
 }
 
@@ -100,7 +103,7 @@ func (d *door) admitted(ctx *fasthttp.RequestCtx, rt *apiRoute, who *identity.Ca
 		return nil, err
 	}
 	if rt.admits {
-		return d.admission.admit(d.life, ctx, who)
+		return d.admission.Admit(d.life, ctx, who)
 	}
 	return nil, nil
 }
@@ -205,7 +208,7 @@ func (d *door) readBody(ctx *fasthttp.RequestCtx, client bodyintake.Client, tk *
 		return 0, nil, err
 	}
 	if n < 0 {
-		d.admission.recost(tk, len(in.Body()))
+		d.admission.Recost(tk, len(in.Body()))
 	}
 	ctx.Request.SetBodyRaw(in.Body())
 	return held, in.Buf(), nil

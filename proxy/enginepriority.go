@@ -45,10 +45,11 @@ var enginePriority = map[*wire.Endpoint]bool{
 func carriesEnginePriority(ep *wire.Endpoint) bool { return ep != nil && enginePriority[ep] }
 
 // stampPriority passes an admitted request's class on to the engine as
-// its priority field, once its body is read (see EnginePriority). A body
-// that is not a JSON object is left for the route to refuse.
-func (d *admitter) stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
-	if !d.stamp || tk == nil || !carriesEnginePriority(wire.EndpointAt(rc.Path())) {
+// its priority field, once its body is read, when the admitter stamps
+// priorities (see EnginePriority). A body that is not a JSON object is
+// left for the route to refuse.
+func stampPriority(rc *fasthttp.RequestCtx, tk *admission.Ticket) {
+	if tk == nil || !carriesEnginePriority(wire.EndpointAt(rc.Path())) {
 		return
 	}
 	if body, ok := withPriority(rc.Request.Body(), int(tk.Request().Class)); ok {

@@ -289,7 +289,7 @@ func (x *exchange) finish(e ending) {
 		x.path.flights.remove(x)
 		x.life.end(nil)
 	}
-	x.path.admission.release(x.ticket)
+	x.path.admission.Release(x.ticket)
 	if x.keptBody {
 		edge.GiveBody(x.bodyBuf)
 		x.bodyBuf, x.body = nil, nil

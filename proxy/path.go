@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvrouter/kvrouter/proxy/admit"
 	"github.com/kvrouter/kvrouter/proxy/identity"
 	"github.com/kvrouter/kvrouter/proxy/pathmetrics"
 )
@@ -19,7 +20,7 @@ type requestPath struct {
 	hooks     *hooks          // the features that join an inference exchange, in order (hooks.go)
 	owned     *ownership      // the owners of stored responses (stored.go), a hook too
 	streams   *streaming      // the relay of streams and their migration (relay.go, migrate.go)
-	admission *admitter       // whose slot an exchange releases in finish
+	admission *admit.Admitter // whose slot an exchange releases in finish
 	watcher   *watcher        // the clients of requests in flight (clientwatch.go)
 	flights   *flights        // the exchanges in flight, which shutdown aborts (abort.go)
 	cors      *corsPolicy     // the CORS headers of every answer (cors.go)
@@ -37,7 +38,7 @@ func newRequestPath(p *Proxy, m *pathmetrics.Metrics, keys *identity.Keys) (*req
 		headers: newUpstreamHeaders(deps.Tracer != nil, keys, cfg.APIKey), ready: readyGate{ready: deps.Ready, life: p.ctx},
 		timeout: cfg.RequestTimeout}
 	var err error
-	if path.admission, err = newAdmitter(cfg.Admission, deps.Loads, deps.Engines, pathmetrics.NewAdmission(deps.Metrics), path.watcher); err != nil {
+	if path.admission, err = admit.New(cfg.Admission, deps.Loads, deps.Engines, pathmetrics.NewAdmission(deps.Metrics), path.watcher); err != nil {
 		return nil, err
 	}
 	path.send = &sender{fleet: p.fleet, health: deps.Health, metrics: m, retry: cfg.Retry, maxResponse: cfg.MaxResponseSize}
@@ -63,7 +64,7 @@ func inferenceHooks(path *requestPath, tokens *tokenizer, pd *PD, wg *sync.WaitG
 		all = append(all, newDisaggregation(*pd, path.legs, path.send, path.flights, wg, path.rec.metrics))
 	}
 	all = append(all, path.owned)
-	if path.admission.preempts {
+	if path.admission.Preempts() {
 		all = append(all, &preemption{flights: path.flights, metrics: path.rec.metrics.Preemptions})
 	}
 	if tokens != nil {

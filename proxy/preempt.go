@@ -113,7 +113,7 @@ func (r *relay) giveWay(read error) bool {
 	old.end(Canceled, false)
 	r.x.route.NoteStreamed(old.m.ID)
 	r.x.route.Preempted++
-	if err := r.x.path.admission.readmit(r.x); err != nil {
+	if err := r.x.path.admission.Readmit(r.x.ticket, r.x.deadline, &r.x.life, r.x.life.why); err != nil {
 		m.Failed.Inc()
 		r.fail(err)
 		return true

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/kvrouter/kvrouter/admission"
 	"log/slog"
 	"net"
 	"slices"
@@ -16,7 +15,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/workerurl"
 	"github.com/kvrouter/kvrouter/proxy/bodyintake"
 	"github.com/kvrouter/kvrouter/proxy/edge"
@@ -125,7 +126,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	p.door = newDoor(p, keys)
 	p.server = newServer(p)
 	discovery := newDiscovery(cfg, p.fleet, p.calls, deps.Index, p.log)
-	for _, run := range []func(context.Context){discovery.run, p.path.admission.run, p.path.watcher.run} {
+	for _, run := range []func(context.Context){discovery.run, p.path.admission.Run, p.path.watcher.run} {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -229,6 +230,13 @@ func newDoor(p *Proxy, keys *identity.Keys) *door {
 
 // Fleet returns the proxy's view of the workers.
 func (p *Proxy) Fleet() *Fleet { return p.fleet }
+
+// Door is the replica's admission door, whose queue reports the tier's
+// gossip carries (core.Door.LocalQueues, RemoteQueues).
+func (p *Proxy) Door() *core.Door { return p.path.admission.Door() }
+
+// AdmissionStats is the door's queue, for /ui.
+func (p *Proxy) AdmissionStats() admission.Stats { return p.path.admission.Door().Scheduler().Stats() }
 
 // SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
 // turns the check off.

@@ -1,4 +1,4 @@
-package proxy
+package admit
 
 import (
 	"context"
@@ -22,35 +22,44 @@ import (
 // of SGLang's gateway and of Dynamo.
 var priorityHeaders = []string{"x-priority", "x-smg-priority", "x-dynamo-request-priority"}
 
-// admitter admits the proxy's requests through the replica's door
+// Admitter admits the proxy's requests through the replica's door
 // (core.Door): it reads a request's class and tenant from its headers and
 // its caller, waits for its ticket while its client stays, and ticks the
 // door on the wall clock.
-type admitter struct {
+type Admitter struct {
 	door     *core.Door
 	classes  admission.Classes
 	keyClass map[credential.ID]admission.Class
 	tenants  identity.Tenants
 	metrics  *pathmetrics.Admission
-	watcher  *watcher // looks at the clients of queued requests
+	watcher  QueueWatch // looks at the clients of queued requests; nil: none
 	// stamp: pass the class on as the engine's priority field
 	// (EnginePriority, with classes enabled)
 	stamp bool
 	// preempts: a request that takes its slot back has a borrower give way
-	// (PreemptByResume, with classes enabled; preempt.go)
+	// (PreemptByResume, with classes enabled)
 	preempts bool
 }
 
-// newAdmitter builds the door of a over loads, reading the engines'
-// saturation signal from engines (nil: none).
-func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading,
-	m *pathmetrics.Admission, w *watcher) (*admitter, error) {
+// QueueWatch looks at the client of a queued request, as the proxy looks
+// at the clients of requests in flight.
+type QueueWatch interface {
+	// WatchQueued starts a watch on rc's client that calls gone when the
+	// client leaves; stop ends it.
+	WatchQueued(rc *fasthttp.RequestCtx, gone func()) (stop func())
+}
+
+// New builds the door of a over loads, reading the engines' saturation
+// signal from engines (nil: none); w watches the clients of queued
+// requests (nil: none).
+func New(a admission.Config, loads *affinity.LoadTable, engines func([]admission.Reading) []admission.Reading,
+	m *pathmetrics.Admission, w QueueWatch) (*Admitter, error) {
 	door, err := core.NewDoor(core.DoorConfig{Admission: a, Clock: clock.RealClock{}, Loads: loads, Readings: engines})
 	if err != nil {
 		return nil, err
 	}
 	classes := door.Scheduler().Classes()
-	d := &admitter{door: door, classes: classes, keyClass: map[credential.ID]admission.Class{},
+	d := &Admitter{door: door, classes: classes, keyClass: map[credential.ID]admission.Class{},
 		tenants: identity.NewTenants(a.TenantHeader, a.KeyTenants), metrics: m, watcher: w,
 		stamp: a.EnginePriority && classes.Enabled(), preempts: a.PreemptByResume && classes.Enabled()}
 	for key, name := range a.KeyClasses {
@@ -66,7 +75,7 @@ func newAdmitter(a admission.Config, loads *affinity.LoadTable, engines func([]a
 // caller (the door charges its cost). A class that is not one of ours, a
 // negative rank or a tenant header that is too long or not printable is a
 // 400; a tenant the caller's key may not name is a 403 (identity.Tenants).
-func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, string, error) {
+func (d *Admitter) requestOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, string, error) {
 	class, err := d.classOf(h, who)
 	if err != nil {
 		return class, "", err
@@ -80,7 +89,7 @@ func (d *admitter) requestOf(h *fasthttp.RequestHeader, who *identity.Caller) (a
 // may have: a priority header may ask for a lower one, and one that asks
 // for a higher one gets the key's. Without keys a caller is nobody in
 // particular, and a header is taken as sent.
-func (d *admitter) classOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, error) {
+func (d *Admitter) classOf(h *fasthttp.RequestHeader, who *identity.Caller) (admission.Class, error) {
 	ceiling := d.classes.Default()
 	if c, ok := d.keyClass[who.ID]; ok && who.Verified {
 		ceiling = c
@@ -97,7 +106,7 @@ func (d *admitter) classOf(h *fasthttp.RequestHeader, who *identity.Caller) (adm
 
 // askedClass is the class the request's priority headers name, the first
 // of them that is set; ok is false when none is.
-func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok bool, err error) {
+func (d *Admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok bool, err error) {
 	for _, name := range priorityHeaders {
 		if v := h.Peek(name); len(v) > 0 {
 			c, err := d.classes.Parse(string(v))
@@ -110,13 +119,13 @@ func (d *admitter) askedClass(h *fasthttp.RequestHeader) (c admission.Class, ok 
 	return 0, false, nil
 }
 
-// admit decides rc's admission from its headers, waiting in the queue for
+// Admit decides rc's admission from its headers, waiting in the queue for
 // at most --queue-timeout-secs: the admitted request's ticket, or the error
 // to answer with (400 for a class or tenant it cannot read, 429 when the
 // queue is full or the request was shed for a higher class, 408 after the
 // timeout, each naming the class, the tenant and what held it). The
-// ticket's slot is released by release (the exchange's finish).
-func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *identity.Caller) (*admission.Ticket, error) {
+// ticket's slot is released by Release (the exchange's finish).
+func (d *Admitter) Admit(ctx context.Context, rc *fasthttp.RequestCtx, who *identity.Caller) (*admission.Ticket, error) {
 	class, tenant, err := d.requestOf(&rc.Request.Header, who)
 	if err != nil {
 		return nil, err
@@ -134,7 +143,7 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *iden
 		}
 	}
 	d.metrics.Decided(d.classes.Name(class), tk.Request().Tenant, tk)
-	setQueueTime(&rc.Response.Header, tk)
+	SetQueueTime(&rc.Response.Header, tk)
 	var r *admission.Refusal
 	switch err := tk.Err(); {
 	case err == nil:
@@ -150,9 +159,9 @@ func (d *admitter) admit(ctx context.Context, rc *fasthttp.RequestCtx, who *iden
 	}
 }
 
-// setQueueTime tells the client how long its request waited for
+// SetQueueTime tells the client how long its request waited for
 // admission, in x-admission-queue-ms.
-func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
+func SetQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
 	if tk != nil {
 		h.Set("x-admission-queue-ms", strconv.FormatInt(tk.Waited().Milliseconds(), 10))
 	}
@@ -160,17 +169,15 @@ func setQueueTime(h *fasthttp.ResponseHeader, tk *admission.Ticket) {
 
 // wait holds a queued ticket until it is decided, its timeout passes or
 // its client leaves, and reports false when the proxy shut down meanwhile.
-// The client is watched by the proxy's watcher (clientwatch.go), as a
-// request in flight is: a client that leaves is noticed within a look's
-// interval (at most watchMaxInterval, plus a probe's interval when it
-// left with a FIN), and its place in the queue goes to the next request.
-func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admission.Ticket) bool {
+// The client is watched by the proxy's watcher (QueueWatch), as a request
+// in flight is: a client that leaves is noticed within a look's interval,
+// and its place in the queue goes to the next request.
+func (d *Admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admission.Ticket) bool {
 	t := time.NewTimer(d.door.Timeout())
 	defer t.Stop()
 	if d.watcher != nil {
-		q := &queuedClient{door: d.door, tk: tk}
-		d.watcher.startQueued(&q.watch, rc.Conn(), requestProber(rc.Request.Header.IsHTTP11()), q, time.Now())
-		defer q.watch.stop()
+		stop := d.watcher.WatchQueued(rc, func() { d.door.Cancel(tk, admission.ClientGone) })
+		defer stop()
 	}
 	live := true
 	select {
@@ -185,62 +192,51 @@ func (d *admitter) wait(ctx context.Context, rc *fasthttp.RequestCtx, tk *admiss
 	return live
 }
 
-// queuedClient is the watch on the client of a queued request: a client
-// that leaves takes its ticket out of the queue.
-type queuedClient struct {
-	door  *core.Door
-	tk    *admission.Ticket
-	watch clientWatch
-}
-
-func (q *queuedClient) clientGone() { q.door.Cancel(q.tk, admission.ClientGone) }
-
-// readmit gives the slot of x, a stream that gives way (preempt.go), back
-// to the door and waits, first of its tenant, until it is admitted again:
-// an error when its client leaves, its deadline passes or the replica
-// shuts down meanwhile, the ticket then refused (Done gives nothing back
-// twice).
-func (d *admitter) readmit(x *exchange) error {
-	tk := x.ticket
+// Readmit gives the slot tk of a stream that gives way (a preemption)
+// back to the door and waits, first of its tenant, until it is admitted
+// again: an error when its client leaves or the replica shuts down (life
+// ends, and why says which), or its deadline passes meanwhile, the ticket
+// then refused (Done gives nothing back twice).
+func (d *Admitter) Readmit(tk *admission.Ticket, deadline time.Time, life context.Context, why func() error) error {
 	if tk == nil || !d.door.Suspend(tk) {
 		return nil
 	}
-	t := time.NewTimer(time.Until(x.deadline))
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
-	var why error
+	var err error
 	reason := admission.ClientGone
 	select {
 	case <-tk.Ready():
 	case <-t.C:
-		why, reason = failure.Errorf(failure.ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume"), admission.TimedOut
-	case <-x.life.Done(): // its client left, or the replica shuts down
-		why = x.life.why()
+		err, reason = failure.Errorf(failure.ErrUpstreamTimeout, "the request's deadline passed while its preempted stream waited to resume"), admission.TimedOut
+	case <-life.Done(): // its client left, or the replica shuts down
+		err = why()
 	}
-	if why != nil && d.door.Cancel(tk, reason) {
-		return why
+	if err != nil && d.door.Cancel(tk, reason) {
+		return err
 	}
 	<-tk.Ready() // a Cancel that lost to an admission: it is admitted
 	return tk.Err()
 }
 
-// recost charges an admitted request whose body had no length for what it
+// Recost charges an admitted request whose body had no length for what it
 // turned out to be: n bytes, as the door would have from a Content-Length.
-func (d *admitter) recost(tk *admission.Ticket, n int) {
+func (d *Admitter) Recost(tk *admission.Ticket, n int) {
 	if tk != nil {
 		d.door.Recost(tk, n)
 	}
 }
 
-// release frees tk's slot; a ticket released already, or none, is left
+// Release frees tk's slot; a ticket released already, or none, is left
 // alone.
-func (d *admitter) release(tk *admission.Ticket) {
+func (d *Admitter) Release(tk *admission.Ticket) {
 	if tk != nil {
 		d.door.Done(tk)
 	}
 }
 
-// run ticks the door every core.DoorRefreshEvery until ctx ends.
-func (d *admitter) run(ctx context.Context) {
+// Run ticks the door every core.DoorRefreshEvery until ctx ends.
+func (d *Admitter) Run(ctx context.Context) {
 	t := time.NewTicker(core.DoorRefreshEvery)
 	defer t.Stop()
 	for {
@@ -253,9 +249,13 @@ func (d *admitter) run(ctx context.Context) {
 	}
 }
 
-// Door is the replica's admission door, whose queue reports the tier's
-// gossip carries (core.Door.LocalQueues, RemoteQueues).
-func (p *Proxy) Door() *core.Door { return p.path.admission.door }
+// Door is the replica's admission door.
+func (d *Admitter) Door() *core.Door { return d.door }
 
-// AdmissionStats is the door's queue, for /ui.
-func (p *Proxy) AdmissionStats() admission.Stats { return p.path.admission.door.Scheduler().Stats() }
+// StampsPriority reports whether an admitted request's class goes on to
+// the engine as its priority field (EnginePriority, with classes enabled).
+func (d *Admitter) StampsPriority() bool { return d.stamp }
+
+// Preempts reports whether a request that takes its slot back has a
+// borrower give way (PreemptByResume, with classes enabled).
+func (d *Admitter) Preempts() bool { return d.preempts }
