@@ -182,6 +182,11 @@ func (d *door) mayUse(c *identity.Caller, a access) bool {
 	return !d.keys.Enabled() || c.Verified
 }
 
+// tooLarge is the refusal of a body over max bytes.
+func tooLarge(max int) error {
+	return failure.Errorf(failure.ErrTooLarge, "request body exceeds the limit of %d bytes", max)
+}
+
 // bodyLeft reports whether some of the request's body may still be unread.
 func bodyLeft(ctx *fasthttp.RequestCtx) bool {
 	return ctx.RequestBodyStream() != nil && ctx.Request.Header.ContentLength() != 0

@@ -226,12 +226,12 @@ func (r *relay) endSplice() {
 	r.x.route.NoteStreamed(r.a.m.ID)
 }
 
-// MoveStreams marks the streams of this replica on worker w to move, at
-// their next chunk boundary, to other workers; it returns how many it
-// marked. A stream that cannot resume stays on w.
-func (p *Proxy) MoveStreams(w affinity.WorkerID) int {
+// moveStreamsOff marks the streams in flight on worker w to move, at their next
+// chunk boundary, to other workers; it returns how many it marked. A
+// stream that cannot resume stays on w.
+func (f *flights) moveStreamsOff(w affinity.WorkerID) int {
 	n := 0
-	for _, x := range p.path.flights.all() {
+	for _, x := range f.all() {
 		if x.guard.markMoveOff(w) {
 			n++
 		}
@@ -239,11 +239,10 @@ func (p *Proxy) MoveStreams(w affinity.WorkerID) int {
 	return n
 }
 
-// StreamsOn counts the exchanges of this replica whose current attempt is
-// on worker w.
-func (p *Proxy) StreamsOn(w affinity.WorkerID) int {
+// streamsOn counts the exchanges in flight whose current attempt is on worker w.
+func (f *flights) streamsOn(w affinity.WorkerID) int {
 	n := 0
-	for _, x := range p.path.flights.all() {
+	for _, x := range f.all() {
 		if x.guard.on(w) {
 			n++
 		}

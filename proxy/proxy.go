@@ -238,6 +238,45 @@ func (p *Proxy) Door() *core.Door { return p.path.admission.Door() }
 // AdmissionStats is the door's queue, for /ui.
 func (p *Proxy) AdmissionStats() admission.Stats { return p.path.admission.Door().Scheduler().Stats() }
 
+// ReloadTLS rereads the client listener's certificate and key; connections
+// already open keep theirs. It does nothing without TLS.
+func (p *Proxy) ReloadTLS() error {
+	if p.cert == nil {
+		return nil
+	}
+	return p.cert.reload()
+}
+
+// SetRouters replaces the routers of the request path in one step (a
+// routing change the cluster replicated): requests routed from now on use
+// the new ones, attempts already under way finish with theirs. The mode
+// (disaggregated or not) cannot change: pd must be set exactly when the
+// proxy was built with Deps.PD, in the same Mode. Safe for concurrent use.
+func (p *Proxy) SetRouters(regular *affinity.Router, pd *PD) error {
+	return p.path.legs.setRouters(regular, pd)
+}
+
+// DecidingRouter is the router whose decisions the Decider makes: the
+// prefill one under disaggregation, else the regular one.
+func (p *Proxy) DecidingRouter() *affinity.Router { return p.path.legs.decidingRouter() }
+
+// MoveStreams marks the streams of this replica on worker w to move, at
+// their next chunk boundary, to other workers; it returns how many it
+// marked. A stream that cannot resume stays on w.
+func (p *Proxy) MoveStreams(w affinity.WorkerID) int { return p.path.flights.moveStreamsOff(w) }
+
+// StreamsOn counts the exchanges of this replica whose current attempt is
+// on worker w.
+func (p *Proxy) StreamsOn(w affinity.WorkerID) int { return p.path.flights.streamsOn(w) }
+
+// FindTokens answers a peer's TokenShare.Find: the tokens this replica
+// keeps of the longest prompt the query's marks name, or nothing (an empty
+// answer, also when it routes on no engine's events).
+func (p *Proxy) FindTokens(query []byte) ([]byte, error) { return p.tokens.findForPeer(query) }
+
+// KeepTokens keeps a peer's TokenShare.Keep, in the token cache's bounds.
+func (p *Proxy) KeepTokens(entry []byte) error { return p.tokens.keepForPeer(entry) }
+
 // SetAPIKeys replaces the keys clients must present (on SIGHUP, say); none
 // turns the check off.
 func (p *Proxy) SetAPIKeys(keys []string) { p.door.keys.Replace(keys) }
@@ -399,11 +438,6 @@ func (p *Proxy) serverRefusal(ctx *fasthttp.RequestCtx, err error) string {
 	}
 	failure.Write(ctx, failure.Errorf(failure.ErrBadRequest, "malformed HTTP request"))
 	return failure.Type(failure.ErrBadRequest)
-}
-
-// tooLarge is the refusal of a body over max bytes.
-func tooLarge(max int) error {
-	return failure.Errorf(failure.ErrTooLarge, "request body exceeds the limit of %d bytes", max)
 }
 
 // expect answers "Expect: 100-continue": a request the door would refuse

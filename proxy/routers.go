@@ -18,13 +18,9 @@ type routerSet struct {
 	pd      *PD // nil without disaggregation
 }
 
-// SetRouters replaces the routers of the request path in one step (a
-// routing change the cluster replicated): requests routed from now on use
-// the new ones, attempts already under way finish with theirs. The mode
-// (disaggregated or not) cannot change: pd must be set exactly when the
-// proxy was built with Deps.PD, in the same Mode. Safe for concurrent use.
-func (p *Proxy) SetRouters(regular *affinity.Router, pd *PD) error {
-	was := p.path.legs.routers.Load()
+// setRouters replaces the routers in one step (see Proxy.SetRouters).
+func (r *routing) setRouters(regular *affinity.Router, pd *PD) error {
+	was := r.routers.Load()
 	switch {
 	case regular == nil:
 		return errors.New("proxy: SetRouters needs a router")
@@ -33,14 +29,14 @@ func (p *Proxy) SetRouters(regular *affinity.Router, pd *PD) error {
 	case pd != nil && (pd.Prefill == nil || pd.Decode == nil || pd.Mode != was.pd.Mode):
 		return errors.New("proxy: SetRouters needs a prefill and a decode router, in the same mode")
 	}
-	p.path.legs.routers.Store(&routerSet{regular: regular, pd: pd})
+	r.routers.Store(&routerSet{regular: regular, pd: pd})
 	return nil
 }
 
-// DecidingRouter is the router whose decisions the Decider makes: the
+// decidingRouter is the router whose decisions the Decider makes: the
 // prefill one under disaggregation, else the regular one.
-func (p *Proxy) DecidingRouter() *affinity.Router {
-	rs := p.path.legs.routers.Load()
+func (r *routing) decidingRouter() *affinity.Router {
+	rs := r.routers.Load()
 	if rs.pd != nil {
 		return rs.pd.Prefill
 	}

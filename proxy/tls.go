@@ -36,12 +36,3 @@ func (s *serverCert) config() *tls.Config {
 		},
 	}
 }
-
-// ReloadTLS rereads the client listener's certificate and key; connections
-// already open keep theirs. It does nothing without TLS.
-func (p *Proxy) ReloadTLS() error {
-	if p.cert == nil {
-		return nil
-	}
-	return p.cert.reload()
-}

@@ -275,29 +275,29 @@ func (t *tokenizer) heard(x *exchange, w affinity.WorkerID, status int, _ []byte
 	}
 }
 
-// FindTokens answers a peer's TokenShare.Find: the tokens this replica
-// keeps of the longest prompt the query's marks name, or nothing (an empty
-// answer, also when it routes on no engine's events).
-func (p *Proxy) FindTokens(query []byte) ([]byte, error) {
+// findForPeer answers a peer's TokenShare.Find (see Proxy.FindTokens); t
+// is nil when the replica routes on no engine's events.
+func (t *tokenizer) findForPeer(query []byte) ([]byte, error) {
 	marks, err := parseTokenQuery(query)
-	if err != nil || p.tokens == nil {
+	if err != nil || t == nil {
 		return nil, err
 	}
-	e := p.tokens.cache.lookupMarks(marks)
+	e := t.cache.lookupMarks(marks)
 	if e == nil {
 		return nil, nil
 	}
 	return appendTokenEntry(nil, e), nil
 }
 
-// KeepTokens keeps a peer's TokenShare.Keep, in the token cache's bounds.
-func (p *Proxy) KeepTokens(entry []byte) error {
+// keepForPeer keeps a peer's TokenShare.Keep (see Proxy.KeepTokens); t is
+// nil when the replica routes on no engine's events.
+func (t *tokenizer) keepForPeer(entry []byte) error {
 	e, err := parseTokenEntry(entry)
-	if err != nil || p.tokens == nil {
+	if err != nil || t == nil {
 		return err
 	}
-	p.tokens.cache.putEntry(e)
-	p.tokens.shared.keptForPeers.Inc()
+	t.cache.putEntry(e)
+	t.shared.keptForPeers.Inc()
 	return nil
 }
 
