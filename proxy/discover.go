@@ -30,12 +30,15 @@ type discovery struct {
 	log       *slog.Logger
 }
 
-func newDiscovery(cfg Config, fleet *Fleet, calls *workerCalls, index *affinity.Index, log *slog.Logger) *discovery {
+// newDiscovery asks the workers of fleet through calls every modelRefresh
+// (LoRAConfig.ModelRefresh; discoverInterval when not positive), and sets
+// their budgets in index in blocks of blockSize bytes (Config.BlockSize).
+func newDiscovery(blockSize int, modelRefresh time.Duration, fleet *Fleet, calls *workerCalls, index *affinity.Index, log *slog.Logger) *discovery {
 	every := discoverInterval
-	if r := cfg.LoRA.ModelRefresh; r > 0 {
-		every = r
+	if modelRefresh > 0 {
+		every = modelRefresh
 	}
-	return &discovery{fleet: fleet, calls: calls, index: index, blockSize: cfg.BlockSize, every: every, log: log}
+	return &discovery{fleet: fleet, calls: calls, index: index, blockSize: blockSize, every: every, log: log}
 }
 
 // run asks the workers in rounds until ctx ends.

@@ -125,7 +125,7 @@ func New(cfg Config, deps Deps) (*Proxy, error) {
 	}
 	p.door = newDoor(p, keys)
 	p.server = newServer(p)
-	discovery := newDiscovery(cfg, p.fleet, p.calls, deps.Index, p.log)
+	discovery := newDiscovery(cfg.BlockSize, cfg.LoRA.ModelRefresh, p.fleet, p.calls, deps.Index, p.log)
 	for _, run := range []func(context.Context){discovery.run, p.path.admission.Run, p.path.watcher.run} {
 		p.wg.Add(1)
 		go func() {
