@@ -19,7 +19,7 @@ func knownErrors() []pathmetrics.KnownError {
 	return []pathmetrics.KnownError{
 		own(failure.ErrBadRequest), own(failure.ErrTooLarge), own(failure.ErrModelNotFound), own(failure.ErrNoWorker), own(failure.ErrTooManyRequests),
 		own(failure.ErrQueueTimeout), own(failure.ErrUpstream), own(failure.ErrUpstreamTimeout), own(&failure.Abort{Err: failure.ErrUpstream}),
-		own(errUnauthorized), own(failure.ErrForbidden), own(failure.ErrBodiesHeld), own(failure.ErrBodyTimeout),
+		own(failure.ErrNoKey), own(failure.ErrForbidden), own(failure.ErrBodiesHeld), own(failure.ErrBodyTimeout),
 		{ErrType: "client_disconnected", Status: statusClientGone},
 		{ErrType: "stream_cut", Status: fasthttp.StatusOK},
 		{ErrType: timedOut.errType, Status: timedOut.status},
