@@ -5,6 +5,8 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -183,7 +185,7 @@ func killReplica(t *testing.T, fs *fleetState) (time.Time, string) {
 // registry; while it is down its sessions' follow-ups go elsewhere, so they are not counted as
 // staying or moving, as a removed worker's are not.
 func killWorker(t *testing.T, fs *fleetState) (time.Time, string) {
-	resumedBefore := migrations(t, "resumed")
+	before := migrations(t)
 	var victim string
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		w, n := fs.busiestWorker()
@@ -200,32 +202,69 @@ func killWorker(t *testing.T, fs *fleetState) (time.Time, string) {
 	healed := time.Now()
 	testwait.EventuallyNil(t, 60*time.Second, func() error { return converged(nWorkers) }, "every replica to see %s healthy again", victim)
 	fs.readd([]string{victim})
-	resumed := migrations(t, "resumed") - resumedBefore
-	if resumed == 0 {
+	m := migrations(t).since(before)
+	if m.resumed == 0 {
 		t.Errorf("the tier resumed no stream after %s was killed with %d in flight", victim, streams)
 	}
-	return healed, fmt.Sprintf("%s SIGKILLed with %d streams in flight, down 5 s; the tier resumed %d streams on other workers meanwhile",
-		victim, streams, resumed)
+	return healed, fmt.Sprintf("%s SIGKILLed with %d streams in flight, down 5 s; the tier resumed %d streams on other workers meanwhile, "+
+		"from the cut to the continuation's first bytes p50 <= %s, p99 <= %s", victim, streams, m.resumed, m.quantile(0.5), m.quantile(0.99))
 }
 
-// migrations is vllm_router_stream_migrations_total{result} summed over the replicas that answer.
-func migrations(t *testing.T, result string) int64 {
+// migrationStats is what the replicas that answer count of resumed streams:
+// vllm_router_stream_migrations_total{result="resumed"} and the buckets of
+// vllm_router_stream_migration_seconds (from the cut to the continuation's first bytes), summed.
+type migrationStats struct {
+	resumed int64
+	buckets map[float64]int64 // upper bound -> streams at or under it (+Inf included)
+}
+
+func migrations(t *testing.T) migrationStats {
 	t.Helper()
-	var sum int64
-	prefix := fmt.Sprintf(`vllm_router_stream_migrations_total{result=%q} `, result)
+	st := migrationStats{buckets: map[float64]int64{}}
+	const bucket = `vllm_router_stream_migration_seconds_bucket{le="`
 	for _, n := range replicaNames {
 		code, body, err := do("GET", replicaURL(n)+"/metrics", "")
 		if err != nil || code != 200 {
 			continue
 		}
 		for line := range strings.Lines(body) {
-			if v, ok := strings.CutPrefix(line, prefix); ok {
-				f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-				sum += int64(f)
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, `vllm_router_stream_migrations_total{result="resumed"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				st.resumed += int64(f)
+			} else if rest, ok := strings.CutPrefix(line, bucket); ok {
+				le, count, _ := strings.Cut(rest, `"} `)
+				bound, err1 := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
+				f, err2 := strconv.ParseFloat(count, 64)
+				if err1 == nil && err2 == nil {
+					st.buckets[bound] += int64(f)
+				}
 			}
 		}
 	}
-	return sum
+	return st
+}
+
+// since is what was counted between before and s.
+func (s migrationStats) since(before migrationStats) migrationStats {
+	d := migrationStats{resumed: s.resumed - before.resumed, buckets: map[float64]int64{}}
+	for le, n := range s.buckets {
+		d.buckets[le] = n - before.buckets[le]
+	}
+	return d
+}
+
+// quantile is the least bucket bound that q of the counted resumes were at or under, in ms: an
+// upper bound, at the buckets' resolution.
+func (s migrationStats) quantile(q float64) string {
+	bounds := slices.Sorted(maps.Keys(s.buckets))
+	total := s.buckets[math.Inf(1)]
+	for _, le := range bounds {
+		if total > 0 && float64(s.buckets[le]) >= q*float64(total) {
+			return fmt.Sprintf("%g ms", le*1000)
+		}
+	}
+	return "-"
 }
 
 // rollingRestart restarts every replica in turn (SIGTERM, at most 20 s to finish what it
