@@ -19,6 +19,7 @@ import (
 	"github.com/kvrouter/kvrouter/admission"
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/logsink"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -28,7 +29,7 @@ import (
 type exitRig struct {
 	url   string
 	proxy *Proxy
-	log   syncBuffer
+	log   logsink.Sink
 	spans *tracetest.InMemoryExporter
 	stop  func()
 	sent  []sentRequest
@@ -131,7 +132,7 @@ func (r *exitRig) check(t *testing.T) {
 	t.Helper()
 	r.stop()
 	lines := map[string][]map[string]any{}
-	for _, l := range r.log.lines(t) {
+	for _, l := range r.log.Messages(t, "request") {
 		id, _ := l["request_id"].(string)
 		lines[id] = append(lines[id], l)
 	}
@@ -163,7 +164,7 @@ func (r *exitRig) check(t *testing.T) {
 			t.Errorf("%s: its span lasts %v, less than the %v it waited", s.id, d, s.minSpan)
 		}
 	}
-	if n := len(r.log.lines(t)); n != len(r.sent) {
+	if n := len(r.log.Messages(t, "request")); n != len(r.sent) {
 		t.Errorf("%d request-log lines for %d requests", n, len(r.sent))
 	}
 }

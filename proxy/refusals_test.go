@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/internal/logsink"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
 
@@ -13,7 +14,7 @@ import (
 // counted, as a refused inference request is: it used to leave no trace.
 func TestEveryRefusalIsLoggedAndCounted(t *testing.T) {
 	w := startFake(t, "w1")
-	var sink syncBuffer
+	var sink logsink.Sink
 	cfg := Config{APIKeys: []string{"k1"}}
 	p, err := buildProxyAll(cfg, "", affinity.PolicyCacheAware, []Worker{{ID: 1, URL: w.URL, Role: RoleRegular}}, nil,
 		slog.New(slog.NewJSONHandler(&sink, nil)), func(d *Deps) { d.AdminToken = adminToken("adm") })
@@ -27,7 +28,7 @@ func TestEveryRefusalIsLoggedAndCounted(t *testing.T) {
 		}
 	}
 	var lines []map[string]any
-	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.messages(t, "refused"); return len(lines) == 3 },
+	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.Messages(t, "refused"); return len(lines) == 3 },
 		"a refusal line for each of the three")
 	for i, route := range []string{"/v1/models", "/metrics", "no route"} {
 		if l := lines[i]; l["route"] != route || l["status"] != 401.0 || l["reason"] != "unauthorized" || l["client"] != "127.0.0.1" {
@@ -41,7 +42,7 @@ func TestEveryRefusalIsLoggedAndCounted(t *testing.T) {
 	if got := metric(t, r, `vllm_router_refusals_total{route="POST /v1/completions",reason="unauthorized"}`); got != 1 {
 		t.Errorf("a refused completion: vllm_router_refusals_total %v, want 1", got)
 	}
-	if n := len(sink.messages(t, "refused")); n != 3 {
+	if n := len(sink.Messages(t, "refused")); n != 3 {
 		t.Errorf("%d refusal lines, want 3: a refused completion has its request line instead", n)
 	}
 }

@@ -1,60 +1,24 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
 	"github.com/kvrouter/kvrouter/internal/fakeworker"
+	"github.com/kvrouter/kvrouter/internal/logsink"
 	"github.com/kvrouter/kvrouter/internal/testwait"
 )
-
-// syncBuffer is a log sink the server goroutines write to while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines(t *testing.T) []map[string]any { return s.messages(t, "request") }
-
-// messages are the JSON lines logged with msg.
-func (s *syncBuffer) messages(t *testing.T, msg string) []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 func TestEveryRequestHasOneLogLine(t *testing.T) {
 	bad, good := startFake(t, "bad"), startFake(t, "good")
 	bad.Set(fakeworker.Sequence(fakeworker.Status(503, induced), fakeworker.Stream(3)))
 	good.Set(fakeworker.Stream(3))
-	var sink syncBuffer
+	var sink logsink.Sink
 	ws := []Worker{{ID: 1, URL: bad.URL, Role: RoleRegular}, {ID: 2, URL: good.URL, Role: RoleRegular}}
 	p, err := buildProxyLogged(Config{Retry: Retry{InitialBackoff: time.Millisecond}}, "", affinity.PolicyCacheAware, ws, nil,
 		slog.New(slog.NewJSONHandler(&sink, nil)))
@@ -71,7 +35,7 @@ func TestEveryRequestHasOneLogLine(t *testing.T) {
 	readStream(t, url, completion(prompt+"and a follow-up", true))
 	post(t, url, "/v1/completions", `{"prompt":"no model"}`)
 	var lines []map[string]any
-	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.lines(t); return len(lines) == 3 }, "three request lines")
+	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.Messages(t, "request"); return len(lines) == 3 }, "three request lines")
 	first, second, refused := lines[0], lines[1], lines[2]
 	if first["attempts"] != 2.0 || first["worker"] != 2.0 || first["decision"] != "miss" || first["status"] != 200.0 ||
 		first["tokens"] != 3.0 || first["ttft_ms"] == nil || first["request_id"] == "" || first["model"] != "m" {

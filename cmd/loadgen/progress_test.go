@@ -2,30 +2,13 @@ package main
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/kvrouter/kvrouter/internal/logsink"
 )
-
-// lockedBuffer is a strings.Builder safe for a writer goroutine and a reading test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestProgressPrintsOneLinePerTick(t *testing.T) {
 	clock := newVirtualClock()
@@ -36,7 +19,7 @@ func TestProgressPrintsOneLinePerTick(t *testing.T) {
 	}
 	c.add(result{status: 200, turn: -1})
 	c.add(result{status: 500, errKind: "status_500", turn: -1})
-	var out lockedBuffer
+	var out logsink.Sink
 	ticks := make(chan time.Time)
 	stop := startProgress(&out, ticks, c, clock, start)
 	clock.Advance(2 * time.Second)

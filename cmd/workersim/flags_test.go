@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kvrouter/kvrouter/internal/logsink"
 )
 
 // parseArgs runs the command line and returns the configuration it would serve.
@@ -78,7 +80,7 @@ func TestBadFlagsAreRefusedByName(t *testing.T) {
 func TestRunPrintsTheBoundAddressFirst(t *testing.T) {
 	cfg := testConfig()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &lockedBuffer{}
+	out := &logsink.Sink{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, out, func(int) {}) }()
 	waitFor(t, "the listening line", func() bool { return strings.Contains(out.String(), "\n") })
