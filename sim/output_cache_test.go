@@ -79,3 +79,33 @@ func TestAFinishedRequestsOutputBlocksArePublishedAsStored(t *testing.T) {
 		t.Fatalf("KV usage %v after the request finished: output blocks stay referenced", e.KVUsage())
 	}
 }
+
+// TestAnOutputIsCachedOnlyAfterAPromptChainItHolds: two requests of one prompt admitted in the
+// same step; the second finds the first's blocks still being computed and keeps its own, so its
+// output has no cached chain to hang from and is not cached, while the first's is.
+func TestAnOutputIsCachedOnlyAfterAPromptChainItHolds(t *testing.T) {
+	cfg := DefaultConfig()
+	e := NewEngine(cfg)
+	prompt := text(1, 64*cfg.BytesPerToken)
+	const maxTokens = 40
+	// a step in progress, so that both are admitted together at its end
+	mustSubmit(t, e, Request{ID: 3, Prompt: text(9, 400*cfg.BytesPerToken), MaxTokens: 1}, 0)
+	mustSubmit(t, e, Request{ID: 1, Prompt: prompt, MaxTokens: maxTokens, Output: outputOf(cfg, 2)}, 0)
+	mustSubmit(t, e, Request{ID: 2, Prompt: prompt, MaxTokens: maxTokens, Output: outputOf(cfg, 3)}, 0)
+	runAll(t, e)
+	promptTokens := 64
+	continuation := func(seed int) []byte {
+		return append(slices.Clone(prompt), outputOf(cfg, seed)(nil, maxTokens-1)...)
+	}
+	if got := e.CachedTokens(continuation(2)); got <= promptTokens {
+		t.Fatalf("the first request's continuation found %d tokens cached, want its output's blocks past the prompt's %d", got, promptTokens)
+	}
+	if got := e.CachedTokens(continuation(3)); got != promptTokens {
+		t.Fatalf("the second request's continuation found %d tokens cached, want the prompt's %d only", got, promptTokens)
+	}
+	// the long prompt's 25 blocks, the shared prompt's 4 and the first output's 2: no block of the
+	// second output under another chain either
+	if got := e.CachedBlocks(); got != 25+4+2 {
+		t.Fatalf("%d blocks cached, want 31", got)
+	}
+}
