@@ -137,18 +137,27 @@ func startWithEnv(t *testing.T, env []string, bin string, args ...string) *proce
 // await returns the first submatch of the first output line matching re.
 func (p *process) await(t *testing.T, re string) string {
 	t.Helper()
+	m, err := p.awaitLine(re)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// awaitLine is await that reports a process that exits or stays silent as an error.
+func (p *process) awaitLine(re string) (string, error) {
 	rx := regexp.MustCompile(re)
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
 		case line := <-p.lines:
 			if m := rx.FindStringSubmatch(line); m != nil {
-				return m[1]
+				return m[1], nil
 			}
 		case <-p.done:
-			t.Fatalf("process exited before printing %q", re)
+			return "", fmt.Errorf("process exited before printing %q", re)
 		case <-deadline:
-			t.Fatalf("no output line matched %q", re)
+			return "", fmt.Errorf("no output line matched %q", re)
 		}
 	}
 }

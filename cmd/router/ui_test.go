@@ -342,6 +342,26 @@ func TestStatusPageScreenshotForTheREADME(t *testing.T) {
 // API base URLs once each is ready. Every replica also gets extra flags.
 func startReplicaSet(t *testing.T, routerBin string, n int, workers []string, extra ...string) []string {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		procs := startReplicas(t, routerBin, n, workers, extra...)
+		routers, err := awaitReady(procs)
+		if err == nil {
+			return routers
+		}
+		// The first replica's gossip port was free when chosen; another test's process may
+		// have bound it since. Then the tier starts again on another port.
+		if attempt == 3 || !strings.Contains(procs[0].tail.String(), "address already in use") {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			p.kill()
+		}
+	}
+}
+
+// startReplicas starts a tier of n replicas, the first with workers, the others joining it.
+func startReplicas(t *testing.T, routerBin string, n int, workers []string, extra ...string) []*process {
+	t.Helper()
 	gossip := tierGossipBinds(t, n)
 	var procs []*process
 	for i := range n {
@@ -356,9 +376,18 @@ func startReplicaSet(t *testing.T, routerBin string, n int, workers []string, ex
 		}
 		procs = append(procs, start(t, routerBin, args...))
 	}
+	return procs
+}
+
+// awaitReady is the API address of each replica once it says it is ready.
+func awaitReady(procs []*process) ([]string, error) {
 	var routers []string
 	for _, p := range procs {
-		routers = append(routers, "http://"+p.await(t, `router ready" addr=(\S+)`))
+		addr, err := p.awaitLine(`router ready" addr=(\S+)`)
+		if err != nil {
+			return nil, err
+		}
+		routers = append(routers, "http://"+addr)
 	}
-	return routers
+	return routers, nil
 }
