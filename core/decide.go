@@ -128,12 +128,7 @@ func (c *decider) decide(router *affinity.Router, req *affinity.Request, pool *a
 		return Decided{}, nil, err
 	}
 	out := Decided{Decision: d, Fact: fact, Ineligible: ineligible, hashes: req.Hashes, routed: true}
-	if m, onEngine := c.events.routedOn(req, d); m != nil {
-		out.kvKeys, out.at = m.keys, c.clock.Now()
-		if onEngine {
-			out.Fact = FactEngine
-		}
-	}
+	c.events.note(&out, req)
 	if l := c.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()
 	}

@@ -124,6 +124,38 @@ func (e *events) routedOn(req *affinity.Request, d affinity.Decision) (*kvMatch,
 	return m, d.Matched > 0 && m.textDepth(req, n) >= d.Matched/e.blockSize-1
 }
 
+// note gives out, req's decision, the request's keys if it was matched
+// on the events, to judge the engine's answer by, and FactEngine where the
+// engine's stored blocks cover its match (routedOn).
+func (e *events) note(out *Decided, req *affinity.Request) {
+	if m, onEngine := e.routedOn(req, out.Decision); m != nil {
+		out.kvKeys, out.at = m.keys, e.clock.Now()
+		if onEngine {
+			out.Fact = FactEngine
+		}
+	}
+}
+
+// knowsMore reports whether some candidate's engine holds, by its events,
+// more of req's prompt than depth, the deepest block of its routing text
+// the index knows (-1: none), by more than one engine block (the tokens'
+// share of the text is an estimate). False without events or tokens.
+// Nothing is counted: the request is matched again when it is decided.
+func (e *events) knowsMore(req *affinity.Request, pool *affinity.Pool, depth int) bool {
+	e.use(req)
+	m, ok := req.Matcher.(*kvMatch)
+	if !ok {
+		return false
+	}
+	most := 0
+	for i := range pool.Len() {
+		if n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys); t == kvevents.Trusted {
+			most = max(most, n)
+		}
+	}
+	return m.textDepth(req, most-1) > depth
+}
+
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
 	n := pool.Len()
 	var buf [2 * 32]int

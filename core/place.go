@@ -17,11 +17,25 @@ import (
 
 // cold reports whether req is one for the placer: no candidate is known to
 // hold more of its prefix than the cache threshold, or the prefix known is
-// one that req leaves, as others did before it (leavesSharedPrefix).
+// one that req leaves, as others did before it (leavesSharedPrefix); and,
+// for a request with the engines' tokens, no candidate's engine holds more
+// of it by its events than the index knows (events.knowsMore). A new
+// session's first turn on a shared system prompt is then the placer's on
+// events as on the text index: the engines hold the system prompt and
+// nothing of the session. Deciding those where they arrived, 8 replicas
+// placed 128 new sessions unevenly (the busiest engine 1.10x the mean
+// engine's prompt tokens, 1.03-1.05x through the placer) and engines whose
+// KV cache could not take their sessions' turns refused them. A turn whose
+// earlier turns an engine stored is decided where it arrives, on the
+// events, whatever the index knows (a peer's fact on its way, traffic that
+// did not pass the router).
 func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := c.deepest(req, pool, buf[:0])
-	return !m.candidate || !m.deep || c.leavesSharedPrefix(req, m.depth)
+	if m.candidate && m.deep && !c.leavesSharedPrefix(req, m.depth) {
+		return false
+	}
+	return !c.events.knowsMore(req, pool, m.depth)
 }
 
 // leavesSharedPrefix reports whether req goes on past its deepest known
@@ -60,14 +74,13 @@ const (
 )
 
 // placingOf says how req is decided on this replica, which is the tier's
-// placer when isPlacer. Requests routed on the engines' KV-event tokens,
-// those of a LoRA adapter placed by residency (which agrees across the
-// tier by each adapter's rendezvous order, and whose question would not
-// carry its adapter), and policies that do not route by prefix, are
-// decided where they arrive.
+// placer when isPlacer. Requests of a LoRA adapter placed by residency
+// (which agrees across the tier by each adapter's rendezvous order, and
+// whose question would not carry its adapter), and policies that do not
+// route by prefix, are decided where they arrive.
 func (c *decider) placingOf(router *affinity.Router, req *affinity.Request, pool *affinity.Pool, isPlacer bool) placing {
 	switch {
-	case req.Tokens != nil || !router.RoutesByPrefix() || (req.Adapter != 0 && router.PlacesAdapters()):
+	case !router.RoutesByPrefix() || (req.Adapter != 0 && router.PlacesAdapters()):
 		return decideHere
 	case isPlacer:
 		return placeHere
@@ -100,6 +113,8 @@ func (c *decider) decideOn(router *affinity.Router, req *affinity.Request, pool 
 	if d.Hit {
 		out.Fact = FactPeer
 	}
+	c.events.use(req) // a no-op where the question found the request cold
+	c.events.note(&out, req)
 	if l := c.loads.Lookup(d.Worker); l != nil {
 		out.Load = l.Merged()
 	}

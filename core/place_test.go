@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/kvevents"
 )
 
 // coldBurst is n prompts that share nothing, one per replica of a burst.
@@ -112,8 +113,7 @@ func TestColdSaysWhetherACandidateHoldsThePrefix(t *testing.T) {
 // TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold: a
 // replica asks the placer for a cold request and decides a known one
 // itself; the placer places its own, known or not, so that the peers'
-// share of a burst is not counted on top of the burst it sees; a request
-// routed on the engines' tokens is decided where it arrives.
+// share of a burst is not counted on top of the burst it sees.
 func TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold(t *testing.T) {
 	reps, _ := tier(t, 1, 4)
 	r := reps[0]
@@ -122,8 +122,6 @@ func TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold(t *testing.
 		t.Fatal(err)
 	}
 	known, cold := rt.Prepare("m", coldBurst(1)[0], 0), rt.Prepare("m", coldBurst(2)[1], 0)
-	tokens := rt.Prepare("m", coldBurst(2)[1], 0)
-	tokens.Tokens = []uint32{1, 2, 3}
 	for _, tc := range []struct {
 		name     string
 		req      *affinity.Request
@@ -134,8 +132,6 @@ func TestThePlacerPlacesEveryRequestOfItsOwnAndOthersAskOnlyWhenCold(t *testing.
 		{"a cold request on a peer", cold, false, askPlacer},
 		{"a known prefix on the placer", known, true, placeHere},
 		{"a cold request on the placer", cold, true, placeHere},
-		{"a request on the engines' tokens", tokens, false, decideHere},
-		{"a request on the engines' tokens on the placer", tokens, true, decideHere},
 	} {
 		if got := r.decide.placingOf(rt, tc.req, allPool(r), tc.isPlacer); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
@@ -356,5 +352,99 @@ func TestANewConversationOnASharedPrefixIsForThePlacer(t *testing.T) {
 		if got := r.decide.placingOf(rt, rt.Prepare("m", tc.prompt, 0), allPool(r), false); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
+	}
+}
+
+// sharedTokens is sharedPrompt(i) and its tokens, one per 4 bytes: the
+// system prompt's the same for every i.
+func sharedTokens(i int) ([]byte, []uint32) {
+	text := sharedPrompt(i)
+	tokens := make([]uint32, len(text)/4)
+	for j := range tokens {
+		tokens[j] = uint32(j)
+		if j*4 >= 8*blockSize {
+			tokens[j] |= uint32(i+1) << 16
+		}
+	}
+	return text, tokens
+}
+
+// TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot: with the
+// engines' events, a session's first turn on a shared system prompt, which
+// the engines hold and nothing more of it, is the placer's as on the text
+// index; a session's next turn whose earlier turn an engine stored is
+// decided where it arrives though the index here knows only the system
+// prompt (the peer that placed it has not said so yet), unless that
+// engine's stream is not trusted: then the events know nothing and the
+// turn is the placer's.
+func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	clk.Step(time.Minute)
+	first, firstTokens := sharedTokens(0)
+	decideTokens(t, r, rt, first, firstTokens) // the system prompt forks here once another session goes past it
+	ev.stores(1, firstTokens, len(firstTokens)/kvBlock)
+	other, otherTokens := sharedTokens(1)
+	ev.stores(2, otherTokens, 8*blockSize/4/kvBlock) // the system prompt alone
+	next := append(append([]byte(nil), other...), bytesOf('o', 3*blockSize)...)
+	nextTokens := append(append([]uint32(nil), otherTokens...), make([]uint32, 3*blockSize/4)...)
+	placingFor := func(text []byte, tokens []uint32) placing {
+		req := rt.Prepare("m", text, 0)
+		req.Tokens = tokens
+		return r.decide.placingOf(rt, req, allPool(r), false)
+	}
+	if got := placingFor(other, otherTokens); got != askPlacer {
+		t.Errorf("a new session's first turn, the engines holding the system prompt: %d, want the placer's", got)
+	}
+	ev.stores(3, otherTokens, len(otherTokens)/kvBlock) // a peer placed that turn on 3, whose engine stored it
+	if got := placingFor(next, nextTokens); got != decideHere {
+		t.Errorf("the session's next turn, its first turn stored on an engine: %d, want decided here", got)
+	}
+	ev.trust[3] = kvevents.Unheard
+	if got := placingFor(next, nextTokens); got != askPlacer {
+		t.Errorf("the same with that engine's stream not trusted: %d, want the placer's", got)
+	}
+	before := r.KVRouting()
+	req := rt.Prepare("m", next, 0)
+	req.Tokens = nextTokens
+	if got := r.decide.placingOf(rt, req, allPool(r), false); got != askPlacer {
+		t.Fatalf("%d, want the placer's", got)
+	}
+	d, g, err := r.Decide(rt, req, allPool(r)) // as when the placer does not answer
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	after := r.KVRouting()
+	if n, c := after.Requests-before.Requests, after.OnEvents+after.OnText-before.OnEvents-before.OnText; n != 1 || c != 3 {
+		t.Errorf("asked about then decided, the request counted %d times and %d candidates matched; want 1 and 3", n, c)
+	}
+	if d.kvKeys == nil {
+		t.Error("decided after the question, the request lost its keys")
+	}
+}
+
+// TestOnEventsATurnThePlacerPlacedIsJudgedOnTheEngine: a turn the placer
+// placed is judged as one decided here, on its engine's events: its keys
+// kept and, where the engine holds what the placer predicted, the engine's
+// fact; the engine is told to expect it.
+func TestOnEventsATurnThePlacerPlacedIsJudgedOnTheEngine(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	clk.Step(time.Minute)
+	text, tokens := kvPrompt(3)
+	ev.stores(2, tokens, 4)
+	req := rt.Prepare("m", text, 0)
+	req.Tokens = tokens
+	d, g, err := r.decide.decideOn(rt, req, allPool(r), affinity.Decision{Worker: 2, Hit: true, Matched: 4 * blockSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	if d.kvKeys == nil || d.Fact != FactEngine {
+		t.Errorf("placed on 2: keys %d, fact %v; want the request's keys and the engine's fact", len(d.kvKeys), d.Fact)
+	}
+	if !slices.Contains(ev.expected, 2) {
+		t.Errorf("engines told to expect work: %v; want 2", ev.expected)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -209,21 +210,24 @@ var engineModels = []string{"fake-model", "fake-model", "sim-model"}
 // the engines' events tell the tier of all the same).
 func (et engineTier) traffic(t *testing.T, round int) {
 	t.Helper()
-	prompt := func(to, model string) string {
-		return strings.Repeat(fmt.Sprintf("round %d to %s, a conversation with %s. ", round, to, model), 8)
-	}
 	for i, r := range et.routers {
 		for _, model := range []string{"fake-model", "sim-model"} {
-			if c := completeModel(t, r, model, prompt(fmt.Sprint("replica ", i), model)); c.status != http.StatusOK {
+			if c := completeModel(t, r, model, roundPrompt(round, fmt.Sprint("replica ", i), model)); c.status != http.StatusOK {
 				t.Fatalf("%s through replica %d: status %d: %s", model, i+1, c.status, c.body)
 			}
 		}
 	}
 	for i, e := range et.engines {
-		if c := completeModel(t, e, engineModels[i], prompt(e, engineModels[i])); c.status != http.StatusOK {
+		if c := completeModel(t, e, engineModels[i], roundPrompt(round, e, engineModels[i])); c.status != http.StatusOK {
 			t.Fatalf("%s: status %d: %s", e, c.status, c.body)
 		}
 	}
+}
+
+// roundPrompt is the prompt traffic sends to (through) to for model in a
+// round.
+func roundPrompt(round int, to, model string) string {
+	return strings.Repeat(fmt.Sprintf("round %d to %s, a conversation with %s. ", round, to, model), 8)
 }
 
 // TestEndToEndEnginesThatDialOneReplicaAreKnownToTheWholeTier: each engine
@@ -237,10 +241,40 @@ func TestEndToEndEnginesThatDialOneReplicaAreKnownToTheWholeTier(t *testing.T) {
 		et.traffic(t, round)
 		return et.agree(t)
 	}, "every replica holds every engine's set, trusted")
+	// A prompt an engine got straight, once a replica heard of it,
+	// continued through that replica (a replica of its own for each
+	// engine: a prompt one replica routed, its peers would know from it):
+	// the index knows nothing of the prompt and the events do, so the
+	// replica decides the continuation where it arrives, on the events,
+	// where a prompt nobody knows would be put to the placer.
+	const onEvents = `vllm_router_kv_matched_candidates{on="events"}`
+	cold := func(r string) float64 {
+		return metric(t, r, `vllm_router_cluster_placements_total{how="asked"}`) +
+			metric(t, r, `vllm_router_cluster_placements_total{how="alone"}`)
+	}
 	for i, r := range et.routers {
-		if on := metric(t, r, `vllm_router_kv_matched_candidates{on="events"}`); on == 0 {
-			t.Errorf("replica %d matched no candidate on the events", i+1)
-		}
+		e, model := et.engines[i], engineModels[i]
+		testwait.EventuallyNil(t, 30*time.Second, func() error {
+			round++
+			heard := kvRows(t, r)[e].Next
+			if c := completeModel(t, e, model, roundPrompt(round, e, model)); c.status != http.StatusOK {
+				t.Fatalf("%s: status %d: %s", e, c.status, c.body)
+			}
+			testwait.EventuallyNil(t, 10*time.Second, func() error {
+				if kvRows(t, r)[e].Next == heard {
+					return errors.New("no batch since the prompt")
+				}
+				return nil
+			}, "replica %d hears %s's batch", i+1, e)
+			matched, asked := metric(t, r, onEvents), cold(r)
+			if c := completeModel(t, r, model, roundPrompt(round, e, model)+" And the next turn?"); c.status != http.StatusOK {
+				t.Fatalf("through replica %d: status %d: %s", i+1, c.status, c.body)
+			}
+			if cold(r) != asked || metric(t, r, onEvents) == matched {
+				return fmt.Errorf("replica %d put the continuation of what %s holds to the placer", i+1, e)
+			}
+			return nil
+		}, "replica %d decides on the events a continuation of what %s holds", i+1, e)
 	}
 }
 
