@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/kvrouter/kvrouter/admission"
+	"github.com/kvrouter/kvrouter/core"
 	"github.com/kvrouter/kvrouter/internal/credential"
 	"github.com/kvrouter/kvrouter/proxy/edge"
 	"github.com/kvrouter/kvrouter/proxy/failure"
@@ -223,9 +224,10 @@ func (x *exchange) serveLeg(l *leg) {
 	case ans != nil:
 		ans.deliver(x)
 		body := x.ctx.Response.Body()
-		l.judge(ans.status, usageOf(body))
+		u := usageOf(body)
+		l.judge(ans.status, u)
 		x.path.hooks.heard(x, ans.worker, ans.status, body)
-		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: requestlog.CompletionTokens(body)})
+		x.finish(ending{status: x.ctx.Response.StatusCode(), tokens: requestlog.CompletionTokens(body), usage: u})
 	default:
 		x.refuse(err)
 	}
@@ -270,6 +272,7 @@ type ending struct {
 	errType string // why the router refused or failed it; "" when a worker's answer was passed on
 	cut     bool   // a stream the router cut after its first byte
 	tokens  int    // generated tokens, as the whole answer or the stream said
+	usage   core.Usage
 }
 
 // finish is the one end of every exchange, refused at the door, refused
@@ -303,7 +306,7 @@ func (x *exchange) finish(e ending) {
 	case errType == "" && status >= 400:
 		errType = workerErrorType(status)
 	}
-	x.route.Tokens = e.tokens
+	x.route.Tokens, x.route.Usage = e.tokens, e.usage
 	x.path.rec.record(x, status, errType)
 	x.path.hooks.finished(x, status, e.cut)
 }

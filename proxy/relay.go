@@ -424,11 +424,12 @@ func (r *relay) end(werr error) ending {
 		return ending{status: r.status, cut: cut}
 	case r.complete && werr == nil:
 		r.a.end(outcomeOf(r.status), r.a.reusable())
-		r.l.judge(r.status, r.engineUsage())
+		u := r.engineUsage()
+		r.l.judge(r.status, u)
 		if events := r.events.n; events > 2 {
 			r.streams.metrics.TPOT.Update(time.Since(r.x.firstByte).Seconds() / float64(events-2))
 		}
-		return ending{status: r.status, tokens: r.tokens()}
+		return ending{status: r.status, tokens: r.tokens(), usage: u}
 	case r.cutByDeadline(werr):
 		r.a.end(Canceled, false) // the worker was keeping up: nothing against it
 		r.streams.metrics.StreamErrors.Inc()

@@ -48,3 +48,49 @@ func TestEveryRequestHasOneLogLine(t *testing.T) {
 		t.Fatalf("refused line %v", refused)
 	}
 }
+
+// TestTheRequestLogSaysThePromptsTokensAndHowManyTheEngineFoundCached: a
+// whole answer's usage and a stream's final usage chunk give the line the
+// prompt's tokens and the cached ones; an answer without usage gives
+// neither.
+func TestTheRequestLogSaysThePromptsTokensAndHowManyTheEngineFoundCached(t *testing.T) {
+	w := startFake(t, "w")
+	const usage = `"usage":{"prompt_tokens":40,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":32}}`
+	w.Set(func(e *fakeworker.Exchange) {
+		switch {
+		case e.Wants(`"stream":true`):
+			if e.StartStream() == nil && e.Event(`{"choices":[{"text":"a"}]}`) == nil &&
+				e.Event(`{"choices":[],`+usage+`}`) == nil {
+				_ = e.EndStream()
+			}
+		case e.Wants("no usage"):
+			e.JSON(200, `{"choices":[{"text":"ok"}]}`)
+		default:
+			e.JSON(200, `{"choices":[{"text":"ok"}],`+usage+`}`)
+		}
+	})
+	var sink logsink.Sink
+	p, err := buildProxyLogged(Config{}, "", affinity.PolicyCacheAware, []Worker{{ID: 1, URL: w.URL, Role: RoleRegular}}, nil,
+		slog.New(slog.NewJSONHandler(&sink, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	done := make(chan struct{})
+	go func() { defer close(done); _ = p.Serve(ln) }()
+	defer func() { _ = p.Shutdown(context.Background()); <-done }()
+	url := "http://" + ln.Addr().String()
+	post(t, url, "/v1/completions", completion("a whole answer", false))
+	readStream(t, url, completion("a stream", true))
+	post(t, url, "/v1/completions", completion("no usage", false))
+	var lines []map[string]any
+	testwait.Eventually(t, waitDeadline, func() bool { lines = sink.Messages(t, "request"); return len(lines) == 3 }, "three request lines")
+	for i, l := range lines[:2] {
+		if l["prompt_tokens"] != 40.0 || l["cached_tokens"] != 32.0 {
+			t.Errorf("line %d: prompt_tokens %v, cached_tokens %v; want 40 and 32", i+1, l["prompt_tokens"], l["cached_tokens"])
+		}
+	}
+	if _, ok := lines[2]["prompt_tokens"]; ok {
+		t.Errorf("an answer without usage logged prompt_tokens: %v", lines[2])
+	}
+}

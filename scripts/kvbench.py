@@ -42,7 +42,9 @@ KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
 KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
 KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
 KVBENCH_BEFORE (a git revision) [], KVBENCH_TOPOLOGY [dial], KVBENCH_ENGINE
-[workersim], KVBENCH_SCENARIO [control].
+[workersim], KVBENCH_SCENARIO [control], KVBENCH_KEEP (a directory to copy
+every run's logs to, the routers' request logs among them, to read a tail's
+requests) [].
 
 Scenarios (KVBENCH_SCENARIO), where the text index cannot know what the engines
 hold and the events can:
@@ -562,6 +564,9 @@ def main(out_md):
         raise
     with open(out_md, "w") as f:
         f.write(render(cfg, runs, load_before, realtier.loadavg(), time.monotonic() - started))
+    if os.environ.get("KVBENCH_KEEP"):
+        shutil.rmtree(os.environ["KVBENCH_KEEP"], ignore_errors=True)
+        shutil.copytree(tmp, os.environ["KVBENCH_KEEP"], symlinks=True)
     if any(r["errors"] for r in runs.values()):  # a failed request's logs are kept to be read
         keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-errors")
         shutil.rmtree(keep, ignore_errors=True)

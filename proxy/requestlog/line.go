@@ -59,6 +59,12 @@ func Write(log *slog.Logger, e *Entry) {
 	if rt.Tokens > 0 {
 		attrs = append(attrs, slog.Int("tokens", rt.Tokens))
 	}
+	if u := rt.Usage; u.PromptTokens > 0 {
+		attrs = append(attrs, slog.Int("prompt_tokens", u.PromptTokens))
+		if u.HasCached {
+			attrs = append(attrs, slog.Int("cached_tokens", u.CachedTokens))
+		}
+	}
 	if e.ErrType != "" {
 		attrs = append(attrs, slog.String("error_type", e.ErrType))
 	}

@@ -24,6 +24,9 @@ type Route struct {
 	Worker   affinity.WorkerID // the worker whose answer the client got
 	Prefill  affinity.WorkerID // the prefill worker of a disaggregated request
 	Tokens   int               // generated tokens, as the answer or the stream said
+	// Usage is the prompt's tokens and how many the engine found cached, as
+	// its answer said (the last engine's, for a stream that resumed).
+	Usage core.Usage
 	// Streamed are the workers a stream that may resume used, in order;
 	// more than one when it resumed.
 	Streamed []affinity.WorkerID
