@@ -42,7 +42,8 @@ KVBENCH_TURNS [6], KVBENCH_THINK (seconds) [0.3], KVBENCH_ROUNDS [3],
 KVBENCH_REPLICAS [1 4], KVBENCH_MODES [text events oracle, and before when
 KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
 KVBENCH_BEFORE (a git revision) [], KVBENCH_TOPOLOGY [dial], KVBENCH_ENGINE
-[workersim], KVBENCH_SCENARIO [control], KVBENCH_KEEP (a directory to copy
+[workersim], KVBENCH_SCENARIO [control], REALTIER_PIN (1: the routers on
+core 1, the engines and loadgen on core 0) [0], KVBENCH_KEEP (a directory to copy
 every run's logs to, the routers' request logs among them, to read a tail's
 requests) [].
 
@@ -70,6 +71,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -141,14 +143,48 @@ def loadgen_args(targets, cfg, out_json, seed="7", balance="random"):
             "--json", out_json]
 
 
+class Busy:
+    """How busy the machine's cores were while the load ran: /proc/stat read every half second on
+    a thread of its own; saturated() is the share of those half-seconds at or above 95% busy, the
+    mark of a run whose figures the host's cores bound rather than the router."""
+
+    def __init__(self):
+        self.shares, self.done = [], threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def read():
+        with open("/proc/stat") as f:
+            v = list(map(int, f.readline().split()[1:]))
+        return sum(v), v[3] + v[4]  # all, idle and iowait
+
+    def sample(self):
+        last = self.read()
+        while not self.done.wait(0.5):
+            now = self.read()
+            total, idle = now[0] - last[0], now[1] - last[1]
+            if total > 0:
+                self.shares.append(1 - idle / total)
+            last = now
+
+    def saturated(self):
+        self.done.set()
+        self.thread.join()
+        return sum(x >= 0.95 for x in self.shares) / len(self.shares) if self.shares else None
+
+
 def loadgen(apis, cfg, out_json, log, fleet, engines):
-    """The sessions through apis, with the scenario's doings meanwhile; the report of the sessions."""
+    """The sessions through apis, with the scenario's doings meanwhile; the report of the sessions,
+    with the share of the run the cores were saturated (Busy) as "saturated"."""
     side = None
     if cfg["scenario"] == "bypass":
         side = subprocess.Popen(loadgen_args(engines, cfg, out_json + ".bypass", seed="11", balance="round_robin"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=load_side())
+    busy = Busy()
     with open(log, "w") as f:
-        main = subprocess.Popen(loadgen_args(apis, cfg, out_json), stdout=f, stderr=subprocess.DEVNULL)
+        main = subprocess.Popen(loadgen_args(apis, cfg, out_json), stdout=f, stderr=subprocess.DEVNULL,
+                                preexec_fn=load_side())
         if cfg["scenario"] == "restart":
             try:
                 main.wait(timeout=cfg["restart_after"])
@@ -159,7 +195,9 @@ def loadgen(apis, cfg, out_json, log, fleet, engines):
     if side is not None:
         side.wait()
     with open(out_json) as f:
-        return json.load(f)
+        rep = json.load(f)
+    rep["saturated"] = busy.saturated()
+    return rep
 
 
 def event_ports(n):
@@ -191,6 +229,12 @@ def engine_kv(cfg, i):
     return cfg["kv"] // 4 if cfg["scenario"] == "sizes" and i % 2 else cfg["kv"]
 
 
+def load_side():
+    """How the engines and loadgen start: on core 0 with REALTIER_PIN=1, where the routers run on
+    core 1 (realtier.Variant), so that a tier's routers take no engine's core; None otherwise."""
+    return realtier.Variant([]).preexec("load")
+
+
 class Engines:
     """The engines of a run: how each was started, so that one can be started again."""
 
@@ -199,7 +243,7 @@ class Engines:
 
     def start(self, args, log, env=None):
         f = open(os.path.join(self.fleet.tmp, log), "a")
-        self.fleet.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env))
+        self.fleet.procs.append(subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=load_side()))
         self.fleet.roles.append(os.path.basename(args[0]))
         self.started.append((len(self.fleet.procs) - 1, args, log, env))
 
@@ -210,7 +254,7 @@ class Engines:
         p.kill()
         p.wait()
         f = open(os.path.join(self.fleet.tmp, log), "a")
-        self.fleet.procs[at] = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env)
+        self.fleet.procs[at] = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, env=env, preexec_fn=load_side())
 
 
 def kv_workers(fleet, cfg):
@@ -374,7 +418,8 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
                 "engine_p50": quantile(engine, 0.5), "engine_p99": quantile(engine, 0.99),
                 "tokenize": res, "spread": spread,
                 "placed": {h: summed(pages, "vllm_router_cluster_placements_total", f'how="{h}"') for h in PLACED},
-                "migrated": {m: summed(pages, "vllm_router_stream_migrations_total", f'result="{m}"') for m in MIGRATED}, "queue_ms": queue_ms, "loadavg": realtier.loadavg()}
+                "migrated": {m: summed(pages, "vllm_router_stream_migrations_total", f'result="{m}"') for m in MIGRATED}, "queue_ms": queue_ms, "loadavg": realtier.loadavg(),
+                "saturated": rep["saturated"]}
     finally:
         fleet.stop()
         realtier.BIN = bindir["text"]
@@ -397,6 +442,12 @@ def before_bin(tmp, rev):
     archive = subprocess.run(["git", "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
     return router_bin(tmp, "before", [], src)
+
+
+def saturated_cell(reps):
+    """The mean share of the runs' half-seconds with the cores at or above 95% busy."""
+    xs = [r["saturated"] for r in reps if r.get("saturated") is not None]
+    return f"{statistics.mean(xs):.2f}" if xs else "-"
 
 
 def ms(s):
@@ -460,7 +511,9 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "index was right when it decided); on an in-flight reservation or the text index (the rest); and "
          "those whose engine found not one token cached. Added latency: the replicas' histogram of what "
          "tokenization added to each request (a cached prompt's lookup included), then the engines' /tokenize "
-         "answers alone; bucket bounds in ms. The lookup on the sets is in the Go benchmark below."
+         "answers alone; bucket bounds in ms. Cores saturated: the share of the load's half-seconds with "
+         "the machine's cores at or above 95% busy (/proc/stat); where it is high the host, not the "
+         "router, bounds the run's latencies. The lookup on the sets is in the Go benchmark below."
          + (f" before: events with the router of {cfg['before']} (the same bench before the change), side by side."
             if cfg["before"] else "") + "\n",
          "```\nscripts/bench.sh kvevents   # this section\n"
@@ -477,8 +530,8 @@ def render(cfg, runs, load_before, load_after, elapsed):
          "| replicas | mode | cached-token ratio: mean / worst | vs text: mean / worst | vs oracle: mean / worst | "
          "vs 1 replica: mean / worst | false hits / judged (mean) | false hits on stored (evicted after) / reservation or text index / none cached (mean) | false share of the hits predicted on the events (mean) | added p50 / p99 ms | engine tokenize p50 / "
          "p99 ms | tokenized: ok / cached / prefix / peer / slow / failed (mean) | TTFT p50 / p99 ms | TTFT p99 vs 1 replica: mean / worst | "
-         "engines: largest's prompt tokens over the mean's / queue ms (mean) | errors | load avg per round |",
-         "|" + "---|" * 17]
+         "engines: largest's prompt tokens over the mean's / queue ms (mean) | cores saturated: share of the run (mean) | errors | load avg per round |",
+         "|" + "---|" * 18]
     verdicts = []
     for n in cfg["replicas"]:
         for mode in cfg["modes"]:
@@ -510,7 +563,7 @@ def render(cfg, runs, load_before, load_after, elapsed):
                      f"{ms(max((r['engine_p50'] for r in reps), key=lambda x: x or 0))} / "
                      f"{ms(max((r['engine_p99'] for r in reps), key=lambda x: x or 0))} | {tok} | "
                      f"{statistics.mean(r['ttft_p50'] for r in reps):.0f} / {statistics.mean(r['ttft_p99'] for r in reps):.0f} | "
-                     f"{ttft_vs_one(runs, n, mode, rounds)} | {engines_cell(reps)} | {sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
+                     f"{ttft_vs_one(runs, n, mode, rounds)} | {engines_cell(reps)} | {saturated_cell(reps)} | {sum(r['errors'] for r in reps)} | {' / '.join(r['loadavg'].split()[0] for r in reps)} |")
             if mode == "events":
                 for label, other, bound in (("vs text", "text", 1.0), ("vs oracle", "oracle", 0.99)):
                     v = vs(lambda k: runs.get((n, other, k)))
@@ -555,7 +608,7 @@ def main(out_md):
                           f"added p50 {ms(r['added_p50'])} p99 {ms(r['added_p99'])} ms, tokenized {r['tokenize']}, "
                           f"engines: spread {r['spread']}, queue ms {r['queue_ms']}, placed {r['placed']}, "
                           f"streams migrated {r['migrated']}, "
-                          f"errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
+                          f"cores saturated {r['saturated']}, errors {r['errors']}, load {r['loadavg']}", file=sys.stderr)
     except Exception:
         keep = os.path.join(tempfile.gettempdir(), "kvrouter-kvbench-failed")
         shutil.rmtree(keep, ignore_errors=True)
