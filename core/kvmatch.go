@@ -136,24 +136,30 @@ func (e *events) note(out *Decided, req *affinity.Request) {
 	}
 }
 
-// knowsMore reports whether some candidate's engine holds, by its events,
-// more of req's prompt than depth, the deepest block of its routing text
-// the index knows (-1: none), by more than one engine block (the tokens'
-// share of the text is an estimate). False without events or tokens.
-// Nothing is counted: the request is matched again when it is decided.
-func (e *events) knowsMore(req *affinity.Request, pool *affinity.Pool, depth int) bool {
+// engineHeld is what the candidates' engines hold of req's prompt by their
+// trusted events: the text depth (in blocks of the routing text, -1 for
+// none) of the most any holds, less one engine block (the tokens' share of
+// the text is an estimate), and how many hold that most; ok is false
+// without events or tokens. Nothing is counted: the request is matched
+// again when it is decided.
+func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, holders int, ok bool) {
 	e.use(req)
-	m, ok := req.Matcher.(*kvMatch)
-	if !ok {
-		return false
+	m, isKV := req.Matcher.(*kvMatch)
+	if !isKV {
+		return -1, 0, false
 	}
 	most := 0
 	for i := range pool.Len() {
-		if n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys); t == kvevents.Trusted {
-			most = max(most, n)
+		n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys)
+		switch {
+		case t != kvevents.Trusted || n < most:
+		case n > most:
+			most, holders = n, 1
+		default:
+			holders++
 		}
 	}
-	return m.textDepth(req, most-1) > depth
+	return m.textDepth(req, most-1), holders, true
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {

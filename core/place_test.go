@@ -372,7 +372,8 @@ func sharedTokens(i int) ([]byte, []uint32) {
 // TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot: with the
 // engines' events, a session's first turn on a shared system prompt, which
 // the engines hold and nothing more of it, is the placer's as on the text
-// index; a session's next turn whose earlier turn an engine stored is
+// index, unless one engine alone holds the prompt (no choice to make); a
+// prompt nobody holds is decided where it arrives; a session's next turn whose earlier turn an engine stored is
 // decided where it arrives though the index here knows only the system
 // prompt (the peer that placed it has not said so yet), unless that
 // engine's stream is not trusted: then the events know nothing and the
@@ -396,6 +397,16 @@ func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	if got := placingFor(other, otherTokens); got != askPlacer {
 		t.Errorf("a new session's first turn, the engines holding the system prompt: %d, want the placer's", got)
 	}
+	fresh, freshTokens := kvPrompt(20)
+	if got := placingFor(fresh, freshTokens); got != decideHere {
+		t.Errorf("a prompt nobody holds or knows: %d, want decided here", got)
+	}
+	held := ev.held[1]
+	ev.held[1] = nil
+	if got := placingFor(other, otherTokens); got != decideHere {
+		t.Errorf("a new session's first turn, one engine holding the system prompt: %d, want decided here", got)
+	}
+	ev.held[1] = held
 	ev.stores(3, otherTokens, len(otherTokens)/kvBlock) // a peer placed that turn on 3, whose engine stored it
 	if got := placingFor(next, nextTokens); got != decideHere {
 		t.Errorf("the session's next turn, its first turn stored on an engine: %d, want decided here", got)
