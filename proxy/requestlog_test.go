@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +23,7 @@ func TestEveryRequestHasOneLogLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	defer func() { _ = p.Shutdown(context.Background()); <-done }()
-	url := "http://" + ln.Addr().String()
+	url := serveProxy(t, p)
 	prompt := strings.Repeat("a long shared system prompt. ", 20)
 	readStream(t, url, completion(prompt, true))
 	readStream(t, url, completion(prompt+"and a follow-up", true))
@@ -75,11 +69,7 @@ func TestTheRequestLogSaysThePromptsTokensAndHowManyTheEngineFoundCached(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	defer func() { _ = p.Shutdown(context.Background()); <-done }()
-	url := "http://" + ln.Addr().String()
+	url := serveProxy(t, p)
 	post(t, url, "/v1/completions", completion("a whole answer", false))
 	readStream(t, url, completion("a stream", true))
 	post(t, url, "/v1/completions", completion("no usage", false))

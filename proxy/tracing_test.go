@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -32,13 +31,10 @@ func TestEachRequestAndAttemptHasASpanAndWorkersGetTheTraceparent(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	done := make(chan struct{})
-	go func() { defer close(done); _ = p.Serve(ln) }()
-	defer func() { _ = p.Shutdown(context.Background()); <-done }()
+	url := serveProxy(t, p)
 
 	const clientTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
-	req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/v1/completions", strings.NewReader(completion("x", false)))
+	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(completion("x", false)))
 	req.Header.Set("traceparent", "00-"+clientTrace+"-00f067aa0ba902b7-01")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
