@@ -136,18 +136,22 @@ func (e *events) note(out *Decided, req *affinity.Request) {
 	}
 }
 
+// routesOn gives req its matcher on the events (use) and reports whether
+// it is routed on them: the replica has events and the request its tokens.
+func (e *events) routesOn(req *affinity.Request) bool {
+	e.use(req)
+	_, ok := req.Matcher.(*kvMatch)
+	return ok
+}
+
 // engineHeld is what the candidates' engines hold of req's prompt by their
 // trusted events: the text depth (in blocks of the routing text, -1 for
 // none) of the most any holds, less one engine block (the tokens' share of
-// the text is an estimate), and how many hold that most; ok is false
-// without events or tokens. Nothing is counted: the request is matched
-// again when it is decided.
-func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, holders int, ok bool) {
-	e.use(req)
-	m, isKV := req.Matcher.(*kvMatch)
-	if !isKV {
-		return -1, 0, false
-	}
+// the text is an estimate), and how many hold that most. req is one
+// routesOn said yes to. Nothing is counted: the request is matched again
+// when it is decided.
+func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, holders int) {
+	m := req.Matcher.(*kvMatch)
 	most := 0
 	for i := range pool.Len() {
 		n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys)
@@ -159,7 +163,7 @@ func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, 
 			holders++
 		}
 	}
-	return m.textDepth(req, most-1), holders, true
+	return m.textDepth(req, most-1), holders
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {

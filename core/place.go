@@ -38,17 +38,18 @@ func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := c.deepest(req, pool, buf[:0])
 	known := m.candidate && m.deep
-	if known && !c.leavesSharedPrefix(req, m.depth) {
-		return false
-	}
-	depth, holders, ok := c.events.engineHeld(req, pool)
 	switch {
-	case !ok:
-		return true
-	case depth > m.depth:
-		return false // the events know more of it than the index
+	case known && !c.leavesSharedPrefix(req, m.depth):
+		return false
+	case !c.events.routesOn(req):
+		return true // the index alone
+	case !known:
+		return false // a prompt nobody is known to hold: on the events, here
 	}
-	return known && holders > 1
+	// Only a first turn on a shared prefix pays this second look at the
+	// candidates' engines.
+	depth, holders := c.events.engineHeld(req, pool)
+	return depth <= m.depth && holders > 1
 }
 
 // leavesSharedPrefix reports whether req goes on past its deepest known

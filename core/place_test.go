@@ -373,11 +373,11 @@ func sharedTokens(i int) ([]byte, []uint32) {
 // engines' events, a session's first turn on a shared system prompt, which
 // the engines hold and nothing more of it, is the placer's as on the text
 // index, unless one engine alone holds the prompt (no choice to make); a
-// prompt nobody holds is decided where it arrives; a session's next turn whose earlier turn an engine stored is
-// decided where it arrives though the index here knows only the system
-// prompt (the peer that placed it has not said so yet), unless that
-// engine's stream is not trusted: then the events know nothing and the
-// turn is the placer's.
+// prompt nobody holds is decided where it arrives; so is a session's next
+// turn whose earlier turn an engine stored, though the index here knows
+// only the system prompt (the peer that placed it has not said so yet),
+// unless that engine's stream is not trusted: then the events know nothing
+// more than the index and the turn is the placer's.
 func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	ev := newFakeEvents()
 	r, rt, clk := kvCore(t, ev)
@@ -432,6 +432,12 @@ func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	}
 	if d.kvKeys == nil {
 		t.Error("decided after the question, the request lost its keys")
+	}
+	third, thirdTokens := sharedTokens(2) // a turn two engines stored, of which the index knows the system prompt
+	ev.stores(2, thirdTokens, len(thirdTokens)/kvBlock)
+	ev.stores(1, thirdTokens, len(thirdTokens)/kvBlock)
+	if got := placingFor(third, thirdTokens); got != decideHere {
+		t.Errorf("a prompt two engines stored, the index knowing its system prompt: %d, want decided here", got)
 	}
 }
 
