@@ -90,6 +90,9 @@ func (e *events) routing() KVRouting {
 type kvMatch struct {
 	e    *events
 	keys []kvevents.Key
+	// tokens is how many tokens the keys were made of, tokenText how many
+	// leading bytes of the routing text they stand for (0: all of it).
+	tokens, tokenText int
 }
 
 var _ affinity.PrefixMatcher = (*kvMatch)(nil)
@@ -100,7 +103,21 @@ func (e *events) use(req *affinity.Request) {
 	if e.src == nil || len(req.Tokens) == 0 || req.Matcher != nil {
 		return
 	}
-	req.Matcher = &kvMatch{e: e, keys: e.src.Keys(nil, req.CacheIdentity, req.Tokens)}
+	req.Matcher = &kvMatch{e: e, keys: e.src.Keys(nil, req.CacheIdentity, req.Tokens), tokens: len(req.Tokens),
+		tokenText: req.TokenText}
+	e.counts.requests.Add(1)
+}
+
+// given gives req, a peer's question to the placer, a matcher on the keys
+// the peer made of its tokens (Question.KV), so that the placer decides it
+// on the engines' events as the peer would have: the placer's index does
+// not see the engines evict, and a prefix it still knows would be a hit
+// on an engine that no longer holds it.
+func (e *events) given(req *affinity.Request, keys []kvevents.Key, tokens, tokenText int) {
+	if e.src == nil || len(keys) == 0 || tokens == 0 {
+		return
+	}
+	req.Matcher = &kvMatch{e: e, keys: keys, tokens: tokens, tokenText: tokenText}
 	e.counts.requests.Add(1)
 }
 
@@ -147,7 +164,10 @@ func (e *events) routesOn(req *affinity.Request) bool {
 // engineHeld is what the candidates' engines hold of req's prompt by their
 // trusted events: the text depth (in blocks of the routing text, -1 for
 // none) of the most any holds, less one engine block (the tokens' share of
-// the text is an estimate), and how many hold that most. req is one
+// the text is an estimate), and how many hold that most: none when no
+// engine holds any of it (the index may still know a prefix the engines
+// have since evicted, which the placer, deciding on its index, would call
+// a hit: 0 cached tokens for a predicted 99%). req is one
 // routesOn said yes to. Nothing is counted: the request is matched again
 // when it is decided.
 func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, holders int) {
@@ -162,6 +182,9 @@ func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, 
 		default:
 			holders++
 		}
+	}
+	if most == 0 {
+		return -1, 0 // nobody holds any of it: no choice to share
 	}
 	return m.textDepth(req, most-1), holders
 }
@@ -211,14 +234,14 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 // KV blocks: the same share of the text the tokens cover as of the tokens,
 // rounded down so that a match never claims more than the engine holds.
 func (m *kvMatch) textDepth(req *affinity.Request, blocks int) int {
-	if blocks <= 0 || len(req.Tokens) == 0 {
+	if blocks <= 0 || m.tokens == 0 {
 		return -1
 	}
 	text := req.Len()
-	if req.TokenText > 0 {
-		text = min(req.TokenText, text) // the tokens are a prefix's: they cover that much of the text
+	if m.tokenText > 0 {
+		text = min(m.tokenText, text) // the tokens are a prefix's: they cover that much of the text
 	}
-	tokens := min(blocks*m.e.src.BlockSize(), len(req.Tokens))
-	bytes := tokens * text / len(req.Tokens)
+	tokens := min(blocks*m.e.src.BlockSize(), m.tokens)
+	bytes := tokens * text / m.tokens
 	return min(bytes/m.e.blockSize, len(req.Hashes)) - 1
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/kvevents"
 )
 
 // The tier's placer. A replica that knows nothing of a request's prefix
@@ -29,7 +30,8 @@ import (
 // them. Other requests with tokens are decided where they arrive, on the
 // events: a turn whose earlier turns an engine stored (a peer's fact on its
 // way, traffic that did not pass the router), a prefix one engine alone
-// holds (no choice to share), and a prompt nobody holds. Put to the placer,
+// holds (no choice to share), and a prompt no engine holds (even one whose
+// prefix the index still knows: the engines evicted it). Put to the placer,
 // whose index does not see the engines evict, those cost a tier of four on
 // events cached tokens under load (TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult
 // failed 2 runs of 9 beside three busy loops; none of 6 with them decided
@@ -139,6 +141,11 @@ func (c *decider) decideOn(router *affinity.Router, req *affinity.Request, pool 
 // its routing text (not the text), and the candidates the peer would choose
 // from, in its pool's order. From and Seq name it for the placer's hold: the
 // asker's gossip origin and its number for the question (holds.go).
+//
+// A request with the engines' tokens carries their block keys too (KV,
+// with how many tokens they were made of and how much of the text those
+// cover), and the placer decides it on the engines' events, as the peer
+// would.
 type Question struct {
 	From       string
 	Seq        uint64
@@ -147,6 +154,9 @@ type Question struct {
 	Tail       uint64
 	TextLen    int
 	Candidates []affinity.WorkerID
+	KV         []kvevents.Key
+	Tokens     int
+	TokenText  int
 }
 
 // ask is the question for req over pool, numbered: the caller must settle
@@ -156,6 +166,9 @@ func (p *Placement) ask(req *affinity.Request, pool *affinity.Pool) Question {
 		TextLen: req.Len(), Candidates: make([]affinity.WorkerID, pool.Len())}
 	for i := range pool.Len() {
 		q.Candidates[i] = pool.At(i).ID()
+	}
+	if m, ok := req.Matcher.(*kvMatch); ok {
+		q.KV, q.Tokens, q.TokenText = m.keys, m.tokens, m.tokenText
 	}
 	return q
 }
@@ -173,6 +186,7 @@ func (p *Placement) answer(router *affinity.Router, q Question) (Decided, error)
 		}
 	}
 	req := &affinity.Request{Hashes: q.Hashes, Full: q.Full, Tail: q.Tail, TextLen: q.TextLen}
+	p.r.decide.events.given(req, q.KV, q.Tokens, q.TokenText)
 	d, g, err := p.r.decide.place(router, req, affinity.NewPool(members))
 	if err != nil {
 		return Decided{}, err

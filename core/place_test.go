@@ -167,6 +167,17 @@ func TestAQuestionAndAPlacementSurviveTheWire(t *testing.T) {
 		!slices.Equal(got.Candidates, q.Candidates) {
 		t.Fatalf("got %+v, want %+v", got, q)
 	}
+	if b := q.AppendBinary(nil); b[0] != keylessWireVersion {
+		t.Errorf("a question without keys is written as version %d, want %d (the version before reads it)", b[0], keylessWireVersion)
+	}
+	q.KV, q.Tokens, q.TokenText = []kvevents.Key{7, 1 << 31, 0}, 12, 640
+	got, err = ParseQuestion(q.AppendBinary(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.KV, q.KV) || got.Tokens != q.Tokens || got.TokenText != q.TokenText || !slices.Equal(got.Hashes, q.Hashes) {
+		t.Fatalf("with keys: got %+v, want %+v", got, q)
+	}
 	d := affinity.Decision{Worker: 7, Hit: true, Matched: 4096}
 	back, err := ParsePlacement(AppendPlacement(nil, d))
 	if err != nil || back.Worker != d.Worker || back.Hit != d.Hit || back.Matched != d.Matched {
@@ -176,17 +187,22 @@ func TestAQuestionAndAPlacementSurviveTheWire(t *testing.T) {
 
 func TestMalformedPlacementMessagesAreRefused(t *testing.T) {
 	good := Question{Hashes: []uint64{1, 2}, Full: 2, TextLen: 32, Candidates: []affinity.WorkerID{1}}.AppendBinary(nil)
+	keyed := Question{Hashes: []uint64{1}, Full: 1, KV: []kvevents.Key{1, 2}, Tokens: 8}.AppendBinary(nil)
 	huge := append([]byte{placeWireVersion, 0, 0, 0}, make([]byte, 8)...)
 	huge = append(huge, 0, 0xff, 0xff, 0xff, 0xff, 0x0f) // 2^32-1 hashes announced
 	for name, b := range map[string][]byte{
 		"empty":                 nil,
 		"another version":       append([]byte{placeWireVersion + 1}, good[1:]...),
+		"a version before 2":    append([]byte{keylessWireVersion - 1}, good[1:]...),
 		"truncated":             good[:len(good)-3],
 		"bytes past the end":    append(slices.Clone(good), 0),
 		"more hashes than sent": huge,
 		"more full than hashes": Question{Hashes: []uint64{1}, Full: 2}.AppendBinary(nil),
 		"a name over 128 bytes": Question{From: string(bytesOf('r', 129))}.AppendBinary(nil),
 		"a name past the end":   {placeWireVersion, 5, 'r'},
+		"more keys than tokens": Question{KV: []kvevents.Key{1, 2, 3}, Tokens: 2}.AppendBinary(nil),
+		"keys past the end":     keyed[:len(keyed)-1],
+		"no keys in version 3":  append(append([]byte{placeWireVersion}, good[1:]...), 4, 0, 0),
 	} {
 		if _, err := ParseQuestion(b); !errors.Is(err, ErrBadPlacement) {
 			t.Errorf("%s: err = %v, want ErrBadPlacement", name, err)
@@ -406,6 +422,11 @@ func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	if got := placingFor(other, otherTokens); got != decideHere {
 		t.Errorf("a new session's first turn, one engine holding the system prompt: %d, want decided here", got)
 	}
+	ev.held[2] = nil
+	if got := placingFor(other, otherTokens); got != decideHere {
+		t.Errorf("a new session's first turn on a system prompt the index knows and every engine evicted: %d, want decided here", got)
+	}
+	ev.stores(2, otherTokens, 8*blockSize/4/kvBlock)
 	ev.held[1] = held
 	ev.stores(3, otherTokens, len(otherTokens)/kvBlock) // a peer placed that turn on 3, whose engine stored it
 	if got := placingFor(next, nextTokens); got != decideHere {
@@ -463,5 +484,46 @@ func TestOnEventsATurnThePlacerPlacedIsJudgedOnTheEngine(t *testing.T) {
 	}
 	if !slices.Contains(ev.expected, 2) {
 		t.Errorf("engines told to expect work: %v; want 2", ev.expected)
+	}
+}
+
+// TestThePlacerDecidesAQuestionWithTokensOnTheEnginesEvents: a question
+// about a request with tokens carries the engines' block keys, and the
+// placer decides it on its engines' events, not on its index, which still
+// remembers a worker whose engine has since evicted the prompt: that would
+// be a hit predicted on an engine holding none of it.
+func TestThePlacerDecidesAQuestionWithTokensOnTheEnginesEvents(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	pl, err := r.NewPlacement(PlacementConfig{IsPlacer: func() bool { return true }, Placer: func() string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, tokens := kvPrompt(5)
+	decideTokens(t, r, rt, text, tokens)
+	owner := decideTokens(t, r, rt, text, tokens).Worker // the index remembers owner
+	clk.Step(time.Minute)                                // past the reservation
+	other := owner%3 + 1
+	ev.stores(uint32(other), tokens, len(tokens)/kvBlock) // owner's engine evicted it, other's computed it
+	req := rt.Prepare("m", text, 0)
+	req.Tokens = tokens
+	r.decide.events.use(req)
+	q, err := ParseQuestion(pl.ask(req, allPool(r)).AppendBinary(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.KV) != len(tokens)/kvBlock || q.Tokens != len(tokens) {
+		t.Fatalf("the question carries %d keys of %d tokens, want %d of %d", len(q.KV), q.Tokens, len(tokens)/kvBlock, len(tokens))
+	}
+	placed, _, err := pl.Serve(rt, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if placed.Worker != other || !placed.Hit {
+		t.Errorf("placed %+v; want a hit on %d, whose engine holds the prompt (the index remembers %d)", placed, other, owner)
+	}
+	q.KV = nil // as a placer of the version before, or an asker without tokens
+	if placed, _, err = pl.Serve(rt, q); err != nil || placed.Worker != owner {
+		t.Errorf("without keys placed %+v (%v); want %d, on the index (the test sees the difference)", placed, err, owner)
 	}
 }

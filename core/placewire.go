@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/kvrouter/kvrouter/affinity"
+	"github.com/kvrouter/kvrouter/kvevents"
 )
 
 // The placer's wire: a question and its answer, each a version byte and
@@ -14,8 +15,15 @@ import (
 // allocated for it.
 
 const (
-	// placeWireVersion 2 named the question (Question.From, Seq).
-	placeWireVersion = 2
+	// placeWireVersion 3 carries a question's engine block keys
+	// (Question.KV) after its candidates. A question without keys is
+	// written as version 2, which placers of the version before read: a
+	// tier on the text index places across a rolling upgrade.
+	placeWireVersion = 3
+	// keylessWireVersion 2 named the question (Question.From, Seq).
+	keylessWireVersion = 2
+	// maxQuestionTokens bounds the tokens a question's keys stand for.
+	maxQuestionTokens = 1 << 24
 	// maxFromBytes bounds the asker's name (loadsync's origin names are
 	// at most 128 bytes).
 	maxFromBytes = 128
@@ -28,7 +36,11 @@ var ErrBadPlacement = errors.New("core: malformed placement message")
 
 // AppendBinary appends q's encoding to dst.
 func (q Question) AppendBinary(dst []byte) []byte {
-	dst = append(dst, placeWireVersion)
+	version := byte(placeWireVersion)
+	if len(q.KV) == 0 {
+		version = keylessWireVersion
+	}
+	dst = append(dst, version)
 	dst = binary.AppendUvarint(dst, uint64(len(q.From)))
 	dst = append(dst, q.From...)
 	dst = binary.AppendUvarint(dst, q.Seq)
@@ -43,13 +55,22 @@ func (q Question) AppendBinary(dst []byte) []byte {
 	for _, id := range q.Candidates {
 		dst = binary.AppendUvarint(dst, uint64(id))
 	}
+	if version == keylessWireVersion {
+		return dst
+	}
+	dst = binary.AppendUvarint(dst, uint64(q.Tokens))
+	dst = binary.AppendUvarint(dst, uint64(q.TokenText))
+	dst = binary.AppendUvarint(dst, uint64(len(q.KV)))
+	for _, k := range q.KV {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(k))
+	}
 	return dst
 }
 
 // ParseQuestion reads a question that AppendBinary wrote.
 func ParseQuestion(b []byte) (Question, error) {
 	w := wireReader{b: b}
-	w.version()
+	version := w.version(keylessWireVersion, placeWireVersion)
 	var q Question
 	q.From = w.str(maxFromBytes)
 	q.Seq = w.uvarint(1<<63 - 1)
@@ -76,11 +97,38 @@ func ParseQuestion(b []byte) (Question, error) {
 		}
 		q.Candidates = append(q.Candidates, affinity.WorkerID(w.uvarint(1<<31)))
 	}
+	if version == placeWireVersion {
+		q.readKV(&w)
+	}
 	w.end()
 	if w.err == nil && q.Full > len(q.Hashes) {
 		w.fail("%d full blocks of %d hashes", q.Full, len(q.Hashes))
 	}
 	return q, w.err
+}
+
+// readKV reads a question's keys: no more than one per token, and no more
+// than the bytes left can hold.
+func (q *Question) readKV(w *wireReader) {
+	q.Tokens = int(w.uvarint(maxQuestionTokens))
+	q.TokenText = int(w.uvarint(1 << 40))
+	n := int(w.uvarint(maxQuestionTokens))
+	switch {
+	case w.err != nil:
+		return
+	case n > q.Tokens || n == 0:
+		w.fail("%d keys for %d tokens", n, q.Tokens)
+	case len(w.b) < 4*n:
+		w.fail("%d keys announced, %d bytes left", n, len(w.b))
+	}
+	if w.err != nil {
+		return
+	}
+	q.KV = make([]kvevents.Key, n)
+	for i := range q.KV {
+		q.KV[i] = kvevents.Key(binary.LittleEndian.Uint32(w.b[4*i:]))
+	}
+	w.b = w.b[4*n:]
 }
 
 // AppendPlacement appends the encoding of the placer's decision d to dst.
@@ -98,7 +146,7 @@ func AppendPlacement(dst []byte, d affinity.Decision) []byte {
 // ParsePlacement reads a decision that AppendPlacement wrote.
 func ParsePlacement(b []byte) (affinity.Decision, error) {
 	w := wireReader{b: b}
-	w.version()
+	w.version(placeWireVersion, placeWireVersion)
 	var d affinity.Decision
 	d.Worker = affinity.WorkerID(w.uvarint(1 << 31))
 	switch w.byte() {
@@ -125,10 +173,13 @@ func (w *wireReader) fail(format string, args ...any) {
 	}
 }
 
-func (w *wireReader) version() {
-	if v := w.byte(); w.err == nil && v != placeWireVersion {
-		w.fail("version %d, want %d", v, placeWireVersion)
+// version reads the version byte, one of oldest to newest.
+func (w *wireReader) version(oldest, newest byte) byte {
+	v := w.byte()
+	if w.err == nil && (v < oldest || v > newest) {
+		w.fail("version %d, want %d to %d", v, oldest, newest)
 	}
+	return v
 }
 
 func (w *wireReader) byte() byte {
