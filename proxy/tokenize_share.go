@@ -155,8 +155,9 @@ func (p prompt) extends(e *tokenEntry) bool {
 // fromKeeper asks the keeper of the worker the turn before req's went to
 // for the tokens of that turn (or a longer earlier one), for a prompt this
 // replica knows no prefix of; nil when req continues no earlier turn, this
-// replica is that keeper, or the keeper has none in time.
-func (t *tokenizer) fromKeeper(req *affinity.Request, pool *affinity.Pool, p prompt) *tokenEntry {
+// replica is that keeper, or the keeper has none in time (shareFindTimeout,
+// and no later than deadline, the request's bound on tokenization).
+func (t *tokenizer) fromKeeper(req *affinity.Request, pool *affinity.Pool, p prompt, deadline time.Time) *tokenEntry {
 	if t.share == nil || t.index == nil {
 		return nil
 	}
@@ -168,7 +169,10 @@ func (t *tokenizer) fromKeeper(req *affinity.Request, pool *affinity.Pool, p pro
 	if keeper == "" {
 		return nil
 	}
-	ans, err := t.share.Find(keeper, appendTokenQuery(nil, p.marks), time.Now().Add(shareFindTimeout))
+	if by := time.Now().Add(shareFindTimeout); by.Before(deadline) {
+		deadline = by
+	}
+	ans, err := t.share.Find(keeper, appendTokenQuery(nil, p.marks), deadline)
 	if err != nil {
 		t.shared.findFailed.Inc()
 		return nil

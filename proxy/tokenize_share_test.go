@@ -168,7 +168,7 @@ func TestATurnUsesOnlyWhatItsKeeperKeptOfItsOwnConversation(t *testing.T) {
 			func(c shareCounts) uint64 { return c.found.Get() }},
 	} {
 		tok := newTokenizer(TokenizeConfig{}, "", nil, tc.share, index, metrics.NewSet())
-		e := tok.fromKeeper(req, pool, next)
+		e := tok.fromKeeper(req, pool, next, time.Now().Add(time.Second))
 		if used := e != nil; used != tc.used || tc.share.asked != 1 || tc.counts(tok.shared) != 1 {
 			t.Errorf("%s: used %v (want %v), asked %d times, counted %d", tc.name, used, tc.used, tc.share.asked, tc.counts(tok.shared))
 		}
@@ -183,12 +183,12 @@ func TestATurnUsesOnlyWhatItsKeeperKeptOfItsOwnConversation(t *testing.T) {
 	}
 	for name, share := range map[string]*keeperDouble{"its own keeper": {keeper: ""}} {
 		tok := newTokenizer(TokenizeConfig{}, "", nil, share, index, metrics.NewSet())
-		if tok.fromKeeper(req, pool, next) != nil || share.asked != 0 {
+		if tok.fromKeeper(req, pool, next, time.Now().Add(time.Second)) != nil || share.asked != 0 {
 			t.Errorf("%s: asked %d times", name, share.asked)
 		}
 	}
 	tok := newTokenizer(TokenizeConfig{}, "", nil, &keeperDouble{keeper: "peer", answer: kept}, index, metrics.NewSet())
-	if tok.fromKeeper(&affinity.Request{Hashes: affinity.BlockHashes(nil, "m", []byte(strings.Repeat("new ", 200)), 16)}, pool, next) != nil {
+	if tok.fromKeeper(&affinity.Request{Hashes: affinity.BlockHashes(nil, "m", []byte(strings.Repeat("new ", 200)), 16)}, pool, next, time.Now().Add(time.Second)) != nil {
 		t.Error("a prompt that continues no earlier turn asked a keeper")
 	}
 }

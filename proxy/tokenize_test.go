@@ -419,3 +419,82 @@ func FuzzTokensOf(f *testing.F) {
 		}
 	})
 }
+
+// lateKeeper is a tier's keeper of tokens that has none: it answers at
+// once, or late past the deadline it was given (a peer on a loaded host is
+// scheduled tens of milliseconds after its deadline), and records each
+// deadline.
+type lateKeeper struct {
+	late      time.Duration // 0: at once
+	mu        sync.Mutex
+	deadlines []time.Duration // each deadline, from when it was asked
+}
+
+func (k *lateKeeper) KeeperOf(affinity.WorkerID) string { return "peer" }
+
+func (k *lateKeeper) Find(_ string, _ []byte, deadline time.Time) ([]byte, error) {
+	k.mu.Lock()
+	k.deadlines = append(k.deadlines, time.Until(deadline))
+	k.mu.Unlock()
+	if k.late > 0 {
+		time.Sleep(time.Until(deadline) + k.late) // the latency of the late peer the double stands for
+	}
+	return nil, errors.New("no answer in time")
+}
+
+func (k *lateKeeper) Keep(string, []byte, time.Time) error { return nil }
+
+func (k *lateKeeper) asked() []time.Duration {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.deadlines)
+}
+
+// TestTokenizationWaitsNoLongerThanItsBoundInAll: the bound on what
+// tokenization adds to a request is one for the whole wait. A keeper is
+// given no later a deadline than the request's bound, and a turn whose
+// keeper answered past the bound is left to the text index at once rather
+// than given a second bound at the engine (which would answer in time here).
+func TestTokenizationWaitsNoLongerThanItsBoundInAll(t *testing.T) {
+	earlier := strings.Repeat("the first turn of this conversation, ", 20)
+	next := earlier + "and the second turn, which goes on"
+	body := `{"model":"m","prompt":"` + next + `","max_tokens":1}`
+	routerWith := func(bound time.Duration, keeper *lateKeeper) (*testRouter, *tokensSeen) {
+		w := startTokenizingWorker(t, `[4,5,6]`)
+		seen := &tokensSeen{}
+		p, err := buildProxyWith(Config{Tokenize: TokenizeConfig{Enabled: true, Timeout: bound}}, affinity.PolicyCacheAware,
+			[]Worker{{ID: 1, URL: w.URL, Role: RoleRegular}}, func(d *Deps) {
+				d.Decider, d.Tokens = seen, keeper
+				hashes := affinity.BlockHashes(nil, "m", []byte(next), 16)
+				d.Index.Learn(affinity.Fact{Hash: hashes[len(hashes)-3], Worker: 1, Span: 1}) // the turn before went to 1
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &testRouter{proxy: p, url: serveProxy(t, p), set: p.deps.Metrics}, seen
+	}
+
+	keeper := &lateKeeper{}
+	r, _ := routerWith(2*time.Millisecond, keeper) // under the keeper's own 5 ms
+	if resp, b := post(t, r.url, "/v1/completions", body); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if asked := keeper.asked(); len(asked) != 1 || asked[0] > 2*time.Millisecond {
+		t.Errorf("the keeper was given %v to answer, want at most the request's bound of 2 ms", asked)
+	}
+
+	keeper = &lateKeeper{late: 250 * time.Millisecond}
+	r, seen := routerWith(200*time.Millisecond, keeper)
+	if resp, b := post(t, r.url, "/v1/completions", body); resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if len(keeper.asked()) != 1 {
+		t.Fatalf("the keeper was asked %d times, want 1", len(keeper.asked()))
+	}
+	if got := seen.last(); got != nil {
+		t.Errorf("the turn was routed on the engine's tokens %v after its keeper spent the bound", got)
+	}
+	if m := scrape(t, r); !strings.Contains(m, `vllm_router_kv_tokenize_total{result="slow"} 1`) {
+		t.Errorf("tokenize counts:\n%s", grepLines(m, "kv_tokenize"))
+	}
+}
