@@ -339,3 +339,23 @@ func TestAStreamJoinedLateWithNothingToFillItIsRecoveringForTheStaleWindow(t *te
 		t.Fatalf("a window after: %v", tr)
 	}
 }
+
+// TestAPublishersNextSequenceIsWhatAnUpToDateSubscriberExpects: the
+// publisher counts the batches it numbered, from 0 again after a restart.
+func TestAPublishersNextSequenceIsWhatAnUpToDateSubscriberExpects(t *testing.T) {
+	p, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Encoding: Keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	for range 2 {
+		publish(t, p, stored(names(1), nil, prompt(1, 1)))
+	}
+	if n := p.Next(); n != 2 {
+		t.Errorf("after 2 batches Next = %d, want 2", n)
+	}
+	p.Restart()
+	if n := p.Next(); n != 0 {
+		t.Errorf("after a restart Next = %d, want 0", n)
+	}
+}

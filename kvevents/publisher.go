@@ -155,6 +155,14 @@ func (p *Publisher) Withhold(b Batch) error {
 	return nil
 }
 
+// Next is the sequence number the next batch will carry: a subscriber
+// whose next expected number has reached it has heard every batch so far.
+func (p *Publisher) Next() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
 // keepLocked numbers payload and keeps it for replay; under mu.
 func (p *Publisher) keepLocked(payload []byte) uint64 {
 	seq := p.seq

@@ -115,11 +115,7 @@ func pressure(t *testing.T, router string, ws []kvWorker, docs, rounds int) (fal
 				}
 			}
 		}
-		for i, w := range ws {
-			for n := range 2 {
-				complete(t, w.url, strings.Repeat(fmt.Sprintf("Unrelated batch job %d/%d/%d filling the cache. ", r, i, n), 120), false)
-			}
-		}
+		fillCaches(t, []string{router}, ws, r)
 	}
 	falseHits = metric(t, router, "vllm_router_false_hits_total")
 	judged = metric(t, router, "vllm_router_judged_decisions_total")
@@ -127,6 +123,30 @@ func pressure(t *testing.T, router string, ws []kvWorker, docs, rounds int) (fal
 	t.Logf("%s: predicted hits %v, engine hits %v, cold misses %v", router, metric(t, router, "vllm_router_predicted_hits_total"),
 		metric(t, router, "vllm_router_engine_hits_total"), metric(t, router, "vllm_router_cold_misses_total"))
 	return falseHits, judged, ratio
+}
+
+// fillCaches fills every worker's cache with prompts sent to it directly,
+// the batch jobs of round r, and waits until every router on the engines'
+// events has heard every batch each engine published: the next round is
+// decided on what the engines hold, as turns seconds apart are, not in a
+// race with the evictions' events on a loaded machine (there a replica
+// once heard an eviction after the next turn's decision).
+func fillCaches(t *testing.T, routers []string, ws []kvWorker, r int) {
+	t.Helper()
+	for i, w := range ws {
+		for n := range 2 {
+			complete(t, w.url, strings.Repeat(fmt.Sprintf("Unrelated batch job %d/%d/%d filling the cache. ", r, i, n), 120), false)
+		}
+	}
+	for _, w := range ws {
+		published := metric(t, w.url, "workersim_kv_events_next_sequence")
+		for _, router := range routers {
+			testwait.Eventually(t, 20*time.Second, func() bool {
+				row, onEvents := kvRows(t, router)[w.url]
+				return !onEvents || float64(row.Next) >= published
+			}, "%s heard the batches %s published", router, w.url)
+		}
+	}
 }
 
 // Under KV pressure the router does not see all of (another client of the

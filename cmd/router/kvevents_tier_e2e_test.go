@@ -76,11 +76,7 @@ func tierPressure(t *testing.T, routers []string, ws []kvWorker, docs, rounds in
 				}
 			}
 		}
-		for i, w := range ws {
-			for n := range 2 {
-				complete(t, w.url, strings.Repeat(fmt.Sprintf("Unrelated batch job %d/%d/%d filling the cache. ", r, i, n), 120), false)
-			}
-		}
+		fillCaches(t, routers, ws, r)
 	}
 	var prompt, cached float64
 	for _, router := range routers {
@@ -108,13 +104,7 @@ func TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult(t *testing.T) {
 	kvFalse, kvJudged, kvRatio := tierPressure(t, routers, kws, docs, rounds)
 	t.Logf("tier of 4: text index %v false hits of %v judged, cached-token ratio %.3f; KV events %v of %v, ratio %.3f",
 		textFalse, textJudged, textRatio, kvFalse, kvJudged, kvRatio)
-	// One false hit is allowed: a replica's own decision of the turn
-	// before (a reservation, or the text index while a stream is not
-	// trusted) stands until it hears the engine evict the prompt, and on a
-	// loaded machine that event can come after the next turn's decision
-	// (seen once in 8 runs beside three busy loops: a hit on the whole
-	// text, 0 tokens cached). The text index makes 12 here.
-	if kvFalse > kvJudged/30 {
+	if kvFalse > kvJudged/50 {
 		t.Errorf("KV events in a tier: %v false hits of %v judged, want about none", kvFalse, kvJudged)
 	}
 	if kvRatio < textRatio-0.01 {

@@ -23,5 +23,6 @@ var _ = exposition.Describe(map[string]string{
 	"workersim_pd_requests_total":             "Disaggregated requests served, by phase.",
 	"workersim_prefill_computed_tokens_total": "Prompt tokens computed rather than found in the prefix cache.",
 	"workersim_kv_transfer_tokens_total":      "Tokens of KV cache received from prefill workers.",
+	"workersim_kv_events_next_sequence":       "The sequence number of the next KV event batch: a subscriber expecting it has heard every batch.",
 	"workersim_fault":                         "1 for the fault mode injected now (POST /admin/fault), 0 for the others.",
 })

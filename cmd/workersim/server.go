@@ -66,6 +66,11 @@ func newServer(cfg serverConfig, addr net.Addr, clk clock.Clock, exit func(int))
 	s.faults.engine = s.driver
 	s.metrics = newWorkerMetrics(cfg.models[0], cfg.engine.BlockTokens, &s.driver.stats, s.faults.mode)
 	s.driver.SetLatency(&s.metrics.latency)
+	if s.kv != nil {
+		// What a subscriber must have heard to be up to date (its next
+		// expected sequence number), for a test or an operator to wait on.
+		s.metrics.set.NewGauge("workersim_kv_events_next_sequence", func() float64 { return float64(s.kv.pub.Next()) })
+	}
 	if cfg.lora {
 		s.metrics.registerLoRAMetrics(cfg.engine.MaxLoras, &s.driver.stats,
 			func() float64 { return float64(clk.Now().UnixNano()) / 1e9 })
