@@ -305,9 +305,15 @@ func TestEndToEndDeadWorkerIsTakenOutOfRotation(t *testing.T) {
 
 func metric(t *testing.T, base, name string) float64 {
 	t.Helper()
+	v, _ := scrapedMetric(base, name)
+	return v
+}
+
+// scrapedMetric is metric, and whether base's /metrics has the series.
+func scrapedMetric(base, name string) (float64, bool) {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
-		return -1
+		return -1, false
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -315,10 +321,10 @@ func metric(t *testing.T, base, name string) float64 {
 		if strings.HasPrefix(line, name+" ") {
 			var v float64
 			fmt.Sscan(strings.TrimPrefix(line, name+" "), &v)
-			return v
+			return v, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 type loadsReply struct {

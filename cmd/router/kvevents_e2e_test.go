@@ -139,7 +139,10 @@ func fillCaches(t *testing.T, routers []string, ws []kvWorker, r int) {
 		}
 	}
 	for _, w := range ws {
-		published := metric(t, w.url, "workersim_kv_events_next_sequence")
+		published, said := scrapedMetric(w.url, "workersim_kv_events_next_sequence")
+		if !said {
+			t.Fatalf("%s does not say how many KV event batches it published", w.url) // a wait on it would pass at once
+		}
 		for _, router := range routers {
 			testwait.Eventually(t, 20*time.Second, func() bool {
 				row, onEvents := kvRows(t, router)[w.url]
