@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -41,15 +43,11 @@ func startLoRASims(t *testing.T, n, adapters int, extra ...string) []string {
 	return urls
 }
 
-// adapterPost sends a completion of model through router and returns its
-// status; long holds the engine for a while (ignore_eos, many tokens).
-func adapterPost(t *testing.T, router, model, prompt string, long bool) int {
+// adapterPost sends a short completion of model through router and returns
+// its status.
+func adapterPost(t *testing.T, router, model, prompt string) int {
 	t.Helper()
-	tokens := 4
-	if long {
-		tokens = 400
-	}
-	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": tokens, "ignore_eos": long})
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 4})
 	resp, err := http.Post(router+"/v1/completions", "application/json", strings.NewReader(string(body)))
 	if err != nil {
 		t.Error(err)
@@ -86,7 +84,7 @@ func movedTo(before, after map[string]float64) []string {
 func adaptersKnown(t *testing.T, router string, n int) {
 	t.Helper()
 	testwait.Eventually(t, 30*time.Second, func() bool {
-		return adapterPost(t, router, fmt.Sprintf("a%d", n-1), "warm up", false) == 200
+		return adapterPost(t, router, fmt.Sprintf("a%d", n-1), "warm up") == 200
 	}, "the adapters known to %s", router)
 }
 
@@ -101,7 +99,7 @@ func TestEndToEndAnAdaptersRequestsStayWhereItIsResident(t *testing.T) {
 		for a := range 4 {
 			before := processed(t, router, sims)
 			for i := range 6 {
-				if status := adapterPost(t, router, fmt.Sprint("a", a), fmt.Sprintf("request %d of adapter %d, a text of its own", i, a), false); status != 200 {
+				if status := adapterPost(t, router, fmt.Sprint("a", a), fmt.Sprintf("request %d of adapter %d, a text of its own", i, a)); status != 200 {
 					t.Fatalf("status %d", status)
 				}
 			}
@@ -158,7 +156,10 @@ func homeOf(name string, ids map[string]affinity.WorkerID) string {
 
 func TestEndToEndAPeersRequestsOfAnAdapterFillASlotForTheWholeTier(t *testing.T) {
 	routerBin, _ := binaries(t)
-	sims := startLoRASims(t, 2, 8, "--inter-token-latency", "20ms") // a long generation holds its slot for 8 s
+	// A generation of 4,000 tokens at 20 ms holds its slot for 80 s, far
+	// longer than the test needs it: a machine running the whole suite
+	// must not end it first. The test cancels it when it is done.
+	sims := startLoRASims(t, 2, 8, "--inter-token-latency", "20ms", "--max-model-len", "8192")
 	routers := startReplicaSet(t, routerBin, 2, sims)
 	for _, r := range routers {
 		adaptersKnown(t, r, 8)
@@ -166,10 +167,17 @@ func TestEndToEndAPeersRequestsOfAnAdapterFillASlotForTheWholeTier(t *testing.T)
 	ids := workerIDs(t, routers[0])
 	// a0 runs long through the first replica, where it is placed.
 	home := homeOf("a0", ids)
-	done := make(chan int, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 4)
 	for i := range 4 {
-		go func() { done <- adapterPost(t, routers[0], "a0", fmt.Sprint("a long generation ", i), true) }()
+		go func() { done <- holdSlot(ctx, routers[0], "a0", fmt.Sprint("a long generation ", i)) }()
 	}
+	defer func() {
+		cancel()
+		for range 4 {
+			<-done
+		}
+	}()
 	busy := fmt.Sprintf("vllm_router_worker_lora_busy_adapters{worker=%q}", home)
 	slots := fmt.Sprintf("vllm_router_worker_lora_slots{worker=%q}", home)
 	testwait.Eventually(t, 20*time.Second, func() bool { return metric(t, routers[1], busy) == 1 && metric(t, routers[1], slots) == 1 },
@@ -187,18 +195,40 @@ func TestEndToEndAPeersRequestsOfAnAdapterFillASlotForTheWholeTier(t *testing.T)
 	}
 	before := processed(t, routers[1], sims)
 	for i := range 3 {
-		if status := adapterPost(t, routers[1], other, fmt.Sprint("short ", i), false); status != 200 {
+		if status := adapterPost(t, routers[1], other, fmt.Sprint("short ", i)); status != 200 {
 			t.Fatalf("status %d", status)
 		}
 	}
 	if got := movedTo(before, processed(t, routers[1], sims)); len(got) != 1 || got[0] == home {
 		t.Fatalf("%s went to %v, want the worker whose slot a0 does not hold (a0 runs on %s)", other, got, home)
 	}
-	for range 4 {
-		if status := <-done; status != 200 {
-			t.Fatalf("a0: status %d", status)
-		}
+	select { // the premise: a0 held its slot all along
+	case err := <-done:
+		t.Fatalf("a0's generation ended before the test did: %v", err)
+	default:
 	}
+}
+
+// holdSlot sends a completion of model through router that generates until
+// ctx ends (4,000 tokens, ignore_eos), and returns why it ended: ctx's
+// error, or what ended it first.
+func holdSlot(ctx context.Context, router, model, prompt string) error {
+	body, _ := json.Marshal(map[string]any{"model": model, "prompt": prompt, "max_tokens": 4000, "ignore_eos": true})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, router+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	if err == nil {
+		err = fmt.Errorf("the generation ended with status %d", resp.StatusCode)
+	}
+	return err
 }
 
 func TestEndToEndAnAdapterLoadedAtRunTimeIsRoutedWithinAScrape(t *testing.T) {
@@ -206,7 +236,7 @@ func TestEndToEndAnAdapterLoadedAtRunTimeIsRoutedWithinAScrape(t *testing.T) {
 	sims := startLoRASims(t, 2, 1)
 	router := startRouterProcess(t, routerBin, "--worker-urls", strings.Join(sims, ","))
 	adaptersKnown(t, router, 1)
-	if status := adapterPost(t, router, "late-lora", "hello", false); status != 404 {
+	if status := adapterPost(t, router, "late-lora", "hello"); status != 404 {
 		t.Fatalf("an adapter no worker has: %d, want 404", status)
 	}
 	resp, err := http.Post(sims[1]+"/v1/load_lora_adapter", "application/json",
@@ -215,7 +245,7 @@ func TestEndToEndAnAdapterLoadedAtRunTimeIsRoutedWithinAScrape(t *testing.T) {
 		t.Fatalf("loading on the engine: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	took := testwait.Eventually(t, 10*time.Second, func() bool { return adapterPost(t, router, "late-lora", "hello", false) == 200 },
+	took := testwait.Eventually(t, 10*time.Second, func() bool { return adapterPost(t, router, "late-lora", "hello") == 200 },
 		"late-lora routed")
 	if took > 3*time.Second {
 		t.Errorf("routed %v after the load, want within a scrape (1 s) and a request", took)
@@ -228,7 +258,7 @@ func TestEndToEndTheRouterLoadsAnAdapterNoWorkerHas(t *testing.T) {
 	router := startRouterProcess(t, routerBin, "--worker-urls", strings.Join(sims, ","), "--lora-load-path", "/adapters/{name}")
 	adaptersKnown(t, router, 1)
 	for i := range 3 {
-		if status := adapterPost(t, router, "fresh-lora", fmt.Sprint("hello ", i), false); status != 200 {
+		if status := adapterPost(t, router, "fresh-lora", fmt.Sprint("hello ", i)); status != 200 {
 			t.Fatalf("request %d of an adapter loaded on demand: %d", i, status)
 		}
 	}
