@@ -47,6 +47,12 @@ type Request struct {
 	// without the peers' expected share of a burst, since it sees the
 	// burst's cold requests itself.
 	Placer bool
+	// Home is where the index last saw the request's prefix, set by a
+	// Matcher whose engines' events say every candidate has since evicted
+	// it (0: none): its miss goes back there unless that worker is busy, so
+	// that a conversation whose cache was evicted keeps the place the tier
+	// gave it rather than joining whichever worker looks least loaded.
+	Home WorkerID
 	// burst is the peer share at selection, and reserved the worker
 	// reserved; both set by the Router.
 	burst    burstView

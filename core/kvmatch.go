@@ -161,32 +161,20 @@ func (e *events) routesOn(req *affinity.Request) bool {
 	return ok
 }
 
-// engineHeld is what the candidates' engines hold of req's prompt by their
-// trusted events: the text depth (in blocks of the routing text, -1 for
-// none) of the most any holds, less one engine block (the tokens' share of
-// the text is an estimate), and how many hold that most: none when no
-// engine holds any of it (the index may still know a prefix the engines
-// have since evicted, which the placer, deciding on its index, would call
-// a hit: 0 cached tokens for a predicted 99%). req is one
-// routesOn said yes to. Nothing is counted: the request is matched again
-// when it is decided.
-func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) (depth, holders int) {
+// engineHeld is the most any candidate's engine holds of req's prompt by
+// its trusted events, as a text depth (in blocks of the routing text, -1
+// for none) less one engine block (the tokens' share of the text is an
+// estimate). req is one routesOn said yes to. Nothing is counted: the
+// request is matched again when it is decided.
+func (e *events) engineHeld(req *affinity.Request, pool *affinity.Pool) int {
 	m := req.Matcher.(*kvMatch)
 	most := 0
 	for i := range pool.Len() {
-		n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys)
-		switch {
-		case t != kvevents.Trusted || n < most:
-		case n > most:
-			most, holders = n, 1
-		default:
-			holders++
+		if n, t := e.src.Matched(uint32(pool.At(i).ID()), m.keys); t == kvevents.Trusted {
+			most = max(most, n)
 		}
 	}
-	if most == 0 {
-		return -1, 0 // nobody holds any of it: no choice to share
-	}
-	return m.textDepth(req, most-1), holders
+	return m.textDepth(req, most-1)
 }
 
 func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) (int, []affinity.WorkerID) {
@@ -201,11 +189,14 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 	e := m.e
 	since := e.clock.Now().Add(-e.reservation)
 	e.index.Depths(req.Hashes, pool, since, all, recent)
-	best := -1
+	best, home, homeDepth := -1, affinity.WorkerID(0), -1
 	for i := range n {
 		blocks, trust := e.src.Matched(uint32(pool.At(i).ID()), m.keys)
 		if trust == kvevents.Trusted {
 			e.counts.onEvents.Add(1)
+			if all[i] > homeDepth {
+				home, homeDepth = pool.At(i).ID(), all[i]
+			}
 			engine := m.textDepth(req, blocks)
 			if recent[i] > engine && e.src.EvictedSince(uint32(pool.At(i).ID()), m.keys, since) {
 				recent[i] = -1 // the engine evicted the prompt's blocks since: the reservation is spent
@@ -219,7 +210,9 @@ func (m *kvMatch) MatchPrefix(req *affinity.Request, pool *affinity.Pool, dst []
 		}
 		best = max(best, all[i])
 	}
+	req.Home = 0
 	if best < 0 {
+		req.Home = home // the index knew the prefix there; the engine evicted it since
 		return -1, dst
 	}
 	for i, d := range all {

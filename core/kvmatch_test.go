@@ -126,6 +126,45 @@ func TestOnEventsAPrefixGoesToTheWorkerWhoseEngineHoldsItNotToTheOneTheIndexReme
 	}
 }
 
+// TestOnEventsAnEvictedConversationGoesBackToItsWorkerAsAMiss: in a tier,
+// prompts whose engines evicted them are misses, each placed again on the
+// worker the index last saw it on, not wherever least load points (which
+// would gather them on some workers and leave others with none); a former
+// worker that is busy is passed over.
+func TestOnEventsAnEvictedConversationGoesBackToItsWorkerAsAMiss(t *testing.T) {
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	r.Loads().SetPeerShare(3, time.Second, clk) // in a tier of four
+	var texts [][]byte
+	var tokens [][]uint32
+	var first []affinity.WorkerID
+	for i := range 6 {
+		text, toks := kvPrompt(byte(10 + i))
+		texts, tokens = append(texts, text), append(tokens, toks)
+		first = append(first, decideTokens(t, r, rt, text, toks).Worker)
+	}
+	clk.Step(time.Minute) // past the reservations: the engines hold none of them
+	for i := range texts {
+		g := r.Loads().Acquire(r.Loads().Get(first[i])) // one request more there than elsewhere: least load would pass it over
+		if d := decideTokens(t, r, rt, texts[i], tokens[i]); d.Hit || d.Worker != first[i] {
+			t.Errorf("prompt %d, evicted from %d: decided %+v; want a miss on %d", i, first[i], d.Decision, first[i])
+		}
+		g.Release()
+	}
+	clk.Step(time.Minute)
+	busy := r.Loads().Get(first[0])
+	var guards []*affinity.Guard
+	for range 8 {
+		guards = append(guards, r.Loads().Acquire(busy))
+	}
+	if d := decideTokens(t, r, rt, texts[0], tokens[0]); d.Worker == first[0] {
+		t.Errorf("decided %+v: back on its former worker with 8 requests more than the others", d.Decision)
+	}
+	for _, g := range guards {
+		g.Release()
+	}
+}
+
 func TestOnEventsAWorkerWhoseStreamIsNotTrustedIsMatchedOnTheTextIndex(t *testing.T) {
 	ev := newFakeEvents()
 	r, rt, clk := kvCore(t, ev)

@@ -20,22 +20,17 @@ import (
 // hold more of its prefix than the cache threshold, or the prefix known is
 // one that req leaves, as others did before it (leavesSharedPrefix).
 //
-// A request with the engines' tokens is the placer's only when it leaves a
-// shared prefix that more than one engine holds by its events, and the
-// events know no more of it than the index (past one engine block): a new
-// session's first turn on a system prompt the engines all hold. Deciding
-// those where they arrived, 8 replicas placed 128 new sessions unevenly
-// (the busiest engine 1.10-1.24x the mean engine's prompt tokens), and
-// engines whose KV cache could not take their sessions' turns refused
-// them. Other requests with tokens are decided where they arrive, on the
-// events: a turn whose earlier turns an engine stored (a peer's fact on its
-// way, traffic that did not pass the router), a prefix one engine alone
-// holds (no choice to share), and a prompt no engine holds (even one whose
-// prefix the index still knows: the engines evicted it). Put to the placer,
-// whose index does not see the engines evict, those cost a tier of four on
-// events cached tokens under load (TestEndToEndATierOfFourOnKVEventsKeepsOneReplicasResult
-// failed 2 runs of 9 beside three busy loops; none of 6 with them decided
-// here).
+// A request with the engines' tokens is asked of the placer on the same
+// rule, and the placer decides it on the engines' events (the question
+// carries its block keys), with one exception: a turn of which the index
+// knows some prefix and the engines' events hold more (its earlier turns
+// stored by an engine: a peer's fact on its way) is decided here, on the
+// events. Decided where they arrived instead, as they were
+// while the placer decided on its index (a prompt nobody was known to
+// hold, a shared prefix one engine alone held), a burst of new sessions
+// was placed unevenly by 8 replicas (first turns 9 to 30 a worker against
+// 16 each through one replica; the busiest engine 1.11-1.26x the mean
+// engine's prompt tokens; llm-d-inference-sim, 128 sessions, 8 engines).
 func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := c.deepest(req, pool, buf[:0])
@@ -44,14 +39,14 @@ func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	case known && !c.leavesSharedPrefix(req, m.depth):
 		return false
 	case !c.events.routesOn(req):
-		return true // the index alone
-	case !known:
-		return false // a prompt nobody is known to hold: on the events, here
+		return !known || c.leavesSharedPrefix(req, m.depth)
+	case m.depth < 0:
+		return true // nothing of it known here
 	}
-	// Only a first turn on a shared prefix pays this second look at the
-	// candidates' engines.
-	depth, holders := c.events.engineHeld(req, pool)
-	return depth <= m.depth && holders > 1
+	// The index knows a prefix of it, one others share or too little for a
+	// hit (a long conversation's system prompt): whether an engine holds
+	// more is the events' to say.
+	return c.events.engineHeld(req, pool) <= m.depth
 }
 
 // leavesSharedPrefix reports whether req goes on past its deepest known

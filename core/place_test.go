@@ -386,14 +386,14 @@ func sharedTokens(i int) ([]byte, []uint32) {
 }
 
 // TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot: with the
-// engines' events, a session's first turn on a shared system prompt, which
-// the engines hold and nothing more of it, is the placer's as on the text
-// index, unless one engine alone holds the prompt (no choice to make); a
-// prompt nobody holds is decided where it arrives; so is a session's next
-// turn whose earlier turn an engine stored, though the index here knows
-// only the system prompt (the peer that placed it has not said so yet),
-// unless that engine's stream is not trusted: then the events know nothing
-// more than the index and the turn is the placer's.
+// engines' events, a session's first turn on a shared system prompt is the
+// placer's as on the text index, whether the engines hold the prompt, one
+// engine alone holds it or every engine evicted it; so is a prompt nobody
+// holds or knows; a session's next turn whose earlier turn an engine stored
+// is decided where it arrives, though the index here knows only the system
+// prompt (the peer that placed it has not said so yet), unless that
+// engine's stream is not trusted: then the events know nothing more than
+// the index and the turn is the placer's.
 func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	ev := newFakeEvents()
 	r, rt, clk := kvCore(t, ev)
@@ -414,23 +414,40 @@ func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 		t.Errorf("a new session's first turn, the engines holding the system prompt: %d, want the placer's", got)
 	}
 	fresh, freshTokens := kvPrompt(20)
-	if got := placingFor(fresh, freshTokens); got != decideHere {
-		t.Errorf("a prompt nobody holds or knows: %d, want decided here", got)
+	if got := placingFor(fresh, freshTokens); got != askPlacer {
+		t.Errorf("a prompt nobody holds or knows: %d, want the placer's", got)
+	}
+	freshReq := rt.Prepare("m", fresh, 0)
+	freshReq.Tokens = freshTokens
+	r.decide.placingOf(rt, freshReq, allPool(r), false)
+	if q := placement(r).ask(freshReq, allPool(r)); len(q.KV) == 0 {
+		t.Error("the question about a prompt nobody knows carries no block keys: the placer would decide it on its index")
 	}
 	held := ev.held[1]
 	ev.held[1] = nil
-	if got := placingFor(other, otherTokens); got != decideHere {
-		t.Errorf("a new session's first turn, one engine holding the system prompt: %d, want decided here", got)
+	if got := placingFor(other, otherTokens); got != askPlacer {
+		t.Errorf("a new session's first turn, one engine holding the system prompt: %d, want the placer's", got)
 	}
 	ev.held[2] = nil
-	if got := placingFor(other, otherTokens); got != decideHere {
-		t.Errorf("a new session's first turn on a system prompt the index knows and every engine evicted: %d, want decided here", got)
+	if got := placingFor(other, otherTokens); got != askPlacer {
+		t.Errorf("a new session's first turn on a system prompt the index knows and every engine evicted: %d, want the placer's", got)
 	}
 	ev.stores(2, otherTokens, 8*blockSize/4/kvBlock)
 	ev.held[1] = held
 	ev.stores(3, otherTokens, len(otherTokens)/kvBlock) // a peer placed that turn on 3, whose engine stored it
 	if got := placingFor(next, nextTokens); got != decideHere {
 		t.Errorf("the session's next turn, its first turn stored on an engine: %d, want decided here", got)
+	}
+	late := append(append([]byte(nil), next...), bytesOf('l', 40*blockSize)...) // the system prompt too little of it for a hit
+	lateTokens := append(append([]uint32(nil), nextTokens...), make([]uint32, 40*blockSize/4)...)
+	if got := placingFor(late, lateTokens); got != decideHere {
+		t.Errorf("a late turn of that session, the index knowing only the system prompt: %d, want decided here", got)
+	}
+	fourth, fourthTokens := sharedTokens(3)
+	fourthLate := append(append([]byte(nil), fourth...), bytesOf('f', 40*blockSize)...)
+	fourthLateTokens := append(append([]uint32(nil), fourthTokens...), make([]uint32, 40*blockSize/4)...)
+	if got := placingFor(fourthLate, fourthLateTokens); got != askPlacer {
+		t.Errorf("a long prompt on the system prompt that no engine holds more of: %d, want the placer's", got)
 	}
 	ev.trust[3] = kvevents.Unheard
 	if got := placingFor(next, nextTokens); got != askPlacer {

@@ -200,11 +200,14 @@ def loadgen(apis, cfg, out_json, log, fleet, engines):
     return rep
 
 
-def event_ports(n):
-    """n loopback ports p, each with p+1 free too (the event socket and its replay socket)."""
+def event_ports(n, avoid=()):
+    """n loopback ports p, each with p+1 free too (the event socket and its replay socket), none
+    of them or their p+1 in avoid (ports handed out already, free until their process binds them)."""
     out = []
     while len(out) < n:
         p = realtier.free_ports(1)[0]
+        if p in avoid or p + 1 in avoid:
+            continue
         s = socket.socket()
         try:
             s.bind(("127.0.0.1", p + 1))
@@ -261,7 +264,8 @@ def kv_workers(fleet, cfg):
     """workersims publishing their KV events on sockets they bind: (URLs, event endpoints)."""
     n = cfg["workers"]
     urls, eps = [], []
-    for i, (port, ev) in enumerate(zip(realtier.free_ports(n), event_ports(n))):
+    ports = realtier.free_ports(n)
+    for i, (port, ev) in enumerate(zip(ports, event_ports(n, set(ports)))):
         ep = f"tcp://127.0.0.1:{ev}"
         fleet.engines.start([f"{realtier.BIN}/workersim", "--host", "127.0.0.1", "--port", str(port), "--worker-id",
                              f"w{i + 1}", "--model", "sim-model", "--kv-capacity-tokens", str(engine_kv(cfg, i)),
@@ -378,7 +382,11 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
     try:
         extra = ["--policy", "cache_aware", *cfg["flags"]]
         if cfg["topology"] == "bind":
-            binds, ports = realtier.free_ports(replicas), realtier.free_ports(cfg["workers"])
+            # One call: ports from two calls can repeat (the first call's are
+            # free again when the second asks), and an engine given a replica's
+            # event port answers its health check with a ZMQ greeting.
+            free = realtier.free_ports(replicas + cfg["workers"])
+            binds, ports = free[:replicas], free[replicas:]
             urls = [f"http://127.0.0.1:{p}" for p in ports]
             if mode != "text":
                 # The engines keep no replay socket here; llm-d-inference-sim holds its events up
