@@ -169,6 +169,13 @@ type deepestMatch struct {
 	candidate, deep bool
 }
 
+// deepFor reports whether a match of req to depth (in blocks of its
+// routing text, -1 for none) holds more of the text than the cache
+// threshold.
+func (c *decider) deepFor(req *affinity.Request, depth int) bool {
+	return depth >= 0 && c.thresholds.Load().Hit(min((depth+1)*c.blockSize, req.Len()), req.Len())
+}
+
 // deepest asks the index for req's deepest known block over every known
 // worker, its owners appended to dst.
 func (c *decider) deepest(req *affinity.Request, pool *affinity.Pool, dst []affinity.WorkerID) deepestMatch {
@@ -180,8 +187,7 @@ func (c *decider) deepest(req *affinity.Request, pool *affinity.Pool, dst []affi
 	if depth < 0 {
 		return deepestMatch{depth: -1}
 	}
-	m := deepestMatch{depth: depth, owners: owners,
-		deep: c.thresholds.Load().Hit(min((depth+1)*c.blockSize, req.Len()), req.Len())}
+	m := deepestMatch{depth: depth, owners: owners, deep: c.deepFor(req, depth)}
 	for _, w := range owners {
 		if pool.Contains(w) {
 			m.candidate = true

@@ -22,10 +22,11 @@ import (
 //
 // A request with the engines' tokens is asked of the placer on the same
 // rule, and the placer decides it on the engines' events (the question
-// carries its block keys), with one exception: a turn of which the index
-// knows some prefix and the engines' events hold more (its earlier turns
-// stored by an engine: a peer's fact on its way) is decided here, on the
-// events. Decided where they arrived instead, as they were
+// carries its block keys), with one exception: a turn of which the
+// engines' events hold more than the index knows, and enough for a hit
+// where the index knows nothing of it (its earlier turns stored by an
+// engine: a peer's fact on its way, or traffic that did not pass the
+// router), is decided here, on the events. Decided where they arrived instead, as they were
 // while the placer decided on its index (a prompt nobody was known to
 // hold, a shared prefix one engine alone held), a burst of new sessions
 // was placed unevenly by 8 replicas (first turns 9 to 30 a worker against
@@ -40,8 +41,8 @@ func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 		return false
 	case !c.events.routesOn(req):
 		return !known || c.leavesSharedPrefix(req, m.depth)
-	case m.depth < 0:
-		return true // nothing of it known here
+	case m.depth < 0: // nothing of it known here: the placer's, unless an engine holds enough for a hit
+		return !c.deepFor(req, c.events.engineHeld(req, pool))
 	}
 	// The index knows a prefix of it, one others share or too little for a
 	// hit (a long conversation's system prompt): whether an engine holds

@@ -389,11 +389,12 @@ func sharedTokens(i int) ([]byte, []uint32) {
 // engines' events, a session's first turn on a shared system prompt is the
 // placer's as on the text index, whether the engines hold the prompt, one
 // engine alone holds it or every engine evicted it; so is a prompt nobody
-// holds or knows; a session's next turn whose earlier turn an engine stored
-// is decided where it arrives, though the index here knows only the system
-// prompt (the peer that placed it has not said so yet), unless that
-// engine's stream is not trusted: then the events know nothing more than
-// the index and the turn is the placer's.
+// holds or knows, but not one nobody here knows that an engine holds; a
+// session's next turn whose earlier turn an engine stored is decided where
+// it arrives, though the index here knows only the system prompt (the peer
+// that placed it has not said so yet), unless that engine's stream is not
+// trusted: then the events know nothing more than the index and the turn is
+// the placer's.
 func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	ev := newFakeEvents()
 	r, rt, clk := kvCore(t, ev)
@@ -416,6 +417,11 @@ func TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot(t *testing.T) {
 	fresh, freshTokens := kvPrompt(20)
 	if got := placingFor(fresh, freshTokens); got != askPlacer {
 		t.Errorf("a prompt nobody holds or knows: %d, want the placer's", got)
+	}
+	straight, straightTokens := kvPrompt(21) // an engine got it straight, not through the router
+	ev.stores(2, straightTokens, len(straightTokens)/kvBlock)
+	if got := placingFor(straight, straightTokens); got != decideHere {
+		t.Errorf("a prompt nobody here knows and an engine holds: %d, want decided here", got)
 	}
 	freshReq := rt.Prepare("m", fresh, 0)
 	freshReq.Tokens = freshTokens
