@@ -297,9 +297,12 @@ func (p *CacheAware) placeMiss(req *Request, pool *Pool, sp spread, depth int) C
 // it sees whole (on llm-d-inference-sim it cached 0.6% fewer prompt tokens
 // sending them home).
 func (p *CacheAware) home(req *Request, pool *Pool, sp spread) (Choice, bool) {
-	i := pool.position(req.Home)
-	if req.Home == 0 || i < 0 || req.burst.peers == 0 && !req.Placer {
+	if req.Home == 0 || req.burst.peers == 0 && !req.Placer {
 		return Choice{}, false
+	}
+	i := pool.position(req.Home)
+	if i < 0 {
+		return Choice{}, false // it left the pool: removed, or the attempt that failed there
 	}
 	m := pool.At(i)
 	seen := m.local.Load()

@@ -163,6 +163,16 @@ func TestOnEventsAnEvictedConversationGoesBackToItsWorkerAsAMiss(t *testing.T) {
 	for _, g := range guards {
 		g.Release()
 	}
+	req := rt.Prepare("m", texts[1], 0) // its former worker out of the pool (removed, or failed this request)
+	req.Tokens = tokens[1]
+	d, g, err := r.Decide(rt, req, allPool(r).Without(first[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Release()
+	if d.Worker == first[1] || d.Hit {
+		t.Errorf("decided %+v over a pool without %d", d.Decision, first[1])
+	}
 }
 
 func TestOnEventsAWorkerWhoseStreamIsNotTrustedIsMatchedOnTheTextIndex(t *testing.T) {

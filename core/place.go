@@ -26,12 +26,15 @@ import (
 // engines' events hold more than the index knows, and enough for a hit
 // where the index knows nothing of it (its earlier turns stored by an
 // engine: a peer's fact on its way, or traffic that did not pass the
-// router), is decided here, on the events. Decided where they arrived instead, as they were
-// while the placer decided on its index (a prompt nobody was known to
-// hold, a shared prefix one engine alone held), a burst of new sessions
-// was placed unevenly by 8 replicas (first turns 9 to 30 a worker against
-// 16 each through one replica; the busiest engine 1.11-1.26x the mean
-// engine's prompt tokens; llm-d-inference-sim, 128 sessions, 8 engines).
+// router), is decided here, on the events. Decided where they arrived
+// instead, as they were while the placer decided on its index (a prompt
+// nobody was known to hold, a shared prefix one engine alone held), a
+// burst of new sessions was placed unevenly by 8 replicas (first turns 9
+// to 30 a worker against 16 each through one replica; the busiest engine
+// 1.11-1.26x the mean engine's prompt tokens; llm-d-inference-sim, 128
+// sessions, 8 engines). The extra look at the engines (engineHeld, a pass
+// over the candidates before the decision's own) is paid by requests the
+// index does not settle alone.
 func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	var buf [8]affinity.WorkerID
 	m := c.deepest(req, pool, buf[:0])
