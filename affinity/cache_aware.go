@@ -134,7 +134,7 @@ func (p *CacheAware) ownerByOwnBlock(req *Request, pool *Pool, depth int, cands 
 // depth, in a tier: false alone (peers' choices are all seen), when req
 // ends within the match, or when the match is no prefix others share.
 func (p *CacheAware) ownBlock(req *Request, depth int) (uint64, bool) {
-	if req.burst.peers == 0 || depth < 0 || depth+1 >= len(req.Hashes) || !p.index.Forks(req.Hashes[depth]) {
+	if req.burst.peers == 0 || depth < 0 || depth+1 >= len(req.Hashes) || !p.index.Forks(req.Hashes[depth], depth) {
 		return 0, false
 	}
 	return req.Hashes[depth+1], true
@@ -201,7 +201,7 @@ func (p *CacheAware) isHot(req *Request, depth int, load, min int64) bool {
 // here went on past it (the prefix forks), rather than req continuing the
 // one conversation that ended there.
 func (p *CacheAware) shared(req *Request, depth int) bool {
-	return depth+1 >= len(req.Hashes) || p.index.Forks(req.Hashes[depth])
+	return depth+1 >= len(req.Hashes) || p.index.Forks(req.Hashes[depth], depth)
 }
 
 // hotCandidates widens a hot prefix's owners: while every candidate holds

@@ -483,16 +483,38 @@ func (ix *Index) Match(hashes []uint64, pool *Pool, dst []WorkerID) (int, []Work
 	return -1, dst
 }
 
-// Forks reports whether a request recorded on some worker went on past the
-// block h: the prefix it ends was the start of something longer, so a
-// request that matches it there shares it rather than continuing the one
-// conversation that ended there.
-func (ix *Index) Forks(h uint64) bool {
+// Forks reports whether a request went on past the block h, at index
+// depth of a chain: one recorded here on some worker, or a peer's whose
+// checkpoint h is (depth a checkpoint's, and a fact learned from a peer
+// rather than recorded here): a peer announces a decision's checkpoints
+// below its deepest block, so one matched as the deepest known block was
+// the start of something longer, a system prompt the peer's session went
+// on past. A request that matches it there shares it rather than
+// continuing the one conversation that ended there. (A peer's request that
+// ended on a checkpoint's depth is taken for a fork too: it costs its next
+// turn a question to the placer, where it is known.)
+func (ix *Index) Forks(h uint64, depth int) bool {
+	checkpoint := IsCheckpoint(depth)
 	s := ix.shard(h)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, n := range s.m[h] {
-		if n.forks {
+		if n.forks || (checkpoint && !n.inserted) {
+			return true
+		}
+	}
+	return false
+}
+
+// Recorded reports whether a request recorded here by Insert, on some
+// worker, holds the block h: unlike a peer's fact, one whose every block
+// before it is known here.
+func (ix *Index) Recorded(h uint64) bool {
+	s := ix.shard(h)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.m[h] {
+		if n.inserted {
 			return true
 		}
 	}
@@ -708,7 +730,7 @@ func (ix *Index) Inserted(h uint64, w WorkerID) (inserted, held bool) {
 func (ix *Index) Continues(hashes []uint64, pool *Pool) (WorkerID, bool) {
 	var buf [8]WorkerID
 	depth, owners := ix.Match(hashes, pool, buf[:0])
-	if depth < 0 || depth+1 >= len(hashes) || len(owners) == 0 || ix.Forks(hashes[depth]) {
+	if depth < 0 || depth+1 >= len(hashes) || len(owners) == 0 || ix.Forks(hashes[depth], depth) {
 		return 0, false
 	}
 	return slices.Min(owners), true

@@ -467,13 +467,42 @@ func TestAPrefixForksWhereARecordedRequestWentOnPastIt(t *testing.T) {
 	ix.Insert(c[:4], 1)
 	ix.Learn(Fact{Hash: c[5], Worker: 2, Span: 2})
 	for d, want := range []bool{true, true, true, false, false, false} {
-		if got := ix.Forks(c[d]); got != want {
+		if got := ix.Forks(c[d], d); got != want {
 			t.Errorf("block %d: forks %v, want %v (recorded 0-3 on one worker, block 5 learned)", d, got, want)
 		}
 	}
 	ix.Insert(c[:6], 3) // the conversation's next turn went on past block 3
-	if !ix.Forks(c[3]) {
+	if !ix.Forks(c[3], 3) {
 		t.Error("block 3 does not fork once a request went on past it")
+	}
+}
+
+// TestAPrefixForksAtAPeersCheckpoint: a peer announces its decision's
+// deepest block and the checkpoints below it, so a learned fact at a
+// checkpoint's depth ends a prefix the peer's request went on past, and
+// one at any other depth ends the peer's request.
+func TestAPrefixForksAtAPeersCheckpoint(t *testing.T) {
+	ix := NewIndex(newFakeClock(), 1024)
+	c := chain("m", 11, "a peer's first turn")
+	for _, d := range []int{0, 1, 3, 7, 10} { // what the peer announces of an 11-block prompt
+		ix.Learn(Fact{Hash: c[d], Worker: 2, Span: 1})
+	}
+	for _, d := range []int{0, 1, 3, 7} {
+		if !ix.Forks(c[d], d) {
+			t.Errorf("the peer's checkpoint at block %d does not fork", d)
+		}
+	}
+	if ix.Forks(c[10], 10) {
+		t.Error("the peer's deepest block forks: its request ended there")
+	}
+	ix.Insert(c[:8], 1) // a request recorded here ended at block 7
+	if !ix.Forks(c[7], 7) {
+		t.Error("block 7 no longer forks once a request here ended there: the peer's went on past it")
+	}
+	d := chain("m", 8, "recorded here")
+	ix.Insert(d, 1)
+	if ix.Forks(d[7], 7) {
+		t.Error("a checkpoint's depth that only a request recorded here reached, and ended at, forks")
 	}
 }
 
@@ -498,7 +527,7 @@ func TestALongInsertKeepsItsBlocksInPrefixOrder(t *testing.T) {
 		}
 	}
 	for i, h := range hashes {
-		if got, want := ix.Forks(h), i < len(hashes)-1; got != want {
+		if got, want := ix.Forks(h, i), i < len(hashes)-1; got != want {
 			t.Fatalf("block %d forks: %v, want %v", i, got, want)
 		}
 	}
@@ -549,7 +578,7 @@ func TestIndexReadersRunBesideWriters(t *testing.T) {
 	wg.Go(func() {
 		for range 50 {
 			ix.Depths(hashes, pool, time.Unix(0, 0), all, recent)
-			ix.Forks(hashes[10])
+			ix.Forks(hashes[10], 10)
 			ix.Expire(time.Unix(0, 0))
 		}
 	})

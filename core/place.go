@@ -49,8 +49,21 @@ func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 	}
 	// The index knows a prefix of it, one others share or too little for a
 	// hit (a long conversation's system prompt): whether an engine holds
-	// more is the events' to say.
-	return c.events.engineHeld(req, pool) <= m.depth
+	// more than the shared prefix is the events' to say.
+	return c.events.engineHeld(req, pool) < c.sharedEnd(req, m.depth)
+}
+
+// sharedEnd is the block index past the prefix of req the index knows to
+// depth, as far as others may share it: the next block, unless the index
+// knows it only from a peer's checkpoint, which stands for a prefix that
+// may go on unannounced up to the peer's next checkpoint (a system prompt
+// of 10 blocks is announced at block 7; an engine holding its 10 holds no
+// more than a new session's first turn shares).
+func (c *decider) sharedEnd(req *affinity.Request, depth int) int {
+	if affinity.IsCheckpoint(depth) && !c.index.Recorded(req.Hashes[depth]) {
+		return 2*depth + 1
+	}
+	return depth + 1
 }
 
 // leavesSharedPrefix reports whether req goes on past its deepest known
@@ -64,7 +77,7 @@ func (c *decider) cold(req *affinity.Request, pool *affinity.Pool) bool {
 // workers, real processes), and a session stays where it was placed, its
 // worker's queue and evictions with it.
 func (c *decider) leavesSharedPrefix(req *affinity.Request, depth int) bool {
-	return depth+1 < len(req.Hashes) && c.index.Forks(req.Hashes[depth])
+	return depth+1 < len(req.Hashes) && c.index.Forks(req.Hashes[depth], depth)
 }
 
 // placing is how a replica of a tier with a placer decides a request

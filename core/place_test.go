@@ -371,6 +371,95 @@ func TestANewConversationOnASharedPrefixIsForThePlacer(t *testing.T) {
 	}
 }
 
+// longSystem is session i's first turn on a system prompt of 10 blocks
+// (the peers announce its block 7, a checkpoint, and not its end), with
+// its tokens (one per 4 bytes; the system prompt's the same for every i).
+func longSystem(i int, more int) ([]byte, []uint32) {
+	text := fmt.Appendf(bytesOf('s', 10*blockSize), "task %03d: %s", i, bytesOf('a'+byte(i%26), 2*blockSize+more))
+	tokens := make([]uint32, len(text)/4)
+	for j := range tokens {
+		tokens[j] = uint32(j)
+		if j*4 >= 10*blockSize {
+			tokens[j] |= uint32(i+1) << 16
+		}
+	}
+	return text, tokens
+}
+
+// learnPeers has r learn what a peer announces of its decision of text on
+// w: the deepest block and the checkpoints below it.
+func learnPeers(r *Replica, rt *affinity.Router, text []byte, w affinity.WorkerID) {
+	hashes := rt.Prepare("m", text, 0).Hashes
+	for d := range hashes {
+		if affinity.IsCheckpoint(d) || d == len(hashes)-1 {
+			r.decide.index.Learn(affinity.Fact{Hash: hashes[d], Worker: w, Span: 1})
+		}
+	}
+}
+
+// TestANewConversationOnAPrefixAPeerAnnouncedIsForThePlacer: a replica
+// that knows a system prompt only from a peer's decision (the checkpoints
+// it announced, at blocks 0, 1, 3 and 7 of a 10-block system prompt) sends
+// another session's first turn to the placer, not to the peer's worker as
+// that conversation's next turn: a burst of new sessions through a tier
+// otherwise put its first turns on the first session's worker (21 of 128
+// on one of 8 workers, real processes) before the replicas had recorded a
+// first turn of their own. On the engines' events too, though the peer's
+// engine holds the whole system prompt, past the checkpoint: an engine
+// holds more than a shared prefix only past the peer's next checkpoint.
+// The known session's next turn, and a late turn of a conversation that
+// an engine holds and the replica knows only the system prompt of, are
+// decided where they arrive.
+func TestANewConversationOnAPrefixAPeerAnnouncedIsForThePlacer(t *testing.T) {
+	reps, _ := tier(t, 1, 4)
+	r := reps[0]
+	rt := router(t, r)
+	first, _ := longSystem(0, 0)
+	learnPeers(r, rt, first, 2)
+	next := append(append([]byte(nil), first...), bytesOf('o', 3*blockSize)...)
+	for _, tc := range []struct {
+		name   string
+		prompt []byte
+		want   placing
+	}{
+		{"another session's first turn on the peer's system prompt", func() []byte { b, _ := longSystem(1, 0); return b }(), askPlacer},
+		{"the peer's session's next turn", next, decideHere},
+	} {
+		if got := r.decide.placingOf(rt, rt.Prepare("m", tc.prompt, 0), allPool(r), false); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+
+	ev := newFakeEvents()
+	r, rt, clk := kvCore(t, ev)
+	clk.Step(time.Minute)
+	first, firstTokens := longSystem(0, 0)
+	learnPeers(r, rt, first, 2)
+	ev.stores(2, firstTokens, len(firstTokens)/kvBlock)
+	late, lateTokens := longSystem(3, 40*blockSize) // a long conversation the replica has heard nothing of
+	ev.stores(3, lateTokens, len(lateTokens)/kvBlock)
+	nextTokens := append(append([]uint32(nil), firstTokens...), make([]uint32, 3*blockSize/4)...)
+	other, otherTokens := longSystem(1, 0)
+	lateNext := append(append([]byte(nil), late...), bytesOf('o', 3*blockSize)...)
+	lateNextTokens := append(append([]uint32(nil), lateTokens...), make([]uint32, 3*blockSize/4)...)
+	for _, tc := range []struct {
+		name   string
+		prompt []byte
+		tokens []uint32
+		want   placing
+	}{
+		{"another session's first turn, the peer's engine holding the system prompt", other, otherTokens, askPlacer},
+		{"the peer's session's next turn, its engine holding the first", next, nextTokens, decideHere},
+		{"a long conversation's next turn, its engine holding it, the replica knowing only the system prompt", lateNext, lateNextTokens, decideHere},
+	} {
+		req := rt.Prepare("m", tc.prompt, 0)
+		req.Tokens = tc.tokens
+		if got := r.decide.placingOf(rt, req, allPool(r), false); got != tc.want {
+			t.Errorf("on events: %s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
 // sharedTokens is sharedPrompt(i) and its tokens, one per 4 bytes: the
 // system prompt's the same for every i.
 func sharedTokens(i int) ([]byte, []uint32) {

@@ -140,7 +140,7 @@ def loadgen_args(targets, cfg, out_json, seed="7", balance="random"):
     return [f"{realtier.BIN}/loadgen", "agentic", *sum((["--target", a] for a in targets), []), "--balance", balance,
             "--sessions", str(cfg["sessions"]), "--turns", str(cfg["turns"]), "--think-time", f"{cfg['think']}s",
             *AGENTIC[:-1], seed, "--endpoint", "completions", "--model", model(cfg), "--duration", "20m",
-            "--json", out_json]
+            "--json", out_json, "--requests-json", out_json + ".requests.jsonl"]
 
 
 class Busy:
@@ -411,6 +411,9 @@ def run(tmp, tag, cfg, mode, replicas, bindir):
         rep = loadgen(apis, cfg, os.path.join(tmp, tag + ".json"), os.path.join(tmp, tag + ".txt"), fleet, urls)
         spread, queue_ms = engines_seen(urls)
         pages = [realtier.scrape(a) for a in apis]
+        for i, a in enumerate(apis):  # beside each replica's log, for KVBENCH_KEEP
+            with open(os.path.join(tmp, f"{tag}-router-{i}.metrics"), "w") as f:
+                f.write(realtier.get(a + "/metrics", timeout=10))
         added, engine = buckets(pages, ADDED), buckets(pages, ENGINE)
         res = {r: summed(pages, "vllm_router_kv_tokenize_total", f'result="{r}"') for r in RESULTS}
         return {"ratio": rep["cached_token_ratio"], "errors": rep["errors"], "requests": rep["requests"],
