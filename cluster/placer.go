@@ -24,7 +24,8 @@ import (
 // own view, in which every other cold request of the tier is already
 // counted, and holds that reservation until the asker's load report counts
 // the request (core/holds.go). An asker that gets no answer within its
-// bound (core.DefaultPlacerTimeout) (no leader, a leader cut off or
+// bound (core.DefaultPlacerTimeout, core.PlacerPatience times it while the
+// leader answers) (no leader, a leader cut off or
 // overloaded) decides alone, as without a placer, and does not ask that
 // leader again for core.PlacerQuiet; the protocol decides all of that, the
 // same one fleetsim runs on virtual time.
@@ -147,8 +148,8 @@ func (c *placerCounts) count(via core.Via) {
 }
 
 // askBuckets are the bounds of askTime, in seconds: a loopback round trip
-// to the default 50 ms bound.
-var askBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1}
+// to the default 50 ms bound and its patient 150 ms (core.PlacerPatience).
+var askBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15}
 
 const placementsFamily = "vllm_router_cluster_placements_total"
 

@@ -64,8 +64,8 @@ func (p *placementPair) ended(d Decided, g *affinity.Guard, err error) Decided {
 func TestAnAnsweredQuestionPlacesTheRequestWhereThePlacerChose(t *testing.T) {
 	p := newPlacementPair(t)
 	a, _ := p.begin(t, 0)
-	if a == nil || a.To != "placer" || !a.Deadline.Equal(p.clk.Now().Add(DefaultPlacerTimeout)) {
-		t.Fatalf("a cold request is not asked of the placer by the default bound: %+v", a)
+	if a == nil || a.To != "placer" || !a.Deadline.Equal(p.clk.Now().Add(PlacerPatience*DefaultPlacerTimeout)) {
+		t.Fatalf("a cold request is not asked of the placer by the default bound, patient before its first answer: %+v", a)
 	}
 	placed, hold, err := p.atPlacer.Serve(p.placerRouter, a.Question)
 	if err != nil || hold != p.placer.holdBound {
@@ -124,6 +124,33 @@ func TestAPlacerThatAnsweredAnotherQuestionSinceStaysAsked(t *testing.T) {
 	p.ended(p.atPeer.Silent(slow))
 	if a, _ := p.begin(t, 2); a == nil {
 		t.Fatal("a placer that answered since the slow question was put is not asked")
+	}
+}
+
+// TestAQuestionWaitsLongerForAPlacerThatIsAnswering: a question put to a
+// placer not heard from yet (a tier's first burst, met cold), or within
+// Timeout of its last answer (a burst queued at a live placer), waits
+// PlacerPatience times the bound; one put later waits the bound.
+func TestAQuestionWaitsLongerForAPlacerThatIsAnswering(t *testing.T) {
+	p := newPlacementPair(t)
+	patient := PlacerPatience * DefaultPlacerTimeout
+	first, _ := p.begin(t, 0)
+	if !first.Deadline.Equal(p.clk.Now().Add(patient)) {
+		t.Fatalf("the first question to a placer waits %v, want %v", first.Deadline.Sub(p.clk.Now()), patient)
+	}
+	placed, _, err := p.atPlacer.Serve(p.placerRouter, first.Question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ended(p.atPeer.Answered(first, placed))
+	p.clk.Step(DefaultPlacerTimeout - time.Millisecond)
+	if a, _ := p.begin(t, 1); !a.Deadline.Equal(p.clk.Now().Add(patient)) {
+		t.Fatalf("a question put %v after an answer waits %v, want %v", DefaultPlacerTimeout-time.Millisecond,
+			a.Deadline.Sub(p.clk.Now()), patient)
+	}
+	p.clk.Step(time.Millisecond)
+	if a, _ := p.begin(t, 2); !a.Deadline.Equal(p.clk.Now().Add(DefaultPlacerTimeout)) {
+		t.Fatalf("a question put the bound after the last answer waits %v, want the bound", a.Deadline.Sub(p.clk.Now()))
 	}
 }
 

@@ -84,7 +84,7 @@ func flags() []cli.Flag {
 		&cli.BoolFlag{Name: "demote-superseded", Value: true, Usage: "gossip: a hit announces its conversation's previous deepest fact again with a span of 1, so peers charge the prefix once, as a router replica does (--demote-superseded=false to compare)"},
 		&cli.Float64Flag{Name: "gossip-loss", Usage: "probability that a gossip packet is lost on its way to one peer, in [0, 1)"},
 
-		&cli.Float64Flag{Name: "placer-answer-loss", Usage: "with --placer: share in [0, 1) of the placer's answers lost on their way back; the asker decides alone at the router's timeout (50 ms) and asks that placer nothing for a second"},
+		&cli.Float64Flag{Name: "placer-answer-loss", Usage: "with --placer: share in [0, 1) of the placer's answers lost on their way back; the asker decides alone at its question's deadline (the router's 50 ms, 150 ms while the placer answers) and asks that placer nothing for a second"},
 		&cli.BoolFlag{Name: "door", Value: true, Usage: "each replica runs the router's admission door with its defaults: a request waits at its replica while the engines, by that replica's last reading of them (every --engine-scrape-interval-secs), run all they can (--door=false: every request is routed as it arrives)"},
 		&cli.Float64Flag{Name: "engine-scrape-interval-secs", Value: fleet.DefaultEngineScrapeInterval.Seconds(), Usage: "with --door: seconds between a replica's reads of each engine, as the router's flag"},
 		&cli.StringFlag{Name: "balance", Value: "random", Usage: "load balancer in front of the replicas: random (each request to a random replica) or session (every turn of an agentic session to the same one)"},

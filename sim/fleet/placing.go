@@ -76,14 +76,16 @@ func (p *placerTraffic) ask(req *request) {
 	}
 	req.asking = a
 	p.agenda.push(event{at: p.clock.Elapsed() + p.cfg.GossipDelay, kind: evPlace, req: req})
-	if p.answersLate() {
+	if p.answersLate(a) {
 		p.agenda.push(event{at: p.deadline(a), kind: evSilent, req: req})
 	}
 }
 
-// answersLate reports whether no answer can be back by its question's
-// deadline: then every asker decides alone at it, as the router's would.
-func (p *placerTraffic) answersLate() bool { return 2*p.cfg.GossipDelay > p.cfg.PlacerTimeout }
+// answersLate reports whether no answer to a can be back by its deadline:
+// then its asker decides alone at it, as the router's would.
+func (p *placerTraffic) answersLate(a *core.Asking) bool {
+	return 2*p.cfg.GossipDelay > a.Deadline.Sub(p.clock.Now())
+}
 
 // deadline is a's deadline in virtual time since the run's start.
 func (p *placerTraffic) deadline(a *core.Asking) time.Duration {
@@ -103,7 +105,7 @@ func (p *placerTraffic) place(req *request) {
 		p.agenda.push(event{at: now + hold, kind: evUnhold, req: req})
 	}
 	switch {
-	case p.answersLate(): // the asker's deadline is on the agenda already
+	case p.answersLate(req.asking): // the asker's deadline is on the agenda already
 	case p.answerLost():
 		p.answersLost++
 		p.agenda.push(event{at: p.deadline(req.asking), kind: evSilent, req: req})
