@@ -376,14 +376,7 @@ func TestANewConversationOnASharedPrefixIsForThePlacer(t *testing.T) {
 // its tokens (one per 4 bytes; the system prompt's the same for every i).
 func longSystem(i int, more int) ([]byte, []uint32) {
 	text := fmt.Appendf(bytesOf('s', 10*blockSize), "task %03d: %s", i, bytesOf('a'+byte(i%26), 2*blockSize+more))
-	tokens := make([]uint32, len(text)/4)
-	for j := range tokens {
-		tokens[j] = uint32(j)
-		if j*4 >= 10*blockSize {
-			tokens[j] |= uint32(i+1) << 16
-		}
-	}
-	return text, tokens
+	return text, sessionTokens(text, 10*blockSize, i)
 }
 
 // learnPeers has r learn what a peer announces of its decision of text on
@@ -464,14 +457,20 @@ func TestANewConversationOnAPrefixAPeerAnnouncedIsForThePlacer(t *testing.T) {
 // system prompt's the same for every i.
 func sharedTokens(i int) ([]byte, []uint32) {
 	text := sharedPrompt(i)
+	return text, sessionTokens(text, 8*blockSize, i)
+}
+
+// sessionTokens is session i's text as tokens, one per 4 bytes: those of
+// its first shared bytes the same for every session.
+func sessionTokens(text []byte, shared, i int) []uint32 {
 	tokens := make([]uint32, len(text)/4)
 	for j := range tokens {
 		tokens[j] = uint32(j)
-		if j*4 >= 8*blockSize {
+		if j*4 >= shared {
 			tokens[j] |= uint32(i+1) << 16
 		}
 	}
-	return text, tokens
+	return tokens
 }
 
 // TestOnEventsANewConversationIsForThePlacerAndAKnownOneIsNot: with the
