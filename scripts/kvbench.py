@@ -44,8 +44,10 @@ KVBENCH_BEFORE is set], KVBENCH_FLAGS (more router flags for every mode) [],
 KVBENCH_BEFORE (a git revision) [], KVBENCH_TOPOLOGY [dial], KVBENCH_ENGINE
 [workersim], KVBENCH_SCENARIO [control], REALTIER_PIN (1: the routers on
 core 1, the engines and loadgen on core 0) [0], KVBENCH_KEEP (a directory to copy
-every run's logs to, the routers' request logs among them, to read a tail's
-requests) [].
+every run's logs to, the routers' request logs among them, with each run's
+per-request lines from loadgen (RUN.json.requests.jsonl: session, turn,
+request id, TTFT, cached tokens) and each replica's /metrics after the run
+(RUN-router-N.metrics), to read a run request by request) [].
 
 Scenarios (KVBENCH_SCENARIO), where the text index cannot know what the engines
 hold and the events can:
