@@ -29,8 +29,9 @@ const DefaultPlacerTimeout = 50 * time.Millisecond
 // (it is alive, and a question that meets a queue there, a burst of new
 // sessions on a loaded host, is worth an answer a little later more than a
 // decision on this replica's view alone), or has not answered one yet (a
-// tier's first burst meets the placer cold, and one unanswered question
-// would make every cold request of the next PlacerQuiet decide alone).
+// tier's first burst, or the first after an election, meets the placer
+// cold, and one unanswered question would make every cold request of the
+// next PlacerQuiet decide alone).
 // Through 4 replicas on two cores, 19-75 of a first burst of 128 new
 // sessions were decided alone, up to 22 sessions on one worker of 8; none
 // with it, and every question answered within 100 ms.
@@ -142,9 +143,10 @@ func (p *Placement) Begin(router *affinity.Router, req *affinity.Request, pool *
 // wait is how long a question put to the placer at addr now waits for its
 // answer: PlacerPatience times Timeout when that placer answered within
 // the last Timeout, or has not been heard from yet (a tier's first burst,
-// which the placer meets cold), otherwise Timeout.
+// or the first after an election, which the placer meets cold), otherwise
+// Timeout.
 func (p *Placement) wait(addr string, now time.Time) time.Duration {
-	if h := p.heard.Load(); h == nil || (h.addr == addr && now.Sub(h.at) < p.cfg.Timeout) {
+	if h := p.heard.Load(); h == nil || h.addr != addr || now.Sub(h.at) < p.cfg.Timeout {
 		return PlacerPatience * p.cfg.Timeout
 	}
 	return p.cfg.Timeout

@@ -128,7 +128,8 @@ func TestAPlacerThatAnsweredAnotherQuestionSinceStaysAsked(t *testing.T) {
 }
 
 // TestAQuestionWaitsLongerForAPlacerThatIsAnswering: a question put to a
-// placer not heard from yet (a tier's first burst, met cold), or within
+// placer not heard from yet (a tier's first burst, or the first after an
+// election, met cold), or within
 // Timeout of its last answer (a burst queued at a live placer), waits
 // PlacerPatience times the bound; one put later waits the bound.
 func TestAQuestionWaitsLongerForAPlacerThatIsAnswering(t *testing.T) {
@@ -151,6 +152,10 @@ func TestAQuestionWaitsLongerForAPlacerThatIsAnswering(t *testing.T) {
 	p.clk.Step(time.Millisecond)
 	if a, _ := p.begin(t, 2); !a.Deadline.Equal(p.clk.Now().Add(DefaultPlacerTimeout)) {
 		t.Fatalf("a question put the bound after the last answer waits %v, want the bound", a.Deadline.Sub(p.clk.Now()))
+	}
+	p.atPeer.cfg.Placer = func() string { return "elected" }
+	if a, _ := p.begin(t, 3); !a.Deadline.Equal(p.clk.Now().Add(patient)) {
+		t.Fatalf("the first question to a newly elected placer waits %v, want %v", a.Deadline.Sub(p.clk.Now()), patient)
 	}
 }
 
