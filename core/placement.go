@@ -25,9 +25,10 @@ import (
 const DefaultPlacerTimeout = 50 * time.Millisecond
 
 // PlacerPatience is how many times Timeout an asker waits for the answer
-// when the placer answered one of its questions within the last Timeout
-// (it is alive, and a question that meets a queue there, a burst of new
-// sessions on a loaded host, is worth an answer a little later more than a
+// when the placer answered one of its questions within the last
+// PlacerQuiet (it is alive, and a question that meets a queue there, a
+// burst of new sessions on a loaded host whose answers come tens of
+// milliseconds apart, is worth an answer a little later more than a
 // decision on this replica's view alone), or has not answered one yet (a
 // tier's first burst, or the first after an election, meets the placer
 // cold, and one unanswered question would make every cold request of the
@@ -142,11 +143,11 @@ func (p *Placement) Begin(router *affinity.Router, req *affinity.Request, pool *
 
 // wait is how long a question put to the placer at addr now waits for its
 // answer: PlacerPatience times Timeout when that placer answered within
-// the last Timeout, or has not been heard from yet (a tier's first burst,
-// or the first after an election, which the placer meets cold), otherwise
-// Timeout.
+// the last PlacerQuiet, or has not been heard from yet (a tier's first
+// burst, or the first after an election, which the placer meets cold),
+// otherwise Timeout.
 func (p *Placement) wait(addr string, now time.Time) time.Duration {
-	if h := p.heard.Load(); h == nil || h.addr != addr || now.Sub(h.at) < p.cfg.Timeout {
+	if h := p.heard.Load(); h == nil || h.addr != addr || now.Sub(h.at) < PlacerQuiet {
 		return PlacerPatience * p.cfg.Timeout
 	}
 	return p.cfg.Timeout

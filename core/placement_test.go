@@ -129,8 +129,8 @@ func TestAPlacerThatAnsweredAnotherQuestionSinceStaysAsked(t *testing.T) {
 
 // TestAQuestionWaitsLongerForAPlacerThatIsAnswering: a question put to a
 // placer not heard from yet (a tier's first burst, or the first after an
-// election, met cold), or within
-// Timeout of its last answer (a burst queued at a live placer), waits
+// election, met cold), or within PlacerQuiet of its last answer (a burst
+// queued at a live placer), waits
 // PlacerPatience times the bound; one put later waits the bound.
 func TestAQuestionWaitsLongerForAPlacerThatIsAnswering(t *testing.T) {
 	p := newPlacementPair(t)
@@ -144,14 +144,14 @@ func TestAQuestionWaitsLongerForAPlacerThatIsAnswering(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.ended(p.atPeer.Answered(first, placed))
-	p.clk.Step(DefaultPlacerTimeout - time.Millisecond)
+	p.clk.Step(PlacerQuiet - time.Millisecond)
 	if a, _ := p.begin(t, 1); !a.Deadline.Equal(p.clk.Now().Add(patient)) {
-		t.Fatalf("a question put %v after an answer waits %v, want %v", DefaultPlacerTimeout-time.Millisecond,
+		t.Fatalf("a question put %v after an answer waits %v, want %v", PlacerQuiet-time.Millisecond,
 			a.Deadline.Sub(p.clk.Now()), patient)
 	}
 	p.clk.Step(time.Millisecond)
 	if a, _ := p.begin(t, 2); !a.Deadline.Equal(p.clk.Now().Add(DefaultPlacerTimeout)) {
-		t.Fatalf("a question put the bound after the last answer waits %v, want the bound", a.Deadline.Sub(p.clk.Now()))
+		t.Fatalf("a question put %v after the last answer waits %v, want the bound", PlacerQuiet, a.Deadline.Sub(p.clk.Now()))
 	}
 	p.atPeer.cfg.Placer = func() string { return "elected" }
 	if a, _ := p.begin(t, 3); !a.Deadline.Equal(p.clk.Now().Add(patient)) {
