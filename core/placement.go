@@ -33,9 +33,9 @@ const DefaultPlacerTimeout = 50 * time.Millisecond
 // tier's first burst, or the first after an election, meets the placer
 // cold, and one unanswered question would make every cold request of the
 // next PlacerQuiet decide alone).
-// Through 4 replicas on two cores, 19-75 of a first burst of 128 new
-// sessions were decided alone, up to 22 sessions on one worker of 8; none
-// with it, and every question answered within 100 ms.
+// Through 4 and 8 replicas on two cores, up to 82 of a first burst of 128
+// new sessions were decided alone, up to 22 on one worker of 8; none in 13
+// rounds with it, every question answered within 100 ms (BENCHMARKS.md).
 const PlacerPatience = 3
 
 // PlacerQuiet is how long an asker whose placer did not answer (no answer
